@@ -1,0 +1,44 @@
+"""Retrieval for LlamaIndex: summary-routed recursive retrieval, offline by default."""
+
+from llama_index_ext_recursive.builder import DocumentRecord
+from llama_index_ext_recursive.embeddings import bundled_embed_model, resolve_embed_model
+from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterPolicy
+from llama_index_ext_recursive.persist import PersistError
+from llama_index_ext_recursive.recursive import (
+    ExplainedNodeWithScore,
+    LinkError,
+    RecursiveSummaryRetriever,
+    RetrievalExplanation,
+    ScoreMode,
+)
+from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
+from llama_index_ext_recursive.store import NumpyVectorStore
+from llama_index_ext_recursive.summarize import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    Summarizer,
+    SummaryCache,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DocumentRecord",
+    "ExplainedNodeWithScore",
+    "ExtractiveSummarizer",
+    "FilterPolicy",
+    "FilteredQueryBundle",
+    "LLMSummarizer",
+    "LinkError",
+    "NumpyVectorStore",
+    "PersistError",
+    "RecursiveSummaryRetriever",
+    "RetrievalExplanation",
+    "ScoreMode",
+    "Summarizer",
+    "SummaryCache",
+    "bundled_embed_model",
+    "load_sample_documents",
+    "load_sample_questions",
+    "resolve_embed_model",
+]

@@ -1,0 +1,190 @@
+"""Metadata filters: one evaluator, one merge policy, per-call filters.
+
+Upstream's in-memory filter function (``build_metadata_filter_fn``) rejects
+nested ``MetadataFilters``; every retriever here needs nesting to combine
+construction-time, per-call and routing filters, so this module evaluates
+nested trees by delegating each leaf to upstream (identical leaf semantics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, Mapping, Optional, Union
+
+from llama_index.core.schema import QueryBundle
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+from llama_index.core.vector_stores.utils import build_metadata_filter_fn
+
+FiltersLike = Union[MetadataFilters, Mapping[str, Any], None]
+
+
+class FilterPolicy(str, Enum):
+    """How per-call filters combine with construction-time filters.
+
+    ``merge`` (default): both must hold (AND). ``replace``: per-call filters,
+    when given, are used instead of the construction-time ones.
+    """
+
+    MERGE = "merge"
+    REPLACE = "replace"
+
+
+@dataclass
+class FilteredQueryBundle(QueryBundle):
+    """A ``QueryBundle`` that carries per-call metadata filters.
+
+    It travels unchanged through ``BaseRetriever.retrieve`` and
+    ``RetrieverQueryEngine.query``, so per-call filters need no new API:
+    ``retriever.retrieve(FilteredQueryBundle("q", filters={"year": 2024}))``.
+    A mapping is shorthand for equality filters joined by AND.
+    """
+
+    filters: FiltersLike = None
+
+    def __post_init__(self) -> None:
+        self.filters = to_filters(self.filters)
+
+
+def to_filters(filters: FiltersLike) -> Optional[MetadataFilters]:
+    """Accept ``MetadataFilters``, a ``{key: value}`` mapping or ``None``."""
+    if filters is None or isinstance(filters, MetadataFilters):
+        return filters
+    if isinstance(filters, Mapping):
+        return MetadataFilters(
+            filters=[
+                MetadataFilter(
+                    key=key,
+                    value=value,
+                    operator=FilterOperator.IN
+                    if isinstance(value, list)
+                    else FilterOperator.EQ,
+                )
+                for key, value in filters.items()
+            ]
+        )
+    raise TypeError(
+        f"filters must be MetadataFilters, a {{key: value}} dict or None, "
+        f"got {type(filters).__name__}"
+    )
+
+
+def filters_of(query_bundle: QueryBundle) -> Optional[MetadataFilters]:
+    """Per-call filters carried by a query bundle (``None`` for a plain one)."""
+    return getattr(query_bundle, "filters", None)
+
+
+def merge_filters(
+    *parts: Optional[MetadataFilters],
+) -> Optional[MetadataFilters]:
+    """AND the given filter trees, skipping empty ones, flattening plain ANDs."""
+    present = [p for p in parts if p is not None and p.filters]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    flat: list = []
+    for part in present:
+        if (part.condition or FilterCondition.AND) == FilterCondition.AND:
+            flat.extend(part.filters)
+        else:
+            flat.append(part)
+    return MetadataFilters(filters=flat, condition=FilterCondition.AND)
+
+
+def apply_policy(
+    configured: Optional[MetadataFilters],
+    per_call: Optional[MetadataFilters],
+    policy: FilterPolicy,
+) -> Optional[MetadataFilters]:
+    """Combine construction-time and per-call filters under ``policy``."""
+    if FilterPolicy(policy) == FilterPolicy.REPLACE and per_call is not None:
+        return per_call
+    return merge_filters(configured, per_call)
+
+
+def metadata_matches(
+    filters: Optional[MetadataFilters], metadata: Mapping[str, Any]
+) -> bool:
+    """Whether ``metadata`` satisfies a (possibly nested) filter tree."""
+    if filters is None or not filters.filters:
+        return True
+    results = (
+        metadata_matches(item, metadata)
+        if isinstance(item, MetadataFilters)
+        else build_metadata_filter_fn(
+            lambda _: metadata, MetadataFilters(filters=[item])
+        )("")
+        for item in filters.filters
+    )
+    condition = filters.condition or FilterCondition.AND
+    if condition == FilterCondition.AND:
+        return all(results)
+    if condition == FilterCondition.OR:
+        return any(results)
+    return not any(results)  # NOT: none may match, as upstream
+
+
+def filter_keys(filters: Optional[MetadataFilters]) -> set[str]:
+    """Every metadata key a filter tree mentions."""
+    if filters is None:
+        return set()
+    keys: set[str] = set()
+    for item in filters.filters:
+        keys |= filter_keys(item) if isinstance(item, MetadataFilters) else {item.key}
+    return keys
+
+
+def relax_to_keys(
+    filters: Optional[MetadataFilters], keys: Iterable[str]
+) -> Optional[MetadataFilters]:
+    """A filter on ``keys`` only that every match of ``filters`` also passes.
+
+    Used to pre-filter summaries (which carry document metadata only) without
+    ever excluding a document that has matching chunks: AND drops conditions
+    on other keys, OR and NOT keep a branch only when it is entirely on
+    ``keys``. ``None`` means "no constraint can be derived".
+    """
+    allowed = set(keys)
+    if filters is None or not filters.filters:
+        return None
+    condition = filters.condition or FilterCondition.AND
+    if filter_keys(filters) <= allowed:
+        return filters
+    if condition != FilterCondition.AND:
+        return None
+    kept = []
+    for item in filters.filters:
+        if isinstance(item, MetadataFilters):
+            relaxed = relax_to_keys(item, allowed)
+            if relaxed is not None:
+                kept.append(relaxed)
+        elif item.key in allowed:
+            kept.append(item)
+    return MetadataFilters(filters=kept) if kept else None
+
+
+def equality_constraints(
+    filters: Optional[MetadataFilters],
+) -> list[tuple[str, list[Any]]]:
+    """``(key, allowed values)`` pairs implied by top-level AND'ed EQ/IN leaves.
+
+    Stores use them to narrow candidates through an inverted index before the
+    exact check with :func:`metadata_matches`.
+    """
+    if filters is None or (filters.condition or FilterCondition.AND) != FilterCondition.AND:
+        return []
+    constraints = []
+    for item in filters.filters:
+        if isinstance(item, MetadataFilters):
+            constraints.extend(equality_constraints(item))
+        elif item.operator == FilterOperator.EQ and not isinstance(item.value, list):
+            constraints.append((item.key, [item.value]))
+        elif item.operator == FilterOperator.IN and isinstance(item.value, list):
+            constraints.append((item.key, list(item.value)))
+    return constraints

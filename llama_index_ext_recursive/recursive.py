@@ -1,0 +1,767 @@
+"""Summary-routed (recursive) retrieval: route by summary, rank chunks globally.
+
+``RecursiveSummaryRetriever`` replaces the upstream recipe (summary
+``IndexNode``s, one index per document, ``RecursiveRetriever``) with one
+summary store and one chunk store: a query is routed to the best
+``num_routed_docs`` documents by their summaries, chunks are retrieved inside
+each of them (a ``ref_doc_id`` filter), and one globally ranked, deduplicated
+list of ``similarity_top_k`` chunks comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import logging
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
+from llama_index.core.node_parser import NodeParser
+from llama_index.core.schema import (
+    BaseNode,
+    Document,
+    IndexNode,
+    NodeWithScore,
+    QueryBundle,
+)
+from llama_index.core.vector_stores.types import (
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+from pydantic import BaseModel
+
+from llama_index_ext_recursive.builder import (
+    ROUTING_KEY,
+    DocumentRecord,
+    build_documents,
+    chunk_documents,
+    group_nodes,
+)
+from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.filters import (
+    FilteredQueryBundle,
+    FilterPolicy,
+    FiltersLike,
+    apply_policy,
+    filters_of,
+    merge_filters,
+    metadata_matches,
+    relax_to_keys,
+    to_filters,
+)
+from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
+from llama_index_ext_recursive.store import NumpyVectorStore
+from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TOP_K = 10
+DEFAULT_NUM_ROUTED_DOCS = 5
+DEFAULT_SCORE_ALPHA = 0.3
+FORMAT_VERSION = 1
+
+
+class ScoreMode(str, Enum):
+    """How a chunk's final score combines its document's and its own score.
+
+    ``chunk``: the chunk score alone (routing only selects documents).
+    ``weighted``: ``alpha * summary + (1 - alpha) * chunk``.
+    ``product``: ``summary * chunk``.
+    """
+
+    CHUNK = "chunk"
+    WEIGHTED = "weighted"
+    PRODUCT = "product"
+
+
+class LinkError(ValueError):
+    """An ``IndexNode`` points nowhere, or links form a cycle."""
+
+
+class RetrievalExplanation(BaseModel):
+    """Why a chunk was returned: which summary routed it and how it scored."""
+
+    doc_id: str
+    summary_node_id: Optional[str]
+    summary_score: Optional[float]
+    chunk_score: Optional[float]
+    final_score: float
+    score_mode: str
+    path: List[str]
+
+
+class ExplainedNodeWithScore(NodeWithScore):
+    """A ``NodeWithScore`` carrying its :class:`RetrievalExplanation`.
+
+    Each call creates its own objects, so explanations are safe under
+    concurrent calls and code that only knows ``NodeWithScore`` is unaffected.
+    """
+
+    explanation: Optional[RetrievalExplanation] = None
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ExplainedNodeWithScore"
+
+
+def _closest(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    return f"closest known ids: {close}" if close else f"{len(known)} known ids, none similar"
+
+
+@dataclass(frozen=True)
+class _Route:
+    """A document to search, with the score and path that led there."""
+
+    doc_id: str
+    score: Optional[float]
+    summary_node_id: Optional[str]
+    summary_score: Optional[float]
+    path: Tuple[str, ...]
+
+
+@dataclass
+class _Plan:
+    """Per-call state: the bundles to pass down and the filters in force."""
+
+    summary_bundle: QueryBundle
+    chunk_bundle: QueryBundle
+    chunk_filters: Optional[MetadataFilters]
+    summary_filters: Optional[MetadataFilters]
+
+
+class RecursiveSummaryRetriever(BaseRetriever):
+    """Route a query to documents by summary, then rank their chunks globally.
+
+    Build it with :meth:`from_documents` or :meth:`from_nodes` (one summary
+    store plus one chunk store, offline by default), or with
+    :meth:`from_retriever_dict` to keep upstream ``RecursiveRetriever``'s
+    ``IndexNode`` + ``retriever_dict`` setup.
+
+    Per-call filters: pass a :class:`FilteredQueryBundle`. They apply to chunks
+    and, relaxed to document-level keys, to summaries; construction-time
+    ``filters`` combine with them under ``filter_policy``.
+
+    Args:
+        summary_index: index over summary ``IndexNode``s (``index_id`` = document id).
+        chunk_index: index over all chunks (``ref_doc_id`` = document id).
+        documents: per-document records (built by the constructors).
+        retriever_dict: instead of ``chunk_index``: one retriever per document id.
+        embed_model: model for queries (default: argument > ``Settings`` > bundled).
+        similarity_top_k: number of chunks returned.
+        num_routed_docs: number of documents the query is routed to.
+        score_mode: how summary and chunk scores combine (:class:`ScoreMode`).
+        score_alpha: the summary weight for ``weighted`` mode.
+        filters: construction-time metadata filters.
+        filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
+        doc_id_key: metadata key naming a chunk's document.
+        max_link_depth: how many ``IndexNode`` links a query may follow.
+    """
+
+    def __init__(
+        self,
+        summary_index: VectorStoreIndex,
+        chunk_index: Optional[VectorStoreIndex] = None,
+        documents: Optional[Mapping[str, DocumentRecord]] = None,
+        retriever_dict: Optional[Mapping[str, BaseRetriever]] = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        similarity_top_k: int = DEFAULT_TOP_K,
+        num_routed_docs: int = DEFAULT_NUM_ROUTED_DOCS,
+        score_mode: Union[ScoreMode, str] = ScoreMode.WEIGHTED,
+        score_alpha: float = DEFAULT_SCORE_ALPHA,
+        filters: FiltersLike = None,
+        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
+        doc_id_key: str = "doc_id",
+        node_parser: Optional[NodeParser] = None,
+        summarizer: Optional[Summarizer] = None,
+        summary_cache: Optional[SummaryCache] = None,
+        max_link_depth: int = 3,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+    ) -> None:
+        if (chunk_index is None) == (retriever_dict is None):
+            raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
+        if similarity_top_k < 1 or num_routed_docs < 1:
+            raise ValueError(
+                f"similarity_top_k and num_routed_docs must be >= 1, got "
+                f"{similarity_top_k} and {num_routed_docs}"
+            )
+        if not 0.0 <= score_alpha <= 1.0:
+            raise ValueError(f"score_alpha must be within [0, 1], got {score_alpha}")
+        self._summary_index = summary_index
+        self._chunk_index = chunk_index
+        self._retriever_dict = dict(retriever_dict or {})
+        self._embed_model = resolve_embed_model(embed_model)
+        self.similarity_top_k = similarity_top_k
+        self.num_routed_docs = num_routed_docs
+        self.score_mode = ScoreMode(score_mode)
+        self.score_alpha = score_alpha
+        self.filters = to_filters(filters)
+        self.filter_policy = FilterPolicy(filter_policy)
+        self.doc_id_key = doc_id_key
+        self.max_link_depth = max_link_depth
+        self._node_parser = node_parser
+        self._summarizer = summarizer or ExtractiveSummarizer()
+        self._summary_cache = summary_cache if summary_cache is not None else SummaryCache()
+        self._summaries = self._load_summaries()
+        self._documents: Dict[str, DocumentRecord] = dict(documents or {})
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+        self.validate_links()
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Sequence[Document],
+        node_parser: Optional[NodeParser] = None,
+        doc_id_key: str = "doc_id",
+        embed_model: Optional[BaseEmbedding] = None,
+        summarizer: Optional[Summarizer] = None,
+        summary_cache: Optional[SummaryCache] = None,
+        show_progress: Optional[bool] = None,
+        **kwargs: Any,
+    ) -> "RecursiveSummaryRetriever":
+        """Chunk, summarize and index ``documents``.
+
+        A document's id is ``metadata[doc_id_key]`` when present, else its ``doc_id``.
+        """
+        progress = _auto_progress(show_progress, len(documents))
+        nodes = chunk_documents(documents, node_parser, doc_id_key, progress)
+        return cls.from_nodes(
+            nodes,
+            doc_id_key=doc_id_key,
+            embed_model=embed_model,
+            summarizer=summarizer,
+            summary_cache=summary_cache,
+            show_progress=progress,
+            node_parser=node_parser,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_nodes(
+        cls,
+        nodes: Sequence[BaseNode],
+        doc_id_key: str = "doc_id",
+        embed_model: Optional[BaseEmbedding] = None,
+        summarizer: Optional[Summarizer] = None,
+        summary_cache: Optional[SummaryCache] = None,
+        show_progress: Optional[bool] = None,
+        **kwargs: Any,
+    ) -> "RecursiveSummaryRetriever":
+        """Index pre-chunked ``nodes`` grouped by ``metadata[doc_id_key]``.
+
+        Nodes that already carry embeddings are not embedded again.
+        """
+        if not nodes:
+            raise ValueError("no nodes to index: pass at least one node or document")
+        groups = group_nodes(nodes, doc_id_key)
+        progress = _auto_progress(show_progress, len(groups))
+        cache = summary_cache if summary_cache is not None else SummaryCache()
+        summarizer = summarizer or ExtractiveSummarizer()
+        built = build_documents(groups, doc_id_key, summarizer, cache, progress)
+        model = resolve_embed_model(embed_model)
+        summary_index = _new_index(built.summary_nodes, model, progress)
+        chunk_index = _new_index(built.chunk_nodes, model, progress)
+        return cls(
+            summary_index,
+            chunk_index,
+            documents=built.records,
+            embed_model=model,
+            doc_id_key=doc_id_key,
+            summarizer=summarizer,
+            summary_cache=cache,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_retriever_dict(
+        cls,
+        summary_nodes: Sequence[IndexNode],
+        retriever_dict: Mapping[str, BaseRetriever],
+        embed_model: Optional[BaseEmbedding] = None,
+        **kwargs: Any,
+    ) -> "RecursiveSummaryRetriever":
+        """Upstream-compatible setup: summary ``IndexNode``s plus ``retriever_dict``.
+
+        Each summary's ``index_id`` must be a key of ``retriever_dict``; this is
+        checked now, not at query time. An ``IndexNode`` whose ``obj`` is a
+        retriever may stand in for its ``retriever_dict`` entry.
+        """
+        retrievers = dict(retriever_dict)
+        plain: List[IndexNode] = []
+        for node in summary_nodes:
+            if not isinstance(node, IndexNode):
+                raise TypeError(
+                    f"summary node {node.node_id!r} is a {type(node).__name__}; "
+                    "summaries must be IndexNodes whose index_id names a document"
+                )
+            if isinstance(node.obj, BaseRetriever):
+                retrievers.setdefault(node.index_id, node.obj)
+            plain.append(IndexNode(**{**node.model_dump(exclude={"obj"}), "obj": None}))
+        model = resolve_embed_model(embed_model)
+        return cls(
+            _new_index(plain, model, False),
+            retriever_dict=retrievers,
+            embed_model=model,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------- validation
+    def _load_summaries(self) -> Dict[str, IndexNode]:
+        docstore = self._summary_index.docstore
+        summaries: Dict[str, IndexNode] = {}
+        for node_id in self._summary_index.index_struct.nodes_dict.values():
+            node = docstore.get_node(node_id)
+            if not isinstance(node, IndexNode):
+                raise LinkError(
+                    f"summary node {node_id!r} is a {type(node).__name__}, not an IndexNode: "
+                    "summaries must name their document with index_id"
+                )
+            summaries[node.index_id] = node
+        return summaries
+
+    def _doc_ids(self) -> List[str]:
+        return list(self._retriever_dict) if self._retriever_dict else list(self._documents)
+
+    def validate_links(self) -> None:
+        """Check that every ``IndexNode`` resolves and no links form a cycle.
+
+        Raises :class:`LinkError` naming the bad id and the closest known ids.
+        """
+        known = self._doc_ids()
+        known_set = set(known)
+        for doc_id, summary in self._summaries.items():
+            if doc_id not in known_set:
+                raise LinkError(
+                    f"summary {summary.node_id!r} points to index_id {doc_id!r}, which has no "
+                    f"chunks or retriever ({_closest(doc_id, known)}); fix the index_id or "
+                    "add the document"
+                )
+        unreachable = known_set - set(self._summaries)
+        if unreachable:
+            logger.warning(
+                "%d document(s) have no summary and can never be routed to: %s",
+                len(unreachable),
+                sorted(unreachable)[:10],
+            )
+        if self._chunk_index is None:
+            return  # opaque retrievers: links are checked as they are met
+        docstore = self._chunk_index.docstore
+        edges: Dict[str, List[str]] = {}
+        for record in self._documents.values():
+            for chunk_id in record.chunk_ids:
+                node = docstore.get_node(chunk_id, raise_error=False)
+                if node is None:
+                    raise LinkError(
+                        f"document {record.doc_id!r} lists chunk {chunk_id!r}, which is not in "
+                        "the chunk store; rebuild or delete_document() it"
+                    )
+                if isinstance(node, IndexNode):
+                    target = node.index_id
+                    if target not in known_set and not docstore.document_exists(target):
+                        raise LinkError(
+                            f"IndexNode {node.node_id!r} in document {record.doc_id!r} points "
+                            f"to {target!r}, which is neither a document nor a chunk "
+                            f"({_closest(target, known)})"
+                        )
+                    if target in known_set:
+                        edges.setdefault(record.doc_id, []).append(target)
+        _raise_on_cycle(edges)
+
+    # ------------------------------------------------------------- retrieval
+    def _plan(self, query_bundle: QueryBundle, embedding: Optional[List[float]]) -> _Plan:
+        effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
+        doc_keys = {k for s in self._summaries.values() for k in s.metadata}
+        common = dict(
+            query_str=query_bundle.query_str,
+            image_path=query_bundle.image_path,
+            custom_embedding_strs=query_bundle.custom_embedding_strs,
+        )
+        return _Plan(
+            summary_bundle=QueryBundle(embedding=embedding, **common),
+            chunk_bundle=FilteredQueryBundle(
+                embedding=embedding if self._chunk_index is not None else None,
+                filters=effective,
+                **common,
+            ),
+            chunk_filters=effective,
+            summary_filters=relax_to_keys(effective, doc_keys),
+        )
+
+    def _summary_retriever(self, plan: _Plan) -> VectorIndexRetriever:
+        return VectorIndexRetriever(
+            self._summary_index,
+            similarity_top_k=self.num_routed_docs,
+            filters=plan.summary_filters,
+            embed_model=self._embed_model,
+            callback_manager=self.callback_manager,
+        )
+
+    def _routes(self, summary_hits: List[NodeWithScore]) -> List[_Route]:
+        routes = []
+        for hit in summary_hits:
+            node = hit.node
+            doc_id = node.index_id if isinstance(node, IndexNode) else None
+            if doc_id is None or doc_id not in self._summaries:
+                raise LinkError(
+                    f"summary store returned {node.node_id!r}, which is not a known summary "
+                    "IndexNode; the summary store and the retriever are out of sync"
+                )
+            routes.append(_Route(doc_id, hit.score, node.node_id, hit.score, (doc_id,)))
+        return routes
+
+    def _chunk_retriever(self, route: _Route, plan: _Plan) -> BaseRetriever:
+        if self._chunk_index is None:
+            retriever = self._retriever_dict.get(route.doc_id)
+            if retriever is None:
+                raise LinkError(
+                    f"no retriever for document {route.doc_id!r} "
+                    f"({_closest(route.doc_id, list(self._retriever_dict))})"
+                )
+            return retriever
+        routing = MetadataFilters(
+            filters=[MetadataFilter(key=ROUTING_KEY, value=route.doc_id, operator=FilterOperator.EQ)]
+        )
+        return VectorIndexRetriever(
+            self._chunk_index,
+            similarity_top_k=self.similarity_top_k,
+            filters=merge_filters(routing, plan.chunk_filters),
+            embed_model=self._embed_model,
+            callback_manager=self.callback_manager,
+        )
+
+    def _combine(self, parent: Optional[float], child: Optional[float]) -> float:
+        child = 0.0 if child is None else child
+        if parent is None or self.score_mode == ScoreMode.CHUNK:
+            return child
+        if self.score_mode == ScoreMode.PRODUCT:
+            return parent * child
+        return self.score_alpha * parent + (1.0 - self.score_alpha) * child
+
+    def _collect(
+        self,
+        routes: List[_Route],
+        results: List[List[NodeWithScore]],
+        plan: _Plan,
+        best: Dict[str, ExplainedNodeWithScore],
+    ) -> List[_Route]:
+        """Fold one wave of chunk results into ``best``; return links to follow."""
+        follow: List[_Route] = []
+        for route, hits in zip(routes, results):
+            for hit in hits:
+                node = hit.node
+                if isinstance(node, IndexNode):
+                    link = self._follow_link(route, hit)
+                    if isinstance(link, _Route):
+                        follow.append(link)
+                        continue
+                    if link is None:
+                        continue
+                    node = link
+                if self._chunk_index is None and not metadata_matches(
+                    plan.chunk_filters, node.metadata
+                ):
+                    continue  # retriever_dict children may ignore filters: enforce them
+                final = self._combine(route.score, hit.score)
+                current = best.get(node.node_id)
+                if current is not None and current.score >= final:
+                    continue
+                best[node.node_id] = ExplainedNodeWithScore(
+                    node=node,
+                    score=final,
+                    explanation=RetrievalExplanation(
+                        doc_id=route.doc_id,
+                        summary_node_id=route.summary_node_id,
+                        summary_score=route.summary_score,
+                        chunk_score=hit.score,
+                        final_score=final,
+                        score_mode=self.score_mode.value,
+                        path=list(route.path),
+                    ),
+                )
+        return follow
+
+    def _follow_link(self, route: _Route, hit: NodeWithScore) -> Union[_Route, BaseNode, None]:
+        """Resolve an ``IndexNode`` hit to a document to search or a node."""
+        target = hit.node.index_id  # type: ignore[attr-defined]
+        if target in self._summaries or target in self._retriever_dict:
+            if target in route.path:
+                logger.warning("link cycle %s -> %s not followed", " -> ".join(route.path), target)
+                return None
+            if len(route.path) > self.max_link_depth:
+                logger.warning("link depth %d reached at %s; not followed", self.max_link_depth, target)
+                return None
+            return _Route(
+                target,
+                self._combine(route.score, hit.score),
+                route.summary_node_id,
+                route.summary_score,
+                route.path + (target,),
+            )
+        if self._chunk_index is not None:
+            node = self._chunk_index.docstore.get_node(target, raise_error=False)
+            if node is not None:
+                return node
+        raise LinkError(
+            f"IndexNode {hit.node.node_id!r} returned for document {route.doc_id!r} points to "
+            f"{target!r}, which is neither a document nor a chunk "
+            f"({_closest(target, self._doc_ids())})"
+        )
+
+    def _rank(self, best: Dict[str, ExplainedNodeWithScore]) -> List[NodeWithScore]:
+        ranked = sorted(best.values(), key=lambda n: (-(n.score or 0.0), n.node.node_id))
+        return list(ranked[: self.similarity_top_k])
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        embedding = query_bundle.embedding
+        if embedding is None and query_bundle.embedding_strs:
+            embedding = self._embed_model.get_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+        plan = self._plan(query_bundle, embedding)
+        routes = self._routes(self._summary_retriever(plan).retrieve(plan.summary_bundle))
+        best: Dict[str, ExplainedNodeWithScore] = {}
+        while routes:
+            results = [
+                self._chunk_retriever(route, plan).retrieve(replace(plan.chunk_bundle))
+                for route in routes
+            ]
+            routes = self._collect(routes, results, plan, best)
+        return self._rank(best)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        embedding = query_bundle.embedding
+        if embedding is None and query_bundle.embedding_strs:
+            embedding = await self._embed_model.aget_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+        plan = self._plan(query_bundle, embedding)
+        routes = self._routes(
+            await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
+        )
+        best: Dict[str, ExplainedNodeWithScore] = {}
+        while routes:
+            results = await asyncio.gather(
+                *(
+                    self._chunk_retriever(route, plan).aretrieve(replace(plan.chunk_bundle))
+                    for route in routes
+                )
+            )
+            routes = self._collect(routes, list(results), plan, best)
+        return self._rank(best)
+
+    # ------------------------------------------------------ incremental update
+    def _require_stores(self, action: str) -> VectorStoreIndex:
+        if self._chunk_index is None:
+            raise NotImplementedError(
+                f"{action} needs the chunk store built by from_documents/from_nodes; "
+                "a retriever_dict setup holds opaque retrievers"
+            )
+        return self._chunk_index
+
+    @property
+    def documents(self) -> Dict[str, DocumentRecord]:
+        """Per-document records (id, title, content hash, chunk ids)."""
+        return dict(self._documents)
+
+    def add_documents(
+        self, documents: Sequence[Document], show_progress: Optional[bool] = None
+    ) -> List[str]:
+        """Add or update documents without rebuilding the rest.
+
+        A document whose id exists is re-indexed when its content changed and
+        left alone otherwise. Returns the ids that were (re)indexed.
+        """
+        self._require_stores("add_documents")
+        nodes = chunk_documents(documents, self._node_parser, self.doc_id_key)
+        return self.add_nodes(nodes, show_progress=show_progress)
+
+    def add_nodes(
+        self, nodes: Sequence[BaseNode], show_progress: Optional[bool] = None
+    ) -> List[str]:
+        """Add or update pre-chunked nodes grouped by ``metadata[doc_id_key]``."""
+        chunk_index = self._require_stores("add_nodes")
+        groups = group_nodes(nodes, self.doc_id_key)
+        progress = _auto_progress(show_progress, len(groups))
+        built = build_documents(
+            groups, self.doc_id_key, self._summarizer, self._summary_cache, progress
+        )
+        changed = []
+        for doc_id, record in built.records.items():
+            existing = self._documents.get(doc_id)
+            if existing is not None and existing.content_hash == record.content_hash:
+                logger.info("document %r unchanged; not re-indexed", doc_id)
+                continue
+            if existing is not None:
+                self.delete_document(doc_id)
+            changed.append(doc_id)
+        keep = set(changed)
+        chunk_index.insert_nodes([n for n in built.chunk_nodes if n.ref_doc_id in keep])
+        summaries = [s for s in built.summary_nodes if s.index_id in keep]
+        self._summary_index.insert_nodes(summaries)
+        for summary in summaries:
+            self._summaries[summary.index_id] = summary
+            self._documents[summary.index_id] = built.records[summary.index_id]
+        self.validate_links()
+        return changed
+
+    def delete_document(self, doc_id: str) -> None:
+        """Remove one document's summary and chunks."""
+        chunk_index = self._require_stores("delete_document")
+        record = self._documents.get(doc_id)
+        if record is None:
+            raise KeyError(f"no document {doc_id!r} ({_closest(doc_id, list(self._documents))})")
+        chunk_index.delete_nodes(record.chunk_ids, delete_from_docstore=True)
+        self._summary_index.delete_nodes([record.summary_node_id], delete_from_docstore=True)
+        del self._documents[doc_id]
+        self._summaries.pop(doc_id, None)
+
+    # ------------------------------------------------------------ persistence
+    def _config(self) -> Dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "similarity_top_k": self.similarity_top_k,
+            "num_routed_docs": self.num_routed_docs,
+            "score_mode": self.score_mode.value,
+            "score_alpha": self.score_alpha,
+            "filters": self.filters.model_dump(mode="json") if self.filters else None,
+            "filter_policy": self.filter_policy.value,
+            "doc_id_key": self.doc_id_key,
+            "max_link_depth": self.max_link_depth,
+            "embed_model": embed_model_name(self._embed_model),
+            "summarizer": self._summarizer.fingerprint,
+            "documents": {k: v.to_dict() for k, v in self._documents.items()},
+        }
+
+    def persist(self, persist_dir: Union[str, Path]) -> None:
+        """Write summaries, stores and configuration to ``persist_dir`` atomically."""
+        chunk_index = self._require_stores("persist")
+        with atomic_directory(persist_dir) as staging:
+            self._summary_index.storage_context.persist(str(staging / "summaries"))
+            chunk_index.storage_context.persist(str(staging / "chunks"))
+            self._summary_cache.save(staging / "summary_cache.json")
+            (staging / "config.json").write_text(
+                json.dumps(self._config(), ensure_ascii=False, indent=1), encoding="utf-8"
+            )
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: Union[str, Path],
+        embed_model: Optional[BaseEmbedding] = None,
+        summarizer: Optional[Summarizer] = None,
+        node_parser: Optional[NodeParser] = None,
+        **overrides: Any,
+    ) -> "RecursiveSummaryRetriever":
+        """Load a retriever written by :meth:`persist`.
+
+        ``overrides`` replace persisted settings (e.g. ``similarity_top_k=5``).
+        """
+        root = Path(persist_dir)
+        if not root.is_dir():
+            raise PersistError(f"{root} does not exist; build and persist a retriever first")
+        config = load_json(root / "config.json")
+        if config.get("format_version") != FORMAT_VERSION:
+            raise PersistError(
+                f"{root / 'config.json'} has format_version {config.get('format_version')!r}; "
+                f"this version reads {FORMAT_VERSION}: rebuild the retriever"
+            )
+        model = resolve_embed_model(embed_model)
+        if embed_model_name(model) != config["embed_model"]:
+            raise PersistError(
+                f"{root} was built with embedding model {config['embed_model']!r} but "
+                f"{embed_model_name(model)!r} is configured; pass embed_model= with the "
+                "model it was built with"
+            )
+        summary_index = _load_index(root / "summaries", model)
+        chunk_index = _load_index(root / "chunks", model)
+        documents = {
+            k: DocumentRecord(**v) for k, v in config["documents"].items()
+        }
+        settings = {
+            key: config[key]
+            for key in (
+                "similarity_top_k",
+                "num_routed_docs",
+                "score_mode",
+                "score_alpha",
+                "filter_policy",
+                "doc_id_key",
+                "max_link_depth",
+            )
+        }
+        settings["filters"] = (
+            MetadataFilters.model_validate(config["filters"]) if config["filters"] else None
+        )
+        settings.update(overrides)
+        return cls(
+            summary_index,
+            chunk_index,
+            documents=documents,
+            embed_model=model,
+            summarizer=summarizer,
+            summary_cache=SummaryCache(root / "summary_cache.json"),
+            node_parser=node_parser,
+            **settings,
+        )
+
+
+def _auto_progress(show_progress: Optional[bool], count: int) -> bool:
+    return count >= 20 if show_progress is None else show_progress
+
+
+def _new_index(
+    nodes: Sequence[BaseNode], embed_model: BaseEmbedding, show_progress: bool
+) -> VectorStoreIndex:
+    storage = StorageContext.from_defaults(vector_store=NumpyVectorStore())
+    return VectorStoreIndex(
+        list(nodes),
+        storage_context=storage,
+        embed_model=embed_model,
+        show_progress=show_progress,
+    )
+
+
+def _load_index(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
+    for name in ("docstore.json", "index_store.json", "default__vector_store.json"):
+        load_json(path / name)  # a clear error for a missing or corrupted file
+    try:
+        storage = StorageContext.from_defaults(
+            persist_dir=str(path),
+            vector_store=NumpyVectorStore.from_persist_dir(str(path)),
+        )
+        return load_index_from_storage(storage, embed_model=embed_model)
+    except Exception as exc:
+        raise PersistError(f"{path} could not be loaded ({exc!r}); persist it again") from exc
+
+
+def _raise_on_cycle(edges: Dict[str, List[str]]) -> None:
+    """Raise :class:`LinkError` naming the first cycle in a document link graph."""
+    state: Dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(node: str, path: List[str]) -> None:
+        state[node] = 1
+        for nxt in edges.get(node, []):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                raise LinkError(
+                    "IndexNode links form a cycle: " + " -> ".join(cycle)
+                    + "; remove one of these links"
+                )
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for start in list(edges):
+        if start not in state:
+            visit(start, [start])

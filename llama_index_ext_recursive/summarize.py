@@ -1,0 +1,266 @@
+"""Document summaries for routing: offline extractive, LLM with fallback, cache.
+
+A summarizer is any object with ``fingerprint`` (a string that changes when its
+output would) and ``summarize(title, text) -> str``. Summaries are cached by
+``(fingerprint, content hash)`` so rebuilding does not summarize unchanged
+documents again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import logging
+import math
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Protocol, Union, runtime_checkable
+
+import numpy as np
+
+from llama_index_ext_recursive.persist import load_json
+
+logger = logging.getLogger(__name__)
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？；])\s*|\n+")
+_LATIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_STOPWORDS = frozenset(
+    "a an and are as at be but by for from has have in is it its of on or that the "
+    "their there this to was were which with you your".split()
+)
+
+
+def split_sentences(text: str) -> List[str]:
+    """Split prose into sentences (English and Chinese punctuation, line breaks)."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def cjk_ratio(text: str) -> float:
+    """Share of CJK characters among letters: tells Chinese from Latin text."""
+    cjk = len(_CJK.findall(text))
+    latin = sum(len(w) for w in _LATIN_WORD.findall(text))
+    return cjk / (cjk + latin) if cjk + latin else 0.0
+
+
+def _terms(sentence: str) -> List[str]:
+    words = [w.lower() for w in _LATIN_WORD.findall(sentence)]
+    chars = _CJK.findall(sentence)
+    bigrams = [a + b for a, b in zip(chars, chars[1:])]
+    return [w for w in words if w not in _STOPWORDS] + bigrams
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """What the builder needs from a summarizer."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    def summarize(self, title: str, text: str) -> str: ...
+
+
+class ExtractiveSummarizer:
+    """Title plus the sentences most central to the whole document. No LLM.
+
+    Centrality is the TF-IDF cosine between a sentence and the document's
+    centroid (IDF over the document's own sentences), so every part of the
+    document competes, not just its opening. Selected sentences keep their
+    original order and the summary stays within ``max_chars``.
+
+    Args:
+        max_chars: upper bound on summary length (the embedding model reads
+            about 256 word pieces; 600 characters fit).
+    """
+
+    def __init__(self, max_chars: int = 600) -> None:
+        if max_chars < 50:
+            raise ValueError(f"max_chars must be at least 50, got {max_chars}")
+        self.max_chars = max_chars
+
+    @property
+    def fingerprint(self) -> str:
+        return f"extractive-tfidf-v1:{self.max_chars}"
+
+    def select(self, text: str, budget: int) -> List[str]:
+        """The most central sentences of ``text`` within ``budget`` characters."""
+        sentences = [s for s in split_sentences(text) if not s.startswith("#")]
+        if not sentences:
+            return []
+        bags = [Counter(_terms(s)) for s in sentences]
+        df = Counter(term for bag in bags for term in bag)
+        vocab = {term: i for i, term in enumerate(df)}
+        if not vocab:
+            return sentences[:1]
+        idf = np.array([math.log((1 + len(bags)) / (1 + df[t])) + 1 for t in vocab])
+        matrix = np.zeros((len(bags), len(vocab)))
+        for row, bag in enumerate(bags):
+            for term, count in bag.items():
+                matrix[row, vocab[term]] = count
+        matrix *= idf
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        matrix /= np.where(norms == 0, 1.0, norms)
+        centroid = matrix.mean(axis=0)
+        centrality = matrix @ centroid
+        chosen: List[int] = []
+        used = 0
+        for idx in np.argsort(-centrality, kind="stable"):
+            length = len(sentences[idx]) + 1
+            if used + length > budget:
+                continue
+            chosen.append(int(idx))
+            used += length
+        return [sentences[i] for i in sorted(chosen)]
+
+    def summarize(self, title: str, text: str) -> str:
+        head = f"{title}. " if title else ""
+        body = self.select(text, self.max_chars - len(head))
+        summary = head + " ".join(body)
+        return summary[: self.max_chars].strip() or text[: self.max_chars].strip()
+
+
+DEFAULT_SUMMARY_PROMPT = (
+    "Write a summary of the document below in at most {max_words} words, in the "
+    "same language as the document ({language}). Name its main topics so that a "
+    "reader can tell whether the document answers their question. Reply with the "
+    "summary only.\n\nTitle: {title}\n\nDocument (representative sentences from "
+    "the whole document, in order):\n{content}\n\nSummary:"
+)
+
+
+class SummaryRejected(ValueError):
+    """An LLM summary failed validation; the reason says which check."""
+
+
+class LLMSummarizer:
+    """Summaries from any LlamaIndex LLM, validated, with offline fallback.
+
+    The LLM sees sentences chosen from the *whole* document (the extractive
+    selection, in order) within ``max_input_chars``, not just its opening.
+    Its output is rejected when empty, longer than ``max_chars``, or in a
+    different script than the document (Chinese vs Latin); on rejection, error
+    or timeout the ``fallback`` summarizer is used and the reason is logged.
+
+    Args:
+        llm: the LLM (``Settings.llm`` is used when ``None``).
+        max_chars: maximum accepted summary length.
+        max_input_chars: budget of document text sent to the LLM.
+        timeout: seconds to wait for one summary.
+        fallback: summarizer used on failure (extractive by default).
+        prompt: template with ``{title}``, ``{content}``, ``{max_words}``, ``{language}``.
+    """
+
+    def __init__(
+        self,
+        llm=None,
+        max_chars: int = 800,
+        max_input_chars: int = 6000,
+        timeout: float = 60.0,
+        fallback: Optional[Summarizer] = None,
+        prompt: str = DEFAULT_SUMMARY_PROMPT,
+    ) -> None:
+        if llm is None:
+            from llama_index.core import Settings
+
+            if getattr(Settings, "_llm", None) is None:
+                raise ValueError(
+                    "LLMSummarizer needs an LLM: pass llm=... or set "
+                    "llama_index.core.Settings.llm. For offline summaries use "
+                    "ExtractiveSummarizer()."
+                )
+            llm = Settings.llm
+        self.llm = llm
+        self.max_chars = max_chars
+        self.max_input_chars = max_input_chars
+        self.timeout = timeout
+        self.fallback = fallback or ExtractiveSummarizer()
+        self.prompt = prompt
+        self.fallbacks = 0
+
+    @property
+    def fingerprint(self) -> str:
+        model = getattr(self.llm, "metadata", None)
+        model_name = getattr(model, "model_name", type(self.llm).__name__)
+        prompt_hash = hashlib.sha256(self.prompt.encode()).hexdigest()[:12]
+        return f"llm:{model_name}:{self.max_chars}:{self.max_input_chars}:{prompt_hash}"
+
+    def build_prompt(self, title: str, text: str) -> str:
+        content = "\n".join(ExtractiveSummarizer().select(text, self.max_input_chars))
+        language = "Chinese" if cjk_ratio(text) > 0.3 else "the document's language"
+        return self.prompt.format(
+            title=title or "(untitled)",
+            content=content,
+            max_words=max(20, self.max_chars // 6),
+            language=language,
+        )
+
+    def validate(self, summary: str, text: str) -> str:
+        """Return the cleaned summary or raise :class:`SummaryRejected`."""
+        summary = (summary or "").strip()
+        if not summary:
+            raise SummaryRejected("empty summary")
+        if len(summary) > self.max_chars:
+            raise SummaryRejected(f"summary has {len(summary)} characters, limit {self.max_chars}")
+        doc_zh, sum_zh = cjk_ratio(text) > 0.3, cjk_ratio(summary) > 0.3
+        if doc_zh != sum_zh:
+            raise SummaryRejected(
+                "summary is in a different language than the document "
+                f"({'Chinese' if sum_zh else 'Latin script'} vs "
+                f"{'Chinese' if doc_zh else 'Latin script'})"
+            )
+        return summary
+
+    def summarize(self, title: str, text: str) -> str:
+        prompt = self.build_prompt(title, text)
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        try:
+            future = pool.submit(self.llm.complete, prompt)
+            return self.validate(future.result(timeout=self.timeout).text, text)
+        except Exception as exc:  # any failure falls back, visibly
+            reason = "timed out" if isinstance(exc, concurrent.futures.TimeoutError) else repr(exc)
+            logger.warning("LLM summary of %r rejected (%s); using fallback", title, reason)
+            self.fallbacks += 1
+            return self.fallback.summarize(title, text)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class SummaryCache:
+    """Summaries keyed by summarizer fingerprint and document content hash.
+
+    Args:
+        path: JSON file to load from and save to (optional).
+    """
+
+    def __init__(self, path: Union[str, Path, None] = None) -> None:
+        self.path = Path(path) if path else None
+        self.entries: Dict[str, str] = {}
+        self.hits = 0
+        self.misses = 0
+        if self.path is not None and self.path.exists():
+            self.entries = dict(load_json(self.path))
+
+    @staticmethod
+    def key(fingerprint: str, text: str) -> str:
+        return f"{fingerprint}|{content_hash(text)}"
+
+    def get_or_create(self, summarizer: Summarizer, title: str, text: str) -> str:
+        key = self.key(summarizer.fingerprint, f"{title}\n{text}")
+        if key in self.entries:
+            self.hits += 1
+        else:
+            self.misses += 1
+            self.entries[key] = summarizer.summarize(title, text)
+        return self.entries[key]
+
+    def save(self, path: Union[str, Path, None] = None) -> None:
+        target = Path(path) if path else self.path
+        if target is None:
+            raise ValueError("SummaryCache.save needs a path (none was given at construction)")
+        target.write_text(json.dumps(self.entries, ensure_ascii=False), encoding="utf-8")
