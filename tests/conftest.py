@@ -1,0 +1,108 @@
+"""Shared fixtures: a lexical test embedding for pure logic, the real model for integration."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from typing import List
+
+import numpy as np
+import pytest
+from llama_index.core import Settings
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import TextNode
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+_CACHE = tempfile.mkdtemp(prefix="llama-recursive-tests-")
+os.environ.setdefault("HF_HOME", os.path.join(_CACHE, "hf"))
+os.environ.setdefault("LLAMA_INDEX_CACHE_DIR", os.path.join(_CACHE, "llama_index"))
+
+DIM = 64
+
+
+class LexicalEmbedding(BaseEmbedding):
+    """Hashed bag-of-words: texts sharing words are similar. For logic tests only."""
+
+    calls: int = 0
+
+    def _vector(self, text: str) -> List[float]:
+        self.calls += 1
+        vec = np.zeros(DIM)
+        for word in re.findall(r"\w+", text.lower()):
+            vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % DIM] += 1.0
+        norm = np.linalg.norm(vec)
+        return list(vec / norm) if norm else [1.0 / np.sqrt(DIM)] * DIM
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        return self._vector(query)
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        return self._vector(text)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        return self._vector(query)
+
+
+@pytest.fixture
+def lexical() -> LexicalEmbedding:
+    return LexicalEmbedding(model_name="lexical-test")
+
+
+@pytest.fixture(autouse=True)
+def _no_global_models():
+    """Tests start with nothing configured, as a fresh user does."""
+    saved = (Settings._embed_model, Settings._llm)
+    Settings._embed_model = None
+    Settings._llm = None
+    yield
+    Settings._embed_model, Settings._llm = saved
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    from llama_index_ext_recursive.embeddings import bundled_embed_model
+
+    return bundled_embed_model()
+
+
+TOPICS = {
+    "bees": ("Honeybees", "biology", 2019, [
+        "The queen bee lays eggs in the hive all summer.",
+        "Worker bees collect nectar and pollen from flowers.",
+        "Drones mate with the queen and do not sting.",
+    ]),
+    "solar": ("Solar panels", "energy", 2023, [
+        "Solar panels convert sunlight into electricity with photovoltaic cells.",
+        "An inverter turns direct current from panels into alternating current.",
+        "Panels facing south produce the most electricity in the north.",
+    ]),
+    "bread": ("Sourdough", "food", 2021, [
+        "A sourdough starter is flour and water fermented by wild yeast.",
+        "Bake the bread in a hot covered pot to trap steam.",
+        "Cold proofing the dough overnight deepens the flavour.",
+    ]),
+}
+
+
+def topic_nodes(topics=TOPICS) -> List[TextNode]:
+    """Three small documents as pre-chunked nodes with document metadata."""
+    nodes = []
+    for doc_id, (title, category, year, sentences) in topics.items():
+        for i, sentence in enumerate(sentences):
+            nodes.append(
+                TextNode(
+                    id_=f"{doc_id}-{i}",
+                    text=sentence,
+                    metadata={
+                        "doc_id": doc_id,
+                        "title": title,
+                        "category": category,
+                        "year": year,
+                        "section": "intro" if i == 0 else "body",
+                    },
+                )
+            )
+    return nodes
