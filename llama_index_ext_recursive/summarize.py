@@ -67,25 +67,36 @@ class ExtractiveSummarizer:
 
     Centrality is the TF-IDF cosine between a sentence and the document's
     centroid (IDF over the document's own sentences), so every part of the
-    document competes, not just its opening. Selected sentences keep their
-    original order and the summary stays within ``max_chars``.
+    document competes, not just its opening; sentences are picked by maximal
+    marginal relevance so near-duplicates do not crowd out other topics.
+    Selected sentences keep their original order and the summary stays within
+    ``max_chars``.
 
     Args:
         max_chars: upper bound on summary length (the embedding model reads
             about 256 word pieces; 600 characters fit).
+        diversity_lambda: 1.0 ranks by centrality alone; lower values favour
+            sentences unlike those already chosen.
     """
 
-    def __init__(self, max_chars: int = 600) -> None:
+    def __init__(self, max_chars: int = 600, diversity_lambda: float = 0.7) -> None:
         if max_chars < 50:
             raise ValueError(f"max_chars must be at least 50, got {max_chars}")
+        if not 0.0 <= diversity_lambda <= 1.0:
+            raise ValueError(f"diversity_lambda must be within [0, 1], got {diversity_lambda}")
         self.max_chars = max_chars
+        self.diversity_lambda = diversity_lambda
 
     @property
     def fingerprint(self) -> str:
-        return f"extractive-tfidf-v1:{self.max_chars}"
+        return f"extractive-tfidf-mmr-v1:{self.max_chars}:{self.diversity_lambda}"
 
-    def select(self, text: str, budget: int) -> List[str]:
-        """The most central sentences of ``text`` within ``budget`` characters."""
+    def select(self, text: str, budget: int, segments: int = 1) -> List[str]:
+        """Central, mutually different sentences of ``text`` within ``budget`` characters.
+
+        With ``segments > 1`` the document is cut into that many consecutive
+        parts, each given an equal share of the budget, so every part is covered.
+        """
         sentences = [s for s in split_sentences(text) if not s.startswith("#")]
         if not sentences:
             return []
@@ -102,17 +113,30 @@ class ExtractiveSummarizer:
         matrix *= idf
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         matrix /= np.where(norms == 0, 1.0, norms)
-        centroid = matrix.mean(axis=0)
-        centrality = matrix @ centroid
+        centrality = matrix @ matrix.mean(axis=0)
+        lengths = np.array([len(s) + 1 for s in sentences])
+        fit = budget // max(1, 2 * int(lengths.mean()))  # each part fits about two sentences
+        parts = np.array_split(np.arange(len(sentences)), max(1, min(segments, len(sentences), fit)))
         chosen: List[int] = []
-        used = 0
-        for idx in np.argsort(-centrality, kind="stable"):
-            length = len(sentences[idx]) + 1
-            if used + length > budget:
-                continue
-            chosen.append(int(idx))
-            used += length
+        for part in parts:
+            chosen.extend(self._mmr(matrix[part], centrality[part], lengths[part], budget // len(parts), part))
         return [sentences[i] for i in sorted(chosen)]
+
+    def _mmr(self, matrix, centrality, lengths, budget, ids) -> List[int]:
+        """Greedy maximal marginal relevance within a character budget."""
+        redundancy = np.zeros(len(ids))
+        open_ = np.ones(len(ids), dtype=bool)
+        chosen, used = [], 0
+        while open_.any():
+            gain = self.diversity_lambda * centrality - (1 - self.diversity_lambda) * redundancy
+            idx = int(np.argmax(np.where(open_, gain, -np.inf)))
+            open_[idx] = False
+            if used + lengths[idx] > budget:
+                continue
+            chosen.append(int(ids[idx]))
+            used += lengths[idx]
+            redundancy = np.maximum(redundancy, matrix @ matrix[idx])
+        return chosen
 
     def summarize(self, title: str, text: str) -> str:
         head = f"{title}. " if title else ""
@@ -150,6 +174,8 @@ class LLMSummarizer:
         timeout: seconds to wait for one summary.
         fallback: summarizer used on failure (extractive by default).
         prompt: template with ``{title}``, ``{content}``, ``{max_words}``, ``{language}``.
+        input_segments: consecutive parts of the document that each get an
+            equal share of ``max_input_chars``, so the beginning cannot crowd out the end.
     """
 
     def __init__(
@@ -160,6 +186,7 @@ class LLMSummarizer:
         timeout: float = 60.0,
         fallback: Optional[Summarizer] = None,
         prompt: str = DEFAULT_SUMMARY_PROMPT,
+        input_segments: int = 8,
     ) -> None:
         if llm is None:
             from llama_index.core import Settings
@@ -177,6 +204,7 @@ class LLMSummarizer:
         self.timeout = timeout
         self.fallback = fallback or ExtractiveSummarizer()
         self.prompt = prompt
+        self.input_segments = input_segments
         self.fallbacks = 0
 
     @property
@@ -184,10 +212,12 @@ class LLMSummarizer:
         model = getattr(self.llm, "metadata", None)
         model_name = getattr(model, "model_name", type(self.llm).__name__)
         prompt_hash = hashlib.sha256(self.prompt.encode()).hexdigest()[:12]
-        return f"llm:{model_name}:{self.max_chars}:{self.max_input_chars}:{prompt_hash}"
+        return f"llm:{model_name}:{self.max_chars}:{self.max_input_chars}:{self.input_segments}:{prompt_hash}"
 
     def build_prompt(self, title: str, text: str) -> str:
-        content = "\n".join(ExtractiveSummarizer().select(text, self.max_input_chars))
+        content = "\n".join(
+            ExtractiveSummarizer().select(text, self.max_input_chars, segments=self.input_segments)
+        )
         language = "Chinese" if cjk_ratio(text) > 0.3 else "the document's language"
         return self.prompt.format(
             title=title or "(untitled)",
