@@ -62,6 +62,10 @@ from llama_index_ext_recursive.builder import ROUTING_KEY, build_documents, grou
 from llama_index_ext_recursive.summarize import ExtractiveSummarizer, SummaryCache
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SERIES = (
+    "sync", "async", "summary", "routed_chunk", "per_doc", "store_filtered",
+    "intersect", "plan", "flat",
+)
 
 
 # --------------------------------------------------------------- fake model
@@ -187,21 +191,6 @@ def time_calls(fn, queries: Sequence[List[float]], warmup: int = 3) -> List[floa
     return out
 
 
-def time_async(retriever, queries: Sequence[List[float]], warmup: int = 3) -> List[float]:
-    async def run() -> List[float]:
-        for vec in queries[:warmup]:
-            await retriever.aretrieve(QueryBundle(query_str="q", embedding=vec))
-        out = []
-        for vec in queries:
-            bundle = QueryBundle(query_str="q", embedding=vec)
-            t0 = time.perf_counter()
-            await retriever.aretrieve(bundle)
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
-
-    return asyncio.run(run())
-
-
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -262,45 +251,97 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     r.retrieve(QueryBundle(query_str="q", embedding=queries[0]))
     row["first_query_ms"] = (time.perf_counter() - t0) * 1e3
 
-    row["sync"] = time_calls(r.retrieve, queries)
-    row["async"] = time_async(r, queries)
-
     summary_ret = VectorIndexRetriever(
         r._summary_index, similarity_top_k=r.num_routed_docs, embed_model=fake
     )
-    row["summary"] = time_calls(summary_ret.retrieve, queries)
-
     flat = VectorIndexRetriever(r._chunk_index, similarity_top_k=10, embed_model=fake)
-    row["flat"] = time_calls(flat.retrieve, queries)
+    per_doc_ret: Dict[str, VectorIndexRetriever] = {}
 
-    # one per-document chunk search, exactly as _chunk_retriever issues it
-    per_doc_ret = {
-        d: VectorIndexRetriever(
-            r._chunk_index,
-            similarity_top_k=r.similarity_top_k,
-            filters=routing_filter(doc_ids[d]),
-            embed_model=fake,
-        )
-        for d in set(targets)
-    }
-    it = iter(targets * 2)
-    row["per_doc"] = time_calls(lambda b: per_doc_ret[next(it)].retrieve(b), queries)
-
-    # the bare store query for that filtered search
-    store = r._chunk_index.vector_store
-    it2 = iter(targets * 2)
-    row["store_filtered"] = time_calls(
-        lambda b: store.query(
-            VectorStoreQuery(
-                query_embedding=b.embedding,
-                similarity_top_k=10,
-                filters=routing_filter(doc_ids[next(it2)]),
+    def per_doc(doc_id: str) -> VectorIndexRetriever:
+        # one per-document chunk search, exactly as _chunk_retriever issues it
+        if doc_id not in per_doc_ret:
+            per_doc_ret[doc_id] = VectorIndexRetriever(
+                r._chunk_index,
+                similarity_top_k=r.similarity_top_k,
+                filters=routing_filter(doc_id),
+                embed_model=fake,
             )
-        ),
-        queries,
-    )
+        return per_doc_ret[doc_id]
 
-    row["plan"] = time_calls(lambda b: r._plan(b, b.embedding), queries)
+    store = r._chunk_index.vector_store
+    n_rows = len(store._ids)
+    postings = store._postings[ROUTING_KEY]
+    row.update({k: [] for k in SERIES})
+
+    def ms(t0: float) -> float:
+        return (time.perf_counter() - t0) * 1e3
+
+    async def measure(rounds: int) -> None:
+        # every operation is timed back to back for the same query, so a
+        # concurrent process slows all columns alike; samples pool over rounds
+        for rnd in range(rounds):
+            for vec, t in zip(queries, targets):
+                target = doc_ids[t]
+                b = QueryBundle(query_str="q", embedding=vec)
+                t0 = time.perf_counter()
+                r.retrieve(b)
+                sync_ms = ms(t0)
+                b = QueryBundle(query_str="q", embedding=vec)
+                t0 = time.perf_counter()
+                await r.aretrieve(b)
+                async_ms = ms(t0)
+                b = QueryBundle(query_str="q", embedding=vec)
+                t0 = time.perf_counter()
+                hits = summary_ret.retrieve(b)
+                summary_ms = ms(t0)
+                routed = [h.node.index_id for h in hits]
+                # the same per-document searches the recursive call made
+                routed_ms = 0.0
+                for doc_id in routed:
+                    ret = per_doc(doc_id)
+                    b = QueryBundle(query_str="q", embedding=vec)
+                    t0 = time.perf_counter()
+                    ret.retrieve(b)
+                    routed_ms += ms(t0)
+                ret = per_doc(target)
+                b = QueryBundle(query_str="q", embedding=vec)
+                t0 = time.perf_counter()
+                ret.retrieve(b)
+                per_doc_ms = ms(t0)
+                filt = routing_filter(target)
+                t0 = time.perf_counter()
+                store.query(VectorStoreQuery(query_embedding=vec, similarity_top_k=10, filters=filt))
+                store_ms = ms(t0)
+                post = postings[target]
+                t0 = time.perf_counter()
+                np.intersect1d(np.arange(n_rows), np.unique(post), assume_unique=True)
+                intersect_ms = ms(t0)
+                b = QueryBundle(query_str="q", embedding=vec)
+                t0 = time.perf_counter()
+                r._plan(b, vec)
+                plan_ms = ms(t0)
+                b = QueryBundle(query_str="q", embedding=vec)
+                t0 = time.perf_counter()
+                flat.retrieve(b)
+                flat_ms = ms(t0)
+                for key, val in zip(
+                    SERIES,
+                    (sync_ms, async_ms, summary_ms, routed_ms, per_doc_ms, store_ms,
+                     intersect_ms, plan_ms, flat_ms),
+                ):
+                    row[key].append(val)
+
+    async def warm() -> None:
+        for vec in queries[:5]:
+            r.retrieve(QueryBundle(query_str="q", embedding=vec))
+            await r.aretrieve(QueryBundle(query_str="q", embedding=vec))
+            flat.retrieve(QueryBundle(query_str="q", embedding=vec))
+
+    async def run() -> None:
+        await warm()
+        await measure(args.rounds)
+
+    asyncio.run(run())
 
     # quality sanity: routed to the query's document? overlap with flat top-10?
     routed_hits, overlap = 0, []
@@ -357,36 +398,47 @@ def fmt(v: Optional[float], digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def p50(r: Dict[str, object], key: str) -> float:
+    return pct(r[key], 50)
+
+
 def table(rows: List[Dict[str, object]]) -> str:
-    head = (
-        "| docs | chunks | build s | summarize s | index s | recursive p50 ms | recursive p95 ms "
-        "| async p50 ms | summary-search p50 ms | per-doc chunk search p50 ms "
-        "| store filtered query p50 ms | _plan p50 ms | flat-numpy p50 ms "
-        "| flat-SimpleVectorStore p50 ms |"
-    )
-    sep = "|" + "|".join(["---"] * 14) + "|"
-    lines = [head, sep]
+    """The headline table."""
+    head = [
+        "docs", "chunks", "build s", "summarize s", "index s", "recursive p50 ms",
+        "recursive p95 ms", "async p50 ms", "summary-search p50 ms", "flat-numpy p50 ms",
+        "flat-SimpleVectorStore p50 ms",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     for r in rows:
         svs = r.get("svs")
-        lines.append(
-            "| {docs} | {chunks} | {b} | {s} | {i} | {p50} | {p95} | {a50} | {sum50} | {pd50} "
-            "| {st50} | {pl50} | {fl50} | {svs} |".format(
-                docs=r["docs"],
-                chunks=r["chunks"],
-                b=fmt(r["build_s"]),
-                s=fmt(r["summarize_s"]),
-                i=fmt(r["index_s"]),
-                p50=fmt(pct(r["sync"], 50)),
-                p95=fmt(pct(r["sync"], 95)),
-                a50=fmt(pct(r["async"], 50)),
-                sum50=fmt(pct(r["summary"], 50), 3),
-                pd50=fmt(pct(r["per_doc"], 50), 3),
-                st50=fmt(pct(r["store_filtered"], 50), 3),
-                pl50=fmt(pct(r["plan"], 50), 3),
-                fl50=fmt(pct(r["flat"], 50)),
-                svs=(f"{pct(svs, 50):.1f} (n={r['svs_n']})" if svs else "-"),
-            )
-        )
+        cells = [
+            str(r["docs"]), str(r["chunks"]), fmt(r["build_s"]), fmt(r["summarize_s"]),
+            fmt(r["index_s"]), fmt(p50(r, "sync")), fmt(pct(r["sync"], 95)),
+            fmt(p50(r, "async")), fmt(p50(r, "summary"), 3), fmt(p50(r, "flat")),
+            f"{pct(svs, 50):.1f} (n={r['svs_n']})" if svs else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def breakdown(rows: List[Dict[str, object]]) -> str:
+    """Where a recursive query's time goes (medians over the same queries)."""
+    head = [
+        "docs", "recursive p50 ms", "summary-search p50 ms", "routed chunk searches (sum) p50 ms",
+        "recursive - summary - routed p50 ms", "one per-doc chunk search p50 ms",
+        "NumpyVectorStore.query(ref_doc_id==doc) p50 ms", "intersect1d(arange(N), posting) p50 ms",
+        "_plan p50 ms",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+    for r in rows:
+        rest = np.asarray(r["sync"]) - np.asarray(r["summary"]) - np.asarray(r["routed_chunk"])
+        cells = [
+            str(r["docs"]), fmt(p50(r, "sync")), fmt(p50(r, "summary"), 3),
+            fmt(p50(r, "routed_chunk")), fmt(float(np.median(rest))), fmt(p50(r, "per_doc"), 3),
+            fmt(p50(r, "store_filtered"), 3), fmt(p50(r, "intersect"), 3), fmt(p50(r, "plan"), 3),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -397,6 +449,7 @@ def details(rows: List[Dict[str, object]]) -> str:
             f"docs={r['docs']}",
             f"group_nodes {r['group_s']:.2f}s",
             f"first (cold) query {r['first_query_ms']:.1f} ms",
+            f"samples per latency column {len(r['sync'])}",
             f"async p95 {pct(r['async'], 95):.2f} ms",
             f"summary-search p95 {pct(r['summary'], 95):.3f} ms",
             f"flat-numpy p95 {pct(r['flat'], 95):.2f} ms",
@@ -420,6 +473,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=3, help="passes over the queries (samples pool)")
     p.add_argument("--noise", type=float, default=0.5, help="chunk = unit(topic + noise*unit_noise)")
     p.add_argument("--query-noise", type=float, default=0.5)
     p.add_argument("--svs-docs", default="1000", help="sizes at which to time SimpleVectorStore ('' = none)")
@@ -439,7 +493,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     for n in sizes:
         print(f"[scale_recursive] {n} docs x {args.chunks} chunks ...", file=sys.stderr, flush=True)
         rows.append(bench_size(args, n))
-        print(table(rows[-1:]), file=sys.stderr, flush=True)
+        print(table(rows[-1:]) + "\n" + breakdown(rows[-1:]), file=sys.stderr, flush=True)
 
     md = [
         "# RecursiveSummaryRetriever at scale (synthetic embeddings)",
@@ -448,17 +502,27 @@ def main(argv: Optional[List[str]] = None) -> None:
         f"Machine: nproc={os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
         f"numpy {np.__version__}",
         f"Setup: dim={args.dim}, chunks/doc={args.chunks}, queries={args.queries} "
-        f"(SimpleVectorStore: {args.svs_queries}), chunk = unit(topic + {args.noise}*unit_noise), "
+        f"x {args.rounds} rounds, interleaved per query (SimpleVectorStore: {args.svs_queries}), chunk = unit(topic + {args.noise}*unit_noise), "
         f"query = unit(topic + {args.query_noise}*unit_noise), similarity_top_k=10, "
         "num_routed_docs=5 (default), score_mode=weighted.",
         "Latencies are medians/p95 of per-query wall time (ms); another process may share the 2 cores.",
         "",
         table(rows),
         "",
-        "Columns: summarize s = `group_nodes` + `build_documents` alone on the same nodes; "
-        "index s = build s - summarize s (docstore + vector store + summary embedding). "
-        "per-doc chunk search = `VectorIndexRetriever(_chunk_index, filters=ref_doc_id==doc)`; "
-        "store filtered query = `NumpyVectorStore.query` with that filter only.",
+        "summarize s = `group_nodes` + `build_documents` alone on the same nodes; "
+        "index s = build s - summarize s (docstore + vector stores + summary embedding). "
+        "flat-numpy = `VectorIndexRetriever(r._chunk_index, similarity_top_k=10)`; "
+        "flat-SimpleVectorStore = `VectorStoreIndex` over the same nodes, default storage context.",
+        "",
+        "### Breakdown of a recursive query",
+        "",
+        breakdown(rows),
+        "",
+        "routed chunk searches = the num_routed_docs `VectorIndexRetriever(_chunk_index, "
+        "filters=ref_doc_id==doc)` calls for the documents the summary search picked, timed one by "
+        "one; one per-doc chunk search = one such call; intersect1d = "
+        "`np.intersect1d(np.arange(N), posting, assume_unique=True)` as in "
+        "`NumpyVectorStore._candidate_rows` (N = chunk rows).",
         "",
         details(rows),
         "",

@@ -258,6 +258,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     queries = [(q["_id"], q["text"], [float(x) for x in q_mat[i]]) for i, q in enumerate(qrows)]
     if args.max_queries and args.max_queries < len(queries):
         queries = random.Random(args.seed).sample(queries, args.max_queries)
+    # ir_measures averages over every query in the qrels: keep only evaluated ones
+    kept = {qid for qid, _, _ in queries}
+    qrels = {q: v for q, v in qrels.items() if q in kept}
+    doc_qrels = {q: v for q, v in doc_qrels.items() if q in kept}
     print(f"{name}: {len(nodes)} chunks, {len(queries)} queries", file=sys.stderr)
 
     t0 = time.time()

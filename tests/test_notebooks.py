@@ -1,0 +1,27 @@
+"""Every notebook under notebooks/ executes offline, top to bottom."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+# what each notebook's last cell must show: proof that it ran to the end
+LAST_OUTPUT = {"01_recursive_retrieval": "kites"}
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_notebooks_exist():
+    assert {p.stem for p in NOTEBOOKS} == set(LAST_OUTPUT)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes(path, tmp_path):
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    assert LAST_OUTPUT[path.stem] in str(notebook.cells[-1].outputs[-1])
