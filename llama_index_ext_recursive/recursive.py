@@ -213,6 +213,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._summarizer = summarizer or ExtractiveSummarizer()
         self._summary_cache = summary_cache if summary_cache is not None else SummaryCache()
         self._summaries = self._load_summaries()
+        self._document_keys = {k for s in self._summaries.values() for k in s.metadata}
         self._documents: Dict[str, DocumentRecord] = dict(documents or {})
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self.validate_links()
@@ -381,7 +382,6 @@ class RecursiveSummaryRetriever(BaseRetriever):
     # ------------------------------------------------------------- retrieval
     def _plan(self, query_bundle: QueryBundle, embedding: Optional[List[float]]) -> _Plan:
         effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
-        doc_keys = {k for s in self._summaries.values() for k in s.metadata}
         common = dict(
             query_str=query_bundle.query_str,
             image_path=query_bundle.image_path,
@@ -395,7 +395,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 **common,
             ),
             chunk_filters=effective,
-            summary_filters=relax_to_keys(effective, doc_keys),
+            summary_filters=relax_to_keys(effective, self._document_keys),
         )
 
     def _summary_retriever(self, plan: _Plan) -> VectorIndexRetriever:
@@ -611,6 +611,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._summary_index.insert_nodes(summaries)
         for summary in summaries:
             self._summaries[summary.index_id] = summary
+            self._document_keys.update(summary.metadata)
             self._documents[summary.index_id] = built.records[summary.index_id]
         self.validate_links()
         return changed

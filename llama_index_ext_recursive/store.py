@@ -105,16 +105,20 @@ class NumpyVectorStore(SimpleVectorStore):
         return np.unique(np.concatenate(parts))
 
     def _candidate_rows(self, query: VectorStoreQuery) -> np.ndarray:
-        rows = np.arange(len(self._ids))
+        """Rows passing the filters: narrowed by postings, then checked exactly."""
+        rows: Optional[np.ndarray] = None
         for key, values in equality_constraints(query.filters):
-            rows = np.intersect1d(rows, self._rows_for(key, values), assume_unique=True)
+            matched = self._rows_for(key, values)
+            rows = matched if rows is None else np.intersect1d(rows, matched, assume_unique=True)
+        if rows is None:
+            rows = np.arange(len(self._ids))
         if query.node_ids is not None:
             allowed = set(query.node_ids)
-            rows = rows[[self._ids[r] in allowed for r in rows]]
-        if query.filters is not None and query.filters.filters:
+            rows = rows[np.asarray([self._ids[r] in allowed for r in rows], dtype=bool)]
+        if query.filters is not None and query.filters.filters and len(rows):
             metadata = self.data.metadata_dict
             keep = [metadata_matches(query.filters, metadata[self._ids[r]]) for r in rows]
-            rows = rows[np.asarray(keep, dtype=bool)] if len(rows) else rows
+            rows = rows[np.asarray(keep, dtype=bool)]
         return rows
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
