@@ -114,13 +114,24 @@ def test_duplicate_document_ids_are_a_clear_error(lexical):
         RecursiveSummaryRetriever.from_documents(docs, embed_model=lexical)
 
 
-def test_nodes_with_embeddings_are_not_embedded_again(lexical):
+@pytest.mark.parametrize("mode,summary_calls", [("text", 3), ("centroid", 0), ("blend", 3)])
+def test_nodes_with_embeddings_are_not_embedded_again(lexical, mode, summary_calls):
     nodes = topic_nodes()
     for node in nodes:
         node.embedding = lexical.get_text_embedding(node.text)
     lexical.calls = 0
-    RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical)
-    assert lexical.calls == len(TOPICS)  # the three summaries only
+    RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical, summary_embedding=mode)
+    assert lexical.calls == summary_calls  # summaries only, and only when routed by text
+
+
+def test_centroid_routing_vector_is_the_mean_of_chunk_embeddings(lexical):
+    import numpy as np
+
+    retriever = build(lexical, summary_embedding="centroid")
+    store = retriever._summary_index.vector_store
+    chunks = retriever._chunk_index.vector_store
+    mean = np.mean([chunks.get(f"bees-{i}") for i in range(3)], axis=0)
+    np.testing.assert_allclose(store.get("summary::bees"), mean / np.linalg.norm(mean))
 
 
 # ------------------------------------------------------------------- ranking
@@ -436,7 +447,7 @@ def test_add_and_delete_documents_without_rebuilding(lexical):
     new = Document(text="Glaciers carve valleys. Ice sheets store fresh water.",
                    metadata={"doc_id": "ice", "title": "Glaciers", "category": "earth"})
     assert retriever.add_documents([new]) == ["ice"]
-    assert lexical.calls == 2  # one chunk + one summary: nothing else re-embedded
+    assert lexical.calls == 1  # the new chunk only (summaries route by chunk centroid)
     assert retriever.retrieve("glaciers carve valleys")[0].explanation.doc_id == "ice"
     assert retriever.add_documents([new]) == []  # unchanged: not re-indexed
     changed = Document(text="Glaciers move slowly downhill.", metadata={"doc_id": "ice", "title": "Glaciers"})
