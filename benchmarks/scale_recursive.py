@@ -201,6 +201,30 @@ def routing_filter(doc_id: str) -> MetadataFilters:
     )
 
 
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown"
+    return ", ".join(
+        f"{i.get('internal_api')} {i.get('version')} num_threads={i.get('num_threads')}"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ) or "none found"
+
+
+def source_fingerprint() -> str:
+    """Short hashes of the library modules under test (results depend on them)."""
+    import llama_index_ext_recursive as pkg
+
+    root = Path(pkg.__file__).parent
+    return ", ".join(
+        f"{name} {hashlib.sha256((root / name).read_bytes()).hexdigest()[:12]}"
+        for name in ("recursive.py", "store.py", "builder.py", "filters.py", "summarize.py")
+        if (root / name).exists()
+    )
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -272,76 +296,94 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     n_rows = len(store._ids)
     postings = store._postings[ROUTING_KEY]
     row.update({k: [] for k in SERIES})
+    row.update({k + "_cpu": [] for k in SERIES})
 
-    def ms(t0: float) -> float:
-        return (time.perf_counter() - t0) * 1e3
+    def start() -> tuple[float, float]:
+        return time.perf_counter(), time.thread_time()
+
+    def stop(key: str, t: tuple[float, float], acc: Optional[Dict[str, float]] = None) -> None:
+        wall = (time.perf_counter() - t[0]) * 1e3
+        cpu = (time.thread_time() - t[1]) * 1e3
+        if acc is None:
+            row[key].append(wall)
+            row[key + "_cpu"].append(cpu)
+        else:
+            acc["wall"] += wall
+            acc["cpu"] += cpu
 
     async def measure(rounds: int) -> None:
         # every operation is timed back to back for the same query, so a
-        # concurrent process slows all columns alike; samples pool over rounds
-        for rnd in range(rounds):
-            for vec, t in zip(queries, targets):
-                target = doc_ids[t]
+        # concurrent process slows all columns alike; samples pool over rounds.
+        # Wall time and this thread's CPU time are both kept (CPU time is
+        # robust to being descheduled by a concurrent process).
+        for _ in range(rounds):
+            for vec, t_idx in zip(queries, targets):
+                target = doc_ids[t_idx]
                 b = QueryBundle(query_str="q", embedding=vec)
-                t0 = time.perf_counter()
+                t = start()
                 r.retrieve(b)
-                sync_ms = ms(t0)
+                stop("sync", t)
                 b = QueryBundle(query_str="q", embedding=vec)
-                t0 = time.perf_counter()
+                t = start()
                 await r.aretrieve(b)
-                async_ms = ms(t0)
+                stop("async", t)
                 b = QueryBundle(query_str="q", embedding=vec)
-                t0 = time.perf_counter()
+                t = start()
                 hits = summary_ret.retrieve(b)
-                summary_ms = ms(t0)
-                routed = [h.node.index_id for h in hits]
+                stop("summary", t)
                 # the same per-document searches the recursive call made
-                routed_ms = 0.0
-                for doc_id in routed:
+                acc = {"wall": 0.0, "cpu": 0.0}
+                for doc_id in [h.node.index_id for h in hits]:
                     ret = per_doc(doc_id)
                     b = QueryBundle(query_str="q", embedding=vec)
-                    t0 = time.perf_counter()
+                    t = start()
                     ret.retrieve(b)
-                    routed_ms += ms(t0)
+                    stop("", t, acc)
+                row["routed_chunk"].append(acc["wall"])
+                row["routed_chunk_cpu"].append(acc["cpu"])
                 ret = per_doc(target)
                 b = QueryBundle(query_str="q", embedding=vec)
-                t0 = time.perf_counter()
+                t = start()
                 ret.retrieve(b)
-                per_doc_ms = ms(t0)
-                filt = routing_filter(target)
-                t0 = time.perf_counter()
-                store.query(VectorStoreQuery(query_embedding=vec, similarity_top_k=10, filters=filt))
-                store_ms = ms(t0)
-                post = postings[target]
-                t0 = time.perf_counter()
-                np.intersect1d(np.arange(n_rows), np.unique(post), assume_unique=True)
-                intersect_ms = ms(t0)
+                stop("per_doc", t)
+                query = VectorStoreQuery(
+                    query_embedding=vec, similarity_top_k=10, filters=routing_filter(target)
+                )
+                t = start()
+                store.query(query)
+                stop("store_filtered", t)
+                post = np.unique(postings[target])
+                t = start()
+                np.intersect1d(np.arange(n_rows), post, assume_unique=True)
+                stop("intersect", t)
                 b = QueryBundle(query_str="q", embedding=vec)
-                t0 = time.perf_counter()
+                t = start()
                 r._plan(b, vec)
-                plan_ms = ms(t0)
+                stop("plan", t)
+
+    def measure_flat(rounds: int) -> None:
+        # separate pass: a multi-threaded BLAS matvec leaves OpenBLAS worker
+        # threads spinning, which would slow whatever is timed right after it
+        for vec in queries[:5]:
+            flat.retrieve(QueryBundle(query_str="q", embedding=vec))
+        for _ in range(rounds):
+            for vec in queries:
                 b = QueryBundle(query_str="q", embedding=vec)
-                t0 = time.perf_counter()
+                t = start()
                 flat.retrieve(b)
-                flat_ms = ms(t0)
-                for key, val in zip(
-                    SERIES,
-                    (sync_ms, async_ms, summary_ms, routed_ms, per_doc_ms, store_ms,
-                     intersect_ms, plan_ms, flat_ms),
-                ):
-                    row[key].append(val)
+                stop("flat", t)
 
     async def warm() -> None:
         for vec in queries[:5]:
             r.retrieve(QueryBundle(query_str="q", embedding=vec))
             await r.aretrieve(QueryBundle(query_str="q", embedding=vec))
-            flat.retrieve(QueryBundle(query_str="q", embedding=vec))
 
     async def run() -> None:
         await warm()
         await measure(args.rounds)
 
     asyncio.run(run())
+    measure_flat(args.rounds)
 
     # quality sanity: routed to the query's document? overlap with flat top-10?
     routed_hits, overlap = 0, []
@@ -380,6 +422,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
 
 def profile_queries(r: RecursiveSummaryRetriever, queries, n: int) -> str:
     bundles = [QueryBundle(query_str="q", embedding=v) for v in queries[:n]]
+    time.sleep(0.1)  # let OpenBLAS workers from earlier flat searches go idle
     prof = cProfile.Profile()
     prof.enable()
     for b in bundles:
@@ -423,20 +466,29 @@ def table(rows: List[Dict[str, object]]) -> str:
 
 
 def breakdown(rows: List[Dict[str, object]]) -> str:
-    """Where a recursive query's time goes (medians over the same queries)."""
+    """Where a recursive query's time goes: medians, "wall / thread-CPU" ms."""
     head = [
-        "docs", "recursive p50 ms", "summary-search p50 ms", "routed chunk searches (sum) p50 ms",
-        "recursive - summary - routed p50 ms", "one per-doc chunk search p50 ms",
-        "NumpyVectorStore.query(ref_doc_id==doc) p50 ms", "intersect1d(arange(N), posting) p50 ms",
-        "_plan p50 ms",
+        "docs", "recursive", "summary search", "routed chunk searches (sum)",
+        "recursive - summary - routed", "one per-doc chunk search",
+        "NumpyVectorStore.query(ref_doc_id==doc)", "ref: intersect1d(arange(N), posting)",
+        "_plan", "flat-numpy",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+
+    def both(r: Dict[str, object], key: str, digits: int = 2) -> str:
+        return f"{p50(r, key):.{digits}f} / {p50(r, key + '_cpu'):.{digits}f}"
+
     for r in rows:
-        rest = np.asarray(r["sync"]) - np.asarray(r["summary"]) - np.asarray(r["routed_chunk"])
+        rest = [
+            float(np.median(np.asarray(r["sync" + sfx]) - np.asarray(r["summary" + sfx])
+                            - np.asarray(r["routed_chunk" + sfx])))
+            for sfx in ("", "_cpu")
+        ]
         cells = [
-            str(r["docs"]), fmt(p50(r, "sync")), fmt(p50(r, "summary"), 3),
-            fmt(p50(r, "routed_chunk")), fmt(float(np.median(rest))), fmt(p50(r, "per_doc"), 3),
-            fmt(p50(r, "store_filtered"), 3), fmt(p50(r, "intersect"), 3), fmt(p50(r, "plan"), 3),
+            str(r["docs"]), both(r, "sync"), both(r, "summary", 3), both(r, "routed_chunk"),
+            f"{rest[0]:.2f} / {rest[1]:.2f}", both(r, "per_doc", 3),
+            both(r, "store_filtered", 3), both(r, "intersect", 3), both(r, "plan", 3),
+            both(r, "flat"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -450,6 +502,7 @@ def details(rows: List[Dict[str, object]]) -> str:
             f"group_nodes {r['group_s']:.2f}s",
             f"first (cold) query {r['first_query_ms']:.1f} ms",
             f"samples per latency column {len(r['sync'])}",
+            f"recursive CPU p50/p95 {pct(r['sync_cpu'], 50):.2f}/{pct(r['sync_cpu'], 95):.2f} ms",
             f"async p95 {pct(r['async'], 95):.2f} ms",
             f"summary-search p95 {pct(r['summary'], 95):.3f} ms",
             f"flat-numpy p95 {pct(r['flat'], 95):.2f} ms",
@@ -481,6 +534,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--profile-docs", type=int, default=None,
                    help="cProfile recursive retrieve at this size (default: largest)")
     p.add_argument("--profile-queries", type=int, default=50)
+    p.add_argument("--blas-threads", type=int, default=None,
+                   help="limit BLAS threads with threadpoolctl (default: numpy's default)")
     p.add_argument("--out", default=str(RESULTS_DIR / "scale_recursive.md"))
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.docs.split(",") if x.strip()]
@@ -489,6 +544,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         args.profile_docs = max(sizes)
 
     command = "benchmarks/scale_recursive.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    limiter = None
+    if args.blas_threads is not None:
+        from threadpoolctl import threadpool_limits
+
+        limiter = threadpool_limits(limits=args.blas_threads, user_api="blas")
+    blas = blas_info()
+    fingerprint = source_fingerprint()
     rows = []
     for n in sizes:
         print(f"[scale_recursive] {n} docs x {args.chunks} chunks ...", file=sys.stderr, flush=True)
@@ -500,7 +562,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         "",
         f"Command: `{sys.executable.replace(os.getcwd() + '/', '')} {command}` (cwd {os.getcwd()})",
         f"Machine: nproc={os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}",
+        f"numpy {np.__version__}, BLAS {blas}",
+        f"Library sources (sha256[:12]): {fingerprint}"
+        + ("" if source_fingerprint() == fingerprint else " -- WARNING: changed during the run"),
         f"Setup: dim={args.dim}, chunks/doc={args.chunks}, queries={args.queries} "
         f"x {args.rounds} rounds, interleaved per query (SimpleVectorStore: {args.svs_queries}), chunk = unit(topic + {args.noise}*unit_noise), "
         f"query = unit(topic + {args.query_noise}*unit_noise), similarity_top_k=10, "
@@ -518,11 +582,15 @@ def main(argv: Optional[List[str]] = None) -> None:
         "",
         breakdown(rows),
         "",
+        "Cells are medians in ms, `wall / main-thread CPU time` (CPU time is not inflated when a "
+        "concurrent process deschedules this one; it excludes OpenBLAS worker threads, which only "
+        "matter for the flat matvec). flat-numpy is timed in its own pass after the others. "
         "routed chunk searches = the num_routed_docs `VectorIndexRetriever(_chunk_index, "
         "filters=ref_doc_id==doc)` calls for the documents the summary search picked, timed one by "
-        "one; one per-doc chunk search = one such call; intersect1d = "
-        "`np.intersect1d(np.arange(N), posting, assume_unique=True)` as in "
-        "`NumpyVectorStore._candidate_rows` (N = chunk rows).",
+        "one; one per-doc chunk search = one such call; ref: intersect1d = "
+        "`np.intersect1d(np.arange(N), posting, assume_unique=True)` (N = chunk rows), the "
+        "O(N log N) step an earlier `NumpyVectorStore._candidate_rows` ran once per routed "
+        "document; kept as a reference point (the current store starts from the posting list).",
         "",
         details(rows),
         "",

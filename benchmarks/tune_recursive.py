@@ -49,6 +49,7 @@ from llama_index_ext_recursive.recursive import RecursiveSummaryRetriever  # noq
 from llama_index_ext_recursive.store import NumpyVectorStore  # noqa: E402
 
 TOP_K = 10
+FLAT = ("flat (no routing)", "-", "-", "-")
 CHUNK_MEASURES = [nDCG @ 10, RR @ 10, R @ 10, Success @ 1]
 DOC_MEASURE = Success @ 10
 CACHE_DIR = Path("/tmp/tune_recursive_cache")
@@ -191,6 +192,26 @@ def score(run: Run, qrels, doc_qrels, chunk_doc) -> Dict[str, float]:
     return out
 
 
+def per_query(run: Run, qrels, qids: Sequence[str]) -> np.ndarray:
+    """Per-query nDCG@10 in ``qids`` order (a query missing from the run scores 0)."""
+    vals = {m.query_id: m.value for m in ir_measures.iter_calc([nDCG @ 10], qrels, run)}
+    return np.asarray([vals.get(q, 0.0) for q in qids], dtype=np.float64)
+
+
+def paired_p(a: np.ndarray, b: np.ndarray, samples: int = 10000, seed: int = 0) -> float:
+    """Two-sided paired sign-flip permutation test on the mean difference."""
+    d = a - b
+    if not np.any(d):
+        return 1.0
+    rng = np.random.default_rng(seed)
+    observed = abs(d.mean())
+    count = 0
+    for start in range(0, samples, 2000):
+        signs = rng.choice((-1.0, 1.0), size=(min(2000, samples - start), d.size))
+        count += int(np.sum(np.abs(signs @ d) / d.size >= observed - 1e-12))
+    return (count + 1) / (samples + 1)
+
+
 def routing_table(
     vecs: Dict[str, Dict[str, np.ndarray]],
     queries: List[Tuple[str, str, List[float]]],
@@ -275,8 +296,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows: List[Tuple[str, str, str, str, Dict[str, float], float]] = []
 
     flat = VectorIndexRetriever(base._chunk_index, similarity_top_k=TOP_K, embed_model=model)
+    qids = [qid for qid, _, _ in queries]
+    perq: Dict[Tuple[str, str, str, str], np.ndarray] = {}
     run, ms = run_retriever(flat.retrieve, queries)
     rows.append(("flat (no routing)", "-", "-", "-", score(run, qrels, doc_qrels, chunk_doc), ms))
+    perq[FLAT] = per_query(run, qrels, qids)
     print(f"flat: {rows[-1][4]}  {ms:.1f} ms/q", file=sys.stderr)
 
     for rep in reps:
@@ -296,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 m = score(run, qrels, doc_qrels, chunk_doc)
                 a = f"{alpha:g}" if mode == "weighted" else "-"
                 rows.append((rep, str(n), mode, a, m, ms))
+                perq[(rep, str(n), mode, a)] = per_query(run, qrels, qids)
                 print(
                     f"{rep:8s} n={n} {mode:8s} a={a:3s} "
                     + " ".join(f"{k}={v:.4f}" for k, v in m.items())
@@ -304,16 +329,67 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
 
     metric_names = list(rows[0][4])
+    default_key = (
+        "text",
+        str(recursive_mod.DEFAULT_NUM_ROUTED_DOCS),
+        "weighted",
+        f"{recursive_mod.DEFAULT_SCORE_ALPHA:g}",
+    )
+    base_q = perq.get(default_key)
     header = (
         "| representation | n | score_mode | alpha | "
         + " | ".join(metric_names)
-        + " | ms/query |\n|---|---:|---|---:|"
-        + "---:|" * (len(metric_names) + 1)
+        + " | ΔnDCG@10 vs default | p | ms/query |\n|---|---:|---|---:|"
+        + "---:|" * (len(metric_names) + 3)
     )
 
     def fmt(row) -> str:
         rep, n, mode, a, m, ms = row
-        return f"| {rep} | {n} | {mode} | {a} | " + " | ".join(f"{m[k]:.4f}" for k in metric_names) + f" | {ms:.1f} |"
+        key = (rep, n, mode, a)
+        if base_q is None or key == default_key:
+            delta, p = "-", "-"
+        else:
+            delta = f"{perq[key].mean() - base_q.mean():+.4f}"
+            p = f"{paired_p(perq[key], base_q):.4f}"
+        return (
+            f"| {rep} | {n} | {mode} | {a} | "
+            + " | ".join(f"{m[k]:.4f}" for k in metric_names)
+            + f" | {delta} | {p} | {ms:.1f} |"
+        )
+
+    def compare(a_key, b_key) -> str:
+        if a_key not in perq or b_key not in perq:
+            return ""
+        x, y = perq[a_key], perq[b_key]
+        label = lambda k: " ".join(v for v in k if v != "-")  # noqa: E731
+        return (
+            f"| {label(a_key)} | {label(b_key)} | {x.mean() - y.mean():+.4f} | "
+            f"{int(np.sum(x > y))}/{int(np.sum(x < y))} | {paired_p(x, y):.4f} |"
+        )
+
+    pairs = []
+    best = max((k for k in perq if k != FLAT), key=lambda k: perq[k].mean())
+    pairs.append((FLAT, best))
+    if base_q is not None:
+        pairs.append((best, default_key))
+    for n in ns[-3:]:
+        sn = str(n)
+        for mode, a in (("chunk", "-"), ("weighted", "0.2")):
+            pairs += [
+                (("centroid", sn, mode, a), ("text", sn, mode, a)),
+                (("blend", sn, mode, a), ("text", sn, mode, a)),
+                (("blend", sn, mode, a), ("centroid", sn, mode, a)),
+            ]
+        for r in reps:
+            pairs += [
+                ((r, sn, "weighted", "0.2"), (r, sn, "chunk", "-")),
+                ((r, sn, "weighted", "0.3"), (r, sn, "weighted", "0.2")),
+                ((r, sn, "chunk", "-"), (r, sn, "product", "-")),
+            ]
+    comparisons = [
+        "| A | B | mean ΔnDCG@10 (A−B) | queries A>B / A<B | p |",
+        "|---|---|---:|---:|---:|",
+    ] + [line for line in (compare(a, b) for a, b in pairs) if line]
 
     table = header + "\n" + "\n".join(fmt(r) for r in rows)
     ranked = sorted(rows[1:], key=lambda r: (-r[4]["nDCG@10"], -r[4]["doc Success@10"]))
@@ -352,7 +428,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             "",
             "## Best 12 configs by nDCG@10 (plus flat baseline)",
             "",
+            f"ΔnDCG@10 and p: paired against the current default {default_key} "
+            "(per-query nDCG@10, two-sided sign-flip permutation test, 10,000 samples).",
+            "",
             top,
+            "",
+            "## Paired factor comparisons (per-query nDCG@10)",
+            "",
+            *comparisons,
             "",
             "## All configs",
             "",

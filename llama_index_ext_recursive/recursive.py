@@ -67,8 +67,8 @@ from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOP_K = 10
-DEFAULT_NUM_ROUTED_DOCS = 5
-DEFAULT_SCORE_ALPHA = 0.3
+DEFAULT_NUM_ROUTED_DOCS = 8  # measured: benchmarks/results/tune_xquad_*_fine.md
+DEFAULT_SCORE_ALPHA = 0.2
 FORMAT_VERSION = 1
 
 
