@@ -137,7 +137,7 @@ def group_nodes(
                 "pass doc_id_key= with the key your nodes use"
             )
         key = str(key)
-        copy = node.model_copy(deep=True)
+        copy = _own_copy(node)
         original = node.ref_doc_id
         if original is not None and original != key:
             copy.metadata[ORIGINAL_REF_KEY] = original
@@ -146,6 +146,16 @@ def group_nodes(
         _exclude(copy, [doc_id_key], llm=False)
         groups.setdefault(key, []).append(copy)
     return groups
+
+
+def _own_copy(node: BaseNode) -> BaseNode:
+    """A copy whose mutable fields the builder may change (a deep copy is 10x slower)."""
+    copy = node.model_copy()
+    copy.metadata = dict(node.metadata)
+    copy.relationships = dict(node.relationships)
+    copy.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
+    copy.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
+    return copy
 
 
 def _exclude(node: BaseNode, keys: List[str], llm: bool = True) -> None:
