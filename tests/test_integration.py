@@ -33,6 +33,16 @@ def test_default_model_is_the_bundled_minilm_offline(real_model):
     assert len(real_model.get_query_embedding("offline")) == 384
 
 
+def test_building_with_defaults_configures_nothing_global(real_model):
+    """Upstream's Settings.embed_model/llm would resolve to OpenAI; we never touch them."""
+    from llama_index.core import Settings
+
+    retriever = RecursiveSummaryRetriever.from_documents(load_sample_documents()[:2])
+    assert retriever._embed_model is real_model
+    assert retriever.retrieve("sourdough starter")  # querying needs no LLM either
+    assert Settings._embed_model is None and Settings._llm is None
+
+
 def test_sample_corpus_builds_with_sections_and_metadata(sample_retriever):
     records = sample_retriever.documents
     assert len(records) == 12
