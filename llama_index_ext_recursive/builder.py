@@ -70,6 +70,7 @@ class DocumentRecord:
     chunk_ids: List[str]
     summary_node_id: str
     metadata_keys: List[str] = field(default_factory=list)
+    varying_keys: List[str] = field(default_factory=list)  # differ between its chunks
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -224,6 +225,7 @@ def build_documents(
             chunk_ids=[c.node_id for c in doc_chunks],
             summary_node_id=summary.node_id,
             metadata_keys=sorted(metadata),
+            varying_keys=sorted({k for c in doc_chunks for k in c.metadata} - set(metadata)),
         )
     return BuiltDocuments(summaries, chunks, records)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from llama_index.core.schema import QueryBundle
 from llama_index.core.vector_stores.types import (
@@ -108,26 +108,35 @@ def apply_policy(
     return merge_filters(configured, per_call)
 
 
+def metadata_matcher(
+    filters: Optional[MetadataFilters],
+) -> Callable[[Mapping[str, Any]], bool]:
+    """Compile a (possibly nested) filter tree into ``metadata -> bool``, once.
+
+    Each leaf is evaluated by upstream's own filter function, so operators
+    behave exactly as in ``SimpleVectorStore``.
+    """
+    if filters is None or not filters.filters:
+        return lambda _: True
+    parts = [
+        metadata_matcher(item)
+        if isinstance(item, MetadataFilters)
+        else build_metadata_filter_fn(lambda metadata: metadata, MetadataFilters(filters=[item]))
+        for item in filters.filters
+    ]
+    condition = filters.condition or FilterCondition.AND
+    if condition == FilterCondition.AND:
+        return lambda metadata: all(part(metadata) for part in parts)
+    if condition == FilterCondition.OR:
+        return lambda metadata: any(part(metadata) for part in parts)
+    return lambda metadata: not any(part(metadata) for part in parts)  # NOT, as upstream
+
+
 def metadata_matches(
     filters: Optional[MetadataFilters], metadata: Mapping[str, Any]
 ) -> bool:
     """Whether ``metadata`` satisfies a (possibly nested) filter tree."""
-    if filters is None or not filters.filters:
-        return True
-    results = (
-        metadata_matches(item, metadata)
-        if isinstance(item, MetadataFilters)
-        else build_metadata_filter_fn(
-            lambda _: metadata, MetadataFilters(filters=[item])
-        )("")
-        for item in filters.filters
-    )
-    condition = filters.condition or FilterCondition.AND
-    if condition == FilterCondition.AND:
-        return all(results)
-    if condition == FilterCondition.OR:
-        return any(results)
-    return not any(results)  # NOT: none may match, as upstream
+    return metadata_matcher(filters)(metadata)
 
 
 def filter_keys(filters: Optional[MetadataFilters]) -> set[str]:

@@ -56,7 +56,7 @@ from llama_index_ext_recursive.filters import (
     apply_policy,
     filters_of,
     merge_filters,
-    metadata_matches,
+    metadata_matcher,
     relax_to_keys,
     to_filters,
 )
@@ -218,8 +218,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._summary_cache = summary_cache if summary_cache is not None else SummaryCache()
         self.summary_embedding = SummaryEmbedding(summary_embedding)
         self._summaries = self._load_summaries()
-        self._document_keys = {k for s in self._summaries.values() for k in s.metadata}
         self._documents: Dict[str, DocumentRecord] = dict(documents or {})
+        self._document_keys = self._summary_filter_keys()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self.validate_links()
 
@@ -340,6 +340,18 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 )
             summaries[node.index_id] = node
         return summaries
+
+    def _summary_filter_keys(self) -> set:
+        """Keys that filters may be checked on at the summary level.
+
+        A key qualifies when it is document-level in every document: a key
+        whose value varies between one document's chunks is missing from that
+        summary, and filtering summaries on it would hide matching chunks.
+        """
+        keys = {k for s in self._summaries.values() for k in s.metadata}
+        for record in self._documents.values():
+            keys -= set(record.varying_keys)
+        return keys
 
     def _doc_ids(self) -> List[str]:
         return list(self._retriever_dict) if self._retriever_dict else list(self._documents)
@@ -467,6 +479,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
     ) -> List[_Route]:
         """Fold one wave of chunk results into ``best``; return links to follow."""
         follow: List[_Route] = []
+        matches = metadata_matcher(plan.chunk_filters) if self._chunk_index is None else None
         for route, hits in zip(routes, results):
             for hit in hits:
                 node = hit.node
@@ -478,9 +491,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                     if link is None:
                         continue
                     node = link
-                if self._chunk_index is None and not metadata_matches(
-                    plan.chunk_filters, node.metadata
-                ):
+                if matches is not None and not matches(node.metadata):
                     continue  # retriever_dict children may ignore filters: enforce them
                 final = self._combine(route.score, hit.score)
                 current = best.get(node.node_id)
@@ -622,8 +633,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._summary_index.insert_nodes(summaries)
         for summary in summaries:
             self._summaries[summary.index_id] = summary
-            self._document_keys.update(summary.metadata)
             self._documents[summary.index_id] = built.records[summary.index_id]
+        self._document_keys = self._summary_filter_keys()
         self.validate_links()
         return changed
 
@@ -637,6 +648,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._summary_index.delete_nodes([record.summary_node_id], delete_from_docstore=True)
         del self._documents[doc_id]
         self._summaries.pop(doc_id, None)
+        self._document_keys = self._summary_filter_keys()
 
     # ------------------------------------------------------------ persistence
     def _config(self) -> Dict[str, Any]:

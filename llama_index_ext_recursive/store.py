@@ -23,7 +23,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_recursive.filters import equality_constraints, metadata_matches
+from llama_index_ext_recursive.filters import equality_constraints, metadata_matcher
 
 
 class NumpyVectorStore(SimpleVectorStore):
@@ -116,8 +116,8 @@ class NumpyVectorStore(SimpleVectorStore):
             allowed = set(query.node_ids)
             rows = rows[np.asarray([self._ids[r] in allowed for r in rows], dtype=bool)]
         if query.filters is not None and query.filters.filters and len(rows):
-            metadata = self.data.metadata_dict
-            keep = [metadata_matches(query.filters, metadata[self._ids[r]]) for r in rows]
+            metadata, matches = self.data.metadata_dict, metadata_matcher(query.filters)
+            keep = [matches(metadata[self._ids[r]]) for r in rows]
             rows = rows[np.asarray(keep, dtype=bool)]
         return rows
 

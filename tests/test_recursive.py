@@ -300,6 +300,21 @@ def test_range_filter_on_document_metadata(lexical):
     assert results and all(r.node.metadata["year"] > 2020 for r in results)
 
 
+def test_key_that_varies_inside_one_document_never_hides_it(lexical):
+    """'lang' is document-level for A but chunk-level for B: B's summary lacks it."""
+    nodes = [
+        TextNode(id_="A1", text="river boats", metadata={"doc_id": "A", "lang": "en"}),
+        TextNode(id_="A2", text="river fish", metadata={"doc_id": "A", "lang": "en"}),
+        TextNode(id_="B1", text="river bridges", metadata={"doc_id": "B", "lang": "en"}),
+        TextNode(id_="B2", text="river bridges", metadata={"doc_id": "B", "lang": "zh"}),
+    ]
+    retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical)
+    query = FilteredQueryBundle("river bridges", filters={"lang": "en"})
+    assert sorted(r.node.node_id for r in retriever.retrieve(query)) == ["A1", "A2", "B1"]
+    retriever.delete_document("A")
+    assert [r.node.node_id for r in retriever.retrieve(query)] == ["B1"]
+
+
 def test_construction_filters_merge_or_are_replaced(lexical):
     merged = build(lexical, num_routed_docs=3, filters={"category": "energy"})
     both = merged.retrieve(FilteredQueryBundle("panels", filters={"section": "intro"}))
