@@ -60,6 +60,37 @@ def default_node_parser() -> NodeParser:
     return SentenceSplitter(chunk_size=256, chunk_overlap=32)
 
 
+def node_parser_config(parser: Optional[NodeParser]) -> Optional[Dict[str, Any]]:
+    """A JSON-able description of ``parser`` that :func:`node_parser_from_config` restores."""
+    if parser is None:
+        return None
+    config = parser.to_dict()
+    id_func = config.pop("id_func", None)
+    if isinstance(id_func, dict) and id_func.get("id_func_name") not in (None, "default_id_func"):
+        logger.warning(
+            "node parser %s has a custom id_func, which cannot be persisted; pass "
+            "node_parser= to from_persist_dir to keep it", config.get("class_name")
+        )
+    return config
+
+
+def node_parser_from_config(config: Optional[Dict[str, Any]]) -> Optional[NodeParser]:
+    """Rebuild a LlamaIndex node parser from :func:`node_parser_config` output."""
+    if config is None:
+        return None
+    import llama_index.core.node_parser as parsers
+
+    parser_class = getattr(parsers, str(config.get("class_name")), None)
+    if parser_class is None:
+        logger.warning(
+            "node parser %r is not one of llama_index.core.node_parser; pass node_parser= "
+            "to from_persist_dir (the default parser is used for new documents)",
+            config.get("class_name"),
+        )
+        return None
+    return parser_class.from_dict(dict(config))
+
+
 @dataclass
 class DocumentRecord:
     """What the retriever knows about one document."""

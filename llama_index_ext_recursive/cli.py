@@ -18,6 +18,7 @@ from llama_index.core.schema import Document, NodeWithScore
 from llama_index_ext_recursive.filters import FilteredQueryBundle
 from llama_index_ext_recursive.recursive import DEFAULT_TOP_K, RecursiveSummaryRetriever
 from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
+from llama_index_ext_recursive.summarize import SummaryCache
 
 DEMO_QUESTIONS = 4
 
@@ -119,10 +120,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def cmd_build(args: argparse.Namespace) -> None:
     documents = read_documents(Path(args.directory), args.doc_id_key)
     started = time.perf_counter()
+    # rebuilding over an earlier index reuses its summaries of unchanged documents
+    cache = SummaryCache(Path(args.persist) / "summary_cache.json")
     retriever = RecursiveSummaryRetriever.from_documents(
-        documents, doc_id_key=args.doc_id_key, show_progress=True
+        documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache
     )
     retriever.persist(args.persist)
+    if cache.hits:
+        print(f"Reused {cache.hits} cached summaries")
     print(
         f"Indexed {len(documents)} documents in {time.perf_counter() - started:.1f}s; "
         f"persisted to {args.persist}"

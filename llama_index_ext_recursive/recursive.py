@@ -45,8 +45,11 @@ from llama_index_ext_recursive.builder import (
     SummaryEmbedding,
     attach_embeddings,
     build_documents,
+    default_node_parser,
     chunk_documents,
     group_nodes,
+    node_parser_config,
+    node_parser_from_config,
 )
 from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
@@ -213,7 +216,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self.filter_policy = FilterPolicy(filter_policy)
         self.doc_id_key = doc_id_key
         self.max_link_depth = max_link_depth
-        self._node_parser = node_parser
+        self._node_parser = node_parser or default_node_parser()
         self._summarizer = summarizer or ExtractiveSummarizer()
         self._summary_cache = summary_cache if summary_cache is not None else SummaryCache()
         self.summary_embedding = SummaryEmbedding(summary_embedding)
@@ -664,7 +667,12 @@ class RecursiveSummaryRetriever(BaseRetriever):
             "max_link_depth": self.max_link_depth,
             "summary_embedding": self.summary_embedding.value,
             "embed_model": embed_model_name(self._embed_model),
-            "summarizer": self._summarizer.fingerprint,
+            "summarizer": (
+                self._summarizer.to_dict()
+                if isinstance(self._summarizer, ExtractiveSummarizer)
+                else {"type": "custom", "fingerprint": self._summarizer.fingerprint}
+            ),
+            "node_parser": node_parser_config(self._node_parser),
             "documents": {k: v.to_dict() for k, v in self._documents.items()},
         }
 
@@ -713,6 +721,16 @@ class RecursiveSummaryRetriever(BaseRetriever):
         documents = {
             k: DocumentRecord(**v) for k, v in config["documents"].items()
         }
+        if summarizer is None and config["summarizer"].get("type") == "extractive":
+            summarizer = ExtractiveSummarizer.from_dict(config["summarizer"])
+        elif summarizer is None:
+            logger.warning(
+                "%s was summarized by %s; documents added later will be summarized by "
+                "ExtractiveSummarizer unless you pass summarizer=",
+                root,
+                config["summarizer"].get("fingerprint"),
+            )
+        node_parser = node_parser or node_parser_from_config(config["node_parser"])
         settings = {
             key: config[key]
             for key in (

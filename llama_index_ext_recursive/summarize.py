@@ -16,7 +16,7 @@ import math
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Dict, List, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 
@@ -90,6 +90,13 @@ class ExtractiveSummarizer:
     @property
     def fingerprint(self) -> str:
         return f"extractive-tfidf-mmr-v1:{self.max_chars}:{self.diversity_lambda}"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"type": "extractive", "max_chars": self.max_chars, "diversity_lambda": self.diversity_lambda}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "ExtractiveSummarizer":
+        return cls(max_chars=data["max_chars"], diversity_lambda=data["diversity_lambda"])
 
     def select(self, text: str, budget: int, segments: int = 1) -> List[str]:
         """Central, mutually different sentences of ``text`` within ``budget`` characters.

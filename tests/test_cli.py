@@ -35,6 +35,9 @@ def test_build_then_query(tmp_path, capsys, real_model):
     main(["query", str(tmp_path / "idx"), "energy", "--filter", "year=2023", "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert [r["explanation"]["doc_id"] for r in rows] == ["solar"]
+    (corpus / "bees.md").write_text("# Bees\n\nDrones do not sting.\n")
+    main(["build", str(corpus), "--persist", str(tmp_path / "idx")])
+    assert "Reused 1 cached summaries" in capsys.readouterr().out  # solar unchanged, bees changed
 
 
 def test_bad_jsonl_line_names_file_and_line(tmp_path):

@@ -381,6 +381,26 @@ async def test_child_exception_surfaces_as_itself(error):
         await retriever.aretrieve("alpha")
 
 
+async def test_concurrent_calls_keep_their_own_explanations(lexical):
+    retriever = build(lexical, num_routed_docs=1, similarity_top_k=2)
+    queries = ["queen bee eggs", "solar inverter current", "starter bread flour"]
+    alone = [retriever.retrieve(q) for q in queries]
+    together = await asyncio.gather(*(retriever.aretrieve(q) for q in queries))
+    for one, other in zip(alone, together):
+        assert [(r.node.node_id, r.explanation) for r in one] == [(r.node.node_id, r.explanation) for r in other]
+    assert [r[0].explanation.doc_id for r in together] == ["bees", "solar", "bread"]
+
+
+def test_drops_into_query_fusion_retriever(lexical):
+    from llama_index.core.retrievers import QueryFusionRetriever
+
+    ours = build(lexical, similarity_top_k=3)
+    for use_async in (False, True):
+        fusion = QueryFusionRetriever([ours], llm=MockLLM(), num_queries=1, similarity_top_k=3,
+                                      mode="reciprocal_rerank", use_async=use_async)
+        assert fusion.retrieve("queen bee eggs")[0].node.node_id == "bees-0"
+
+
 def test_callers_query_bundle_is_not_mutated(lexical):
     retriever = build(lexical)
     bundle = QueryBundle("queen bee")
@@ -505,6 +525,26 @@ def test_persist_round_trip(lexical, tmp_path):
         retriever._summary_index.docstore.get_node(r.summary_node_id).text
         for r in retriever.documents.values()
     }
+
+
+def test_persist_keeps_node_parser_and_summarizer_settings(lexical, tmp_path):
+    from llama_index.core.node_parser import SentenceSplitter
+
+    from llama_index_ext_recursive import ExtractiveSummarizer
+
+    docs = [Document(text="Glaciers carve valleys. " * 40, metadata={"doc_id": "ice"})]
+    retriever = RecursiveSummaryRetriever.from_documents(
+        docs, embed_model=lexical, node_parser=SentenceSplitter(chunk_size=64, chunk_overlap=8),
+        summarizer=ExtractiveSummarizer(max_chars=120, diversity_lambda=0.5),
+    )
+    retriever.persist(tmp_path / "idx")
+    loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx", embed_model=lexical)
+    assert (loaded._node_parser.chunk_size, loaded._node_parser.chunk_overlap) == (64, 8)
+    assert loaded._summarizer.fingerprint == retriever._summarizer.fingerprint
+    sand = Document(text="Deserts are dry. " * 40, metadata={"doc_id": "sand"})
+    loaded.add_documents([sand])
+    expected = SentenceSplitter(chunk_size=64, chunk_overlap=8).get_nodes_from_documents([sand])
+    assert len(loaded.documents["sand"].chunk_ids) == len(expected) > 1
 
 
 def test_persist_is_atomic(lexical, tmp_path, monkeypatch):
