@@ -159,6 +159,42 @@ def cmd_query(args: argparse.Namespace) -> None:
         _print_results(args.question, results)
 
 
+def cmd_eval(args: argparse.Namespace) -> None:
+    try:
+        from llama_index_ext_recursive.eval import BeirDataset, compare, markdown_table, plot
+        from llama_index_ext_recursive.eval.registry import parse_names
+    except ImportError as exc:
+        raise SystemExit(
+            f"error: evaluation needs its extra ({exc.name} is missing): "
+            "pip install 'llama-index-ext-recursive[eval]'"
+        ) from exc
+    try:
+        names = parse_names(args.retrievers)
+    except KeyError as exc:
+        raise SystemExit(f"error: {exc.args[0]}") from exc
+    dataset = BeirDataset.load(args.data, split=args.split, max_queries=args.max_queries)
+    print(
+        f"{dataset.name}: {len(dataset.corpus)} chunks, {len(dataset.queries)} queries"
+        + (f" (capped at {args.max_queries})" if args.max_queries else "")
+    )
+    cache = Path(args.cache) if args.cache else Path(".cache") / "embeddings.sqlite"
+    comparison = compare(
+        dataset, names, cache_path=cache, k=args.top_k, concurrency=args.concurrency,
+        show_progress=True,
+    )
+    print(
+        f"\nEmbedded {comparison.texts_embedded} new texts in {comparison.embedding_seconds:.1f}s "
+        f"(cache: {cache})\n"
+    )
+    print(markdown_table(comparison))
+    if args.out:
+        Path(args.out).write_text(json.dumps(comparison.to_dict(per_query=True), indent=1), encoding="utf-8")
+        print(f"\nwrote {args.out}")
+    if args.plot:
+        plot(comparison, args.plot)
+        print(f"wrote {args.plot}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llama-recursive", description="Summary-routed retrieval for LlamaIndex, offline."
@@ -180,6 +216,20 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--filter", action="append", metavar="KEY=VALUE", help="repeatable; AND")
     query.add_argument("--json", action="store_true", help="print results as JSON")
     query.set_defaults(func=cmd_query)
+    evaluate = sub.add_parser("eval", help="compare retrievers on a BEIR-layout dataset")
+    evaluate.add_argument("--data", required=True, help="dataset directory (BEIR layout)")
+    evaluate.add_argument(
+        "--retrievers", default="upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive",
+        help="comma-separated names from the harness registry",
+    )
+    evaluate.add_argument("--top-k", type=int, default=10)
+    evaluate.add_argument("--max-queries", type=int, default=None)
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--concurrency", type=int, default=1, help=">1 runs aretrieve concurrently")
+    evaluate.add_argument("--cache", default=None, help="embedding cache file (default .cache/embeddings.sqlite)")
+    evaluate.add_argument("--out", help="write figures as JSON")
+    evaluate.add_argument("--plot", help="write quality vs latency as PNG")
+    evaluate.set_defaults(func=cmd_eval)
     return parser
 
 

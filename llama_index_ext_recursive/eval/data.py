@@ -1,0 +1,190 @@
+"""Retrieval datasets in BEIR layout, loaded whole or not at all.
+
+``corpus.jsonl`` (``_id``, ``title``, ``text``, ``metadata.doc_id`` naming the
+parent document), ``queries.jsonl`` (``_id``, ``text``), ``qrels/<split>.tsv``
+(header, then ``query-id  corpus-id  score``); hierarchical sets also have
+``documents.jsonl`` and ``qrels/<split>.doc-level.tsv``. Every malformed line
+raises :class:`DatasetError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from llama_index.core.schema import TextNode
+
+Qrels = Dict[str, Dict[str, int]]
+
+
+class DatasetError(ValueError):
+    """A dataset file is missing or malformed; the message names file and line."""
+
+
+@dataclass
+class BeirDataset:
+    """A loaded dataset: corpus, judged queries, qrels (and document-level qrels)."""
+
+    name: str
+    corpus: Dict[str, Dict[str, Any]]
+    queries: Dict[str, str]
+    qrels: Qrels
+    doc_qrels: Optional[Qrels] = None
+    doc_of: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hierarchical(self) -> bool:
+        """Whether chunks belong to larger documents (document-level metrics apply)."""
+        return self.doc_qrels is not None
+
+    @classmethod
+    def load(
+        cls, path: Union[str, Path], split: str = "test", max_queries: Optional[int] = None
+    ) -> "BeirDataset":
+        """Load and validate a dataset directory.
+
+        Args:
+            path: the dataset directory.
+            split: qrels file to use (``qrels/<split>.tsv``).
+            max_queries: keep the first N judged queries (in ``queries.jsonl`` order).
+        """
+        root = Path(path)
+        if not root.is_dir():
+            raise DatasetError(f"{root} is not a directory with corpus.jsonl, queries.jsonl and qrels/")
+        corpus: Dict[str, Dict[str, Any]] = {}
+        for where, row in _jsonl(root / "corpus.jsonl"):
+            cid = _required_str(row, "_id", where)
+            if cid in corpus:
+                raise DatasetError(f"{where}: duplicate corpus _id {cid!r}")
+            metadata = row.get("metadata") or {}
+            if not isinstance(metadata, dict):
+                raise DatasetError(f"{where}: metadata must be an object")
+            corpus[cid] = {
+                "title": str(row.get("title") or ""),
+                "text": _required_str(row, "text", where, allow_empty=True),
+                "metadata": metadata,
+            }
+        all_queries: Dict[str, str] = {}
+        for where, row in _jsonl(root / "queries.jsonl"):
+            qid = _required_str(row, "_id", where)
+            if qid in all_queries:
+                raise DatasetError(f"{where}: duplicate query _id {qid!r}")
+            all_queries[qid] = _required_str(row, "text", where)
+        qrels = _qrels(root / "qrels" / f"{split}.tsv", all_queries, corpus)
+        order = [qid for qid in all_queries if qid in qrels]
+        if max_queries is not None:
+            order = order[:max_queries]
+        doc_of = {cid: str(item["metadata"].get("doc_id", cid)) for cid, item in corpus.items()}
+        doc_path = root / "qrels" / f"{split}.doc-level.tsv"
+        doc_qrels = None
+        if doc_path.exists():
+            doc_qrels = _qrels(doc_path, all_queries, None, known_docs=set(doc_of.values()))
+            doc_qrels = {q: doc_qrels.get(q, {}) for q in order}
+        return cls(
+            name=root.name,
+            corpus=corpus,
+            queries={qid: all_queries[qid] for qid in order},
+            qrels={qid: qrels[qid] for qid in order},
+            doc_qrels=doc_qrels,
+            doc_of=doc_of,
+        )
+
+    def nodes(self, title_in_text: bool = False) -> List[TextNode]:
+        """One ``TextNode`` per corpus item (``id_`` = corpus id).
+
+        Metadata carries ``doc_id`` and ``title`` (the title is embedded, as
+        LlamaIndex embeds metadata by default; ``doc_id`` is not). With
+        ``title_in_text`` the title is prepended to the text instead (BEIR's
+        convention for flat sets such as SciFact).
+        """
+        nodes = []
+        for cid, item in self.corpus.items():
+            title, text = item["title"], item["text"]
+            metadata = {"doc_id": self.doc_of[cid]}
+            if title_in_text:
+                text = f"{title} {text}".strip()
+            elif title:
+                metadata["title"] = title
+            nodes.append(
+                TextNode(
+                    id_=cid,
+                    text=text,
+                    metadata=metadata,
+                    excluded_embed_metadata_keys=["doc_id"],
+                    excluded_llm_metadata_keys=["doc_id"],
+                )
+            )
+        return nodes
+
+
+def from_pairs(
+    pairs: Sequence[Tuple[str, Sequence[str]]], name: str = "pairs"
+) -> Tuple[Dict[str, str], Qrels]:
+    """Queries and qrels from LlamaIndex-style ``(query, expected node ids)`` pairs."""
+    queries, qrels = {}, {}
+    for number, (query, expected) in enumerate(pairs):
+        if not expected:
+            raise DatasetError(f"{name}[{number}]: query {query!r} has no expected node ids")
+        qid = f"q{number}"
+        queries[qid] = query
+        qrels[qid] = {str(node_id): 1 for node_id in expected}
+    return queries, qrels
+
+
+def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:
+    if not path.is_file():
+        raise DatasetError(f"{path} is missing")
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise DatasetError(f"{where}: expected a JSON object")
+            yield where, row
+
+
+def _required_str(row: Mapping[str, Any], key: str, where: str, allow_empty: bool = False) -> str:
+    value = row.get(key)
+    if value is None or (not allow_empty and value == ""):
+        raise DatasetError(f"{where}: missing {key!r}")
+    return str(value)
+
+
+def _qrels(
+    path: Path,
+    queries: Mapping[str, str],
+    corpus: Optional[Mapping[str, Any]],
+    known_docs: Optional[set] = None,
+) -> Qrels:
+    if not path.is_file():
+        raise DatasetError(f"{path} is missing")
+    qrels: Qrels = {}
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            parts = line.rstrip("\n").split("\t")
+            where = f"{path}:{number}"
+            if number == 1 and parts[0] == "query-id":
+                continue
+            if len(parts) != 3:
+                raise DatasetError(f"{where}: expected 3 tab-separated columns, got {len(parts)}")
+            qid, cid, score = parts
+            try:
+                relevance = int(score)
+            except ValueError as exc:
+                raise DatasetError(f"{where}: relevance {score!r} is not an integer") from exc
+            if qid not in queries:
+                raise DatasetError(f"{where}: query {qid!r} is not in queries.jsonl")
+            known = corpus if corpus is not None else known_docs
+            if known is not None and cid not in known:
+                raise DatasetError(f"{where}: {cid!r} is not in the corpus")
+            qrels.setdefault(qid, {})[cid] = relevance
+    return qrels

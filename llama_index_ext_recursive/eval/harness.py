@@ -1,0 +1,163 @@
+"""Compare named retrievers on one dataset in one run, on shared embeddings."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import MetadataMode
+
+from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.eval.data import BeirDataset
+from llama_index_ext_recursive.eval.registry import BuildContext, build_retriever
+from llama_index_ext_recursive.eval.runner import evaluate_retriever, measure_build
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RetrieverReport:
+    """One retriever's figures: metrics by ir-measures name, latency, build cost."""
+
+    name: str
+    metrics: Dict[str, float]
+    latency_p50_ms: float
+    latency_p95_ms: float
+    build_seconds: float
+    peak_memory_mb: float
+    per_query: Dict[str, Dict[str, float]] = field(default_factory=dict, repr=False)
+
+    def to_dict(self, per_query: bool = False) -> Dict[str, Any]:
+        data = asdict(self)
+        if not per_query:
+            data.pop("per_query")
+        return data
+
+
+@dataclass
+class Comparison:
+    """All reports of one run plus how the shared embeddings were obtained."""
+
+    dataset: str
+    queries: int
+    corpus: int
+    k: int
+    embedding_seconds: float
+    texts_embedded: int
+    reports: List[RetrieverReport]
+
+    def to_dict(self, per_query: bool = False) -> Dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "queries": self.queries,
+            "corpus": self.corpus,
+            "k": self.k,
+            "embedding_seconds": self.embedding_seconds,
+            "texts_embedded": self.texts_embedded,
+            "retrievers": {r.name: r.to_dict(per_query) for r in self.reports},
+        }
+
+
+def compare(
+    dataset: BeirDataset,
+    names: Sequence[str],
+    embed_model: Optional[BaseEmbedding] = None,
+    cache_path: Union[str, Path, None] = None,
+    k: int = 10,
+    concurrency: int = 1,
+    show_progress: bool = False,
+) -> Comparison:
+    """Build every named retriever over the same nodes and embeddings and score it.
+
+    Texts and queries are embedded once (through :class:`CachedEmbedding`, on
+    disk when ``cache_path`` is given); latency is measured with query
+    embeddings precomputed.
+    """
+    model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
+        resolve_embed_model(embed_model), cache_path
+    )
+    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
+    before = model.computed
+    started = time.perf_counter()
+    vectors = model.get_text_embedding_batch(
+        [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes], show_progress=show_progress
+    )
+    for node, vector in zip(nodes, vectors):
+        node.embedding = vector
+    query_vectors = {qid: model.get_query_embedding(text) for qid, text in dataset.queries.items()}
+    embedding_seconds = time.perf_counter() - started
+    context = BuildContext(nodes=nodes, embed_model=model, top_k=k)
+    reports = []
+    for name in names:
+        logger.info("building %s over %d nodes", name, len(nodes))
+        retriever, build_seconds, peak_mb = measure_build(lambda: build_retriever(name, context))
+        result, run = evaluate_retriever(
+            retriever, dataset, k, query_vectors, concurrency, show_progress
+        )
+        reports.append(
+            RetrieverReport(
+                name=name,
+                metrics=result.aggregate,
+                latency_p50_ms=run.percentile(50),
+                latency_p95_ms=run.percentile(95),
+                build_seconds=build_seconds,
+                peak_memory_mb=peak_mb,
+                per_query=result.per_query,
+            )
+        )
+    return Comparison(
+        dataset=dataset.name,
+        queries=len(dataset.queries),
+        corpus=len(nodes),
+        k=k,
+        embedding_seconds=embedding_seconds,
+        texts_embedded=model.computed - before,
+        reports=reports,
+    )
+
+
+def markdown_table(comparison: Comparison) -> str:
+    """One row per retriever: quality, latency, build cost."""
+    k = comparison.k
+    metrics = [f"nDCG@{k}", f"RR@{k}", f"R@{k}", "Success@1"]
+    if any(f"doc:Success@{k}" in r.metrics for r in comparison.reports):
+        metrics.append(f"doc:Success@{k}")
+    header = ["retriever", *metrics, "p50 ms", "p95 ms", "build s", "peak MB"]
+    rows = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+    ]
+    for r in comparison.reports:
+        cells = [r.name] + [f"{r.metrics.get(m, float('nan')):.4f}" for m in metrics]
+        cells += [f"{r.latency_p50_ms:.2f}", f"{r.latency_p95_ms:.2f}", f"{r.build_seconds:.2f}",
+                  f"{r.peak_memory_mb:.0f}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def plot(comparison: Comparison, path: Union[str, Path]) -> None:
+    """Quality (nDCG@k) against p50 latency, one point per retriever, as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = f"nDCG@{comparison.k}"
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for r in comparison.reports:
+        ax.scatter(r.latency_p50_ms, r.metrics.get(metric, 0.0))
+        ax.annotate(r.name, (r.latency_p50_ms, r.metrics.get(metric, 0.0)),
+                    textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("p50 retrieval latency, ms (log scale; query embeddings precomputed)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{comparison.dataset}: {comparison.queries} queries, {comparison.corpus} chunks")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,181 @@
+"""Run any retriever over a dataset's queries and score it with ir-measures.
+
+Metrics are trec_eval's, through ``ir_measures`` (nDCG is cut at k, unlike
+LlamaIndex's ``RetrieverEvaluator``). Our ranking order is what is scored:
+each result gets score ``n - rank``, so ties in retriever scores cannot be
+reordered by trec_eval's document-id tie-breaking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import ir_measures
+import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import QueryBundle
+from tqdm.auto import tqdm
+
+from llama_index_ext_recursive.eval.data import BeirDataset, Qrels, from_pairs
+
+logger = logging.getLogger(__name__)
+
+Run = Dict[str, List[str]]  # query id -> ranked node ids
+DOC_PREFIX = "doc:"
+
+
+def chunk_measures(k: int = 10) -> list:
+    """nDCG@k, RR@k, R@k, Success@1, Success@k."""
+    return [ir_measures.nDCG @ k, ir_measures.RR @ k, ir_measures.R @ k, ir_measures.Success @ 1,
+            ir_measures.Success @ k]
+
+
+@dataclass
+class RetrievalRun:
+    """Ranked results and per-query latency of one retriever over one query set."""
+
+    ranking: Run
+    latencies_ms: List[float]
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+
+
+@dataclass
+class EvalResult:
+    """Aggregate and per-query metrics, keyed by ir-measures names (``nDCG@10``).
+
+    Document-level metrics are prefixed ``doc:`` (``doc:Success@10``).
+    """
+
+    aggregate: Dict[str, float]
+    per_query: Dict[str, Dict[str, float]] = field(default_factory=dict)
+
+
+def _as_ir_run(ranking: Run) -> Dict[str, Dict[str, float]]:
+    return {qid: {nid: float(len(ids) - r) for r, nid in enumerate(ids)} for qid, ids in ranking.items()}
+
+
+def to_documents(ranking: Run, doc_of: Mapping[str, str]) -> Run:
+    """Map a chunk ranking to documents, keeping each document's best rank."""
+    docs: Run = {}
+    for qid, ids in ranking.items():
+        seen: Dict[str, None] = {}
+        for node_id in ids:
+            seen.setdefault(doc_of.get(node_id, node_id), None)
+        docs[qid] = list(seen)
+    return docs
+
+
+def score(
+    ranking: Run,
+    qrels: Qrels,
+    k: int = 10,
+    doc_of: Optional[Mapping[str, str]] = None,
+    doc_qrels: Optional[Qrels] = None,
+) -> EvalResult:
+    """Score a ranking against qrels with ir-measures; add document-level Success@k.
+
+    Queries in ``qrels`` that the ranking lacks count as empty results (zeros),
+    never silently skipped.
+    """
+    full = {qid: ranking.get(qid, []) for qid in qrels}
+    per_query: Dict[str, Dict[str, float]] = {qid: {} for qid in qrels}
+    measures = chunk_measures(k)
+    for metric in ir_measures.iter_calc(measures, qrels, _as_ir_run(full)):
+        per_query[metric.query_id][str(metric.measure)] = metric.value
+    if doc_of is not None and doc_qrels is not None:
+        docs = _as_ir_run(to_documents(full, doc_of))
+        for metric in ir_measures.iter_calc([ir_measures.Success @ k], doc_qrels, docs):
+            per_query[metric.query_id][DOC_PREFIX + str(metric.measure)] = metric.value
+    names = sorted({name for values in per_query.values() for name in values})
+    aggregate = {
+        name: float(np.mean([values.get(name, 0.0) for values in per_query.values()]))
+        for name in names
+    }
+    return EvalResult(aggregate, per_query)
+
+
+def run_queries(
+    retriever: BaseRetriever,
+    queries: Mapping[str, str],
+    query_embeddings: Optional[Mapping[str, List[float]]] = None,
+    concurrency: int = 1,
+    show_progress: bool = False,
+    desc: str = "Retrieving",
+) -> RetrievalRun:
+    """Retrieve for every query; ``concurrency > 1`` uses ``aretrieve`` with that many in flight.
+
+    With ``query_embeddings`` the bundles carry precomputed embeddings, so the
+    latency measured is retrieval alone.
+    """
+    bundles = {
+        qid: QueryBundle(text, embedding=(query_embeddings or {}).get(qid))
+        for qid, text in queries.items()
+    }
+    if concurrency > 1:
+        return asyncio.run(_arun(retriever, bundles, concurrency, show_progress, desc))
+    ranking: Run = {}
+    latencies: List[float] = []
+    for qid, bundle in tqdm(bundles.items(), desc=desc, disable=not show_progress):
+        started = time.perf_counter()
+        results = retriever.retrieve(bundle)
+        latencies.append((time.perf_counter() - started) * 1000)
+        ranking[qid] = [r.node.node_id for r in results]
+    return RetrievalRun(ranking, latencies)
+
+
+async def _arun(retriever, bundles, concurrency, show_progress, desc) -> RetrievalRun:
+    limit = asyncio.Semaphore(concurrency)
+    progress = tqdm(total=len(bundles), desc=desc, disable=not show_progress)
+
+    async def one(qid: str, bundle: QueryBundle) -> Tuple[str, List[str], float]:
+        async with limit:
+            started = time.perf_counter()
+            results = await retriever.aretrieve(bundle)
+            progress.update()
+            return qid, [r.node.node_id for r in results], (time.perf_counter() - started) * 1000
+
+    done = await asyncio.gather(*(one(qid, b) for qid, b in bundles.items()))
+    progress.close()
+    return RetrievalRun({qid: ids for qid, ids, _ in done}, [ms for _, _, ms in done])
+
+
+def measure_build(build: Callable[[], BaseRetriever]) -> Tuple[BaseRetriever, float, float]:
+    """Build a retriever; return it with build seconds and peak traced memory (MB)."""
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        retriever = build()
+        seconds = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return retriever, seconds, peak / 2**20
+
+
+def evaluate_retriever(
+    retriever: BaseRetriever,
+    dataset: BeirDataset,
+    k: int = 10,
+    query_embeddings: Optional[Mapping[str, List[float]]] = None,
+    concurrency: int = 1,
+    show_progress: bool = False,
+) -> Tuple[EvalResult, RetrievalRun]:
+    """Run ``retriever`` over ``dataset`` and score it (document level where known)."""
+    run = run_queries(retriever, dataset.queries, query_embeddings, concurrency, show_progress)
+    doc_of = dataset.doc_of if dataset.hierarchical else None
+    return score(run.ranking, dataset.qrels, k, doc_of, dataset.doc_qrels), run
+
+
+def evaluate_pairs(
+    retriever: BaseRetriever, pairs: Sequence[Tuple[str, Sequence[str]]], k: int = 10
+) -> EvalResult:
+    """Score a retriever on ``(query, expected node ids)`` pairs, as LlamaIndex users keep them."""
+    queries, qrels = from_pairs(pairs)
+    return score(run_queries(retriever, queries).ranking, qrels, k)
