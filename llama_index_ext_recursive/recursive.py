@@ -163,7 +163,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         retriever_dict: instead of ``chunk_index``: one retriever per document id.
         embed_model: model for queries (default: argument > ``Settings`` > bundled).
         similarity_top_k: number of chunks returned.
-        num_routed_docs: number of documents the query is routed to.
+        num_routed_docs: number of documents the query is routed to (more when
+            those hold fewer than ``similarity_top_k`` chunks).
         score_mode: how summary and chunk scores combine (:class:`ScoreMode`).
         score_alpha: the summary weight for ``weighted`` mode.
         filters: construction-time metadata filters.
@@ -426,15 +427,23 @@ class RecursiveSummaryRetriever(BaseRetriever):
     def _summary_retriever(self, plan: _Plan) -> VectorIndexRetriever:
         return VectorIndexRetriever(
             self._summary_index,
-            similarity_top_k=self.num_routed_docs,
+            # spare candidates for documents too small to fill the top-k (see _routes)
+            similarity_top_k=self.num_routed_docs + self.similarity_top_k,
             filters=plan.summary_filters,
             embed_model=self._embed_model,
             callback_manager=self.callback_manager,
         )
 
     def _routes(self, summary_hits: List[NodeWithScore]) -> List[_Route]:
-        routes = []
+        """The top ``num_routed_docs`` documents, and more while they hold fewer
+        than ``similarity_top_k`` chunks (a global top-k needs k candidates)."""
+        routes: List[_Route] = []
+        chunks = 0
         for hit in summary_hits:
+            if len(routes) >= self.num_routed_docs and (
+                chunks >= self.similarity_top_k or self._chunk_index is None
+            ):
+                break
             node = hit.node
             doc_id = node.index_id if isinstance(node, IndexNode) else None
             if doc_id is None or doc_id not in self._summaries:
@@ -443,6 +452,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
                     "IndexNode; the summary store and the retriever are out of sync"
                 )
             routes.append(_Route(doc_id, hit.score, node.node_id, hit.score, (doc_id,)))
+            record = self._documents.get(doc_id)
+            chunks += len(record.chunk_ids) if record is not None else 0
         return routes
 
     def _chunk_retriever(self, route: _Route, plan: _Plan) -> BaseRetriever:

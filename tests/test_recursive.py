@@ -196,6 +196,14 @@ def test_routes_to_the_right_document_and_explains(lexical):
     assert info.final_score == results[0].score
 
 
+def test_routes_to_more_documents_when_routed_ones_cannot_fill_top_k(lexical):
+    nodes = [TextNode(id_=f"d{i}", text=f"river number {i}", metadata={"doc_id": f"doc{i}"}) for i in range(12)]
+    retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical, num_routed_docs=2, similarity_top_k=5)
+    results = retriever.retrieve("river")
+    assert len(results) == 5  # five one-chunk documents routed, not two
+    assert len({r.explanation.doc_id for r in results}) == 5
+
+
 # --------------------------------------------------------------------- links
 def test_unknown_index_id_fails_at_construction_naming_closest_ids():
     """Upstream fails only at query time (ValueError 'Query id ... not found')."""
