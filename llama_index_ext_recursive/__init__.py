@@ -11,7 +11,11 @@ from llama_index_ext_recursive.recursive import (
     RetrievalExplanation,
     ScoreMode,
 )
-from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
+from llama_index_ext_recursive.sample import (
+    load_sample_documents,
+    load_sample_questions,
+    write_sample_dataset,
+)
 from llama_index_ext_recursive.store import NumpyVectorStore
 from llama_index_ext_recursive.summarize import (
     ExtractiveSummarizer,
@@ -41,4 +45,5 @@ __all__ = [
     "load_sample_documents",
     "load_sample_questions",
     "resolve_embed_model",
+    "write_sample_dataset",
 ]

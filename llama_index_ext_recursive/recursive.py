@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from llama_index_ext_recursive.builder import (
     ROUTING_KEY,
+    BuiltDocuments,
     DocumentRecord,
     SummaryEmbedding,
     attach_embeddings,
@@ -165,12 +166,14 @@ class RecursiveSummaryRetriever(BaseRetriever):
         similarity_top_k: number of chunks returned.
         num_routed_docs: number of documents the query is routed to (more when
             those hold fewer than ``similarity_top_k`` chunks).
-        score_mode: how summary and chunk scores combine (:class:`ScoreMode`).
+        score_mode: how summary and chunk scores combine (:class:`ScoreMode`);
+            ``chunk`` tied or beat ``weighted`` and beat ``product`` in our measurements.
         score_alpha: the summary weight for ``weighted`` mode.
         filters: construction-time metadata filters.
         filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
         doc_id_key: metadata key naming a chunk's document.
-        summary_embedding: what summaries added later are routed by (:class:`SummaryEmbedding`).
+        summary_embedding: what summaries added later are routed by (:class:`SummaryEmbedding`);
+            must match how ``summary_index`` was built.
         max_link_depth: how many ``IndexNode`` links a query may follow.
     """
 
@@ -183,7 +186,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         embed_model: Optional[BaseEmbedding] = None,
         similarity_top_k: int = DEFAULT_TOP_K,
         num_routed_docs: int = DEFAULT_NUM_ROUTED_DOCS,
-        score_mode: Union[ScoreMode, str] = ScoreMode.WEIGHTED,
+        score_mode: Union[ScoreMode, str] = ScoreMode.CHUNK,
         score_alpha: float = DEFAULT_SCORE_ALPHA,
         filters: FiltersLike = None,
         filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
@@ -641,9 +644,14 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 self.delete_document(doc_id)
             changed.append(doc_id)
         keep = set(changed)
+        built = BuiltDocuments(
+            [s for s in built.summary_nodes if s.index_id in keep],
+            [n for n in built.chunk_nodes if n.ref_doc_id in keep],
+            {d: r for d, r in built.records.items() if d in keep},
+        )
         attach_embeddings(built, self._embed_model, self.summary_embedding, progress)
-        chunk_index.insert_nodes([n for n in built.chunk_nodes if n.ref_doc_id in keep])
-        summaries = [s for s in built.summary_nodes if s.index_id in keep]
+        chunk_index.insert_nodes(built.chunk_nodes)
+        summaries = built.summary_nodes
         self._summary_index.insert_nodes(summaries)
         for summary in summaries:
             self._summaries[summary.index_id] = summary
@@ -715,6 +723,9 @@ class RecursiveSummaryRetriever(BaseRetriever):
         if not root.is_dir():
             raise PersistError(f"{root} does not exist; build and persist a retriever first")
         config = load_json(root / "config.json")
+        missing = [k for k in ("format_version", "documents", "embed_model") if k not in config]
+        if missing:
+            raise PersistError(f"{root / 'config.json'} lacks {missing}; persist the retriever again")
         if config.get("format_version") != FORMAT_VERSION:
             raise PersistError(
                 f"{root / 'config.json'} has format_version {config.get('format_version')!r}; "
@@ -732,17 +743,20 @@ class RecursiveSummaryRetriever(BaseRetriever):
         documents = {
             k: DocumentRecord(**v) for k, v in config["documents"].items()
         }
-        if summarizer is None and config["summarizer"].get("type") == "extractive":
-            summarizer = ExtractiveSummarizer.from_dict(config["summarizer"])
+        summarizer_config = config.get("summarizer")
+        if summarizer is None and isinstance(summarizer_config, dict) and (
+            summarizer_config.get("type") == "extractive"
+        ):
+            summarizer = ExtractiveSummarizer.from_dict(summarizer_config)
         elif summarizer is None:
             logger.warning(
                 "%s was summarized by %s; documents added later will be summarized by "
                 "ExtractiveSummarizer unless you pass summarizer=",
                 root,
-                config["summarizer"].get("fingerprint"),
+                summarizer_config,
             )
-        node_parser = node_parser or node_parser_from_config(config["node_parser"])
-        settings = {
+        node_parser = node_parser or node_parser_from_config(config.get("node_parser"))
+        settings = {  # settings a config lacks keep the constructor's defaults
             key: config[key]
             for key in (
                 "similarity_top_k",
@@ -754,10 +768,10 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 "max_link_depth",
                 "summary_embedding",
             )
+            if key in config
         }
-        settings["filters"] = (
-            MetadataFilters.model_validate(config["filters"]) if config["filters"] else None
-        )
+        if config.get("filters"):
+            settings["filters"] = MetadataFilters.model_validate(config["filters"])
         settings.update(overrides)
         return cls(
             summary_index,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Dict, List
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Union
 
 from llama_index.core.schema import Document
+
+from llama_index_ext_recursive.builder import default_node_parser
 
 
 def _read_jsonl(name: str) -> List[Dict]:
@@ -31,3 +34,83 @@ def load_sample_documents() -> List[Document]:
 def load_sample_questions() -> List[Dict]:
     """Sample questions with the ``doc_id`` that answers each and an answer snippet."""
     return _read_jsonl("questions.jsonl")
+
+
+def _relevant_chunks(answer: str, chunks: Dict[str, str], where: str) -> List[str]:
+    """Chunks containing ``answer``; else those containing its longest prefix found."""
+    for length in range(len(answer), 0, -1):
+        prefix = answer[:length]
+        hits = [chunk_id for chunk_id, text in chunks.items() if prefix in text]
+        if hits:
+            return hits
+    raise ValueError(f"{where}: no chunk of the gold document contains any prefix of {answer!r}")
+
+
+def _write_jsonl(path: Path, rows: Iterable[Dict[str, Any]]) -> None:
+    path.write_text(
+        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"
+    )
+
+
+def write_sample_dataset(path: Union[str, Path]) -> Path:
+    """Write the sample corpus and questions as a BEIR-layout dataset; return its directory.
+
+    Runs the evaluation (``llama-recursive eval --data <path>``, or
+    ``BeirDataset.load``) offline with no external data. Deterministic:
+
+    - ``corpus.jsonl``: the 12 documents chunked by
+      :func:`~llama_index_ext_recursive.builder.default_node_parser` (sized with
+      the title, which is embedded with each chunk), ids ``<doc_id>_c<i>``,
+      ``metadata`` = ``doc_id`` plus the document's metadata;
+    - ``documents.jsonl``: the whole documents, ``metadata.chunk_ids`` in order;
+    - ``queries.jsonl``: the 24 questions, ids ``q1`` ... ``q24`` in
+      ``questions.jsonl`` order, ``metadata.gold_doc_id``;
+    - ``qrels/test.tsv``: relevant = every chunk of the gold document that
+      contains ``answer_contains`` (if a chunk boundary splits it: every chunk
+      containing its longest prefix found);
+    - ``qrels/test.doc-level.tsv``: each question's gold document.
+
+    Existing files of the same names are overwritten.
+    """
+    root = Path(path)
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    parser = default_node_parser()
+    corpus_rows: List[Dict[str, Any]] = []
+    document_rows: List[Dict[str, Any]] = []
+    chunks_of: Dict[str, Dict[str, str]] = {}
+    for row in _read_jsonl("corpus.jsonl"):
+        doc_id, title = row["doc_id"], row["title"]
+        nodes = parser.get_nodes_from_documents([Document(text=row["text"], metadata={"title": title})])
+        chunks = {f"{doc_id}_c{i}": node.get_content() for i, node in enumerate(nodes)}
+        chunks_of[doc_id] = chunks
+        for chunk_id, text in chunks.items():
+            corpus_rows.append(
+                {"_id": chunk_id, "title": title, "text": text,
+                 "metadata": {"doc_id": doc_id, **row["metadata"]}}
+            )
+        document_rows.append(
+            {"_id": doc_id, "title": title, "text": row["text"],
+             "metadata": {"chunk_ids": list(chunks), **row["metadata"]}}
+        )
+    query_rows: List[Dict[str, Any]] = []
+    qrels = ["query-id\tcorpus-id\tscore\n"]
+    doc_qrels = ["query-id\tcorpus-id\tscore\n"]
+    for number, question in enumerate(load_sample_questions(), 1):
+        qid, gold = f"q{number}", question["doc_id"]
+        if gold not in chunks_of:
+            raise ValueError(f"questions.jsonl:{number}: unknown doc_id {gold!r}")
+        query_rows.append(
+            {"_id": qid, "text": question["question"],
+             "metadata": {"gold_doc_id": gold, "answer_contains": question["answer_contains"]}}
+        )
+        for chunk_id in _relevant_chunks(
+            question["answer_contains"], chunks_of[gold], f"questions.jsonl:{number}"
+        ):
+            qrels.append(f"{qid}\t{chunk_id}\t1\n")
+        doc_qrels.append(f"{qid}\t{gold}\t1\n")
+    _write_jsonl(root / "corpus.jsonl", corpus_rows)
+    _write_jsonl(root / "documents.jsonl", document_rows)
+    _write_jsonl(root / "queries.jsonl", query_rows)
+    (root / "qrels" / "test.tsv").write_text("".join(qrels), encoding="utf-8")
+    (root / "qrels" / "test.doc-level.tsv").write_text("".join(doc_qrels), encoding="utf-8")
+    return root

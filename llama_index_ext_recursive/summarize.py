@@ -24,7 +24,12 @@ from llama_index_ext_recursive.persist import load_json
 
 logger = logging.getLogger(__name__)
 
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？；])\s*|\n+")
+# Latin: end mark, space, then a capital/digit/quote (not "U.S. economy", not "3.5");
+# Chinese end marks need no space.
+_SENTENCE_END = re.compile(
+    r"(?:(?<=[.!?])|(?<=[.!?][\"'\u201d\u2019)]))\s+(?=[A-Z0-9\"'(\[\u201c\u3400-\u9fff])"
+    r"|(?<=[。！？；])|\n+"
+)
 _LATIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _STOPWORDS = frozenset(
@@ -74,29 +79,47 @@ class ExtractiveSummarizer:
 
     Args:
         max_chars: upper bound on summary length (the embedding model reads
-            about 256 word pieces; 600 characters fit).
+            about 256 word pieces; 600 characters of English fit).
+        max_chars_cjk: the bound for Chinese text, where each character is a
+            word piece (240 fit the same window).
         diversity_lambda: 1.0 ranks by centrality alone; lower values favour
             sentences unlike those already chosen.
     """
 
-    def __init__(self, max_chars: int = 600, diversity_lambda: float = 0.7) -> None:
-        if max_chars < 50:
-            raise ValueError(f"max_chars must be at least 50, got {max_chars}")
+    def __init__(
+        self, max_chars: int = 600, diversity_lambda: float = 0.7, max_chars_cjk: int = 240
+    ) -> None:
+        if min(max_chars, max_chars_cjk) < 50:
+            raise ValueError(
+                f"max_chars and max_chars_cjk must be at least 50, got {max_chars}, {max_chars_cjk}"
+            )
         if not 0.0 <= diversity_lambda <= 1.0:
             raise ValueError(f"diversity_lambda must be within [0, 1], got {diversity_lambda}")
         self.max_chars = max_chars
+        self.max_chars_cjk = max_chars_cjk
         self.diversity_lambda = diversity_lambda
 
     @property
     def fingerprint(self) -> str:
-        return f"extractive-tfidf-mmr-v1:{self.max_chars}:{self.diversity_lambda}"
+        return (
+            f"extractive-tfidf-mmr-v2:{self.max_chars}:{self.max_chars_cjk}:{self.diversity_lambda}"
+        )
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"type": "extractive", "max_chars": self.max_chars, "diversity_lambda": self.diversity_lambda}
+        return {
+            "type": "extractive",
+            "max_chars": self.max_chars,
+            "max_chars_cjk": self.max_chars_cjk,
+            "diversity_lambda": self.diversity_lambda,
+        }
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ExtractiveSummarizer":
-        return cls(max_chars=data["max_chars"], diversity_lambda=data["diversity_lambda"])
+        return cls(
+            max_chars=data["max_chars"],
+            diversity_lambda=data["diversity_lambda"],
+            max_chars_cjk=data.get("max_chars_cjk", 240),
+        )
 
     def select(self, text: str, budget: int, segments: int = 1) -> List[str]:
         """Central, mutually different sentences of ``text`` within ``budget`` characters.
@@ -146,10 +169,11 @@ class ExtractiveSummarizer:
         return chosen
 
     def summarize(self, title: str, text: str) -> str:
+        limit = self.max_chars_cjk if cjk_ratio(text) > 0.3 else self.max_chars
         head = f"{title}. " if title else ""
-        body = self.select(text, self.max_chars - len(head))
+        body = self.select(text, limit - len(head))
         summary = head + " ".join(body)
-        return summary[: self.max_chars].strip() or text[: self.max_chars].strip()
+        return summary[:limit].strip() or text[:limit].strip()
 
 
 DEFAULT_SUMMARY_PROMPT = (

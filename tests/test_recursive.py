@@ -503,6 +503,15 @@ def test_add_and_delete_documents_without_rebuilding(lexical):
         retriever.delete_document("bee")
 
 
+def test_updating_embeds_only_new_or_changed_documents(lexical):
+    retriever = build(lexical)
+    lexical.calls = 0
+    unchanged = [n for n in topic_nodes() if n.metadata["doc_id"] == "bees"]
+    new = TextNode(id_="ice-0", text="Glaciers carve valleys.", metadata={"doc_id": "ice"})
+    assert retriever.add_nodes(unchanged + [new]) == ["ice"]
+    assert lexical.calls == 1
+
+
 def test_summaries_are_cached_by_content(lexical):
     class Counting:
         fingerprint = "counting"
@@ -591,6 +600,22 @@ def test_loading_with_another_embedding_model_is_refused(lexical, tmp_path):
         RecursiveSummaryRetriever.from_persist_dir(
             tmp_path / "idx", embed_model=LexicalEmbedding(model_name="other")
         )
+
+
+def test_config_from_an_earlier_version_loads_with_defaults(lexical, tmp_path):
+    build(lexical, similarity_top_k=4).persist(tmp_path / "idx")
+    path = tmp_path / "idx" / "config.json"
+    config = json.loads(path.read_text())
+    for key in ("summary_embedding", "node_parser", "filters"):
+        config.pop(key)
+    config["summarizer"] = "extractive-tfidf-v1:600"
+    path.write_text(json.dumps(config))
+    loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx", embed_model=lexical)
+    assert loaded.similarity_top_k == 4 and loaded.retrieve("queen bee")
+    del config["documents"]
+    path.write_text(json.dumps(config))
+    with pytest.raises(PersistError, match=r"config.json lacks \['documents'\]"):
+        RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx", embed_model=lexical)
 
 
 def test_loading_a_missing_directory_is_a_clear_error(tmp_path):

@@ -109,3 +109,18 @@ def test_cache_reuses_by_content_and_persists(tmp_path):
     reloaded = SummaryCache(tmp_path / "cache.json")
     reloaded.get_or_create(summarizer, "Bees", DOC)
     assert reloaded.hits == 1 and reloaded.misses == 0
+
+
+def test_sentences_do_not_split_inside_abbreviations_or_decimals():
+    from llama_index_ext_recursive.summarize import split_sentences
+
+    text = 'The U.S. economy grew 3.5 percent. Next one. 第一句。第二句！ "Quoted." (Aside) ends.'
+    assert split_sentences(text) == [
+        "The U.S. economy grew 3.5 percent.", "Next one.", "第一句。", "第二句！", '"Quoted."', "(Aside) ends.",
+    ]
+
+
+def test_chinese_summaries_fit_the_embedding_window():
+    summarizer = ExtractiveSummarizer(max_chars=600, max_chars_cjk=240)
+    assert len(summarizer.summarize("蜜蜂", ZH_DOC * 30)) <= 240
+    assert len(summarizer.summarize("Bees", DOC * 3)) > 240  # English keeps its own budget

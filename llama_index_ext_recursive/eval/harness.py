@@ -14,7 +14,7 @@ from llama_index.core.schema import MetadataMode
 from llama_index_ext_recursive.embeddings import resolve_embed_model
 from llama_index_ext_recursive.eval.cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
-from llama_index_ext_recursive.eval.registry import BuildContext, build_retriever
+from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever
 from llama_index_ext_recursive.eval.runner import evaluate_retriever, measure_build
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,9 @@ def compare(
     disk when ``cache_path`` is given); latency is measured with query
     embeddings precomputed.
     """
+    for name in names:  # fail before any embedding work
+        if name not in REGISTRY:
+            raise KeyError(f"unknown retriever {name!r}; known: {', '.join(sorted(REGISTRY))}")
     model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
         resolve_embed_model(embed_model), cache_path
     )
@@ -148,12 +151,13 @@ def plot(comparison: Comparison, path: Union[str, Path]) -> None:
     import matplotlib.pyplot as plt
 
     metric = f"nDCG@{comparison.k}"
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for r in comparison.reports:
-        ax.scatter(r.latency_p50_ms, r.metrics.get(metric, 0.0))
-        ax.annotate(r.name, (r.latency_p50_ms, r.metrics.get(metric, 0.0)),
-                    textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.scatter(r.latency_p50_ms, r.metrics.get(metric, 0.0), label=r.name, s=40)
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.margins(x=0.25, y=0.15)
+    ax.legend(fontsize=8, loc="best")
     ax.set_xlabel("p50 retrieval latency, ms (log scale; query embeddings precomputed)")
     ax.set_ylabel(metric)
     ax.set_title(f"{comparison.dataset}: {comparison.queries} queries, {comparison.corpus} chunks")

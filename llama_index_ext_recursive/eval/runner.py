@@ -58,7 +58,14 @@ class EvalResult:
 
 
 def _as_ir_run(ranking: Run) -> Dict[str, Dict[str, float]]:
-    return {qid: {nid: float(len(ids) - r) for r, nid in enumerate(ids)} for qid, ids in ranking.items()}
+    """Scores ``n - rank``; an id repeated in a ranking keeps its first (best) rank."""
+    run: Dict[str, Dict[str, float]] = {}
+    for qid, ids in ranking.items():
+        scores: Dict[str, float] = {}
+        for rank, node_id in enumerate(ids):
+            scores.setdefault(node_id, float(len(ids) - rank))
+        run[qid] = scores
+    return run
 
 
 def to_documents(ranking: Run, doc_of: Mapping[str, str]) -> Run:
@@ -90,7 +97,8 @@ def score(
     for metric in ir_measures.iter_calc(measures, qrels, _as_ir_run(full)):
         per_query[metric.query_id][str(metric.measure)] = metric.value
     if doc_of is not None and doc_qrels is not None:
-        docs = _as_ir_run(to_documents(full, doc_of))
+        # the documents of the top-k chunks, as the chunk metrics see them
+        docs = _as_ir_run(to_documents({q: ids[:k] for q, ids in full.items()}, doc_of))
         for metric in ir_measures.iter_calc([ir_measures.Success @ k], doc_qrels, docs):
             per_query[metric.query_id][DOC_PREFIX + str(metric.measure)] = metric.value
     names = sorted({name for values in per_query.values() for name in values})

@@ -1,0 +1,523 @@
+"""The evaluation package: metrics, datasets, embedding cache, registry, harness, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import ir_measures
+import pytest
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
+from conftest import LexicalEmbedding, topic_nodes
+from llama_index_ext_recursive import write_sample_dataset
+from llama_index_ext_recursive.eval import (
+    REGISTRY,
+    BeirDataset,
+    BuildContext,
+    CachedEmbedding,
+    DatasetError,
+    build_retriever,
+    compare,
+    evaluate_pairs,
+    markdown_table,
+    score,
+)
+from llama_index_ext_recursive.eval.registry import parse_names
+from llama_index_ext_recursive.sample import _relevant_chunks, load_sample_questions
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+class CountingEmbedding(LexicalEmbedding):
+    """LexicalEmbedding that records every text it embeds, by kind."""
+
+    queries: List[str] = Field(default_factory=list)
+    texts: List[str] = Field(default_factory=list)
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        self.queries.append(query)
+        return self._vector(query)
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        self.texts.append(text)
+        return self._vector(text)
+
+
+@pytest.fixture
+def counting() -> CountingEmbedding:
+    return CountingEmbedding(model_name="counting-test")
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_ndcg_is_cut_at_k_unlike_llamaindex():
+    """3 relevant, top-2 both relevant, k=2: the ideal ranking at 2 is no better."""
+    result = score({"q": ["a", "b"]}, {"q": {"a": 1, "b": 1, "c": 1}}, k=2)
+    assert result.aggregate["nDCG@2"] == pytest.approx(1.0)
+    assert result.aggregate["R@2"] == pytest.approx(2 / 3)
+    assert result.aggregate["RR@2"] == pytest.approx(1.0)
+    # LlamaIndex's RetrieverEvaluator metric divides by the ideal DCG of all 3 relevant
+    from llama_index.core.evaluation.retrieval.metrics import NDCG
+
+    upstream = NDCG().compute(expected_ids=["a", "b", "c"], retrieved_ids=["a", "b"]).score
+    assert upstream == pytest.approx(0.7654, abs=1e-4)
+    assert upstream == pytest.approx((1 + 1 / math.log2(3)) / (1 + 1 / math.log2(3) + 0.5))
+
+
+def test_one_relevant_at_rank_three_of_ten():
+    ranking = ["x1", "x2", "gold", "x4", "x5", "x6", "x7", "x8", "x9", "x10"]
+    metrics = score({"q": ranking}, {"q": {"gold": 1}}, k=10).aggregate
+    assert metrics["RR@10"] == pytest.approx(1 / 3)
+    assert metrics["nDCG@10"] == pytest.approx(0.5)  # 1/log2(4) over an ideal of 1
+    assert metrics["Success@1"] == 0.0
+    assert metrics["Success@10"] == 1.0
+    assert metrics["R@10"] == 1.0
+    assert set(metrics) == {"nDCG@10", "RR@10", "R@10", "Success@1", "Success@10"}
+
+
+def test_relevant_beyond_k_does_not_count():
+    ranking = [f"x{i}" for i in range(10)] + ["gold"]
+    metrics = score({"q": ranking}, {"q": {"gold": 1}}, k=10).aggregate
+    assert metrics["nDCG@10"] == metrics["RR@10"] == metrics["Success@10"] == metrics["R@10"] == 0.0
+
+
+@pytest.mark.parametrize("ranking", [{"perfect": ["a"]}, {"perfect": ["a"], "empty": []}])
+def test_a_query_without_results_scores_zero_and_stays_in_the_mean(ranking):
+    result = score(ranking, {"perfect": {"a": 1}, "empty": {"b": 1}}, k=10)
+    assert set(result.per_query) == {"perfect", "empty"}
+    assert all(value == 0.0 for value in result.per_query["empty"].values())
+    assert result.per_query["empty"]  # zeros are reported, not missing
+    assert result.aggregate["nDCG@10"] == pytest.approx(0.5)
+    assert result.aggregate["Success@1"] == pytest.approx(0.5)
+
+
+def test_all_queries_without_results_still_report_every_metric():
+    result = score({}, {"q1": {"a": 1}, "q2": {"b": 1}}, k=5)
+    assert result.aggregate == {"nDCG@5": 0.0, "RR@5": 0.0, "R@5": 0.0, "Success@1": 0.0, "Success@5": 0.0}
+
+
+def test_ranking_order_is_scored_not_id_order():
+    """trec_eval breaks score ties by document id; score() takes ranked ids, so it cannot."""
+    qrels = {"q": {"z": 1}}
+    # what scoring the retriever's (tied) scores directly would do: z is moved behind a
+    tied = ir_measures.calc_aggregate([ir_measures.RR @ 10], qrels, {"q": {"z": 0.5, "a": 0.5}})
+    assert tied[ir_measures.RR @ 10] == pytest.approx(0.5)
+    assert score({"q": ["z", "a"]}, qrels).aggregate["RR@10"] == 1.0
+    assert score({"q": ["a", "z"]}, qrels).aggregate["RR@10"] == pytest.approx(0.5)
+
+
+def test_a_repeated_id_keeps_its_first_rank():
+    """Regression: a repeat used to overwrite the id's score with its later, lower rank."""
+    assert score({"q": ["a", "b", "a"]}, {"q": {"a": 1}}).aggregate["RR@10"] == 1.0
+    assert score({"q": ["a", "b", "a"]}, {"q": {"b": 1}}).aggregate["RR@10"] == pytest.approx(0.5)
+
+
+class FixedRetriever(BaseRetriever):
+    """Returns the same nodes, all with the same score, in a fixed order."""
+
+    def __init__(self, ids: List[str]) -> None:
+        super().__init__()
+        self._ids = ids
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_=i, text=i), score=0.5) for i in self._ids]
+
+
+def test_tied_retriever_scores_keep_the_retriever_order():
+    result = evaluate_pairs(FixedRetriever(["z", "a"]), [("anything", ["z"]), ("other", ["a"])])
+    assert result.per_query["q0"]["RR@10"] == 1.0
+    assert result.per_query["q1"]["RR@10"] == pytest.approx(0.5)
+
+
+DOC_OF = {"bees_c0": "bees", "bees_c1": "bees", "solar_c0": "solar", "solar_c1": "solar", "kites_c0": "kites"}
+
+
+def test_document_level_success_through_doc_of():
+    ranking = {"q1": ["bees_c0", "solar_c0", "bees_c1"], "q2": ["bees_c0", "bees_c1", "kites_c0"]}
+    qrels = {"q1": {"solar_c1": 1}, "q2": {"kites_c0": 1}}
+    doc_qrels = {"q1": {"solar": 1}, "q2": {"kites": 1}}
+    at2 = score(ranking, qrels, k=2, doc_of=DOC_OF, doc_qrels=doc_qrels).per_query
+    # q1: a different chunk of the right document counts at document level only
+    assert at2["q1"]["Success@2"] == 0.0 and at2["q1"]["doc:Success@2"] == 1.0
+    # q2: the top-2 chunks are both from bees; kites (rank 3) is outside the cut,
+    # at document level as at chunk level
+    assert at2["q2"]["doc:Success@2"] == 0.0
+    assert score(ranking, qrels, k=3, doc_of=DOC_OF, doc_qrels=doc_qrels).per_query["q2"]["doc:Success@3"] == 1.0
+    at1 = score(ranking, qrels, k=1, doc_of=DOC_OF, doc_qrels=doc_qrels).aggregate
+    assert at1["doc:Success@1"] == 0.0
+    assert "doc:Success@2" not in score(ranking, qrels, k=2).aggregate  # no mapping, no doc metrics
+
+
+# ---------------------------------------------------------------- datasets
+
+
+CORPUS = [
+    {"_id": "bees_c0", "title": "Honeybees", "text": "The queen bee lays eggs in the hive.", "metadata": {"doc_id": "bees"}},
+    {"_id": "bees_c1", "title": "Honeybees", "text": "Worker bees collect nectar from flowers.", "metadata": {"doc_id": "bees"}},
+    {"_id": "solar_c0", "title": "Solar", "text": "Solar panels turn sunlight into electricity.", "metadata": {"doc_id": "solar"}},
+    {"_id": "solar_c1", "title": "Solar", "text": "An inverter makes alternating current.", "metadata": {"doc_id": "solar"}},
+]
+QUERIES = [
+    {"_id": "q1", "text": "Who lays the eggs in a hive?"},
+    {"_id": "q2", "text": "What does an inverter do?"},
+    {"_id": "q3", "text": "An unjudged question about kites"},
+    {"_id": "q4", "text": "What do worker bees collect?"},
+]
+QRELS = ["query-id\tcorpus-id\tscore", "q1\tbees_c0\t1", "q2\tsolar_c1\t1", "q4\tbees_c1\t2"]
+DOC_QRELS = ["query-id\tcorpus-id\tscore", "q1\tbees\t1", "q2\tsolar\t1", "q4\tbees\t1"]
+
+
+def write_dataset(
+    root: Path,
+    corpus: Optional[List[str]] = None,
+    queries: Optional[List[str]] = None,
+    qrels: Optional[List[str]] = None,
+    doc_qrels: Optional[List[str]] = DOC_QRELS,
+) -> Path:
+    """A tiny BEIR-layout dataset; each file given as its lines."""
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    files = {
+        "corpus.jsonl": corpus if corpus is not None else [json.dumps(r) for r in CORPUS],
+        "queries.jsonl": queries if queries is not None else [json.dumps(r) for r in QUERIES],
+        "qrels/test.tsv": qrels if qrels is not None else QRELS,
+        "qrels/test.doc-level.tsv": doc_qrels,
+    }
+    for name, lines in files.items():
+        if lines is not None:
+            (root / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def _replace(lines: List[str], number: int, text: str) -> List[str]:
+    """``lines`` with its 1-based line ``number`` replaced."""
+    return lines[: number - 1] + [text] + lines[number:]
+
+
+CORPUS_LINES = [json.dumps(r) for r in CORPUS]
+QUERY_LINES = [json.dumps(r) for r in QUERIES]
+
+BAD = {
+    "corpus bad JSON": ("corpus", _replace(CORPUS_LINES, 3, '{"_id": "solar_c0", "text": '), "corpus.jsonl:3", "invalid JSON"),
+    "corpus not an object": ("corpus", _replace(CORPUS_LINES, 2, '["bees_c1"]'), "corpus.jsonl:2", "JSON object"),
+    "corpus missing _id": ("corpus", _replace(CORPUS_LINES, 3, json.dumps({"text": "no id"})), "corpus.jsonl:3", "'_id'"),
+    "corpus duplicate _id": ("corpus", _replace(CORPUS_LINES, 3, json.dumps({"_id": "bees_c0", "text": "again"})), "corpus.jsonl:3", "duplicate"),
+    "queries missing text": ("queries", _replace(QUERY_LINES, 2, json.dumps({"_id": "q2"})), "queries.jsonl:2", "'text'"),
+    "queries duplicate _id": ("queries", _replace(QUERY_LINES, 4, json.dumps({"_id": "q1", "text": "x"})), "queries.jsonl:4", "duplicate"),
+    "qrels column count": ("qrels", _replace(QRELS, 3, "q2\tsolar_c1"), "test.tsv:3", "3 tab-separated columns"),
+    "qrels non-integer relevance": ("qrels", _replace(QRELS, 2, "q1\tbees_c0\thigh"), "test.tsv:2", "not an integer"),
+    "qrels unknown query": ("qrels", _replace(QRELS, 3, "q9\tsolar_c1\t1"), "test.tsv:3", "'q9'"),
+    "qrels unknown corpus id": ("qrels", _replace(QRELS, 2, "q1\tbees_c7\t1"), "test.tsv:2", "'bees_c7'"),
+    "doc qrels unknown document": ("doc_qrels", _replace(DOC_QRELS, 4, "q4\twasps\t1"), "test.doc-level.tsv:4", "'wasps'"),
+}
+
+
+@pytest.mark.parametrize("field, lines, where, why", BAD.values(), ids=list(BAD))
+def test_a_malformed_line_raises_naming_file_and_line(tmp_path, field, lines, where, why):
+    root = write_dataset(tmp_path / "ds", **{field: lines})
+    with pytest.raises(DatasetError) as caught:
+        BeirDataset.load(root)
+    assert where in str(caught.value) and why in str(caught.value)
+
+
+@pytest.mark.parametrize("missing", ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"])
+def test_a_missing_file_raises_naming_it(tmp_path, missing):
+    root = write_dataset(tmp_path / "ds")
+    (root / missing).unlink()
+    with pytest.raises(DatasetError, match=re.escape(Path(missing).name)):
+        BeirDataset.load(root)
+
+
+def test_a_missing_directory_or_split_raises(tmp_path):
+    with pytest.raises(DatasetError, match="not a directory"):
+        BeirDataset.load(tmp_path / "nowhere")
+    with pytest.raises(DatasetError, match="dev.tsv"):
+        BeirDataset.load(write_dataset(tmp_path / "ds"), split="dev")
+
+
+def test_load_keeps_judged_queries_in_file_order(tmp_path):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    assert dataset.name == "ds"
+    assert list(dataset.queries) == ["q1", "q2", "q4"]  # q3 has no qrels: not evaluated
+    assert dataset.qrels == {"q1": {"bees_c0": 1}, "q2": {"solar_c1": 1}, "q4": {"bees_c1": 2}}
+    assert dataset.doc_of == {"bees_c0": "bees", "bees_c1": "bees", "solar_c0": "solar", "solar_c1": "solar"}
+    assert dataset.hierarchical
+    assert dataset.doc_qrels == {"q1": {"bees": 1}, "q2": {"solar": 1}, "q4": {"bees": 1}}
+
+
+@pytest.mark.parametrize("cap, expected", [(1, ["q1"]), (2, ["q1", "q2"]), (3, ["q1", "q2", "q4"]), (10, ["q1", "q2", "q4"])])
+def test_max_queries_keeps_the_first_judged_queries(tmp_path, cap, expected):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"), max_queries=cap)
+    assert list(dataset.queries) == expected
+    assert list(dataset.qrels) == expected
+    assert list(dataset.doc_qrels) == expected
+
+
+def test_without_doc_level_qrels_the_set_is_flat(tmp_path):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds", doc_qrels=None))
+    assert not dataset.hierarchical and dataset.doc_qrels is None
+
+
+def test_nodes_embed_the_title_not_the_doc_id(tmp_path):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    nodes = {n.node_id: n for n in dataset.nodes()}
+    assert list(nodes) == ["bees_c0", "bees_c1", "solar_c0", "solar_c1"]
+    embedded = nodes["bees_c0"].get_content(metadata_mode=MetadataMode.EMBED)
+    assert "Honeybees" in embedded and "queen bee" in embedded and "doc_id" not in embedded
+    flat = {n.node_id: n for n in dataset.nodes(title_in_text=True)}
+    assert flat["solar_c0"].text == "Solar Solar panels turn sunlight into electricity."
+
+
+# ---------------------------------------------------------------- sample dataset
+
+
+def test_sample_dataset_is_complete_and_loads(tmp_path):
+    root = write_sample_dataset(tmp_path / "sample")
+    assert root == tmp_path / "sample"
+    dataset = BeirDataset.load(root)
+    questions = load_sample_questions()
+    assert len(dataset.queries) == len(questions) == 24  # every question is judged
+    assert dataset.hierarchical
+    documents = [json.loads(line) for line in (root / "documents.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(documents) == 12
+    for document in documents:
+        chunk_ids = document["metadata"]["chunk_ids"]
+        assert chunk_ids == [f"{document['_id']}_c{i}" for i in range(len(chunk_ids))]
+        assert all(dataset.doc_of[c] == document["_id"] for c in chunk_ids)
+    assert sum(len(d["metadata"]["chunk_ids"]) for d in documents) == len(dataset.corpus)
+    queries = {json.loads(line)["_id"]: json.loads(line) for line in (root / "queries.jsonl").read_text(encoding="utf-8").splitlines()}
+    for number, question in enumerate(questions, 1):
+        qid = f"q{number}"
+        assert queries[qid]["text"] == question["question"]
+        assert queries[qid]["metadata"]["gold_doc_id"] == question["doc_id"]
+        assert dataset.qrels[qid], f"{qid} has no relevant chunk"
+        assert {dataset.doc_of[c] for c in dataset.qrels[qid]} == {question["doc_id"]}
+        assert dataset.doc_qrels[qid] == {question["doc_id"]: 1}
+        # today no answer is split by a chunk boundary: every relevant chunk holds it
+        assert all(question["answer_contains"] in dataset.corpus[c]["text"] for c in dataset.qrels[qid])
+
+
+def test_sample_dataset_is_deterministic(tmp_path):
+    first, second = write_sample_dataset(tmp_path / "a"), write_sample_dataset(tmp_path / "b")
+    for name in ["corpus.jsonl", "documents.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/test.doc-level.tsv"]:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_an_answer_split_by_a_chunk_boundary_falls_back_to_its_longest_prefix():
+    chunks = {"d_c0": "the starter doubles in", "d_c1": "volume within hours", "d_c2": "doubles"}
+    assert _relevant_chunks("doubles in volume", chunks, "x") == ["d_c0"]
+    assert _relevant_chunks("volume", chunks, "x") == ["d_c1"]
+    assert _relevant_chunks("hours", {"a": "hours", "b": "hours again"}, "x") == ["a", "b"]
+    with pytest.raises(ValueError, match="x: no chunk"):
+        _relevant_chunks("zebra", {"a": "bees"}, "x")
+
+
+# ---------------------------------------------------------------- embedding cache
+
+
+def test_cache_embeds_each_text_once_and_returns_the_same_vectors(counting, tmp_path):
+    cache = CachedEmbedding(counting, tmp_path / "cache.sqlite")
+    assert cache.model_name == "counting-test"
+    fresh = cache.get_text_embedding_batch(["queen bee", "solar panel", "queen bee"])
+    assert counting.texts == ["queen bee", "solar panel"]  # a repeat within a batch, too
+    again = cache.get_text_embedding_batch(["solar panel", "queen bee"])
+    assert cache.get_text_embedding("queen bee") == fresh[0]
+    assert counting.texts == ["queen bee", "solar panel"] and cache.computed == 2
+    assert again == [fresh[1], fresh[0]] and fresh[2] == fresh[0]
+    assert fresh[0] == pytest.approx(counting._vector("queen bee"), abs=1e-6)  # float32 of the model's
+    assert len(cache) == 2
+
+
+def test_query_and_text_embeddings_are_cached_separately(counting):
+    cache = CachedEmbedding(counting)
+    text_vector = cache.get_text_embedding("bees")
+    query_vector = cache.get_query_embedding("bees")
+    assert counting.texts == ["bees"] and counting.queries == ["bees"]
+    assert cache.get_query_embedding("bees") == query_vector
+    assert cache.get_text_embedding("bees") == text_vector
+    assert counting.texts == ["bees"] and counting.queries == ["bees"] and cache.computed == 2
+    assert len(cache) == 2
+
+
+async def test_async_calls_use_the_cache(counting):
+    cache = CachedEmbedding(counting)
+    vector = cache.get_query_embedding("bees")
+    assert await cache.aget_query_embedding("bees") == vector
+    assert await cache.aget_text_embedding("hive") == cache.get_text_embedding("hive")
+    assert counting.queries == ["bees"] and counting.texts == ["hive"]
+
+
+def test_two_wrappers_share_one_sqlite_file(tmp_path):
+    path = tmp_path / "shared" / "cache.sqlite"
+    first_model, second_model = CountingEmbedding(model_name="m"), CountingEmbedding(model_name="m")
+    first = CachedEmbedding(first_model, path)
+    texts = first.get_text_embedding_batch(["a b", "c d"])
+    query = first.get_query_embedding("a b")
+    first.close()
+    second = CachedEmbedding(second_model, path)
+    assert second.get_text_embedding_batch(["c d", "a b", "e f"]) == [texts[1], texts[0], second.get_text_embedding("e f")]
+    assert second.get_query_embedding("a b") == query
+    assert second_model.texts == ["e f"] and second_model.queries == []
+    assert second.computed == 1
+    # another model name is another cache entry
+    other_model = CountingEmbedding(model_name="other")
+    CachedEmbedding(other_model, path).get_text_embedding("a b")
+    assert other_model.texts == ["a b"]
+
+
+# ---------------------------------------------------------------- evaluate_pairs
+
+
+def test_evaluate_pairs_scores_labelled_pairs(lexical):
+    retriever = VectorStoreIndex(topic_nodes(), embed_model=lexical).as_retriever(similarity_top_k=3)
+    result = evaluate_pairs(
+        retriever,
+        [
+            ("Which bee lays eggs in the hive?", ["bees-0"]),
+            ("What turns direct current from panels into alternating current?", ["solar-1"]),
+            ("Why bake bread in a covered pot?", ["bread-1", "bread-0"]),
+            ("Something nobody wrote about", ["kites-0"]),
+        ],
+        k=3,
+    )
+    assert list(result.per_query) == ["q0", "q1", "q2", "q3"]
+    assert result.per_query["q0"]["RR@3"] == 1.0 and result.per_query["q1"]["RR@3"] == 1.0
+    assert result.per_query["q2"]["Success@3"] == 1.0
+    assert all(value == 0.0 for value in result.per_query["q3"].values())
+    assert result.aggregate["Success@3"] == pytest.approx(0.75)
+
+
+def test_evaluate_pairs_rejects_a_pair_without_expected_ids(lexical):
+    retriever = VectorStoreIndex(topic_nodes(), embed_model=lexical).as_retriever()
+    with pytest.raises(DatasetError, match=r"pairs\[1\].*no expected node ids"):
+        evaluate_pairs(retriever, [("bees", ["bees-0"]), ("solar", [])])
+
+
+# ---------------------------------------------------------------- registry and harness
+
+
+def _context(model) -> BuildContext:
+    nodes = topic_nodes()
+    for node in nodes:
+        node.embedding = model.get_text_embedding(node.get_content(metadata_mode=MetadataMode.EMBED))
+    return BuildContext(nodes=nodes, embed_model=model, top_k=3)
+
+
+def test_the_registry_has_the_upstream_baselines_and_ours():
+    assert {"upstream-vector", "upstream-bm25", "upstream-fusion", "upstream-recursive", "recursive"} <= set(REGISTRY)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_registered_retriever_builds_and_retrieves(lexical, name):
+    context = _context(lexical)
+    retriever = build_retriever(name, context)
+    assert isinstance(retriever, BaseRetriever)
+    question = "Which bee lays eggs in the hive?"
+    results = retriever.retrieve(QueryBundle(question, embedding=lexical.get_query_embedding(question)))
+    assert isinstance(results, list) and results
+    assert all(isinstance(r, NodeWithScore) for r in results)
+    assert len(results) <= context.top_k
+    known = {n.node_id for n in context.nodes}
+    assert {r.node.node_id for r in results} <= known
+    assert results[0].node.metadata["doc_id"] == "bees"
+
+
+def test_an_unknown_retriever_name_lists_the_known_ones(lexical):
+    with pytest.raises(KeyError) as caught:
+        build_retriever("upstream-vectr", _context(lexical))
+    assert "upstream-vectr" in str(caught.value)
+    assert all(name in str(caught.value) for name in REGISTRY)
+    with pytest.raises(KeyError, match="known: .*upstream-vector"):
+        parse_names("upstream-vector,nope")
+    with pytest.raises(KeyError):
+        parse_names(" , ")
+    assert parse_names(" upstream-vector , recursive ") == ["upstream-vector", "recursive"]
+
+
+METRICS = {"nDCG@10", "RR@10", "R@10", "Success@1", "Success@10"}
+
+
+def test_compare_reports_every_retriever_on_shared_cached_embeddings(tmp_path, counting):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    names = sorted(REGISTRY)
+    cache = CachedEmbedding(counting, tmp_path / "cache.sqlite")
+    first = compare(dataset, names, embed_model=cache)
+    assert [r.name for r in first.reports] == names
+    assert (first.dataset, first.queries, first.corpus, first.k) == ("ds", 3, 4, 10)
+    for report in first.reports:
+        assert set(report.metrics) == METRICS | {"doc:Success@10"}
+        assert all(0.0 <= v <= 1.0 for v in report.metrics.values())
+        assert set(report.per_query) == {"q1", "q2", "q4"}
+        assert report.latency_p50_ms >= 0 and report.build_seconds >= 0
+    # every distinct text (chunks, queries, any summaries) embedded exactly once
+    embedded = [("text", t) for t in counting.texts] + [("query", q) for q in counting.queries]
+    assert len(embedded) == len(set(embedded)) == first.texts_embedded == len(cache)
+    assert {"Who lays the eggs in a hive?", "What does an inverter do?", "What do worker bees collect?"} <= set(counting.queries)
+    second = compare(dataset, names, embed_model=cache)
+    assert second.texts_embedded == 0 and len(counting.texts) + len(counting.queries) == len(embedded)
+    assert [r.metrics for r in second.reports] == [r.metrics for r in first.reports]
+    data = json.loads(json.dumps(second.to_dict()))
+    assert set(data["retrievers"]) == set(names) and "per_query" not in data["retrievers"]["recursive"]
+    assert "q1" in second.to_dict(per_query=True)["retrievers"]["recursive"]["per_query"]
+
+
+def test_compare_on_a_flat_set_has_no_document_metrics(tmp_path, lexical):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds", doc_qrels=None))
+    comparison = compare(dataset, ["upstream-vector", "upstream-bm25"], embed_model=lexical)
+    assert all(set(r.metrics) == METRICS for r in comparison.reports)
+    table = markdown_table(comparison)
+    assert "doc:Success" not in table
+
+
+def test_markdown_table_has_a_row_per_retriever(tmp_path, lexical):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    comparison = compare(dataset, ["upstream-vector", "recursive"], embed_model=lexical, k=3)
+    lines = markdown_table(comparison).splitlines()
+    assert lines[0].split(" | ")[:2] == ["| retriever", "nDCG@3"] and "doc:Success@3" in lines[0]
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| upstream-vector", "| recursive"]
+
+
+# ---------------------------------------------------------------- CLI, real model
+
+
+@pytest.mark.integration
+def test_cli_eval_on_the_sample_dataset(tmp_path, capsys, real_model):
+    from llama_index_ext_recursive.cli import main
+
+    data = write_sample_dataset(tmp_path / "ds")
+    out, png, cache = tmp_path / "out.json", tmp_path / "out.png", tmp_path / "c.sqlite"
+    argv = ["eval", "--data", str(data), "--retrievers", "upstream-vector,recursive",
+            "--cache", str(cache), "--out", str(out), "--plot", str(png)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "ds: 43 chunks, 24 queries" in printed
+    rows = [line for line in printed.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| retriever | nDCG@10 |")
+    assert [row.split(" | ")[0] for row in rows[1:]] == ["| upstream-vector", "| recursive"]
+    figures = json.loads(out.read_text(encoding="utf-8"))
+    assert figures["queries"] == 24 and figures["k"] == 10
+    metrics = figures["retrievers"]["recursive"]["metrics"]
+    assert set(metrics) == METRICS | {"doc:Success@10"}
+    assert metrics["doc:Success@10"] >= 0.9 and metrics["nDCG@10"] > 0.5
+    assert len(figures["retrievers"]["upstream-vector"]["per_query"]) == 24
+    assert png.read_bytes().startswith(PNG_SIGNATURE)
+    # the cache is on disk: a second run embeds nothing new
+    assert main(argv) == 0
+    assert "Embedded 0 new texts" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_cli_eval_unknown_retriever_lists_known_names(tmp_path):
+    from llama_index_ext_recursive.cli import main
+
+    data = write_sample_dataset(tmp_path / "ds")
+    with pytest.raises(SystemExit, match=r"unknown retriever.*'bogus'.*known: .*recursive.*upstream-vector") as caught:
+        main(["eval", "--data", str(data), "--retrievers", "upstream-vector,bogus"])
+    assert "upstream-bm25" in str(caught.value)
