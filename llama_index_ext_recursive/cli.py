@@ -183,8 +183,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
         show_progress=True,
     )
     print(
-        f"\nEmbedded {comparison.texts_embedded} new texts in {comparison.embedding_seconds:.1f}s "
-        f"(cache: {cache})\n"
+        f"\nEmbedded {comparison.texts_embedded} new chunk and query texts in "
+        f"{comparison.embedding_seconds:.1f}s, {comparison.texts_embedded_in_builds} more while "
+        f"building (summaries; within build s) (cache: {cache})\n"
     )
     print(markdown_table(comparison))
     if args.out:

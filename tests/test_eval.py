@@ -510,7 +510,7 @@ def test_cli_eval_on_the_sample_dataset(tmp_path, capsys, real_model):
     assert png.read_bytes().startswith(PNG_SIGNATURE)
     # the cache is on disk: a second run embeds nothing new
     assert main(argv) == 0
-    assert "Embedded 0 new texts" in capsys.readouterr().out
+    assert "Embedded 0 new chunk and query texts" in capsys.readouterr().out
 
 
 @pytest.mark.integration
