@@ -1,0 +1,285 @@
+"""Reproduce every ``llama-recursive eval`` run in ``benchmarks/results/eval/`` with one command.
+
+For each dataset under ``--data-root`` this runs (from the repository root)::
+
+    /usr/bin/time -v .venv/bin/llama-recursive eval --data <root>/<dataset> \
+        --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive \
+        --cache .cache/embeddings.sqlite \
+        --out benchmarks/results/eval/<dataset>.json --plot benchmarks/results/eval/<dataset>.png \
+        [--max-queries N]
+
+capturing the CLI's stdout to ``<dataset>.md`` and its stderr (progress bars,
+``/usr/bin/time -v`` report) to ``<dataset>.log``. All runs share one embedding
+cache file, so a text is embedded at most once across datasets and re-runs.
+The exact commands, wall times, max RSS, the machine and the other processes
+busy on it at the start and end of every run are appended to
+``benchmarks/results/eval/runs.jsonl`` and summarised in ``commands.md``.
+
+Usage (repository root)::
+
+    .venv/bin/python benchmarks/run_eval.py                      # all datasets, warm cache
+    .venv/bin/python benchmarks/run_eval.py --fresh-cache --datasets xquad_en_fine
+                                                                 # the honest cold-cache timing
+
+``--fresh-cache`` deletes the cache file before the first run (it is
+gitignored and only ever holds embeddings recomputable from the data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+OUT_DIR = REPO / "benchmarks" / "results" / "eval"
+RETRIEVERS = "upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive"
+# dataset -> --max-queries (None: every judged query of the test split)
+DATASETS: Dict[str, Optional[int]] = {
+    "xquad_en_fine": None,
+    "xquad_zh_fine": None,
+    "xquad_en": None,
+    "xquad_zh": None,
+    "scifact": None,  # qrels/test.tsv holds the 300 BEIR test queries
+    "cmrc2018": 1000,  # 3219 judged queries; capped to the first 1000 (queries.jsonl order)
+    "llamaindex_blockchain_solana": None,
+}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def mem_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return float("nan")
+
+
+def machine() -> str:
+    return (
+        f"nproc={os.cpu_count()}, CPU {cpu_model()}, {mem_gib():.0f} GiB RAM, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, CPU only, offline"
+    )
+
+
+def _cpu_ticks() -> Dict[int, Tuple[int, str]]:
+    ticks: Dict[int, Tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ticks[int(entry.name)] = (int(fields[11]) + int(fields[12]), cmd or stat.split()[1])
+    return ticks
+
+
+def busy_processes(exclude: Sequence[int] = (), threshold: float = 20.0) -> List[str]:
+    """Processes (other than ours) that used more than ``threshold`` % of a core over 1 s."""
+    hz = os.sysconf("SC_CLK_TCK")
+    before = _cpu_ticks()
+    time.sleep(1.0)
+    after = _cpu_ticks()
+    mine = {os.getpid(), *exclude}
+    busy = []
+    for pid, (total, cmd) in after.items():
+        if pid in mine or pid not in before:
+            continue
+        percent = 100.0 * (total - before[pid][0]) / hz
+        if percent >= threshold:
+            busy.append(f"pid {pid} {percent:.0f}% {cmd[:160]}")
+    return busy
+
+
+def _descendants(pid: int) -> List[int]:
+    """``pid`` and its children (``/usr/bin/time`` -> ``llama-recursive``)."""
+    out = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for child in children:
+        out += _descendants(int(child))
+    return out
+
+
+def _strip_percent(entry: str) -> str:
+    pid, number, _, cmd = entry.split(" ", 3)
+    return f"{cmd[:120]} (pid {number})"
+
+
+def library_fingerprint() -> str:
+    """sha256[:12] over every library source file (other people edit it while runs go on)."""
+    import hashlib
+
+    root = REPO / "llama_index_ext_recursive"
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def parse_time_v(stderr: str) -> Dict[str, object]:
+    found: Dict[str, object] = {}
+    for key, pattern in {
+        "wall": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)",
+        "user_s": r"User time \(seconds\): ([\d.]+)",
+        "sys_s": r"System time \(seconds\): ([\d.]+)",
+        "cpu_percent": r"Percent of CPU this job got: (\d+)%",
+        "max_rss_kb": r"Maximum resident set size \(kbytes\): (\d+)",
+    }.items():
+        match = re.search(pattern, stderr)
+        if match:
+            found[key] = match.group(1)
+    return found
+
+
+def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) -> Dict[str, object]:
+    out = Path(args.out_dir)
+    rel = lambda p: os.path.relpath(p, REPO)  # noqa: E731
+    cli = [
+        rel(REPO / ".venv" / "bin" / "llama-recursive"), "eval",
+        "--data", str(Path(args.data_root) / dataset),
+        "--retrievers", args.retrievers,
+        "--cache", rel(Path(args.cache)),
+        "--out", rel(out / f"{dataset}.json"),
+        "--plot", rel(out / f"{dataset}.png"),
+    ]
+    if max_queries is not None:
+        cli += ["--max-queries", str(max_queries)]
+    command = ["/usr/bin/time", "-v", *cli]
+    shown = " ".join(shlex.quote(c) for c in command) + f" > {rel(out / (dataset + '.md'))}"
+    print(f"[run_eval] {shown}", file=sys.stderr, flush=True)
+    record: Dict[str, object] = {
+        "dataset": dataset,
+        "command": shown,
+        "cwd": str(REPO),
+        "max_queries": max_queries,
+        "cache_existed": Path(args.cache).exists(),
+        "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "loadavg_before": os.getloadavg(),
+        "busy_before": busy_processes(),
+        "library_before": library_fingerprint(),
+    }
+    started = time.perf_counter()
+    with open(out / f"{dataset}.md", "w", encoding="utf-8") as stdout, open(
+        out / f"{dataset}.log", "w", encoding="utf-8"
+    ) as stderr:
+        proc = subprocess.Popen(command, cwd=REPO, stdout=stdout, stderr=stderr)
+        # sample the other load half-way through long runs too
+        samples: List[List[str]] = []
+        next_sample = started + 15
+        while proc.poll() is None:
+            time.sleep(2)
+            if time.perf_counter() >= next_sample:
+                samples.append(busy_processes(_descendants(proc.pid)))
+                next_sample += 60
+        code = proc.wait()
+    record["wall_seconds"] = round(time.perf_counter() - started, 1)
+    record["returncode"] = code
+    record["loadavg_after"] = os.getloadavg()
+    record["library_after"] = library_fingerprint()
+    record["busy_during"] = sorted({_strip_percent(p) for s in samples for p in s})
+    record["busy_samples"] = len(samples)
+    log = (out / f"{dataset}.log").read_text(encoding="utf-8", errors="replace")
+    record["time_v"] = parse_time_v(log)
+    figures_path = out / f"{dataset}.json"
+    if code == 0 and figures_path.exists():
+        figures = json.loads(figures_path.read_text(encoding="utf-8"))
+        record["texts_embedded"] = figures["texts_embedded"] + figures.get("texts_embedded_in_builds", 0)
+        record["embedding_seconds"] = round(figures["embedding_seconds"], 1)
+    if code != 0:
+        print(log[-3000:], file=sys.stderr)
+    return record
+
+
+def write_commands(out: Path) -> None:
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()]
+    lines = [
+        "# Exact commands of the evaluation runs",
+        "",
+        "Generated by `benchmarks/run_eval.py` from `runs.jsonl` (every run ever made, oldest first; "
+        "the latest run of a dataset is the one whose `.md`/`.json`/`.png` are in this folder).",
+        "cwd: the repository root.",
+        "",
+        "| started | dataset | cache existed | new texts embedded | embed s | wall s (`time -v`) | "
+        "user+sys s | max RSS MB | load avg before | other busy processes (during) | library sha256[:12] | command |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
+    ]
+    for r in runs:
+        tv = r.get("time_v", {})
+        cpu = float(tv.get("user_s", "nan")) + float(tv.get("sys_s", "nan"))
+        rss = int(tv.get("max_rss_kb", 0)) / 1024
+        busy = "; ".join(r.get("busy_during") or []) or "none seen"
+        lib = r.get("library_before", "not recorded")
+        if r.get("library_after", lib) != lib:
+            lib += f" -> {r['library_after']} (CHANGED during the run)"
+        lines.append(
+            f"| {r['started']} | {r['dataset']} | {r['cache_existed']} | {r.get('texts_embedded', '-')} | "
+            f"{r.get('embedding_seconds', '-')} | {r['wall_seconds']} ({tv.get('wall', '-')}) | {cpu:.0f} | "
+            f"{rss:.0f} | {r['loadavg_before'][0]:.2f} | {busy.replace('|', '/')} | {lib} | `{r['command']}` |"
+        )
+    lines += ["", f"Machine: {machine()}", ""]
+    (out / "commands.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated; default: all")
+    p.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
+    p.add_argument("--retrievers", default=RETRIEVERS)
+    p.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
+    p.add_argument("--fresh-cache", action="store_true", help="delete the cache file first")
+    p.add_argument("--out-dir", default=str(OUT_DIR))
+    args = p.parse_args(argv)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    unknown = [d for d in chosen if d not in DATASETS]
+    if unknown:
+        p.error(f"unknown dataset(s) {unknown}; known: {', '.join(DATASETS)}")
+    if args.fresh_cache and Path(args.cache).exists():
+        Path(args.cache).unlink()
+        print(f"[run_eval] deleted {args.cache}", file=sys.stderr)
+    failed = 0
+    for dataset in chosen:
+        record = run_one(args, dataset, DATASETS[dataset])
+        record["machine"] = machine()
+        record["invocation"] = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+        with open(out / "runs.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        write_commands(out)
+        failed += record["returncode"] != 0
+        print(
+            f"[run_eval] {dataset}: rc={record['returncode']} wall={record['wall_seconds']}s "
+            f"embedded={record.get('texts_embedded')} busy={record['busy_during']}",
+            file=sys.stderr, flush=True,
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
