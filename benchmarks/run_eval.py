@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from scale_recursive import cpu_model  # noqa: E402  (sibling benchmark's machine helper)
+
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "benchmarks" / "results" / "eval"
 RETRIEVERS = "upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive"
@@ -53,16 +55,6 @@ DATASETS: Dict[str, Optional[int]] = {
     "cmrc2018": 1000,  # 3219 judged queries; capped to the first 1000 (queries.jsonl order)
     "llamaindex_blockchain_solana": None,
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def mem_gib() -> float:
