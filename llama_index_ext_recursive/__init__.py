@@ -1,8 +1,10 @@
 """Retrieval for LlamaIndex: summary-routed recursive retrieval, offline by default."""
 
+from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 from llama_index_ext_recursive.builder import DocumentRecord
 from llama_index_ext_recursive.embeddings import bundled_embed_model, resolve_embed_model
 from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterPolicy
+from llama_index_ext_recursive.fusion import FusedNodeWithScore, FusionHit, HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError
 from llama_index_ext_recursive.recursive import (
     ExplainedNodeWithScore,
@@ -32,8 +34,13 @@ __all__ = [
     "ExtractiveSummarizer",
     "FilterPolicy",
     "FilteredQueryBundle",
+    "FusedNodeWithScore",
+    "FusionHit",
+    "HybridFusionRetriever",
     "LLMSummarizer",
     "LinkError",
+    "MultilingualBM25Retriever",
+    "MultilingualTokenizer",
     "NumpyVectorStore",
     "PersistError",
     "RecursiveSummaryRetriever",

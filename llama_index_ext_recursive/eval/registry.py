@@ -128,3 +128,21 @@ def recursive(ctx: BuildContext) -> BaseRetriever:
         ctx.nodes, doc_id_key=ctx.doc_id_key, embed_model=ctx.embed_model,
         similarity_top_k=ctx.top_k, show_progress=False,
     )
+
+
+@register("bm25")
+def bm25(ctx: BuildContext) -> BaseRetriever:
+    """Ours: ``MultilingualBM25Retriever`` (jieba for Chinese, no zero-score filler)."""
+    from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+
+    return MultilingualBM25Retriever.from_defaults(nodes=ctx.nodes, similarity_top_k=ctx.top_k)
+
+
+@register("hybrid")
+def hybrid(ctx: BuildContext) -> BaseRetriever:
+    """Ours: ``HybridFusionRetriever.from_nodes`` (vector + multilingual BM25, weighted RRF)."""
+    from llama_index_ext_recursive.fusion import HybridFusionRetriever
+
+    return HybridFusionRetriever.from_nodes(
+        ctx.nodes, embed_model=ctx.embed_model, similarity_top_k=ctx.top_k
+    )

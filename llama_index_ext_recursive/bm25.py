@@ -1,0 +1,461 @@
+"""Multilingual BM25: CJK-aware tokenization, per-call filters, faithful persistence.
+
+Upstream ``BM25Retriever`` (llama-index-retrievers-bm25 0.8) tokenizes with
+``(?u)\\b\\w\\w+\\b``, so an unspaced Chinese sentence is one token and any
+sub-phrase query scores 0; it returns zero-score documents as filler, applies
+filters only at construction, forgets its tokenizer on reload and scores on
+the event loop in async code. :class:`MultilingualBM25Retriever` keeps the
+upstream contract (``retrieve``/``aretrieve`` return ``NodeWithScore`` lists)
+and fixes those points; :class:`MultilingualTokenizer` segments text by script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
+
+import bm25s
+import jieba
+import numpy as np
+import Stemmer
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.indices.vector_store.base import VectorStoreIndex
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+from llama_index.core.vector_stores.types import MetadataFilters
+from llama_index.retrievers.bm25 import BM25Retriever
+
+from llama_index_ext_recursive.filters import (
+    FiltersLike,
+    filters_of,
+    merge_filters,
+    metadata_matcher,
+    to_filters,
+)
+from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
+
+logger = logging.getLogger(__name__)
+jieba.setLogLevel(logging.WARNING)
+
+DEFAULT_TOP_K = 10
+FORMAT_VERSION = 1
+RETRIEVER_FILE = "retriever.json"
+NODES_FILE = "nodes.json"
+
+ENGLISH_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself his how
+    i if in into is it its itself just me more most my myself no nor not now of off on
+    once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with
+    would you your yours yourself yourselves""".split()
+)
+# Function words only: BM25's IDF handles the rest, and content words must stay.
+CHINESE_STOPWORDS = frozenset(
+    "的 了 是 在 和 与 及 或 也 都 就 而 之 其 这 那 吗 呢 吧 啊 么 什么 怎么 怎样 哪 哪些 哪个 为什么 如何".split()
+)
+# language code -> PyStemmer algorithm for Latin-script tokens
+_STEMMER_LANGUAGES = {
+    "auto": "english", "en": "english", "zh": "english", "ja": "english", "ko": "english",
+    "de": "german", "fr": "french", "es": "spanish", "it": "italian", "pt": "portuguese",
+    "nl": "dutch", "sv": "swedish", "da": "danish", "no": "norwegian", "fi": "finnish",
+    "ru": "russian", "tr": "turkish", "ro": "romanian", "hu": "hungarian",
+}
+_ENGLISH_LIKE = {"auto", "en", "zh", "ja", "ko"}
+_BIGRAM_HAN = {"ja", "ko"}  # Han runs inside Japanese/Korean text: bigrams, not jieba
+
+# Alphanumeric runs joined by internal punctuation: GAPDH, C57BL/6, v2.4.0, e-mail.
+_LATIN_TOKEN = re.compile(r"[^\W_]+(?:[-./_+:'’&][^\W_]+)*")
+
+_HAN, _KANA, _HANGUL, _OTHER = "han", "kana", "hangul", "other"
+
+
+def _script(char: str) -> str:
+    code = ord(char)
+    if (
+        0x4E00 <= code <= 0x9FFF
+        or 0x3400 <= code <= 0x4DBF
+        or 0xF900 <= code <= 0xFAFF
+        or 0x20000 <= code <= 0x3134F
+        or code == 0x3007  # 〇
+    ):
+        return _HAN
+    if 0x3040 <= code <= 0x30FF or 0x31F0 <= code <= 0x31FF:
+        return _KANA
+    if 0xAC00 <= code <= 0xD7AF or 0x1100 <= code <= 0x11FF or 0x3130 <= code <= 0x318F:
+        return _HANGUL
+    return _OTHER
+
+
+def _script_runs(text: str) -> Iterable[Tuple[str, str]]:
+    """Split ``text`` into maximal runs of one script class."""
+    start, current = 0, None
+    for i, char in enumerate(text):
+        kind = _script(char)
+        if kind != current:
+            if current is not None:
+                yield current, text[start:i]
+            start, current = i, kind
+    if current is not None:
+        yield current, text[start:]
+
+
+def _bigrams(run: str) -> List[str]:
+    if len(run) < 2:
+        return [run] if run else []
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+class MultilingualTokenizer:
+    """Script-aware tokenizer for BM25: Chinese words, CJK bigrams, intact identifiers.
+
+    Text is NFKC-normalized and lowercased, then split into runs by script:
+    Han runs are segmented with jieba (bigrams when ``language`` is ``"ja"`` or
+    ``"ko"``), kana and hangul runs become character bigrams, and everything else
+    yields Latin-style tokens that keep internal punctuation (``c57bl/6``,
+    ``v2.4.0``, ``e-mail``). Stopwords and stemming apply to Latin tokens only
+    (stemming only to purely alphabetic ones, so identifiers survive). Other
+    punctuation is dropped.
+
+    Args:
+        language: ``"auto"`` (default; mixed text works because runs are split
+            by script), ``"en"``, ``"zh"``, ``"ja"``, ``"ko"``, or a language code
+            with a Snowball stemmer (``"de"``, ``"fr"``, ...) for Latin tokens.
+        stem: Stem Latin tokens.
+        stopwords: Latin stopwords; ``None`` means the built-in English list for
+            ``auto``/``en``/``zh``/``ja``/``ko`` and none otherwise.
+        chinese_stopwords: Drop a few Chinese function words (的, 是, 什么, ...).
+    """
+
+    def __init__(
+        self,
+        language: str = "auto",
+        stem: bool = True,
+        stopwords: Optional[Iterable[str]] = None,
+        chinese_stopwords: bool = True,
+    ) -> None:
+        language = (language or "auto").lower()
+        if language not in _STEMMER_LANGUAGES:
+            raise ValueError(
+                f"unsupported language {language!r}; use one of {sorted(_STEMMER_LANGUAGES)}"
+            )
+        self.language = language
+        self.stem = bool(stem)
+        if stopwords is None:
+            self.stopwords = ENGLISH_STOPWORDS if language in _ENGLISH_LIKE else frozenset()
+        else:
+            self.stopwords = frozenset(word.lower() for word in stopwords)
+        self.chinese_stopwords = bool(chinese_stopwords)
+        self._stemmer: Optional[Stemmer.Stemmer] = None
+
+    # -- configuration -------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-serializable settings; :meth:`from_dict` rebuilds an equal tokenizer."""
+        return {
+            "language": self.language,
+            "stem": self.stem,
+            "stopwords": sorted(self.stopwords),
+            "chinese_stopwords": self.chinese_stopwords,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "MultilingualTokenizer":
+        """Rebuild a tokenizer from :meth:`to_dict` output."""
+        known = {"language", "stem", "stopwords", "chinese_stopwords"}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown tokenizer settings: {sorted(unknown)}")
+        return cls(**data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MultilingualTokenizer) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"MultilingualTokenizer(language={self.language!r}, stem={self.stem})"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return self.to_dict()
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    # -- tokenization --------------------------------------------------
+    @property
+    def stemmer(self) -> Stemmer.Stemmer:
+        if self._stemmer is None:
+            self._stemmer = Stemmer.Stemmer(_STEMMER_LANGUAGES[self.language])
+        return self._stemmer
+
+    def _latin(self, run: str) -> List[str]:
+        tokens = [t for t in _LATIN_TOKEN.findall(run) if t not in self.stopwords]
+        if not self.stem:
+            return tokens
+        return [self.stemmer.stemWord(t) if t.isalpha() else t for t in tokens]
+
+    def _han(self, run: str) -> List[str]:
+        if self.language in _BIGRAM_HAN:
+            return _bigrams(run)
+        words = [w for w in jieba.lcut(run) if w.strip()]
+        if self.chinese_stopwords:
+            words = [w for w in words if w not in CHINESE_STOPWORDS]
+        return words
+
+    def __call__(self, text: str) -> List[str]:
+        """Tokens of ``text`` (an empty list when nothing indexable is left)."""
+        text = unicodedata.normalize("NFKC", text or "").lower()
+        tokens: List[str] = []
+        for kind, run in _script_runs(text):
+            if kind == _HAN:
+                tokens.extend(self._han(run))
+            elif kind in (_KANA, _HANGUL):
+                tokens.extend(_bigrams(run))
+            else:
+                tokens.extend(self._latin(run))
+        return tokens
+
+    tokenize = __call__
+
+
+class MultilingualBM25Retriever(BM25Retriever):
+    """BM25 over :class:`MultilingualTokenizer` tokens, with per-call filters.
+
+    Differences from upstream ``BM25Retriever``: CJK text is tokenized; nodes
+    scoring 0 are never returned; filters from a ``FilteredQueryBundle`` are
+    ANDed with the construction-time ``filters`` and applied before top-k (all
+    documents are scored, non-matching ones masked, so the filtered top-k is
+    exact and nothing filtered out leaks); ``similarity_top_k`` is never
+    changed (fewer results come back when fewer match); ``persist`` /
+    ``from_persist_dir`` keep the tokenizer settings; ``aretrieve`` scores in a
+    worker thread.
+
+    Args:
+        nodes: Nodes to index (at least one).
+        similarity_top_k: Maximum number of results per query.
+        tokenizer: Tokenizer; defaults to ``MultilingualTokenizer(language)``.
+        language: Language for the default tokenizer (ignored with ``tokenizer``).
+        filters: Construction-time filters (``MetadataFilters`` or ``{key: value}``),
+            ANDed with per-call filters.
+        metadata_mode: Which metadata is indexed with the text (as upstream: EMBED).
+        callback_manager: LlamaIndex callback manager.
+        verbose: Log per-query details.
+        existing_bm25: A prebuilt ``bm25s.BM25`` over ``nodes`` (used when loading).
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[BaseNode],
+        similarity_top_k: int = DEFAULT_TOP_K,
+        tokenizer: Optional[MultilingualTokenizer] = None,
+        language: str = "auto",
+        filters: FiltersLike = None,
+        metadata_mode: MetadataMode = MetadataMode.EMBED,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+        existing_bm25: Optional[bm25s.BM25] = None,
+    ) -> None:
+        if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
+            raise ValueError(f"similarity_top_k must be a positive integer, got {similarity_top_k!r}")
+        nodes = list(nodes or [])
+        if not nodes:
+            raise ValueError("MultilingualBM25Retriever needs at least one node to index")
+        self.tokenizer = tokenizer or MultilingualTokenizer(language=language)
+        self.similarity_top_k = similarity_top_k
+        self.metadata_mode = MetadataMode(metadata_mode)
+        self.filters = to_filters(filters)
+        self.nodes: List[BaseNode] = nodes
+        # upstream attributes, kept meaningful for code that inspects them
+        self.stemmer = self.tokenizer.stemmer
+        self.skip_stemming = not self.tokenizer.stem
+        self.token_pattern = _LATIN_TOKEN.pattern
+        self.corpus = None
+        self.corpus_weight_mask = None
+
+        if existing_bm25 is not None:
+            num_docs = int(existing_bm25.scores.get("num_docs", -1))
+            if num_docs != len(nodes):
+                raise ValueError(
+                    f"existing_bm25 indexes {num_docs} documents but {len(nodes)} nodes were given"
+                )
+            self.bm25 = existing_bm25
+        else:
+            corpus_tokens = [
+                self.tokenizer(node.get_content(metadata_mode=self.metadata_mode))
+                for node in nodes
+            ]
+            self.bm25 = bm25s.BM25()
+            self.bm25.index(corpus_tokens, show_progress=False)
+        self._base_mask = self._mask(self.filters)
+        if self._base_mask is not None and not self._base_mask.any():
+            logger.warning("construction-time filters match none of the %d nodes", len(nodes))
+
+        BaseRetriever.__init__(self, callback_manager=callback_manager, verbose=verbose)
+
+    @classmethod
+    def from_defaults(  # type: ignore[override]
+        cls,
+        index: Optional[VectorStoreIndex] = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        similarity_top_k: int = DEFAULT_TOP_K,
+        tokenizer: Optional[MultilingualTokenizer] = None,
+        language: str = "auto",
+        filters: FiltersLike = None,
+        verbose: bool = False,
+        **kwargs: Any,
+    ) -> "MultilingualBM25Retriever":
+        """Build from exactly one of ``index``, ``nodes`` or ``docstore``.
+
+        Args:
+            index: A vector index whose docstore holds the nodes.
+            nodes: Nodes to index.
+            docstore: A docstore whose documents are indexed.
+            similarity_top_k: Maximum number of results per query (default 10).
+            tokenizer: Tokenizer; defaults to ``MultilingualTokenizer(language)``.
+            language: Language for the default tokenizer.
+            filters: Construction-time filters, ANDed with per-call filters.
+            verbose: Log per-query details.
+            **kwargs: Passed to the constructor (``metadata_mode``, ``callback_manager``).
+        """
+        if sum(value is not None for value in (index, nodes, docstore)) != 1:
+            raise ValueError("Pass exactly one of index, nodes or docstore.")
+        if index is not None:
+            docstore = index.docstore
+        if docstore is not None:
+            nodes = cast(List[BaseNode], list(docstore.docs.values()))
+        return cls(
+            nodes=cast(Sequence[BaseNode], nodes),
+            similarity_top_k=similarity_top_k,
+            tokenizer=tokenizer,
+            language=language,
+            filters=filters,
+            verbose=verbose,
+            **kwargs,
+        )
+
+    # -- scoring -------------------------------------------------------
+    def _mask(self, filters: Optional[MetadataFilters]) -> Optional[np.ndarray]:
+        """Boolean mask of nodes passing ``filters`` (``None``: no filtering)."""
+        if filters is None or not filters.filters:
+            return None
+        matches = metadata_matcher(filters)
+        return np.fromiter((bool(matches(node.metadata)) for node in self.nodes), dtype=bool, count=len(self.nodes))
+
+    def _score_all(self, query_tokens: List[str]) -> np.ndarray:
+        """BM25 score of every indexed node for ``query_tokens`` (CPU-bound)."""
+        ids = self.bm25.get_tokens_ids(query_tokens)
+        if not ids:
+            return np.zeros(len(self.nodes), dtype=np.float32)
+        return np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        tokens = self.tokenizer(query_bundle.query_str)
+        per_call = filters_of(query_bundle)
+        mask = self._base_mask
+        if per_call is not None and per_call.filters:
+            extra = self._mask(per_call)
+            mask = extra if mask is None else (mask & extra)
+        if not tokens or (mask is not None and not mask.any()):
+            return []
+        scores = self._score_all(tokens)
+        eligible = scores > 0
+        if mask is not None:
+            eligible &= mask
+        candidates = np.flatnonzero(eligible)
+        # descending score, ties by corpus order (stable, deterministic)
+        order = candidates[np.argsort(-scores[candidates], kind="stable")][: self.similarity_top_k]
+        if self._verbose:
+            logger.info("bm25 query tokens=%s matches=%d returned=%d", tokens, len(candidates), len(order))
+        return [NodeWithScore(node=self.nodes[i], score=float(scores[i])) for i in order]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+    # -- persistence ---------------------------------------------------
+    def get_persist_args(self) -> Dict[str, Any]:
+        """Settings written to ``retriever.json`` (tokenizer included)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "similarity_top_k": self.similarity_top_k,
+            "metadata_mode": self.metadata_mode.value,
+            "tokenizer": self.tokenizer.to_dict(),
+            "filters": self.filters.model_dump(mode="json") if self.filters is not None else None,
+        }
+
+    def persist(self, path: Union[str, Path], **kwargs: Any) -> None:  # type: ignore[override]
+        """Write index, nodes and settings to ``path``, atomically replacing it."""
+        import json
+
+        with atomic_directory(path) as staging:
+            self.bm25.save(str(staging), show_progress=False, **kwargs)
+            (staging / NODES_FILE).write_text(
+                json.dumps([doc_to_json(node) for node in self.nodes], ensure_ascii=False),
+                encoding="utf-8",
+            )
+            (staging / RETRIEVER_FILE).write_text(
+                json.dumps(self.get_persist_args(), ensure_ascii=False, indent=2), encoding="utf-8"
+            )
+
+    @classmethod
+    def from_persist_dir(  # type: ignore[override]
+        cls, path: Union[str, Path], **kwargs: Any
+    ) -> "MultilingualBM25Retriever":
+        """Load a retriever written by :meth:`persist`.
+
+        Args:
+            path: The directory.
+            **kwargs: Constructor overrides (e.g. ``similarity_top_k``, ``callback_manager``).
+
+        Raises:
+            PersistError: the directory is missing, incomplete or corrupted.
+        """
+        path = Path(path)
+        if not path.is_dir():
+            raise PersistError(f"{path} is not a directory: nothing was persisted there")
+        settings = load_json(path / RETRIEVER_FILE)
+        if not isinstance(settings, dict) or settings.get("format_version") != FORMAT_VERSION:
+            raise PersistError(
+                f"{path / RETRIEVER_FILE} is not a MultilingualBM25Retriever settings file "
+                f"(format_version {FORMAT_VERSION} expected)"
+            )
+        raw_nodes = load_json(path / NODES_FILE)
+        try:
+            nodes = [json_to_doc(item) for item in raw_nodes]
+            tokenizer = MultilingualTokenizer.from_dict(settings["tokenizer"])
+            filters = (
+                MetadataFilters.model_validate(settings["filters"])
+                if settings.get("filters") is not None
+                else None
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PersistError(f"{path} holds invalid retriever settings or nodes: {exc}") from exc
+        try:
+            bm25 = bm25s.BM25.load(str(path), load_corpus=False, show_progress=False)
+        except Exception as exc:  # bm25s raises OSError/ValueError/JSON errors alike
+            raise PersistError(f"{path}: the BM25 index files are missing or corrupted ({exc})") from exc
+        options: Dict[str, Any] = {
+            "similarity_top_k": settings.get("similarity_top_k", DEFAULT_TOP_K),
+            "metadata_mode": MetadataMode(settings.get("metadata_mode", MetadataMode.EMBED.value)),
+            "tokenizer": tokenizer,
+            "filters": filters,
+        }
+        options.update(kwargs)
+        try:
+            return cls(nodes=nodes, existing_bm25=bm25, **options)
+        except ValueError as exc:
+            raise PersistError(f"{path} is inconsistent: {exc}") from exc
+
+
+__all__ = [
+    "CHINESE_STOPWORDS",
+    "ENGLISH_STOPWORDS",
+    "MultilingualBM25Retriever",
+    "MultilingualTokenizer",
+]

@@ -1,0 +1,465 @@
+"""Hybrid fusion: upstream ``QueryFusionRetriever``'s API, with its failures fixed.
+
+``HybridFusionRetriever`` keeps the parent's constructor arguments and modes
+(``reciprocal_rerank``, ``relative_score``, ``dist_based_score``, ``simple``)
+and changes what goes wrong upstream:
+
+* no LLM is resolved unless ``num_queries > 1`` (offline BM25 + vector works);
+* weighted reciprocal rank fusion with the paper's 1-based ranks,
+  ``sum_i w_i / (rrf_k + rank_i)``; ``retriever_weights`` count in every mode;
+* a rank is the child's own order; children may return distances;
+* results merge by ``node_id``; the children's objects are never modified;
+* zero- or ``None``-score hits of similarity children (BM25 non-matches) get
+  no credit;
+* per-call filters (:class:`~llama_index_ext_recursive.filters.FilteredQueryBundle`)
+  are passed to every child and enforced on the fused list;
+* sync retrieval runs children one after another in the calling thread (no
+  nested event loop, errors surface as themselves); async runs them
+  concurrently.
+
+Each result is a :class:`FusedNodeWithScore` whose ``provenance`` says which
+child found it, at which rank and with which score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from enum import Enum
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.llms import LLM
+from llama_index.core.llms.utils import LLMType, resolve_llm
+from llama_index.core.retrievers.fusion_retriever import (
+    FUSION_MODES,
+    QUERY_GEN_PROMPT,
+    QueryFusionRetriever,
+)
+from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
+from llama_index.core.settings import Settings
+from llama_index.core.vector_stores.types import MetadataFilters
+from pydantic import BaseModel, Field
+
+from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.filters import (
+    FilteredQueryBundle,
+    FilterPolicy,
+    FiltersLike,
+    apply_policy,
+    filters_of,
+    metadata_matcher,
+    to_filters,
+)
+from llama_index_ext_recursive.store import NumpyVectorStore
+
+DEFAULT_TOP_K = 10
+DEFAULT_RRF_K = 60.0
+
+
+class ScoreDirection(str, Enum):
+    """What a child's scores mean: ``similarity`` (higher is better) or ``distance``."""
+
+    SIMILARITY = "similarity"
+    DISTANCE = "distance"
+
+
+class FusionHit(BaseModel):
+    """One child's evidence for a fused result."""
+
+    retriever_index: int
+    retriever_name: str
+    query_str: str
+    rank: int  # 1-based position in the child's own returned list
+    score: Optional[float]  # the child's raw score
+    contribution: float  # what this hit added to the fused score
+
+
+class FusedNodeWithScore(NodeWithScore):
+    """A ``NodeWithScore`` whose ``score`` is the fused score, with provenance.
+
+    ``provenance`` lists every child hit that contributed (retriever index and
+    name, query, rank, raw score, contribution). Each call builds new objects,
+    so code that only knows ``NodeWithScore`` is unaffected.
+    """
+
+    provenance: List[FusionHit] = Field(default_factory=list)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "FusedNodeWithScore"
+
+
+# (query index, retriever index) -> the child's list
+_Results = Dict[Tuple[int, int], List[NodeWithScore]]
+
+
+class HybridFusionRetriever(QueryFusionRetriever):
+    """Fuse several retrievers' results (e.g. BM25 + vector), offline by default.
+
+    Constructor-compatible with ``QueryFusionRetriever``; differences in
+    defaults: ``similarity_top_k=10`` (not 2), ``num_queries=1`` (no query
+    generation, hence no LLM) and ``mode="reciprocal_rerank"``.
+
+    Args:
+        retrievers: the children.
+        llm: used only when ``num_queries > 1`` (else never resolved); then
+            falls back to ``Settings.llm`` if configured, else ``ValueError``.
+        query_gen_prompt: prompt for generating extra queries.
+        mode: one of ``FUSION_MODES``.
+        similarity_top_k: number of fused results returned.
+        num_queries: total queries including the original.
+        use_async: accepted for compatibility; sync retrieval always runs
+            children sequentially, ``aretrieve`` always runs them concurrently.
+        retriever_weights: one non-negative weight per child (need not sum to
+            1; 0 removes the child). RRF adds ``w_i / (rrf_k + rank)``;
+            ``relative_score``/``dist_based_score`` scale by ``w_i / sum(w)``;
+            ``simple`` by ``w_i / max(w)``.
+        rrf_k: the RRF constant (60 in the paper).
+        score_directions: per child ``"similarity"`` (default) or ``"distance"``.
+        retriever_names: per child name used in provenance (default: class names).
+        filters: construction-time metadata filters.
+        filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
+    """
+
+    def __init__(
+        self,
+        retrievers: List[BaseRetriever],
+        llm: Optional[LLMType] = None,
+        query_gen_prompt: Optional[str] = None,
+        mode: Union[FUSION_MODES, str] = FUSION_MODES.RECIPROCAL_RANK,
+        similarity_top_k: int = DEFAULT_TOP_K,
+        num_queries: int = 1,
+        use_async: bool = True,
+        verbose: bool = False,
+        callback_manager: Optional[CallbackManager] = None,
+        objects: Optional[List[IndexNode]] = None,
+        object_map: Optional[dict] = None,
+        retriever_weights: Optional[List[float]] = None,
+        *,
+        rrf_k: float = DEFAULT_RRF_K,
+        score_directions: Optional[Sequence[Union[ScoreDirection, str]]] = None,
+        retriever_names: Optional[Sequence[str]] = None,
+        filters: FiltersLike = None,
+        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
+    ) -> None:
+        retrievers = list(retrievers)
+        if not retrievers:
+            raise ValueError("retrievers must not be empty")
+        count = len(retrievers)
+        if num_queries < 1:
+            raise ValueError(f"num_queries must be >= 1, got {num_queries}")
+        if similarity_top_k < 1:
+            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k}")
+        if rrf_k < 0:
+            raise ValueError(f"rrf_k must be >= 0, got {rrf_k}")
+        weights = [1.0] * count if retriever_weights is None else [float(w) for w in retriever_weights]
+        if len(weights) != count:
+            raise ValueError(f"retriever_weights has {len(weights)} entries for {count} retrievers")
+        if any(w < 0 for w in weights) or not any(w > 0 for w in weights):
+            raise ValueError(f"retriever_weights must be >= 0 with at least one > 0, got {weights}")
+        directions = [ScoreDirection(d) for d in (score_directions or ["similarity"] * count)]
+        if len(directions) != count:
+            raise ValueError(f"score_directions has {len(directions)} entries for {count} retrievers")
+        names = list(retriever_names) if retriever_names is not None else [
+            type(r).__name__ for r in retrievers
+        ]
+        if len(names) != count:
+            raise ValueError(f"retriever_names has {len(names)} entries for {count} retrievers")
+
+        # Attributes the parent sets, without its eager ``Settings.llm``.
+        self.num_queries = num_queries
+        self.query_gen_prompt = query_gen_prompt or QUERY_GEN_PROMPT
+        self.similarity_top_k = similarity_top_k
+        self.mode = FUSION_MODES(mode)
+        self.use_async = use_async
+        self._retrievers = retrievers
+        self._retriever_weights = weights
+        self._llm = self._resolve_llm(llm, num_queries, callback_manager)
+
+        self.rrf_k = float(rrf_k)
+        self.score_directions = directions
+        self.retriever_names = names
+        self.filters = to_filters(filters)
+        self.filter_policy = FilterPolicy(filter_policy)
+        BaseRetriever.__init__(
+            self,
+            callback_manager=callback_manager,
+            object_map=object_map,
+            objects=objects,
+            verbose=verbose,
+        )
+
+    @staticmethod
+    def _resolve_llm(
+        llm: Optional[LLMType], num_queries: int, callback_manager: Optional[CallbackManager]
+    ) -> Optional[LLM]:
+        if num_queries <= 1:
+            return llm if isinstance(llm, LLM) else None  # never resolved
+        if llm is not None:
+            return resolve_llm(llm, callback_manager=callback_manager)
+        configured = getattr(Settings, "_llm", None)
+        if configured is None:
+            raise ValueError(
+                f"num_queries={num_queries} generates extra queries with an LLM, but none "
+                "is configured: pass llm=... or set Settings.llm (or use num_queries=1)"
+            )
+        return configured
+
+    # ------------------------------------------------------------------ queries
+
+    def _distinct(self, original: str, generated: Sequence[QueryBundle]) -> List[str]:
+        seen = {original.strip()}
+        out = []
+        for bundle in generated:
+            text = bundle.query_str.strip()
+            if text and text not in seen:
+                seen.add(text)
+                out.append(text)
+        return out
+
+    def _bundles(
+        self, query_bundle: QueryBundle, extra: Sequence[str]
+    ) -> Tuple[List[QueryBundle], Optional[MetadataFilters]]:
+        """The bundles to pass down (original first) and the filters in force."""
+        effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
+        if effective is None:
+            first: QueryBundle = query_bundle
+        else:
+            first = FilteredQueryBundle(
+                query_str=query_bundle.query_str,
+                image_path=query_bundle.image_path,
+                custom_embedding_strs=query_bundle.custom_embedding_strs,
+                embedding=query_bundle.embedding,
+                filters=effective,
+            )
+        bundles = [first]
+        for text in extra:
+            bundles.append(QueryBundle(text) if effective is None else FilteredQueryBundle(text, filters=effective))
+        return bundles, effective
+
+    def _active(self) -> List[int]:
+        return [i for i, w in enumerate(self._retriever_weights) if w > 0]
+
+    # ---------------------------------------------------------------- retrieval
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        extra: List[str] = []
+        if self.num_queries > 1:
+            extra = self._distinct(query_bundle.query_str, self._get_queries(query_bundle.query_str))
+        bundles, effective = self._bundles(query_bundle, extra)
+        results: _Results = {}
+        for q, bundle in enumerate(bundles):
+            for i in self._active():
+                results[(q, i)] = self._retrievers[i].retrieve(bundle)
+        return self._finish(results, bundles, effective)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        extra: List[str] = []
+        if self.num_queries > 1:
+            extra = self._distinct(
+                query_bundle.query_str, await self._aget_queries(query_bundle.query_str)
+            )
+        bundles, effective = self._bundles(query_bundle, extra)
+        keys = [(q, i) for q in range(len(bundles)) for i in self._active()]
+        outputs = await asyncio.gather(
+            *(self._retrievers[i].aretrieve(bundles[q]) for q, i in keys)
+        )
+        return self._finish(dict(zip(keys, outputs)), bundles, effective)
+
+    # ------------------------------------------------------------------- fusion
+
+    def _hits(self, results: _Results) -> Dict[Tuple[int, int], List[Tuple[int, NodeWithScore]]]:
+        """Per list: (1-based rank in the child's own order, hit), usable hits only."""
+        usable: Dict[Tuple[int, int], List[Tuple[int, NodeWithScore]]] = {}
+        for key, nodes in results.items():
+            direction = self.score_directions[key[1]]
+            seen: set = set()
+            kept = []
+            for rank, hit in enumerate(nodes, start=1):
+                node_id = hit.node.node_id
+                if node_id in seen:
+                    continue  # a child listing a node twice: its best rank counts
+                seen.add(node_id)
+                if hit.score is None:
+                    continue
+                if direction == ScoreDirection.SIMILARITY and hit.score == 0.0:
+                    continue  # e.g. a BM25 non-match
+                kept.append((rank, hit))
+            usable[key] = kept
+        return usable
+
+    def _contributions(
+        self, usable: Dict[Tuple[int, int], List[Tuple[int, NodeWithScore]]], num_run: int
+    ) -> Dict[Tuple[int, int], List[float]]:
+        weights = self._retriever_weights
+        total, top = sum(weights), max(weights)
+        out: Dict[Tuple[int, int], List[float]] = {}
+        for (q, i), hits in usable.items():
+            w = weights[i]
+            distance = self.score_directions[i] == ScoreDirection.DISTANCE
+            if self.mode == FUSION_MODES.RECIPROCAL_RANK:
+                out[(q, i)] = [w / (self.rrf_k + rank) for rank, _ in hits]
+            elif self.mode == FUSION_MODES.SIMPLE:
+                out[(q, i)] = [
+                    (w / top) * (1.0 / (1.0 + max(h.score, 0.0)) if distance else h.score)
+                    for _, h in hits
+                ]
+            else:
+                scores = [h.score for _, h in hits]
+                if not scores:
+                    out[(q, i)] = []
+                    continue
+                if self.mode == FUSION_MODES.DIST_BASED_SCORE:
+                    mean = sum(scores) / len(scores)
+                    std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+                    low, high = mean - 3 * std, mean + 3 * std
+                else:
+                    low, high = min(scores), max(scores)
+                normalized = []
+                for s in scores:
+                    if high == low:
+                        value = 1.0 if (distance or high > 0) else 0.0
+                    elif distance:
+                        value = (high - s) / (high - low)
+                    else:
+                        value = (s - low) / (high - low)
+                    normalized.append(value * (w / total) / num_run)
+                out[(q, i)] = normalized
+        return out
+
+    def _fuse(self, results: _Results, bundles: Sequence[QueryBundle]) -> List[FusedNodeWithScore]:
+        usable = self._hits(results)
+        contributions = self._contributions(usable, len(bundles))
+        nodes: Dict[str, BaseNode] = {}
+        parts: Dict[str, List[float]] = {}
+        provenance: Dict[str, List[FusionHit]] = {}
+        for key in sorted(usable):  # query order, then retriever order: deterministic
+            q, i = key
+            for (rank, hit), value in zip(usable[key], contributions[key]):
+                node_id = hit.node.node_id
+                nodes.setdefault(node_id, hit.node)
+                parts.setdefault(node_id, []).append(value)
+                provenance.setdefault(node_id, []).append(
+                    FusionHit(
+                        retriever_index=i,
+                        retriever_name=self.retriever_names[i],
+                        query_str=bundles[q].query_str,
+                        rank=rank,
+                        score=hit.score,
+                        contribution=value,
+                    )
+                )
+        # fsum is exactly rounded: the fused score does not depend on child order
+        combine = max if self.mode == FUSION_MODES.SIMPLE else math.fsum
+        scores = {node_id: float(combine(values)) for node_id, values in parts.items()}
+        order = sorted(scores, key=lambda node_id: (-scores[node_id], node_id))
+        return [
+            FusedNodeWithScore(node=nodes[n], score=scores[n], provenance=provenance[n])
+            for n in order
+        ]
+
+    def _finish(
+        self,
+        results: _Results,
+        bundles: Sequence[QueryBundle],
+        effective: Optional[MetadataFilters],
+    ) -> List[NodeWithScore]:
+        fused = self._fuse(results, bundles)
+        if effective is not None:
+            matches = metadata_matcher(effective)
+            fused = [n for n in fused if matches(n.node.metadata)]
+        return list(fused[: self.similarity_top_k])
+
+    # ------------------------------------------------------------ constructors
+
+    @classmethod
+    def from_nodes(
+        cls,
+        nodes: Sequence[BaseNode],
+        embed_model: Optional[BaseEmbedding] = None,
+        similarity_top_k: int = DEFAULT_TOP_K,
+        *,
+        child_top_k: Optional[int] = None,
+        show_progress: bool = False,
+        **kwargs: Any,
+    ) -> "HybridFusionRetriever":
+        """A vector (``NumpyVectorStore``) + BM25 hybrid over ``nodes``.
+
+        Nodes that carry embeddings are not embedded again. Each child returns
+        ``child_top_k`` hits (default ``similarity_top_k``). Other keyword
+        arguments go to the constructor (``mode``, ``retriever_weights``, ...).
+        """
+        nodes = list(nodes)
+        if not nodes:
+            raise ValueError("from_nodes needs at least one node")
+        model = resolve_embed_model(embed_model)
+        storage = StorageContext.from_defaults(vector_store=NumpyVectorStore())
+        index = VectorStoreIndex(
+            nodes, storage_context=storage, embed_model=model, show_progress=show_progress
+        )
+        return cls._hybrid(index, nodes, similarity_top_k, child_top_k, kwargs)
+
+    @classmethod
+    def from_index(
+        cls,
+        index: VectorStoreIndex,
+        similarity_top_k: int = DEFAULT_TOP_K,
+        *,
+        child_top_k: Optional[int] = None,
+        **kwargs: Any,
+    ) -> "HybridFusionRetriever":
+        """A vector + BM25 hybrid over an existing index (BM25 over its docstore nodes)."""
+        nodes = list(index.docstore.docs.values())
+        if not nodes:
+            raise ValueError(
+                "the index's docstore holds no nodes (a vector store that stores text?); "
+                "use from_nodes with the nodes instead"
+            )
+        return cls._hybrid(index, nodes, similarity_top_k, child_top_k, kwargs)
+
+    @classmethod
+    def _hybrid(
+        cls,
+        index: VectorStoreIndex,
+        nodes: List[BaseNode],
+        similarity_top_k: int,
+        child_top_k: Optional[int],
+        kwargs: Dict[str, Any],
+    ) -> "HybridFusionRetriever":
+        k = child_top_k or similarity_top_k
+        try:
+            from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+
+            bm25: BaseRetriever = MultilingualBM25Retriever.from_defaults(
+                nodes=nodes, similarity_top_k=k
+            )
+        except ImportError:
+            from llama_index.retrievers.bm25 import BM25Retriever
+
+            bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=min(k, len(nodes)))
+        kwargs.setdefault("retriever_names", ["vector", "bm25"])
+        return cls([_VectorChild(index, k), bm25], similarity_top_k=similarity_top_k, **kwargs)
+
+
+class _VectorChild(BaseRetriever):
+    """Vector retrieval over an index that honours per-call ``.filters``."""
+
+    def __init__(self, index: VectorStoreIndex, similarity_top_k: int) -> None:
+        self._index = index
+        self._similarity_top_k = similarity_top_k
+        super().__init__()
+
+    def _inner(self, query_bundle: QueryBundle) -> BaseRetriever:
+        return self._index.as_retriever(
+            similarity_top_k=self._similarity_top_k, filters=filters_of(query_bundle)
+        )
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return self._inner(query_bundle).retrieve(query_bundle)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return await self._inner(query_bundle).aretrieve(query_bundle)

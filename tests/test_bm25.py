@@ -1,0 +1,309 @@
+"""MultilingualBM25Retriever and MultilingualTokenizer (upstream BM25 failures F1-F5)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pickle
+import threading
+
+import pytest
+from llama_index.core.schema import QueryBundle, TextNode
+from llama_index.core.vector_stores.types import (
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+from llama_index.retrievers.bm25 import BM25Retriever
+
+from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
+from llama_index_ext_recursive.filters import FilteredQueryBundle
+from llama_index_ext_recursive.persist import PersistError
+
+from conftest import topic_nodes
+
+logging.getLogger("bm25s").setLevel(logging.ERROR)
+
+METHODS = "定量 PCR 以小鼠肝脏 GAPDH 为内参。实验对象为 SPF 级 C57BL/6 小鼠。"
+LANG = "Python 的列表推导式用一行从可迭代对象生成列表。"
+
+
+def zh_nodes():
+    return [
+        TextNode(id_="methods", text=METHODS, metadata={"section": "methods"}),
+        TextNode(id_="lang", text=LANG, metadata={"section": "lang"}),
+    ]
+
+
+def ids(results):
+    return [r.node.node_id for r in results]
+
+
+def scored(results):
+    return [(r.node.node_id, r.score) for r in results]
+
+
+# -- tokenizer ---------------------------------------------------------------
+
+
+def test_tokenizer_keeps_identifiers_and_stems_english():
+    tok = MultilingualTokenizer()
+    tokens = tok("Running the GAPDH assay on C57BL/6 mice with v2.4.0 via e-mail.")
+    assert "gapdh" in tokens
+    assert "c57bl/6" in tokens
+    assert "v2.4.0" in tokens
+    assert "e-mail" in tokens
+    assert "run" in tokens and "running" not in tokens
+    assert "the" not in tokens and "on" not in tokens  # English stopwords
+    assert "." not in tokens and "" not in tokens
+
+
+def test_tokenizer_segments_chinese_and_bigrams_japanese_korean():
+    tok = MultilingualTokenizer()
+    zh = tok("实验对象为小鼠")
+    assert "实验" in zh and "对象" in zh and "小鼠" in zh
+    assert "实验对象为小鼠" not in zh
+    assert tok("でいます") == ["でい", "いま", "ます"]
+    assert tok("한국어") == ["한국", "국어"]
+    # mixed scripts in one string, punctuation dropped
+    mixed = tok("GAPDH 的实验对象：C57BL/6 小鼠。")
+    assert mixed[0] == "gapdh" and "c57bl/6" in mixed and "小鼠" in mixed
+    assert "：" not in mixed and "。" not in mixed
+
+
+def test_tokenizer_stemming_and_stopwords_only_touch_latin_tokens():
+    tok = MultilingualTokenizer(language="auto")
+    assert MultilingualTokenizer(stem=False)("running") == ["running"]
+    assert tok("running 列表") == ["run", "列表"]
+    assert tok("the") == []  # stopword
+    assert "c57bl/6" in tok("C57BL/6")  # not stemmed: not purely alphabetic
+
+
+def test_tokenizer_serializes_and_pickles():
+    tok = MultilingualTokenizer(language="de", stem=False, stopwords=["und"])
+    data = tok.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert MultilingualTokenizer.from_dict(data) == tok
+    clone = pickle.loads(pickle.dumps(tok))
+    assert clone == tok and clone("Häuser und Autos") == tok("Häuser und Autos")
+    with pytest.raises(ValueError):
+        MultilingualTokenizer.from_dict({**data, "bogus": 1})
+    with pytest.raises(ValueError):
+        MultilingualTokenizer(language="klingon")
+
+
+# -- the issue's Chinese example ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("实验对象是什么物种？", "methods"),
+        ("GAPDH 的实验对象是什么物种？", "methods"),
+        ("C57BL/6", "methods"),
+        ("列表推导式", "lang"),
+    ],
+)
+def test_chinese_example_ranks_right_document_first(query, expected):
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=zh_nodes())
+    results = retriever.retrieve(query)
+    assert results and results[0].node.node_id == expected
+    assert all(r.score > 0 for r in results)
+
+
+def test_upstream_bm25_scores_zero_on_the_chinese_example():
+    upstream = BM25Retriever.from_defaults(nodes=zh_nodes(), similarity_top_k=2)
+    for query in ("实验对象是什么物种？", "列表推导式"):
+        results = upstream.retrieve(query)
+        assert results  # upstream returns zero-score filler
+        assert all(r.score == 0.0 for r in results)
+
+
+def test_default_top_k_and_plain_contract():
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=topic_nodes())
+    assert retriever.similarity_top_k == 10
+    assert isinstance(retriever, BM25Retriever)
+    results = retriever.retrieve(QueryBundle("solar panels electricity"))
+    assert ids(results)[0].startswith("solar")
+
+
+# -- zero scores, top-k ------------------------------------------------------
+
+
+def test_zero_score_nodes_never_returned():
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=topic_nodes(), similarity_top_k=9)
+    assert retriever.retrieve("quantum chromodynamics") == []
+    assert retriever.retrieve("the of and") == []  # only stopwords
+    assert retriever.retrieve("") == []
+    results = retriever.retrieve("queen")
+    assert sorted(ids(results)) == ["bees-0", "bees-2"]
+    assert all(r.score > 0 for r in results)
+
+
+def test_top_k_larger_than_corpus_is_kept():
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=zh_nodes(), similarity_top_k=50)
+    assert retriever.similarity_top_k == 50
+    assert len(retriever.retrieve("GAPDH 的实验对象")) == 2
+    with pytest.raises(ValueError):
+        MultilingualBM25Retriever.from_defaults(nodes=zh_nodes(), similarity_top_k=0)
+    with pytest.raises(ValueError):
+        MultilingualBM25Retriever.from_defaults(nodes=[])
+
+
+def test_top_k_truncates_in_score_order():
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=topic_nodes(), similarity_top_k=2)
+    results = retriever.retrieve("panels electricity sunlight")
+    assert len(results) == 2
+    assert results[0].score >= results[1].score > 0
+
+
+# -- filters -----------------------------------------------------------------
+
+
+def test_per_call_filters_never_leak():
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=topic_nodes(), similarity_top_k=9)
+    query = "the queen bee panels bread electricity sourdough"
+    unfiltered = retriever.retrieve(query)
+    assert {r.node.metadata["category"] for r in unfiltered} == {"biology", "energy", "food"}
+
+    results = retriever.retrieve(FilteredQueryBundle(query, filters={"category": "energy"}))
+    assert results and all(r.node.metadata["category"] == "energy" for r in results)
+    assert all(r.score > 0 for r in results)
+    # exact filtered top-k: every matching energy node with a non-zero score is returned
+    expected = [r.node.node_id for r in unfiltered if r.node.metadata["category"] == "energy"]
+    assert ids(results) == expected
+
+    # filter matching nothing -> empty, not a fallback to unfiltered results
+    assert retriever.retrieve(FilteredQueryBundle(query, filters={"category": "space"})) == []
+    # the filter is per call: the next plain query is unfiltered again
+    assert ids(retriever.retrieve(query)) == ids(unfiltered)
+
+
+def test_filtered_top_k_is_exact_when_matches_rank_low():
+    """With k=1 the single result is the best *matching* node, not a filtered-out one."""
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=topic_nodes(), similarity_top_k=1)
+    query = "queen bee queen bee queen panels"
+    assert ids(retriever.retrieve(query))[0].startswith("bees")
+    results = retriever.retrieve(FilteredQueryBundle(query, filters={"category": "energy"}))
+    assert len(results) == 1 and results[0].node.metadata["category"] == "energy"
+
+
+def test_construction_filters_and_per_call_filters_combine_with_and():
+    retriever = MultilingualBM25Retriever.from_defaults(
+        nodes=topic_nodes(),
+        similarity_top_k=9,
+        filters=MetadataFilters(
+            filters=[MetadataFilter(key="year", value=2020, operator=FilterOperator.GT)]
+        ),
+    )
+    query = "the queen bee panels bread electricity sourdough dough"
+    base = retriever.retrieve(query)
+    assert base and all(r.node.metadata["year"] > 2020 for r in base)
+    assert {r.node.metadata["category"] for r in base} == {"energy", "food"}
+
+    both = retriever.retrieve(FilteredQueryBundle(query, filters={"section": "body"}))
+    assert both and all(
+        r.node.metadata["year"] > 2020 and r.node.metadata["section"] == "body" for r in both
+    )
+    # per-call filter cannot widen the construction filter
+    assert retriever.retrieve(FilteredQueryBundle(query, filters={"category": "biology"})) == []
+
+
+# -- persistence -------------------------------------------------------------
+
+
+def test_persist_round_trip_keeps_tokenizer_and_scores(tmp_path):
+    tokenizer = MultilingualTokenizer(language="auto", stem=False, stopwords=["python"])
+    retriever = MultilingualBM25Retriever.from_defaults(
+        nodes=zh_nodes(), similarity_top_k=3, tokenizer=tokenizer, filters={"section": ["methods", "lang"]}
+    )
+    target = tmp_path / "bm25"
+    retriever.persist(target)
+    loaded = MultilingualBM25Retriever.from_persist_dir(target)
+
+    assert loaded.tokenizer == tokenizer
+    assert loaded.tokenizer.stem is False
+    assert loaded.similarity_top_k == 3
+    assert loaded.filters == retriever.filters
+    assert [n.node_id for n in loaded.nodes] == ["methods", "lang"]
+    assert loaded.nodes[0].metadata == {"section": "methods"}
+    for query in ("实验对象是什么物种？", "GAPDH", "C57BL/6", "列表推导式", "running"):
+        assert scored(loaded.retrieve(query)) == scored(retriever.retrieve(query))
+    assert loaded.retrieve("列表推导式")[0].score > 0
+
+    # persisting again over an existing directory replaces it
+    retriever.similarity_top_k = 1
+    retriever.persist(target)
+    assert MultilingualBM25Retriever.from_persist_dir(target).similarity_top_k == 1
+
+
+def test_load_missing_or_corrupted_dir_raises_clear_error(tmp_path):
+    with pytest.raises(PersistError, match="not a directory"):
+        MultilingualBM25Retriever.from_persist_dir(tmp_path / "nowhere")
+
+    target = tmp_path / "bm25"
+    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
+
+    (target / "retriever.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(PersistError, match="corrupted"):
+        MultilingualBM25Retriever.from_persist_dir(target)
+
+    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
+    (target / "nodes.json").unlink()
+    with pytest.raises(PersistError, match="missing"):
+        MultilingualBM25Retriever.from_persist_dir(target)
+
+    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
+    (target / "data.csc.index.npy").write_bytes(b"garbage")
+    with pytest.raises(PersistError, match="BM25 index"):
+        MultilingualBM25Retriever.from_persist_dir(target)
+
+    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
+    (target / "nodes.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(PersistError):
+        MultilingualBM25Retriever.from_persist_dir(target)
+
+
+# -- async -------------------------------------------------------------------
+
+
+def test_aretrieve_equals_retrieve():
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=zh_nodes() + topic_nodes())
+
+    async def run():
+        queries = ["实验对象是什么物种？", "列表推导式", "solar panels", "nothing-here"]
+        bundles = queries + [FilteredQueryBundle("queen panels", filters={"category": "energy"})]
+        got = await asyncio.gather(*(retriever.aretrieve(q) for q in bundles))
+        return bundles, got
+
+    bundles, got = asyncio.run(run())
+    for bundle, results in zip(bundles, got):
+        assert scored(results) == scored(retriever.retrieve(bundle))
+
+
+def test_aretrieve_does_not_block_event_loop(monkeypatch):
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=zh_nodes())
+    released = threading.Event()
+    original = retriever._score_all
+
+    def blocking_score(tokens):
+        # If scoring ran on the event loop, `release` below could never run.
+        if not released.wait(timeout=10):
+            raise AssertionError("scoring blocked the event loop")
+        return original(tokens)
+
+    monkeypatch.setattr(retriever, "_score_all", blocking_score)
+
+    async def release():
+        await asyncio.sleep(0.01)
+        released.set()
+
+    async def run():
+        results, _ = await asyncio.wait_for(
+            asyncio.gather(retriever.aretrieve("列表推导式"), release()), timeout=30
+        )
+        return results
+
+    results = asyncio.run(run())
+    assert ids(results) == ["lang"]
