@@ -16,7 +16,7 @@ import logging
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 import bm25s
 import jieba
@@ -34,7 +34,6 @@ from llama_index.retrievers.bm25 import BM25Retriever
 from llama_index_ext_recursive.filters import (
     FiltersLike,
     filters_of,
-    merge_filters,
     metadata_matcher,
     to_filters,
 )

@@ -51,6 +51,23 @@ class FilteredQueryBundle(QueryBundle):
         self.filters = to_filters(self.filters)
 
 
+def with_filters(
+    query_bundle: QueryBundle, filters: FiltersLike, **changes: Any
+) -> FilteredQueryBundle:
+    """A new bundle with the query fields of ``query_bundle`` and these filters.
+
+    ``changes`` replace fields (e.g. ``embedding=None``); the input is never mutated.
+    """
+    fields = dict(
+        query_str=query_bundle.query_str,
+        image_path=query_bundle.image_path,
+        custom_embedding_strs=query_bundle.custom_embedding_strs,
+        embedding=query_bundle.embedding,
+    )
+    fields.update(changes)
+    return FilteredQueryBundle(filters=filters, **fields)
+
+
 def to_filters(filters: FiltersLike) -> Optional[MetadataFilters]:
     """Accept ``MetadataFilters``, a ``{key: value}`` mapping or ``None``."""
     if filters is None or isinstance(filters, MetadataFilters):

@@ -53,6 +53,7 @@ from llama_index_ext_recursive.filters import (
     filters_of,
     metadata_matcher,
     to_filters,
+    with_filters,
 )
 from llama_index_ext_recursive.store import NumpyVectorStore
 
@@ -229,13 +230,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         if effective is None:
             first: QueryBundle = query_bundle
         else:
-            first = FilteredQueryBundle(
-                query_str=query_bundle.query_str,
-                image_path=query_bundle.image_path,
-                custom_embedding_strs=query_bundle.custom_embedding_strs,
-                embedding=query_bundle.embedding,
-                filters=effective,
-            )
+            first = with_filters(query_bundle, effective)
         bundles = [first]
         for text in extra:
             bundles.append(QueryBundle(text) if effective is None else FilteredQueryBundle(text, filters=effective))

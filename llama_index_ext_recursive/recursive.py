@@ -54,7 +54,6 @@ from llama_index_ext_recursive.builder import (
 )
 from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
-    FilteredQueryBundle,
     FilterPolicy,
     FiltersLike,
     apply_policy,
@@ -63,6 +62,7 @@ from llama_index_ext_recursive.filters import (
     metadata_matcher,
     relax_to_keys,
     to_filters,
+    with_filters,
 )
 from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
 from llama_index_ext_recursive.store import NumpyVectorStore
@@ -411,17 +411,12 @@ class RecursiveSummaryRetriever(BaseRetriever):
     # ------------------------------------------------------------- retrieval
     def _plan(self, query_bundle: QueryBundle, embedding: Optional[List[float]]) -> _Plan:
         effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
-        common = dict(
-            query_str=query_bundle.query_str,
-            image_path=query_bundle.image_path,
-            custom_embedding_strs=query_bundle.custom_embedding_strs,
-        )
         return _Plan(
-            summary_bundle=QueryBundle(embedding=embedding, **common),
-            chunk_bundle=FilteredQueryBundle(
+            summary_bundle=with_filters(query_bundle, None, embedding=embedding),
+            chunk_bundle=with_filters(
+                query_bundle,
+                effective,
                 embedding=embedding if self._chunk_index is not None else None,
-                filters=effective,
-                **common,
             ),
             chunk_filters=effective,
             summary_filters=relax_to_keys(effective, self._document_keys),

@@ -6,7 +6,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import ir_measures
 import pytest

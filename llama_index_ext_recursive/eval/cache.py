@@ -11,7 +11,7 @@ import hashlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Union
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
