@@ -59,6 +59,27 @@ def test_tokenizer_keeps_identifiers_and_stems_english():
     assert "." not in tokens and "" not in tokens
 
 
+def test_tokenizer_indexes_compounds_whole_and_by_parts():
+    tok = MultilingualTokenizer()
+    assert tok("IL-6 in C57BL/6") == ["il-6", "il", "6", "c57bl/6", "c57bl", "6"]
+    assert MultilingualTokenizer(split_compounds=False)("IL-6") == ["il-6"]
+    # files written before the setting existed keep their tokenization
+    old = {k: v for k, v in tok.to_dict().items() if k != "split_compounds"}
+    assert MultilingualTokenizer.from_dict(old)("IL-6") == ["il-6"]
+    assert MultilingualTokenizer.from_dict(tok.to_dict()) == tok
+
+
+def test_bm25_matches_a_compound_by_its_parts_and_ranks_the_exact_identifier_first():
+    nodes = [
+        TextNode(id_="exact", text="Serum IL-6 rose after infection."),
+        TextNode(id_="parts", text="IL 6 and IL 10 were measured."),
+        TextNode(id_="other", text="Nothing about cytokines here."),
+    ]
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=3)
+    ids = [hit.node.node_id for hit in retriever.retrieve("IL-6")]
+    assert ids == ["exact", "parts"]
+
+
 def test_tokenizer_segments_chinese_and_bigrams_japanese_korean():
     tok = MultilingualTokenizer()
     zh = tok("实验对象为小鼠")
