@@ -495,8 +495,92 @@ def test_from_nodes_does_not_reembed(lexical):
     for node in nodes:
         node.embedding = lexical.get_text_embedding(node.get_content(metadata_mode="embed"))
     calls = lexical.calls
-    HybridFusionRetriever.from_nodes(nodes, embed_model=lexical)
-    assert lexical.calls == calls
+    HybridFusionRetriever.from_nodes(nodes, embed_model=lexical, calibrate=False)
+    assert lexical.calls == calls  # calibration would embed its pseudo-queries, never nodes
+
+
+CHINESE_TEXTS = [
+    "定量 PCR 以小鼠肝脏 GAPDH 为内参，实验对象为 SPF 级 C57BL/6 小鼠。",
+    "Python 的列表推导式用一行代码从可迭代对象生成新的列表。",
+    "长江是中国最长的河流，发源于青藏高原的唐古拉山脉。",
+    "光合作用把二氧化碳和水在光照下转化为葡萄糖和氧气。",
+    "太阳能电池板把阳光直接转换成电能，效率逐年提高。",
+    "面包发酵需要酵母在温暖的环境里把糖分解产生气体。",
+    "蜜蜂通过摇摆舞告诉同伴花蜜的方向和距离。",
+    "量子计算机利用叠加和纠缠来并行处理大量状态。",
+    "北京烤鸭的外皮酥脆，通常配薄饼、葱丝和甜面酱食用。",
+    "地震波分为纵波和横波，纵波传播速度比横波更快。",
+]
+
+
+def mixed_nodes() -> List[TextNode]:
+    chinese = [
+        TextNode(id_=f"zh{i}", text=text, metadata={"category": "zh"})
+        for i, text in enumerate(CHINESE_TEXTS)
+    ]
+    return topic_nodes() + chinese
+
+
+def test_calibration_drops_a_child_that_cannot_read_a_script(lexical, caplog):
+    # LexicalEmbedding hashes whole \w+ runs: a window cut from an unspaced
+    # Chinese sentence shares no token with it, so the vector child is blind there
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.fusion"):
+        fusion = HybridFusionRetriever.from_nodes(mixed_nodes(), embed_model=lexical)
+    report = fusion.calibration
+    assert report is not None
+    assert report.samples == {"cjk": 10, "latin": 9}
+    assert report.weights == {"cjk": [0.0, 1.0], "latin": [1.0, 1.0]}
+    assert report.quality["cjk"][0] < 0.25 * report.quality["cjk"][1]
+    assert any("vector" in r.getMessage() and "cjk" in r.getMessage() for r in caplog.records)
+
+    assert fusion.weights_for("实验对象是什么物种？") == [0.0, 1.0]
+    assert fusion.weights_for("bread dough yeast") == [1.0, 1.0]
+    chinese = fusion.retrieve("实验对象是什么物种？")
+    assert chinese[0].node.node_id == "zh0"
+    assert {hit.retriever_name for n in chinese for hit in n.provenance} == {"bm25"}
+    latin = fusion.retrieve("bread dough yeast")
+    assert {hit.retriever_name for n in latin for hit in n.provenance} == {"vector", "bm25"}
+
+
+def test_calibration_is_deterministic_and_sync_async_agree(lexical):
+    first = HybridFusionRetriever.from_nodes(mixed_nodes(), embed_model=lexical)
+    second = HybridFusionRetriever.from_nodes(mixed_nodes(), embed_model=lexical)
+    assert first.calibration == second.calibration
+    for query in ("实验对象是什么物种？", "bees dance honey", "GAPDH"):
+        sync = [(n.node.node_id, n.score) for n in first.retrieve(query)]
+        asyn = [(n.node.node_id, n.score) for n in asyncio.run(first.aretrieve(query))]
+        assert sync == asyn
+
+
+def test_explicit_weights_are_never_recalibrated(lexical):
+    fusion = HybridFusionRetriever.from_nodes(
+        mixed_nodes(), embed_model=lexical, retriever_weights=[0.5, 1.0]
+    )
+    assert fusion.calibration is None and fusion.script_weights == {}
+    assert fusion.weights_for("实验对象是什么物种？") == [0.5, 1.0]
+    pinned = HybridFusionRetriever.from_nodes(
+        mixed_nodes(), embed_model=lexical, script_weights={"cjk": [1.0, 1.0]}
+    )
+    assert pinned.calibration is None
+    assert pinned.weights_for("实验对象") == [1.0, 1.0]
+
+
+def test_calibration_needs_enough_samples_per_script(lexical):
+    nodes = topic_nodes()[:5]
+    fusion = HybridFusionRetriever.from_nodes(nodes, embed_model=lexical)
+    assert fusion.calibration.samples == {"latin": 5}
+    assert fusion.calibration.weights == {"latin": None}
+    assert fusion.script_weights == {}
+
+
+def test_script_weights_are_validated():
+    children = [Static([]), Static([])]
+    with pytest.raises(ValueError, match="script_weights\\['cjk'\\] has 1 entries for 2"):
+        HybridFusionRetriever(children, script_weights={"cjk": [1.0]})
+    with pytest.raises(ValueError, match="'greek' is not a valid QueryScript"):
+        HybridFusionRetriever(children, script_weights={"greek": [1.0, 1.0]})
+    with pytest.raises(ValueError, match="min_relative_quality"):
+        HybridFusionRetriever(children).calibrate(topic_nodes(), min_relative_quality=2)
 
 
 def test_from_index(lexical):
