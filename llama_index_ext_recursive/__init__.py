@@ -9,6 +9,7 @@ from llama_index_ext_recursive.persist import PersistError
 from llama_index_ext_recursive.recursive import (
     ExplainedNodeWithScore,
     LinkError,
+    LevelMode,
     RecursiveSummaryRetriever,
     RetrievalExplanation,
     ScoreMode,
@@ -43,6 +44,7 @@ __all__ = [
     "MultilingualTokenizer",
     "NumpyVectorStore",
     "PersistError",
+    "LevelMode",
     "RecursiveSummaryRetriever",
     "RetrievalExplanation",
     "ScoreMode",

@@ -33,6 +33,7 @@ from llama_index.retrievers.bm25 import BM25Retriever
 
 from llama_index_ext_recursive.filters import (
     FiltersLike,
+    filterable_metadata,
     filters_of,
     metadata_matcher,
     to_filters,
@@ -364,7 +365,7 @@ class MultilingualBM25Retriever(BM25Retriever):
         if filters is None or not filters.filters:
             return None
         matches = metadata_matcher(filters)
-        return np.fromiter((bool(matches(node.metadata)) for node in self.nodes), dtype=bool, count=len(self.nodes))
+        return np.fromiter((bool(matches(filterable_metadata(node))) for node in self.nodes), dtype=bool, count=len(self.nodes))
 
     def _score_all(self, query_tokens: List[str]) -> np.ndarray:
         """BM25 score of every indexed node for ``query_tokens`` (CPU-bound)."""

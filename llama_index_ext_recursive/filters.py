@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
-from llama_index.core.schema import QueryBundle
+from llama_index.core.schema import BaseNode, QueryBundle
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -147,6 +147,19 @@ def metadata_matcher(
     if condition == FilterCondition.OR:
         return lambda metadata: any(part(metadata) for part in parts)
     return lambda metadata: not any(part(metadata) for part in parts)  # NOT, as upstream
+
+
+def filterable_metadata(node: BaseNode) -> Mapping[str, Any]:
+    """The metadata a filter sees for ``node``, as vector stores store it.
+
+    Vector stores add ``ref_doc_id`` to the metadata they filter on, so a
+    ``ref_doc_id`` filter works on them; retrievers that filter in Python
+    (BM25, fusion) use this view to behave the same.
+    """
+    ref = node.ref_doc_id
+    if ref is None or "ref_doc_id" in node.metadata:
+        return node.metadata
+    return {**node.metadata, "ref_doc_id": ref}
 
 
 def metadata_matches(

@@ -62,6 +62,7 @@ from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
     apply_policy,
+    filterable_metadata,
     filters_of,
     metadata_matcher,
     to_filters,
@@ -513,7 +514,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         fused = self._fuse(results, bundles, weights)
         if effective is not None:
             matches = metadata_matcher(effective)
-            fused = [n for n in fused if matches(n.node.metadata)]
+            fused = [n for n in fused if matches(filterable_metadata(n.node))]
         return list(fused[: self.similarity_top_k])
 
     # ------------------------------------------------------------ constructors
@@ -591,7 +592,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
             bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=min(k, len(nodes)))
         kwargs.setdefault("retriever_names", ["vector", "bm25"])
         explicit = kwargs.get("retriever_weights") is not None or kwargs.get("script_weights") is not None
-        hybrid = cls([_VectorChild(index, k), bm25], similarity_top_k=similarity_top_k, **kwargs)
+        hybrid = cls([FilterableVectorRetriever(index, k), bm25], similarity_top_k=similarity_top_k, **kwargs)
         if calibrate and not explicit:
             hybrid.calibrate(nodes)
         return hybrid
@@ -619,8 +620,9 @@ def _mean_reciprocal_rank(retriever: BaseRetriever, pairs: Sequence[Tuple[str, s
     return total / len(pairs)
 
 
-class _VectorChild(BaseRetriever):
-    """Vector retrieval over an index that honours per-call ``.filters``."""
+class FilterableVectorRetriever(BaseRetriever):
+    """Vector retrieval over an index that honours per-call ``.filters``
+    (a :class:`FilteredQueryBundle`), so fusion can pass filters down."""
 
     def __init__(self, index: VectorStoreIndex, similarity_top_k: int) -> None:
         self._index = index

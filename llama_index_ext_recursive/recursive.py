@@ -14,6 +14,7 @@ import asyncio
 import difflib
 import json
 import logging
+import threading
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -64,6 +65,7 @@ from llama_index_ext_recursive.filters import (
     to_filters,
     with_filters,
 )
+from llama_index_ext_recursive.fusion import FilterableVectorRetriever, HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
 from llama_index_ext_recursive.store import NumpyVectorStore
 from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
@@ -87,6 +89,20 @@ class ScoreMode(str, Enum):
     CHUNK = "chunk"
     WEIGHTED = "weighted"
     PRODUCT = "product"
+
+
+class LevelMode(str, Enum):
+    """How one level (summaries or chunks) is searched.
+
+    ``vector``: embeddings (summaries by centroid or text, see
+    :class:`SummaryEmbedding`); ``bm25``: :class:`MultilingualBM25Retriever`
+    (at the summary level over each document's summary plus its chunks);
+    ``hybrid``: both, fused by a calibrated :class:`HybridFusionRetriever`.
+    """
+
+    VECTOR = "vector"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
 
 
 class LinkError(ValueError):
@@ -175,6 +191,11 @@ class RecursiveSummaryRetriever(BaseRetriever):
         summary_embedding: what summaries added later are routed by (:class:`SummaryEmbedding`);
             must match how ``summary_index`` was built.
         max_link_depth: how many ``IndexNode`` links a query may follow.
+        summary_mode: how documents are routed (:class:`LevelMode`).
+        chunk_mode: how chunks of the routed documents are ranked
+            (:class:`LevelMode`; ``bm25``/``hybrid`` need the chunk store of
+            ``from_documents``/``from_nodes``). With ``hybrid`` chunk scores
+            are fused scores, so ``score_mode="chunk"`` suits it best.
     """
 
     def __init__(
@@ -198,6 +219,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         max_link_depth: int = 3,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        summary_mode: Union[LevelMode, str] = LevelMode.VECTOR,
+        chunk_mode: Union[LevelMode, str] = LevelMode.VECTOR,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
@@ -208,6 +231,14 @@ class RecursiveSummaryRetriever(BaseRetriever):
             )
         if not 0.0 <= score_alpha <= 1.0:
             raise ValueError(f"score_alpha must be within [0, 1], got {score_alpha}")
+        self.summary_mode = LevelMode(summary_mode)
+        self.chunk_mode = LevelMode(chunk_mode)
+        if chunk_index is None and self.chunk_mode != LevelMode.VECTOR:
+            raise ValueError(
+                f"chunk_mode={self.chunk_mode.value!r} needs the chunk store built by "
+                "from_documents/from_nodes; with retriever_dict, put BM25 or "
+                "HybridFusionRetriever children in the dict instead"
+            )
         self._summary_index = summary_index
         self._chunk_index = chunk_index
         self._retriever_dict = dict(retriever_dict or {})
@@ -227,8 +258,11 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._summaries = self._load_summaries()
         self._documents: Dict[str, DocumentRecord] = dict(documents or {})
         self._document_keys = self._summary_filter_keys()
+        self._searchers: Optional[Tuple[Optional[BaseRetriever], Optional[BaseRetriever]]] = None
+        self._searchers_lock = threading.Lock()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self.validate_links()
+        self._lexical_searchers()
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -408,6 +442,102 @@ class RecursiveSummaryRetriever(BaseRetriever):
                         edges.setdefault(record.doc_id, []).append(target)
         _raise_on_cycle(edges)
 
+    # --------------------------------------------------- bm25 / hybrid levels
+    def _document_nodes(self) -> List[IndexNode]:
+        """One node per document for summary-level BM25: its summary, then its
+        chunks' text (ids and ``index_id`` as the summary's, so hits route)."""
+        docstore = self._chunk_index.docstore if self._chunk_index is not None else None
+        nodes = []
+        for doc_id, summary in self._summaries.items():
+            parts = [summary.get_content()]
+            record = self._documents.get(doc_id)
+            if docstore is not None and record is not None:
+                for chunk_id in record.chunk_ids:
+                    chunk = docstore.get_node(chunk_id, raise_error=False)
+                    if chunk is not None:
+                        parts.append(chunk.get_content())
+            nodes.append(
+                IndexNode(
+                    id_=summary.node_id,
+                    index_id=doc_id,
+                    text="\n".join(parts),
+                    metadata=dict(summary.metadata),
+                    excluded_embed_metadata_keys=list(summary.excluded_embed_metadata_keys),
+                )
+            )
+        return nodes
+
+    @staticmethod
+    def _level_searcher(
+        mode: LevelMode, index: VectorStoreIndex, nodes: List[BaseNode], top_k: int
+    ) -> Optional[BaseRetriever]:
+        if mode == LevelMode.VECTOR or not nodes:
+            return None
+        from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+
+        bm25 = MultilingualBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=top_k)
+        if mode == LevelMode.BM25:
+            return bm25
+        hybrid = HybridFusionRetriever(
+            [FilterableVectorRetriever(index, top_k), bm25],
+            similarity_top_k=top_k,
+            retriever_names=["vector", "bm25"],
+        )
+        hybrid.calibrate(nodes)
+        return hybrid
+
+    def _lexical_searchers(self) -> Tuple[Optional[BaseRetriever], Optional[BaseRetriever]]:
+        """The summary- and chunk-level BM25/hybrid searchers (``None``: vector),
+        built on first need and again after documents change."""
+        with self._searchers_lock:
+            if self._searchers is None:
+                summary = self._level_searcher(
+                    self.summary_mode,
+                    self._summary_index,
+                    list(self._document_nodes()) if self.summary_mode != LevelMode.VECTOR else [],
+                    self.num_routed_docs + self.similarity_top_k,
+                )
+                chunk = None
+                if self._chunk_index is not None and self.chunk_mode != LevelMode.VECTOR:
+                    chunk = self._level_searcher(
+                        self.chunk_mode,
+                        self._chunk_index,
+                        list(self._chunk_index.docstore.docs.values()),
+                        self.similarity_top_k,
+                    )
+                self._searchers = (summary, chunk)
+            return self._searchers
+
+    def _invalidate_searchers(self) -> None:
+        with self._searchers_lock:
+            self._searchers = None
+
+    def _wave_bundle(self, routes: List[_Route], plan: _Plan) -> QueryBundle:
+        """One chunk query for a whole wave: its documents' chunks, plus the filters."""
+        routing = MetadataFilters(
+            filters=[
+                MetadataFilter(
+                    key=ROUTING_KEY,
+                    value=sorted({route.doc_id for route in routes}),
+                    operator=FilterOperator.IN,
+                )
+            ]
+        )
+        return with_filters(plan.chunk_bundle, merge_filters(routing, plan.chunk_filters))
+
+    @staticmethod
+    def _split_wave(routes: List[_Route], hits: List[NodeWithScore]) -> List[List[NodeWithScore]]:
+        """Hand each hit of a wave query to the (first) route of its document."""
+        slot: Dict[str, int] = {}
+        for i, route in enumerate(routes):
+            slot.setdefault(route.doc_id, i)
+        out: List[List[NodeWithScore]] = [[] for _ in routes]
+        for hit in hits:
+            i = slot.get(hit.node.ref_doc_id or "")
+            if i is not None:
+                out[i].append(hit)
+        return out
+
     # ------------------------------------------------------------- retrieval
     def _plan(self, query_bundle: QueryBundle, embedding: Optional[List[float]]) -> _Plan:
         effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
@@ -562,13 +692,24 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 query_bundle.embedding_strs
             )
         plan = self._plan(query_bundle, embedding)
-        routes = self._routes(self._summary_retriever(plan).retrieve(plan.summary_bundle))
+        summary_searcher, chunk_searcher = self._lexical_searchers()
+        if summary_searcher is None:
+            summary_hits = self._summary_retriever(plan).retrieve(plan.summary_bundle)
+        else:
+            summary_hits = summary_searcher.retrieve(
+                with_filters(plan.summary_bundle, plan.summary_filters)
+            )
+        routes = self._routes(summary_hits)
         best: Dict[str, ExplainedNodeWithScore] = {}
         while routes:
-            results = [
-                self._chunk_retriever(route, plan).retrieve(replace(plan.chunk_bundle))
-                for route in routes
-            ]
+            if chunk_searcher is None:
+                results = [
+                    self._chunk_retriever(route, plan).retrieve(replace(plan.chunk_bundle))
+                    for route in routes
+                ]
+            else:
+                hits = chunk_searcher.retrieve(self._wave_bundle(routes, plan))
+                results = self._split_wave(routes, hits)
             routes = self._collect(routes, results, plan, best)
         return self._rank(best)
 
@@ -579,18 +720,31 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 query_bundle.embedding_strs
             )
         plan = self._plan(query_bundle, embedding)
-        routes = self._routes(
-            await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
-        )
+        if self._searchers is None:  # building BM25 and calibrating is CPU work
+            await asyncio.to_thread(self._lexical_searchers)
+        summary_searcher, chunk_searcher = self._lexical_searchers()
+        if summary_searcher is None:
+            summary_hits = await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
+        else:
+            summary_hits = await summary_searcher.aretrieve(
+                with_filters(plan.summary_bundle, plan.summary_filters)
+            )
+        routes = self._routes(summary_hits)
         best: Dict[str, ExplainedNodeWithScore] = {}
         while routes:
-            results = await asyncio.gather(
-                *(
-                    self._chunk_retriever(route, plan).aretrieve(replace(plan.chunk_bundle))
-                    for route in routes
+            if chunk_searcher is None:
+                results = list(
+                    await asyncio.gather(
+                        *(
+                            self._chunk_retriever(route, plan).aretrieve(replace(plan.chunk_bundle))
+                            for route in routes
+                        )
+                    )
                 )
-            )
-            routes = self._collect(routes, list(results), plan, best)
+            else:
+                hits = await chunk_searcher.aretrieve(self._wave_bundle(routes, plan))
+                results = self._split_wave(routes, hits)
+            routes = self._collect(routes, results, plan, best)
         return self._rank(best)
 
     # ------------------------------------------------------ incremental update
@@ -652,6 +806,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             self._summaries[summary.index_id] = summary
             self._documents[summary.index_id] = built.records[summary.index_id]
         self._document_keys = self._summary_filter_keys()
+        self._invalidate_searchers()
         self.validate_links()
         return changed
 
@@ -666,6 +821,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         del self._documents[doc_id]
         self._summaries.pop(doc_id, None)
         self._document_keys = self._summary_filter_keys()
+        self._invalidate_searchers()
 
     # ------------------------------------------------------------ persistence
     def _config(self) -> Dict[str, Any]:
@@ -680,6 +836,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
             "doc_id_key": self.doc_id_key,
             "max_link_depth": self.max_link_depth,
             "summary_embedding": self.summary_embedding.value,
+            "summary_mode": self.summary_mode.value,
+            "chunk_mode": self.chunk_mode.value,
             "embed_model": embed_model_name(self._embed_model),
             "summarizer": (
                 self._summarizer.to_dict()
@@ -762,6 +920,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 "doc_id_key",
                 "max_link_depth",
                 "summary_embedding",
+                "summary_mode",
+                "chunk_mode",
             )
             if key in config
         }

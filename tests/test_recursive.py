@@ -629,3 +629,88 @@ def test_retriever_dict_setup_cannot_persist(tmp_path):
     )
     with pytest.raises(NotImplementedError, match="persist needs the chunk store"):
         retriever.persist(tmp_path / "x")
+
+
+# -- BM25 and hybrid levels ----------------------------------------------------
+
+CHINESE_DOCS = {
+    "mice": ["定量 PCR 以小鼠肝脏 GAPDH 为内参。", "实验对象为 SPF 级 C57BL/6 小鼠。", "小鼠饲养在恒温恒湿的屏障环境中。"],
+    "python": ["Python 的列表推导式用一行从可迭代对象生成列表。", "字典推导式以键值对生成字典。", "生成器表达式按需产生元素，节省内存。"],
+    "river": ["长江是中国最长的河流。", "长江发源于青藏高原的唐古拉山脉。", "三峡大坝位于长江中上游。"],
+    "bread": ["面包发酵需要酵母把糖分解产生二氧化碳。", "面团冷藏过夜可以让风味更浓郁。", "烤面包时在锅里加盖可以保留蒸汽。"],
+}
+
+
+def chinese_nodes() -> List[TextNode]:
+    return [
+        TextNode(id_=f"{doc}-{i}", text=text, metadata={"doc_id": doc, "topic": doc})
+        for doc, texts in CHINESE_DOCS.items()
+        for i, text in enumerate(texts)
+    ]
+
+
+@pytest.mark.parametrize("summary_mode", ["bm25", "hybrid"])
+@pytest.mark.parametrize("chunk_mode", ["bm25", "hybrid"])
+def test_bm25_and_hybrid_levels_find_chinese_chunks(lexical, summary_mode, chunk_mode):
+    retriever = RecursiveSummaryRetriever.from_nodes(
+        chinese_nodes(), embed_model=lexical, similarity_top_k=3, num_routed_docs=2,
+        summary_mode=summary_mode, chunk_mode=chunk_mode,
+    )
+    for query, doc, chunk in [
+        ("实验对象是什么物种？", "mice", "mice-1"),
+        ("C57BL/6", "mice", "mice-1"),
+        ("列表推导式", "python", "python-0"),
+        ("唐古拉山脉", "river", "river-1"),
+    ]:
+        results = retriever.retrieve(query)
+        # a hybrid chunk level may tie BM25's best with the (here blind) vector
+        # child's best; RRF then breaks the tie by node id
+        top = 1 if chunk_mode == "bm25" else 2
+        found = [r for r in results[:top] if r.node.node_id == chunk]
+        assert found, (query, [r.node.node_id for r in results])
+        assert found[0].explanation.doc_id == doc
+        assert all(r.score > 0 and not isinstance(r.node, IndexNode) for r in results)
+        again = asyncio.run(retriever.aretrieve(query))
+        assert [(r.node.node_id, r.score) for r in again] == [(r.node.node_id, r.score) for r in results]
+
+
+def test_hybrid_levels_rank_chunks_across_routed_documents(lexical):
+    retriever = build(lexical, similarity_top_k=4, num_routed_docs=2, summary_mode="hybrid", chunk_mode="hybrid")
+    results = retriever.retrieve("bees hive nectar bread dough")
+    docs = {r.explanation.doc_id for r in results}
+    assert docs == {"bees", "bread"}  # one global ranking over both routed documents
+    assert len(results) == 4 and len({r.node.node_id for r in results}) == 4
+
+
+def test_bm25_levels_apply_per_call_filters(lexical):
+    retriever = build(lexical, summary_mode="bm25", chunk_mode="bm25")
+    results = retriever.retrieve(FilteredQueryBundle("queen bee hive sunlight", filters={"category": "energy"}))
+    assert results and {r.node.metadata["category"] for r in results} == {"energy"}
+    intro = retriever.retrieve(FilteredQueryBundle("bees queen", filters={"section": "body"}))
+    assert intro and all(r.node.metadata["section"] == "body" for r in intro)
+
+
+def test_level_modes_persist_and_follow_updates(lexical, tmp_path):
+    retriever = RecursiveSummaryRetriever.from_nodes(
+        chinese_nodes(), embed_model=lexical, summary_mode="bm25", chunk_mode="hybrid"
+    )
+    before = [(r.node.node_id, r.score) for r in retriever.retrieve("唐古拉山脉")]
+    retriever.persist(tmp_path / "idx")
+    loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx", embed_model=lexical)
+    assert (loaded.summary_mode.value, loaded.chunk_mode.value) == ("bm25", "hybrid")
+    assert [(r.node.node_id, r.score) for r in loaded.retrieve("唐古拉山脉")] == before
+
+    loaded.add_nodes([TextNode(id_="tea-0", text="龙井茶产于杭州西湖。", metadata={"doc_id": "tea"})])
+    assert loaded.retrieve("龙井茶")[0].node.node_id == "tea-0"
+    loaded.delete_document("river")
+    assert all(r.explanation.doc_id != "river" for r in loaded.retrieve("唐古拉山脉"))
+
+
+def test_level_modes_are_validated(lexical):
+    with pytest.raises(ValueError, match="'fuzzy' is not a valid LevelMode"):
+        build(lexical, chunk_mode="fuzzy")
+    summaries = [IndexNode(text="bees", index_id="bees")]
+    with pytest.raises(ValueError, match="chunk_mode='bm25' needs the chunk store"):
+        RecursiveSummaryRetriever.from_retriever_dict(
+            summaries, {"bees": Static([])}, embed_model=lexical, chunk_mode="bm25"
+        )

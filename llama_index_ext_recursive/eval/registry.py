@@ -130,6 +130,16 @@ def recursive(ctx: BuildContext) -> BaseRetriever:
     )
 
 
+@register("recursive-hybrid")
+def recursive_hybrid(ctx: BuildContext) -> BaseRetriever:
+    """Ours: ``RecursiveSummaryRetriever`` with hybrid routing and hybrid chunk ranking."""
+    return RecursiveSummaryRetriever.from_nodes(
+        ctx.nodes, doc_id_key=ctx.doc_id_key, embed_model=ctx.embed_model,
+        similarity_top_k=ctx.top_k, show_progress=False,
+        summary_mode="hybrid", chunk_mode="hybrid",
+    )
+
+
 @register("bm25")
 def bm25(ctx: BuildContext) -> BaseRetriever:
     """Ours: ``MultilingualBM25Retriever`` (jieba for Chinese, no zero-score filler)."""
