@@ -54,7 +54,7 @@ from llama_index.core.retrievers.fusion_retriever import (
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.settings import Settings
 from llama_index.core.vector_stores.types import MetadataFilters
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from llama_index_ext_recursive.embeddings import resolve_embed_model
 from llama_index_ext_recursive.filters import (
@@ -146,8 +146,10 @@ class ScoreDirection(str, Enum):
     DISTANCE = "distance"
 
 
-class FusionHit(BaseModel):
-    """One child's evidence for a fused result."""
+@dataclass(frozen=True)
+class FusionHit:
+    """One child's evidence for a fused result (a plain dataclass: one is made
+    per hit per query, and a pydantic model cost more than the fusion)."""
 
     retriever_index: int
     retriever_name: str
@@ -392,7 +394,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         for q, bundle in enumerate(bundles):
             for i in _active(weights):
                 results[(q, i)] = self._retrievers[i].retrieve(bundle)
-        return self._finish(results, bundles, effective, weights)
+        return list(self._fuse(results, bundles, weights, effective))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         extra: List[str] = []
@@ -406,7 +408,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         outputs = await asyncio.gather(
             *(self._retrievers[i].aretrieve(bundles[q]) for q, i in keys)
         )
-        return self._finish(dict(zip(keys, outputs)), bundles, effective, weights)
+        return list(self._fuse(dict(zip(keys, outputs)), bundles, weights, effective))
 
     # ------------------------------------------------------------------- fusion
 
@@ -472,20 +474,36 @@ class HybridFusionRetriever(QueryFusionRetriever):
         return out
 
     def _fuse(
-        self, results: _Results, bundles: Sequence[QueryBundle], weights: Sequence[float]
+        self,
+        results: _Results,
+        bundles: Sequence[QueryBundle],
+        weights: Sequence[float],
+        effective: Optional[MetadataFilters],
     ) -> List[FusedNodeWithScore]:
+        """Fused top-k; result objects and provenance are built for the top-k only."""
         usable = self._hits(results)
         contributions = self._contributions(usable, len(bundles), weights)
         nodes: Dict[str, BaseNode] = {}
-        parts: Dict[str, List[float]] = {}
-        provenance: Dict[str, List[FusionHit]] = {}
+        parts: Dict[str, List[Tuple[Tuple[int, int], int, NodeWithScore, float]]] = {}
         for key in sorted(usable):  # query order, then retriever order: deterministic
-            q, i = key
             for (rank, hit), value in zip(usable[key], contributions[key]):
                 node_id = hit.node.node_id
                 nodes.setdefault(node_id, hit.node)
-                parts.setdefault(node_id, []).append(value)
-                provenance.setdefault(node_id, []).append(
+                parts.setdefault(node_id, []).append((key, rank, hit, value))
+        # fsum is exactly rounded: the fused score does not depend on child order
+        combine = max if self.mode == FUSION_MODES.SIMPLE else math.fsum
+        scores = {node_id: float(combine(p[3] for p in hits)) for node_id, hits in parts.items()}
+        order = sorted(scores, key=lambda node_id: (-scores[node_id], node_id))
+        if effective is not None:
+            matches = metadata_matcher(effective)
+            order = [n for n in order if matches(filterable_metadata(nodes[n]))]
+        # model_construct: every field is built here from validated parts, and
+        # validating again would cost more than the fusion itself
+        return [
+            FusedNodeWithScore.model_construct(
+                node=nodes[node_id],
+                score=scores[node_id],
+                provenance=[
                     FusionHit(
                         retriever_index=i,
                         retriever_name=self.retriever_names[i],
@@ -494,28 +512,11 @@ class HybridFusionRetriever(QueryFusionRetriever):
                         score=hit.score,
                         contribution=value,
                     )
-                )
-        # fsum is exactly rounded: the fused score does not depend on child order
-        combine = max if self.mode == FUSION_MODES.SIMPLE else math.fsum
-        scores = {node_id: float(combine(values)) for node_id, values in parts.items()}
-        order = sorted(scores, key=lambda node_id: (-scores[node_id], node_id))
-        return [
-            FusedNodeWithScore(node=nodes[n], score=scores[n], provenance=provenance[n])
-            for n in order
+                    for (q, i), rank, hit, value in parts[node_id]
+                ],
+            )
+            for node_id in order[: self.similarity_top_k]
         ]
-
-    def _finish(
-        self,
-        results: _Results,
-        bundles: Sequence[QueryBundle],
-        effective: Optional[MetadataFilters],
-        weights: Sequence[float],
-    ) -> List[NodeWithScore]:
-        fused = self._fuse(results, bundles, weights)
-        if effective is not None:
-            matches = metadata_matcher(effective)
-            fused = [n for n in fused if matches(filterable_metadata(n.node))]
-        return list(fused[: self.similarity_top_k])
 
     # ------------------------------------------------------------ constructors
 

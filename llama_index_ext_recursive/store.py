@@ -112,12 +112,15 @@ class NumpyVectorStore(SimpleVectorStore):
             rows = matched if rows is None else np.intersect1d(rows, matched, assume_unique=True)
         if rows is None:
             rows = np.arange(len(self._ids))
+        ids = self._ids  # a local: attribute access on this pydantic model is slow
         if query.node_ids is not None:
             allowed = set(query.node_ids)
-            rows = rows[np.asarray([self._ids[r] in allowed for r in rows], dtype=bool)]
+            # as_retriever() passes every id of the index: nothing to narrow then
+            if not (len(allowed) >= len(ids) and allowed.issuperset(ids)):
+                rows = rows[np.asarray([ids[r] in allowed for r in rows], dtype=bool)]
         if query.filters is not None and query.filters.filters and len(rows):
             metadata, matches = self.data.metadata_dict, metadata_matcher(query.filters)
-            keep = [matches(metadata[self._ids[r]]) for r in rows]
+            keep = [matches(metadata[ids[r]]) for r in rows]
             rows = rows[np.asarray(keep, dtype=bool)]
         return rows
 
@@ -141,7 +144,8 @@ class NumpyVectorStore(SimpleVectorStore):
         k = min(query.similarity_top_k or len(rows), len(rows))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(rows) else np.arange(len(rows))
         top = top[np.argsort(-scores[top], kind="stable")]
+        ids = self._ids
         return VectorStoreQueryResult(
             similarities=[float(scores[t]) for t in top],
-            ids=[self._ids[rows[t]] for t in top],
+            ids=[ids[rows[t]] for t in top],
         )

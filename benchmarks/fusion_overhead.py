@@ -1,0 +1,128 @@
+"""Latency of ``hybrid`` against the sum of its two children, on real datasets, one run.
+
+For each dataset, ``HybridFusionRetriever.from_nodes`` is built over the
+dataset's nodes with cached embeddings (``.cache/embeddings.sqlite``, the
+bundled model). Every query is embedded up front and passed as
+``QueryBundle(query, embedding=...)``, so no timing includes the model. The
+two children (``retriever._retrievers``: vector over ``NumpyVectorStore`` and
+``MultilingualBM25Retriever``) and the hybrid are timed in interleaved rounds
+(vector, bm25, hybrid for each query, after 3 warm-up queries), and the report
+gives median and mean per-query milliseconds and
+``overhead = hybrid / (vector + bm25)`` (ratio of means; 1.0 means fusion
+itself is free). The same is measured for upstream's
+``QueryFusionRetriever([vector, bm25], num_queries=1, mode="reciprocal_rerank",
+use_async=False)`` over ``VectorStoreIndex(nodes).as_retriever()`` and
+``BM25Retriever.from_defaults`` (``upstream_overhead``; ``use_async=False``
+is its cheapest sync path). Only queries for which the hybrid runs both children count
+(calibration may give a child weight 0 for a script, e.g. the English model
+on Chinese queries; those are counted and reported separately).
+
+Usage (repository root)::
+
+    .venv/bin/python benchmarks/fusion_overhead.py                 # scifact, xquad_en_fine
+    .venv/bin/python benchmarks/fusion_overhead.py --datasets scifact --max-queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.llms import MockLLM
+from llama_index.core.retrievers import QueryFusionRetriever
+from llama_index.core.schema import MetadataMode, QueryBundle
+from llama_index.retrievers.bm25 import BM25Retriever
+
+from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.eval.data import BeirDataset
+from llama_index_ext_recursive.fusion import HybridFusionRetriever
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def measure(dataset: BeirDataset, model: CachedEmbedding, rounds: int) -> Dict[str, object]:
+    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
+    vectors = model.get_text_embedding_batch(
+        [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+    )
+    for node, vector in zip(nodes, vectors):
+        node.embedding = vector
+    hybrid = HybridFusionRetriever.from_nodes(nodes, embed_model=model)
+    vector_child, bm25_child = hybrid._retrievers
+    upstream_vector = VectorStoreIndex(nodes, embed_model=model).as_retriever(similarity_top_k=10)
+    upstream_bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=10)
+    upstream = QueryFusionRetriever(
+        [upstream_vector, upstream_bm25], llm=MockLLM(), num_queries=1,
+        mode="reciprocal_rerank", similarity_top_k=10, use_async=False,
+    )
+    contestants = (
+        ("vector", vector_child), ("bm25", bm25_child), ("hybrid", hybrid),
+        ("upstream_vector", upstream_vector), ("upstream_bm25", upstream_bm25),
+        ("upstream_fusion", upstream),
+    )
+    bundles, single_child = [], 0
+    for text in dataset.queries.values():
+        if all(w > 0 for w in hybrid.weights_for(text)):
+            bundles.append(QueryBundle(text, embedding=model.get_query_embedding(text)))
+        else:
+            single_child += 1
+    timings: Dict[str, List[float]] = {name: [] for name, _ in contestants}
+    for bundle in bundles[:3]:  # warm-up
+        for _, retriever in contestants:
+            retriever.retrieve(bundle)
+    for _ in range(rounds):
+        for bundle in bundles:
+            for name, retriever in contestants:
+                started = time.perf_counter()
+                retriever.retrieve(bundle)
+                timings[name].append((time.perf_counter() - started) * 1000)
+    mean = {name: statistics.fmean(values) for name, values in timings.items()}
+    return {
+        "dataset": dataset.name,
+        "corpus": len(nodes),
+        "queries_timed": len(bundles),
+        "queries_single_child": single_child,
+        "rounds": rounds,
+        "median_ms": {name: statistics.median(values) for name, values in timings.items()},
+        "mean_ms": mean,
+        "overhead": mean["hybrid"] / (mean["vector"] + mean["bm25"]),
+        "upstream_overhead": mean["upstream_fusion"]
+        / (mean["upstream_vector"] + mean["upstream_bm25"]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", default="scifact,xquad_en_fine")
+    parser.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
+    parser.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
+    parser.add_argument("--max-queries", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fusion_overhead.json"))
+    args = parser.parse_args()
+    model = CachedEmbedding(resolve_embed_model(None), args.cache)
+    reports = []
+    for name in args.datasets.split(","):
+        dataset = BeirDataset.load(Path(args.data_root) / name, max_queries=args.max_queries)
+        report = measure(dataset, model, args.rounds)
+        reports.append(report)
+        med, mean = report["median_ms"], report["mean_ms"]
+        print(
+            f"{name}: {report['queries_timed']} queries x {args.rounds} rounds; mean ms "
+            f"vector {mean['vector']:.2f} + bm25 {mean['bm25']:.2f} -> hybrid {mean['hybrid']:.2f} "
+            f"(median {med['vector']:.2f} + {med['bm25']:.2f} -> {med['hybrid']:.2f}); "
+            f"overhead x{report['overhead']:.3f}; {report['queries_single_child']} queries use one child. "
+            f"upstream: {mean['upstream_vector']:.2f} + {mean['upstream_bm25']:.2f} -> "
+            f"{mean['upstream_fusion']:.2f}, overhead x{report['upstream_overhead']:.3f}"
+        )
+    Path(args.out).write_text(json.dumps(reports, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
