@@ -6,7 +6,9 @@ bundled model). Every query is embedded up front and passed as
 ``QueryBundle(query, embedding=...)``, so no timing includes the model. The
 two children (``retriever._retrievers``: vector over ``NumpyVectorStore`` and
 ``MultilingualBM25Retriever``) and the hybrid are timed in interleaved rounds
-(vector, bm25, hybrid for each query, after 3 warm-up queries), and the report
+(every retriever once per query, the order rotating from query
+to query so none profits from caches the previous one warmed; after 3
+warm-up queries), and the report
 gives median and mean per-query milliseconds and
 ``overhead = hybrid / (vector + bm25)`` (ratio of means; 1.0 means fusion
 itself is free). The same is measured for upstream's
@@ -77,8 +79,9 @@ def measure(dataset: BeirDataset, model: CachedEmbedding, rounds: int) -> Dict[s
         for _, retriever in contestants:
             retriever.retrieve(bundle)
     for _ in range(rounds):
-        for bundle in bundles:
-            for name, retriever in contestants:
+        for turn, bundle in enumerate(bundles):
+            shift = turn % len(contestants)
+            for name, retriever in contestants[shift:] + contestants[:shift]:
                 started = time.perf_counter()
                 retriever.retrieve(bundle)
                 timings[name].append((time.perf_counter() - started) * 1000)
