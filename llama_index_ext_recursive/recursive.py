@@ -65,7 +65,11 @@ from llama_index_ext_recursive.filters import (
     to_filters,
     with_filters,
 )
-from llama_index_ext_recursive.fusion import FilterableVectorRetriever, HybridFusionRetriever
+from llama_index_ext_recursive.fusion import (
+    HYBRID_MODE,
+    FilterableVectorRetriever,
+    HybridFusionRetriever,
+)
 from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
 from llama_index_ext_recursive.store import NumpyVectorStore
 from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
@@ -482,6 +486,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             [FilterableVectorRetriever(index, top_k), bm25],
             similarity_top_k=top_k,
             retriever_names=["vector", "bm25"],
+            mode=HYBRID_MODE,
         )
         hybrid.calibrate(nodes)
         return hybrid

@@ -1,0 +1,113 @@
+"""Why hybrid weights are calibrated per script: fixed-weight fusion swept on real datasets.
+
+For each dataset, each child's top-100 list is computed once per query (the
+vector child of ``HybridFusionRetriever.from_nodes`` and its
+``MultilingualBM25Retriever``, cached embeddings from
+``.cache/embeddings.sqlite``, query embeddings precomputed). The stored lists
+are then fused by ``HybridFusionRetriever`` itself (children that replay the
+stored lists, cut to ``--child-k``) in ``reciprocal_rerank`` and
+``relative_score`` mode with vector weight ``w`` and BM25 weight ``1 - w``,
+and scored with ir-measures (nDCG@10). The table also gives the
+calibration ``from_nodes`` performs on the same nodes.
+
+Usage (repository root)::
+
+    .venv/bin/python benchmarks/fusion_sweep.py     # scifact, xquad_en_fine, xquad_zh_fine, cmrc2018 (1000 q)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Dict, List
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+
+from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.eval.data import BeirDataset
+from llama_index_ext_recursive.eval.runner import score
+from llama_index_ext_recursive.fusion import HybridFusionRetriever
+
+REPO = Path(__file__).resolve().parent.parent
+WEIGHTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5]
+MODES = ["reciprocal_rerank", "relative_score"]
+DATASETS = {"scifact": None, "xquad_en_fine": None, "xquad_zh_fine": None, "cmrc2018": 1000}
+
+
+class Replay(BaseRetriever):
+    """Returns a stored list per query text."""
+
+    def __init__(self, lists: Dict[str, List[NodeWithScore]], k: int) -> None:
+        self._lists, self._k = lists, k
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return self._lists[query_bundle.query_str][: self._k]
+
+
+def sweep(dataset: BeirDataset, model: CachedEmbedding, child_k: int) -> Dict[str, object]:
+    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
+    vectors = model.get_text_embedding_batch([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
+    for node, vector in zip(nodes, vectors):
+        node.embedding = vector
+    hybrid = HybridFusionRetriever.from_nodes(nodes, embed_model=model, child_top_k=100)
+    vector_child, bm25_child = hybrid._retrievers
+    texts = dict(dataset.queries)
+    stored: List[Dict[str, List[NodeWithScore]]] = [{}, {}]
+    for text in texts.values():
+        bundle = QueryBundle(text, embedding=model.get_query_embedding(text))
+        stored[0][text] = vector_child.retrieve(bundle)
+        stored[1][text] = bm25_child.retrieve(bundle)
+
+    def ndcg(retriever: BaseRetriever) -> float:
+        run = {qid: [n.node.node_id for n in retriever.retrieve(text)] for qid, text in texts.items()}
+        return score(run, dataset.qrels, 10).aggregate["nDCG@10"]
+
+    report: Dict[str, object] = {
+        "dataset": dataset.name,
+        "queries": len(texts),
+        "vector": ndcg(Replay(stored[0], 10)),
+        "bm25": ndcg(Replay(stored[1], 10)),
+        "calibration": hybrid.calibration.__dict__ if hybrid.calibration else None,
+        "fixed": {},
+    }
+    for mode in MODES:
+        for w in WEIGHTS:
+            weights = [w, 1.0 - w] if w > 0 else [0.0, 1.0]
+            fused = HybridFusionRetriever(
+                [Replay(stored[0], child_k), Replay(stored[1], child_k)],
+                mode=mode, retriever_weights=weights,
+            )
+            report["fixed"][f"{mode} w={w}"] = ndcg(fused)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
+    parser.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
+    parser.add_argument("--child-k", type=int, default=10, help="hits per child fed to fusion")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fusion_sweep.json"))
+    args = parser.parse_args()
+    model = CachedEmbedding(resolve_embed_model(None), args.cache)
+    reports = []
+    header = "| dataset | vector | bm25 | " + " | ".join(f"{m.split('_')[0]} w={w}" for m in MODES for w in WEIGHTS) + " |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for name in args.datasets.split(","):
+        dataset = BeirDataset.load(Path(args.data_root) / name, max_queries=DATASETS.get(name))
+        report = sweep(dataset, model, args.child_k)
+        reports.append(report)
+        cells = [f"{report['vector']:.3f}", f"{report['bm25']:.3f}"] + [
+            f"{value:.3f}" for value in report["fixed"].values()
+        ]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    Path(args.out).write_text(json.dumps(reports, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
