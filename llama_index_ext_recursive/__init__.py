@@ -4,6 +4,7 @@ from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, Multilingu
 from llama_index_ext_recursive.builder import DocumentRecord
 from llama_index_ext_recursive.embeddings import bundled_embed_model, resolve_embed_model
 from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterPolicy
+from llama_index_ext_recursive.backfill import BackfillVectorRetriever, StaleIdError, StalePolicy
 from llama_index_ext_recursive.fusion import FusedNodeWithScore, FusionHit, HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError
 from llama_index_ext_recursive.recursive import (
@@ -30,6 +31,9 @@ from llama_index_ext_recursive.summarize import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackfillVectorRetriever",
+    "StaleIdError",
+    "StalePolicy",
     "DocumentRecord",
     "ExplainedNodeWithScore",
     "ExtractiveSummarizer",

@@ -56,6 +56,7 @@ from llama_index.core.settings import Settings
 from llama_index.core.vector_stores.types import MetadataFilters
 from pydantic import Field
 
+from llama_index_ext_recursive.backfill import BackfillVectorRetriever
 from llama_index_ext_recursive.embeddings import resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilteredQueryBundle,
@@ -601,7 +602,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         kwargs.setdefault("retriever_names", ["vector", "bm25"])
         kwargs.setdefault("mode", HYBRID_MODE)
         explicit = kwargs.get("retriever_weights") is not None or kwargs.get("script_weights") is not None
-        hybrid = cls([FilterableVectorRetriever(index, k), bm25], similarity_top_k=similarity_top_k, **kwargs)
+        hybrid = cls([BackfillVectorRetriever(index, k), bm25], similarity_top_k=similarity_top_k, **kwargs)
         if calibrate and not explicit:
             hybrid.calibrate(nodes)
         return hybrid

@@ -24,7 +24,6 @@ from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_s
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import (
     BaseNode,
@@ -40,6 +39,7 @@ from llama_index.core.vector_stores.types import (
 )
 from pydantic import BaseModel
 
+from llama_index_ext_recursive.backfill import BackfillVectorRetriever
 from llama_index_ext_recursive.builder import (
     ROUTING_KEY,
     BuiltDocuments,
@@ -65,11 +65,7 @@ from llama_index_ext_recursive.filters import (
     to_filters,
     with_filters,
 )
-from llama_index_ext_recursive.fusion import (
-    HYBRID_MODE,
-    FilterableVectorRetriever,
-    HybridFusionRetriever,
-)
+from llama_index_ext_recursive.fusion import HYBRID_MODE, HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
 from llama_index_ext_recursive.store import NumpyVectorStore
 from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
@@ -483,7 +479,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         if mode == LevelMode.BM25:
             return bm25
         hybrid = HybridFusionRetriever(
-            [FilterableVectorRetriever(index, top_k), bm25],
+            [BackfillVectorRetriever(index, top_k), bm25],
             similarity_top_k=top_k,
             retriever_names=["vector", "bm25"],
             mode=HYBRID_MODE,
@@ -557,8 +553,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
             summary_filters=relax_to_keys(effective, self._document_keys),
         )
 
-    def _summary_retriever(self, plan: _Plan) -> VectorIndexRetriever:
-        return VectorIndexRetriever(
+    def _summary_retriever(self, plan: _Plan) -> BackfillVectorRetriever:
+        return BackfillVectorRetriever(
             self._summary_index,
             # spare candidates for documents too small to fill the top-k (see _routes)
             similarity_top_k=self.num_routed_docs + self.similarity_top_k,
@@ -601,7 +597,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         routing = MetadataFilters(
             filters=[MetadataFilter(key=ROUTING_KEY, value=route.doc_id, operator=FilterOperator.EQ)]
         )
-        return VectorIndexRetriever(
+        return BackfillVectorRetriever(
             self._chunk_index,
             similarity_top_k=self.similarity_top_k,
             filters=merge_filters(routing, plan.chunk_filters),
