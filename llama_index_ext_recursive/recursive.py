@@ -32,7 +32,9 @@ from llama_index.core.schema import (
     NodeWithScore,
     QueryBundle,
 )
+from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
     FilterOperator,
     MetadataFilter,
     MetadataFilters,
@@ -304,6 +306,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         summary_cache: Optional[SummaryCache] = None,
         show_progress: Optional[bool] = None,
         summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.CENTROID,
+        chunk_vector_store: Optional[BasePydanticVectorStore] = None,
+        summary_vector_store: Optional[BasePydanticVectorStore] = None,
         **kwargs: Any,
     ) -> "RecursiveSummaryRetriever":
         """Index pre-chunked ``nodes`` grouped by ``metadata[doc_id_key]``.
@@ -311,6 +315,10 @@ class RecursiveSummaryRetriever(BaseRetriever):
         Nodes that already carry embeddings are not embedded again.
         ``summary_embedding`` chooses what summaries are routed by
         (:class:`SummaryEmbedding`; ``centroid`` routed best in our measurements).
+        ``chunk_vector_store``/``summary_vector_store``: empty stores to index
+        into (FAISS, Chroma, PostgreSQL, ...; default :class:`NumpyVectorStore`).
+        Stores that cannot filter are filtered by :class:`BackfillVectorRetriever`.
+        ``persist`` supports the default store only.
         """
         if not nodes:
             raise ValueError("no nodes to index: pass at least one node or document")
@@ -321,8 +329,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         built = build_documents(groups, doc_id_key, summarizer, cache, progress)
         model = resolve_embed_model(embed_model)
         attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
-        summary_index = _new_index(built.summary_nodes, model, progress)
-        chunk_index = _new_index(built.chunk_nodes, model, progress)
+        summary_index = _new_index(built.summary_nodes, model, progress, summary_vector_store)
+        chunk_index = _new_index(built.chunk_nodes, model, progress, chunk_vector_store)
         return cls(
             summary_index,
             chunk_index,
@@ -852,6 +860,14 @@ class RecursiveSummaryRetriever(BaseRetriever):
     def persist(self, persist_dir: Union[str, Path]) -> None:
         """Write summaries, stores and configuration to ``persist_dir`` atomically."""
         chunk_index = self._require_stores("persist")
+        for index in (self._summary_index, chunk_index):
+            if not isinstance(index.vector_store, SimpleVectorStore):
+                raise NotImplementedError(
+                    f"persist writes the embedded store, but this retriever uses "
+                    f"{type(index.vector_store).__name__}, which keeps its own data; rebuild with "
+                    "the default store to persist, or keep the external store and rebuild "
+                    "the retriever over it"
+                )
         with atomic_directory(persist_dir) as staging:
             self._summary_index.storage_context.persist(str(staging / "summaries"))
             chunk_index.storage_context.persist(str(staging / "chunks"))
@@ -946,14 +962,20 @@ def _auto_progress(show_progress: Optional[bool], count: int) -> bool:
 
 
 def _new_index(
-    nodes: Sequence[BaseNode], embed_model: BaseEmbedding, show_progress: bool
+    nodes: Sequence[BaseNode],
+    embed_model: BaseEmbedding,
+    show_progress: bool,
+    vector_store: Optional[BasePydanticVectorStore] = None,
 ) -> VectorStoreIndex:
-    storage = StorageContext.from_defaults(vector_store=NumpyVectorStore())
+    storage = StorageContext.from_defaults(vector_store=vector_store or NumpyVectorStore())
     return VectorStoreIndex(
         list(nodes),
         storage_context=storage,
         embed_model=embed_model,
         show_progress=show_progress,
+        # the docstore keeps every node even when the store keeps text: link
+        # checks, BM25 levels and updates read nodes from it
+        store_nodes_override=True,
     )
 
 

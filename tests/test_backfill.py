@@ -358,3 +358,35 @@ async def test_async_equals_sync_and_runs_the_search_off_the_loop(store, monkeyp
         retriever.aretrieve(QueryBundle("q", embedding=q)), retriever.aretrieve(QueryBundle("q", embedding=q))
     )
     assert [pairs(r) for r in both] == [sync, sync]
+
+
+# -- the recursive retriever on real stores ---------------------------------------
+
+
+@pytest.mark.parametrize("store", ["faiss-map", "chroma"])
+def test_recursive_retriever_runs_on_real_stores(lexical, store, tmp_path):
+    from conftest import topic_nodes
+
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
+
+    def new_store():
+        return chroma_store() if store == "chroma" else faiss.IndexIDMap(faiss.IndexFlatIP(64))
+
+    def wrap(raw):
+        return raw if store == "chroma" else FaissMapVectorStore(faiss_index=raw)
+
+    default = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=lexical, similarity_top_k=4)
+    on_store = RecursiveSummaryRetriever.from_nodes(
+        topic_nodes(), embed_model=lexical, similarity_top_k=4,
+        chunk_vector_store=wrap(new_store()), summary_vector_store=wrap(new_store()),
+    )
+    for query in ("queen bee hive", "sourdough starter yeast", "inverter current"):
+        expected = default.retrieve(query)
+        got = on_store.retrieve(query)
+        assert [n.node.node_id for n in got] == [n.node.node_id for n in expected]
+        if store != "chroma":  # Chroma reports exp(-distance), a different scale
+            assert [round(n.score, 5) for n in got] == [round(n.score, 5) for n in expected]
+    filtered = on_store.retrieve(FilteredQueryBundle("queen bee sunlight", filters={"category": "energy"}))
+    assert filtered and {n.node.metadata["category"] for n in filtered} == {"energy"}
+    with pytest.raises(NotImplementedError, match="keeps its own data"):
+        on_store.persist(tmp_path / "idx")
