@@ -291,7 +291,8 @@ def chroma_store():
     import chromadb
     from llama_index.vector_stores.chroma import ChromaVectorStore
 
-    collection = chromadb.EphemeralClient().get_or_create_collection(
+    client = chromadb.EphemeralClient(settings=chromadb.config.Settings(anonymized_telemetry=False))
+    collection = client.get_or_create_collection(
         f"t{uuid.uuid4().hex}", metadata={"hnsw:space": "cosine"}
     )
     return ChromaVectorStore(chroma_collection=collection)
