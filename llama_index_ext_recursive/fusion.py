@@ -628,24 +628,3 @@ def _mean_reciprocal_rank(retriever: BaseRetriever, pairs: Sequence[Tuple[str, s
         if node_id in ids:
             total += 1.0 / (ids.index(node_id) + 1)
     return total / len(pairs)
-
-
-class FilterableVectorRetriever(BaseRetriever):
-    """Vector retrieval over an index that honours per-call ``.filters``
-    (a :class:`FilteredQueryBundle`), so fusion can pass filters down."""
-
-    def __init__(self, index: VectorStoreIndex, similarity_top_k: int) -> None:
-        self._index = index
-        self._similarity_top_k = similarity_top_k
-        super().__init__()
-
-    def _inner(self, query_bundle: QueryBundle) -> BaseRetriever:
-        return self._index.as_retriever(
-            similarity_top_k=self._similarity_top_k, filters=filters_of(query_bundle)
-        )
-
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return self._inner(query_bundle).retrieve(query_bundle)
-
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return await self._inner(query_bundle).aretrieve(query_bundle)

@@ -608,7 +608,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         return BackfillVectorRetriever(
             self._chunk_index,
             similarity_top_k=self.similarity_top_k,
-            filters=merge_filters(routing, plan.chunk_filters),
+            filters=routing,  # the chunk bundle carries the per-call filters
             embed_model=self._embed_model,
             callback_manager=self.callback_manager,
         )

@@ -106,3 +106,6 @@ def topic_nodes(topics=TOPICS) -> List[TextNode]:
                 )
             )
     return nodes
+
+
+pytest_plugins = ["pg_server"]  # session fixture pg_server: PostgreSQL + pgvector (tests/pg_server.py)

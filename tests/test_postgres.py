@@ -1,0 +1,382 @@
+"""PostgreSQL + pgvector, on a real server (``pg_server`` fixture, tests/pg_server.py).
+
+Synthetic embeddings for store logic; real sentences where full-text search matters.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import QueryBundle, TextNode
+from llama_index.core.vector_stores.types import (
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+)
+from llama_index.vector_stores.postgres import PGVectorStore
+from sqlalchemy import event
+
+from conftest import DIM as LEXICAL_DIM
+from conftest import topic_nodes
+from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever
+from llama_index_ext_recursive.postgres import pg_hybrid_retriever, pgvector_store
+from llama_index_ext_recursive.recursive import RecursiveSummaryRetriever
+from llama_index_ext_recursive.store import NumpyVectorStore
+from pg_server import PgServer
+
+K = 10
+
+
+class NoEmbedding(BaseEmbedding):
+    """Queries here carry their embeddings; embedding anything is a test bug."""
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        raise AssertionError(f"unexpected embedding call for {query!r}")
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        raise AssertionError(f"unexpected embedding call for {text!r}")
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        raise AssertionError(f"unexpected embedding call for {query!r}")
+
+
+def _ids(hits) -> List[str]:
+    return [h.node.node_id for h in hits]
+
+
+def _scores(hits) -> List[float]:
+    return [h.score for h in hits]
+
+
+def _dispose(*stores: PGVectorStore) -> None:
+    """Close the sync connection pools of stores that connected."""
+    for store in stores:
+        if store.client is not None:
+            store.client.dispose()
+
+
+# ------------------------------------------------------------------ HNSW + filter
+
+HNSW_DIM, HNSW_ROWS = 32, 2000
+HNSW_KWARGS = {"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 40}
+
+
+@pytest.fixture(scope="module")
+def hnsw_table(pg_server: PgServer):
+    """2000 random rows, ~5% of them in group "rare", in one HNSW-indexed table."""
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(HNSW_ROWS, HNSW_DIM)).astype(np.float32)
+    groups = np.where(rng.random(HNSW_ROWS) < 0.05, "rare", "common")
+    nodes = [
+        TextNode(id_=f"row-{i}", text=f"row {i}", metadata={"group": str(groups[i])}, embedding=vectors[i].tolist())
+        for i in range(HNSW_ROWS)
+    ]
+    name = pg_server.table_name("hnsw")
+    store = pgvector_store(**pg_server.params(), table_name=name, embed_dim=HNSW_DIM, hnsw=HNSW_KWARGS)
+    store.add(nodes)
+    _dispose(store)
+    queries = rng.normal(size=(5, HNSW_DIM)).astype(np.float32)
+    return name, vectors, groups, queries
+
+
+def _exact_filtered_top_k(vectors: np.ndarray, groups: np.ndarray, query: np.ndarray, k: int = K):
+    rows = np.where(groups == "rare")[0]
+    unit = vectors[rows].astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    sims = unit @ (query.astype(np.float64) / np.linalg.norm(query))
+    order = np.argsort(-sims, kind="stable")[:k]
+    return [f"row-{rows[i]}" for i in order], sims[order]
+
+
+RARE = MetadataFilters(filters=[MetadataFilter(key="group", value="rare")])
+
+
+def test_hnsw_filter_returns_exact_k_rows_and_plain_store_does_not(pg_server, hnsw_table):
+    name, vectors, groups, queries = hnsw_table
+    assert 60 <= (groups == "rare").sum() <= 140  # ~5% selectivity
+    ours = pgvector_store(**pg_server.params(), table_name=name, embed_dim=HNSW_DIM, hnsw=HNSW_KWARGS)
+    plain = PGVectorStore.from_params(
+        **pg_server.params(), table_name=name, embed_dim=HNSW_DIM, hnsw_kwargs=dict(HNSW_KWARGS)
+    )
+    plain_counts = []
+    for query in queries:
+        q = VectorStoreQuery(query_embedding=query.tolist(), similarity_top_k=K, filters=RARE)
+        expected_ids, expected_scores = _exact_filtered_top_k(vectors, groups, query)
+        got = ours.query(q)
+        assert got.ids == expected_ids
+        np.testing.assert_allclose(got.similarities, expected_scores, atol=1e-5)
+        assert all(n.metadata["group"] == "rare" for n in got.nodes)
+        plain_counts.append(len(plain.query(q).ids))
+    # upstream: ef_search=40 candidates, then the WHERE clause keeps ~5% of them
+    assert all(count < K for count in plain_counts), plain_counts
+    _dispose(ours, plain)
+
+
+async def test_hnsw_filter_async_engine_also_scans_iteratively(pg_server, hnsw_table):
+    """The asyncpg engine gets the setting through server_settings (not libpq options)."""
+    name, vectors, groups, queries = hnsw_table
+    store = pgvector_store(**pg_server.params(), table_name=name, embed_dim=HNSW_DIM, hnsw=HNSW_KWARGS)
+    index = VectorStoreIndex.from_vector_store(store, embed_model=NoEmbedding())
+    retriever = index.as_retriever(similarity_top_k=K, filters=RARE)
+    try:
+        for query in queries[:3]:
+            bundle = QueryBundle("q", embedding=query.tolist())
+            expected_ids, expected_scores = _exact_filtered_top_k(vectors, groups, query)
+            sync_hits = retriever.retrieve(bundle)
+            async_hits = await retriever.aretrieve(QueryBundle("q", embedding=query.tolist()))
+            assert _ids(async_hits) == _ids(sync_hits) == expected_ids
+            np.testing.assert_allclose(_scores(async_hits), expected_scores, atol=1e-5)
+            assert _scores(async_hits) == _scores(sync_hits)
+    finally:
+        await store.close()
+
+
+def test_pgvector_store_rejects_unknown_settings(pg_server):
+    with pytest.raises(ValueError, match="iterative_scan"):
+        pgvector_store(**pg_server.params(), table_name="x", embed_dim=4, iterative_scan="fast")
+    with pytest.raises(ValueError, match="unknown hnsw keys"):
+        pgvector_store(**pg_server.params(), table_name="x", embed_dim=4, hnsw={"ef": 10})
+
+
+# ---------------------------------------------------------------------- hybrid
+
+HYBRID_DIM = 32
+TEXT_HIT = "zorblaxite"
+QUERY = "Which mines produce zorblaxite?"
+# dense noise: close to the query's embedding, none shares a query term
+NOISE = {
+    "noise-0": "The committee moved its monthly meeting to Thursday afternoon.",
+    "noise-1": "Our train was delayed by snow on the northern line.",
+    "noise-2": "She painted the kitchen walls a warm shade of yellow.",
+    "noise-3": "The library extended its opening hours during exams.",
+    "noise-4": "A stray cat slept on the warm bonnet of the car.",
+    "noise-5": "The orchestra tuned their instruments before the concert.",
+    "noise-6": "He forgot his umbrella at the bus stop again.",
+}
+NOISE_COSINES = [0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3]
+TEXT_HIT_COSINE = 0.05  # far from the query, but still 8th of the dense list
+OTHERS = {
+    "solar": "Solar panels produce the most electricity around noon.",
+    "bees": "Worker bees produce honey from the nectar they collect.",
+    "coal": "Old coal mines in the region now attract tourists.",
+    "bread": "Sourdough bread needs a starter of flour and water.",
+    "river": "The river floods the low meadows every spring.",
+    "chess": "Chess players often open with the king's pawn.",
+    "tea": "Green tea should steep for about two minutes.",
+    "bridge": "The suspension bridge was repainted last summer.",
+    "owl": "Barn owls hunt mice at dusk over open fields.",
+    "glass": "Glassblowers shape molten glass with long pipes.",
+    "violin": "A violin bow is strung with horsehair.",
+    "rain": "Heavy rain is forecast for the weekend.",
+    "map": "The old map showed roads that no longer exist.",
+    "clock": "The town hall clock runs five minutes fast.",
+    "garden": "Tomatoes ripen faster against a sunny wall.",
+}
+TEXTS: Dict[str, str] = {
+    TEXT_HIT: "Zorblaxite, a pale green mineral, is mined only in the Kessel valley.",
+    **NOISE,
+    **OTHERS,
+}
+
+
+def _hybrid_vectors():
+    """Unit vectors with exact cosines to the query: noise high, the text hit low, others negative."""
+    rng = np.random.default_rng(3)
+    basis, _ = np.linalg.qr(rng.normal(size=(HYBRID_DIM, HYBRID_DIM)))
+    query = basis[:, 0]
+    cosines = {**dict(zip(NOISE, NOISE_COSINES)), TEXT_HIT: TEXT_HIT_COSINE}
+    for i, node_id in enumerate(OTHERS):
+        cosines[node_id] = -0.1 - 0.02 * i
+    vectors = {}
+    for j, node_id in enumerate(TEXTS):
+        c = cosines[node_id]
+        vectors[node_id] = (c * query + np.sqrt(1 - c * c) * basis[:, 1 + j]).tolist()
+    return query.tolist(), vectors
+
+
+@pytest.fixture(scope="module")
+def hybrid_table(pg_server: PgServer):
+    query, vectors = _hybrid_vectors()
+    nodes = [
+        TextNode(
+            id_=node_id,
+            text=text,
+            metadata={"group": "a" if i % 2 == 0 else "b", "position": i},
+            embedding=vectors[node_id],
+        )
+        for i, (node_id, text) in enumerate(TEXTS.items())
+    ]
+    name = pg_server.table_name("hybrid")
+    store = pgvector_store(
+        **pg_server.params(), table_name=name, embed_dim=HYBRID_DIM, hybrid_search=True
+    )
+    store.add(nodes)
+    _dispose(store)
+    return name, query, nodes
+
+
+@pytest.fixture
+def hybrid_index(pg_server: PgServer, hybrid_table):
+    """Make indexes over the hybrid table (each with its own engines); close them after."""
+    stores: List[PGVectorStore] = []
+
+    def make() -> VectorStoreIndex:
+        store = pgvector_store(
+            **pg_server.params(), table_name=hybrid_table[0], embed_dim=HYBRID_DIM, hybrid_search=True
+        )
+        stores.append(store)
+        return VectorStoreIndex.from_vector_store(store, embed_model=NoEmbedding())
+
+    yield make
+    _dispose(*stores)
+
+
+def test_hybrid_ranks_exact_text_hit_first_where_upstream_hybrid_keeps_it_low(
+    pg_server, hybrid_table, hybrid_index
+):
+    name, query, _ = hybrid_table
+    retriever = pg_hybrid_retriever(hybrid_index(), similarity_top_k=K)
+    assert isinstance(retriever, HybridFusionRetriever)
+    hits = retriever.retrieve(QueryBundle(QUERY, embedding=query))
+    top = hits[0]
+    assert top.node.node_id == TEXT_HIT
+    assert {(hit.retriever_name, hit.rank) for hit in top.provenance} == {("text", 1), ("vector", 8)}
+    # the text child also found the other 'produce'/'mine' sentences, the vector child the noise
+    assert {"solar", "bees", "coal"} <= set(_ids(hits))
+    assert {"noise-0", "noise-1"} <= set(_ids(hits))
+
+    upstream_store = PGVectorStore.from_params(
+        **pg_server.params(), table_name=name, embed_dim=HYBRID_DIM, hybrid_search=True
+    )
+    upstream = VectorStoreIndex.from_vector_store(upstream_store, embed_model=NoEmbedding()).as_retriever(
+        similarity_top_k=K, vector_store_query_mode="hybrid"
+    )
+    up = upstream.retrieve(QueryBundle(QUERY, embedding=query))
+    # upstream concatenates the dense top-k (noise first) and the text-only rows, unsorted
+    # and untruncated: no fusion, and more than similarity_top_k results
+    assert _ids(up)[:7] == list(NOISE)
+    assert _ids(up)[7] == TEXT_HIT
+    assert up[7].score == pytest.approx(TEXT_HIT_COSINE, abs=1e-5)  # its cosine, not its ts_rank
+    assert _ids(up)[K:] == ["coal"] and 0 < up[K].score < up[7].score  # a ts_rank after cosines
+    _dispose(upstream_store)
+
+
+def test_hybrid_per_call_filters_never_return_filtered_out_nodes(hybrid_table, hybrid_index):
+    _, query, nodes = hybrid_table
+    group = {n.node_id: n.metadata["group"] for n in nodes}
+    retriever = pg_hybrid_retriever(hybrid_index(), similarity_top_k=K)
+    assert group[TEXT_HIT] == "a"
+    for wanted in ("a", "b"):
+        hits = retriever.retrieve(FilteredQueryBundle(QUERY, filters={"group": wanted}, embedding=query))
+        assert len(hits) == K  # 11 rows per group: a post-filter alone would leave fewer
+        assert all(group[i] == wanted for i in _ids(hits))
+        assert (TEXT_HIT in _ids(hits)) == (wanted == "a")
+        # each child applies the filter itself (SQL WHERE), not only the fusion afterwards
+        vector, text = (
+            child.retrieve(FilteredQueryBundle(QUERY, filters={"group": wanted}, embedding=query))
+            for child in retriever._retrievers
+        )
+        assert len(vector) == K and all(group[i] == wanted for i in _ids(vector))
+        assert text and all(group[i] == wanted for i in _ids(text))
+    # per-call MetadataFilters on another key, merged with construction-time filters
+    combined = pg_hybrid_retriever(hybrid_index(), filters={"group": "b"})
+    late = MetadataFilters(filters=[MetadataFilter(key="position", value=10, operator=">")])
+    hits = combined.retrieve(FilteredQueryBundle(QUERY, filters=late, embedding=query))
+    assert hits
+    assert all(group[n.node.node_id] == "b" and n.node.metadata["position"] > 10 for n in hits)
+
+
+async def test_hybrid_sync_and_async_return_identical_results(hybrid_table, hybrid_index):
+    _, query, _ = hybrid_table
+    index = hybrid_index()
+    retriever = pg_hybrid_retriever(index, similarity_top_k=K)
+    try:
+        for bundle in (
+            QueryBundle(QUERY, embedding=query),
+            FilteredQueryBundle(QUERY, filters={"group": "b"}, embedding=query),
+            QueryBundle("bees honey nectar", embedding=query),
+        ):
+            sync_hits = retriever.retrieve(bundle)
+            async_hits = await retriever.aretrieve(bundle)
+            assert sync_hits
+            assert _ids(async_hits) == _ids(sync_hits)
+            assert _scores(async_hits) == _scores(sync_hits)
+    finally:
+        await index.vector_store.close()  # asyncpg connections belong to this test's loop
+
+
+def test_pg_hybrid_retriever_needs_a_text_search_column(pg_server, hnsw_table):
+    store = pgvector_store(**pg_server.params(), table_name=hnsw_table[0], embed_dim=HNSW_DIM)
+    with pytest.raises(ValueError, match="hybrid_search=True"):
+        pg_hybrid_retriever(VectorStoreIndex.from_vector_store(store, embed_model=NoEmbedding()))
+    with pytest.raises(TypeError, match="PGVectorStore"):
+        pg_hybrid_retriever(
+            VectorStoreIndex(
+                [], storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
+                embed_model=NoEmbedding(),
+            )
+        )
+
+
+# ------------------------------------------------------------- recursive on PG
+
+RECURSIVE_QUERIES = [
+    "the queen bee lays eggs",
+    "inverter direct current from solar panels",
+    "bake sourdough bread in a hot pot",
+    "electricity",
+]
+
+
+async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_default_store(
+    pg_server, lexical
+):
+    reference = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=lexical)
+    store, summaries = (
+        pgvector_store(**pg_server.params(), table_name=pg_server.table_name(name), embed_dim=LEXICAL_DIM)
+        for name in ("chunks", "summaries")
+    )
+    on_pg = RecursiveSummaryRetriever.from_nodes(
+        topic_nodes(), embed_model=lexical, chunk_vector_store=store, summary_vector_store=summaries
+    )
+    assert on_pg.documents == reference.documents
+    assert pg_server.execute(f"SELECT count(*) FROM data_{store.table_name}") == [(9,)]
+
+    statements: List[str] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if "data_" in statement and "SELECT" in statement.upper():
+            statements.append(statement)
+
+    event.listen(store.client, "before_cursor_execute", capture)
+    try:
+        for query in RECURSIVE_QUERIES:
+            expected = reference.retrieve(query)
+            got = on_pg.retrieve(query)
+            assert expected
+            assert _ids(got) == _ids(expected), query
+            np.testing.assert_allclose(_scores(got), _scores(expected), atol=1e-5)
+            assert [h.explanation.doc_id for h in got] == [h.explanation.doc_id for h in expected]
+            # aretrieve: the routed documents' chunk queries run concurrently on asyncpg
+            concurrent = await on_pg.aretrieve(query)
+            assert _ids(concurrent) == _ids(got) and _scores(concurrent) == _scores(got)
+        filtered = FilteredQueryBundle("panels produce electricity", filters={"category": "energy"})
+        got, expected = on_pg.retrieve(filtered), reference.retrieve(filtered)
+        assert _ids(got) == _ids(expected) and {h.node.metadata["category"] for h in got} == {"energy"}
+    finally:
+        event.remove(store.client, "before_cursor_execute", capture)
+        await store.close()
+        await summaries.close()
+
+    # every routed document's chunks were selected in SQL by a WHERE on ref_doc_id
+    routed = {
+        doc: [s for s in statements if re.search(rf"WHERE.*metadata_->>'ref_doc_id' = '{doc}'", s, re.S)]
+        for doc in ("bees", "solar", "bread")
+    }
+    assert all(routed.values()), statements
+    assert any("metadata_->>'category' = 'energy'" in s for s in routed["solar"])
