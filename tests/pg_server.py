@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+from contextlib import contextmanager
 import pwd
 import shutil
 import signal
@@ -221,8 +222,10 @@ def _stop(runner: _Runner, bin_dir: Path, root: Path) -> None:
             time.sleep(0.05)
 
 
+@contextmanager
 def start_server() -> Iterator[PgServer]:
-    """Start a throw-away server, yield it, stop it and delete its files."""
+    """Start a throw-away server, yield it, stop it and delete its files
+    (a context manager, so notebooks and scripts can use it too)."""
     runner = _Runner()
     root = Path(tempfile.mkdtemp(prefix="llama-recursive-pg-"))
     os.chmod(root, 0o755)
@@ -269,4 +272,5 @@ def start_server() -> Iterator[PgServer]:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """A PostgreSQL + pgvector server for the whole test session."""
-    yield from start_server()
+    with start_server() as server:
+        yield server
