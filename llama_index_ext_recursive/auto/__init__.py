@@ -1,0 +1,29 @@
+"""Auto-retrieval: query specs checked against the declared metadata schema."""
+
+from llama_index_ext_recursive.auto.spec import (
+    FieldType,
+    PartialDate,
+    Repair,
+    SpecError,
+    SpecReport,
+    SpecValidator,
+    combine_filters,
+    metadata_vocabulary,
+    parse_date,
+    parse_operator,
+    resolve_top_k,
+)
+
+__all__ = [
+    "FieldType",
+    "PartialDate",
+    "Repair",
+    "SpecError",
+    "SpecReport",
+    "SpecValidator",
+    "combine_filters",
+    "metadata_vocabulary",
+    "parse_date",
+    "parse_operator",
+    "resolve_top_k",
+]
