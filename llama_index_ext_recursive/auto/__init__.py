@@ -13,8 +13,16 @@ from llama_index_ext_recursive.auto.spec import (
     parse_operator,
     resolve_top_k,
 )
+from llama_index_ext_recursive.auto.rules import (
+    BUILTIN_SYNONYMS,
+    Match,
+    RuleBasedSpecGenerator,
+)
 
 __all__ = [
+    "BUILTIN_SYNONYMS",
+    "Match",
+    "RuleBasedSpecGenerator",
     "FieldType",
     "PartialDate",
     "Repair",

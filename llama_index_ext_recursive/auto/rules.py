@@ -1,0 +1,916 @@
+"""Auto-retriever specs without an LLM: metadata filters read from the query by rules.
+
+Upstream's ``VectorIndexAutoRetriever`` asks an LLM to turn a question into a
+``VectorStoreQuerySpec`` (query text, metadata filters, top_k). That costs a
+call per query, needs a model, and may invent values the index does not hold.
+:class:`RuleBasedSpecGenerator` does the same job deterministically, in English
+and Chinese, from two things the index already knows: its ``VectorStoreInfo``
+(which keys exist and their types) and its *vocabulary* (the values actually
+present per key, e.g. from :func:`~llama_index_ext_recursive.auto.spec.metadata_vocabulary`).
+It can only produce values the index holds (or that the caller mapped
+explicitly through ``synonyms``), and negations ("not in English", "非博客")
+become ``!=``/``nin``.
+
+Conventions (all relative to ``today``; years are calendar years):
+
+- ``in/from 2023``, ``2023年``, a bare plausible year -> ``year == 2023``;
+  several equality values of one key -> ``IN``.
+- ``after 2022`` / ``later than`` / ``晚于`` -> ``>``; ``since 2023``,
+  ``2023 or later``, ``from 2023 onwards``, ``2023年以后/之后/以来/起`` -> ``>=``
+  (``以后`` conventionally includes the year named in Chinese usage).
+- ``before 2020`` / ``older than`` / ``早于`` / ``2020年之前/以前`` -> ``<``;
+  ``until/up to/through/no later than 2021``, ``2021 or earlier``,
+  ``截至2021年``, ``2021年及以前`` -> ``<=``.
+- ``between 2019 and 2021``, ``2019-2021``, ``2019年到2021年``, ``the 2010s``,
+  ``2010年代`` -> ``>=`` and ``<=``; ``2020 to now``, ``2020年至今`` -> ``>=``.
+- ``last/past N years``, ``最近/近/过去N年`` -> ``>= today.year - N + 1`` (the
+  current year counts as one of the N, so "the past year" is this year and
+  "the last decade" is ``>= today.year - 9``); ``this year``/``今年`` -> ``==``
+  today's year; ``last year``/``去年`` -> ``==`` the previous one, ``前年`` and
+  "the year before last" the one before. ``前三年`` is ambiguous ("the first
+  three years") and is left as text.
+- A year far outside the index's years (more than 10 years before the oldest,
+  or after next year) is treated as part of the topic ("before 1300"), not as
+  a publication-date filter.
+- A value word is a filter when it names a kind of document ("food articles",
+  "about food", "中文资料", "博客"), and topic text when it is part of a
+  phrase about something else ("the history of lighthouses", "Chinese tea",
+  "travel policy", "灯塔的历史", "节约能源").
+- ``top 5``, ``5 results``, ``five blog posts``, ``前5个``, ``返回10条`` ->
+  ``top_k``; "top 10 mistakes" is not a result count.
+- ``key=value``, ``key: value``, ``key >= 3``, ``rating above 4`` work for
+  every declared key.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import date
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
+
+import jieba
+from llama_index.core.vector_stores.types import (
+    FilterOperator,
+    MetadataFilter,
+    VectorStoreInfo,
+    VectorStoreQuerySpec,
+)
+
+jieba.setLogLevel(logging.WARNING)
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BUILTIN_SYNONYMS",
+    "Match",
+    "RuleBasedSpecGenerator",
+]
+
+# Built-in synonyms: phrase -> candidate canonical values, first one present in
+# the key's vocabulary wins (so "Chinese" works whether the index stores "zh",
+# "zh-cn" or "chinese"). A phrase applies to whichever key holds that value.
+BUILTIN_SYNONYMS: Dict[str, Tuple[str, ...]] = {
+    # languages
+    "english": ("en", "eng", "english", "en-us", "en-gb"),
+    "英文": ("en", "eng", "english", "en-us", "en-gb"),
+    "英语": ("en", "eng", "english", "en-us", "en-gb"),
+    "chinese": ("zh", "zh-cn", "zh-hans", "chinese", "cn", "zho", "chi"),
+    "中文": ("zh", "zh-cn", "zh-hans", "chinese", "cn", "zho", "chi"),
+    "汉语": ("zh", "zh-cn", "zh-hans", "chinese", "cn", "zho", "chi"),
+    "简体中文": ("zh", "zh-cn", "zh-hans", "chinese", "cn"),
+    # kinds of source
+    "blog post": ("blog",),
+    "博客": ("blog",),
+    "博文": ("blog",),
+    "encyclopedia entry": ("encyclopedia",),
+    "encyclopaedia": ("encyclopedia",),
+    "百科": ("encyclopedia",),
+    "百科全书": ("encyclopedia",),
+    "user manual": ("manual",),
+    "手册": ("manual", "handbook"),
+    "使用手册": ("manual",),
+    "操作手册": ("manual",),
+    "说明书": ("manual",),
+    "employee handbook": ("handbook",),
+    "staff handbook": ("handbook",),
+    "员工手册": ("handbook",),
+    "指南": ("handbook", "guide"),
+    # categories
+    "美食": ("food",),
+    "食物": ("food",),
+    "饮食": ("food",),
+    "食品": ("food",),
+    "生物": ("biology",),
+    "生物学": ("biology",),
+    "能源": ("energy",),
+    "历史": ("history",),
+    "体育": ("sports", "sport"),
+    "运动": ("sports", "sport"),
+    "软件": ("software",),
+    "政策": ("policy",),
+    "环境": ("environment",),
+    "环保": ("environment",),
+    "交通": ("transport", "transportation"),
+    "transportation": ("transport",),
+    "园艺": ("gardening",),
+}
+
+# Words that name a document or a result: a value next to one is a facet.
+_DOC_NOUNS_EN = {
+    "article", "articles", "doc", "docs", "document", "documents", "post", "posts",
+    "entry", "entries", "page", "pages", "text", "texts", "source", "sources",
+    "result", "results", "hit", "hits", "match", "matches", "passage", "passages",
+    "chunk", "chunks", "item", "items", "record", "records", "paper", "papers",
+    "report", "reports", "publication", "publications", "material", "materials",
+    "content", "contents", "writing", "writings", "blog", "blogs", "manual",
+    "manuals", "handbook", "handbooks", "encyclopedia", "encyclopedias", "guide",
+    "guides", "file", "files", "literature", "category", "version", "versions",
+    "translation", "translations", "edition", "editions",
+}
+_DOC_NOUNS_ZH = {
+    "文章", "文档", "资料", "内容", "文件", "条目", "结果", "材料", "帖子", "博客",
+    "百科", "手册", "指南", "说明书", "信息", "文献", "报告", "博文", "百科全书",
+    "使用手册", "员工手册", "操作手册", "版本", "译本",
+}
+# Function words and request phrasing: neither topic nor facet; removed from the
+# query text when next to something that matched.
+_FILLER_EN = {
+    "a", "an", "the", "about", "on", "in", "of", "for", "from", "to", "with", "by",
+    "regarding", "concerning", "related", "relating", "covering", "and", "or",
+    "any", "anything", "all", "some", "only", "just", "please", "me", "us", "i",
+    "show", "find", "give", "get", "list", "search", "retrieve", "fetch", "want",
+    "need", "looking", "look", "what", "which", "that", "is", "are", "was", "were",
+    "be", "been", "has", "have", "had", "do", "does", "did", "published", "written",
+    "released", "dated", "say", "says", "said", "write", "wrote", "describe",
+    "describes", "cover", "covers", "mention", "mentions", "discuss", "discusses",
+    "there", "those", "these", "their", "its", "much", "many", "can", "could",
+    "would", "should", "will", "up", "also", "other", "whatever", "dating", "got",
+    "recent", "latest", "newest", "new", "available", "here",
+}
+_QUESTION_EN = {"how", "why", "when", "where", "who", "whom", "whose", "what", "which"}
+_FILLER_ZH = {
+    "的", "了", "关于", "有关", "相关", "或", "或者", "和", "与", "及", "以及", "中", "里",
+    "在", "是", "有", "哪些", "有哪些", "类", "方面", "领域", "发布", "发表", "写", "请",
+    "给", "给我", "我", "找", "查", "查找", "搜索", "返回", "只", "只要", "仅", "之间",
+    "期间", "一些", "所有", "要", "看", "看看", "显示", "列出", "上", "下", "里面",
+    "以外", "之外", "最新", "近期", "有没有", "是否", "有无",
+}
+_QUESTION_ZH = ("什么", "如何", "为什么", "怎么", "怎样", "哪", "吗", "呢", "谁", "多少", "几")
+# A Chinese value may be glued to one of these by jieba ("英文版", "生物类").
+_ZH_SUFFIXES = ("类", "版", "方面", "领域", "类别")
+_ZH_FACET_NEXT = {"类", "方面", "领域", "类别", "相关"}
+_ZH_GLUE = _FILLER_ZH | set(_ZH_SUFFIXES) | {"非", "不是", "除了"}
+# A negation right before a value (fillers allowed between) makes it != / nin.
+_NEGATION_EN = re.compile(
+    r"(?<![A-Za-z])(?:not|except(?:\s+for)?|excluding|exclude|without|other\s+than|non|no)"
+    r"(?:\s+|\s*-\s*)(?:(?:in|the|a|an|any|are|is|from|written|published|by|of)\s+)*$",
+    re.IGNORECASE,
+)
+_LIST_JOINER = re.compile(r"^\s*(?:,|、|，|and|or|nor|和|或|或者|与|及|以及)?\s*(?:or|and)?\s*$", re.IGNORECASE)
+_NEGATION_ZH = re.compile(r"(?:非|不是|除了|除|不要|排除|不包括|不含|不包含|不看)\s*$")
+
+_NUMBER_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15,
+    "twenty": 20, "thirty": 30, "fifty": 50,
+}
+_ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5,
+              "六": 6, "七": 7, "八": 8, "九": 9}
+_NUM_WORD_RE = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
+_ZH_NUM_RE = "[零〇一二两三四五六七八九十百]+"
+
+_NUMERIC_TYPES = {"int", "integer", "float", "number", "double", "long"}
+_INT_TYPES = {"int", "integer", "long"}
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN_RE = re.compile(rf"[A-Za-z0-9]+(?:['’.][A-Za-z0-9]+)*|[{_CJK}]+|\S")
+_HAS_CJK = re.compile(f"[{_CJK}]")
+# a 4-digit number not glued to letters, digits or a decimal point
+_Y = r"(?<![0-9A-Za-z.])(?P<{name}>\d{{4}})(?![0-9A-Za-z]|\.\d)"
+YA, YB = _Y.format(name="a"), _Y.format(name="b")
+# a year rule's handler: the regex match -> (operator, year) conditions
+_YearHandler = Callable[[re.Match], List[Tuple[FilterOperator, int]]]
+
+
+@dataclass(frozen=True)
+class Match:
+    """One phrase of the query that became part of the spec.
+
+    ``key``/``operator``/``value`` give the filter it produced (``key`` is
+    ``None`` and ``value`` the count for a ``top_k`` phrase). A range produces
+    two matches over the same span. ``rule`` names the rule that fired.
+    """
+
+    start: int
+    end: int
+    text: str
+    rule: str
+    key: Optional[str]
+    operator: Optional[FilterOperator]
+    value: Any
+
+
+@dataclass(frozen=True)
+class _Token:
+    start: int
+    end: int
+    text: str
+
+    @property
+    def lower(self) -> str:
+        return self.text.lower()
+
+    @property
+    def cjk(self) -> bool:
+        return bool(_HAS_CJK.match(self.text))
+
+    @property
+    def word(self) -> bool:
+        return self.text[0].isalnum() or self.cjk
+
+
+@dataclass(frozen=True)
+class _Term:
+    key: str
+    value: Any
+    rule: str  # "value", "synonym" or "user-synonym"
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    start: int
+    end: int
+    term: _Term
+
+
+def _parse_count(text: str) -> Optional[int]:
+    """An Arabic, English or Chinese numeral (up to 999) as an int."""
+    text = text.strip().lower()
+    if text.isdigit():
+        return int(text)
+    if text in _NUMBER_WORDS:
+        return _NUMBER_WORDS[text]
+    if not text or any(ch not in _ZH_DIGITS and ch not in "十百" for ch in text):
+        return None
+    total, current = 0, 0
+    for ch in text:
+        if ch in _ZH_DIGITS:
+            current = _ZH_DIGITS[ch]
+        elif ch == "十":
+            total += (current or 1) * 10
+            current = 0
+        else:  # 百
+            total += (current or 1) * 100
+            current = 0
+    return total + current
+
+
+def _plural_forms(term: str) -> Set[str]:
+    """The term with its last word in singular and plural form (English only)."""
+    forms = {term}
+    head, _, last = term.rpartition(" ")
+    if not last.isalpha() or len(last) < 3:
+        return forms
+    prefix = f"{head} " if head else ""
+    if last.endswith("y") and last[-2] not in "aeiou":
+        forms.add(prefix + last[:-1] + "ies")
+    elif last.endswith(("s", "x", "ch", "sh")):
+        forms.add(prefix + last + "es")
+    else:
+        forms.add(prefix + last + "s")
+    if last.endswith("ies") and len(last) > 4:
+        forms.add(prefix + last[:-3] + "y")
+    elif last.endswith("s") and not last.endswith("ss") and len(last) > 4:
+        forms.add(prefix + last[:-1])
+    return forms
+
+
+def _is_cjk_term(term: str) -> bool:
+    return bool(_HAS_CJK.search(term))
+
+
+def _norm(phrase: str) -> str:
+    """Lower case, runs of spaces and hyphens as one space: the lookup form of a phrase."""
+    return " ".join(re.split(r"[\s\-]+", phrase.lower().strip()))
+
+
+class RuleBasedSpecGenerator:
+    """Turns a query into a ``VectorStoreQuerySpec`` by rules: no LLM, deterministic.
+
+    Drop-in for the spec step of upstream's ``VectorIndexAutoRetriever``; reads
+    English and Chinese. See the module docstring for the conventions.
+
+    Args:
+        vector_store_info: the filterable keys and their types (``str``,
+            ``int``, ``float``, ``list[str]``); only these keys are filtered on.
+            The year key is the numeric key whose name or description mentions
+            years (else whose values all look like years).
+        vocabulary: values present per key (e.g. ``metadata_vocabulary(nodes)``
+            from :mod:`llama_index_ext_recursive.auto.spec`);
+            string values are matched in the query, numeric ones bound which
+            years count as plausible filters.
+        today: reference date for "this year", "last three years", "去年" ...;
+            ``None`` means the current date at each call.
+        synonyms: extra phrases per key, ``{key: {phrase: value}}``, e.g.
+            ``{"source": {"wiki": "encyclopedia"}}``; they take precedence over
+            the built-in ones (:data:`BUILTIN_SYNONYMS`).
+
+    Raises:
+        ValueError: ``synonyms`` name a key missing from ``vector_store_info``.
+    """
+
+    def __init__(
+        self,
+        vector_store_info: VectorStoreInfo,
+        vocabulary: Dict[str, Set[Any]],
+        today: Optional[date] = None,
+        synonyms: Optional[Dict[str, Dict[str, Any]]] = None,
+    ) -> None:
+        self._info = vector_store_info
+        self._types = {m.name: m.type.strip().lower() for m in vector_store_info.metadata_info}
+        self._vocabulary = {k: set(v) for k, v in vocabulary.items() if k in self._types}
+        for key in vocabulary:
+            if key not in self._types:
+                logger.debug("vocabulary key %r is not in vector_store_info; ignored", key)
+        self._today = today
+        unknown = sorted(set(synonyms or {}) - set(self._types))
+        if unknown:
+            raise ValueError(
+                f"synonyms for unknown keys {unknown}; vector_store_info has {sorted(self._types)}"
+            )
+        self._year_key = self._find_year_key()
+        self._terms: Dict[str, List[_Term]] = {}
+        self._build_terms(synonyms or {})
+        self._term_res = self._compile_terms()
+        self._explicit_res = self._compile_explicit()
+
+    # ---------------------------------------------------------------- setup
+
+    @property
+    def year_key(self) -> Optional[str]:
+        """The key that year expressions filter on (``None`` if there is none)."""
+        return self._year_key
+
+    def _is_numeric(self, key: str) -> bool:
+        return self._types.get(key, "") in _NUMERIC_TYPES
+
+    def _is_list(self, key: str) -> bool:
+        return self._types.get(key, "").startswith("list")
+
+    def _find_year_key(self) -> Optional[str]:
+        numeric = [m for m in self._info.metadata_info if self._is_numeric(m.name)]
+        for meta in numeric:
+            text = f"{meta.name} {meta.description}".lower()
+            if "year" in text or "年" in text:
+                return meta.name
+        for meta in numeric:
+            values = self._vocabulary.get(meta.name) or set()
+            if values and all(
+                isinstance(v, int) and not isinstance(v, bool) and 1000 <= v <= 2999 for v in values
+            ):
+                return meta.name
+        return None
+
+    def _add_term(self, phrase: str, term: _Term) -> None:
+        phrase = _norm(phrase)
+        forms = {phrase} if _is_cjk_term(phrase) else _plural_forms(phrase)
+        for form in forms:
+            bucket = self._terms.setdefault(form, [])
+            if any(t.key == term.key for t in bucket):
+                continue  # first definition per key wins (user, then vocabulary, then built-in)
+            bucket.append(term)
+
+    def _build_terms(self, synonyms: Dict[str, Dict[str, Any]]) -> None:
+        for key, phrases in synonyms.items():
+            for phrase, value in phrases.items():
+                if self._vocabulary.get(key) and value not in self._vocabulary[key]:
+                    logger.warning("synonym %r -> %s=%r: value not in the vocabulary", phrase, key, value)
+                self._add_term(phrase, _Term(key, value, "user-synonym"))
+        lowered: Dict[str, Dict[str, Any]] = {}
+        for key, values in self._vocabulary.items():
+            if self._is_numeric(key):
+                continue
+            for value in values:
+                if not isinstance(value, str):
+                    continue
+                lowered.setdefault(key, {})[value.lower()] = value
+                # raw codes like "en" are too ambiguous as words: only "language=en"
+                if len(value) >= 3 or _is_cjk_term(value):
+                    self._add_term(value, _Term(key, value, "value"))
+        for phrase, candidates in BUILTIN_SYNONYMS.items():
+            for key, values in lowered.items():
+                hit = next((values[c] for c in candidates if c in values), None)
+                if hit is not None:
+                    self._add_term(phrase, _Term(key, hit, "synonym"))
+        for phrase, bucket in list(self._terms.items()):
+            if len(bucket) > 1 and len({t.rule for t in bucket}) == 1:
+                logger.debug("phrase %r names values of several keys %s; ignored", phrase,
+                             [t.key for t in bucket])
+                del self._terms[phrase]
+
+    def _compile_terms(self) -> Tuple[Optional[re.Pattern], Optional[re.Pattern]]:
+        latin = sorted((t for t in self._terms if not _is_cjk_term(t)), key=len, reverse=True)
+        cjk = sorted((t for t in self._terms if _is_cjk_term(t)), key=len, reverse=True)
+        latin_re = cjk_re = None
+        if latin:
+            body = "|".join(r"[\s-]+".join(map(re.escape, t.split())) for t in latin)
+            latin_re = re.compile(rf"(?<![A-Za-z0-9])(?:{body})(?![A-Za-z0-9])", re.IGNORECASE)
+        if cjk:
+            cjk_re = re.compile("|".join(map(re.escape, cjk)))
+        return latin_re, cjk_re
+
+    def _compile_explicit(self) -> List[Tuple[str, re.Pattern]]:
+        """``key=value``, ``key: value``, ``key >= 3``, ``key at least 3`` for every key."""
+        out = []
+        for key in self._types:
+            names = {key, key.replace("_", " ")}
+            if key == self._year_key:
+                names |= {"年份", "发布年份", "出版年份", "年度"}
+            names = sorted(names, key=len, reverse=True)
+            name = "|".join(r"[\s_-]+".join(map(re.escape, n.split())) for n in names)
+            words = (r"at\s+least|at\s+most|more\s+than|less\s+than|greater\s+than|fewer\s+than|"
+                     r"over|above|under|below|exactly|equal\s+to|not|大于等于|小于等于|大于|小于|"
+                     r"不少于|不多于|不低于|不高于|不超过|超过|至少|最多|高于|低于|等于|为")
+            out.append((key, re.compile(
+                rf"(?<![A-Za-z0-9])(?:{name})s?\s*(?:(?P<sym>>=|<=|!=|==|=|>|<|:)|(?:is\s+)?(?P<word>{words}))"
+                r"\s*(?P<val>\"[^\"]*\"|'[^']*'|-?\d+(?:\.\d+)?(?![0-9A-Za-z])|[^\s,;，；。?？]+)",
+                re.IGNORECASE,
+            )))
+        return out
+
+    # ---------------------------------------------------------------- public
+
+    def generate(self, query: str) -> VectorStoreQuerySpec:
+        """The spec for ``query``: remaining query text, filters and top_k.
+
+        Args:
+            query: the user's question or search, English and/or Chinese.
+        """
+        return self.generate_with_matches(query)[0]
+
+    async def agenerate(self, query: str) -> VectorStoreQuerySpec:
+        """Same result as :meth:`generate` (pure CPU and fast, nothing to await).
+
+        Args:
+            query: the user's question or search, English and/or Chinese.
+        """
+        return self.generate(query)
+
+    def generate_with_matches(self, query: str) -> Tuple[VectorStoreQuerySpec, List[Match]]:
+        """The spec and the phrases that produced it, to explain or debug a spec.
+
+        Args:
+            query: the user's question or search, English and/or Chinese.
+        """
+        today = self._today or date.today()
+        tokens = self._tokenize(query)
+        candidates = self._term_candidates(query, tokens)
+        matches: List[Match] = []
+        taken: List[Tuple[int, int]] = []
+
+        def free(start: int, end: int) -> bool:
+            return all(end <= s or start >= e for s, e in taken)
+
+        def accept(found: Sequence[Match]) -> None:
+            matches.extend(found)
+            taken.extend({(m.start, m.end) for m in found})
+
+        for found in self._find_top_k(query, tokens, candidates):
+            if free(found.start, found.end) and not any(m.key is None for m in matches):
+                accept([found])
+        for found in self._find_explicit(query):
+            if free(found.start, found.end):
+                accept([found])
+        if self._year_key is not None:
+            for group in self._find_years(query, today):
+                if free(group[0].start, group[0].end):
+                    accept(group)
+        for cand in candidates:
+            if not free(cand.start, cand.end):
+                continue
+            if self._is_facet(query, tokens, cand, candidates):
+                start, operator, rule = cand.start, FilterOperator.EQ, cand.term.rule
+                negation = _NEGATION_EN.search(query[:start]) or _NEGATION_ZH.search(query[:start])
+                previous = matches[-1] if matches else None
+                if negation and free(negation.start(), start):
+                    start, operator, rule = negation.start(), FilterOperator.NE, f"not-{rule}"
+                elif (previous is not None and previous.key == cand.term.key
+                      and previous.operator == FilterOperator.NE and previous.end <= start
+                      and _LIST_JOINER.match(query[previous.end:start])):
+                    operator, rule = FilterOperator.NE, f"not-{rule}"  # "except blogs and manuals"
+                accept([Match(start, cand.end, query[start:cand.end], rule,
+                              cand.term.key, operator, cand.term.value)])
+            else:
+                logger.debug("%r read as topic, not a %s filter", query[cand.start:cand.end],
+                             cand.term.key)
+        matches.sort(key=lambda m: (m.start, m.end))
+        spec = VectorStoreQuerySpec(
+            query=self._remaining(query, tokens, taken),
+            filters=self._filters(matches),
+            top_k=next((m.value for m in matches if m.key is None), None),
+        )
+        logger.debug("spec for %r: %s", query, spec)
+        return spec, matches
+
+    # ---------------------------------------------------------------- tokens
+
+    @staticmethod
+    def _tokenize(text: str) -> List[_Token]:
+        tokens: List[_Token] = []
+        for m in _TOKEN_RE.finditer(text):
+            if _HAS_CJK.match(m.group()):
+                pos = m.start()
+                for word in jieba.lcut(m.group()):
+                    tokens.append(_Token(pos, pos + len(word), word))
+                    pos += len(word)
+            else:
+                tokens.append(_Token(m.start(), m.end(), m.group()))
+        return tokens
+
+    def _term_candidates(self, text: str, tokens: List[_Token]) -> List[_Candidate]:
+        latin_re, cjk_re = self._term_res
+        found: List[_Candidate] = []
+        if latin_re is not None:
+            for m in latin_re.finditer(text):
+                found.extend(self._candidates_for(m.start(), m.end(), _norm(m.group())))
+        if cjk_re is not None:
+            starts = {t.start for t in tokens}
+            ends = {t.end for t in tokens}
+            for m in cjk_re.finditer(text):
+                s, e = m.start(), m.end()
+                # jieba may glue a function word to the value ("关于软件", "英文版", "非中文")
+                head = next((text[t.start:s] for t in tokens if t.start < s < t.end), "")
+                tail = next((text[e:t.end] for t in tokens if t.start < e < t.end), "")
+                if (s not in starts and head not in _ZH_GLUE) or (e not in ends and tail not in _ZH_GLUE):
+                    logger.debug("%r inside a longer word; not a value", m.group())
+                    continue
+                found.extend(self._candidates_for(s, e, m.group()))
+        found.sort(key=lambda c: (c.start, -(c.end - c.start)))
+        out: List[_Candidate] = []
+        for cand in found:  # longest first at each position, no overlaps
+            if out and cand.start < out[-1].end:
+                continue
+            out.append(cand)
+        return out
+
+    def _candidates_for(self, start: int, end: int, phrase: str) -> List[_Candidate]:
+        bucket = self._terms.get(phrase, [])
+        if len(bucket) > 1:  # a user synonym beats built-in readings of the same phrase
+            bucket = [t for t in bucket if t.rule == "user-synonym"] or bucket[:1]
+        return [_Candidate(start, end, bucket[0])] if bucket else []
+
+    # ---------------------------------------------------------------- facet or topic
+
+    def _role(self, tok: Optional[_Token], candidates: Sequence[_Candidate]) -> str:
+        if tok is None or not tok.word:
+            return "edge"
+        if any(c.start < tok.end and tok.start < c.end for c in candidates):
+            return "value"
+        if tok.cjk:
+            if tok.text in _DOC_NOUNS_ZH:
+                return "doc"
+            if tok.text in _FILLER_ZH or tok.text in _ZH_FACET_NEXT or tok.text == "年":
+                return "filler"
+            return "content"
+        if tok.lower in _DOC_NOUNS_EN:
+            return "doc"
+        if tok.lower in _FILLER_EN or tok.lower in _QUESTION_EN:
+            return "filler"
+        if tok.text[0].isdigit():
+            return "number"
+        return "content"
+
+    def _is_facet(
+        self, text: str, tokens: List[_Token], cand: _Candidate, candidates: Sequence[_Candidate]
+    ) -> bool:
+        """Whether a value word names the kind of document wanted (else it is topic)."""
+        before = [t for t in tokens if t.end <= cand.start]
+        after = [t for t in tokens if t.start >= cand.end]
+        inside = [t for t in tokens if cand.start <= t.start and t.end <= cand.end]
+        last = inside[-1].lower if inside else text[cand.start:cand.end].lower()
+        if last in _DOC_NOUNS_EN or last in _DOC_NOUNS_ZH:
+            return True  # "manual", "blog posts", "博客": the value is itself a kind of document
+        prev = before[-1] if before else None
+        nxt = after[0] if after else None
+        prev_role, next_role = self._role(prev, candidates), self._role(nxt, candidates)
+        if nxt is not None and nxt.lower == "of":
+            return False  # "the history of lighthouses"
+        if len(before) >= 2 and before[-2].lower == "how" and before[-1].lower in {"much", "many"}:
+            return False  # "how much energy"
+        if next_role in {"doc", "value"} or (nxt is not None and nxt.text in _ZH_FACET_NEXT):
+            return True  # "food articles", "English blog posts", "生物类"
+        if next_role == "content":
+            return False  # "Chinese tea", "生物多样性"
+        if prev is not None and prev.text == "的" and len(before) >= 2:
+            if self._role(before[-2], candidates) == "content":
+                return False  # "灯塔的历史"
+        if prev_role == "content":
+            return False  # "travel policy", "报销政策"
+        return True
+
+    # ---------------------------------------------------------------- top_k
+
+    def _find_top_k(
+        self, text: str, tokens: List[_Token], candidates: Sequence[_Candidate]
+    ) -> List[Match]:
+        num = rf"(?P<n>\d{{1,3}}|{_NUM_WORD_RE})"
+        results = (r"results?|hits|matches|passages|chunks|documents|docs|articles|entries|posts|"
+                   r"sources|items|records|pages")
+        out: List[Match] = []
+        for m in re.finditer(rf"\b(?:top|first|best)(?:\s+|\s*-\s*){num}\b(?:\s+(?:{results})\b)?", text, re.I):
+            if self._top_k_followed_ok(text, tokens, m.end(), candidates):
+                out.append(self._top_k_match(text, m, "top_k"))
+        for m in re.finditer(rf"\b{num}\s+(?:{results})\b", text, re.I):
+            out.append(self._top_k_match(text, m, "top_k"))
+        for m in re.finditer(rf"\b{num}\b", text, re.I):
+            if m.group("n").lower() != "one" and self._counts_documents(tokens, m.end(), candidates):
+                out.append(self._top_k_match(text, m, "top_k"))  # "five blog posts"
+        zh_num = rf"(?P<n>\d{{1,3}}|{_ZH_NUM_RE})"
+        for pattern in (
+            rf"前\s*{zh_num}\s*(?:个|条|篇|项|名|份)",
+            rf"(?:返回|给我|列出|显示|找出?|要)\s*{zh_num}\s*(?:个|条|篇|项|份)",
+            rf"{zh_num}\s*(?:个|条|篇|项|份)\s*(?:结果|文档|文章|资料|条目)",
+        ):
+            out.extend(self._top_k_match(text, m, "top_k") for m in re.finditer(pattern, text))
+        out = [m for m in out if m.value and 0 < m.value <= 1000]
+        out.sort(key=lambda m: m.start)
+        return out
+
+    def _counts_documents(
+        self, tokens: List[_Token], end: int, candidates: Sequence[_Candidate]
+    ) -> bool:
+        """A number followed by values naming a kind of document: "3 English blog posts"."""
+        after = [t for t in tokens if t.start >= end][:4]
+        for i, tok in enumerate(after):
+            role = self._role(tok, candidates)
+            if role != "value":
+                return i > 0 and role == "doc"
+            last_value = i + 1 == len(after) or self._role(after[i + 1], candidates) != "value"
+            if tok.lower in _DOC_NOUNS_EN and last_value:
+                return True
+        return False
+
+    @staticmethod
+    def _top_k_match(text: str, m: re.Match, rule: str) -> Match:
+        return Match(m.start(), m.end(), text[m.start():m.end()], rule, None, None,
+                     _parse_count(m.group("n")))
+
+    def _top_k_followed_ok(
+        self, text: str, tokens: List[_Token], end: int, candidates: Sequence[_Candidate]
+    ) -> bool:
+        """"top 5 about X" counts results; "top 10 mistakes runners make" does not."""
+        after = [t for t in tokens if t.start >= end]
+        if not after or not after[0].word or after[0].lower in _FILLER_EN:
+            return True
+        for tok in after[:3]:
+            if not tok.word:
+                break
+            if self._role(tok, candidates) in {"doc", "value"}:
+                return True
+        return False
+
+    # ---------------------------------------------------------------- explicit key ops
+
+    def _find_explicit(self, text: str) -> List[Match]:
+        ops = {
+            ">=": FilterOperator.GTE, "<=": FilterOperator.LTE, "!=": FilterOperator.NE,
+            "==": FilterOperator.EQ, "=": FilterOperator.EQ, ":": FilterOperator.EQ,
+            ">": FilterOperator.GT, "<": FilterOperator.LT,
+            "at least": FilterOperator.GTE, "at most": FilterOperator.LTE,
+            "more than": FilterOperator.GT, "greater than": FilterOperator.GT,
+            "over": FilterOperator.GT, "above": FilterOperator.GT, "exceeding": FilterOperator.GT,
+            "less than": FilterOperator.LT, "fewer than": FilterOperator.LT,
+            "under": FilterOperator.LT, "below": FilterOperator.LT,
+            "exactly": FilterOperator.EQ, "equal to": FilterOperator.EQ, "not": FilterOperator.NE,
+            "大于等于": FilterOperator.GTE, "小于等于": FilterOperator.LTE, "大于": FilterOperator.GT,
+            "小于": FilterOperator.LT, "不少于": FilterOperator.GTE, "不多于": FilterOperator.LTE,
+            "不低于": FilterOperator.GTE, "不高于": FilterOperator.LTE,
+            "不超过": FilterOperator.LTE, "超过": FilterOperator.GT, "至少": FilterOperator.GTE,
+            "最多": FilterOperator.LTE, "高于": FilterOperator.GT, "低于": FilterOperator.LT,
+            "等于": FilterOperator.EQ, "为": FilterOperator.EQ,
+        }
+        out = []
+        for key, pattern in self._explicit_res:
+            for m in pattern.finditer(text):
+                op_text = " ".join((m.group("sym") or m.group("word")).lower().split())
+                operator = ops[op_text]
+                if not self._is_numeric(key) and m.group("sym") is None:
+                    continue  # "sources not in English" is no source filter
+                value = self._coerce(key, m.group("val").strip("\"'").rstrip("."))
+                if value is None:
+                    continue
+                if not self._is_numeric(key) and operator not in {FilterOperator.EQ, FilterOperator.NE}:
+                    continue
+                out.append(Match(m.start(), m.end(), m.group(), "explicit", key, operator, value))
+        return out
+
+    def _coerce(self, key: str, raw: str) -> Any:
+        kind = self._types[key]
+        try:
+            if kind in _INT_TYPES:
+                return int(raw)
+            if kind in _NUMERIC_TYPES:
+                return float(raw)
+        except ValueError:
+            return None
+        for value in self._vocabulary.get(key, ()):
+            if isinstance(value, str) and value.lower() == raw.lower():
+                return value
+        for term in self._terms.get(_norm(raw), ()):
+            if term.key == key:
+                return term.value  # "source=博客" -> "blog"
+        return raw
+
+    # ---------------------------------------------------------------- years
+
+    def _plausible(self, year: int, today: date) -> bool:
+        years = [v for v in self._vocabulary.get(self._year_key or "", ()) if isinstance(v, (int, float))]
+        low = (min(years) if years else 1900) - 10
+        high = max(max(years) if years else today.year, today.year) + 1
+        return low <= year <= high
+
+    def _year_rules(self, today: date) -> List[Tuple[str, str, _YearHandler]]:
+        """(rule name, pattern, handler) in priority order; longer phrasings first."""
+        def fixed(op: FilterOperator) -> _YearHandler:
+            return lambda m: [(op, int(m.group("a")))]
+
+        def decade(m: re.Match) -> List[Tuple[FilterOperator, int]]:
+            start = int(m.group("a"))
+            return [(FilterOperator.GTE, start), (FilterOperator.LTE, start + 9)] if start % 10 == 0 else []
+
+        def span(m: re.Match) -> List[Tuple[FilterOperator, int]]:
+            a, b = sorted((int(m.group("a")), int(m.group("b"))))
+            return [(FilterOperator.GTE, a), (FilterOperator.LTE, b)]
+
+        def last_n(m: re.Match) -> List[Tuple[FilterOperator, int]]:
+            n = _parse_count(m.group("n"))
+            return [(FilterOperator.GTE, today.year - n + 1)] if n else []
+
+        def this(offset: int) -> _YearHandler:
+            return lambda m: [(FilterOperator.EQ, today.year - offset)]
+
+        def this_and_after(offset: int) -> _YearHandler:
+            return lambda m: [(FilterOperator.GTE, today.year - offset)]
+
+        n_en = rf"(?P<n>\d{{1,2}}|{_NUM_WORD_RE})"
+        n_zh = rf"(?P<n>\d{{1,2}}|{_ZH_NUM_RE})"
+        yr = r"\s*年?"  # optional 年 after a year
+        GT, GTE, LT, LTE = FilterOperator.GT, FilterOperator.GTE, FilterOperator.LT, FilterOperator.LTE
+        return [
+            # ranges
+            ("year-range", rf"\bbetween\s+{YA}\s*(?:and|-|–|—|to)\s*{YB}", span),
+            ("year-range", rf"\bfrom\s+{YA}\s*(?:-|–|—|to|until|till|through|thru)\s*{YB}", span),
+            ("year-range", rf"(?:在)?{YA}{yr}\s*(?:和|与)\s*{YB}{yr}\s*之间", span),
+            ("year-range", rf"(?:在|从)?{YA}{yr}\s*(?:到|至|-|–|—|~|～)\s*{YB}{yr}\s*(?:之间|期间|间)?", span),
+            ("year-range", rf"{YA}\s*(?:to|through|thru)\s+{YB}", span),
+            ("year-range", r"\b(?:the\s+)?(?P<a>[12]\d{2}0)['’]?s\b", decade),
+            ("year-range", rf"{YA}\s*年代", decade),
+            # up to today
+            ("year-compare", rf"\b(?:from\s+|since\s+)?{YA}\s*(?:-|–|—|to|until|till)\s*"
+                             r"(?:now|today|(?:the\s+)?present|date)\b", fixed(GTE)),
+            ("year-compare", rf"(?:从|自)?{YA}{yr}\s*(?:至今|到现在|到今天|到目前为止|到目前|以来至今)", fixed(GTE)),
+            # relative ("前三年" is left alone: it also means "the first three years")
+            ("relative-year", rf"\b(?:the\s+)?(?:last|past|previous|recent|latest)\s+{n_en}\s+years?\b", last_n),
+            ("relative-year", r"\bthe\s+(?:last|past)\s+year\b(?!['’]s)", this_and_after(0)),
+            ("relative-year", r"\b(?:the\s+)?(?:last|past|previous)\s+decade\b", this_and_after(9)),
+            ("relative-year", r"(?:最近|近|过去)\s*十\s*年", this_and_after(9)),
+            ("relative-year", r"\bthis\s+year(?:['’]s)?", this(0)),
+            ("relative-year", r"\b(?:the\s+)?year\s+before\s+last\b", this(2)),
+            ("relative-year", r"\b(?:last|previous)\s+year(?:['’]s)?", this(1)),
+            ("relative-year", rf"(?:最近|近|过去的?)\s*{n_zh}\s*年(?:来|内|间|以来|里|中)?", last_n),
+            ("relative-year", r"今年", this(0)),
+            ("relative-year", r"去年", this(1)),
+            ("relative-year", r"前年", this(2)),
+            # comparisons: negated and compound phrasings before the plain ones
+            ("year-compare", rf"\b(?:no|not)\s+later\s+than\s+{YA}", fixed(LTE)),
+            ("year-compare", rf"\b(?:not\s+after|(?:in|on)\s+or\s+before)\s+{YA}", fixed(LTE)),
+            ("year-compare", rf"\b(?:(?:up\s+)?to\s+and\s+including|up\s+to\s+including)\s+{YA}", fixed(LTE)),
+            ("year-compare", rf"\b(?:no|not)\s+earlier\s+than\s+{YA}", fixed(GTE)),
+            ("year-compare", rf"\b(?:not\s+before|(?:in|on)\s+or\s+after)\s+{YA}", fixed(GTE)),
+            ("year-compare", rf"{YA}\s+(?:or|and)\s+(?:later|after|newer|more\s+recent|onwards?|beyond)\b",
+             fixed(GTE)),
+            ("year-compare", rf"{YA}\s+(?:or|and)\s+(?:earlier|before|older|prior)\b", fixed(LTE)),
+            ("year-compare", rf"\bfrom\s+{YA}\s+(?:on|onwards?|forward)\b", fixed(GTE)),
+            ("year-compare", rf"\b(?:starting|beginning)(?:\s+(?:in|from))?\s+{YA}", fixed(GTE)),
+            ("year-compare", rf"{YA}\s+onwards?\b", fixed(GTE)),
+            ("year-compare", rf"\bsince\s+{YA}", fixed(GTE)),
+            ("year-compare", rf"\b(?:after|later\s+than|newer\s+than|more\s+recent\s+than|post)\s*-?\s*{YA}",
+             fixed(GT)),
+            ("year-compare", rf"\b(?:before|earlier\s+than|older\s+than|prior\s+to|pre)\s*-?\s*{YA}", fixed(LT)),
+            ("year-compare", rf"\b(?:up\s+(?:un)?til|up\s+to|until|till|through|thru)\s+{YA}", fixed(LTE)),
+            ("year-compare", rf"不早于\s*{YA}{yr}", fixed(GTE)),
+            ("year-compare", rf"不晚于\s*{YA}{yr}", fixed(LTE)),
+            ("year-compare", rf"晚于\s*{YA}{yr}", fixed(GT)),
+            ("year-compare", rf"早于\s*{YA}{yr}", fixed(LT)),
+            ("year-compare", rf"{YA}{yr}\s*(?:及|或)(?:以后|之后)", fixed(GTE)),
+            ("year-compare", rf"{YA}{yr}\s*(?:及|或)(?:以前|之前)", fixed(LTE)),
+            ("year-compare", rf"(?:自从?|从)?\s*{YA}{yr}\s*(?:以后|之后|以来|起|开始|后)", fixed(GTE)),
+            ("year-compare", rf"{YA}{yr}\s*(?:以前|之前|前)", fixed(LT)),
+            ("year-compare", rf"(?:截至|截止到?|直到|到)\s*{YA}{yr}\s*(?:为止|底)?", fixed(LTE)),
+            # equality: "in 2023", "from 2023", "2023年", a bare year
+            ("year", rf"{YA}\s*年度?", fixed(FilterOperator.EQ)),
+            ("year", YA, fixed(FilterOperator.EQ)),
+        ]
+
+    def _find_years(self, text: str, today: date) -> List[List[Match]]:
+        key = self._year_key
+        taken: List[Tuple[int, int]] = []
+        groups: List[List[Match]] = []
+        for rule, pattern, handler in self._year_rules(today):
+            for m in re.finditer(pattern, text, re.IGNORECASE):
+                if any(m.start() < e and s < m.end() for s, e in taken):
+                    continue
+                conds = handler(m)
+                years = [int(m.group(g)) for g in ("a", "b") if g in m.re.groupindex and m.group(g)]
+                if not conds or any(not self._plausible(y, today) for y in years):
+                    logger.debug("%r: year outside the index's range, read as topic", m.group())
+                    taken.append((m.start(), m.end()))  # neither a filter nor a shorter match
+                    continue
+                taken.append((m.start(), m.end()))
+                groups.append([Match(m.start(), m.end(), m.group(), rule, key, op, value)
+                               for op, value in conds])
+        return groups
+
+    # ---------------------------------------------------------------- output
+
+    def _filters(self, matches: Sequence[Match]) -> List[MetadataFilter]:
+        """Filters in query order; several ``==`` values of one key become IN, ``!=`` NIN."""
+        grouped: Dict[Tuple[str, FilterOperator], List[Any]] = {}
+        order: List[Tuple[str, FilterOperator, Any]] = []
+        for m in matches:
+            if m.key is None or m.operator is None:
+                continue
+            if m.operator in (FilterOperator.EQ, FilterOperator.NE):
+                group = (m.key, m.operator)
+                if group not in grouped:
+                    grouped[group] = []
+                    order.append((m.key, m.operator, grouped[group]))
+                if m.value not in grouped[group]:
+                    grouped[group].append(m.value)
+            elif (m.key, m.operator, m.value) not in order:
+                order.append((m.key, m.operator, m.value))
+        filters = []
+        for key, operator, value in order:
+            if (key, operator) in grouped:
+                values, negated = grouped[key, operator], operator == FilterOperator.NE
+                if self._is_list(key) and not negated:
+                    operator, value = ((FilterOperator.CONTAINS, values[0]) if len(values) == 1
+                                       else (FilterOperator.ANY, values))
+                elif self._is_list(key) or len(values) > 1:
+                    operator, value = (FilterOperator.NIN if negated else FilterOperator.IN), values
+                else:
+                    value = values[0]
+            filters.append(MetadataFilter(key=key, operator=operator, value=value))
+        return filters
+
+    @staticmethod
+    def _remaining(text: str, tokens: List[_Token], taken: Sequence[Tuple[int, int]]) -> str:
+        """The query minus matched phrases and the filler next to them."""
+        if not taken:
+            return text.strip()
+        removed = [any(t.start < e and s < t.end for s, e in taken) for t in tokens]
+
+        def filler(t: _Token) -> bool:
+            return t.text in _FILLER_ZH or t.text in _DOC_NOUNS_ZH if t.cjk else (
+                t.lower in _FILLER_EN or t.lower in _DOC_NOUNS_EN)
+
+        changed = True
+        while changed:
+            changed = False
+            for i, tok in enumerate(tokens):
+                if removed[i] or not filler(tok):
+                    continue
+                if (i > 0 and removed[i - 1]) or (i + 1 < len(tokens) and removed[i + 1]):
+                    removed[i] = changed = True
+        for order in (range(len(tokens)), range(len(tokens) - 1, -1, -1)):
+            for i in order:  # then filler at either end: "...的结果", "what ..."
+                if removed[i] or not tokens[i].word:
+                    continue
+                if not filler(tokens[i]):
+                    break
+                removed[i] = True
+        keep = [True] * len(text)
+        for tok, gone in zip(tokens, removed):
+            if gone:
+                keep[tok.start:tok.end] = [False] * (tok.end - tok.start)
+        rest = "".join(ch for ch, k in zip(text, keep) if k)
+        rest = re.sub(r"\s+", " ", rest)
+        rest = re.sub(r"\s+([,.;:?!，。；：？！])", r"\1", rest).strip(" ,;:，；：、-–—'\"")
+        kept = [t for t, gone in zip(tokens, removed) if not gone]
+        if not any(t.word and not filler(t) for t in kept):
+            return ""
+        if rest.endswith(("?", "？")) and not (
+            any(t.lower in _QUESTION_EN for t in kept) or any(w in rest for w in _QUESTION_ZH)
+        ):
+            rest = rest.rstrip("?？").strip()
+        return rest

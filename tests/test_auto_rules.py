@@ -1,0 +1,547 @@
+"""RuleBasedSpecGenerator: auto-retriever specs from English and Chinese queries without an LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+from datetime import date
+from importlib import resources
+from typing import Any, Dict, FrozenSet, Iterable, List, Set, Tuple
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from llama_index.core import Settings
+from llama_index.core.vector_stores.types import (
+    FilterOperator,
+    MetadataFilter,
+    MetadataInfo,
+    VectorStoreInfo,
+    VectorStoreQuerySpec,
+)
+
+from llama_index_ext_recursive import load_sample_documents
+from llama_index_ext_recursive.auto.rules import Match, RuleBasedSpecGenerator
+from llama_index_ext_recursive.auto.spec import metadata_vocabulary
+
+TODAY = date(2025, 6, 1)
+INFO = VectorStoreInfo(
+    content_info="Short articles on everyday topics, in English and Chinese",
+    metadata_info=[
+        MetadataInfo(name="category", type="str", description="Topic area"),
+        MetadataInfo(name="year", type="int", description="Year the document was published"),
+        MetadataInfo(name="language", type="str", description="en or zh"),
+        MetadataInfo(name="source", type="str", description="blog, encyclopedia, manual or handbook"),
+    ],
+)
+KEYS = {m.name for m in INFO.metadata_info}
+
+
+def _vocabulary() -> Dict[str, Set[Any]]:
+    return {k: v for k, v in metadata_vocabulary(load_sample_documents()).items() if k in KEYS}
+
+
+VOCAB = _vocabulary()
+GEN = RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY)
+
+Triple = Tuple[str, str, Any]
+
+
+def triples(filters: Iterable[MetadataFilter]) -> FrozenSet[Triple]:
+    return frozenset(
+        (f.key, f.operator.value, tuple(sorted(f.value, key=str)) if isinstance(f.value, list) else f.value)
+        for f in filters
+    )
+
+
+def spec_of(query: str, gen: RuleBasedSpecGenerator = GEN) -> VectorStoreQuerySpec:
+    return gen.generate(query)
+
+
+def got(query: str, gen: RuleBasedSpecGenerator = GEN) -> FrozenSet[Triple]:
+    return triples(spec_of(query, gen).filters)
+
+
+# -------------------- categorical values
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("food articles about fermentation", {("category", "==", "food")}),
+        ("FOOD ARTICLES", {("category", "==", "food")}),
+        ("biology", {("category", "==", "biology")}),
+        ("sport articles", {("category", "==", "sports")}),  # singular of a plural value
+        ("Manuals about Python", {("source", "==", "manual")}),  # plural of a singular value
+        ("handbooks", {("source", "==", "handbook")}),
+        ("encyclopedias on reefs", {("source", "==", "encyclopedia")}),
+        ("a transportation article", {("category", "==", "transport")}),
+    ],
+)
+def test_exact_values_word_boundary_case_and_number(query: str, expected: Set[Triple]) -> None:
+    assert got(query) == expected
+
+
+def test_values_need_word_boundaries() -> None:
+    assert got("seafood recipes") == frozenset()  # "food" inside a word
+    assert got("blogging tips") == frozenset()
+    assert got("en route to the lighthouse") == frozenset()  # raw code "en" is not a word match
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("articles in Chinese about tea", {("language", "==", "zh")}),
+        ("中文资料", {("language", "==", "zh")}),
+        ("Is there a Chinese version of the tea article?", {("language", "==", "zh")}),
+        ("汉语文章", {("language", "==", "zh")}),
+        ("English documents about waste sorting", {("language", "==", "en")}),
+        ("英文文章", {("language", "==", "en")}),
+        ("英语资料", {("language", "==", "en")}),
+        ("blog posts about bread", {("source", "==", "blog")}),
+        ("a blog post on bread", {("source", "==", "blog")}),
+        ("博客", {("source", "==", "blog")}),
+        ("encyclopedia entries on reefs", {("source", "==", "encyclopedia")}),
+        ("百科文章", {("source", "==", "encyclopedia")}),
+        ("Python packaging manual", {("source", "==", "manual")}),
+        ("软件手册", {("category", "==", "software"), ("source", "==", "manual")}),
+        ("使用手册", {("source", "==", "manual")}),
+        ("employee handbook on expenses", {("source", "==", "handbook")}),
+        ("员工手册里的规定", {("source", "==", "handbook")}),
+        ("垃圾分类指南", {("source", "==", "handbook")}),
+    ],
+)
+def test_builtin_language_and_source_synonyms(query: str, expected: Set[Triple]) -> None:
+    assert got(query) == expected
+
+
+@pytest.mark.parametrize(
+    "word, value",
+    [
+        ("美食", "food"), ("食物", "food"), ("生物", "biology"), ("生物学", "biology"),
+        ("能源", "energy"), ("历史", "history"), ("体育", "sports"), ("运动", "sports"),
+        ("软件", "software"), ("政策", "policy"), ("环境", "environment"), ("交通", "transport"),
+        ("园艺", "gardening"),
+    ],
+)
+def test_chinese_category_synonyms(word: str, value: str) -> None:
+    assert got(f"关于{word}的文章") == {("category", "==", value)}
+    assert got(f"{word}类的文章") == {("category", "==", value)}
+
+
+@pytest.mark.parametrize(
+    "query, values",
+    [
+        ("food or biology articles", ("biology", "food")),
+        ("articles about sports or history", ("history", "sports")),
+        ("体育或美食类的博客", ("food", "sports")),
+        ("环境或交通方面的文章", ("environment", "transport")),
+    ],
+)
+def test_several_values_of_one_key_become_in(query: str, values: Tuple[str, ...]) -> None:
+    assert ("category", "in", values) in got(query)
+
+
+def test_in_keeps_query_order_and_int_values() -> None:
+    spec = spec_of("documents from 2019 or 2020")
+    assert [(f.key, f.operator, f.value) for f in spec.filters] == [("year", FilterOperator.IN, [2019, 2020])]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "What is the history of lighthouses?",  # "X of Y" is a topic
+        "the biology of coral reefs",
+        "How much energy can a home solar array produce?",
+        "How is Chinese tea brewed?",  # language word modifying a non-document noun
+        "What are the rules in the travel policy?",  # compound noun
+        "灯塔的历史",
+        "中国高铁的历史",
+        "高铁如何节约能源？",  # 能源 inside the word 节约能源
+        "生物多样性",
+        "运动员的饮食",  # 运动 inside 运动员
+    ],
+)
+def test_value_words_used_as_topic_are_not_filters(query: str) -> None:
+    spec = spec_of(query)
+    assert spec.filters == []
+    assert spec.query == query
+
+
+# -------------------- years
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("documents from 2021", {("year", "==", 2021)}),
+        ("published in 2023", {("year", "==", 2023)}),
+        ("the 2022 marathon blog", {("year", "==", 2022), ("source", "==", "blog")}),
+        ("2023年的文档", {("year", "==", 2023)}),
+        ("articles published after 2022", {("year", ">", 2022)}),
+        ("newer than 2022", {("year", ">", 2022)}),
+        ("晚于2022年的文章", {("year", ">", 2022)}),
+        ("anything since 2023", {("year", ">=", 2023)}),
+        ("articles from 2023 or later", {("year", ">=", 2023)}),
+        ("from 2021 onwards", {("year", ">=", 2021)}),
+        ("no earlier than 2021", {("year", ">=", 2021)}),
+        ("2024年以后的博客", {("year", ">=", 2024), ("source", "==", "blog")}),
+        ("2024年之后", {("year", ">=", 2024)}),
+        ("2022年以来", {("year", ">=", 2022)}),
+        ("documents before 2020", {("year", "<", 2020)}),
+        ("older than 2022", {("year", "<", 2022)}),
+        ("2020年之前的资料", {("year", "<", 2020)}),
+        ("2021年以前", {("year", "<", 2021)}),
+        ("早于2021年的手册", {("year", "<", 2021), ("source", "==", "manual")}),
+        ("sources until 2021", {("year", "<=", 2021)}),
+        ("up to and including 2020", {("year", "<=", 2020)}),
+        ("no later than 2020", {("year", "<=", 2020)}),
+        ("2020 or earlier", {("year", "<=", 2020)}),
+        ("截至2021年", {("year", "<=", 2021)}),
+        ("2021年及以前", {("year", "<=", 2021)}),
+        ("between 2019 and 2021", {("year", ">=", 2019), ("year", "<=", 2021)}),
+        ("from 2018 through 2020", {("year", ">=", 2018), ("year", "<=", 2020)}),
+        ("2021-2019", {("year", ">=", 2019), ("year", "<=", 2021)}),  # bounds sorted
+        ("2019年到2021年之间", {("year", ">=", 2019), ("year", "<=", 2021)}),
+        ("2018年至2020年的百科", {("year", ">=", 2018), ("year", "<=", 2020), ("source", "==", "encyclopedia")}),
+        ("articles between 2019-2021 on bees", {("year", ">=", 2019), ("year", "<=", 2021)}),
+        ("documents from 2020 to now", {("year", ">=", 2020)}),
+        ("2020年至今的博客", {("year", ">=", 2020), ("source", "==", "blog")}),
+        ("articles from the 2010s", {("year", ">=", 2010), ("year", "<=", 2019)}),
+        ("2010年代的文章", {("year", ">=", 2010), ("year", "<=", 2019)}),
+        ("pre-2020 encyclopedia articles", {("year", "<", 2020), ("source", "==", "encyclopedia")}),
+        ("年份大于2020的文章", {("year", ">", 2020)}),
+    ],
+)
+def test_years_and_comparisons(query: str, expected: Set[Triple]) -> None:
+    assert got(query) == expected
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("documents from the last three years", {("year", ">=", 2023)}),
+        ("past 2 years", {("year", ">=", 2024)}),
+        ("the previous 5 years", {("year", ">=", 2021)}),
+        ("最近三年的文章", {("year", ">=", 2023)}),
+        ("近五年", {("year", ">=", 2021)}),
+        ("过去两年的百科条目", {("year", ">=", 2024), ("source", "==", "encyclopedia")}),
+        ("this year's documents", {("year", "==", 2025)}),
+        ("今年发布的文章", {("year", "==", 2025)}),
+        ("documents from last year", {("year", "==", 2024)}),
+        ("去年的文章", {("year", "==", 2024)}),
+        ("the year before last", {("year", "==", 2023)}),
+        ("前年的资料", {("year", "==", 2023)}),
+        ("the last decade", {("year", ">=", 2016)}),
+        ("近十年", {("year", ">=", 2016)}),
+    ],
+)
+def test_relative_years_use_today(query: str, expected: Set[Triple]) -> None:
+    assert got(query) == expected
+
+
+def test_relative_years_follow_the_given_today() -> None:
+    later = RuleBasedSpecGenerator(INFO, VOCAB, today=date(2030, 1, 15))
+    assert got("last three years", later) == {("year", ">=", 2028)}
+    assert got("去年", later) == {("year", "==", 2029)}
+
+
+def test_today_defaults_to_the_current_date() -> None:
+    gen = RuleBasedSpecGenerator(INFO, VOCAB)
+    assert got("this year", gen) == {("year", "==", date.today().year)}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Why did the Pharos matter to sailors before 1300?",
+        "How did lighthouse keepers live in 1850?",
+        "What's new in Python 3.12 packaging?",
+        "a 1000 word summary",
+    ],
+)
+def test_years_outside_the_corpus_range_and_other_numbers_are_topic(query: str) -> None:
+    spec = spec_of(query)
+    assert spec.filters == [] and spec.query == query
+
+
+def test_year_key_found_from_description_or_values() -> None:
+    assert GEN.year_key == "year"
+    info = VectorStoreInfo(content_info="x", metadata_info=[
+        MetadataInfo(name="pages", type="int", description="page count"),
+        MetadataInfo(name="published", type="int", description="publication date"),
+    ])
+    gen = RuleBasedSpecGenerator(info, {"pages": {3, 40}, "published": {2019, 2021}}, today=TODAY)
+    assert gen.year_key == "published"
+    assert got("documents after 2020", gen) == {("published", ">", 2020)}
+    no_year = RuleBasedSpecGenerator(
+        VectorStoreInfo(content_info="x",
+                        metadata_info=[MetadataInfo(name="pages", type="int", description="")]),
+        {"pages": {3, 40}}, today=TODAY)
+    assert no_year.year_key is None
+    assert no_year.generate("documents after 2020").filters == []
+
+
+# -------------------- combinations, negation, explicit
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("software manuals published since 2022",
+         {("category", "==", "software"), ("source", "==", "manual"), ("year", ">=", 2022)}),
+        ("energy documents before 2024 in English",
+         {("category", "==", "energy"), ("year", "<", 2024), ("language", "==", "en")}),
+        ("去年的园艺博客", {("year", "==", 2024), ("category", "==", "gardening"), ("source", "==", "blog")}),
+        ("2019年到2021年之间的生物学文章", {("year", ">=", 2019), ("year", "<=", 2021), ("category", "==", "biology")}),
+        ("blog posts and manuals from 2021 onwards",
+         {("source", "in", ("blog", "manual")), ("year", ">=", 2021)}),
+    ],
+)
+def test_combinations(query: str, expected: Set[Triple]) -> None:
+    assert got(query) == expected
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("articles not in English", {("language", "!=", "en")}),
+        ("non-English sources about bees", {("language", "!=", "en")}),
+        ("documents except blogs and manuals", {("source", "nin", ("blog", "manual"))}),
+        ("非中文文章", {("language", "!=", "zh")}),
+        ("除了博客以外的文章", {("source", "!=", "blog")}),
+        ("不包括手册的2020年资料", {("source", "!=", "manual"), ("year", "==", 2020)}),
+    ],
+)
+def test_negated_values(query: str, expected: Set[Triple]) -> None:
+    assert got(query) == expected
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("language=zh", {("language", "==", "zh")}),
+        ("source: Blog", {("source", "==", "blog")}),  # vocabulary casing restored
+        ("source=博客", {("source", "==", "blog")}),  # synonym accepted as a value
+        ("year >= 2021 bees", {("year", ">=", 2021)}),
+        ("year at most 2020", {("year", "<=", 2020)}),
+        ("sources not in English", {("language", "!=", "en")}),  # no "source != in"
+    ],
+)
+def test_explicit_key_value_forms(query: str, expected: Set[Triple]) -> None:
+    assert got(query) == expected
+
+
+def test_generic_numeric_key_comparisons() -> None:
+    info = VectorStoreInfo(content_info="x", metadata_info=[
+        MetadataInfo(name="rating", type="float", description="stars"),
+        MetadataInfo(name="page_count", type="int", description="pages"),
+    ])
+    gen = RuleBasedSpecGenerator(info, {}, today=TODAY)
+    assert got("reviews with rating above 4.5.", gen) == {("rating", ">", 4.5)}
+    assert got("page count at least 10", gen) == {("page_count", ">=", 10)}
+    assert got("page_count<=3", gen) == {("page_count", "<=", 3)}
+
+
+def test_list_typed_keys_use_contains_and_any() -> None:
+    info = VectorStoreInfo(content_info="x", metadata_info=[
+        MetadataInfo(name="tags", type="list[str]", description="tags")])
+    gen = RuleBasedSpecGenerator(info, {"tags": {"solar", "roofing", "tea"}}, today=TODAY)
+    assert got("solar articles", gen) == {("tags", "contains", "solar")}
+    assert got("solar or roofing articles", gen) == {("tags", "any", ("roofing", "solar"))}
+
+
+# -------------------- remaining query and top_k
+
+
+@pytest.mark.parametrize(
+    "query, rest",
+    [
+        ("food articles about fermentation", "fermentation"),
+        ("What was published in 2023 about solar panels?", "solar panels"),
+        ("Which sources from 2019 describe honeybee castes?", "honeybee castes"),
+        ("How do worker bees survive the winter? Only English sources please",
+         "How do worker bees survive the winter?"),
+        ("Northwind travel reimbursement rules, handbook only", "Northwind travel reimbursement rules"),
+        ("Show me the top 5 results about solar panels", "solar panels"),
+        ("food or biology articles", ""),
+        ("documents from the last three years", ""),
+        ("biology", ""),
+        ("关于美食的文章", ""),
+        ("中文博客中如何给番茄授粉", "如何给番茄授粉"),
+        ("员工手册里关于差旅报销的规定", "差旅报销的规定"),
+        ("前5个关于垃圾分类的结果", "垃圾分类"),
+        ("英文资料中关于太阳能板的内容，返回10条", "太阳能板"),
+        ("2025年的差旅报销政策", "差旅报销政策"),
+        ("How do I keep a sourdough starter alive?", "How do I keep a sourdough starter alive?"),
+    ],
+)
+def test_remaining_query(query: str, rest: str) -> None:
+    assert spec_of(query).query == rest
+
+
+@pytest.mark.parametrize(
+    "query, top_k",
+    [
+        ("Show me the top 5 results about solar panels", 5),
+        ("top 3 encyclopedia entries about reefs", 3),
+        ("best 3 results for marathon taper", 3),
+        ("first five results", 5),
+        ("top-5 blog posts", 5),
+        ("3 results about the waggle dance", 3),
+        ("How do coral polyps build reefs? give me 4 results", 4),
+        ("give me five blog posts about bread", 5),
+        ("前5个关于垃圾分类的结果", 5),
+        ("前三篇关于茶叶储存的文章", 3),
+        ("给我3篇关于高铁的文章", 3),
+        ("英文资料中关于太阳能板的内容，返回10条", 10),
+        ("the top 10 mistakes beginner marathon runners make", None),
+        ("first marathon", None),
+        ("documents from the last 3 years", None),
+        ("2021 articles", None),
+        ("最近三年的文章", None),
+    ],
+)
+def test_top_k_phrases(query: str, top_k: Any) -> None:
+    assert spec_of(query).top_k == top_k
+
+
+# -------------------- explain, async, no LLM, synonyms
+
+
+def test_matches_explain_the_spec() -> None:
+    query = "English blog posts between 2019 and 2021, top 3"
+    spec, matches = GEN.generate_with_matches(query)
+    assert all(isinstance(m, Match) and query[m.start:m.end] == m.text for m in matches)
+    assert [m.text for m in matches] == ["English", "blog posts", "between 2019 and 2021",
+                                         "between 2019 and 2021", "top 3"]
+    assert [(m.key, m.operator, m.value) for m in matches] == [
+        ("language", FilterOperator.EQ, "en"), ("source", FilterOperator.EQ, "blog"),
+        ("year", FilterOperator.GTE, 2019), ("year", FilterOperator.LTE, 2021), (None, None, 3)]
+    assert {m.rule for m in matches} == {"synonym", "year-range", "top_k"}
+    assert spec.top_k == 3 and spec.query == ""
+    assert GEN.generate(query) == spec
+
+
+def _labelled() -> List[Dict[str, Any]]:
+    text = resources.files("llama_index_ext_recursive").joinpath(
+        "sample_data", "auto_queries.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def test_agenerate_equals_generate() -> None:
+    queries = [row["query"] for row in _labelled()]
+    specs = await asyncio.gather(*(GEN.agenerate(q) for q in queries))
+    assert specs == [GEN.generate(q) for q in queries]
+
+
+def test_no_llm_and_no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_llm(self: Any) -> Any:
+        raise AssertionError("Settings.llm was used")
+
+    def no_network(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("network used")
+
+    monkeypatch.setattr(type(Settings), "llm", property(no_llm))
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    gen = RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY)
+    assert got("英文的体育文章", gen) == {("language", "==", "en"), ("category", "==", "sports")}
+
+
+def test_user_synonyms_extend_and_override() -> None:
+    gen = RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY, synonyms={
+        "source": {"wiki": "encyclopedia", "手册": "handbook"},
+        "category": {"bees": "biology", "烘焙": "food"},
+    })
+    assert got("wiki pages about reefs", gen) == {("source", "==", "encyclopedia")}
+    assert got("wikis", gen) == {("source", "==", "encyclopedia")}
+    assert got("手册", gen) == {("source", "==", "handbook")}  # overrides the built-in manual
+    assert got("烘焙博客", gen) == {("category", "==", "food"), ("source", "==", "blog")}
+    _, matches = gen.generate_with_matches("wiki pages")
+    assert matches[0].rule == "user-synonym"
+    assert got("wiki pages about reefs") == frozenset()  # the default generator is unchanged
+
+
+def test_user_synonyms_for_unknown_keys_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown keys"):
+        RuleBasedSpecGenerator(INFO, VOCAB, synonyms={"author": {"me": "x"}})
+
+
+def test_only_values_present_in_the_vocabulary_are_produced() -> None:
+    vocab = {**VOCAB, "source": {"blog"}}
+    gen = RuleBasedSpecGenerator(INFO, vocab, today=TODAY)
+    assert got("manuals and blogs", gen) == {("source", "==", "blog")}
+    assert got("百科文章", gen) == frozenset()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab 12345 20年的中文博客 or food top前个,?-")), max_size=40))
+def test_never_raises_and_stays_consistent(query: str) -> None:
+    spec, matches = GEN.generate_with_matches(query)
+    for m in matches:
+        assert 0 <= m.start < m.end <= len(query) and query[m.start:m.end] == m.text
+    for f in spec.filters:
+        assert f.key in KEYS
+        values = f.value if isinstance(f.value, list) else [f.value]
+        if f.key != "year":
+            assert set(values) <= VOCAB[f.key]
+    assert spec.top_k is None or 1 <= spec.top_k <= 1000
+
+
+# -------------------- quality on the labelled set
+
+
+def test_labelled_set_is_well_formed() -> None:
+    rows = _labelled()
+    zh = [r for r in rows if re.search(r"[\u4e00-\u9fff]", r["query"])]
+    assert len(rows) >= 70 and 0.25 <= len(zh) / len(rows) <= 0.45
+    for row in rows:
+        assert row["today"] == "2025-06-01"
+        VectorStoreQuerySpec.model_validate(row["expected"])  # labels are valid specs
+        for f in row["expected"]["filters"]:
+            assert f["key"] in KEYS
+
+
+def test_exact_filter_match_on_the_labelled_set_is_at_least_90_percent() -> None:
+    rows = _labelled()
+    hits = 0
+    misses = []
+    for row in rows:
+        gen = RuleBasedSpecGenerator(INFO, VOCAB, today=date.fromisoformat(row["today"]))
+        expected = triples(MetadataFilter.model_validate(f) for f in row["expected"]["filters"])
+        if got(row["query"], gen) == expected:
+            hits += 1
+        else:
+            misses.append(row["query"])
+    assert hits / len(rows) >= 0.90, misses
+
+
+def test_drives_upstream_auto_retriever_without_calling_its_llm(lexical: Any) -> None:
+    """The generated spec replaces the LLM step of ``VectorIndexAutoRetriever``; filters reach the store."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.indices.vector_store.retrievers.auto_retriever.auto_retriever import (
+        VectorIndexAutoRetriever,
+    )
+    from llama_index.core.llms import MockLLM
+
+    class NoCallLLM(MockLLM):
+        def predict(self, *args: Any, **kwargs: Any) -> str:
+            raise AssertionError("the LLM was called")
+
+        async def apredict(self, *args: Any, **kwargs: Any) -> str:
+            raise AssertionError("the LLM was called")
+
+    index = VectorStoreIndex.from_documents(load_sample_documents(), embed_model=lexical)
+    # a filters-only query leaves spec.query == "": upstream then needs default_empty_query_vector
+    retriever = VectorIndexAutoRetriever(
+        index, vector_store_info=INFO, llm=NoCallLLM(), similarity_top_k=10,
+        default_empty_query_vector=lexical.get_text_embedding(""),
+    )
+    retriever.generate_retrieval_spec = lambda bundle, **kw: GEN.generate(bundle.query_str)  # type: ignore
+
+    hits = retriever.retrieve("Chinese encyclopedia articles about tea, top 2")
+    assert hits and len(hits) <= 2
+    assert {(h.node.metadata["language"], h.node.metadata["source"]) for h in hits} == {("zh", "encyclopedia")}
+    hits = retriever.retrieve("food articles from 2021")
+    assert hits and {h.node.metadata["doc_id"] for h in hits} == {"sourdough-baking"}
