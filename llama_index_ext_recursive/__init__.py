@@ -1,5 +1,6 @@
 """Retrieval for LlamaIndex: summary-routed recursive retrieval, offline by default."""
 
+from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
 from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 from llama_index_ext_recursive.builder import DocumentRecord
 from llama_index_ext_recursive.embeddings import bundled_embed_model, resolve_embed_model
@@ -54,6 +55,7 @@ __all__ = [
     "ScoreMode",
     "Summarizer",
     "SummaryCache",
+    "ValidatedAutoRetriever",
     "bundled_embed_model",
     "load_sample_documents",
     "load_sample_questions",

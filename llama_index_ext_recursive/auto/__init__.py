@@ -18,8 +18,36 @@ from llama_index_ext_recursive.auto.rules import (
     Match,
     RuleBasedSpecGenerator,
 )
+from llama_index_ext_recursive.auto.llm import (
+    DEFAULT_SPEC_PROMPT,
+    DEFAULT_SPEC_PROMPT_TMPL,
+    Attempt,
+    GenerationReport,
+    LLMSpecGenerator,
+    RuleSpecGenerator,
+    SpecGenerator,
+    SpecParseError,
+    parse_spec_output,
+)
+from llama_index_ext_recursive.auto.retriever import (
+    AutoExplanation,
+    AutoNodeWithScore,
+    ValidatedAutoRetriever,
+)
 
 __all__ = [
+    "Attempt",
+    "AutoExplanation",
+    "AutoNodeWithScore",
+    "DEFAULT_SPEC_PROMPT",
+    "DEFAULT_SPEC_PROMPT_TMPL",
+    "GenerationReport",
+    "LLMSpecGenerator",
+    "RuleSpecGenerator",
+    "SpecGenerator",
+    "SpecParseError",
+    "ValidatedAutoRetriever",
+    "parse_spec_output",
     "BUILTIN_SYNONYMS",
     "Match",
     "RuleBasedSpecGenerator",

@@ -1,0 +1,684 @@
+"""Auto-retriever specs written by an LLM, validated, retried once, with a rule-based fallback.
+
+Upstream ``VectorIndexAutoRetriever`` parses the LLM's answer with a strict
+JSON parser and, when that fails, silently runs the query with no filters at
+all. :class:`LLMSpecGenerator` instead:
+
+1. asks the LLM with a prompt like upstream's (same variables, same layout;
+   corrected examples, the valid operators, the values present per key);
+2. parses the answer tolerantly (:func:`parse_spec_output`: code fences,
+   prose around the object, single quotes, Python literals such as ``None``
+   and ``True``, trailing commas, comments);
+3. validates and repairs it with :class:`~llama_index_ext_recursive.auto.spec.SpecValidator`;
+4. when the answer is unusable (not a spec, or errors under
+   ``key_policy="reject"``) or, by default, when the validator had to drop
+   something (an invented key, an unknown operator, a value absent from the
+   corpus), asks again once with the problems appended to the prompt;
+5. when it is still unusable, falls back to the rule-based generator, and
+   says so in the report (a :class:`~llama_index_ext_recursive.auto.spec.Repair`
+   of kind ``"fallback"``): a bad answer never silently means "no filters".
+
+Every generator here returns ``(validated spec, report)``
+(:class:`SpecGenerator`); :class:`RuleSpecGenerator` puts
+:class:`~llama_index_ext_recursive.auto.rules.RuleBasedSpecGenerator` behind
+the same interface, so a retriever treats both alike. The report is a
+:class:`GenerationReport`: a ``SpecReport`` that also names the generator that
+produced the spec (``rules``, ``llm`` or ``fallback``) and keeps each LLM
+attempt's output and problems.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from typing import (
+    Any,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+    runtime_checkable,
+)
+
+from llama_index.core.llms.llm import LLM
+from llama_index.core.prompts.base import BasePromptTemplate, PromptTemplate
+from llama_index.core.vector_stores.types import (
+    FilterOperator,
+    VectorStoreInfo,
+    VectorStoreQuerySpec,
+)
+
+from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
+from llama_index_ext_recursive.auto.spec import (
+    FieldType,
+    Repair,
+    SpecError,
+    SpecReport,
+    SpecValidator,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_SPEC_PROMPT",
+    "DEFAULT_SPEC_PROMPT_TMPL",
+    "Attempt",
+    "GenerationReport",
+    "LLMSpecGenerator",
+    "RuleSpecGenerator",
+    "SpecGenerator",
+    "SpecParseError",
+    "parse_spec_output",
+]
+
+#: Repair kinds that lose part of what the spec asked for (they trigger a retry
+#: when ``retry_on_drops`` is on).
+DROP_KINDS = frozenset({"dropped_key", "dropped_filter", "dropped_value", "dropped_top_k"})
+_MAX_SHOWN_OUTPUT = 2000  # characters of an LLM answer kept in reports and retry prompts
+_MAX_VALUES_IN_PROMPT = 25  # known values listed per key
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class Attempt:
+    """One LLM answer, what was wrong with it, and whether its spec was used."""
+
+    output: str
+    problems: List[str] = field(default_factory=list)
+    used: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GenerationReport(SpecReport):
+    """A :class:`SpecReport` that also says where the spec came from.
+
+    Args:
+        generator: ``"rules"`` (rule-based), ``"llm"`` (the LLM's spec, validated)
+            or ``"fallback"`` (the LLM's answers were unusable; rule-based spec).
+        attempts: each LLM answer with its problems, in order (empty for rules).
+        matches: for rule-based specs, the query phrases that became filters
+            (``text``, ``rule``, ``key``, ``operator``, ``value``).
+    """
+
+    generator: str = "rules"
+    attempts: List[Attempt] = field(default_factory=list)
+    matches: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the LLM's answers were unusable and the rules wrote the spec."""
+        return self.generator == "fallback"
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = super().to_dict()
+        out.update(
+            generator=self.generator,
+            attempts=[attempt.to_dict() for attempt in self.attempts],
+            matches=list(self.matches),
+        )
+        return out
+
+
+# --------------------------------------------------------------------------- interface
+
+
+@runtime_checkable
+class SpecGenerator(Protocol):
+    """What a retriever needs from a spec generator: a validated spec and its report.
+
+    ``generate`` and ``agenerate`` give the same result for the same query;
+    ``agenerate`` never blocks the event loop on I/O.
+    """
+
+    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
+        ...
+
+    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
+        ...
+
+
+class RuleSpecGenerator:
+    """:class:`RuleBasedSpecGenerator` behind the :class:`SpecGenerator` interface.
+
+    The rule-based spec goes through ``validator`` (which resolves ``top_k``
+    and, under ``key_policy="reject"``, refuses what it would drop), and the
+    report lists the query phrases that became filters.
+
+    Args:
+        rules: the rule-based generator.
+        validator: the validator for the same ``VectorStoreInfo``.
+    """
+
+    name = "rules"
+
+    def __init__(self, rules: RuleBasedSpecGenerator, validator: SpecValidator) -> None:
+        self.rules = rules
+        self.validator = validator
+
+    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        """The validated rule-based spec for ``query`` and its report."""
+        spec, matches = self.rules.generate_with_matches(query)
+        validated, report = self.validator.validate(spec)
+        return validated, GenerationReport(
+            repairs=list(report.repairs),
+            errors=list(report.errors),
+            generator="rules",
+            matches=[_match_dict(m) for m in matches],
+        )
+
+    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        """Same as :meth:`generate` (rules are fast CPU work; nothing to await)."""
+        return self.generate(query)
+
+
+def _match_dict(match: Any) -> Dict[str, Any]:
+    operator = match.operator.value if isinstance(match.operator, FilterOperator) else match.operator
+    return {"text": match.text, "rule": match.rule, "key": match.key,
+            "operator": operator, "value": match.value}
+
+
+# --------------------------------------------------------------------------- prompt
+
+# Modelled on upstream's DEFAULT_VECTOR_STORE_QUERY_PROMPT_TMPL (same variables
+# schema_str, info_str, query_str, so upstream templates work here too) with
+# its examples corrected: upstream's first example ANDs two values of one key
+# (no song has two artists) and its second writes the year 1813 as a string.
+_PREFIX = """\
+Your goal is to structure the user's query to match the request schema provided below.
+
+<< Structured Request Schema >>
+When responding use a markdown code snippet with a JSON object formatted in the \
+following schema:
+
+{schema_str}
+
+The query string should contain only text that is expected to match the contents of \
+documents. Any conditions in the filter should not be mentioned in the query as well.
+
+Make sure that filters only refer to attributes that exist in the data source, spelled \
+exactly as declared.
+Make sure that filters take into account the descriptions of attributes.
+Make sure that filter values have the declared type: numbers for int and float \
+attributes (2023, not "2023").
+Use only these operators: ==, !=, >, >=, <, <=, in, nin (the value of in and nin is \
+a list), contains, any, all (for list attributes), text_match.
+Several filters are all applied (AND). To accept any of several values of one \
+attribute, use a single filter with the operator in.
+Make sure that filters are only used as needed. If there are no filters that should be \
+applied return [] for the filter value.
+If the user's query explicitly mentions number of documents to retrieve, set top_k to \
+that number, otherwise do not set top_k.
+Answer with the JSON object only.
+
+"""
+
+_EXAMPLE_INFO_1 = """\
+{
+    "metadata_info": [
+        {"name": "artist", "type": "str", "description": "Name of the song artist"},
+        {"name": "genre", "type": "str", "description": "The song genre, one of \\"pop\\", \\"rock\\" or \\"rap\\""}
+    ],
+    "content_info": "Lyrics of a song"
+}"""
+_EXAMPLE_OUTPUT_1 = (
+    '{"query": "teenager love", "filters": [{"key": "artist", "value": ["Taylor Swift", '
+    '"Katy Perry"], "operator": "in"}, {"key": "genre", "value": "pop", "operator": "=="}], '
+    '"top_k": null}'
+)
+_EXAMPLE_INFO_2 = """\
+{
+    "metadata_info": [
+        {"name": "author", "type": "str", "description": "Author name"},
+        {"name": "book_title", "type": "str", "description": "Book title"},
+        {"name": "year", "type": "int", "description": "Year Published"},
+        {"name": "pages", "type": "int", "description": "Number of pages"}
+    ],
+    "content_info": "Classic literature"
+}"""
+_EXAMPLE_OUTPUT_2 = (
+    '{"query": "Books related to theme of marriage for social standing", "filters": '
+    '[{"key": "year", "value": 1813, "operator": ">"}, {"key": "author", "value": '
+    '"Jane Austen", "operator": "=="}], "top_k": 3}'
+)
+_EXAMPLES = f"""\
+<< Example 1. >>
+Data Source:
+```json
+{_EXAMPLE_INFO_1}
+```
+
+User Query:
+What are songs by Taylor Swift or Katy Perry in the dance pop genre
+
+Structured Request:
+```json
+{_EXAMPLE_OUTPUT_1}
+```
+
+<< Example 2. >>
+Data Source:
+```json
+{_EXAMPLE_INFO_2}
+```
+
+User Query:
+Give me three books by Jane Austen published after 1813 that explore the theme of \
+marriage for social standing
+
+Structured Request:
+```json
+{_EXAMPLE_OUTPUT_2}
+```
+""".replace("{", "{{").replace("}", "}}")
+
+_SUFFIX = """
+<< Example 3. >>
+Data Source:
+```json
+{info_str}
+```
+{values_str}
+Today is {today_str}.
+
+User Query:
+{query_str}
+{feedback_str}
+Structured Request:
+"""
+
+#: The default prompt template (variables: ``schema_str``, ``info_str``,
+#: ``query_str``, ``values_str``, ``today_str``, ``feedback_str``; a custom
+#: template needs only the first three, as upstream's).
+DEFAULT_SPEC_PROMPT_TMPL = _PREFIX + _EXAMPLES + _SUFFIX
+DEFAULT_SPEC_PROMPT = PromptTemplate(DEFAULT_SPEC_PROMPT_TMPL)
+_VERBATIM = PromptTemplate("{prompt_text}")
+_FEEDBACK_HEADER = "<< Your previous answer could not be used >>"
+
+# --------------------------------------------------------------------------- parsing
+
+
+class SpecParseError(ValueError):
+    """The LLM's answer contains no JSON object (or Python dict) to read a spec from."""
+
+
+_FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
+# a quoted string (kept as is) or a JSON literal / comment outside strings
+_LEXEME = re.compile(
+    r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|(?P<word>\b(?:true|false|null)\b)'
+    r"|(?P<comment>//[^\n]*|/\*.*?\*/)",
+    re.DOTALL,
+)
+_PY_WORDS = {"true": "True", "false": "False", "null": "None"}
+_SPEC_KEYS = {"query", "query_str", "filters", "top_k"}
+_MAX_STARTS = 50
+
+
+def _balanced_object(text: str, start: int) -> Optional[str]:
+    """The ``{...}`` starting at ``start`` (braces inside strings ignored), or ``None``."""
+    depth, quote, escaped = 0, "", False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+    return None
+
+
+def _python_literal(text: str) -> Any:
+    """``text`` read as a Python literal, with JSON's true/false/null and comments mapped."""
+    def sub(m: re.Match) -> str:
+        if m.group("word"):
+            return _PY_WORDS[m.group("word")]
+        if m.group("comment"):
+            return " "
+        return m.group(0)
+
+    return ast.literal_eval(_LEXEME.sub(sub, text))
+
+
+def _read_object(candidate: str) -> Optional[Any]:
+    try:
+        return json.loads(candidate)
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    try:
+        return _python_literal(candidate)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _spec_in(parsed: Dict[Any, Any]) -> Optional[Dict[str, Any]]:
+    """``parsed`` if it is a spec, or the one spec it wraps (``{"spec": {...}}``)."""
+    if _SPEC_KEYS & set(map(str, parsed)):
+        return parsed
+    inner = [
+        v for v in parsed.values()
+        if isinstance(v, dict) and _SPEC_KEYS & set(map(str, v))
+        and isinstance(v.get("query", ""), str) and isinstance(v.get("filters", []), (list, dict))
+    ]
+    return inner[0] if len(parsed) == 1 and len(inner) == 1 else None
+
+
+def parse_spec_output(text: str) -> Dict[str, Any]:
+    """The spec object in an LLM's answer, read tolerantly.
+
+    Accepts JSON or a Python dict literal, in or out of a markdown code fence,
+    with prose before or after, single quotes, ``None``/``True``/``False`` or
+    ``null``/``true``/``false``, trailing commas and ``//`` comments. The first
+    top-level object that has a spec key (``query``, ``filters``, ``top_k``)
+    wins; an object wrapping one spec (``{"spec": {...}}``) is unwrapped.
+
+    Raises:
+        SpecParseError: there is no such object (the message says why).
+    """
+    if not isinstance(text, str):
+        raise SpecParseError(f"the answer is not text but {type(text).__name__}")
+    if not text.strip():
+        raise SpecParseError("the answer is empty")
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    other: Optional[Dict[str, Any]] = None
+    tried = 0
+    for candidate in candidates:
+        start = candidate.find("{")
+        while start != -1 and tried < _MAX_STARTS:
+            tried += 1
+            block = _balanced_object(candidate, start)
+            if block is None:
+                break  # unbalanced from here on: truncated output
+            parsed = _read_object(block)
+            if isinstance(parsed, dict):
+                spec = _spec_in(parsed)
+                if spec is not None:
+                    return spec
+                other = other or parsed
+                start = candidate.find("{", start + len(block))  # not inside a read object
+            else:
+                start = candidate.find("{", start + 1)
+    if other is not None:
+        raise SpecParseError(
+            f"the JSON object has none of the keys 'query', 'filters', 'top_k' (keys: {sorted(map(str, other))})"
+        )
+    if "{" not in text:
+        raise SpecParseError("the answer contains no JSON object")
+    raise SpecParseError("the answer contains no readable JSON object (unbalanced braces or invalid syntax)")
+
+
+# --------------------------------------------------------------------------- LLM generator
+
+
+def _validator_vocabulary(validator: SpecValidator) -> Dict[str, Set[Any]]:
+    """The values the validator knows per key (empty when it has no vocabulary)."""
+    fields = getattr(validator, "_fields", {}) or {}
+    return {name: set(f.vocabulary) for name, f in fields.items() if getattr(f, "vocabulary", None)}
+
+
+def _values_text(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) -> str:
+    lines = []
+    for meta in info.metadata_info:
+        values = vocabulary.get(meta.name)
+        if not values:
+            continue
+        shown = sorted(values, key=lambda v: (str(type(v)), str(v)))
+        listed = ", ".join(json.dumps(v, ensure_ascii=False) for v in shown[:_MAX_VALUES_IN_PROMPT])
+        more = f" (and {len(shown) - _MAX_VALUES_IN_PROMPT} more)" if len(shown) > _MAX_VALUES_IN_PROMPT else ""
+        lines.append(f"- {meta.name}: {listed}{more}")
+    if not lines:
+        return ""
+    return "Values present in the data source:\n" + "\n".join(lines) + "\n"
+
+
+def _operators_text(info: VectorStoreInfo) -> str:
+    names = set()
+    for meta in info.metadata_info:
+        names |= {op.value for op in FieldType.parse(meta.type).operators}
+    return ", ".join(sorted(names))
+
+
+class LLMSpecGenerator:
+    """Query specs from an LLM: tolerant parsing, validation, one retry, rule-based fallback.
+
+    Args:
+        llm: any LlamaIndex ``LLM`` (completion or chat); called with
+            ``predict`` in :meth:`generate` and ``apredict`` in :meth:`agenerate`.
+        vector_store_info: the metadata schema shown to the LLM.
+        validator: checks and repairs each answer (same ``vector_store_info``;
+            its vocabulary, if any, is listed in the prompt).
+        fallback: the rule-based generator used when the answers stay
+            unusable (a :class:`RuleBasedSpecGenerator` or a
+            :class:`RuleSpecGenerator`; its spec goes through ``validator``).
+        prompt: a prompt template (``str`` or ``BasePromptTemplate``) with the
+            variables ``schema_str``, ``info_str`` and ``query_str`` (upstream
+            templates work); optional ``values_str``, ``today_str`` and
+            ``feedback_str``. Default: :data:`DEFAULT_SPEC_PROMPT`.
+        max_retries: how many times an unusable answer is asked again, with
+            the problems appended to the prompt (``0``: straight to the fallback).
+        retry_on_drops: also retry when the validator had to drop part of the
+            answer (an invented key, an unknown operator, a value absent from
+            the corpus); if the retry drops again, its repaired spec is used
+            (the drops are in the report) rather than the fallback.
+    """
+
+    name = "llm"
+
+    def __init__(
+        self,
+        llm: LLM,
+        vector_store_info: VectorStoreInfo,
+        validator: SpecValidator,
+        fallback: Union[RuleBasedSpecGenerator, RuleSpecGenerator],
+        prompt: Optional[Union[str, BasePromptTemplate]] = None,
+        max_retries: int = 1,
+        retry_on_drops: bool = True,
+    ) -> None:
+        if llm is None:
+            raise ValueError("LLMSpecGenerator needs an llm; use RuleSpecGenerator for specs without one")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.llm = llm
+        self.vector_store_info = vector_store_info
+        self.validator = validator
+        self.fallback = (
+            fallback if isinstance(fallback, RuleSpecGenerator) else RuleSpecGenerator(fallback, validator)
+        )
+        self.prompt: BasePromptTemplate = (
+            PromptTemplate(prompt) if isinstance(prompt, str) else (prompt or DEFAULT_SPEC_PROMPT)
+        )
+        self.max_retries = max_retries
+        self.retry_on_drops = retry_on_drops
+        self._info_str = vector_store_info.model_dump_json(indent=4)
+        self._schema_str = json.dumps(VectorStoreQuerySpec.model_json_schema(), indent=2)
+        self._values_str = _values_text(vector_store_info, _validator_vocabulary(validator))
+
+    # ------------------------------------------------------------------ prompt
+
+    def format_prompt(self, query: str, feedback: str = "") -> str:
+        """The prompt text sent for ``query`` (``feedback``: the retry section)."""
+        today = self.validator.today or date.today()
+        text = self.prompt.format(
+            llm=self.llm,
+            schema_str=self._schema_str,
+            info_str=self._info_str,
+            query_str=query,
+            values_str=self._values_str,
+            today_str=today.isoformat(),
+            feedback_str=f"\n{feedback}" if feedback else "",
+        )
+        if feedback and feedback not in text:  # a custom template without {feedback_str}
+            text = f"{text.rstrip()}\n\n{feedback}\nStructured Request:\n"
+        return text
+
+    def _feedback(self, output: str, problems: Sequence[str]) -> str:
+        shown = output if len(output) <= _MAX_SHOWN_OUTPUT else output[:_MAX_SHOWN_OUTPUT] + " ..."
+        listed = "\n".join(f"- {p}" for p in problems)
+        declared = ", ".join(f"{m.name} ({m.type})" for m in self.vector_store_info.metadata_info)
+        return (
+            f"{_FEEDBACK_HEADER}\n"
+            f"Your previous answer was:\n{shown}\n"
+            f"Problems:\n{listed}\n"
+            "Answer again with one JSON object with the keys \"query\", \"filters\" (a list of "
+            "objects with \"key\", \"value\" and \"operator\") and \"top_k\". "
+            f"Declared attributes: {declared}. "
+            f"Operators: {_operators_text(self.vector_store_info)}.\n"
+        )
+
+    # ------------------------------------------------------------------ checking
+
+    def _check(
+        self, output: str
+    ) -> Tuple[Optional[Tuple[VectorStoreQuerySpec, SpecReport]], List[str]]:
+        """``(validated spec and report, or None; problems that warrant a retry)``."""
+        try:
+            data = parse_spec_output(output)
+        except SpecParseError as exc:
+            return None, [f"could not read a JSON object: {exc}"]
+        try:
+            spec, report = self.validator.validate(data)
+        except SpecError as exc:
+            return None, [error.message for error in exc.report.errors] or [str(exc)]
+        problems = [r.message for r in report.repairs if r.kind in DROP_KINDS] if self.retry_on_drops else []
+        return (spec, report), problems
+
+    @staticmethod
+    def _shown(output: Any) -> str:
+        text = output if isinstance(output, str) else repr(output)
+        return text if len(text) <= _MAX_SHOWN_OUTPUT else text[:_MAX_SHOWN_OUTPUT] + " ..."
+
+    def _accept(
+        self, index: int, result: Tuple[VectorStoreQuerySpec, SpecReport], attempts: List[Attempt]
+    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        spec, report = result
+        attempts[index].used = True
+        repairs = list(report.repairs)
+        if len(attempts) > 1:
+            earlier = "; ".join(p for a in attempts[:-1] for p in a.problems)
+            which = "the last answer" if index == len(attempts) - 1 else f"answer {index + 1} (repaired)"
+            repairs.insert(0, Repair(
+                "retried", None, attempts[0].output[:200], None,
+                f"the LLM was asked {len(attempts)} times ({earlier}); {which} is used",
+            ))
+        return spec, GenerationReport(
+            repairs=repairs, errors=list(report.errors), generator="llm", attempts=attempts
+        )
+
+    def _fall_back(
+        self, query: str, attempts: List[Attempt], reason: str
+    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        logger.warning("LLM query spec unusable (%s); using the rule-based spec", reason)
+        spec, report = self.fallback.generate(query)
+        last = attempts[-1].output[:200] if attempts else None
+        notice = Repair(
+            "fallback", None, last, "rules",
+            f"the LLM's spec was unusable ({reason}); the rule-based generator wrote this spec",
+        )
+        return spec, GenerationReport(
+            repairs=[notice, *report.repairs],
+            errors=list(report.errors),
+            generator="fallback",
+            attempts=attempts,
+            matches=list(getattr(report, "matches", [])),
+        )
+
+    def _after(
+        self,
+        output: Any,
+        attempts: List[Attempt],
+        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]],
+    ) -> Tuple[Optional[Tuple[VectorStoreQuerySpec, SpecReport]], str]:
+        """Record one answer; ``(result to return now or None, feedback for the retry)``."""
+        text = output if isinstance(output, str) else str(output)
+        result, problems = self._check(text)
+        attempts.append(Attempt(self._shown(text), problems))
+        if result is not None and not problems:
+            return result, ""
+        if result is not None:  # usable with drops: kept in case the retry is no better
+            best.append((len(attempts) - 1, result))
+        return None, self._feedback(text, problems)
+
+    def _final(
+        self,
+        query: str,
+        attempts: List[Attempt],
+        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]],
+    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        if best:
+            return self._accept(*best[-1], attempts)
+        problems = attempts[-1].problems if attempts else ["no answer"]
+        return self._fall_back(
+            query, attempts, f"{len(attempts)} answer(s), last: {'; '.join(problems)}"
+        )
+
+    # ------------------------------------------------------------------ public
+
+    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        """The validated spec for ``query`` and the report of how it was obtained.
+
+        An exception from the LLM (network, quota) is logged and leads to the
+        fallback, recorded in the report.
+        """
+        attempts: List[Attempt] = []
+        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]] = []
+        feedback = ""
+        for _ in range(self.max_retries + 1):
+            text = self.format_prompt(query, feedback)
+            try:
+                output = self.llm.predict(_VERBATIM, prompt_text=text)
+            except Exception as exc:  # the LLM failed, not the spec: no retry
+                return self._llm_failed(query, attempts, best, exc)
+            result, feedback = self._after(output, attempts, best)
+            if result is not None:
+                return self._accept(len(attempts) - 1, result, attempts)
+        return self._final(query, attempts, best)
+
+    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        """Same as :meth:`generate`, awaiting ``llm.apredict``."""
+        attempts: List[Attempt] = []
+        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]] = []
+        feedback = ""
+        for _ in range(self.max_retries + 1):
+            text = self.format_prompt(query, feedback)
+            try:
+                output = await self.llm.apredict(_VERBATIM, prompt_text=text)
+            except Exception as exc:
+                return self._llm_failed(query, attempts, best, exc)
+            result, feedback = self._after(output, attempts, best)
+            if result is not None:
+                return self._accept(len(attempts) - 1, result, attempts)
+        return self._final(query, attempts, best)
+
+    def _llm_failed(
+        self,
+        query: str,
+        attempts: List[Attempt],
+        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]],
+        exc: Exception,
+    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        attempts.append(Attempt("", [f"the LLM call failed: {type(exc).__name__}: {exc}"]))
+        if best:
+            return self._accept(*best[-1], attempts)
+        return self._fall_back(query, attempts, f"the LLM call failed: {type(exc).__name__}: {exc}")
+
