@@ -3,7 +3,7 @@
 For each dataset under ``--data-root`` this runs (from the repository root)::
 
     /usr/bin/time -v .venv/bin/llama-recursive eval --data <root>/<dataset> \
-        --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive,bm25,hybrid,recursive-hybrid \
+        --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,vector,recursive,bm25,hybrid,recursive-hybrid \
         --cache .cache/embeddings.sqlite \
         --out benchmarks/results/eval/<dataset>.json --plot benchmarks/results/eval/<dataset>.png \
         [--max-queries N]
@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "benchmarks" / "results" / "eval"
 RETRIEVERS = (
     "upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,"
-    "recursive,bm25,hybrid,recursive-hybrid"
+    "vector,recursive,bm25,hybrid,recursive-hybrid"
 )
 # dataset -> --max-queries (None: every judged query of the test split)
 DATASETS: Dict[str, Optional[int]] = {

@@ -72,6 +72,22 @@ def upstream_vector(ctx: BuildContext) -> BaseRetriever:
     )
 
 
+@register("vector")
+def vector(ctx: BuildContext) -> BaseRetriever:
+    """Ours: ``BackfillVectorRetriever`` over the embedded default store, ``NumpyVectorStore``."""
+    from llama_index.core import StorageContext
+
+    from llama_index_ext_recursive.backfill import BackfillVectorRetriever
+    from llama_index_ext_recursive.store import NumpyVectorStore
+
+    index = VectorStoreIndex(
+        ctx.nodes,
+        storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
+        embed_model=ctx.embed_model,
+    )
+    return BackfillVectorRetriever(index, similarity_top_k=ctx.top_k)
+
+
 @register("upstream-bm25")
 def upstream_bm25(ctx: BuildContext) -> BaseRetriever:
     """``BM25Retriever.from_defaults(nodes=..., similarity_top_k=k)``."""
