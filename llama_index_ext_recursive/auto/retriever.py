@@ -459,9 +459,8 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             search_query=text,
             retriever=type(retriever).__name__,
         )
-        if self._verbose:
-            print(explanation.describe())
-        logger.info("auto-retrieval: %s", explanation.describe())
+        # verbose=True raises the level so the explanation shows without logging setup
+        logger.log(logging.WARNING if self._verbose else logging.INFO, "auto-retrieval: %s", explanation.describe())
         return _Call(retriever, bundle, top_k, self.wrapped_retriever is not None, explanation)
 
     def _finish(self, hits: List[NodeWithScore], call: _Call) -> List[NodeWithScore]:
