@@ -22,6 +22,7 @@ from llama_index_ext_recursive.sample import (
     write_sample_dataset,
 )
 from llama_index_ext_recursive.store import NumpyVectorStore
+from llama_index_ext_recursive.tools import as_retrieval_tool
 from llama_index_ext_recursive.summarize import (
     ExtractiveSummarizer,
     LLMSummarizer,
@@ -56,6 +57,7 @@ __all__ = [
     "Summarizer",
     "SummaryCache",
     "ValidatedAutoRetriever",
+    "as_retrieval_tool",
     "bundled_embed_model",
     "load_sample_documents",
     "load_sample_questions",

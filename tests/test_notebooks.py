@@ -15,6 +15,7 @@ LAST_OUTPUT = {
     "03_hybrid_and_chinese": "Chinese BM25 and hybrid fusion work offline",
     "04_backfill_and_stores": "recursive retrieval work offline",
     "05_auto_retriever": "validated auto-retrieval works offline",
+    "06_agent_tool": "retrieval tool works offline",
 }
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 

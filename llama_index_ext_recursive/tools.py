@@ -1,0 +1,319 @@
+"""Any retriever as an agent tool: cited passages for the model, nodes for code.
+
+Agents (``FunctionAgent``, ``ReActAgent``, workflows) call tools with JSON
+arguments and read a string back. This module turns a ``BaseRetriever`` into
+a ``FunctionTool`` whose string is a numbered, cited, size-bounded list of
+passages, whose ``raw_output`` is the ``NodeWithScore`` list, and whose
+filter arguments are validated so a model's mistake comes back as a message
+it can correct instead of an exception that ends the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Dict, List, Mapping, Optional, Set
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
+from llama_index.core.tools import FunctionTool
+from llama_index.core.vector_stores.types import MetadataFilters, MetadataInfo, VectorStoreInfo
+
+from llama_index_ext_recursive.auto.spec import SpecError, SpecValidator, metadata_vocabulary
+from llama_index_ext_recursive.filters import FilteredQueryBundle, filterable_metadata, metadata_matches
+
+logger = logging.getLogger(__name__)
+
+#: Most allowed values listed per key in descriptions and error messages.
+_MAX_LISTED_VALUES = 12
+
+
+class RetrievalResult(list):
+    """The tool's ``raw_output``: the ``NodeWithScore`` list, plus the text the model saw.
+
+    A ``list`` so code can use it as the plain node list; ``text`` is what
+    ``ToolOutput.content`` holds, ``error`` is set when the call was refused.
+    """
+
+    def __init__(self, nodes: List[NodeWithScore], text: str, error: Optional[str] = None) -> None:
+        super().__init__(nodes)
+        self.text = text
+        self.error = error
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _type_name(values: Set[Any]) -> str:
+    """The ``MetadataInfo`` type of a key, from the Python values seen."""
+    kinds = {type(v) for v in values}
+    if kinds <= {bool}:
+        return "bool"
+    if kinds <= {int}:
+        return "int"
+    if kinds <= {int, float}:
+        return "float"
+    return "str"
+
+
+def _corpus_nodes(retriever: Any, depth: int = 0) -> List[BaseNode]:
+    """The nodes a retriever searches, when it exposes them in a known place.
+
+    Covers upstream ``VectorIndexRetriever`` and this package's retrievers
+    (fusion children are searched one by one); anything else returns ``[]``.
+    """
+    if depth > 3:
+        return []
+    for attr in ("_chunk_index", "_index", "index"):
+        index = getattr(retriever, attr, None)
+        docstore = getattr(index, "docstore", None)
+        docs = getattr(docstore, "docs", None)
+        if docs:
+            return list(docs.values())
+    for attr in ("_docstore", "docstore"):
+        docs = getattr(getattr(retriever, attr, None), "docs", None)
+        if docs:
+            return list(docs.values())
+    for attr in ("_nodes", "nodes"):
+        nodes = getattr(retriever, attr, None)
+        if isinstance(nodes, (list, tuple)) and nodes and isinstance(nodes[0], BaseNode):
+            return list(nodes)
+    children = getattr(retriever, "_retrievers", None)
+    if isinstance(children, Mapping):
+        children = list(children.values())
+    for child in children or []:
+        nodes = _corpus_nodes(child, depth + 1)
+        if nodes:
+            return nodes
+    return []
+
+
+def infer_vector_store_info(nodes: List[BaseNode]) -> Optional[VectorStoreInfo]:
+    """A metadata schema from the values present (scalar keys only).
+
+    Args:
+        nodes: the corpus nodes; keys holding lists, dicts or mixed types are
+            left out, since a filter on them cannot be checked.
+    """
+    seen: Dict[str, Set[Any]] = {}
+    skip: Set[str] = set()
+    for node in nodes:
+        for key, value in node.metadata.items():
+            if value is None or key in skip:
+                continue
+            if not isinstance(value, (str, int, float, bool)):
+                skip.add(key)
+                seen.pop(key, None)
+                continue
+            seen.setdefault(key, set()).add(value)
+    infos = []
+    for key in sorted(seen):
+        kind = _type_name(seen[key])
+        if kind == "str" and not all(isinstance(v, str) for v in seen[key]):
+            continue  # mixed str/number: no single type to validate against
+        infos.append(MetadataInfo(name=key, type=kind, description=f"metadata field {key}"))
+    if not infos:
+        return None
+    return VectorStoreInfo(metadata_info=infos, content_info="passages")
+
+
+def _describe_keys(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) -> str:
+    parts = []
+    for meta in info.metadata_info:
+        values = vocabulary.get(meta.name)
+        text = f"{meta.name} ({meta.type})"
+        if values and len(values) <= _MAX_LISTED_VALUES:
+            text += ": " + ", ".join(repr(v) for v in sorted(values, key=str))
+        parts.append(text)
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _passage(i: int, hit: NodeWithScore) -> str:
+    node = hit.node
+    meta = node.metadata
+    title = meta.get("title") or meta.get("doc_id") or node.ref_doc_id or node.node_id
+    cite = [f"chunk {node.node_id}"]
+    if hit.score is not None:
+        cite.append(f"score {hit.score:.2f}")
+    explanation = getattr(hit, "explanation", None)
+    routed = getattr(explanation, "doc_id", None)
+    if routed:
+        cite.append(f"via summary of {routed}")
+    text = re.sub(r"\s+", " ", node.get_content(metadata_mode=MetadataMode.NONE)).strip()
+    return f"[{i}] {title} ({', '.join(cite)}): {text}"
+
+
+def render_passages(hits: List[NodeWithScore], max_chars: int) -> str:
+    """Numbered, cited passages within ``max_chars``, never cutting a passage.
+
+    Trailing passages that do not fit are dropped whole and counted, so the
+    model knows the list is incomplete rather than reading half a sentence.
+    """
+    if not hits:
+        return "No passages found."
+    passages = [_passage(i, hit) for i, hit in enumerate(hits, 1)]
+    note = f"\n({len(passages)} more passages omitted to stay within {max_chars} characters.)"
+    budget = max_chars - len(note)  # room for the omission note, if it is needed
+    kept: List[str] = []
+    used = 0
+    for passage in passages:
+        cost = len(passage) + (1 if kept else 0)
+        if used + cost > (max_chars if len(kept) + 1 == len(passages) else budget):
+            break
+        kept.append(passage)
+        used += cost
+    omitted = len(passages) - len(kept)
+    text = "\n".join(kept)
+    if omitted:
+        text += (f"\n({omitted} more passage{'s' if omitted > 1 else ''} omitted "
+                 f"to stay within {max_chars} characters.)")
+        if not kept:
+            text = text.lstrip("\n")
+    return text
+
+
+# --------------------------------------------------------------------------- tool
+
+
+def as_retrieval_tool(
+    retriever: BaseRetriever,
+    name: str = "search",
+    description: Optional[str] = None,
+    max_chars: int = 4000,
+    default_top_k: Optional[int] = None,
+    vector_store_info: Optional[VectorStoreInfo] = None,
+    allow_filters: bool = True,
+) -> FunctionTool:
+    """Wrap any ``BaseRetriever`` as a ``FunctionTool`` for agents.
+
+    ``call`` runs ``retrieve`` and ``acall`` runs ``aretrieve``, so async
+    agents never block their loop. ``ToolOutput.content`` is the cited
+    passage list; ``ToolOutput.raw_output`` is a :class:`RetrievalResult`
+    (a list of the ``NodeWithScore`` returned). Bad arguments are answered
+    with a message naming the problem, not an exception, so the model can
+    retry.
+
+    Args:
+        retriever: any retriever (ours or upstream).
+        name: the tool name the model sees.
+        description: the tool description (default: one listing the filter keys).
+        max_chars: the most characters returned to the model; whole passages
+            past it are dropped and counted.
+        default_top_k: passages returned when the model gives no ``top_k``
+            (``None``: all the retriever returns). ``top_k`` only cuts: the
+            retriever's own ``similarity_top_k`` is the maximum.
+        vector_store_info: the metadata schema filters are checked against;
+            inferred from the retriever's nodes when it exposes them.
+        allow_filters: offer the ``filters`` parameter. Filters are passed as
+            a ``FilteredQueryBundle`` and re-checked on the results, so
+            retrievers that ignore per-call filters (upstream
+            ``VectorIndexRetriever``) still return only matches, though
+            possibly fewer of them.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    validator: Optional[SpecValidator] = None
+    keys_text = ""
+    if allow_filters:
+        nodes = _corpus_nodes(retriever)
+        if vector_store_info is None:
+            vector_store_info = getattr(retriever, "_vector_store_info", None) or infer_vector_store_info(nodes)
+        if vector_store_info is None:
+            logger.info("no metadata schema for %r: pass vector_store_info= to enable filters", name)
+        else:
+            vocabulary = metadata_vocabulary(nodes, max_values=_MAX_LISTED_VALUES)
+            validator = SpecValidator(vector_store_info, vocabulary=vocabulary,
+                                      key_policy="reject", max_top_k=10**6)
+            keys_text = _describe_keys(vector_store_info, vocabulary)
+
+    def prepare(query: Any, top_k: Any, filters: Any) -> Any:
+        """Validated (bundle, k), or an error string for the model."""
+        if not isinstance(query, str) or not query.strip():
+            return "Error: 'query' must be a non-empty string."
+        if top_k is None:
+            top_k = default_top_k
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            return f"Error: 'top_k' must be a positive integer, got {top_k!r}."
+        checked: Optional[MetadataFilters] = None
+        if filters:
+            if validator is None:
+                return ("Error: filters are not available for this tool (no metadata schema); "
+                        "search without 'filters'.")
+            if not isinstance(filters, Mapping):
+                return ("Error: 'filters' must be an object like {\"year\": 2023} or "
+                        f"{{\"year\": {{\"op\": \">=\", \"value\": 2023}}}}.\nValid keys: {keys_text}.")
+            items = []
+            for key, value in filters.items():
+                if isinstance(value, Mapping):
+                    items.append({"key": key, "operator": value.get("op", value.get("operator", "==")),
+                                  "value": value.get("value")})
+                else:
+                    items.append({"key": key, "value": value})
+            try:
+                spec, _ = validator.validate({"query": query, "filters": items})
+            except SpecError as exc:
+                problems = "\n".join(f"- {p.message}" for p in exc.problems)
+                logger.info("tool %r refused filters %r: %s", name, filters, problems)
+                return f"Error: invalid filters:\n{problems}\nValid keys: {keys_text}."
+            checked = MetadataFilters(filters=list(spec.filters))
+        return FilteredQueryBundle(query, filters=checked), top_k
+
+    def finish(hits: List[NodeWithScore], bundle: FilteredQueryBundle, top_k: Optional[int]) -> RetrievalResult:
+        if bundle.filters is not None:
+            kept = [h for h in hits if metadata_matches(bundle.filters, filterable_metadata(h.node))]
+            if len(kept) < len(hits):
+                logger.debug("tool %r: %d results outside the filters removed", name, len(hits) - len(kept))
+            hits = kept
+        if top_k is not None:
+            hits = hits[:top_k]
+        return RetrievalResult(hits, render_passages(hits, max_chars))
+
+    def search(query: str, top_k: Optional[int] = None, filters: Optional[Dict[str, Any]] = None) -> RetrievalResult:
+        prepared = prepare(query, top_k, filters)
+        if isinstance(prepared, str):
+            return RetrievalResult([], prepared, error=prepared)
+        bundle, k = prepared
+        return finish(retriever.retrieve(bundle), bundle, k)
+
+    async def asearch(query: str, top_k: Optional[int] = None, filters: Optional[Dict[str, Any]] = None) -> RetrievalResult:
+        prepared = prepare(query, top_k, filters)
+        if isinstance(prepared, str):
+            return RetrievalResult([], prepared, error=prepared)
+        bundle, k = prepared
+        return finish(await retriever.aretrieve(bundle), bundle, k)
+
+    if not (allow_filters and validator is not None):
+        def search_plain(query: str, top_k: Optional[int] = None) -> RetrievalResult:
+            return search(query, top_k)
+
+        async def asearch_plain(query: str, top_k: Optional[int] = None) -> RetrievalResult:
+            return await asearch(query, top_k)
+
+        fn, afn = search_plain, asearch_plain
+    else:
+        fn, afn = search, asearch
+
+    if description is None:
+        description = (
+            "Search the knowledge base. Returns numbered passages, each cited as "
+            "[n] title (chunk id, score). Cite them in your answer. "
+            "Arguments: query (what to look for); top_k (optional, fewer passages)"
+        )
+        if fn is search:
+            description += (
+                "; filters (optional): {key: value} or {key: {\"op\": \">=\", \"value\": v}}, "
+                f"ops ==, !=, >, >=, <, <=, in, nin. Keys: {keys_text}"
+            )
+        description += "."
+
+    def content(result: RetrievalResult) -> str:
+        return result.text
+
+    async def acontent(result: RetrievalResult) -> str:
+        return result.text
+
+    return FunctionTool.from_defaults(fn=fn, async_fn=afn, name=name, description=description,
+                                      callback=content, async_callback=acontent)

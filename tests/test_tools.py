@@ -1,0 +1,214 @@
+"""as_retrieval_tool: cited passages for the model, nodes for code, validated filters."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from llama_index.core import VectorStoreIndex
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+from llama_index.core.llms.mock import MockFunctionCallingLLM
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.tools import FunctionTool
+from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
+
+from conftest import LexicalEmbedding
+from llama_index_ext_recursive import (
+    ExplainedNodeWithScore,
+    RecursiveSummaryRetriever,
+    as_retrieval_tool,
+    load_sample_documents,
+)
+from llama_index_ext_recursive.tools import render_passages
+
+QUESTION = "What should a beginner do the week before a marathon?"
+
+
+@pytest.fixture(scope="module")
+def embed():
+    return LexicalEmbedding(model_name="lexical-test")
+
+
+@pytest.fixture(scope="module")
+def recursive(embed):
+    return RecursiveSummaryRetriever.from_documents(load_sample_documents(), embed_model=embed, similarity_top_k=6)
+
+
+@pytest.fixture(scope="module")
+def upstream(embed):
+    nodes = SentenceSplitter(chunk_size=256).get_nodes_from_documents(load_sample_documents())
+    return VectorStoreIndex(nodes, embed_model=embed).as_retriever(similarity_top_k=6)
+
+
+def _lines(content):
+    return [line for line in content.splitlines() if line.startswith("[")]
+
+
+def test_is_function_tool_with_schema(recursive):
+    tool = as_retrieval_tool(recursive)
+    assert isinstance(tool, FunctionTool)
+    assert tool.metadata.name == "search"
+    props = tool.metadata.fn_schema.model_json_schema()["properties"]
+    assert set(props) == {"query", "top_k", "filters"}
+    assert "year (int)" in tool.metadata.description
+    plain = as_retrieval_tool(recursive, allow_filters=False)
+    assert set(plain.metadata.fn_schema.model_json_schema()["properties"]) == {"query", "top_k"}
+
+
+def test_sync_and_async_same_content(recursive):
+    tool = as_retrieval_tool(recursive)
+    out = tool.call(query=QUESTION, top_k=3)
+    aout = asyncio.run(tool.acall(query=QUESTION, top_k=3))
+    assert out.content == aout.content
+    assert len(_lines(out.content)) == 3
+    assert len(out.raw_output) == 3
+    assert all(isinstance(hit, ExplainedNodeWithScore) for hit in out.raw_output)
+
+
+def test_citations(recursive):
+    out = as_retrieval_tool(recursive, max_chars=100_000).call(query=QUESTION)
+    lines = _lines(out.content)
+    assert len(lines) == len(out.raw_output) > 0
+    for i, (line, hit) in enumerate(zip(lines, out.raw_output), 1):
+        expected = (f"[{i}] {hit.node.metadata['title']} (chunk {hit.node.node_id}, "
+                    f"score {hit.score:.2f}, via summary of {hit.explanation.doc_id}): ")
+        assert line.startswith(expected)
+    assert out.raw_output[0].explanation.doc_id == "marathon-beginners"
+    assert "Marathon Training for Beginners" in lines[0]
+
+
+def test_budget_drops_whole_passages(recursive):
+    full = as_retrieval_tool(recursive, max_chars=100_000).call(query=QUESTION)
+    passages = _lines(full.content)
+    assert len(passages) >= 3
+    budget = len(passages[0]) + len(passages[1]) + 80
+    out = as_retrieval_tool(recursive, max_chars=budget).call(query=QUESTION)
+    kept = _lines(out.content)
+    assert len(out.content) <= budget
+    assert kept == passages[: len(kept)]  # whole passages, in order, none cut
+    omitted = len(passages) - len(kept)
+    assert omitted >= 1
+    assert re.search(rf"\({omitted} more passages? omitted", out.content)
+    assert len(out.raw_output) == len(passages)  # code still gets every node
+
+
+def test_render_nothing_fits():
+    hits = [NodeWithScore(node=TextNode(id_="a", text="x" * 100), score=0.5)]
+    text = render_passages(hits, 50)
+    assert text == "(1 more passage omitted to stay within 50 characters.)"
+    assert render_passages([], 50) == "No passages found."
+
+
+def test_filter_unknown_key_message(recursive):
+    out = as_retrieval_tool(recursive).call(query=QUESTION, filters={"yeer": 2020})
+    assert out.content.startswith("Error: invalid filters")
+    assert "'yeer'" in out.content and "year (int)" in out.content and "category (str)" in out.content
+    assert list(out.raw_output) == [] and out.raw_output.error
+
+
+def test_filter_wrong_type_message(recursive):
+    out = as_retrieval_tool(recursive).call(query=QUESTION, filters={"year": "last summer-ish"})
+    assert out.content.startswith("Error: invalid filters")
+    assert "year" in out.content and "int" in out.content
+    bad = as_retrieval_tool(recursive).call(query=QUESTION, filters="year=2020")
+    assert bad.content.startswith("Error: 'filters' must be an object")
+    assert as_retrieval_tool(recursive).call(query=QUESTION, top_k=0).content.startswith("Error: 'top_k'")
+
+
+@pytest.mark.parametrize("which", ["recursive", "upstream"])
+def test_filters_applied(which, request):
+    """Ours filter in the search; upstream ignores per-call filters, so the tool post-filters."""
+    retriever = request.getfixturevalue(which)
+    tool = as_retrieval_tool(retriever)
+    query = "solar panels on a roof, marathon training and python packaging"
+    out = tool.call(query=query, filters={"year": {"op": ">=", "value": 2022}, "language": "en"})
+    assert out.raw_output, out.content
+    for hit in out.raw_output:
+        assert hit.node.metadata["year"] >= 2022 and hit.node.metadata["language"] == "en"
+    unfiltered = tool.call(query=query)
+    assert any(h.node.metadata["year"] < 2022 for h in unfiltered.raw_output) or which == "upstream"
+    eq = tool.call(query="honeybee colonies and coral reefs", filters={"category": "biology"})
+    assert eq.raw_output and all(h.node.metadata["category"] == "biology" for h in eq.raw_output)
+
+
+def test_upstream_retriever(upstream):
+    tool = as_retrieval_tool(upstream)
+    out = tool.call(query=QUESTION, top_k=2)
+    lines = _lines(out.content)
+    assert len(lines) == 2 == len(out.raw_output)
+    hit = out.raw_output[0]
+    assert lines[0].startswith(f"[1] {hit.node.metadata['title']} (chunk {hit.node.node_id}, score {hit.score:.2f}): ")
+    assert asyncio.run(tool.acall(query=QUESTION, top_k=2)).content == out.content
+
+
+def test_default_top_k_and_explicit_info(recursive):
+    info = VectorStoreInfo(content_info="docs", metadata_info=[MetadataInfo(name="year", type="int", description="year")])
+    tool = as_retrieval_tool(recursive, default_top_k=2, vector_store_info=info)
+    assert len(tool.call(query=QUESTION).raw_output) == 2
+    assert "category" not in tool.call(query=QUESTION, filters={"category": "food"}).content.split("Valid keys:")[1]
+
+
+def _scripted_llm(tool_kwargs):
+    """Calls the tool once, then answers citing the first passage it got back."""
+
+    def respond(messages, **kwargs):
+        results = [m for m in messages if m.role == MessageRole.TOOL]
+        if not results:
+            return ChatMessage(role=MessageRole.ASSISTANT, blocks=[
+                ToolCallBlock(tool_call_id="call-1", tool_name="search", tool_kwargs=tool_kwargs)])
+        first = results[-1].content.splitlines()[0]
+        return ChatMessage(role=MessageRole.ASSISTANT, content=f"Taper and rest. Source: {first[:80]}")
+
+    return MockFunctionCallingLLM(response_generator=respond)
+
+
+def test_function_agent_calls_tool(recursive):
+    tool = as_retrieval_tool(recursive)
+    kwargs = {"query": QUESTION, "top_k": 2, "filters": {"category": "sports"}}
+    agent = FunctionAgent(tools=[tool], llm=_scripted_llm(kwargs), system_prompt="Answer with citations.")
+
+    async def run():
+        return await agent.run(user_msg=QUESTION)
+
+    result = asyncio.run(run())
+    assert len(result.tool_calls) == 1
+    call = result.tool_calls[0]
+    assert call.tool_name == "search" and call.tool_kwargs == kwargs
+    assert len(call.tool_output.raw_output) == 2
+    answer = str(result.response.content)
+    assert "Source: [1] Marathon Training for Beginners (chunk " in answer
+
+
+def test_every_problem_listed(recursive):
+    out = as_retrieval_tool(recursive).call(query=QUESTION, filters={"yeer": 1, "year": "abc"})
+    problems = [line for line in out.content.splitlines() if line.startswith("- ")]
+    assert len(problems) == 2 and "'yeer'" in problems[0] and "'abc'" in problems[1]
+    assert "did you mean 'year'" in out.content
+
+
+class _OpaqueRetriever(BaseRetriever):
+    """A retriever that hides its nodes and ignores per-call filters."""
+
+    def __init__(self, hits):
+        super().__init__()
+        self.hits = hits
+
+    def _retrieve(self, query_bundle):
+        return list(self.hits)
+
+
+def test_opaque_retriever_needs_schema_for_filters():
+    hits = [NodeWithScore(node=TextNode(id_=f"n{i}", text=f"text {i}", metadata={"year": 2020 + i}), score=1 - i / 10)
+            for i in range(4)]
+    plain = as_retrieval_tool(_OpaqueRetriever(hits))
+    assert "filters" not in plain.metadata.fn_schema.model_json_schema()["properties"]
+    assert _lines(plain.call(query="q").content)[0] == "[1] n0 (chunk n0, score 1.00): text 0"
+    info = VectorStoreInfo(content_info="t", metadata_info=[MetadataInfo(name="year", type="int", description="y")])
+    tool = as_retrieval_tool(_OpaqueRetriever(hits), vector_store_info=info)
+    out = tool.call(query="q", filters={"year": {"op": ">", "value": 2021}})
+    assert [h.node.node_id for h in out.raw_output] == ["n2", "n3"]  # post-filtered
+    assert _lines(out.content)[0].startswith("[1] n2 ")
