@@ -24,6 +24,13 @@ def test_notebooks_exist():
     assert {p.stem for p in NOTEBOOKS} == set(LAST_OUTPUT)
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebooks_are_stored_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    with_outputs = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not with_outputs, f"{path.name}: cells {with_outputs} keep outputs; strip them before committing"
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path):
