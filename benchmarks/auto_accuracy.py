@@ -50,30 +50,17 @@ from llama_index.core.indices.vector_store.retrievers.auto_retriever.output_pars
     VectorStoreQueryOutputParser,
 )
 from llama_index.core.llms import CustomLLM
-from llama_index.core.vector_stores.types import MetadataFilter, MetadataInfo, VectorStoreInfo
+from llama_index.core.vector_stores.types import MetadataFilter
 
 from llama_index_ext_recursive.auto.llm import LLMSpecGenerator
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
 from llama_index_ext_recursive.auto.spec import SpecValidator, metadata_vocabulary, resolve_top_k
-from llama_index_ext_recursive.sample import load_sample_documents
+from llama_index_ext_recursive.sample import load_sample_documents, sample_vector_store_info
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 
-SAMPLE_INFO = VectorStoreInfo(
-    content_info="Short articles on everyday topics (baking, bees, solar power, history, sport, "
-    "software, company policy, tea, recycling, railways, gardening), in English and Chinese",
-    metadata_info=[
-        MetadataInfo(name="category", type="str",
-                     description="Topic area, one of food, biology, energy, history, sports, "
-                     "software, policy, environment, transport, gardening"),
-        MetadataInfo(name="year", type="int", description="Year the document was published"),
-        MetadataInfo(name="language", type="str",
-                     description="Language of the document: en (English) or zh (Chinese)"),
-        MetadataInfo(name="source", type="str",
-                     description="Kind of publication: blog, encyclopedia, manual or handbook"),
-    ],
-)
+SAMPLE_INFO = sample_vector_store_info()
 
 FilterKey = Tuple[str, str, Any]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Union
 
 from llama_index.core.schema import Document
+from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
 
 from llama_index_ext_recursive.builder import default_node_parser
 
@@ -29,6 +30,30 @@ def load_sample_documents() -> List[Document]:
         )
         for row in _read_jsonl("corpus.jsonl")
     ]
+
+
+def sample_vector_store_info() -> VectorStoreInfo:
+    """The sample corpus's metadata schema, as an auto-retriever needs it described."""
+    return VectorStoreInfo(
+        content_info="Short articles on everyday topics (baking, bees, solar power, history, sport, "
+        "software, company policy, tea, recycling, railways, gardening), in English and Chinese",
+        metadata_info=[
+            MetadataInfo(
+                name="category", type="str",
+                description="Topic area, one of food, biology, energy, history, sports, "
+                "software, policy, environment, transport, gardening",
+            ),
+            MetadataInfo(name="year", type="int", description="Year the document was published"),
+            MetadataInfo(
+                name="language", type="str",
+                description="Language of the document: en (English) or zh (Chinese)",
+            ),
+            MetadataInfo(
+                name="source", type="str",
+                description="Kind of publication: blog, encyclopedia, manual or handbook",
+            ),
+        ],
+    )
 
 
 def load_sample_questions() -> List[Dict]:

@@ -20,12 +20,11 @@ from llama_index.core.indices.vector_store.retrievers.auto_retriever.prompts imp
 from llama_index.core.llms import CustomLLM
 from llama_index.core.vector_stores.types import (
     FilterOperator,
-    MetadataInfo,
-    VectorStoreInfo,
     VectorStoreQuerySpec,
 )
 
 from llama_index_ext_recursive import load_sample_documents
+from llama_index_ext_recursive.sample import sample_vector_store_info
 from llama_index_ext_recursive.auto import (
     GenerationReport,
     LLMSpecGenerator,
@@ -42,15 +41,7 @@ from llama_index_ext_recursive.auto import (
 
 Op = FilterOperator
 TODAY = date(2025, 6, 1)
-INFO = VectorStoreInfo(
-    content_info="Short articles on everyday topics, in English and Chinese",
-    metadata_info=[
-        MetadataInfo(name="category", type="str", description="Topic area"),
-        MetadataInfo(name="year", type="int", description="Year the document was published"),
-        MetadataInfo(name="language", type="str", description="en or zh"),
-        MetadataInfo(name="source", type="str", description="blog, encyclopedia, manual or handbook"),
-    ],
-)
+INFO = sample_vector_store_info()
 KEYS = {m.name for m in INFO.metadata_info}
 VOCAB = {k: v for k, v in metadata_vocabulary(load_sample_documents()).items() if k in KEYS}
 

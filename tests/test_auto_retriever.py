@@ -45,19 +45,12 @@ from llama_index_ext_recursive.auto import (
     metadata_vocabulary,
 )
 from llama_index_ext_recursive.filters import metadata_matches
+from llama_index_ext_recursive.sample import sample_vector_store_info
 from test_auto_llm import ScriptedLLM, answer
 
 Op = FilterOperator
 TODAY = date(2025, 6, 1)
-INFO = VectorStoreInfo(
-    content_info="Short articles on everyday topics, in English and Chinese",
-    metadata_info=[
-        MetadataInfo(name="category", type="str", description="Topic area"),
-        MetadataInfo(name="year", type="int", description="Year the document was published"),
-        MetadataInfo(name="language", type="str", description="en or zh"),
-        MetadataInfo(name="source", type="str", description="blog, encyclopedia, manual or handbook"),
-    ],
-)
+INFO = sample_vector_store_info()
 DOCS = load_sample_documents()
 META = {doc.doc_id: doc.metadata for doc in DOCS}
 EMBED = LexicalEmbedding(model_name="lexical-test")
