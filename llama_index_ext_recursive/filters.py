@@ -8,9 +8,11 @@ nested trees by delegating each leaf to upstream (identical leaf semantics).
 
 from __future__ import annotations
 
+import logging
+import numbers
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Union
 
 from llama_index.core.schema import BaseNode, QueryBundle
 from llama_index.core.vector_stores.types import (
@@ -21,7 +23,14 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn
 
+from llama_index_ext_recursive.validation import closest
+
+logger = logging.getLogger(__name__)
+
 FiltersLike = Union[MetadataFilters, Mapping[str, Any], None]
+
+# keys every LlamaIndex vector store adds to the metadata it filters on
+STORE_KEYS = frozenset({"ref_doc_id", "doc_id", "document_id"})
 
 
 class FilterPolicy(str, Enum):
@@ -227,3 +236,119 @@ def equality_constraints(
         elif item.operator == FilterOperator.IN and isinstance(item.value, list):
             constraints.append((item.key, list(item.value)))
     return constraints
+
+
+class FilterError(ValueError):
+    """A filter names a key the index does not hold, or a value of the wrong type."""
+
+
+class UnknownFilterPolicy(str, Enum):
+    """What a retriever does with a filter its index cannot match.
+
+    ``raise`` (default): :class:`FilterError` naming each problem, the closest
+    key and the fix. ``warn``: log the same message and search anyway (the
+    result is then usually empty). Either way no misspelt key or mistyped value
+    goes unreported.
+    """
+
+    RAISE = "raise"
+    WARN = "warn"
+
+
+def _value_kind(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple, set)):
+        return "list"
+    if isinstance(value, numbers.Number):  # bool included: filters compare it as 1/0
+        return "number"
+    return "string"
+
+
+class FilterVocabulary:
+    """The metadata keys of an index and the kinds of value each holds.
+
+    Built once from the indexed nodes (the view vector stores filter on,
+    ``ref_doc_id`` included) and extended as nodes are added, so a filter can be
+    checked before the search: ``{"categroy": "biology"}`` or ``year="2020"``
+    on an integer field would otherwise just match nothing.
+    """
+
+    def __init__(self, kinds: Optional[Mapping[str, Iterable[str]]] = None) -> None:
+        self._kinds: Dict[str, Set[str]] = {k: set(v) for k, v in (kinds or {}).items()}
+        self._examples: Dict[str, Any] = {}
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[BaseNode]) -> "FilterVocabulary":
+        vocabulary = cls()
+        vocabulary.add_nodes(nodes)
+        return vocabulary
+
+    def add_nodes(self, nodes: Iterable[BaseNode]) -> None:
+        for node in nodes:
+            self.add_metadata(filterable_metadata(node))
+
+    def add_metadata(self, metadata: Mapping[str, Any]) -> None:
+        for key, value in metadata.items():
+            kind = _value_kind(value)
+            if kind is not None:
+                self._kinds.setdefault(key, set()).add(kind)
+                self._examples.setdefault(key, value)
+
+    @property
+    def keys(self) -> List[str]:
+        return sorted(self._kinds)
+
+    def kinds(self, key: str) -> Set[str]:
+        """``{"number", "string", "list"}`` subset seen for ``key`` (empty: unknown)."""
+        return set(self._kinds.get(key, ()))
+
+    def __bool__(self) -> bool:
+        return bool(self._kinds)
+
+    def problems(self, filters: Optional[MetadataFilters]) -> List[str]:
+        """One message per leaf that cannot match anything in this index."""
+        if filters is None or not self._kinds:
+            return []
+        out: List[str] = []
+        for item in filters.filters:
+            if isinstance(item, MetadataFilters):
+                out.extend(self.problems(item))
+                continue
+            if item.key not in self._kinds:
+                if item.key not in STORE_KEYS:
+                    out.append(
+                        f"unknown filter key {item.key!r} ({closest(item.key, self._kinds)})"
+                    )
+                continue
+            held = self._kinds[item.key]
+            if "list" in held or item.operator in (FilterOperator.IS_EMPTY,):
+                continue
+            values = item.value if isinstance(item.value, list) else [item.value]
+            for value in values:
+                kind = _value_kind(value)
+                if kind is not None and kind != "list" and kind not in held:
+                    example = self._examples.get(item.key)
+                    out.append(
+                        f"filter {item.key}={value!r} is a {kind}, but {item.key!r} holds "
+                        f"{'/'.join(sorted(held))} values in this index (e.g. {example!r}); "
+                        f"pass a {'/'.join(sorted(held))}"
+                    )
+                    break
+        return out
+
+    def check(
+        self,
+        filters: Optional[MetadataFilters],
+        policy: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
+    ) -> None:
+        """Apply ``policy`` to every problem :meth:`problems` finds."""
+        problems = self.problems(filters)
+        if not problems:
+            return
+        message = "; ".join(problems)
+        if UnknownFilterPolicy(policy) == UnknownFilterPolicy.RAISE:
+            raise FilterError(
+                f"{message}. Fix the filter, or pass unknown_filter_key='warn' to search anyway"
+            )
+        logger.warning("%s; searching anyway (unknown_filter_key='warn')", message)
