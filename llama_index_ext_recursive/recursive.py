@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import inspect
 import json
 import logging
 import threading
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.indices.utils import embed_nodes
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import (
@@ -59,6 +61,8 @@ from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
+    FilterVocabulary,
+    UnknownFilterPolicy,
     apply_policy,
     filters_of,
     merge_filters,
@@ -69,8 +73,17 @@ from llama_index_ext_recursive.filters import (
 )
 from llama_index_ext_recursive.fusion import HYBRID_MODE, HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
+from llama_index_ext_recursive.rwlock import ReadWriteLock
 from llama_index_ext_recursive.store import NumpyVectorStore
 from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
+from llama_index_ext_recursive.validation import (
+    check_count,
+    check_kwargs,
+    check_query,
+    check_real,
+    check_vectors,
+    stored_dimension,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +211,17 @@ class RecursiveSummaryRetriever(BaseRetriever):
             (:class:`LevelMode`; ``bm25``/``hybrid`` need the chunk store of
             ``from_documents``/``from_nodes``). With ``hybrid`` chunk scores
             are fused scores, so ``score_mode="chunk"`` suits it best.
+        unknown_filter_key: what a filter on a key the chunks do not hold, or
+            with a value of the wrong type, does (:class:`UnknownFilterPolicy`):
+            ``raise`` (default) a :class:`FilterError` naming the closest key,
+            or ``warn`` and search anyway. Checked against the chunks' metadata;
+            a ``retriever_dict`` setup's children check their own.
+
+    Updates (:meth:`add_documents`, :meth:`add_nodes`, :meth:`delete_document`)
+    prepare everything that can fail (chunking, summarizing, embedding) before
+    they change anything, then swap the new nodes in under a write lock;
+    ``retrieve``, ``aretrieve`` and ``persist`` hold the read lock, so they see
+    the index before or after an update, never a mix.
     """
 
     def __init__(
@@ -223,16 +247,23 @@ class RecursiveSummaryRetriever(BaseRetriever):
         verbose: bool = False,
         summary_mode: Union[LevelMode, str] = LevelMode.VECTOR,
         chunk_mode: Union[LevelMode, str] = LevelMode.VECTOR,
+        unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
-        if similarity_top_k < 1 or num_routed_docs < 1:
-            raise ValueError(
-                f"similarity_top_k and num_routed_docs must be >= 1, got "
-                f"{similarity_top_k} and {num_routed_docs}"
-            )
-        if not 0.0 <= score_alpha <= 1.0:
-            raise ValueError(f"score_alpha must be within [0, 1], got {score_alpha}")
+        _check_settings(
+            similarity_top_k=similarity_top_k,
+            num_routed_docs=num_routed_docs,
+            score_alpha=score_alpha,
+            max_link_depth=max_link_depth,
+        )
+        for doc_id, child in (retriever_dict or {}).items():
+            if not isinstance(child, BaseRetriever):
+                raise TypeError(
+                    f"retriever_dict[{doc_id!r}] is a {type(child).__name__}, not a "
+                    "BaseRetriever: map each document id to a retriever (e.g. index.as_retriever())"
+                )
+        self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
         self.summary_mode = LevelMode(summary_mode)
         self.chunk_mode = LevelMode(chunk_mode)
         if chunk_index is None and self.chunk_mode != LevelMode.VECTOR:
@@ -262,6 +293,9 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._document_keys = self._summary_filter_keys()
         self._searchers: Optional[Tuple[Optional[BaseRetriever], Optional[BaseRetriever]]] = None
         self._searchers_lock = threading.Lock()
+        self._state_lock = ReadWriteLock()
+        self._update_lock = threading.Lock()
+        self._vocabulary: Optional[FilterVocabulary] = None
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self.validate_links()
         self._lexical_searchers()
@@ -282,7 +316,12 @@ class RecursiveSummaryRetriever(BaseRetriever):
         """Chunk, summarize and index ``documents``.
 
         A document's id is ``metadata[doc_id_key]`` when present, else its ``doc_id``.
+        ``documents`` may be any iterable; empty and whitespace-only documents
+        are skipped with a warning naming them. ``kwargs`` go to the constructor
+        and are checked before any document is chunked.
         """
+        _check_build_arguments(kwargs, "RecursiveSummaryRetriever.from_documents")
+        documents = list(documents)
         progress = _auto_progress(show_progress, len(documents))
         nodes = chunk_documents(documents, node_parser, doc_id_key, progress)
         return cls.from_nodes(
@@ -320,6 +359,11 @@ class RecursiveSummaryRetriever(BaseRetriever):
         Stores that cannot filter are filtered by :class:`BackfillVectorRetriever`.
         ``persist`` supports the default store only.
         """
+        _check_build_arguments(
+            {"summary_embedding": summary_embedding, **kwargs},
+            "RecursiveSummaryRetriever.from_nodes",
+        )
+        nodes = list(nodes)
         if not nodes:
             raise ValueError("no nodes to index: pass at least one node or document")
         groups = group_nodes(nodes, doc_id_key)
@@ -357,6 +401,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         checked now, not at query time. An ``IndexNode`` whose ``obj`` is a
         retriever may stand in for its ``retriever_dict`` entry.
         """
+        check_kwargs(cls.__init__, kwargs, "RecursiveSummaryRetriever.from_retriever_dict")
+        _check_settings(**kwargs)
         retrievers = dict(retriever_dict)
         plain: List[IndexNode] = []
         for node in summary_nodes:
@@ -410,16 +456,28 @@ class RecursiveSummaryRetriever(BaseRetriever):
 
         Raises :class:`LinkError` naming the bad id and the closest known ids.
         """
-        known = self._doc_ids()
+        self._check_links(self._summaries, self._documents)
+
+    def _check_links(
+        self,
+        summaries: Mapping[str, IndexNode],
+        documents: Mapping[str, DocumentRecord],
+        pending: Optional[Mapping[str, BaseNode]] = None,
+    ) -> None:
+        """:meth:`validate_links` on a state: the current one, or the one an
+        update would produce (``pending``: its new chunks by id), so an update
+        that would break a link is refused before it changes anything."""
+        pending = pending or {}
+        known = list(self._retriever_dict) if self._retriever_dict else list(documents)
         known_set = set(known)
-        for doc_id, summary in self._summaries.items():
+        for doc_id, summary in summaries.items():
             if doc_id not in known_set:
                 raise LinkError(
                     f"summary {summary.node_id!r} points to index_id {doc_id!r}, which has no "
                     f"chunks or retriever ({_closest(doc_id, known)}); fix the index_id or "
                     "add the document"
                 )
-        unreachable = known_set - set(self._summaries)
+        unreachable = known_set - set(summaries)
         if unreachable:
             logger.warning(
                 "%d document(s) have no summary and can never be routed to: %s",
@@ -430,9 +488,9 @@ class RecursiveSummaryRetriever(BaseRetriever):
             return  # opaque retrievers: links are checked as they are met
         docstore = self._chunk_index.docstore
         edges: Dict[str, List[str]] = {}
-        for record in self._documents.values():
+        for record in documents.values():
             for chunk_id in record.chunk_ids:
-                node = docstore.get_node(chunk_id, raise_error=False)
+                node = pending.get(chunk_id) or docstore.get_node(chunk_id, raise_error=False)
                 if node is None:
                     raise LinkError(
                         f"document {record.doc_id!r} lists chunk {chunk_id!r}, which is not in "
@@ -440,7 +498,11 @@ class RecursiveSummaryRetriever(BaseRetriever):
                     )
                 if isinstance(node, IndexNode):
                     target = node.index_id
-                    if target not in known_set and not docstore.document_exists(target):
+                    if (
+                        target not in known_set
+                        and target not in pending
+                        and not docstore.document_exists(target)
+                    ):
                         raise LinkError(
                             f"IndexNode {node.node_id!r} in document {record.doc_id!r} points "
                             f"to {target!r}, which is neither a document nor a chunk "
@@ -548,8 +610,22 @@ class RecursiveSummaryRetriever(BaseRetriever):
         return out
 
     # ------------------------------------------------------------- retrieval
+    @property
+    def filter_vocabulary(self) -> FilterVocabulary:
+        """Metadata keys (and value kinds) of the indexed chunks, which filters are
+        checked against; empty for a ``retriever_dict`` setup, whose children
+        check their own."""
+        vocabulary = self._vocabulary
+        if vocabulary is None:
+            vocabulary = FilterVocabulary.from_nodes(
+                self._chunk_index.docstore.docs.values() if self._chunk_index is not None else []
+            )
+            self._vocabulary = vocabulary
+        return vocabulary
+
     def _plan(self, query_bundle: QueryBundle, embedding: Optional[List[float]]) -> _Plan:
         effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
+        self.filter_vocabulary.check(effective, self.unknown_filter_key)
         return _Plan(
             summary_bundle=with_filters(query_bundle, None, embedding=embedding),
             chunk_bundle=with_filters(
@@ -694,67 +770,113 @@ class RecursiveSummaryRetriever(BaseRetriever):
         ranked = sorted(best.values(), key=lambda n: (-(n.score or 0.0), n.node.node_id))
         return list(ranked[: self.similarity_top_k])
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _query_embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
+        check_query(query_bundle)
         embedding = query_bundle.embedding
         if embedding is None and query_bundle.embedding_strs:
             embedding = self._embed_model.get_agg_embedding_from_queries(
                 query_bundle.embedding_strs
             )
-        plan = self._plan(query_bundle, embedding)
-        summary_searcher, chunk_searcher = self._lexical_searchers()
-        if summary_searcher is None:
-            summary_hits = self._summary_retriever(plan).retrieve(plan.summary_bundle)
-        else:
-            summary_hits = summary_searcher.retrieve(
-                with_filters(plan.summary_bundle, plan.summary_filters)
-            )
-        routes = self._routes(summary_hits)
-        best: Dict[str, ExplainedNodeWithScore] = {}
-        while routes:
-            if chunk_searcher is None:
-                results = [
-                    self._chunk_retriever(route, plan).retrieve(replace(plan.chunk_bundle))
-                    for route in routes
-                ]
-            else:
-                hits = chunk_searcher.retrieve(self._wave_bundle(routes, plan))
-                results = self._split_wave(routes, hits)
-            routes = self._collect(routes, results, plan, best)
-        return self._rank(best)
+        return self._checked_embedding(embedding)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aquery_embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
+        check_query(query_bundle)
         embedding = query_bundle.embedding
         if embedding is None and query_bundle.embedding_strs:
             embedding = await self._embed_model.aget_agg_embedding_from_queries(
                 query_bundle.embedding_strs
             )
-        plan = self._plan(query_bundle, embedding)
-        if self._searchers is None:  # building BM25 and calibrating is CPU work
-            await asyncio.to_thread(self._lexical_searchers)
-        summary_searcher, chunk_searcher = self._lexical_searchers()
-        if summary_searcher is None:
-            summary_hits = await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
-        else:
-            summary_hits = await summary_searcher.aretrieve(
-                with_filters(plan.summary_bundle, plan.summary_filters)
+        return self._checked_embedding(embedding)
+
+    def _checked_embedding(self, embedding: Optional[List[float]]) -> Optional[List[float]]:
+        if embedding is not None:
+            dim = stored_dimension(self._summary_index.vector_store)
+            check_vectors(embedding, embed_model_name(self._embed_model), "the query", dim)
+        return embedding
+
+    def _child_results(self, route: _Route, hits: Any) -> List[NodeWithScore]:
+        if not isinstance(hits, list):
+            raise TypeError(
+                f"the retriever for document {route.doc_id!r} returned "
+                f"{type(hits).__name__}, not a list of NodeWithScore"
             )
-        routes = self._routes(summary_hits)
-        best: Dict[str, ExplainedNodeWithScore] = {}
-        while routes:
-            if chunk_searcher is None:
-                results = list(
-                    await asyncio.gather(
-                        *(
-                            self._chunk_retriever(route, plan).aretrieve(replace(plan.chunk_bundle))
-                            for route in routes
-                        )
-                    )
-                )
+        return hits
+
+    def _retrieve_child(self, route: _Route, plan: _Plan) -> List[NodeWithScore]:
+        retriever = self._chunk_retriever(route, plan)
+        try:
+            return self._child_results(route, retriever.retrieve(replace(plan.chunk_bundle)))
+        except TypeError as exc:
+            if self._chunk_index is not None:
+                raise
+            raise TypeError(
+                f"retriever_dict[{route.doc_id!r}] ({type(retriever).__name__}) failed: {exc}; "
+                "its _retrieve must return a list of NodeWithScore"
+            ) from exc
+
+    async def _aretrieve_child(self, route: _Route, plan: _Plan) -> List[NodeWithScore]:
+        retriever = self._chunk_retriever(route, plan)
+        try:
+            return self._child_results(route, await retriever.aretrieve(replace(plan.chunk_bundle)))
+        except TypeError as exc:
+            if self._chunk_index is not None:
+                raise
+            raise TypeError(
+                f"retriever_dict[{route.doc_id!r}] ({type(retriever).__name__}) failed: {exc}; "
+                "its _aretrieve must return a list of NodeWithScore"
+            ) from exc
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        embedding = self._query_embedding(query_bundle)
+        with self._state_lock.reading():
+            plan = self._plan(query_bundle, embedding)
+            summary_searcher, chunk_searcher = self._lexical_searchers()
+            if summary_searcher is None:
+                summary_hits = self._summary_retriever(plan).retrieve(plan.summary_bundle)
             else:
-                hits = await chunk_searcher.aretrieve(self._wave_bundle(routes, plan))
-                results = self._split_wave(routes, hits)
-            routes = self._collect(routes, results, plan, best)
-        return self._rank(best)
+                summary_hits = summary_searcher.retrieve(
+                    with_filters(plan.summary_bundle, plan.summary_filters)
+                )
+            routes = self._routes(summary_hits)
+            best: Dict[str, ExplainedNodeWithScore] = {}
+            while routes:
+                if chunk_searcher is None:
+                    results = [self._retrieve_child(route, plan) for route in routes]
+                else:
+                    hits = chunk_searcher.retrieve(self._wave_bundle(routes, plan))
+                    results = self._split_wave(routes, hits)
+                routes = self._collect(routes, results, plan, best)
+            return self._rank(best)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        embedding = await self._aquery_embedding(query_bundle)
+        async with self._state_lock.areading():
+            plan = self._plan(query_bundle, embedding)
+            if self._searchers is None:  # building BM25 and calibrating is CPU work
+                await asyncio.to_thread(self._lexical_searchers)
+            summary_searcher, chunk_searcher = self._lexical_searchers()
+            if summary_searcher is None:
+                summary_hits = await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
+            else:
+                summary_hits = await summary_searcher.aretrieve(
+                    with_filters(plan.summary_bundle, plan.summary_filters)
+                )
+            routes = self._routes(summary_hits)
+            best: Dict[str, ExplainedNodeWithScore] = {}
+            while routes:
+                if chunk_searcher is None:
+                    results = list(
+                        await asyncio.gather(*(self._aretrieve_child(route, plan) for route in routes))
+                    )
+                else:
+                    hits = await chunk_searcher.aretrieve(self._wave_bundle(routes, plan))
+                    results = self._split_wave(routes, hits)
+                routes = self._collect(routes, results, plan, best)
+            return self._rank(best)
+
+    def _reading(self):
+        """Hold the read lock: the state seen is that before or after any update."""
+        return self._state_lock.reading()
 
     # ------------------------------------------------------ incremental update
     def _require_stores(self, action: str) -> VectorStoreIndex:
@@ -768,68 +890,117 @@ class RecursiveSummaryRetriever(BaseRetriever):
     @property
     def documents(self) -> Dict[str, DocumentRecord]:
         """Per-document records (id, title, content hash, chunk ids)."""
-        return dict(self._documents)
+        with self._state_lock.reading():
+            return dict(self._documents)
 
     def add_documents(
-        self, documents: Sequence[Document], show_progress: Optional[bool] = None
+        self, documents: Iterable[Document], show_progress: Optional[bool] = None
     ) -> List[str]:
         """Add or update documents without rebuilding the rest.
 
         A document whose id exists is re-indexed when its content changed and
-        left alone otherwise. Returns the ids that were (re)indexed.
+        left alone otherwise. Returns the ids that were (re)indexed. If
+        anything fails (chunking, summarizing, embedding), the index is left
+        exactly as it was.
         """
         self._require_stores("add_documents")
-        nodes = chunk_documents(documents, self._node_parser, self.doc_id_key)
+        nodes = chunk_documents(list(documents), self._node_parser, self.doc_id_key)
         return self.add_nodes(nodes, show_progress=show_progress)
 
     def add_nodes(
-        self, nodes: Sequence[BaseNode], show_progress: Optional[bool] = None
+        self, nodes: Iterable[BaseNode], show_progress: Optional[bool] = None
     ) -> List[str]:
-        """Add or update pre-chunked nodes grouped by ``metadata[doc_id_key]``."""
+        """Add or update pre-chunked nodes grouped by ``metadata[doc_id_key]``.
+
+        Everything that can fail runs first, on copies; the prepared nodes are
+        then swapped in under the write lock, so readers see the index before
+        or after the update and a failure leaves it as it was.
+        """
         chunk_index = self._require_stores("add_nodes")
-        groups = group_nodes(nodes, self.doc_id_key)
-        progress = _auto_progress(show_progress, len(groups))
-        built = build_documents(
-            groups, self.doc_id_key, self._summarizer, self._summary_cache, progress
-        )
-        changed = []
-        for doc_id, record in built.records.items():
-            existing = self._documents.get(doc_id)
-            if existing is not None and existing.content_hash == record.content_hash:
-                logger.info("document %r unchanged; not re-indexed", doc_id)
-                continue
-            if existing is not None:
-                self.delete_document(doc_id)
-            changed.append(doc_id)
-        keep = set(changed)
-        built = BuiltDocuments(
-            [s for s in built.summary_nodes if s.index_id in keep],
-            [n for n in built.chunk_nodes if n.ref_doc_id in keep],
-            {d: r for d, r in built.records.items() if d in keep},
-        )
-        attach_embeddings(built, self._embed_model, self.summary_embedding, progress)
-        chunk_index.insert_nodes(built.chunk_nodes)
-        summaries = built.summary_nodes
-        self._summary_index.insert_nodes(summaries)
-        for summary in summaries:
-            self._summaries[summary.index_id] = summary
-            self._documents[summary.index_id] = built.records[summary.index_id]
-        self._document_keys = self._summary_filter_keys()
-        self._invalidate_searchers()
-        self.validate_links()
+        with self._update_lock:  # one update at a time; readers go on meanwhile
+            groups = group_nodes(list(nodes), self.doc_id_key)
+            progress = _auto_progress(show_progress, len(groups))
+            built = build_documents(
+                groups, self.doc_id_key, self._summarizer, self._summary_cache, progress
+            )
+            current = self._documents  # only updates (serialised here) replace it
+            changed = []
+            for doc_id, record in built.records.items():
+                existing = current.get(doc_id)
+                if existing is not None and existing.content_hash == record.content_hash:
+                    logger.info("document %r unchanged; not re-indexed", doc_id)
+                    continue
+                changed.append(doc_id)
+            keep = set(changed)
+            built = BuiltDocuments(
+                [s for s in built.summary_nodes if s.index_id in keep],
+                [n for n in built.chunk_nodes if n.ref_doc_id in keep],
+                {d: r for d, r in built.records.items() if d in keep},
+            )
+            if not changed:
+                return []
+            _check_new_chunk_ids(built, current)
+            attach_embeddings(built, self._embed_model, self.summary_embedding, progress)
+            _embed_summaries(built, self._embed_model)
+            _check_dimension(built, self._summary_index, self._embed_model)
+            summaries = {**self._summaries, **{s.index_id: s for s in built.summary_nodes}}
+            documents = {**current, **built.records}
+            self._check_links(summaries, documents, {n.node_id: n for n in built.chunk_nodes})
+            with self._state_lock.writing():
+                self._swap(
+                    remove=[current[d] for d in changed if d in current],
+                    add=built,
+                )
         return changed
 
     def delete_document(self, doc_id: str) -> None:
         """Remove one document's summary and chunks."""
-        chunk_index = self._require_stores("delete_document")
-        record = self._documents.get(doc_id)
-        if record is None:
-            raise KeyError(f"no document {doc_id!r} ({_closest(doc_id, list(self._documents))})")
-        chunk_index.delete_nodes(record.chunk_ids, delete_from_docstore=True)
-        self._summary_index.delete_nodes([record.summary_node_id], delete_from_docstore=True)
-        del self._documents[doc_id]
-        self._summaries.pop(doc_id, None)
+        self._require_stores("delete_document")
+        with self._update_lock:
+            record = self._documents.get(doc_id)
+            if record is None:
+                raise KeyError(f"no document {doc_id!r} ({_closest(doc_id, list(self._documents))})")
+            with self._state_lock.writing():
+                self._swap(remove=[record], add=None)
+
+    def _swap(self, remove: List[DocumentRecord], add: Optional[BuiltDocuments]) -> None:
+        """Replace ``remove``'s nodes by ``add``'s (call under the write lock).
+
+        Only store calls happen here, on nodes already validated and embedded.
+        Should a store still fail (a database connection lost), the removed
+        nodes are put back, so the index keeps its previous state.
+        """
+        chunk_index, summary_index = self._chunk_index, self._summary_index
+        assert chunk_index is not None
+        saved = _saved_nodes(chunk_index, [c for r in remove for c in r.chunk_ids])
+        saved_summaries = _saved_nodes(summary_index, [r.summary_node_id for r in remove])
+        try:
+            for record in remove:
+                chunk_index.delete_nodes(record.chunk_ids, delete_from_docstore=True)
+                summary_index.delete_nodes([record.summary_node_id], delete_from_docstore=True)
+            if add is not None:
+                chunk_index.insert_nodes(add.chunk_nodes)
+                summary_index.insert_nodes(add.summary_nodes)
+        except Exception:
+            logger.exception("update failed in the store; restoring the previous state")
+            if add is not None:
+                _delete_quietly(chunk_index, [n.node_id for n in add.chunk_nodes])
+                _delete_quietly(summary_index, [n.node_id for n in add.summary_nodes])
+            _delete_quietly(chunk_index, [n.node_id for n in saved])
+            _delete_quietly(summary_index, [n.node_id for n in saved_summaries])
+            chunk_index.insert_nodes(saved)
+            summary_index.insert_nodes(saved_summaries)
+            raise
+        documents = {k: v for k, v in self._documents.items() if k not in {r.doc_id for r in remove}}
+        summaries = {k: v for k, v in self._summaries.items() if k in documents}
+        if add is not None:
+            documents.update(add.records)
+            summaries.update({s.index_id: s for s in add.summary_nodes})
+        self._documents, self._summaries = documents, summaries
         self._document_keys = self._summary_filter_keys()
+        self._vocabulary = None if remove or self._vocabulary is None else self._vocabulary
+        if add is not None and self._vocabulary is not None:
+            self._vocabulary.add_nodes(add.chunk_nodes)
         self._invalidate_searchers()
 
     # ------------------------------------------------------------ persistence
@@ -955,6 +1126,100 @@ class RecursiveSummaryRetriever(BaseRetriever):
             node_parser=node_parser,
             **settings,
         )
+
+
+_COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
+_CHOICE_SETTINGS = {
+    "score_mode": ScoreMode,
+    "filter_policy": FilterPolicy,
+    "summary_mode": LevelMode,
+    "chunk_mode": LevelMode,
+    "summary_embedding": SummaryEmbedding,
+    "unknown_filter_key": UnknownFilterPolicy,
+}
+
+
+def _check_settings(**settings: Any) -> None:
+    """Validate whichever retriever settings are given, before any work is done."""
+    for name, minimum in _COUNT_SETTINGS.items():
+        if name in settings:
+            check_count(name, settings[name], minimum)
+    if "score_alpha" in settings:
+        check_real("score_alpha", settings["score_alpha"], 0.0, 1.0)
+    for name, choices in _CHOICE_SETTINGS.items():
+        value = settings.get(name)
+        if value is not None and value not in {c.value for c in choices} | set(choices):
+            raise ValueError(
+                f"{name} must be one of {[c.value for c in choices]}, got {value!r}"
+            )
+    if "filters" in settings:
+        to_filters(settings["filters"])  # a TypeError now rather than after embedding
+
+
+def _check_build_arguments(kwargs: Mapping[str, Any], where: str) -> None:
+    """Unknown keywords and bad settings fail before chunking, summarizing or embedding."""
+    own = set(inspect.signature(RecursiveSummaryRetriever.from_nodes).parameters)
+    check_kwargs(
+        RecursiveSummaryRetriever.__init__,
+        {k: v for k, v in kwargs.items() if k not in own},
+        where,
+    )
+    _check_settings(**kwargs)
+
+
+def _check_new_chunk_ids(built: BuiltDocuments, current: Mapping[str, DocumentRecord]) -> None:
+    """A chunk id may be reused only by its own document (an update)."""
+    owner = {c: r.doc_id for r in current.values() for c in r.chunk_ids}
+    for node in built.chunk_nodes:
+        other = owner.get(node.node_id)
+        if other is not None and other != node.ref_doc_id:
+            raise ValueError(
+                f"node id {node.node_id!r} of document {node.ref_doc_id!r} is already used by "
+                f"document {other!r}; give each node its own id"
+            )
+
+
+def _embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding) -> None:
+    """Embed summaries that still lack a vector now, not inside the store swap."""
+    todo = [s for s in built.summary_nodes if s.embedding is None]
+    if todo:
+        vectors = embed_nodes(todo, embed_model)
+        for summary in todo:
+            summary.embedding = vectors[summary.node_id]
+
+
+def _check_dimension(built: BuiltDocuments, index: VectorStoreIndex, embed_model: BaseEmbedding) -> None:
+    dim = stored_dimension(index.vector_store)
+    vectors = [n.embedding for n in built.chunk_nodes + built.summary_nodes if n.embedding is not None]
+    if vectors:
+        check_vectors(vectors, embed_model_name(embed_model), "the new documents", dim)
+
+
+def _saved_nodes(index: VectorStoreIndex, node_ids: List[str]) -> List[BaseNode]:
+    """Copies of indexed nodes with their vectors, to put back if a swap fails."""
+    saved = []
+    store = index.vector_store
+    for node_id in node_ids:
+        node = index.docstore.get_node(node_id, raise_error=False)
+        if node is None:
+            continue
+        copy = node.model_copy()
+        if isinstance(store, SimpleVectorStore):
+            copy.embedding = store.get(node_id)
+        else:
+            try:
+                copy.embedding = store.get_nodes([node_id])[0].embedding
+            except Exception:  # a store without get_nodes: the node is re-embedded
+                copy.embedding = None
+        saved.append(copy)
+    return saved
+
+
+def _delete_quietly(index: VectorStoreIndex, node_ids: List[str]) -> None:
+    try:
+        index.delete_nodes(node_ids, delete_from_docstore=True)
+    except Exception:  # restoring after a failure: absent ids are fine
+        logger.debug("could not delete %d node(s) while restoring", len(node_ids), exc_info=True)
 
 
 def _auto_progress(show_progress: Optional[bool], count: int) -> bool:

@@ -475,7 +475,7 @@ def test_argument_embed_model_wins_over_settings(lexical):
 
 
 def test_invalid_settings_are_clear_errors(lexical):
-    with pytest.raises(ValueError, match="similarity_top_k and num_routed_docs must be >= 1"):
+    with pytest.raises(ValueError, match="similarity_top_k must be >= 1, got 0"):
         build(lexical, similarity_top_k=0)
     with pytest.raises(ValueError, match="score_alpha"):
         build(lexical, score_alpha=2.0)
@@ -709,7 +709,7 @@ def test_level_modes_persist_and_follow_updates(lexical, tmp_path):
 
 
 def test_level_modes_are_validated(lexical):
-    with pytest.raises(ValueError, match="'fuzzy' is not a valid LevelMode"):
+    with pytest.raises(ValueError, match=r"chunk_mode must be one of \['vector', 'bm25', 'hybrid'\], got 'fuzzy'"):
         build(lexical, chunk_mode="fuzzy")
     summaries = [IndexNode(text="bees", index_id="bees")]
     with pytest.raises(ValueError, match="chunk_mode='bm25' needs the chunk store"):
