@@ -260,6 +260,38 @@ def test_max_queries_keeps_the_first_judged_queries(tmp_path, cap, expected):
     assert list(dataset.doc_qrels) == expected
 
 
+@pytest.mark.parametrize("cap, error", [(-1, ValueError), (0, ValueError), (True, TypeError),
+                                        (2.0, TypeError), ("2", TypeError)])
+def test_max_queries_that_is_not_a_positive_count_is_refused(tmp_path, cap, error):
+    """-1 used to slice off the last query; now every non-count is refused by name."""
+    root = write_dataset(tmp_path / "ds")
+    with pytest.raises(error, match="max_queries"):
+        BeirDataset.load(root, max_queries=cap)
+
+
+@pytest.mark.parametrize("split", ["../../x", "../test", "sub/test", "..", "", " test",
+                                   "a\\b", "/etc/passwd", "te\x00st"])
+def test_a_split_that_is_a_path_is_refused_before_reading(tmp_path, split):
+    root = write_dataset(tmp_path / "ds")
+    # a qrels file outside the dataset that the split would otherwise reach
+    (tmp_path / "x.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tbees_c1\t1\n", encoding="utf-8")
+    (root / "qrels" / "sub").mkdir()
+    (root / "qrels" / "sub" / "test.tsv").write_text(QRELS[0] + "\n" + QRELS[1] + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="split must be the name of a qrels file") as caught:
+        BeirDataset.load(root, split=split)
+    assert not isinstance(caught.value, DatasetError)  # an argument error, not a broken dataset
+    with pytest.raises(TypeError, match="split"):
+        BeirDataset.load(root, split=None)
+
+
+def test_a_missing_split_lists_the_splits_there_are(tmp_path):
+    root = write_dataset(tmp_path / "ds")
+    (root / "qrels" / "dev.tsv").write_text("\n".join(QRELS) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"train\.tsv is missing; splits in .*qrels: \['dev', 'test'\]"):
+        BeirDataset.load(root, split="train")
+    assert list(BeirDataset.load(root, split="dev").queries) == ["q1", "q2", "q4"]
+
+
 def test_without_doc_level_qrels_the_set_is_flat(tmp_path):
     dataset = BeirDataset.load(write_dataset(tmp_path / "ds", doc_qrels=None))
     assert not dataset.hierarchical and dataset.doc_qrels is None
@@ -484,6 +516,54 @@ def test_markdown_table_has_a_row_per_retriever(tmp_path, lexical):
     lines = markdown_table(comparison).splitlines()
     assert lines[0].split(" | ")[:2] == ["| retriever", "nDCG@3"] and "doc:Success@3" in lines[0]
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| upstream-vector", "| recursive"]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"k": 0}, ValueError, "k must be >= 1"),
+    ({"k": True}, TypeError, "k must be an integer"),
+    ({"k": 2.5}, TypeError, "k must be an integer"),
+    ({"concurrency": 0}, ValueError, "concurrency must be >= 1"),
+    ({"concurrency": -4}, ValueError, "concurrency must be >= 1"),
+    ({"names": []}, ValueError, "names is empty"),
+    ({"names": "upstream-vector"}, TypeError, "parse_names"),
+    ({"names": ["recursive", "recursive"]}, ValueError, "more than once"),
+    ({"names": ["upstream-vectr"]}, KeyError, "upstream-vectr"),
+])
+def test_compare_checks_its_arguments_before_embedding_anything(tmp_path, counting, kwargs, error, match):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    arguments = {"names": ["upstream-vector"], **kwargs}
+    with pytest.raises(error, match=match):
+        compare(dataset, embed_model=counting, **arguments)
+    assert counting.texts == [] and counting.queries == []
+
+
+def test_compare_refuses_a_directory_as_cache_before_embedding(tmp_path, counting):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    with pytest.raises(ValueError, match="cache_path .* is a directory"):
+        compare(dataset, ["upstream-vector"], embed_model=counting, cache_path=tmp_path)
+    assert counting.texts == []
+
+
+def test_scoring_and_running_refuse_bad_counts(lexical):
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        score({"q": ["a"]}, {"q": {"a": 1}}, k=0)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        evaluate_pairs(_Fixed(["a"]), [("q", ["a"])], k=1.0)
+    from llama_index_ext_recursive.eval import run_queries
+
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        run_queries(_Fixed(["a"]), {"q": "question"}, concurrency=0)
+
+
+class _Fixed(BaseRetriever):
+    """Returns the same ranked ids for every query."""
+
+    def __init__(self, ids):
+        super().__init__()
+        self.ids = ids
+
+    def _retrieve(self, query_bundle):
+        return [NodeWithScore(node=TextNode(id_=i, text=i), score=1.0) for i in self.ids]
 
 
 # ---------------------------------------------------------------- CLI, real model

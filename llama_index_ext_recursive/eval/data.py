@@ -10,11 +10,14 @@ raises :class:`DatasetError` naming the file and line.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core.schema import TextNode
+
+from llama_index_ext_recursive.validation import check_count
 
 Qrels = Dict[str, Dict[str, int]]
 
@@ -45,14 +48,32 @@ class BeirDataset:
     ) -> "BeirDataset":
         """Load and validate a dataset directory.
 
+        Arguments are checked before any file is read: ``split`` is a file name
+        inside ``qrels/``, never a path, so ``split="../../x"`` cannot read
+        judgements from outside the dataset; ``max_queries`` is a count, so
+        ``-1`` is refused instead of silently dropping the last query.
+
         Args:
             path: the dataset directory.
-            split: qrels file to use (``qrels/<split>.tsv``).
-            max_queries: keep the first N judged queries (in ``queries.jsonl`` order).
+            split: qrels file to use (``qrels/<split>.tsv``), e.g. ``"test"`` or ``"dev"``.
+            max_queries: keep the first N judged queries (in ``queries.jsonl``
+                order); ``None`` keeps them all.
+
+        Raises:
+            ValueError: ``split`` is not a plain name, or ``max_queries`` is not
+                a positive integer (``TypeError`` for bools, floats, strings).
+            DatasetError: a file is missing or malformed (named with its line).
         """
+        check_split(split)
+        check_count("max_queries", max_queries, allow_none=True)
         root = Path(path)
         if not root.is_dir():
             raise DatasetError(f"{root} is not a directory with corpus.jsonl, queries.jsonl and qrels/")
+        if not (root / "qrels" / f"{split}.tsv").is_file():
+            raise DatasetError(
+                f"{root / 'qrels' / f'{split}.tsv'} is missing; splits in {root / 'qrels'}: "
+                f"{available_splits(root) or 'none'}"
+            )
         corpus: Dict[str, Dict[str, Any]] = {}
         for where, row in _jsonl(root / "corpus.jsonl"):
             cid = _required_str(row, "_id", where)
@@ -131,6 +152,39 @@ def from_pairs(
         queries[qid] = query
         qrels[qid] = {str(node_id): 1 for node_id in expected}
     return queries, qrels
+
+
+def check_split(split: Any) -> str:
+    """Refuse a split that is not a plain file name (no separators, no ``..``).
+
+    The split names ``qrels/<split>.tsv``; a path there would read qrels from
+    anywhere on disk and score against them without complaint.
+    """
+    if not isinstance(split, str):
+        raise TypeError(f"split must be a string such as 'test', got {split!r} ({type(split).__name__})")
+    separators = {"/", "\\", os.sep, os.altsep or "/"}
+    if (
+        not split.strip()
+        or ".." in split
+        or "\x00" in split
+        or any(sep in split for sep in separators)
+        or split != split.strip()
+    ):
+        raise ValueError(
+            f"split must be the name of a qrels file, such as 'test' for qrels/test.tsv, "
+            f"got {split!r}: path separators, '..' and surrounding spaces are not allowed"
+        )
+    return split
+
+
+def available_splits(root: Union[str, Path]) -> List[str]:
+    """The splits a dataset has: ``qrels/<split>.tsv`` names, document-level files excluded."""
+    qrels = Path(root) / "qrels"
+    if not qrels.is_dir():
+        return []
+    return sorted(
+        p.name[: -len(".tsv")] for p in qrels.glob("*.tsv") if not p.name.endswith(".doc-level.tsv")
+    )
 
 
 def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:

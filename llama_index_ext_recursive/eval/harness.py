@@ -16,6 +16,7 @@ from llama_index_ext_recursive.eval.cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever
 from llama_index_ext_recursive.eval.runner import evaluate_retriever, measure_build
+from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +79,34 @@ def compare(
 
     Texts and queries are embedded once (through :class:`CachedEmbedding`, on
     disk when ``cache_path`` is given); latency is measured with query
-    embeddings precomputed.
+    embeddings precomputed. Every argument is checked before the embedding
+    model is resolved, so a typo costs nothing.
+
+    Args:
+        dataset: the loaded dataset.
+        names: registered retriever names, each at most once.
+        embed_model: the model (default: ``Settings.embed_model`` or the bundled one).
+        cache_path: SQLite embedding cache file (``None``: in memory).
+        k: the cut-off of every metric and each retriever's ``similarity_top_k``.
+        concurrency: queries in flight (``> 1`` uses ``aretrieve``).
+        show_progress: show progress bars.
     """
+    k = check_count("k", k)
+    concurrency = check_count("concurrency", concurrency)
+    if isinstance(names, str):
+        raise TypeError(f"names must be a list of retriever names, got the string {names!r}; "
+                        "use parse_names() for a comma-separated string")
+    if not names:
+        raise ValueError(f"names is empty; pass at least one of: {', '.join(sorted(REGISTRY))}")
     for name in names:  # fail before any embedding work
         if name not in REGISTRY:
             raise KeyError(f"unknown retriever {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    repeated = sorted({n for n in names if list(names).count(n) > 1})
+    if repeated:
+        raise ValueError(f"retriever(s) {repeated} named more than once; name each once")
+    if cache_path is not None and Path(cache_path).is_dir():
+        raise ValueError(f"cache_path {str(cache_path)!r} is a directory; pass a file such as "
+                         f"{str(Path(cache_path) / 'embeddings.sqlite')!r}")
     model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
         resolve_embed_model(embed_model), cache_path
     )

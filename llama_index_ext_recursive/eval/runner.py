@@ -22,6 +22,7 @@ from llama_index.core.schema import QueryBundle
 from tqdm.auto import tqdm
 
 from llama_index_ext_recursive.eval.data import BeirDataset, Qrels, from_pairs
+from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +90,10 @@ def score(
     """Score a ranking against qrels with ir-measures; add document-level Success@k.
 
     Queries in ``qrels`` that the ranking lacks count as empty results (zeros),
-    never silently skipped.
+    never silently skipped. ``k`` must be a positive integer: ``nDCG@0`` or
+    ``nDCG@2.5`` would be reported as if meaningful.
     """
+    k = check_count("k", k)
     full = {qid: ranking.get(qid, []) for qid in qrels}
     per_query: Dict[str, Dict[str, float]] = {qid: {} for qid in qrels}
     measures = chunk_measures(k)
@@ -120,8 +123,10 @@ def run_queries(
     """Retrieve for every query; ``concurrency > 1`` uses ``aretrieve`` with that many in flight.
 
     With ``query_embeddings`` the bundles carry precomputed embeddings, so the
-    latency measured is retrieval alone.
+    latency measured is retrieval alone. ``concurrency`` is checked first
+    (``0`` or ``True`` would otherwise silently mean "sequential").
     """
+    concurrency = check_count("concurrency", concurrency)
     bundles = {
         qid: QueryBundle(text, embedding=(query_embeddings or {}).get(qid))
         for qid, text in queries.items()
@@ -180,7 +185,12 @@ def evaluate_retriever(
     concurrency: int = 1,
     show_progress: bool = False,
 ) -> Tuple[EvalResult, RetrievalRun]:
-    """Run ``retriever`` over ``dataset`` and score it (document level where known)."""
+    """Run ``retriever`` over ``dataset`` and score it (document level where known).
+
+    ``k`` and ``concurrency`` are checked before the first query runs.
+    """
+    k = check_count("k", k)
+    concurrency = check_count("concurrency", concurrency)
     run = run_queries(retriever, dataset.queries, query_embeddings, concurrency, show_progress)
     doc_of = dataset.doc_of if dataset.hierarchical else None
     return score(run.ranking, dataset.qrels, k, doc_of, dataset.doc_qrels), run
@@ -190,5 +200,6 @@ def evaluate_pairs(
     retriever: BaseRetriever, pairs: Sequence[Tuple[str, Sequence[str]]], k: int = 10
 ) -> EvalResult:
     """Score a retriever on ``(query, expected node ids)`` pairs, as LlamaIndex users keep them."""
+    k = check_count("k", k)
     queries, qrels = from_pairs(pairs)
     return score(run_queries(retriever, queries).ranking, qrels, k)
