@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Dict, List, Mapping, Optional, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
@@ -21,6 +21,7 @@ from llama_index.core.vector_stores.types import MetadataFilters, MetadataInfo, 
 
 from llama_index_ext_recursive.auto.spec import SpecError, SpecValidator, metadata_vocabulary
 from llama_index_ext_recursive.filters import FilteredQueryBundle, filterable_metadata, metadata_matches
+from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def _describe_keys(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) ->
     parts = []
     for meta in info.metadata_info:
         values = vocabulary.get(meta.name)
-        text = f"{meta.name} ({meta.type})"
+        text = f"{one_line(meta.name)} ({meta.type})"
         if values and len(values) <= _MAX_LISTED_VALUES:
             text += ": " + ", ".join(repr(v) for v in sorted(values, key=str))
         parts.append(text)
@@ -131,48 +132,93 @@ def _describe_keys(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) ->
 # --------------------------------------------------------------------------- rendering
 
 
+# whitespace (newlines, \r, \v, \f, \x1c-\x1f, \x85, \u2028, \u2029...) and the C0/C1 control characters
+_LINE_BREAKING = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
+
+
+def one_line(value: Any) -> str:
+    """``value`` as a single line: every run of whitespace or control characters becomes one space.
+
+    Titles, ids and passage text come from documents, which anyone may have
+    written; without this a title holding ``"\\n[9] Official Notice (chunk
+    sec-1, score 1.00): ..."`` would print a citation line of its own. Every
+    character ``str.splitlines`` breaks on is whitespace or a control character,
+    so the result can never span two lines.
+    """
+    return _LINE_BREAKING.sub(" ", str(value)).strip()
+
+
 def _passage(i: int, hit: NodeWithScore) -> str:
     node = hit.node
     meta = node.metadata
-    title = meta.get("title") or meta.get("doc_id") or node.ref_doc_id or node.node_id
-    cite = [f"chunk {node.node_id}"]
+    title = next(
+        (one_line(v) for v in (meta.get("title"), meta.get("doc_id"), node.ref_doc_id, node.node_id)
+         if v is not None and one_line(v)),
+        "untitled",
+    )
+    cite = [f"chunk {one_line(node.node_id)}"]
     if hit.score is not None:
         cite.append(f"score {hit.score:.2f}")
     explanation = getattr(hit, "explanation", None)
     routed = getattr(explanation, "doc_id", None)
     if routed:
-        cite.append(f"via summary of {routed}")
-    text = re.sub(r"\s+", " ", node.get_content(metadata_mode=MetadataMode.NONE)).strip()
+        cite.append(f"via summary of {one_line(routed)}")
+    text = one_line(node.get_content(metadata_mode=MetadataMode.NONE))
     return f"[{i}] {title} ({', '.join(cite)}): {text}"
 
 
-def render_passages(hits: List[NodeWithScore], max_chars: int) -> str:
-    """Numbered, cited passages within ``max_chars``, never cutting a passage.
+def _fit(candidates: Sequence[str], room: int) -> str:
+    """The first (longest) candidate that fits in ``room`` characters, else the last one cut to it."""
+    for candidate in candidates:
+        if len(candidate) <= room:
+            return candidate
+    return candidates[-1][:room]
 
-    Trailing passages that do not fit are dropped whole and counted, so the
-    model knows the list is incomplete rather than reading half a sentence.
+
+def _omission_notes(omitted: int, max_chars: int) -> List[str]:
+    plural = "s" if omitted > 1 else ""
+    return [
+        f"({omitted} more passage{plural} omitted to stay within {max_chars} characters.)",
+        f"({omitted} more passage{plural} omitted.)",
+        f"({omitted} more omitted)",
+        f"({omitted} more)",
+        "…",
+    ]
+
+
+def render_passages(hits: List[NodeWithScore], max_chars: int) -> str:
+    """Numbered, cited passages in at most ``max_chars`` characters, never cutting a passage.
+
+    One passage per line, and nothing a document holds can add a line:
+    titles, ids and text pass through :func:`one_line`, so the model sees
+    exactly one ``[n]`` citation line per passage. Trailing passages that do not
+    fit are dropped whole and counted in a closing note, so the model knows the
+    list is incomplete rather than reading half a sentence; the note shrinks
+    (to ``"…"`` at the very least) so ``max_chars`` holds however small it is.
+
+    Args:
+        hits: the results, best first.
+        max_chars: the most characters returned (an integer >= 1).
     """
+    max_chars = check_count("max_chars", max_chars)
     if not hits:
-        return "No passages found."
+        return _fit(["No passages found.", "No passages.", "None."], max_chars)
     passages = [_passage(i, hit) for i, hit in enumerate(hits, 1)]
-    note = f"\n({len(passages)} more passages omitted to stay within {max_chars} characters.)"
-    budget = max_chars - len(note)  # room for the omission note, if it is needed
-    kept: List[str] = []
     used = 0
-    for passage in passages:
-        cost = len(passage) + (1 if kept else 0)
-        if used + cost > (max_chars if len(kept) + 1 == len(passages) else budget):
+    for count, passage in enumerate(passages):  # the longest prefix that fits on its own
+        used += len(passage) + (1 if count else 0)
+        if used > max_chars:
             break
-        kept.append(passage)
-        used += cost
-    omitted = len(passages) - len(kept)
-    text = "\n".join(kept)
-    if omitted:
-        text += (f"\n({omitted} more passage{'s' if omitted > 1 else ''} omitted "
-                 f"to stay within {max_chars} characters.)")
-        if not kept:
-            text = text.lstrip("\n")
-    return text
+    else:
+        return "\n".join(passages)
+    # then drop passages until the note fits in a form that still says how many are missing
+    omitted = len(passages) - count
+    body = "\n".join(passages[:count])
+    while count and len(body) + 1 + len(_omission_notes(omitted, max_chars)[2]) > max_chars:
+        count, omitted = count - 1, omitted + 1
+        body = "\n".join(passages[:count])
+    note = _fit(_omission_notes(omitted, max_chars), max_chars - len(body) - (1 if body else 0))
+    return f"{body}\n{note}" if body else note
 
 
 # --------------------------------------------------------------------------- tool
@@ -192,16 +238,25 @@ def as_retrieval_tool(
     ``call`` runs ``retrieve`` and ``acall`` runs ``aretrieve``, so async
     agents never block their loop. ``ToolOutput.content`` is the cited
     passage list; ``ToolOutput.raw_output`` is a :class:`RetrievalResult`
-    (a list of the ``NodeWithScore`` returned). Bad arguments are answered
-    with a message naming the problem, not an exception, so the model can
-    retry.
+    (a list of the ``NodeWithScore`` returned).
+
+    Bad arguments from the model are answered with a message starting
+    ``"Error:"`` and naming the problem, not an exception, so the model can
+    retry within the same run: a blank or empty ``query``, a ``top_k`` that is
+    not a whole number >= 1 (``0``, ``true``, ``2.5``, ``"5"``), and filters
+    that do not fit the index. ``raw_output`` is then an empty
+    :class:`RetrievalResult` whose ``error`` holds the message. Arguments to
+    this function itself are programmer errors and raise at once.
+
+    Document content cannot forge citations: titles, ids and text are
+    normalised to one line (see :func:`render_passages`).
 
     Args:
         retriever: any retriever (ours or upstream).
         name: the tool name the model sees.
         description: the tool description (default: one listing the filter keys).
-        max_chars: the most characters returned to the model; whole passages
-            past it are dropped and counted.
+        max_chars: the most characters returned to the model (an integer >= 1);
+            whole passages past it are dropped and counted.
         default_top_k: passages returned when the model gives no ``top_k``
             (``None``: all the retriever returns). ``top_k`` only cuts: the
             retriever's own ``similarity_top_k`` is the maximum.
@@ -212,9 +267,14 @@ def as_retrieval_tool(
             retrievers that ignore per-call filters (upstream
             ``VectorIndexRetriever``) still return only matches, though
             possibly fewer of them.
+
+    Raises:
+        TypeError: ``max_chars`` or ``default_top_k`` is not an integer (bools
+            and floats included).
+        ValueError: either is below 1.
     """
-    if max_chars < 1:
-        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    max_chars = check_count("max_chars", max_chars)
+    default_top_k = check_count("default_top_k", default_top_k, allow_none=True)
     validator: Optional[SpecValidator] = None
     keys_text = ""
     if allow_filters:
@@ -232,11 +292,17 @@ def as_retrieval_tool(
     def prepare(query: Any, top_k: Any, filters: Any) -> Any:
         """Validated (bundle, k), or an error string for the model."""
         if not isinstance(query, str) or not query.strip():
-            return "Error: 'query' must be a non-empty string."
+            return f"Error: 'query' must be a non-empty string, got {query!r}; say what to search for."
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:
+            return "Error: 'query' contains an unpaired surrogate (invalid Unicode); send plain text."
         if top_k is None:
             top_k = default_top_k
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-            return f"Error: 'top_k' must be a positive integer, got {top_k!r}."
+        try:
+            top_k = check_count("top_k", top_k, allow_none=True)
+        except (TypeError, ValueError):
+            return f"Error: 'top_k' must be a whole number >= 1 such as 5, got {top_k!r}; or leave it out."
         checked: Optional[MetadataFilters] = None
         if filters:
             if validator is None:
