@@ -21,13 +21,21 @@ and fixes those points:
 * ``IndexNode`` hits keep their objects (the index's ``object_map``), so
   recursive retrieval continues;
 * the caller's ``QueryBundle`` is never modified; ``aretrieve`` uses the
-  store's async path when it has one and a worker thread otherwise.
+  store's async path when it has one and a worker thread otherwise;
+* bad input fails before the search instead of as a silently wrong answer: a
+  blank query is a ``ValueError``; a filter on a key no indexed node holds,
+  or with a value of the wrong type, is a
+  :class:`~llama_index_ext_recursive.filters.FilterError` (or a warning, by
+  ``unknown_filter_key``); a query embedding with NaN/inf or another
+  dimension than the index's is refused, naming the model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import weakref
 from enum import Enum
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -37,6 +45,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, ObjectType, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilters,
@@ -45,16 +54,19 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
+    FilterVocabulary,
+    UnknownFilterPolicy,
     apply_policy,
     filterable_metadata,
     filters_of,
     metadata_matcher,
     to_filters,
 )
+from llama_index_ext_recursive.validation import check_count, check_query, check_real, check_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +118,26 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         embed_model: query embedding model (default: the index's).
         object_map: objects for ``IndexNode`` hits by ``index_id``, added to
             the index's own ``object_map``.
+        unknown_filter_key: what a filter that cannot match does, i.e. a key
+            no node in the index's docstore holds (``{"categroy": ...}``) or a
+            value whose type the key never holds (``year="2020"`` for an
+            integer field): ``raise`` (default) a
+            :class:`~llama_index_ext_recursive.filters.FilterError` naming the
+            closest key, or ``warn`` (log it and return what the store
+            returns); ``None`` skips the check (for a wrapping retriever that
+            checked already). The keys are read from the docstore once per
+            docstore and re-read when a key looks unknown, in case nodes were
+            added since. When the docstore holds no nodes (a store that keeps
+            text, e.g. Chroma, with ``store_nodes_override=False``), the keys
+            are unknown and filters are not checked (logged once at debug).
         vector_store_query_mode, alpha, sparse_top_k, hybrid_top_k,
         vector_store_kwargs: passed to the store as upstream does.
         callback_manager, verbose: as upstream.
+
+    Raises:
+        TypeError, ValueError: at construction, for a ``similarity_top_k``
+            that is not an integer >= 1 (``True``, ``2.5``, ``"5"``), an
+            ``alpha`` outside ``[0, 1]``, or a bad policy name.
     """
 
     def __init__(
@@ -121,6 +150,7 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         filter_in_store: Optional[bool] = None,
         embed_model: Optional[BaseEmbedding] = None,
         object_map: Optional[dict] = None,
+        unknown_filter_key: Optional[Union[UnknownFilterPolicy, str]] = UnknownFilterPolicy.RAISE,
         vector_store_query_mode: VectorStoreQueryMode = VectorStoreQueryMode.DEFAULT,
         alpha: Optional[float] = None,
         sparse_top_k: Optional[int] = None,
@@ -129,8 +159,12 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         verbose: bool = False,
         **kwargs: Any,
     ) -> None:
-        if similarity_top_k < 1:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k}")
+        check_count("similarity_top_k", similarity_top_k)
+        check_count("sparse_top_k", sparse_top_k, allow_none=True)
+        check_count("hybrid_top_k", hybrid_top_k, allow_none=True)
+        if alpha is not None:
+            check_real("alpha", alpha, 0.0, 1.0)
+        policy = None if unknown_filter_key is None else UnknownFilterPolicy(unknown_filter_key)
         _reject_row_numbers(index)
         super().__init__(
             index,
@@ -152,6 +186,9 @@ class BackfillVectorRetriever(VectorIndexRetriever):
             store_can_filter(self._vector_store) if filter_in_store is None else filter_in_store
         )
         self.stale_ids_skipped = 0
+        self.unknown_filter_key = policy
+        self._logged_unchecked = False
+        self._chroma_dimension: Optional[int] = None
 
     @classmethod
     def from_vector_store(
@@ -204,17 +241,74 @@ class BackfillVectorRetriever(VectorIndexRetriever):
 
     def _embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
         if query_bundle.embedding is not None or not self._needs_embedding():
-            return query_bundle.embedding
-        return self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+            return self._checked_embedding(query_bundle.embedding, given=True)
+        embedding = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return self._checked_embedding(embedding, given=False)
 
     async def _aembedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
         if query_bundle.embedding is not None or not self._needs_embedding():
-            return query_bundle.embedding
-        return await self._embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+            return self._checked_embedding(query_bundle.embedding, given=True)
+        embedding = await self._embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return self._checked_embedding(embedding, given=False)
+
+    def _checked_embedding(self, embedding: Optional[List[float]], given: bool) -> Optional[List[float]]:
+        """Refuse a NaN/inf query vector or one of another dimension than the
+        index's: the store would score every node NaN or fail inside numpy."""
+        if embedding is not None:
+            what = "the query embedding given in the QueryBundle" if given else "the query"
+            check_vectors(
+                embedding, embed_model_name(self._embed_model), what, self.index_dimension()
+            )
+        return embedding
+
+    def index_dimension(self) -> Optional[int]:
+        """The dimension of the vectors in the store, ``None`` when it cannot tell cheaply.
+
+        Read from the store when it exposes it (``NumpyVectorStore.dimension``,
+        a FAISS index's ``d``, ``PGVectorStore.embed_dim``), else from the
+        first stored embedding (``SimpleVectorStore``; one row of a Chroma
+        collection, read once); query vectors are not checked otherwise.
+        """
+        store = self._vector_store
+        dim = _store_dimension(store)
+        if dim is None and _is_chroma(store):
+            if self._chroma_dimension is None:
+                self._chroma_dimension = _chroma_dimension(store)
+            dim = self._chroma_dimension
+        return dim
+
+    # ------------------------------------------------------------- filters
+    def filter_vocabulary(self, refresh: bool = False) -> FilterVocabulary:
+        """The metadata keys (and value kinds) of the docstore's nodes.
+
+        Shared by every retriever over the same docstore and built on first
+        use; ``refresh`` re-reads the docstore. Empty when the docstore holds
+        no nodes (then filters are not checked).
+        """
+        return _docstore_vocabulary(self._docstore, refresh)
+
+    def _check_filters(self, filters: Optional[MetadataFilters]) -> None:
+        """Apply ``unknown_filter_key`` to filters that cannot match (see the class)."""
+        if filters is None or not filters.filters or self.unknown_filter_key is None:
+            return
+        vocabulary = self.filter_vocabulary()
+        if vocabulary and vocabulary.problems(filters):
+            vocabulary = self.filter_vocabulary(refresh=True)  # nodes may have been added since
+        if not vocabulary:
+            if not self._logged_unchecked:
+                self._logged_unchecked = True
+                logger.debug(
+                    "the docstore of this index holds no nodes (%s keeps the text?): filter keys "
+                    "are unknown, so filters are not checked", type(self._vector_store).__name__,
+                )
+            return
+        vocabulary.check(filters, self.unknown_filter_key)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        embedding = self._embedding(query_bundle)
+        check_query(query_bundle)
         filters = self._effective_filters(query_bundle)
+        self._check_filters(filters)
+        embedding = self._embedding(query_bundle)
         top_k = self._similarity_top_k
         while True:  # widen until k hits survive the stale ids and filters
             result = self._vector_store.query(
@@ -228,8 +322,12 @@ class BackfillVectorRetriever(VectorIndexRetriever):
             top_k *= WIDEN_FACTOR
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        embedding = await self._aembedding(query_bundle)
+        check_query(query_bundle)
         filters = self._effective_filters(query_bundle)
+        if filters is not None and self.unknown_filter_key is not None:
+            # reading the docstore's nodes may be I/O (Redis, MongoDB): off the loop
+            await asyncio.to_thread(self._check_filters, filters)
+        embedding = await self._aembedding(query_bundle)
         top_k = self._similarity_top_k
         while True:
             query = self._query(embedding, query_bundle.query_str, filters, top_k)
@@ -328,3 +426,67 @@ def _reject_row_numbers(index: VectorStoreIndex) -> None:
             "to node ids; load it with load_index_from_storage(...) from where it was persisted, "
             "or use FaissMapVectorStore, which stores node ids"
         )
+
+
+# -- filter vocabularies, one per docstore ------------------------------------------
+
+# Retrievers are often built per call (the auto retriever, the recursive
+# retriever's routes), and reading every node of a docstore costs O(n): the
+# vocabulary is kept per docstore, for as long as the docstore lives.
+_VOCABULARIES: "weakref.WeakKeyDictionary[Any, FilterVocabulary]" = weakref.WeakKeyDictionary()
+_VOCABULARIES_LOCK = threading.Lock()
+
+
+def _docstore_vocabulary(docstore: BaseDocumentStore, refresh: bool) -> FilterVocabulary:
+    if not refresh:
+        with _VOCABULARIES_LOCK:
+            try:
+                cached = _VOCABULARIES.get(docstore)
+            except TypeError:  # a docstore that cannot be weakly referenced: not cached
+                cached = None
+        if cached is not None:
+            return cached
+    vocabulary = FilterVocabulary.from_nodes(docstore.docs.values())
+    if vocabulary:  # an empty one is not kept: nodes may arrive later
+        with _VOCABULARIES_LOCK:
+            try:
+                _VOCABULARIES[docstore] = vocabulary
+            except TypeError:
+                pass
+    return vocabulary
+
+
+# -- the store's dimension ------------------------------------------------------------
+
+
+def _store_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
+    """The dimension a store states, or reads from its first embedding, cheaply."""
+    for source, name in (
+        (vector_store, "dimension"),  # NumpyVectorStore
+        (vector_store, "embed_dim"),  # PGVectorStore
+        (getattr(vector_store, "_faiss_index", None), "d"),  # FAISS
+    ):
+        dim = getattr(source, name, None) if source is not None else None
+        if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+            return dim
+    if isinstance(vector_store, SimpleVectorStore):
+        first = next(iter(vector_store.data.embedding_dict.values()), None)
+        return len(first) if first else None
+    return None
+
+
+def _is_chroma(vector_store: BasePydanticVectorStore) -> bool:
+    try:
+        from llama_index.vector_stores.chroma import ChromaVectorStore
+    except ImportError:
+        return False
+    return isinstance(vector_store, ChromaVectorStore)
+
+
+def _chroma_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
+    """The length of one stored embedding of a Chroma collection (``None`` when empty)."""
+    rows = vector_store._collection.get(limit=1, include=["embeddings"])
+    embeddings = rows.get("embeddings")
+    if embeddings is None or len(embeddings) == 0:
+        return None
+    return len(embeddings[0])
