@@ -15,7 +15,13 @@ and changes what goes wrong upstream:
   are passed to every child and enforced on the fused list;
 * sync retrieval runs children one after another in the calling thread (no
   nested event loop, errors surface as themselves); async runs them
-  concurrently.
+  concurrently;
+* bad input fails early and by name: children that are not retrievers, counts
+  that are not integers >= 1, NaN/inf/negative weights are refused at
+  construction; a blank query is a ``ValueError``; a child returning ``None``
+  is a ``TypeError`` naming the child; ``from_nodes``/``from_index`` refuse
+  duplicate node ids and check filters against the nodes' metadata
+  (``unknown_filter_key``).
 
 Each result is a :class:`FusedNodeWithScore` whose ``provenance`` says which
 child found it, at which rank and with which score.
@@ -36,6 +42,7 @@ import asyncio
 import logging
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -57,11 +64,13 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from pydantic import Field
 
 from llama_index_ext_recursive.backfill import BackfillVectorRetriever
-from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilteredQueryBundle,
     FilterPolicy,
     FiltersLike,
+    FilterVocabulary,
+    UnknownFilterPolicy,
     apply_policy,
     filterable_metadata,
     filters_of,
@@ -71,6 +80,14 @@ from llama_index_ext_recursive.filters import (
 )
 from llama_index_ext_recursive.store import NumpyVectorStore
 from llama_index_ext_recursive.summarize import cjk_ratio
+from llama_index_ext_recursive.validation import (
+    check_count,
+    check_kwargs,
+    check_query,
+    check_real,
+    check_vectors,
+    check_weights,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +230,19 @@ class HybridFusionRetriever(QueryFusionRetriever):
         script_weights: weights per query script (``{"cjk": [...], "latin": [...]}``,
             see :class:`QueryScript`), used instead of ``retriever_weights`` for
             queries in that script; usually set by :meth:`calibrate`.
+        unknown_filter_key: what a filter that cannot match (a key no indexed
+            node holds, or a value of a type the key never holds) does:
+            ``raise`` (default) a
+            :class:`~llama_index_ext_recursive.filters.FilterError` naming the
+            closest key, or ``warn`` and search anyway. Checked by hybrids
+            built with :meth:`from_nodes`/:meth:`from_index`, which know their
+            nodes; over children given here, the children check their own.
+
+    Raises:
+        TypeError, ValueError: at construction, naming the argument: a child
+            that is not a ``BaseRetriever``; ``similarity_top_k``/``num_queries``
+            that are not integers >= 1 (``True``, ``2.5``, ``"5"``); weights
+            that are NaN, inf, negative, all zero or not one per child.
     """
 
     def __init__(
@@ -236,22 +266,26 @@ class HybridFusionRetriever(QueryFusionRetriever):
         filters: FiltersLike = None,
         filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
         script_weights: Optional[Dict[str, Sequence[float]]] = None,
+        unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
     ) -> None:
         retrievers = list(retrievers)
         if not retrievers:
             raise ValueError("retrievers must not be empty")
+        for i, child in enumerate(retrievers):
+            if not isinstance(child, BaseRetriever):
+                raise TypeError(
+                    f"retrievers[{i}] is a {type(child).__name__}, not a BaseRetriever: pass "
+                    "retrievers (e.g. index.as_retriever(), MultilingualBM25Retriever)"
+                )
         count = len(retrievers)
-        if num_queries < 1:
-            raise ValueError(f"num_queries must be >= 1, got {num_queries}")
-        if similarity_top_k < 1:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k}")
-        if rrf_k < 0:
-            raise ValueError(f"rrf_k must be >= 0, got {rrf_k}")
-        weights = _checked_weights(
+        check_count("num_queries", num_queries)
+        check_count("similarity_top_k", similarity_top_k)
+        check_real("rrf_k", rrf_k, low=0.0)
+        weights = check_weights(
             "retriever_weights", [1.0] * count if retriever_weights is None else retriever_weights, count
         )
         per_script = {
-            QueryScript(script): _checked_weights(f"script_weights[{script!r}]", values, count)
+            _script(script): check_weights(f"script_weights[{script!r}]", values, count)
             for script, values in (script_weights or {}).items()
         }
         directions = [ScoreDirection(d) for d in (score_directions or ["similarity"] * count)]
@@ -280,6 +314,9 @@ class HybridFusionRetriever(QueryFusionRetriever):
         self.retriever_names = names
         self.filters = to_filters(filters)
         self.filter_policy = FilterPolicy(filter_policy)
+        self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
+        # the metadata of the indexed nodes, when known (from_nodes/from_index)
+        self.filter_vocabulary: Optional[FilterVocabulary] = None
         BaseRetriever.__init__(
             self,
             callback_manager=callback_manager,
@@ -321,6 +358,8 @@ class HybridFusionRetriever(QueryFusionRetriever):
     ) -> Tuple[List[QueryBundle], Optional[MetadataFilters]]:
         """The bundles to pass down (original first) and the filters in force."""
         effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
+        if self.filter_vocabulary is not None:
+            self.filter_vocabulary.check(effective, self.unknown_filter_key)
         if effective is None:
             first: QueryBundle = query_bundle
         else:
@@ -353,8 +392,8 @@ class HybridFusionRetriever(QueryFusionRetriever):
         their weights. Returns, and keeps as ``self.calibration``, what was
         measured.
         """
-        if not 0.0 <= min_relative_quality <= 1.0:
-            raise ValueError(f"min_relative_quality must be within [0, 1], got {min_relative_quality}")
+        check_count("samples_per_script", samples_per_script)
+        check_real("min_relative_quality", min_relative_quality, 0.0, 1.0)
         report = Calibration()
         for script, pairs in pseudo_queries(nodes, samples_per_script, seed).items():
             report.samples[script.value] = len(pairs)
@@ -391,6 +430,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
     # ---------------------------------------------------------------- retrieval
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle)
         extra: List[str] = []
         if self.num_queries > 1:
             extra = self._distinct(query_bundle.query_str, self._get_queries(query_bundle.query_str))
@@ -399,10 +439,13 @@ class HybridFusionRetriever(QueryFusionRetriever):
         results: _Results = {}
         for q, bundle in enumerate(bundles):
             for i in _active(weights):
-                results[(q, i)] = self._retrievers[i].retrieve(bundle)
+                results[(q, i)] = retrieve_from_child(
+                    self._retrievers[i], bundle, self.retriever_names[i]
+                )
         return list(self._fuse(results, bundles, weights, effective))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle)
         extra: List[str] = []
         if self.num_queries > 1:
             extra = self._distinct(
@@ -412,7 +455,10 @@ class HybridFusionRetriever(QueryFusionRetriever):
         weights = self.weights_for(query_bundle.query_str)
         keys = [(q, i) for q in range(len(bundles)) for i in _active(weights)]
         outputs = await asyncio.gather(
-            *(self._retrievers[i].aretrieve(bundles[q]) for q, i in keys)
+            *(
+                aretrieve_from_child(self._retrievers[i], bundles[q], self.retriever_names[i])
+                for q, i in keys
+            )
         )
         return list(self._fuse(dict(zip(keys, outputs)), bundles, weights, effective))
 
@@ -546,16 +592,27 @@ class HybridFusionRetriever(QueryFusionRetriever):
         are known to be well-behaved similarities). With ``calibrate``
         and no ``retriever_weights``/``script_weights`` given, :meth:`calibrate`
         runs over ``nodes`` (up to 200 pseudo-queries per script). Other keyword arguments
-        go to the constructor (``mode``, ``retriever_weights``, ...).
+        go to the constructor (``mode``, ``retriever_weights``,
+        ``unknown_filter_key``, ...); filters are checked against the metadata
+        of ``nodes``.
+
+        Arguments and node ids are checked before anything is embedded: an
+        unknown keyword, a bad count or weight, or two nodes with one id (the
+        vector child would keep one of them and BM25 both) raise. So do node
+        embeddings (given or computed) with NaN/inf or of two dimensions,
+        naming the node and the model.
         """
         nodes = list(nodes)
         if not nodes:
             raise ValueError("from_nodes needs at least one node")
+        cls._check_hybrid_arguments("from_nodes", similarity_top_k, child_top_k, kwargs)
+        _refuse_duplicate_ids(nodes)
         model = resolve_embed_model(embed_model)
         storage = StorageContext.from_defaults(vector_store=NumpyVectorStore())
         index = VectorStoreIndex(
             nodes, storage_context=storage, embed_model=model, show_progress=show_progress
         )
+        _check_node_embeddings(index, embed_model_name(model))
         return cls._hybrid(index, nodes, similarity_top_k, child_top_k, calibrate, kwargs)
 
     @classmethod
@@ -569,7 +626,9 @@ class HybridFusionRetriever(QueryFusionRetriever):
         **kwargs: Any,
     ) -> "HybridFusionRetriever":
         """A vector + BM25 hybrid over an existing index (BM25 over its docstore
-        nodes); calibrated as in :meth:`from_nodes`."""
+        nodes); arguments checked, calibrated and filters checked as in
+        :meth:`from_nodes`."""
+        cls._check_hybrid_arguments("from_index", similarity_top_k, child_top_k, kwargs)
         nodes = list(index.docstore.docs.values())
         if not nodes:
             raise ValueError(
@@ -577,6 +636,29 @@ class HybridFusionRetriever(QueryFusionRetriever):
                 "use from_nodes with the nodes instead"
             )
         return cls._hybrid(index, nodes, similarity_top_k, child_top_k, calibrate, kwargs)
+
+    @classmethod
+    def _check_hybrid_arguments(
+        cls, where: str, similarity_top_k: Any, child_top_k: Any, kwargs: Dict[str, Any]
+    ) -> None:
+        """The constructor's checks for a two-child hybrid, before any embedding."""
+        check_kwargs(cls.__init__, kwargs, f"HybridFusionRetriever.{where}")
+        if "retrievers" in kwargs:
+            raise TypeError(
+                f"HybridFusionRetriever.{where} builds its own retrievers; pass yours to "
+                "HybridFusionRetriever(retrievers=...) instead"
+            )
+        check_count("similarity_top_k", similarity_top_k)
+        check_count("child_top_k", child_top_k, allow_none=True)
+        check_count("num_queries", kwargs.get("num_queries", 1))
+        check_real("rrf_k", kwargs.get("rrf_k", DEFAULT_RRF_K), low=0.0)
+        if kwargs.get("retriever_weights") is not None:
+            check_weights("retriever_weights", kwargs["retriever_weights"], 2)
+        for script, values in (kwargs.get("script_weights") or {}).items():
+            _script(script)
+            check_weights(f"script_weights[{script!r}]", values, 2)
+        UnknownFilterPolicy(kwargs.get("unknown_filter_key", UnknownFilterPolicy.RAISE))
+        FUSION_MODES(kwargs.get("mode", HYBRID_MODE))
 
     @classmethod
     def _hybrid(
@@ -602,19 +684,116 @@ class HybridFusionRetriever(QueryFusionRetriever):
         kwargs.setdefault("retriever_names", ["vector", "bm25"])
         kwargs.setdefault("mode", HYBRID_MODE)
         explicit = kwargs.get("retriever_weights") is not None or kwargs.get("script_weights") is not None
-        hybrid = cls([BackfillVectorRetriever(index, k), bm25], similarity_top_k=similarity_top_k, **kwargs)
+        # the hybrid checks filters against its nodes, once for both children
+        vector = BackfillVectorRetriever(index, k, unknown_filter_key=None)
+        hybrid = cls([vector, bm25], similarity_top_k=similarity_top_k, **kwargs)
+        hybrid.filter_vocabulary = FilterVocabulary.from_nodes(nodes)
         if calibrate and not explicit:
             hybrid.calibrate(nodes)
         return hybrid
 
 
-def _checked_weights(name: str, values: Sequence[float], count: int) -> List[float]:
-    weights = [float(w) for w in values]
-    if len(weights) != count:
-        raise ValueError(f"{name} has {len(weights)} entries for {count} retrievers")
-    if any(w < 0 for w in weights) or not any(w > 0 for w in weights):
-        raise ValueError(f"{name} must be >= 0 with at least one > 0, got {weights}")
-    return weights
+def _script(name: Any) -> QueryScript:
+    try:
+        return QueryScript(name)
+    except ValueError:
+        raise ValueError(
+            f"script_weights has an unknown script {name!r}: use one of "
+            f"{[s.value for s in QueryScript]}"
+        ) from None
+
+
+def _refuse_duplicate_ids(nodes: Sequence[BaseNode]) -> None:
+    """Two nodes with one id would be one node in the vector store and two in BM25."""
+    counts = Counter(node.node_id for node in nodes)
+    duplicated = [node_id for node_id, n in counts.items() if n > 1]
+    if not duplicated:
+        return
+    first = duplicated[0]
+    sources = [
+        node.ref_doc_id or node.metadata.get("doc_id") or "no document"
+        for node in nodes
+        if node.node_id == first
+    ]
+    raise ValueError(
+        f"node id {first!r} occurs {counts[first]} times (documents: {sources}); "
+        f"give every node its own id_ ({len(duplicated)} duplicated id(s): {duplicated[:10]})"
+    )
+
+
+def _check_node_embeddings(index: VectorStoreIndex, model_name: str) -> None:
+    """Refuse NaN/inf node vectors or vectors of two dimensions, naming the node:
+    a NaN vector scores NaN against every query."""
+    items = list(index.vector_store.data.embedding_dict.items())
+    dim: Optional[int] = None
+    for start in range(0, len(items), _CHECK_BATCH):
+        batch = items[start : start + _CHECK_BATCH]
+        try:  # one array per batch: a loop over 50k vectors costs seconds
+            dim = check_vectors([v for _, v in batch], model_name, "the nodes", dim)
+        except ValueError:  # find the node (ragged batches fail to stack at all)
+            for node_id, vector in batch:
+                dim = check_vectors(vector, model_name, f"node {node_id!r}", dim)
+            raise
+
+
+_CHECK_BATCH = 4096
+
+
+def retrieve_from_child(retriever: BaseRetriever, bundle: QueryBundle, name: str) -> List[NodeWithScore]:
+    """``retriever.retrieve(bundle)``, which must give a list of ``NodeWithScore``.
+
+    A child whose ``_retrieve`` returns ``None`` fails inside upstream's
+    ``BaseRetriever.retrieve`` with ``'NoneType' object is not iterable``,
+    which names nobody; this names the child.
+    """
+    try:
+        results = retriever.retrieve(bundle)
+    except (TypeError, AttributeError) as exc:
+        _raise_if_bad_result(retriever, name, exc)
+        raise
+    return _checked_results(retriever, name, results)
+
+
+async def aretrieve_from_child(
+    retriever: BaseRetriever, bundle: QueryBundle, name: str
+) -> List[NodeWithScore]:
+    """The async :func:`retrieve_from_child`."""
+    try:
+        results = await retriever.aretrieve(bundle)
+    except (TypeError, AttributeError) as exc:
+        _raise_if_bad_result(retriever, name, exc)
+        raise
+    return _checked_results(retriever, name, results)
+
+
+# where upstream's BaseRetriever iterates what _retrieve/_aretrieve returned
+_RESULT_HANDLERS = frozenset({"_handle_recursive_retrieval", "_ahandle_recursive_retrieval"})
+
+
+def _raise_if_bad_result(retriever: BaseRetriever, name: str, exc: BaseException) -> None:
+    """Name the child when ``exc`` comes from upstream iterating its result."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None and tb.tb_frame.f_code.co_name in _RESULT_HANDLERS:
+        raise TypeError(
+            f"retriever {name!r} ({type(retriever).__name__}) did not return a list of "
+            f"NodeWithScore ({exc}); its _retrieve/_aretrieve must return one ([] for no hits)"
+        ) from exc
+
+
+def _checked_results(retriever: BaseRetriever, name: str, results: Any) -> List[NodeWithScore]:
+    if isinstance(results, list) and all(isinstance(hit, NodeWithScore) for hit in results):
+        return results
+    got = (
+        f"a list of {sorted({type(hit).__name__ for hit in results})}"
+        if isinstance(results, list)
+        else type(results).__name__
+    )
+    raise TypeError(
+        f"retriever {name!r} ({type(retriever).__name__}) returned {got}, not a list of "
+        "NodeWithScore ([] for no hits)"
+    )
 
 
 def _active(weights: Sequence[float]) -> List[int]:

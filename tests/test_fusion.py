@@ -575,9 +575,9 @@ def test_calibration_needs_enough_samples_per_script(lexical):
 
 def test_script_weights_are_validated():
     children = [Static([]), Static([])]
-    with pytest.raises(ValueError, match="script_weights\\['cjk'\\] has 1 entries for 2"):
+    with pytest.raises(ValueError, match="script_weights\\['cjk'\\] has 1 values for 2 retrievers"):
         HybridFusionRetriever(children, script_weights={"cjk": [1.0]})
-    with pytest.raises(ValueError, match="'greek' is not a valid QueryScript"):
+    with pytest.raises(ValueError, match="unknown script 'greek': use one of \\['latin', 'cjk'\\]"):
         HybridFusionRetriever(children, script_weights={"greek": [1.0, 1.0]})
     with pytest.raises(ValueError, match="min_relative_quality"):
         HybridFusionRetriever(children).calibrate(topic_nodes(), min_relative_quality=2)
