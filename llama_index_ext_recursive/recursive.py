@@ -549,7 +549,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         if mode == LevelMode.BM25:
             return bm25
         hybrid = HybridFusionRetriever(
-            [BackfillVectorRetriever(index, top_k), bm25],
+            [BackfillVectorRetriever(index, top_k, unknown_filter_key=None), bm25],
             similarity_top_k=top_k,
             retriever_names=["vector", "bm25"],
             mode=HYBRID_MODE,
@@ -645,6 +645,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             filters=plan.summary_filters,
             embed_model=self._embed_model,
             callback_manager=self.callback_manager,
+            unknown_filter_key=None,  # checked by _plan
         )
 
     def _routes(self, summary_hits: List[NodeWithScore]) -> List[_Route]:
@@ -687,6 +688,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             filters=routing,  # the chunk bundle carries the per-call filters
             embed_model=self._embed_model,
             callback_manager=self.callback_manager,
+            unknown_filter_key=None,  # checked by _plan
         )
 
     def _combine(self, parent: Optional[float], child: Optional[float]) -> float:
