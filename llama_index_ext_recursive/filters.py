@@ -271,11 +271,14 @@ class FilterVocabulary:
     Built once from the indexed nodes (the view vector stores filter on,
     ``ref_doc_id`` included) and extended as nodes are added, so a filter can be
     checked before the search: ``{"categroy": "biology"}`` or ``year="2020"``
-    on an integer field would otherwise just match nothing.
+    on an integer field would otherwise just match nothing. Counts per key and
+    kind let :meth:`remove_nodes` forget a key when its last node goes.
     """
 
     def __init__(self, kinds: Optional[Mapping[str, Iterable[str]]] = None) -> None:
-        self._kinds: Dict[str, Set[str]] = {k: set(v) for k, v in (kinds or {}).items()}
+        self._counts: Dict[str, Dict[str, int]] = {
+            k: {kind: 1 for kind in v} for k, v in (kinds or {}).items()
+        }
         self._examples: Dict[str, Any] = {}
 
     @classmethod
@@ -292,36 +295,57 @@ class FilterVocabulary:
         for key, value in metadata.items():
             kind = _value_kind(value)
             if kind is not None:
-                self._kinds.setdefault(key, set()).add(kind)
+                kinds = self._counts.setdefault(key, {})
+                kinds[kind] = kinds.get(kind, 0) + 1
                 self._examples.setdefault(key, value)
+
+    def remove_nodes(self, nodes: Iterable[BaseNode]) -> None:
+        """Forget nodes that left the index (the inverse of :meth:`add_nodes`)."""
+        for node in nodes:
+            for key, value in filterable_metadata(node).items():
+                kinds = self._counts.get(key)
+                kind = _value_kind(value)
+                if kinds is None or kind not in kinds:
+                    continue
+                kinds[kind] -= 1
+                if kinds[kind] <= 0:
+                    del kinds[kind]
+                if not kinds:
+                    del self._counts[key]
+                    self._examples.pop(key, None)
+
+    @property
+    def _kinds(self) -> Dict[str, Set[str]]:
+        return {key: set(kinds) for key, kinds in self._counts.items()}
 
     @property
     def keys(self) -> List[str]:
-        return sorted(self._kinds)
+        return sorted(self._counts)
 
     def kinds(self, key: str) -> Set[str]:
         """``{"number", "string", "list"}`` subset seen for ``key`` (empty: unknown)."""
-        return set(self._kinds.get(key, ()))
+        return set(self._counts.get(key, ()))
 
     def __bool__(self) -> bool:
-        return bool(self._kinds)
+        return bool(self._counts)
 
     def problems(self, filters: Optional[MetadataFilters]) -> List[str]:
         """One message per leaf that cannot match anything in this index."""
-        if filters is None or not self._kinds:
+        if filters is None or not self._counts:
             return []
+        held_kinds = self._kinds
         out: List[str] = []
         for item in filters.filters:
             if isinstance(item, MetadataFilters):
                 out.extend(self.problems(item))
                 continue
-            if item.key not in self._kinds:
+            if item.key not in held_kinds:
                 if item.key not in STORE_KEYS:
                     out.append(
-                        f"unknown filter key {item.key!r} ({closest(item.key, self._kinds)})"
+                        f"unknown filter key {item.key!r} ({closest(item.key, held_kinds)})"
                     )
                 continue
-            held = self._kinds[item.key]
+            held = held_kinds[item.key]
             if "list" in held or item.operator in (FilterOperator.IS_EMPTY,):
                 continue
             values = item.value if isinstance(item.value, list) else [item.value]

@@ -1000,9 +1000,10 @@ class RecursiveSummaryRetriever(BaseRetriever):
             summaries.update({s.index_id: s for s in add.summary_nodes})
         self._documents, self._summaries = documents, summaries
         self._document_keys = self._summary_filter_keys()
-        self._vocabulary = None if remove or self._vocabulary is None else self._vocabulary
-        if add is not None and self._vocabulary is not None:
-            self._vocabulary.add_nodes(add.chunk_nodes)
+        if self._vocabulary is not None:
+            self._vocabulary.remove_nodes(saved)
+            if add is not None:
+                self._vocabulary.add_nodes(add.chunk_nodes)
         self._invalidate_searchers()
 
     # ------------------------------------------------------------ persistence

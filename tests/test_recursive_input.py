@@ -153,3 +153,12 @@ def test_a_child_returning_none_is_named(lexical):
     )
     with pytest.raises(TypeError, match=r"retriever_dict\['bees'\] \(NoneRetriever\) failed"):
         retriever.retrieve("bees")
+
+
+def test_keys_of_deleted_documents_are_forgotten(retriever):
+    retriever.add_documents([Document(text="Tides follow the moon.", metadata={"doc_id": "sea", "region": "coast"})])
+    assert retriever.retrieve(FilteredQueryBundle("tides", filters={"region": "coast"}))
+    retriever.delete_document("sea")
+    with pytest.raises(FilterError, match="unknown filter key 'region'"):
+        retriever.retrieve(FilteredQueryBundle("tides", filters={"region": "coast"}))
+    assert "category" in retriever.filter_vocabulary.keys  # other documents keep theirs
