@@ -1,5 +1,6 @@
-"""PostgreSQL + pgvector: a store whose filtered HNSW queries return k rows, and
-a hybrid (vector + full-text) retriever that fuses ranks.
+"""PostgreSQL + pgvector: a store whose filtered HNSW queries return k rows, that
+survives a hung or restarted server and any event loop, and a hybrid (vector +
+full-text) retriever that fuses ranks.
 
 Two upstream ``PGVectorStore`` behaviours make it return less than asked:
 
@@ -17,14 +18,42 @@ Two upstream ``PGVectorStore`` behaviours make it return less than asked:
   :func:`pg_hybrid_retriever` runs the two searches as separate children of
   :class:`~llama_index_ext_recursive.fusion.HybridFusionRetriever` and fuses
   their ranks.
+
+Three more make it fragile in production; the store :func:`pgvector_store`
+returns handles them:
+
+* No client-side timeout: a hung server (stopped process, dead host behind a
+  live TCP stack) blocks ``retrieve()`` for as long as it hangs. Every
+  connection attempt is bounded by ``connect_timeout`` and every statement by
+  ``statement_timeout`` (the server cancels it; a server that does not answer
+  at all is given up on :data:`CLIENT_GRACE` seconds later), and both raise
+  :class:`PostgresTimeoutError`.
+* Pooled connections die with a server restart, and the first query after it
+  fails. The sync engine checks a pooled connection before handing it out
+  (SQLAlchemy's ``pool_pre_ping``); async queries are retried once on a new
+  connection when theirs turns out dead.
+* asyncpg connections belong to the event loop that opened them, and
+  ``PGVectorStore`` holds one async engine, so ``aretrieve`` from a second
+  ``asyncio.run`` (or from a loop in another thread, as Jupyter runs one)
+  fails and breaks the pool for the first loop. The store keeps one async
+  engine per event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
-from typing import Any, Dict, List, Optional, Union
+import math
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from llama_index.core import VectorStoreIndex
+from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
     VectorStoreQueryMode,
@@ -34,9 +63,17 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_recursive.backfill import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
 from llama_index_ext_recursive.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.validation import check_real
 
 try:
+    import psycopg2
+    import psycopg2.extensions
     from llama_index.vector_stores.postgres import PGVectorStore
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.engine import URL, Engine, ExceptionContext
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+    from sqlalchemy.orm import sessionmaker
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "llama_index_ext_recursive.postgres needs llama-index-vector-stores-postgres: "
@@ -55,23 +92,272 @@ DEFAULT_HNSW: Dict[str, Any] = {
 }
 ITERATIVE_SCAN_MODES = ("off", "relaxed_order", "strict_order")
 DEFAULT_TOP_K = 10
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_STATEMENT_TIMEOUT = 30.0
+# seconds the client waits past statement_timeout for the server's own cancel
+# (which keeps the connection usable) before it gives up on the connection
+CLIENT_GRACE = 1.0
+# the server's query_canceled SQLSTATE; statement_timeout is one of its causes
+_QUERY_CANCELED = "57014"
 
 
-class _SortedPGVectorStore(PGVectorStore):
-    """``PGVectorStore`` that re-sorts dense results by similarity.
+class PostgresTimeoutError(TimeoutError):
+    """PostgreSQL did not answer within ``connect_timeout`` or ``statement_timeout``.
+
+    A ``TimeoutError`` (so also ``asyncio.TimeoutError``). Retryable: the
+    connection concerned is discarded, and the next call opens a new one.
+
+    Attributes:
+        setting: ``"connect_timeout"`` or ``"statement_timeout"``.
+        seconds: its value.
+        address: ``host:port`` of the server.
+    """
+
+    def __init__(self, setting: str, seconds: float, address: str) -> None:
+        self.setting, self.seconds, self.address = setting, seconds, address
+        what = "accept a connection" if setting == "connect_timeout" else "finish a statement"
+        super().__init__(
+            f"PostgreSQL at {address} did not {what} within {setting}={seconds:g} s; "
+            f"the server may be hung, unreachable or overloaded. The call can be retried; "
+            f"to allow longer, pass pgvector_store(..., {setting}=<seconds>)"
+        )
+
+
+@dataclass(frozen=True)
+class _Timeouts:
+    address: str
+    connect: float
+    statement: float
+
+    def error(self, setting: str) -> PostgresTimeoutError:
+        seconds = self.connect if setting == "connect_timeout" else self.statement
+        return PostgresTimeoutError(setting, seconds, self.address)
+
+    def on_error(self, ctx: ExceptionContext) -> None:
+        """SQLAlchemy ``handle_error`` hook: timeouts become :class:`PostgresTimeoutError`.
+
+        A client-side timeout leaves the connection mid-protocol, so it is
+        marked as a disconnect and the pool replaces it; after the server's own
+        cancel (SQLSTATE 57014 "statement timeout") the connection is fine.
+        """
+        error = ctx.original_exception
+        if isinstance(error, _ClientTimeout):  # psycopg2: the watchdog cut the socket
+            ctx.is_disconnect = True
+            raise self.error("statement_timeout") from error
+        if isinstance(error, TimeoutError):  # asyncpg's command_timeout
+            ctx.is_disconnect = True
+            if ctx.connection is not None:
+                # close it now: SQLAlchemy would first try a polite close, for
+                # 2 s, on a connection that is not answering
+                ctx.connection.connection.driver_connection.terminate()
+            raise self.error("statement_timeout") from error
+        sqlstate = getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
+        if sqlstate == _QUERY_CANCELED and "statement timeout" in str(error):
+            raise self.error("statement_timeout") from error
+
+
+# ------------------------------------------------------------------ psycopg2
+
+class _ClientTimeout(psycopg2.OperationalError):
+    """The watchdog cut a connection whose server did not reply in time."""
+
+
+class _Watchdog:
+    """One daemon thread that cuts the socket of psycopg2 calls past their deadline.
+
+    libpq waits for a reply with no limit of its own, and a hung server never
+    sends one (nor answers a cancel request); TCP keepalives do not help, since
+    the server's kernel still acknowledges. Shutting the socket down makes
+    libpq's wait return at once with "server closed the connection".
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadlines: Dict[int, Tuple[float, "_WatchedConnection"]] = {}
+        self._tokens = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+
+    @contextmanager
+    def watch(self, conn: "_WatchedConnection") -> Iterator[None]:
+        token = next(self._tokens)
+        with self._cond:
+            self._deadlines[token] = (time.monotonic() + conn.client_timeout, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="pgvector-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        try:
+            yield
+        except psycopg2.Error as exc:
+            if conn.timed_out:
+                raise _ClientTimeout(f"no reply within {conn.client_timeout:g} s") from exc
+            raise
+        finally:
+            with self._cond:
+                self._deadlines.pop(token, None)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for token in [t for t, (deadline, _) in self._deadlines.items() if deadline <= now]:
+                    self._deadlines.pop(token)[1].cut()
+                upcoming = min((deadline for deadline, _ in self._deadlines.values()), default=None)
+                self._cond.wait(None if upcoming is None else upcoming - now)
+
+
+_WATCHDOG = _Watchdog()
+
+
+class _WatchedConnection(psycopg2.extensions.connection):
+    """A psycopg2 connection whose commits and rollbacks the watchdog bounds."""
+
+    client_timeout: float = DEFAULT_STATEMENT_TIMEOUT + CLIENT_GRACE
+    timed_out = False
+
+    def cut(self) -> None:
+        self.timed_out = True
+        try:
+            with socket.fromfd(self.fileno(), socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg2.Error) as exc:  # already closed
+            logger.debug("could not shut down a timed-out connection's socket: %r", exc)
+
+    def commit(self) -> None:
+        with _WATCHDOG.watch(self):
+            super().commit()
+
+    def rollback(self) -> None:
+        with _WATCHDOG.watch(self):
+            super().rollback()
+
+
+class _WatchedCursor(psycopg2.extensions.cursor):
+    """A psycopg2 cursor whose statements (and the implicit BEGIN) the watchdog bounds."""
+
+    def execute(self, query: Any, vars: Any = None) -> None:
+        with _WATCHDOG.watch(self.connection):
+            super().execute(query, vars)
+
+    def executemany(self, query: Any, vars_list: Any) -> None:
+        with _WATCHDOG.watch(self.connection):
+            super().executemany(query, vars_list)
+
+
+def _psycopg2_creator(params: Dict[str, Any], timeouts: _Timeouts) -> Callable[[], Any]:
+    def connect() -> _WatchedConnection:
+        started = time.monotonic()
+        try:
+            conn = psycopg2.connect(
+                connection_factory=_WatchedConnection, cursor_factory=_WatchedCursor, **params
+            )
+        except psycopg2.OperationalError as exc:
+            # libpq's own message ("timeout expired") may be localised; the clock is not
+            if time.monotonic() - started >= timeouts.connect:
+                raise timeouts.error("connect_timeout") from exc
+            raise
+        conn.client_timeout = timeouts.statement + CLIENT_GRACE
+        return conn
+
+    return connect
+
+
+# ------------------------------------------------------------------- asyncpg
+
+def _asyncpg_creator(params: Dict[str, Any], timeouts: _Timeouts) -> Callable[[], Any]:
+    import asyncpg
+
+    async def connect() -> Any:
+        try:
+            return await asyncpg.connect(**params)
+        except TimeoutError as exc:
+            raise timeouts.error("connect_timeout") from exc
+
+    return connect
+
+
+class _LoopEngines:
+    """One asyncpg ``AsyncEngine`` per event loop, made on the loop's first query.
+
+    asyncpg connections are bound to the loop that opened them. A loop's
+    pooled connections hold references to it, so a weak mapping would never
+    let go; engines of closed loops are dropped instead on the next query
+    from any loop (their connections cannot be closed politely any more, so
+    the pool is released without I/O and the sockets close as they are
+    collected). ``await store.close()`` in a loop disposes of its engine.
+    """
+
+    def __init__(self, make_engine: Callable[[], AsyncEngine]) -> None:
+        self._make_engine = make_engine
+        self._lock = threading.Lock()
+        self._makers: Dict[asyncio.AbstractEventLoop, async_sessionmaker] = {}
+
+    def __call__(self) -> AsyncSession:
+        """A session on the running loop's engine (what ``PGVectorStore`` calls ``_async_session()``)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._drop_closed()
+            maker = self._makers.get(loop)
+            if maker is None:
+                engine = self._make_engine()
+                maker = async_sessionmaker(engine)
+                self._makers[loop] = maker
+                logger.debug("new async engine for event loop %#x (%d loops)", id(loop), len(self._makers))
+        return maker()
+
+    def _drop_closed(self) -> None:
+        for loop in [loop for loop in self._makers if loop.is_closed()]:
+            self._makers.pop(loop).kw["bind"].sync_engine.dispose(close=False)
+
+    async def dispose(self) -> None:
+        """Dispose of the running loop's engine; ask the other live loops to dispose of theirs."""
+        current = asyncio.get_running_loop()
+        with self._lock:
+            self._drop_closed()
+            makers, self._makers = self._makers, {}
+        for loop, maker in makers.items():
+            engine = maker.kw["bind"]
+            if loop is current:
+                await engine.dispose()
+            else:
+                asyncio.run_coroutine_threadsafe(engine.dispose(), loop)
+
+
+# --------------------------------------------------------------------- store
+
+class _PGVectorStore(PGVectorStore):
+    """``PGVectorStore`` with per-loop async engines and, optionally, re-sorted dense results.
 
     ``hnsw.iterative_scan=relaxed_order`` may return rows slightly out of
     distance order (pgvector's documented trade-off for recall); ranks feed
     fusion and the recursive retriever's global top-k, so order matters.
     """
 
+    _async_engines: _LoopEngines = PrivateAttr()
+    _resort: bool = PrivateAttr(default=False)
+
+    def __init__(self, *, engine: Engine, async_engines: _LoopEngines, resort: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._engine = engine
+        self._async_engines = async_engines
+        self._resort = resort
+
     @classmethod
     def class_name(cls) -> str:
         return "PGVectorStore"
 
-    @staticmethod
-    def _sorted(query: VectorStoreQuery, result: VectorStoreQueryResult) -> VectorStoreQueryResult:
-        if query.mode != VectorStoreQueryMode.DEFAULT or not result.similarities:
+    def _connect(self) -> None:
+        # upstream creates the engines here when none were given; ours exist already
+        self._session = sessionmaker(self._engine)
+        self._async_session = self._async_engines
+
+    async def close(self) -> None:
+        """Close the sync pool and the async engines (the running loop's at once)."""
+        self._engine.dispose()
+        await self._async_engines.dispose()
+
+    def _sorted(self, query: VectorStoreQuery, result: VectorStoreQueryResult) -> VectorStoreQueryResult:
+        if not self._resort or query.mode != VectorStoreQueryMode.DEFAULT or not result.similarities:
             return result
         order = sorted(range(len(result.similarities)), key=lambda i: -result.similarities[i])
         if order == list(range(len(order))):
@@ -87,7 +373,21 @@ class _SortedPGVectorStore(PGVectorStore):
         return self._sorted(query, super().query(query, **kwargs))
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        return self._sorted(query, await super().aquery(query, **kwargs))
+        """Query; retried once if the pooled connection turns out dead (a server restart).
+
+        asyncpg's pre-ping costs three round trips per checkout; a retry costs
+        nothing until a connection dies. SQLAlchemy then discards every
+        connection the pool opened before, so the retry gets a new one. Only
+        reads are retried: a write may have happened before the connection died.
+        """
+        try:
+            result = await super().aquery(query, **kwargs)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            logger.warning("PostgreSQL connection lost (%s); retrying the query on a new connection", exc.orig)
+            result = await super().aquery(query, **kwargs)
+        return self._sorted(query, result)
 
 
 def _hnsw_kwargs(hnsw: Union[bool, Dict[str, Any], None]) -> Optional[Dict[str, Any]]:
@@ -118,16 +418,32 @@ def pgvector_store(
     text_search_config: str = "english",
     iterative_scan: Optional[str] = "relaxed_order",
     schema_name: str = "public",
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
     create_engine_kwargs: Optional[Dict[str, Any]] = None,
     **kwargs: Any,
 ) -> PGVectorStore:
-    """A ``PGVectorStore`` whose HNSW queries with metadata filters return k rows.
+    """A ``PGVectorStore`` whose HNSW queries with metadata filters return k rows,
+    with bounded waits, reconnection after a server restart, and async calls
+    from any event loop.
 
     Builds the sync (psycopg2) and async (asyncpg) SQLAlchemy engines itself so
     that every connection sets ``hnsw.iterative_scan`` (pgvector >= 0.8): the
     HNSW scan continues until enough rows pass the filter instead of stopping
     after ``ef_search`` candidates. With ``relaxed_order`` dense results are
     re-sorted by similarity before they are returned.
+
+    Both engines bound every wait: opening a connection by ``connect_timeout``,
+    each statement by ``statement_timeout`` (set on the server, which cancels
+    the statement; a server that does not answer at all, e.g. a hung host, is
+    given up on :data:`CLIENT_GRACE` seconds later). Either raises
+    :class:`PostgresTimeoutError` naming the setting. A call that must first
+    replace a dead pooled connection can take up to both bounds. The first
+    query after a server restart succeeds: sync pooled connections are checked
+    before use (``pool_pre_ping``), async queries are retried once on a new
+    connection when theirs died. Async calls use one engine per
+    event loop, so ``asyncio.run`` twice, or a loop in another thread (as
+    Jupyter runs), each get connections of their own.
 
     Args:
         host: server host.
@@ -148,14 +464,26 @@ def pgvector_store(
         iterative_scan: ``"relaxed_order"`` (default), ``"strict_order"``,
             ``"off"``, or ``None`` to leave the server's setting alone.
         schema_name: schema holding the table.
-        create_engine_kwargs: extra keyword arguments for both engines (pool size, echo, ...).
+        connect_timeout: seconds to wait for a new connection (default 10;
+            psycopg2 rounds it up to whole seconds, at least 2).
+        statement_timeout: seconds one statement may run (default 30). Raise
+            it for exact scans of large tables or large batches of ``add``.
+        create_engine_kwargs: extra keyword arguments for both engines (pool
+            size, echo, ``pool_pre_ping``, ...); ``connect_args`` go to both
+            drivers (the timeouts above take precedence over theirs).
         **kwargs: passed to ``PGVectorStore`` (``use_jsonb``, ``indexed_metadata_keys``, ...).
+
+    Raises:
+        ValueError: an unknown ``iterative_scan`` or ``hnsw`` key, or a timeout
+            that is not positive and finite.
     """
     if iterative_scan is not None and iterative_scan not in ITERATIVE_SCAN_MODES:
         raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCAN_MODES} or None, got {iterative_scan!r}")
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import URL
-    from sqlalchemy.ext.asyncio import create_async_engine
+    timeouts = _Timeouts(
+        address=f"{host}:{port}",
+        connect=check_real("connect_timeout", connect_timeout, low=0.001),
+        statement=check_real("statement_timeout", statement_timeout, low=0.001),
+    )
 
     def url(driver: str) -> URL:
         return URL.create(
@@ -168,26 +496,52 @@ def pgvector_store(
         )
 
     engine_kwargs = dict(create_engine_kwargs or {})
-    sync_args = dict(engine_kwargs.pop("connect_args", None) or {})
-    async_args = dict(sync_args)
+    driver_args = dict(engine_kwargs.pop("connect_args", None) or {})
+    settings = {"statement_timeout": str(max(1, round(timeouts.statement * 1000)))}  # milliseconds
     if iterative_scan is not None:
-        # psycopg2 takes libpq's startup options; asyncpg takes server_settings
-        options = sync_args.get("options", "")
-        sync_args["options"] = f"{options} -c hnsw.iterative_scan={iterative_scan}".strip()
-        async_args.pop("options", None)
-        async_args["server_settings"] = {
-            **async_args.get("server_settings", {}),
-            "hnsw.iterative_scan": iterative_scan,
-        }
+        settings["hnsw.iterative_scan"] = iterative_scan
+    # psycopg2 takes libpq's keywords and startup options; asyncpg its own names and server_settings
+    options = " ".join([driver_args.pop("options", ""), *(f"-c {k}={v}" for k, v in settings.items())])
+    sync_params = {
+        **driver_args,
+        "host": host, "port": int(port), "user": user, "password": password, "dbname": database,
+        "connect_timeout": max(2, math.ceil(timeouts.connect)),
+        "options": options.strip(),
+    }
+    async_params = {
+        **driver_args,
+        "host": host, "port": int(port), "user": user, "password": password, "database": database,
+        "timeout": timeouts.connect,
+        "command_timeout": timeouts.statement + CLIENT_GRACE,
+        "server_settings": {**driver_args.get("server_settings", {}), **settings},
+    }
     sync_url, async_url = url("psycopg2"), url("asyncpg")
-    engine = create_engine(sync_url, connect_args=sync_args, **engine_kwargs)
-    async_engine = create_async_engine(async_url, connect_args=async_args, **engine_kwargs)
-    store_class = _SortedPGVectorStore if iterative_scan == "relaxed_order" else PGVectorStore
-    logger.debug(
-        "pgvector_store %s:%s/%s table=%s hnsw=%s iterative_scan=%s hybrid_search=%s",
-        host, port, database, table_name, bool(hnsw), iterative_scan, hybrid_search,
+    # check pooled connections before use (one SELECT 1), so the first query
+    # after a server restart does not fail; the async engine retries instead
+    engine = create_engine(
+        sync_url,
+        creator=_psycopg2_creator(sync_params, timeouts),
+        **{"pool_pre_ping": True, **engine_kwargs},
     )
-    return store_class(
+    event.listen(engine, "handle_error", timeouts.on_error)
+
+    def make_async_engine() -> AsyncEngine:
+        async_engine = create_async_engine(
+            async_url, async_creator=_asyncpg_creator(async_params, timeouts), **engine_kwargs
+        )
+        event.listen(async_engine.sync_engine, "handle_error", timeouts.on_error)
+        return async_engine
+
+    logger.debug(
+        "pgvector_store %s:%s/%s table=%s hnsw=%s iterative_scan=%s hybrid_search=%s "
+        "connect_timeout=%s statement_timeout=%s",
+        host, port, database, table_name, bool(hnsw), iterative_scan, hybrid_search,
+        timeouts.connect, timeouts.statement,
+    )
+    return _PGVectorStore(
+        engine=engine,
+        async_engines=_LoopEngines(make_async_engine),
+        resort=iterative_scan == "relaxed_order",
         # kept for display only: the engines above are what connects (password hidden)
         connection_string=sync_url.render_as_string(hide_password=True),
         async_connection_string=async_url.render_as_string(hide_password=True),
@@ -197,8 +551,6 @@ def pgvector_store(
         text_search_config=text_search_config,
         embed_dim=embed_dim,
         hnsw_kwargs=_hnsw_kwargs(hnsw),
-        engine=engine,
-        async_engine=async_engine,
         **kwargs,
     )
 

@@ -5,6 +5,13 @@ The wheel bundles the server binaries and pgvector; we run its ``initdb`` and
 ``useradd`` and opens permissions on every parent directory). PostgreSQL
 refuses to run as root, so as root the server runs as ``nobody``.
 
+Fault tests use :meth:`PgServer.frozen` (SIGSTOP on this server's processes,
+SIGCONT on exit) and :meth:`PgServer.restart`. This server's processes are
+found by their working directory (PostgreSQL chdirs into its data directory
+and every child inherits it), so other servers on the machine, from the same
+binaries, are never touched; :func:`start_server` resumes and stops them even
+when the body failed, and fails if any is left running.
+
 Tests never skip when something is missing: ``.ci/run`` installs the wheel, so
 a missing piece is a broken environment and fails with a message saying which.
 """
@@ -75,6 +82,49 @@ class PgServer:
     def table_name(self, prefix: str = "t") -> str:
         """A table name no other test uses (PGVectorStore lowercases it and adds ``data_``)."""
         return f"{prefix}_{next(_table_counter)}_{uuid.uuid4().hex[:8]}".lower()
+
+    def pids(self) -> List[int]:
+        """PIDs of this server's processes: the postmaster and all its children."""
+        return _server_pids(self.data_dir)
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown); its data stay, so :meth:`start` brings it back."""
+        _stop(_Runner(), self.bin_dir, self.root)
+
+    def start(self) -> None:
+        """Start the server again on the same port and data directory."""
+        _start(_Runner(), self.bin_dir, self.data_dir, self.port)
+
+    def restart(self) -> None:
+        """Stop and start: every open client connection is cut, as in a real restart."""
+        self.stop()
+        left = self.pids()
+        if left:
+            _fail(f"processes {left} still run after pg_ctl stop")
+        self.start()
+
+    @contextmanager
+    def frozen(self) -> Iterator[List[int]]:
+        """Pause every process of the server (SIGSTOP), resume them on exit (SIGCONT).
+
+        Clients see what a hung host shows them: TCP connects and sends still
+        succeed (the kernel answers), but nothing ever replies. Yields the
+        paused PIDs. Processes are resumed even when the body raised.
+        """
+        paused: List[int] = []
+        try:
+            # the postmaster first, so it forks no new child while we stop the others
+            pids = self.pids()
+            postmaster = _postmaster_pid(self.data_dir)
+            for pid in sorted(pids, key=lambda p: p != postmaster):
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    paused.append(pid)
+                except ProcessLookupError:
+                    pass
+            yield paused
+        finally:
+            _resume(paused)
 
     def execute(self, sql: str) -> List[tuple]:
         """Run one statement on a fresh connection (autocommit); rows if any."""
@@ -195,9 +245,48 @@ def _server_log(data: Path) -> str:
         return "(no server.log)"
 
 
+def _server_pids(data: Path) -> List[int]:
+    """PIDs of processes whose working directory is ``data`` (one server's, and only its)."""
+    target = str(data)
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/cwd") == target:
+                pids.append(int(entry))
+        except OSError:  # exited meanwhile, or not ours to inspect
+            continue
+    return pids
+
+
+def _resume(pids: List[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def _start(runner: _Runner, bin_dir: Path, data: Path, port: int) -> None:
+    started = runner.run(
+        [
+            str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-t", str(TIMEOUT), "start",
+            "-l", str(data / "server.log"),
+            "-o", f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off",
+        ],
+        cwd=data.parent,
+        check=False,
+    )
+    if started.returncode != 0:
+        _fail(f"pg_ctl start failed ({started.stderr.strip()}); server log:\n{_server_log(data)}")
+
+
 def _stop(runner: _Runner, bin_dir: Path, root: Path) -> None:
     """``pg_ctl stop -m fast``; failing that, end the one postmaster by its pid."""
     data = root / "data"
+    # a paused server (a test failed inside PgServer.frozen) cannot shut down
+    _resume(_server_pids(data))
     pid = _postmaster_pid(data)
     if pid is None:
         return
@@ -243,17 +332,7 @@ def start_server() -> Iterator[PgServer]:
             cwd=root,
         )
         port = _free_port()
-        started = runner.run(
-            [
-                str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-t", str(TIMEOUT), "start",
-                "-l", str(data / "server.log"),
-                "-o", f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off",
-            ],
-            cwd=root,
-            check=False,
-        )
-        if started.returncode != 0:
-            _fail(f"pg_ctl start failed ({started.stderr.strip()}); server log:\n{_server_log(data)}")
+        _start(runner, bin_dir, data, port)
         server = PgServer(
             host="127.0.0.1", port=port, user="postgres", database="postgres", password="",
             root=root, bin_dir=bin_dir,
@@ -264,9 +343,18 @@ def start_server() -> Iterator[PgServer]:
             _fail(f"CREATE EXTENSION vector failed: {exc!r}\n{_server_log(data)}")
         yield server
     finally:
+        left: List[int] = []
         if bin_dir is not None:
             _stop(runner, bin_dir, root)
+            left = _server_pids(root / "data")
+            for pid in left:  # pg_ctl and the postmaster's SIGKILL fallback both failed
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         shutil.rmtree(root, ignore_errors=True)
+    if left:
+        _fail(f"server processes {left} were still running after the server was stopped (now killed)")
 
 
 @pytest.fixture(scope="session")
