@@ -30,6 +30,11 @@
   filters on stores that cannot (FAISS) and survives stale ids; or through
   ``retriever=`` (e.g. a ``RecursiveSummaryRetriever``), called with a
   ``FilteredQueryBundle`` so the filters apply at every level it has.
+* **Bad input fails early:** a blank query is a ``ValueError``; counts that
+  are not integers (``True``, ``2.5``, ``"5"``) are refused at construction;
+  a filter no indexed node can match raises
+  :class:`~llama_index_ext_recursive.filters.FilterError` by default
+  (``unknown_filter_key``).
 * **Explanations:** each result is an :class:`AutoNodeWithScore` whose
   ``auto_explanation`` (:class:`AutoExplanation`) holds the spec used, the
   validation report, which generator wrote the spec and the filters applied;
@@ -87,10 +92,13 @@ from llama_index_ext_recursive.backfill import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
+    UnknownFilterPolicy,
     filters_of,
     to_filters,
     with_filters,
 )
+from llama_index_ext_recursive.fusion import aretrieve_from_child, retrieve_from_child
+from llama_index_ext_recursive.validation import check_count, check_query
 from llama_index_ext_recursive.recursive import ExplainedNodeWithScore, RetrievalExplanation
 
 logger = logging.getLogger(__name__)
@@ -241,6 +249,21 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         filter_policy: ``merge`` (per-call filters AND ``extra_filters``) or
             ``replace`` (per-call filters, when given, replace them).
         max_retries: LLM retries after an unusable answer (with ``llm``).
+        unknown_filter_key: what a filter that no node of ``index`` can match
+            does (a key no node holds, a value of a type the key never holds),
+            for every filter applied: generated, ``extra_filters`` and
+            per-call. ``raise`` (default): a
+            :class:`~llama_index_ext_recursive.filters.FilterError` naming the
+            closest key (``extra_filters`` are checked at construction);
+            ``warn``: log it and search anyway. A key declared in
+            ``vector_store_info`` that no node holds is such a key. With
+            ``retriever=``, the wrapped retriever checks by its own policy.
+
+    Raises:
+        TypeError, ValueError: at construction, for ``similarity_top_k``,
+            ``max_top_k`` or ``empty_query_top_k`` that are not integers >= 1,
+            a negative ``max_retries``, or a ``retriever`` that is not a
+            ``BaseRetriever``.
     """
 
     def __init__(
@@ -267,12 +290,21 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         retriever: Optional[BaseRetriever] = None,
         filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
         max_retries: int = 1,
+        unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
         **kwargs: Any,
     ) -> None:
         if index is None and retriever is None:
             raise ValueError("pass an index, or retriever= to search with")
-        if similarity_top_k < 1:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k}")
+        if retriever is not None and not isinstance(retriever, BaseRetriever):
+            raise TypeError(
+                f"retriever= is a {type(retriever).__name__}, not a BaseRetriever: pass a "
+                "retriever (e.g. a RecursiveSummaryRetriever), or index= alone"
+            )
+        check_count("similarity_top_k", similarity_top_k)
+        check_count("max_top_k", max_top_k)
+        check_count("empty_query_top_k", empty_query_top_k, allow_none=True)
+        check_count("max_retries", max_retries, minimum=0)
+        self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
         # upstream's __init__ resolves Settings.llm (OpenAI by default) even when
         # no LLM is wanted, and refuses OR extra_filters: set its fields here.
         self._index = index
@@ -290,6 +322,7 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         if vocabulary is None:
             vocabulary = _declared_vocabulary(vector_store_info, self._vocabulary_nodes(index, retriever))
         self.vocabulary = vocabulary
+        self._check_extra_filters()
         self.validator = SpecValidator(
             vector_store_info,
             vocabulary=vocabulary,
@@ -339,6 +372,13 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
                 "are not checked; pass vocabulary= (metadata_vocabulary(nodes))"
             )
         return nodes
+
+    def _check_extra_filters(self) -> None:
+        """Refuse ``extra_filters`` that cannot match at construction, not at the first query."""
+        if self._extra_filters is None or self._index is None or self.wrapped_retriever is not None:
+            return
+        probe = BackfillVectorRetriever(self._index, unknown_filter_key=self.unknown_filter_key)
+        probe._check_filters(self._extra_filters)
 
     def _make_generator(
         self,
@@ -441,6 +481,7 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
                 object_map=self.object_map,
                 callback_manager=self.callback_manager,
                 verbose=self._verbose,
+                unknown_filter_key=self.unknown_filter_key,
                 **self._kwargs,
             )
             bundle = QueryBundle(query_str=text, embedding=embedding, custom_embedding_strs=strs)
@@ -483,14 +524,18 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
     # ------------------------------------------------------------------ retrieval
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle)
         spec, report = self.spec_generator.generate(query_bundle.query_str)
         call = self._plan(query_bundle, spec, report)
-        return self._finish(call.retriever.retrieve(call.bundle), call)
+        return self._finish(retrieve_from_child(call.retriever, call.bundle, "retriever"), call)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle)
         spec, report = await self.spec_generator.agenerate(query_bundle.query_str)
         call = self._plan(query_bundle, spec, report)
-        return self._finish(await call.retriever.aretrieve(call.bundle), call)
+        return self._finish(
+            await aretrieve_from_child(call.retriever, call.bundle, "retriever"), call
+        )
 
     def retrieve_with_explanation(
         self, str_or_query_bundle: QueryType
