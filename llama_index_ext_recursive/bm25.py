@@ -12,6 +12,7 @@ and fixes those points; :class:`MultilingualTokenizer` segments text by script.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import unicodedata
@@ -38,7 +39,13 @@ from llama_index_ext_recursive.filters import (
     metadata_matcher,
     to_filters,
 )
-from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
+from llama_index_ext_recursive.persist import (
+    PersistError,
+    load_json,
+    load_json_object,
+    read_index,
+    write_index,
+)
 
 logger = logging.getLogger(__name__)
 jieba.setLogLevel(logging.WARNING)
@@ -47,6 +54,10 @@ DEFAULT_TOP_K = 10
 FORMAT_VERSION = 1
 RETRIEVER_FILE = "retriever.json"
 NODES_FILE = "nodes.json"
+BM25_PARAMS_FILE = "params.index.json"
+BM25_VOCAB_FILE = "vocab.index.json"
+BM25_MATRIX_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
+PERSIST_KIND = "MultilingualBM25Retriever"  # names the index kind in its folder's manifest
 
 ENGLISH_STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been
@@ -409,10 +420,20 @@ class MultilingualBM25Retriever(BM25Retriever):
         }
 
     def persist(self, path: Union[str, Path], **kwargs: Any) -> None:  # type: ignore[override]
-        """Write index, nodes and settings to ``path``, atomically replacing it."""
-        import json
+        """Write index, nodes and settings to the index folder ``path``.
 
-        with atomic_directory(path) as staging:
+        ``path`` must be missing, empty, or hold a BM25 index persisted earlier
+        (which is replaced atomically: a crash leaves the old or the new one);
+        anything else is refused (see :func:`~llama_index_ext_recursive.persist.write_index`).
+
+        Args:
+            path: The index folder.
+            **kwargs: Passed to ``bm25s.BM25.save``.
+
+        Raises:
+            PersistError: ``path`` holds something else (it is left untouched).
+        """
+        with write_index(path, PERSIST_KIND) as staging:
             self.bm25.save(str(staging), show_progress=False, **kwargs)
             (staging / NODES_FILE).write_text(
                 json.dumps([doc_to_json(node) for node in self.nodes], ensure_ascii=False),
@@ -426,50 +447,94 @@ class MultilingualBM25Retriever(BM25Retriever):
     def from_persist_dir(  # type: ignore[override]
         cls, path: Union[str, Path], **kwargs: Any
     ) -> "MultilingualBM25Retriever":
-        """Load a retriever written by :meth:`persist`.
+        """Load a retriever written by :meth:`persist` (or by the previous release).
+
+        Every file is checked against the folder's manifest (size and sha256)
+        and for its shape, and the files against each other.
 
         Args:
-            path: The directory.
+            path: The index folder.
             **kwargs: Constructor overrides (e.g. ``similarity_top_k``, ``callback_manager``).
 
         Raises:
-            PersistError: the directory is missing, incomplete or corrupted.
+            PersistError: the folder holds no BM25 index, or a file is missing,
+                truncated, modified or malformed (the message names it).
         """
-        path = Path(path)
-        if not path.is_dir():
-            raise PersistError(f"{path} is not a directory: nothing was persisted there")
-        settings = load_json(path / RETRIEVER_FILE)
-        if not isinstance(settings, dict) or settings.get("format_version") != FORMAT_VERSION:
+        return read_index(path, PERSIST_KIND, lambda folder: cls._load(folder, kwargs))
+
+    @classmethod
+    def _load(cls, folder: Path, overrides: Dict[str, Any]) -> "MultilingualBM25Retriever":
+        settings_path, nodes_path = folder / RETRIEVER_FILE, folder / NODES_FILE
+        settings = load_json_object(settings_path, ("format_version", "tokenizer"))
+        if settings.get("format_version") != FORMAT_VERSION:
             raise PersistError(
-                f"{path / RETRIEVER_FILE} is not a MultilingualBM25Retriever settings file "
-                f"(format_version {FORMAT_VERSION} expected)"
+                f"{settings_path} has format_version {settings.get('format_version')!r}; "
+                f"this version reads {FORMAT_VERSION}: persist the retriever again"
             )
-        raw_nodes = load_json(path / NODES_FILE)
         try:
-            nodes = [json_to_doc(item) for item in raw_nodes]
             tokenizer = MultilingualTokenizer.from_dict(settings["tokenizer"])
             filters = (
                 MetadataFilters.model_validate(settings["filters"])
                 if settings.get("filters") is not None
                 else None
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PersistError(f"{path} holds invalid retriever settings or nodes: {exc}") from exc
+            top_k = settings.get("similarity_top_k", DEFAULT_TOP_K)
+            metadata_mode = MetadataMode(settings.get("metadata_mode", MetadataMode.EMBED.value))
+        except (TypeError, ValueError) as exc:
+            raise PersistError(f"{settings_path} holds invalid settings ({exc})") from exc
+        raw_nodes = load_json(nodes_path)
+        if not isinstance(raw_nodes, list) or not raw_nodes:
+            raise PersistError(
+                f"{nodes_path} holds no list of nodes: it is damaged; persist the retriever again"
+            )
         try:
-            bm25 = bm25s.BM25.load(str(path), load_corpus=False, show_progress=False)
-        except Exception as exc:  # bm25s raises OSError/ValueError/JSON errors alike
-            raise PersistError(f"{path}: the BM25 index files are missing or corrupted ({exc})") from exc
+            nodes = [json_to_doc(item) for item in raw_nodes]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PersistError(f"{nodes_path} holds an invalid node ({exc!r})") from exc
+        bm25 = _load_bm25(folder, len(nodes), nodes_path)
         options: Dict[str, Any] = {
-            "similarity_top_k": settings.get("similarity_top_k", DEFAULT_TOP_K),
-            "metadata_mode": MetadataMode(settings.get("metadata_mode", MetadataMode.EMBED.value)),
+            "similarity_top_k": top_k,
+            "metadata_mode": metadata_mode,
             "tokenizer": tokenizer,
             "filters": filters,
         }
-        options.update(kwargs)
-        try:
-            return cls(nodes=nodes, existing_bm25=bm25, **options)
-        except ValueError as exc:
-            raise PersistError(f"{path} is inconsistent: {exc}") from exc
+        options.update(overrides)
+        return cls(nodes=nodes, existing_bm25=bm25, **options)
+
+
+def _load_bm25(folder: Path, num_nodes: int, nodes_path: Path) -> bm25s.BM25:
+    """Load the ``bm25s`` index in ``folder``, checking its files against each other."""
+    params_path, vocab_path = folder / BM25_PARAMS_FILE, folder / BM25_VOCAB_FILE
+    params = load_json_object(params_path, ("num_docs", "k1", "b", "method"))
+    vocab = load_json_object(vocab_path)
+    if not isinstance(params["num_docs"], int) or params["num_docs"] != num_nodes:
+        raise PersistError(
+            f"{params_path} indexes {params['num_docs']!r} documents but {nodes_path} holds "
+            f"{num_nodes} nodes: the files are from different indexes; persist the retriever again"
+        )
+    if not vocab or not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
+        raise PersistError(f"{vocab_path} is not a token vocabulary: it is damaged")
+    try:
+        bm25 = bm25s.BM25.load(str(folder), load_corpus=False, show_progress=False)
+    except Exception as exc:  # bm25s raises OSError/ValueError/pickle errors alike
+        raise PersistError(
+            f"{folder}: the BM25 matrix files ({', '.join(BM25_MATRIX_FILES)}) are missing or "
+            f"corrupted ({exc}); persist the retriever again"
+        ) from exc
+    data, indices, indptr = (np.asarray(bm25.scores[k]) for k in ("data", "indices", "indptr"))
+    consistent = (  # one CSC column per token: columns <= vocabulary, rows < nodes
+        len(data) == len(indices)
+        and 1 <= len(indptr) <= len(vocab) + 1
+        and int(indptr[-1]) == len(data)
+        and bool(np.all(np.diff(indptr) >= 0))
+        and (len(indices) == 0 or (int(indices.min()) >= 0 and int(indices.max()) < num_nodes))
+    )
+    if not consistent:
+        raise PersistError(
+            f"{folder}: the BM25 matrix files ({', '.join(BM25_MATRIX_FILES)}) do not match "
+            f"{vocab_path.name} and {nodes_path.name}; persist the retriever again"
+        )
+    return bm25
 
 
 __all__ = [

@@ -1,49 +1,106 @@
-"""Atomic directory writes and JSON reads that name the broken file."""
+"""Index folders that only ever replace their own index, and JSON reads that name the broken file.
+
+Layout of a folder written by :func:`write_index`::
+
+    path/
+      MANIFEST.json          writer, kind, generation, every file with size and sha256
+      gen-000007-1a2b3c4d/   the current generation: the files the retriever wrote
+      .llama-index.lock      serialises writers (filelock.FileLock)
+      .llama-index.rwlock    readers share it while loading; a writer takes it
+                             alone only to delete old generations (filelock.ReadWriteLock)
+
+A persist writes a whole new generation under a staging name, fsyncs it,
+renames it, then atomically replaces ``MANIFEST.json`` (temp file, fsync,
+``os.replace``); only then does it delete older generations and leftovers whose
+names match ours. A crash at any instant therefore leaves the old or the new
+manifest, each naming a complete generation. Anything else in the folder (a
+user's file) is never touched, and a folder that holds no index of ours is
+refused before anything is written. Folders written by the previous release
+(the files at the top level) are recognised by their exact set of entries,
+load as before, and are migrated by the next persist.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import sqlite3
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator, Union
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
+
+from filelock import FileLock, ReadWriteLock, Timeout
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+PathLike = Union[str, Path]
+
+WRITER = "llama-index-ext-recursive"
+LAYOUT_VERSION = 1
+MANIFEST = "MANIFEST.json"
+WRITE_LOCK = ".llama-index.lock"
+READ_LOCK = ".llama-index.rwlock"
+# Seconds to wait: for another process's persist to finish, for a writer's
+# (short) cleanup while loading, and for readers of old generations before
+# deleting them (on timeout they are kept and deleted by the next persist).
+WRITE_LOCK_TIMEOUT = 600.0
+READ_LOCK_TIMEOUT = 120.0
+CLEANUP_WAIT = 5.0
+_LOAD_ATTEMPTS = 3  # loads without the shared lock retry when a persist replaced the generation
+
+_GENERATION = re.compile(r"gen-(\d{6,})-[0-9a-f]{8}")
+_STAGING = re.compile(r"\.gen-\d{6,}-[0-9a-f]{8}\.staging")
+_MANIFEST_TEMP = re.compile(r"\.MANIFEST\.json\.[0-9a-f]{8}\.tmp")
+_LOCK_FILES = frozenset({WRITE_LOCK, READ_LOCK, READ_LOCK + "-journal"})
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class PersistError(RuntimeError):
-    """A persisted directory is missing, incomplete or corrupted."""
+    """A persisted directory is missing, incomplete or corrupted, or cannot be written."""
 
 
-@contextmanager
-def atomic_directory(target: Union[str, Path]) -> Iterator[Path]:
-    """Yield a temporary directory that replaces ``target`` only on success.
-
-    Readers never see a half-written directory: the new one is renamed into
-    place after everything was written; an exception leaves ``target`` as it was.
-    """
-    target = Path(target).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield staging
-        for root, _, files in os.walk(staging):
-            for name in files:
-                with open(os.path.join(root, name), "rb") as handle:
-                    os.fsync(handle.fileno())
-        if target.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            os.replace(target, retired / "old")
-            os.replace(staging, target)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+class NoIndexError(PersistError):
+    """Nothing was persisted at the path (it is missing, empty, or holds no index of ours)."""
 
 
-def load_json(path: Union[str, Path]) -> Any:
+@dataclass(frozen=True)
+class LegacyLayout:
+    """The top-level entries a previous release wrote for one kind of index."""
+
+    settings: str  # a JSON object with "format_version": 1
+    files: frozenset
+    folders: frozenset = frozenset()
+
+    @property
+    def entries(self) -> frozenset:
+        return self.files | self.folders
+
+
+LEGACY_LAYOUTS: Dict[str, LegacyLayout] = {
+    "RecursiveSummaryRetriever": LegacyLayout(
+        settings="config.json",
+        files=frozenset({"config.json", "summary_cache.json"}),
+        folders=frozenset({"summaries", "chunks"}),
+    ),
+    "MultilingualBM25Retriever": LegacyLayout(
+        settings="retriever.json",
+        files=frozenset({
+            "retriever.json", "nodes.json", "params.index.json", "vocab.index.json",
+            "data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy",
+        }),
+    ),
+}
+
+
+# ------------------------------------------------------------------ JSON reads
+def load_json(path: PathLike) -> Any:
     """Read a JSON file; a missing or corrupted file raises :class:`PersistError`."""
     path = Path(path)
     if not path.is_file():
@@ -54,3 +111,520 @@ def load_json(path: Union[str, Path]) -> Any:
         raise PersistError(
             f"{path} is corrupted ({exc}); restore it or persist the retriever again"
         ) from exc
+
+
+def load_json_object(path: PathLike, required: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """Read a JSON file that must hold an object with the ``required`` keys.
+
+    Raises:
+        PersistError: naming the file when it is missing, corrupted, not an
+            object, or lacks a required key.
+    """
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise PersistError(
+            f"{path} holds a JSON {type(data).__name__}, not an object: it is damaged; "
+            "persist the retriever again"
+        )
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise PersistError(f"{path} lacks {missing}: it is damaged; persist the retriever again")
+    return data
+
+
+def load_string_map(path: PathLike) -> Dict[str, str]:
+    """Read a JSON object whose values are all strings (e.g. a summary cache)."""
+    data = load_json_object(path)
+    bad = next((key for key, value in data.items() if not isinstance(value, str)), None)
+    if bad is not None:
+        raise PersistError(
+            f"{path}: the value of {bad!r} is a {type(data[bad]).__name__}, not a string; "
+            "the file is damaged: delete it or persist the retriever again"
+        )
+    return data
+
+
+# ------------------------------------------------------------ durable writes
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in ``path`` durable (POSIX only)."""
+    if os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomically(path: PathLike, write: Callable[[IO[str]], None]) -> None:
+    """Write a text file under a temporary name, fsync it, then rename it over ``path``.
+
+    Readers see the old file or the new one, never a part. The file gets the
+    usual permissions (``0o666`` less the umask), unlike ``tempfile``'s 0600.
+
+    Args:
+        path: The file to create or replace.
+        write: Writes the content to the (UTF-8 text) handle it is given.
+    """
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with open(fd, "w", encoding="utf-8", closefd=True) as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _seal(staging: Path) -> Dict[str, Dict[str, Any]]:
+    """fsync every file and folder under ``staging``; return each file's size and sha256."""
+    files: Dict[str, Dict[str, Any]] = {}
+    folders: List[Path] = []
+    for root, _, names in os.walk(staging):
+        folders.append(Path(root))
+        for name in names:
+            path = Path(root) / name
+            digest = hashlib.sha256()
+            size = 0
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+                    size += len(block)
+                os.fsync(handle.fileno())
+            files[path.relative_to(staging).as_posix()] = {"size": size, "sha256": digest.hexdigest()}
+    for folder in reversed(folders):
+        _fsync_dir(folder)
+    return files
+
+
+# ------------------------------------------------------------ folder checks
+@dataclass
+class _Folder:
+    """What a persist target holds."""
+
+    root: Path
+    state: str  # missing | file | empty | manifest | legacy | foreign
+    entries: List[str] = field(default_factory=list)
+    manifest: Optional[Dict[str, Any]] = None
+    kind: Optional[str] = None  # of the index found (manifest or legacy)
+    problem: Optional[str] = None  # why MANIFEST.json is not usable
+
+
+def _is_ours(root: Path, name: str) -> bool:
+    """Entries our persists create in an index folder, besides MANIFEST.json."""
+    path = root / name
+    if name in _LOCK_FILES or _MANIFEST_TEMP.fullmatch(name):
+        return path.is_file() and not path.is_symlink()
+    if _GENERATION.fullmatch(name) or _STAGING.fullmatch(name):
+        return path.is_dir() and not path.is_symlink()
+    return False
+
+
+def _describe(root: Path, names: List[str], limit: int = 5) -> str:
+    shown = [name + ("/" if (root / name).is_dir() else "") for name in sorted(names)[:limit]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _manifest_problem(manifest: Any) -> Optional[str]:
+    """Why ``manifest`` is not a manifest this version can use (``None``: it is)."""
+    if not isinstance(manifest, dict):
+        return f"it holds a JSON {type(manifest).__name__}, not an object"
+    if manifest.get("writer") != WRITER:
+        return f"its writer is {manifest.get('writer')!r}, not {WRITER!r}"
+    layout = manifest.get("layout_version")
+    if not isinstance(layout, int) or isinstance(layout, bool):
+        return "it has no layout_version"
+    if layout > LAYOUT_VERSION:
+        return f"it has layout_version {layout}; this version reads {LAYOUT_VERSION}: upgrade {WRITER}"
+    if not isinstance(manifest.get("kind"), str):
+        return "it names no kind of index"
+    generation = manifest.get("generation")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 1:
+        return "it has no valid generation number"
+    directory = manifest.get("directory")
+    if not isinstance(directory, str) or not _GENERATION.fullmatch(directory):
+        return f"its directory {directory!r} is not a generation folder name"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        return "it lists no files"
+    for name, entry in files.items():
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name:
+            return f"it lists an unsafe file name {name!r}"
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("size"), int)
+            and isinstance(entry.get("sha256"), str)
+            and _SHA256.fullmatch(entry["sha256"])
+        ):
+            return f"its entry for {name!r} has no valid size and sha256"
+    legacy = manifest.get("legacy", [])
+    if not isinstance(legacy, list) or not all(isinstance(n, str) for n in legacy):
+        return "its legacy list is not a list of names"
+    return None
+
+
+def _legacy_kind(root: Path, names: List[str]) -> Optional[str]:
+    """The kind of a previous-release index whose entries are exactly ``names``."""
+    present = set(names)
+    for kind, layout in LEGACY_LAYOUTS.items():
+        if present != layout.entries:
+            continue
+        if not all((root / n).is_file() and not (root / n).is_symlink() for n in layout.files):
+            continue
+        if not all((root / n).is_dir() and not (root / n).is_symlink() for n in layout.folders):
+            continue
+        try:
+            settings = json.loads((root / layout.settings).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(settings, dict) and settings.get("format_version") == 1:
+            return kind
+    return None
+
+
+def _inspect(path: PathLike) -> _Folder:
+    root = Path(path)
+    if not root.exists():
+        return _Folder(root, "missing")
+    if not root.is_dir():
+        return _Folder(root, "file")
+    names = sorted(os.listdir(root))
+    others = [n for n in names if n != MANIFEST and not _is_ours(root, n)]
+    if MANIFEST in names:
+        try:
+            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return _Folder(root, "manifest", others, problem=f"it cannot be read ({exc})")
+        problem = _manifest_problem(manifest)
+        if problem is not None:
+            return _Folder(root, "manifest", others, problem=problem)
+        return _Folder(root, "manifest", others, manifest=manifest, kind=manifest["kind"])
+    if not others:
+        return _Folder(root, "empty")
+    kind = _legacy_kind(root, others)
+    if kind is not None:
+        return _Folder(root, "legacy", others, kind=kind)
+    return _Folder(root, "foreign", others)
+
+
+def _writable(folder: _Folder, kind: str) -> None:
+    """Raise :class:`PersistError` unless ``kind`` may be persisted into ``folder``."""
+    root = folder.root
+    if folder.state == "file":
+        raise PersistError(
+            f"refusing to persist to {root}: it is a file, not a folder (left untouched); "
+            "choose a new or empty folder"
+        )
+    if folder.state == "foreign":
+        raise PersistError(
+            f"refusing to persist to {root}: the folder is not empty and holds no index written "
+            f"by persist() ({_describe(root, folder.entries)}); nothing was changed: persist into "
+            "a new or empty folder, or into one an earlier persist() wrote"
+        )
+    if folder.state == "manifest" and folder.problem is not None:
+        raise PersistError(
+            f"refusing to persist to {root}: {root / MANIFEST} is not a manifest this version "
+            f"can replace: {folder.problem}; nothing was changed: choose another folder, or "
+            "delete this one if it held a broken index"
+        )
+    if folder.kind is not None and folder.kind != kind:
+        raise PersistError(
+            f"refusing to persist a {kind} to {root}: it holds a {folder.kind} index; "
+            "nothing was changed: choose another folder, or delete that index first"
+        )
+
+
+def check_persist_target(path: PathLike, kind: str) -> None:
+    """Raise :class:`PersistError` now if ``persist(path)`` of a ``kind`` would be refused.
+
+    Lets callers (the CLI) reject a target before any expensive work. The
+    target may be missing, an empty folder, or a folder holding an index of
+    ``kind`` written by this package (current or previous format).
+    """
+    _writable(_inspect(path), kind)
+
+
+# ------------------------------------------------------------------ writing
+@contextmanager
+def write_index(path: PathLike, kind: str) -> Iterator[Path]:
+    """Yield an empty staging folder that becomes the index at ``path`` on success.
+
+    Writers of one folder are serialised by a lock file; the new generation is
+    published by replacing ``MANIFEST.json`` atomically, then old generations,
+    migrated previous-format files and leftovers of interrupted persists (only
+    entries whose names match ours) are deleted. An exception inside the block
+    leaves the folder as it was.
+
+    Args:
+        path: The index folder (created with normal permissions if missing).
+        kind: The kind of index (the retriever's class name); a folder holding
+            another kind is refused.
+
+    Raises:
+        PersistError: ``path`` is a file, a folder holding other things, or an
+            index of another kind (nothing is changed); or another process kept
+            the folder locked for ``WRITE_LOCK_TIMEOUT`` seconds.
+    """
+    root = Path(path).absolute()
+    _writable(_inspect(root), kind)  # refuse before creating anything
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = FileLock(str(root / WRITE_LOCK), timeout=WRITE_LOCK_TIMEOUT)
+        lock.acquire()
+    except Timeout as exc:
+        raise PersistError(
+            f"another process has been persisting to {root} for {WRITE_LOCK_TIMEOUT:.0f} s "
+            f"(lock file {root / WRITE_LOCK}); retry when it is done"
+        ) from exc
+    try:
+        folder = _inspect(root)  # again: another writer may have run meanwhile
+        _writable(folder, kind)
+        previous = folder.manifest or {}
+        number = int(previous.get("generation", 0)) + 1
+        token = secrets.token_hex(4)
+        staging = root / f".gen-{number:06d}-{token}.staging"
+        final = root / f"gen-{number:06d}-{token}"
+        os.mkdir(staging)
+        try:
+            yield staging
+            files = _seal(staging)
+            os.replace(staging, final)
+            _fsync_dir(root)
+            legacy = [n for n in previous.get("legacy", []) if (root / n).exists()]
+            if folder.state == "legacy":
+                legacy = sorted(LEGACY_LAYOUTS[kind].entries)
+            manifest = {
+                "writer": WRITER,
+                "layout_version": LAYOUT_VERSION,
+                "kind": kind,
+                "generation": number,
+                "directory": final.name,
+                "files": files,
+                "legacy": legacy,
+            }
+            write_file_atomically(
+                root / MANIFEST, lambda handle: json.dump(manifest, handle, indent=1)
+            )
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                orphan = final.exists() and _current_directory(root) != final.name
+            except OSError:
+                orphan = False  # unknown: the next persist's cleanup decides
+            if orphan:
+                shutil.rmtree(final, ignore_errors=True)
+            raise
+        try:
+            _clean(root, keep=final.name, legacy=legacy)
+        except OSError as exc:  # the new index is published; leftovers wait for the next persist
+            logger.warning("%s: cleaning up after persist failed (%s)", root, exc)
+    finally:
+        lock.release()
+
+
+def _current_directory(root: Path) -> Optional[str]:
+    folder = _inspect(root)
+    return folder.manifest["directory"] if folder.manifest else None
+
+
+def _remove(path: Path) -> None:
+    def report(function: Any, target: str, excinfo: Any) -> None:
+        logger.warning("could not delete %s (%s); the next persist retries", target, excinfo[1])
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, onerror=report)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.warning("could not delete %s (%s); the next persist retries", path, exc)
+
+
+def _clean(root: Path, keep: str, legacy: List[str]) -> None:
+    """Delete leftovers, then (once no reader holds them) old generations and legacy files."""
+    names = os.listdir(root)
+    for name in names:
+        if _STAGING.fullmatch(name) or (_MANIFEST_TEMP.fullmatch(name) and _is_ours(root, name)):
+            _remove(root / name)  # no reader ever opens these
+    retired = [n for n in names if _GENERATION.fullmatch(n) and n != keep and _is_ours(root, n)]
+    retired += [n for n in legacy if (root / n).exists()]
+    if not retired:
+        return
+    try:
+        with _shared_lock(root).write_lock(timeout=CLEANUP_WAIT):
+            for name in retired:
+                _remove(root / name)
+    except Timeout:
+        logger.info(
+            "%s: readers are still loading %s; they stay until the next persist",
+            root, ", ".join(sorted(retired)),
+        )
+    except (OSError, sqlite3.Error) as exc:
+        logger.warning("%s: cannot take the cleanup lock (%s); old generations stay", root, exc)
+
+
+def _shared_lock(root: Path) -> ReadWriteLock:
+    return ReadWriteLock(str(root / READ_LOCK), timeout=READ_LOCK_TIMEOUT, is_singleton=False)
+
+
+# ------------------------------------------------------------------ reading
+def _verified_generation(root: Path, manifest: Dict[str, Any]) -> Path:
+    """The generation folder ``manifest`` names, after checking every file's size and sha256."""
+    generation = root / manifest["directory"]
+    if not generation.is_dir():
+        raise PersistError(
+            f"{generation} is missing although {root / MANIFEST} names it: the folder was "
+            "modified by hand; persist the retriever again"
+        )
+    for name, entry in manifest["files"].items():
+        path = generation / name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise PersistError(
+                f"{path} is missing: {root / MANIFEST} lists it; restore it or persist the "
+                "retriever again"
+            ) from None
+        if size != entry["size"]:
+            raise PersistError(
+                f"{path} is truncated or was modified: it has {size} bytes, the manifest records "
+                f"{entry['size']}; restore it or persist the retriever again"
+            )
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != entry["sha256"]:
+            raise PersistError(
+                f"{path} was modified after it was persisted (its sha256 differs from the one in "
+                f"{root / MANIFEST}); restore it or persist the retriever again"
+            )
+    return generation
+
+
+def _generation_of(root: Path, kind: str) -> Path:
+    """The folder to load an index of ``kind`` from: a verified generation, or a legacy root."""
+    folder = _inspect(root)
+    if folder.state == "manifest":
+        if folder.problem is not None:
+            raise PersistError(
+                f"{root / MANIFEST} is damaged: {folder.problem}; persist the retriever again"
+            )
+        if folder.kind != kind:
+            raise PersistError(
+                f"{root} holds a {folder.kind} index, not a {kind}; load it with "
+                f"{folder.kind}.from_persist_dir"
+            )
+        return _verified_generation(root, folder.manifest)
+    if folder.state == "legacy":
+        if folder.kind != kind:
+            raise PersistError(
+                f"{root} holds a {folder.kind} index (previous format), not a {kind}; load it "
+                f"with {folder.kind}.from_persist_dir"
+            )
+        return root
+    if folder.state == "missing":
+        raise NoIndexError(f"{root} does not exist; build and persist a {kind} first")
+    if folder.state == "file":
+        raise NoIndexError(f"{root} is a file, not a folder a {kind} was persisted to")
+    if folder.state == "empty":
+        leftovers = os.listdir(root)
+        detail = (
+            f"only leftovers of an interrupted persist ({_describe(root, leftovers)}), "
+            f"no {MANIFEST}" if leftovers else "nothing"
+        )
+        raise NoIndexError(f"{root} holds {detail}; persist a {kind} there first")
+    raise NoIndexError(
+        f"{root} holds no index written by persist() ({_describe(root, folder.entries)}): "
+        f"{MANIFEST} is missing; pass the folder a {kind} was persisted to"
+    )
+
+
+def current_generation(path: PathLike) -> Path:
+    """The folder holding the files of the index currently published at ``path``.
+
+    For inspecting a persisted index (its files are those of the previous
+    release's layout); do not write into it.
+
+    Raises:
+        NoIndexError: ``path`` holds no manifest of an index.
+    """
+    root = Path(path)
+    directory = _current_directory(root)
+    if directory is None:
+        raise NoIndexError(f"{root} holds no {MANIFEST} naming a current index generation")
+    return root / directory
+
+
+@contextmanager
+def _reading(root: Path) -> Iterator[bool]:
+    """Hold the shared lock of ``root`` if it can be taken; yield whether it is held.
+
+    A reader without write access to the folder (another account) cannot open
+    the lock database and loads without it.
+    """
+    lock = _shared_lock(root)
+    try:
+        lock.acquire_read()
+    except Timeout as exc:
+        lock.close()
+        raise PersistError(
+            f"{root} stayed locked by a persist for {READ_LOCK_TIMEOUT:.0f} s "
+            f"(lock file {root / READ_LOCK}); retry"
+        ) from exc
+    except (OSError, sqlite3.Error) as exc:
+        lock.close()
+        logger.debug("%s: loading without the shared lock (%s)", root, exc)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.close()
+
+
+def read_index(path: PathLike, kind: str, load: Callable[[Path], T]) -> T:
+    """Load the current index of ``kind`` at ``path`` with ``load(folder)``.
+
+    ``folder`` is the verified current generation (every file's size and
+    sha256 match the manifest), or ``path`` itself for a folder written by the
+    previous release. The shared lock is held while ``load`` runs, so a
+    concurrent persist never deletes the files being read; where the lock
+    cannot be taken (a read-only folder), a load that fails because a persist
+    replaced the generation meanwhile is retried on the new one.
+
+    Raises:
+        NoIndexError: nothing was persisted at ``path``.
+        PersistError: the index is of another kind, or a file is missing,
+            truncated, modified or malformed (the message names it).
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise NoIndexError(
+            f"{root} does not exist; build and persist a {kind} first"
+            if not root.exists()
+            else f"{root} is a file, not a folder a {kind} was persisted to"
+        )
+    attempt = 0
+    while True:
+        attempt += 1
+        with _reading(root) as locked:
+            before = _current_directory(root)
+            try:
+                return load(_generation_of(root, kind))
+            except (PersistError, OSError):
+                if locked or attempt >= _LOAD_ATTEMPTS or _current_directory(root) == before:
+                    raise
+        logger.info("%s was persisted again while loading; loading the new generation", root)

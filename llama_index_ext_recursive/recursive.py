@@ -72,7 +72,14 @@ from llama_index_ext_recursive.filters import (
     with_filters,
 )
 from llama_index_ext_recursive.fusion import HYBRID_MODE, HybridFusionRetriever
-from llama_index_ext_recursive.persist import PersistError, atomic_directory, load_json
+from llama_index_ext_recursive.persist import (
+    NoIndexError,
+    PersistError,
+    load_json_object,
+    load_string_map,
+    read_index,
+    write_index,
+)
 from llama_index_ext_recursive.rwlock import ReadWriteLock
 from llama_index_ext_recursive.store import NumpyVectorStore
 from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
@@ -1032,7 +1039,22 @@ class RecursiveSummaryRetriever(BaseRetriever):
         }
 
     def persist(self, persist_dir: Union[str, Path]) -> None:
-        """Write summaries, stores and configuration to ``persist_dir`` atomically."""
+        """Write summaries, stores and configuration to the index folder ``persist_dir``.
+
+        ``persist_dir`` must be missing, empty, or hold an index a
+        ``RecursiveSummaryRetriever`` persisted earlier (current or previous
+        format), which is replaced atomically: a crash at any point leaves the
+        old index or the new one. Anything else (a folder with other files, a
+        regular file, another kind of index) is refused and left untouched.
+        Updates running meanwhile wait, so one consistent state is written.
+
+        Args:
+            persist_dir: The index folder (created with normal permissions).
+
+        Raises:
+            PersistError: ``persist_dir`` holds something else; nothing was written.
+            NotImplementedError: the vectors live in an external store.
+        """
         chunk_index = self._require_stores("persist")
         for index in (self._summary_index, chunk_index):
             if not isinstance(index.vector_store, SimpleVectorStore):
@@ -1042,7 +1064,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                     "the default store to persist, or keep the external store and rebuild "
                     "the retriever over it"
                 )
-        with atomic_directory(persist_dir) as staging:
+        with write_index(persist_dir, _PERSIST_KIND) as staging, self._reading():
             self._summary_index.storage_context.persist(str(staging / "summaries"))
             chunk_index.storage_context.persist(str(staging / "chunks"))
             self._summary_cache.save(staging / "summary_cache.json")
@@ -1059,76 +1081,134 @@ class RecursiveSummaryRetriever(BaseRetriever):
         node_parser: Optional[NodeParser] = None,
         **overrides: Any,
     ) -> "RecursiveSummaryRetriever":
-        """Load a retriever written by :meth:`persist`.
+        """Load a retriever written by :meth:`persist` (or by the previous release).
 
-        ``overrides`` replace persisted settings (e.g. ``similarity_top_k=5``).
+        Every file is checked against the folder's manifest (size and sha256),
+        for its shape, and against the others (the documents in ``config.json``
+        against the docstores, each docstore against its vector store), so a
+        damaged folder raises instead of loading an index that answers ``[]``.
+
+        Args:
+            persist_dir: The index folder.
+            embed_model: The model the index was built with (default: the configured one).
+            summarizer: Summarizer for documents added later (default: the persisted one).
+            node_parser: Node parser for documents added later (default: the persisted one).
+            **overrides: Replace persisted settings (e.g. ``similarity_top_k=5``).
+
+        Raises:
+            PersistError: nothing was persisted there, or a file is missing,
+                truncated, modified, malformed or inconsistent (the message names it).
         """
-        root = Path(persist_dir)
-        if not root.is_dir():
-            raise PersistError(f"{root} does not exist; build and persist a retriever first")
-        config = load_json(root / "config.json")
-        missing = [k for k in ("format_version", "documents", "embed_model") if k not in config]
-        if missing:
-            raise PersistError(f"{root / 'config.json'} lacks {missing}; persist the retriever again")
-        if config.get("format_version") != FORMAT_VERSION:
-            raise PersistError(
-                f"{root / 'config.json'} has format_version {config.get('format_version')!r}; "
-                f"this version reads {FORMAT_VERSION}: rebuild the retriever"
+        model: List[BaseEmbedding] = []  # resolved once, only when there is an index to load
+
+        def load(root: Path) -> "RecursiveSummaryRetriever":
+            config_path = root / "config.json"
+            config = load_json_object(config_path, ("format_version", "documents", "embed_model"))
+            if config.get("format_version") != FORMAT_VERSION:
+                raise PersistError(
+                    f"{config_path} has format_version {config.get('format_version')!r}; "
+                    f"this version reads {FORMAT_VERSION}: rebuild the retriever"
+                )
+            if not model:
+                model.append(resolve_embed_model(embed_model))
+            if embed_model_name(model[0]) != config["embed_model"]:
+                raise PersistError(
+                    f"{root} was built with embedding model {config['embed_model']!r} but "
+                    f"{embed_model_name(model[0])!r} is configured; pass embed_model= with the "
+                    "model it was built with"
+                )
+            documents: Dict[str, DocumentRecord] = {}
+            raw = config["documents"]
+            for doc_id, fields in (raw.items() if isinstance(raw, dict) else [(None, raw)]):
+                try:
+                    record = DocumentRecord(**fields)
+                    lists = (record.chunk_ids, record.metadata_keys, record.varying_keys)
+                    valid = (
+                        record.doc_id == doc_id
+                        and all(isinstance(v, str) for v in (record.title, record.content_hash))
+                        and isinstance(record.summary_node_id, str)
+                        and all(isinstance(v, list) and all(isinstance(i, str) for i in v) for v in lists)
+                    )
+                except TypeError:
+                    valid = False
+                if not valid:
+                    raise PersistError(
+                        f"{config_path}: the record of document {doc_id!r} is malformed "
+                        f"({str(fields)[:200]}); persist the retriever again"
+                    )
+                documents[doc_id] = record
+            summary_index = _load_index(root / "summaries", model[0])
+            chunk_index = _load_index(root / "chunks", model[0])
+            chunk_ids = set(chunk_index.docstore.docs)
+            summary_ids = set(summary_index.docstore.docs)
+            for doc_id, record in documents.items():
+                lacking = [c for c in record.chunk_ids if c not in chunk_ids]
+                if lacking:
+                    raise PersistError(
+                        f"{config_path} lists chunks {lacking[:3]} of document {doc_id!r} that "
+                        f"{root / 'chunks' / 'docstore.json'} lacks: the files come from "
+                        "different persists; persist the retriever again"
+                    )
+                if record.summary_node_id not in summary_ids:
+                    raise PersistError(
+                        f"{config_path} names summary {record.summary_node_id!r} of document "
+                        f"{doc_id!r} that {root / 'summaries' / 'docstore.json'} lacks: the files "
+                        "come from different persists; persist the retriever again"
+                    )
+            cache = SummaryCache()
+            cache.entries = load_string_map(root / "summary_cache.json")
+            settings = {  # settings a config lacks keep the constructor's defaults
+                key: config[key]
+                for key in (
+                    "similarity_top_k",
+                    "num_routed_docs",
+                    "score_mode",
+                    "score_alpha",
+                    "filter_policy",
+                    "doc_id_key",
+                    "max_link_depth",
+                    "summary_embedding",
+                    "summary_mode",
+                    "chunk_mode",
+                    "unknown_filter_key",
+                )
+                if key in config
+            }
+            try:
+                _check_settings(**settings)
+                if config.get("filters"):
+                    settings["filters"] = MetadataFilters.model_validate(config["filters"])
+                parser = node_parser or node_parser_from_config(config.get("node_parser"))
+                summarizer_config = config.get("summarizer")
+                chosen = summarizer
+                if chosen is None and isinstance(summarizer_config, dict) and (
+                    summarizer_config.get("type") == "extractive"
+                ):
+                    chosen = ExtractiveSummarizer.from_dict(summarizer_config)
+                elif chosen is None:
+                    logger.warning(
+                        "%s was summarized by %s; documents added later will be summarized by "
+                        "ExtractiveSummarizer unless you pass summarizer=",
+                        root,
+                        summarizer_config,
+                    )
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                raise PersistError(
+                    f"{config_path} holds an invalid setting ({exc}); persist the retriever again"
+                ) from exc
+            settings.update(overrides)
+            return cls(
+                summary_index,
+                chunk_index,
+                documents=documents,
+                embed_model=model[0],
+                summarizer=chosen,
+                summary_cache=cache,
+                node_parser=parser,
+                **settings,
             )
-        model = resolve_embed_model(embed_model)
-        if embed_model_name(model) != config["embed_model"]:
-            raise PersistError(
-                f"{root} was built with embedding model {config['embed_model']!r} but "
-                f"{embed_model_name(model)!r} is configured; pass embed_model= with the "
-                "model it was built with"
-            )
-        summary_index = _load_index(root / "summaries", model)
-        chunk_index = _load_index(root / "chunks", model)
-        documents = {
-            k: DocumentRecord(**v) for k, v in config["documents"].items()
-        }
-        summarizer_config = config.get("summarizer")
-        if summarizer is None and isinstance(summarizer_config, dict) and (
-            summarizer_config.get("type") == "extractive"
-        ):
-            summarizer = ExtractiveSummarizer.from_dict(summarizer_config)
-        elif summarizer is None:
-            logger.warning(
-                "%s was summarized by %s; documents added later will be summarized by "
-                "ExtractiveSummarizer unless you pass summarizer=",
-                root,
-                summarizer_config,
-            )
-        node_parser = node_parser or node_parser_from_config(config.get("node_parser"))
-        settings = {  # settings a config lacks keep the constructor's defaults
-            key: config[key]
-            for key in (
-                "similarity_top_k",
-                "num_routed_docs",
-                "score_mode",
-                "score_alpha",
-                "filter_policy",
-                "doc_id_key",
-                "max_link_depth",
-                "summary_embedding",
-                "summary_mode",
-                "chunk_mode",
-            )
-            if key in config
-        }
-        if config.get("filters"):
-            settings["filters"] = MetadataFilters.model_validate(config["filters"])
-        settings.update(overrides)
-        return cls(
-            summary_index,
-            chunk_index,
-            documents=documents,
-            embed_model=model,
-            summarizer=summarizer,
-            summary_cache=SummaryCache(root / "summary_cache.json"),
-            node_parser=node_parser,
-            **settings,
-        )
+
+        return read_index(persist_dir, _PERSIST_KIND, load)
 
 
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
@@ -1247,17 +1327,86 @@ def _new_index(
     )
 
 
+_PERSIST_KIND = "RecursiveSummaryRetriever"  # names the index kind in its folder's manifest
+
+
 def _load_index(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
-    for name in ("docstore.json", "index_store.json", "default__vector_store.json"):
-        load_json(path / name)  # a clear error for a missing or corrupted file
+    """Load one persisted level (``summaries/`` or ``chunks/``), checking its files agree.
+
+    Raises:
+        PersistError: naming the file that is missing, malformed, or lacks
+            nodes another file of the level has.
+    """
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+    from llama_index.core.storage.index_store import SimpleIndexStore
+
+    docstore_path = path / "docstore.json"
+    index_path = path / "index_store.json"
+    vectors_path = path / "default__vector_store.json"
+    docstore = load_json_object(docstore_path, ("docstore/data",))
+    stored = docstore["docstore/data"]
+    if not isinstance(stored, dict) or not all(
+        isinstance(v, dict) and "__data__" in v for v in stored.values()
+    ):
+        raise PersistError(f"{docstore_path} holds no valid nodes: it is damaged; persist it again")
+    structs = load_json_object(index_path, ("index_store/data",))["index_store/data"]
+    try:
+        (struct,) = structs.values()
+        data = struct["__data__"]
+        listed = set((json.loads(data) if isinstance(data, str) else data)["nodes_dict"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise PersistError(
+            f"{index_path} does not hold exactly one vector index: it is damaged; persist it again"
+        ) from None
+    vector_store = NumpyVectorStore.from_persist_path(str(vectors_path))
+    vector_ids = set(vector_store.data.embedding_dict)
+    for lacking, owner, other in (
+        (vector_ids - set(stored), docstore_path, vectors_path),
+        (listed - vector_ids, vectors_path, index_path),
+        (vector_ids - listed, index_path, vectors_path),
+    ):
+        if lacking:
+            raise PersistError(
+                f"{owner} lacks {len(lacking)} nodes that {other.name} has (e.g. "
+                f"{sorted(lacking)[0]!r}): the files come from different persists; persist it again"
+            )
     try:
         storage = StorageContext.from_defaults(
+            docstore=SimpleDocumentStore.from_dict(docstore),
+            index_store=SimpleIndexStore.from_dict({"index_store/data": structs}),
+            vector_store=vector_store,
             persist_dir=str(path),
-            vector_store=NumpyVectorStore.from_persist_dir(str(path)),
         )
         return load_index_from_storage(storage, embed_model=embed_model)
     except Exception as exc:
         raise PersistError(f"{path} could not be loaded ({exc!r}); persist it again") from exc
+
+
+def load_summary_cache(persist_dir: Union[str, Path]) -> SummaryCache:
+    """The summaries of the index persisted at ``persist_dir``, for a rebuild to reuse.
+
+    The cache is in memory (``path`` is ``None``): the index's own copy is
+    rewritten by its next :meth:`RecursiveSummaryRetriever.persist`.
+
+    Args:
+        persist_dir: An index folder, which may not exist yet.
+
+    Returns:
+        The persisted cache, or an empty ``SummaryCache()`` when nothing was
+        persisted at ``persist_dir``.
+
+    Raises:
+        PersistError: ``persist_dir`` holds an index whose files are damaged,
+            or an index of another kind.
+    """
+    cache = SummaryCache()
+    try:
+        cache.entries = read_index(
+            persist_dir, _PERSIST_KIND, lambda root: load_string_map(root / "summary_cache.json")
+        )
+    except NoIndexError:
+        pass
+    return cache
 
 
 def _raise_on_cycle(edges: Dict[str, List[str]]) -> None:

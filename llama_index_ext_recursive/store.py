@@ -38,16 +38,24 @@ evaluated, i.e. not when other conditions already excluded it.
 from __future__ import annotations
 
 import heapq
+import json
 import math
+import os
+import re
 import threading
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
+import fsspec
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 from llama_index.core.base.embeddings.base import similarity as upstream_similarity
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 from llama_index.core.vector_stores.types import (
+    DEFAULT_PERSIST_DIR,
+    DEFAULT_PERSIST_FNAME,
     FilterCondition,
     FilterOperator,
     MetadataFilter,
@@ -56,6 +64,8 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
     VectorStoreQueryResult,
 )
+
+from llama_index_ext_recursive.persist import PersistError, write_file_atomically
 
 TIE_TOLERANCE = 1e-10  # scores this close may be equal in upstream's arithmetic
 _PLAIN = frozenset({str, int, float, bool})  # hash-consistent with ==
@@ -587,6 +597,67 @@ class NumpyVectorStore(SimpleVectorStore):
             super().clear()
             state.rebuild(self.data)
 
+    # --------------------------------------------------------- persistence
+    def persist(
+        self,
+        persist_path: str = os.path.join(DEFAULT_PERSIST_DIR, DEFAULT_PERSIST_FNAME),
+        fs: Optional[fsspec.AbstractFileSystem] = None,
+    ) -> None:
+        """Write the store to ``persist_path`` in upstream's format, atomically.
+
+        The file is written under a temporary name and renamed over
+        ``persist_path``, so a crash leaves the old file or the new one. An
+        existing file that is not a vector store file is refused instead of
+        replaced. Other filesystems (``fs`` not local) are written as upstream does.
+
+        Raises:
+            PersistError: ``persist_path`` is a folder or a file of another kind.
+        """
+        fs = fs or self._fs
+        if not isinstance(fs, LocalFileSystem):
+            super().persist(persist_path, fs=fs)
+            return
+        path = Path(persist_path)
+        if path.exists() and not _looks_like_store_file(path):
+            raise PersistError(
+                f"refusing to replace {path}: it is not a vector store file (left untouched); "
+                "choose another path"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._state.lock:  # a consistent copy even while another thread adds
+            payload = json.dumps(self.data.to_dict())
+        write_file_atomically(path, lambda handle: handle.write(payload))
+
+    @classmethod
+    def from_persist_path(
+        cls, persist_path: str, fs: Optional[fsspec.AbstractFileSystem] = None
+    ) -> "NumpyVectorStore":
+        """Load a store written by ``persist`` (ours or upstream's).
+
+        Raises:
+            PersistError: naming the file when it is missing, not JSON, not a
+                vector store (e.g. ``{}``) or internally inconsistent.
+        """
+        fs = fs or fsspec.filesystem("file")
+        if not fs.exists(persist_path):
+            raise PersistError(
+                f"{persist_path} is missing: no vector store was persisted there; persist it again"
+            )
+        try:
+            with fs.open(persist_path, "rb") as handle:
+                data = json.load(handle)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PersistError(
+                f"{persist_path} is corrupted ({exc}); restore it or persist the store again"
+            ) from exc
+        problem = _store_file_problem(data)
+        if problem is not None:
+            raise PersistError(
+                f"{persist_path} is not a usable vector store file: {problem}; restore it or "
+                "persist the store again"
+            )
+        return cls(SimpleVectorStoreData.from_dict(data))
+
     # ------------------------------------------------------------- queries
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         if query.mode != VectorStoreQueryMode.DEFAULT:
@@ -603,6 +674,39 @@ class NumpyVectorStore(SimpleVectorStore):
             if not state.broken:
                 return _query(state, query)
         return super().query(query, **kwargs)
+
+
+_STORE_FILE_START = re.compile(rb'\s*\{\s*"(embedding_dict|text_id_to_ref_doc_id|metadata_dict)"\s*:')
+
+
+def _looks_like_store_file(path: Path) -> bool:
+    """Whether ``path`` is a file upstream's or our ``persist`` wrote (by its first bytes)."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as handle:
+        return bool(_STORE_FILE_START.match(handle.read(256)))
+
+
+def _store_file_problem(data: Any) -> Optional[str]:
+    """Why a parsed store file cannot be loaded faithfully (``None``: it can)."""
+    if not isinstance(data, dict):
+        return f"it holds a JSON {type(data).__name__}, not an object"
+    if "embedding_dict" not in data:
+        return "it has no embedding_dict"
+    for key in ("embedding_dict", "text_id_to_ref_doc_id", "metadata_dict"):
+        if not isinstance(data.get(key, {}), dict):
+            return f"its {key} is a {type(data[key]).__name__}, not an object"
+    vectors = data["embedding_dict"]
+    bad = next((k for k, v in vectors.items() if not isinstance(v, list)), None)
+    if bad is not None:
+        return f"the embedding of {bad!r} is not a list of numbers"
+    if len({len(v) for v in vectors.values()}) > 1:
+        return "its embeddings have different dimensions"
+    for key in ("text_id_to_ref_doc_id", "metadata_dict"):
+        stray = next((k for k in data.get(key, {}) if k not in vectors), None)
+        if stray is not None:
+            return f"its {key} names {stray!r}, which has no embedding"
+    return None
 
 
 def _query(state: _State, query: VectorStoreQuery) -> VectorStoreQueryResult:

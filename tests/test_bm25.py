@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import pickle
+import shutil
 import threading
 
 import pytest
@@ -19,7 +20,7 @@ from llama_index.retrievers.bm25 import BM25Retriever
 
 from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 from llama_index_ext_recursive.filters import FilteredQueryBundle
-from llama_index_ext_recursive.persist import PersistError
+from llama_index_ext_recursive.persist import PersistError, current_generation
 
 from conftest import topic_nodes
 
@@ -260,30 +261,44 @@ def test_persist_round_trip_keeps_tokenizer_and_scores(tmp_path):
 
 
 def test_load_missing_or_corrupted_dir_raises_clear_error(tmp_path):
-    with pytest.raises(PersistError, match="not a directory"):
+    with pytest.raises(PersistError, match="nowhere does not exist"):
         MultilingualBM25Retriever.from_persist_dir(tmp_path / "nowhere")
 
     target = tmp_path / "bm25"
-    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
+    for name, damage, expected in (
+        ("retriever.json", "same size", "modified after it was persisted"),
+        ("nodes.json", "delete", "missing"),
+        ("data.csc.index.npy", "garbage", "truncated or was modified"),
+        ("nodes.json", "[]", "truncated or was modified"),
+    ):
+        MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
+        path = current_generation(target) / name
+        if damage == "delete":
+            path.unlink()
+        elif damage == "same size":
+            path.write_bytes(b"{" + b" " * (path.stat().st_size - 2) + b"}")
+        else:
+            path.write_text(damage, encoding="utf-8")
+        with pytest.raises(PersistError, match=rf"{name}.*{expected}"):
+            MultilingualBM25Retriever.from_persist_dir(target)
 
-    (target / "retriever.json").write_text("{not json", encoding="utf-8")
-    with pytest.raises(PersistError, match="corrupted"):
-        MultilingualBM25Retriever.from_persist_dir(target)
 
-    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
-    (target / "nodes.json").unlink()
-    with pytest.raises(PersistError, match="missing"):
-        MultilingualBM25Retriever.from_persist_dir(target)
+def test_previous_format_folder_loads_and_is_migrated(tmp_path):
+    """A folder the previous release wrote (its files at the top level) still loads."""
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=zh_nodes(), similarity_top_k=1)
+    retriever.persist(tmp_path / "new")
+    legacy = tmp_path / "legacy"
+    shutil.copytree(current_generation(tmp_path / "new"), legacy)
+    loaded = MultilingualBM25Retriever.from_persist_dir(legacy)
+    assert scored(loaded.retrieve("GAPDH")) == scored(retriever.retrieve("GAPDH"))
 
-    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
-    (target / "data.csc.index.npy").write_bytes(b"garbage")
-    with pytest.raises(PersistError, match="BM25 index"):
-        MultilingualBM25Retriever.from_persist_dir(target)
-
-    MultilingualBM25Retriever.from_defaults(nodes=zh_nodes()).persist(target)
-    (target / "nodes.json").write_text("[]", encoding="utf-8")
-    with pytest.raises(PersistError):
-        MultilingualBM25Retriever.from_persist_dir(target)
+    loaded.persist(legacy)  # migrates: the old top-level files go, the index stays
+    assert sorted(p.name for p in legacy.iterdir() if not p.name.startswith(".")) == [
+        "MANIFEST.json", current_generation(legacy).name,
+    ]
+    assert scored(MultilingualBM25Retriever.from_persist_dir(legacy).retrieve("GAPDH")) == scored(
+        retriever.retrieve("GAPDH")
+    )
 
 
 # -- async -------------------------------------------------------------------
