@@ -4,6 +4,12 @@ Every chunk is a copy of the user's node whose ``ref_doc_id`` is its document
 key, so a per-document retriever is just a ``ref_doc_id`` filter on one chunk
 store (a SQL ``WHERE`` on a database store), and every summary is an
 ``IndexNode`` whose ``index_id`` is that key by construction.
+
+Input hygiene lives here, so ``from_documents``, ``from_nodes``,
+``add_documents`` and the CLI share one policy: empty and whitespace-only
+documents (and blank nodes) are skipped with one warning that names them,
+duplicate node ids are refused, and embedding vectors are checked before
+anything is indexed.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.indices.utils import embed_nodes
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
+from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 from llama_index.core.schema import (
     BaseNode,
     Document,
@@ -33,12 +40,15 @@ from llama_index_ext_recursive.summarize import (
     SummaryCache,
     content_hash,
 )
+from llama_index_ext_recursive.validation import check_count, check_vectors
 
 logger = logging.getLogger(__name__)
 
 ROUTING_KEY = "ref_doc_id"  # set by every LlamaIndex vector store from the SOURCE relationship
 SUMMARY_PREFIX = "summary::"
 ORIGINAL_REF_KEY = "original_ref_doc_id"
+SENTENCE_WINDOW = 100_000  # characters the sentence tokenizer sees at once (~0.2 s)
+_NAMED = 5  # ids a warning or error lists before "... and N more"
 
 
 class SummaryEmbedding(str, Enum):
@@ -55,9 +65,60 @@ class SummaryEmbedding(str, Enum):
     BLEND = "blend"
 
 
-def default_node_parser() -> NodeParser:
-    """Chunks sized for all-MiniLM-L6-v2's 256-token window."""
-    return SentenceSplitter(chunk_size=256, chunk_overlap=32)
+def windowed_sentence_tokenizer(window: int = SENTENCE_WINDOW) -> Callable[[str], List[str]]:
+    """Upstream's punkt sentence tokenizer, fed at most ``window`` characters at a time.
+
+    ``SentenceSplitter`` hands the tokenizer a whole paragraph; NLTK stops any
+    regular expression that runs longer than 5 s, so 5 MB of text without a
+    paragraph break failed with ``TimeoutError``. Longer text is cut after the
+    last line break (else space) of each window, so the pieces join back to the
+    exact text and a sentence is cut only where a window ends inside it. Text
+    within one window is tokenized exactly as upstream does.
+
+    Args:
+        window: characters per tokenizer call.
+    """
+    check_count("window", window, minimum=1000)
+    tokenize = split_by_sentence_tokenizer()
+
+    def split(text: str) -> List[str]:
+        if len(text) <= window:
+            return tokenize(text)
+        return [sentence for piece in _windows(text, window) for sentence in tokenize(piece)]
+
+    return split
+
+
+def _windows(text: str, size: int) -> Iterable[str]:
+    """Consecutive pieces of ``text`` of at most about ``size`` characters, cut after whitespace."""
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = text.rfind("\n", start + size // 2, end)
+        if cut < 0:
+            cut = text.rfind(" ", start + size // 2, end)
+        cut = end if cut < 0 else cut + 1
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def default_node_parser(chunk_size: int = 256, chunk_overlap: int = 32) -> NodeParser:
+    """Chunks sized for all-MiniLM-L6-v2's 256-token window.
+
+    A ``SentenceSplitter`` whose sentence tokenizer is
+    :func:`windowed_sentence_tokenizer`, so one huge unbroken paragraph is
+    chunked instead of hitting NLTK's regex timeout.
+
+    Args:
+        chunk_size: tokens per chunk.
+        chunk_overlap: tokens shared by consecutive chunks.
+    """
+    return SentenceSplitter(
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+        chunking_tokenizer_fn=windowed_sentence_tokenizer(),
+    )
 
 
 def node_parser_config(parser: Optional[NodeParser]) -> Optional[Dict[str, Any]]:
@@ -75,7 +136,12 @@ def node_parser_config(parser: Optional[NodeParser]) -> Optional[Dict[str, Any]]
 
 
 def node_parser_from_config(config: Optional[Dict[str, Any]]) -> Optional[NodeParser]:
-    """Rebuild a LlamaIndex node parser from :func:`node_parser_config` output."""
+    """Rebuild a LlamaIndex node parser from :func:`node_parser_config` output.
+
+    A ``SentenceSplitter`` gets :func:`windowed_sentence_tokenizer` back (a
+    tokenizer function is not part of the saved settings), so a reloaded index
+    chunks huge documents as the one that was saved.
+    """
     if config is None:
         return None
     import llama_index.core.node_parser as parsers
@@ -88,6 +154,8 @@ def node_parser_from_config(config: Optional[Dict[str, Any]]) -> Optional[NodePa
             config.get("class_name"),
         )
         return None
+    if parser_class is SentenceSplitter:
+        return parser_class.from_dict(dict(config), chunking_tokenizer_fn=windowed_sentence_tokenizer())
     return parser_class.from_dict(dict(config))
 
 
@@ -116,20 +184,91 @@ class BuiltDocuments:
     records: Dict[str, DocumentRecord]
 
 
+class ChunkedNodes(List[BaseNode]):
+    """The chunks :func:`chunk_documents` returns: a list, plus what it skipped.
+
+    Attributes:
+        skipped_documents: ids of the documents that had no text to index
+            (empty, whitespace-only, or no chunks from the node parser), in
+            input order. :func:`group_nodes` carries them over.
+    """
+
+    def __init__(self, nodes: Iterable[BaseNode] = (), skipped_documents: Iterable[str] = ()) -> None:
+        super().__init__(nodes)
+        self.skipped_documents: List[str] = list(skipped_documents)
+
+
+class NodeGroups(Dict[str, List[BaseNode]]):
+    """The groups :func:`group_nodes` returns: a dict, plus what it skipped.
+
+    Attributes:
+        skipped_documents: ids of the documents left out because they had no
+            text: those :func:`chunk_documents` skipped (when it made the
+            nodes), then those whose every node was blank.
+        skipped_nodes: ids of the blank nodes left out.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped_documents: List[str] = []
+        self.skipped_nodes: List[str] = []
+
+
+def _names(ids: Sequence[str]) -> str:
+    """The first few ids, quoted, and how many more there are."""
+    shown = ", ".join(repr(i) for i in ids[:_NAMED])
+    return shown + (f" ... and {len(ids) - _NAMED} more" if len(ids) > _NAMED else "")
+
+
+def _is_blank(node: BaseNode) -> bool:
+    """A node with no text to embed; an ``IndexNode`` is a link and never blank."""
+    if isinstance(node, IndexNode):
+        return False
+    return not node.get_content(metadata_mode=MetadataMode.NONE).strip()
+
+
+def _refuse_single(items: Any, what: str, kind: type) -> None:
+    """A lone string or node is not a collection of them: say so instead of iterating it."""
+    if isinstance(items, (str, bytes, kind)):
+        raise TypeError(
+            f"{what} must be an iterable (list, generator, ...) of {kind.__name__}s, got one "
+            f"{type(items).__name__}: wrap it in a list"
+        )
+
+
 def _document_key(document: Document, doc_id_key: str) -> str:
     value = document.metadata.get(doc_id_key)
     return str(value) if value not in (None, "") else document.doc_id
 
 
 def chunk_documents(
-    documents: Sequence[Document],
+    documents: Iterable[Document],
     node_parser: Optional[NodeParser] = None,
     doc_id_key: str = "doc_id",
     show_progress: bool = False,
-) -> List[BaseNode]:
-    """Chunk documents; each chunk's metadata names its document under ``doc_id_key``."""
+) -> ChunkedNodes:
+    """Chunk documents; each chunk's metadata names its document under ``doc_id_key``.
+
+    Every document is checked (type, unique id) before any is chunked.
+    Documents with no text to index (empty, whitespace-only, or no chunks from
+    the parser) are skipped with one warning naming them; their ids are in the
+    result's ``skipped_documents``.
+
+    Args:
+        documents: any iterable of ``Document`` (a list, a generator, ...).
+        node_parser: the parser (:func:`default_node_parser` when ``None``).
+        doc_id_key: metadata key naming a document's id (else its ``doc_id``).
+        show_progress: show a progress bar over the documents.
+
+    Raises:
+        TypeError: an item is not a ``Document``.
+        ValueError: two documents share an id, every document was empty, or
+            the parser timed out on a document (named, with its size).
+    """
+    _refuse_single(documents, "documents", Document)
     keyed: List[Document] = []
     seen: Dict[str, int] = {}
+    blank: List[str] = []
     for position, document in enumerate(documents):
         if not isinstance(document, Document):
             raise TypeError(
@@ -143,24 +282,84 @@ def chunk_documents(
                 f"{key!r} (metadata[{doc_id_key!r}] or doc_id): give each document its own id"
             )
         seen[key] = position
+        if not document.get_content(metadata_mode=MetadataMode.NONE).strip():
+            blank.append(key)
+            continue
         copy = document.model_copy(deep=True)
         copy.id_ = key
         copy.metadata[doc_id_key] = key
         keyed.append(copy)
     parser = node_parser or default_node_parser()
-    return parser.get_nodes_from_documents(keyed, show_progress=show_progress)
+    nodes = ChunkedNodes()
+    chunkless: List[str] = []
+    items: Iterable[Document] = keyed
+    if show_progress:
+        items = tqdm(keyed, desc="Chunking documents")
+    for document in items:
+        chunks = _parse_one(parser, document)
+        if not chunks:
+            chunkless.append(document.id_)
+        nodes.extend(chunks)
+    skipped = set(blank + chunkless)
+    nodes.skipped_documents = [key for key in seen if key in skipped]
+    if nodes.skipped_documents:
+        if not nodes:
+            raise ValueError(
+                f"every document was empty: the {len(seen)} given ({_names(nodes.skipped_documents)}) "
+                "have no text to index (empty, whitespace-only, or no chunks from the node "
+                "parser); check how they were read (file type, encoding, text field)"
+            )
+        logger.warning(
+            "skipped %d of %d documents with no text to index (empty, whitespace-only, or no "
+            "chunks from the node parser): %s",
+            len(nodes.skipped_documents), len(seen), _names(nodes.skipped_documents),
+        )
+    return nodes
+
+
+def _parse_one(parser: NodeParser, document: Document) -> List[BaseNode]:
+    """One document's chunks; a parser timeout names the document and the fix."""
+    try:
+        return parser.get_nodes_from_documents([document])
+    except TimeoutError as exc:
+        raise ValueError(
+            f"document {document.id_!r} ({len(document.text):,} characters) could not be chunked: "
+            f"{type(parser).__name__} timed out ({exc}). Use default_node_parser(), or pass "
+            "chunking_tokenizer_fn=windowed_sentence_tokenizer() to your SentenceSplitter, "
+            "or split the document into parts"
+        ) from exc
 
 
 def group_nodes(
     nodes: Iterable[BaseNode], doc_id_key: str = "doc_id"
-) -> Dict[str, List[BaseNode]]:
+) -> NodeGroups:
     """Copies of ``nodes`` grouped by document, with ``ref_doc_id`` set to the key.
 
     The user's nodes are never modified; a different original ``ref_doc_id``
-    is kept in metadata under ``original_ref_doc_id``.
+    is kept in metadata under ``original_ref_doc_id``. Blank nodes (no text;
+    ``IndexNode`` links are kept) are skipped, and so is a document left with
+    no node, with one warning naming them; the result's ``skipped_nodes`` and
+    ``skipped_documents`` list their ids.
+
+    Args:
+        nodes: any iterable of nodes (a list, a generator, ...).
+        doc_id_key: metadata key naming each node's document.
+
+    Raises:
+        TypeError: an item is not a node.
+        ValueError: a node does not name its document, two nodes share an id
+            (both documents are named), or every node was blank.
     """
-    groups: Dict[str, List[BaseNode]] = {}
+    _refuse_single(nodes, "nodes", BaseNode)
+    groups = NodeGroups()
+    owners: Dict[str, Tuple[str, int]] = {}
+    blank: Dict[str, List[str]] = {}
     for position, node in enumerate(nodes):
+        if not isinstance(node, BaseNode):
+            raise TypeError(
+                f"nodes[{position}] is a {type(node).__name__}, not a node (TextNode, IndexNode, "
+                "...); use from_documents(...) for documents"
+            )
         key = node.metadata.get(doc_id_key)
         if key in (None, ""):
             raise ValueError(
@@ -169,6 +368,10 @@ def group_nodes(
                 "pass doc_id_key= with the key your nodes use"
             )
         key = str(key)
+        _refuse_duplicate(node.node_id, key, position, owners)
+        if _is_blank(node):
+            blank.setdefault(key, []).append(node.node_id)
+            continue
         copy = _own_copy(node)
         original = node.ref_doc_id
         if original is not None and original != key:
@@ -177,7 +380,67 @@ def group_nodes(
         copy.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=key)
         _exclude(copy, [doc_id_key], llm=False)
         groups.setdefault(key, []).append(copy)
+    groups.skipped_nodes = [node_id for ids in blank.values() for node_id in ids]
+    emptied = [key for key in blank if key not in groups]
+    groups.skipped_documents = list(getattr(nodes, "skipped_documents", [])) + emptied
+    if groups.skipped_nodes:
+        if not groups:
+            raise ValueError(
+                f"every document was empty: all {len(groups.skipped_nodes)} nodes "
+                f"({_names(groups.skipped_nodes)}) of {_names(emptied)} have no text; "
+                "pass nodes with text (IndexNode links are kept)"
+            )
+        logger.warning(
+            "skipped %d blank nodes (no text): %s; documents left with no node, skipped: %s",
+            len(groups.skipped_nodes), _names(groups.skipped_nodes), _names(emptied) or "none",
+        )
     return groups
+
+
+def _refuse_duplicate(
+    node_id: str, doc_id: str, position: int, owners: Dict[str, Tuple[str, int]]
+) -> None:
+    """Refuse a node id seen before: the second node would overwrite the first in the stores."""
+    if node_id not in owners:
+        owners[node_id] = (doc_id, position)
+        return
+    first_doc, first_position = owners[node_id]
+    where = (
+        f"twice in document {doc_id!r}" if first_doc == doc_id
+        else f"in two documents, {first_doc!r} and {doc_id!r}"
+    )
+    raise ValueError(
+        f"node id {node_id!r} is used {where} (nodes[{first_position}] and nodes[{position}]); "
+        "the second would overwrite the first: give every node its own id_ "
+        "(e.g. f'{doc_id}-{i}') or drop the copy"
+    )
+
+
+def check_new_node_ids(
+    groups: Mapping[str, Sequence[BaseNode]], indexed: Mapping[str, str]
+) -> None:
+    """Refuse new nodes whose id is already indexed under another document.
+
+    An id may be reused only by its own document (an update replaces all its
+    chunks); a reuse by another document would overwrite that document's chunk.
+
+    Args:
+        groups: new nodes by document id (:func:`group_nodes` output).
+        indexed: node id -> document id of every chunk already in the index.
+
+    Raises:
+        ValueError: naming the node id, the new document and the indexed one.
+    """
+    for doc_id, nodes in groups.items():
+        for node in nodes:
+            owner = indexed.get(node.node_id)
+            if owner is not None and owner != doc_id:
+                raise ValueError(
+                    f"node id {node.node_id!r} of document {doc_id!r} is already indexed as a "
+                    f"chunk of document {owner!r}; adding it would overwrite that chunk: give "
+                    "the new node its own id_, or delete_document("
+                    f"{owner!r}) first if it moved"
+                )
 
 
 def _own_copy(node: BaseNode) -> BaseNode:
@@ -272,26 +535,85 @@ def attach_embeddings(
     embed_model: BaseEmbedding,
     summary_embedding: SummaryEmbedding = SummaryEmbedding.TEXT,
     show_progress: bool = False,
-) -> None:
+    dim: Optional[int] = None,
+) -> Optional[int]:
     """Embed chunks that lack an embedding, then set each summary's routing vector.
 
     Works on the builder's own copies; chunks that already carry embeddings
-    are not embedded again.
+    are not embedded again. Every vector, computed or supplied with its node,
+    is checked before any is attached: finite, and one dimension for all (and
+    ``dim`` when given), so a NaN from the model or a stray supplied vector is
+    refused, naming the model and the chunk, before anything is indexed.
+
+    Args:
+        built: :func:`build_documents` output.
+        embed_model: the model for chunks without an embedding (and summaries).
+        summary_embedding: what summaries are routed by (:class:`SummaryEmbedding`).
+        show_progress: show the embedding progress bar.
+        dim: the dimension the index already holds (e.g. in ``add_nodes``).
+
+    Returns:
+        The vectors' dimension (``dim`` when there are no chunks).
+
+    Raises:
+        ValueError: a vector is empty, has NaN/inf values or the wrong dimension.
     """
     mode = SummaryEmbedding(summary_embedding)
+    model_name = getattr(embed_model, "model_name", None) or type(embed_model).__name__
+    supplied = {c.node_id for c in built.chunk_nodes if c.embedding is not None}
     vectors = embed_nodes(built.chunk_nodes, embed_model, show_progress=show_progress)
-    for chunk in built.chunk_nodes:
-        chunk.embedding = vectors[chunk.node_id]
-    if mode == SummaryEmbedding.TEXT:
-        return  # summaries are embedded from their text by the index
+
+    def chunk(node: BaseNode) -> str:
+        source = "its own embedding, supplied with the node" if node.node_id in supplied else "computed"
+        return f"chunk {node.node_id!r} of document {node.ref_doc_id!r} ({source})"
+
+    dim = _check_embeddings(built.chunk_nodes, vectors, model_name, chunk, dim)
     texts = (
         embed_nodes(built.summary_nodes, embed_model, show_progress=show_progress)
         if mode == SummaryEmbedding.BLEND
         else {}
     )
+    if texts:
+        _check_embeddings(
+            built.summary_nodes, texts, model_name, lambda n: f"the summary of {n.index_id!r}", dim
+        )
+    for node in built.chunk_nodes:
+        node.embedding = vectors[node.node_id]
+    if mode == SummaryEmbedding.TEXT:
+        return dim  # summaries are embedded from their text by the index
     for summary in built.summary_nodes:
         record = built.records[summary.index_id]
         centroid = _unit(np.mean([vectors[c] for c in record.chunk_ids], axis=0))
         if mode == SummaryEmbedding.BLEND:
             centroid = _unit(centroid + _unit(texts[summary.node_id]))
         summary.embedding = centroid.tolist()
+    return dim
+
+
+def _check_embeddings(
+    nodes: Sequence[BaseNode],
+    vectors: Mapping[str, Sequence[float]],
+    model_name: str,
+    describe: Callable[[BaseNode], str],
+    dim: Optional[int],
+    block: int = 4096,
+) -> Optional[int]:
+    """:func:`check_vectors` over every node's vector, ``block`` rows at a time.
+
+    The bulk check is one numpy pass per block; only a failing vector is
+    checked alone, so the error names its node.
+    """
+    for node in nodes:
+        vector = vectors[node.node_id]
+        if dim is None and len(vector):
+            dim = len(vector)
+        if not len(vector) or len(vector) != dim:
+            check_vectors(vector, model_name, describe(node), dim=dim)
+    for start in range(0, len(nodes), block):
+        part = nodes[start : start + block]
+        rows = np.asarray([vectors[n.node_id] for n in part], dtype=np.float64)
+        finite = np.isfinite(rows).all(axis=1)
+        if not finite.all():
+            bad = part[int(np.argmin(finite))]
+            check_vectors(vectors[bad.node_id], model_name, describe(bad), dim=dim)
+    return dim
