@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from llama_index.core.schema import BaseNode, Document, NodeWithScore
-from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
 
 from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterError, filterable_metadata
 from llama_index_ext_recursive.persist import PersistError
@@ -59,6 +64,7 @@ EXTRAS = {
 }
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_MANIFEST = "MANIFEST.json"  # what persist writes into an index folder
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
@@ -165,9 +171,13 @@ def _check_creatable(flag: str, path: Path) -> None:
 def _is_our_index(folder: Path) -> bool:
     """Whether ``folder`` holds an index written by ``RecursiveSummaryRetriever.persist``.
 
-    Its ``config.json`` must be a JSON object with ``format_version`` and
-    ``documents``: a project folder with an unrelated ``config.json`` is not ours.
+    A ``MANIFEST.json`` marks one (persist then checks it further); so does a
+    ``config.json`` (the earlier layout) that is a JSON object with
+    ``format_version`` and ``documents``: a project folder with an unrelated
+    ``config.json`` is not ours.
     """
+    if (folder / _MANIFEST).is_file():
+        return True
     config = folder / "config.json"
     if not config.is_file():
         return False
@@ -275,26 +285,26 @@ def _number(raw: str) -> Optional[float]:
     return None
 
 
-def _typed(key: str, raw: str, types: Set[str], example: Any) -> Tuple[FilterOperator, Any]:
-    """``raw`` as the type ``key`` holds; mixed string/number keys match either form."""
+def _typed(key: str, raw: str, types: Set[str], example: Any) -> List[Any]:
+    """``raw`` as the type ``key`` holds: one value, or two (text and number) for a mixed key."""
     where = f"--filter {key}={raw}"
-    if types == {"bool"}:
+    if types == {"bool"}:  # MetadataFilter takes no bools; True == 1 wherever filters compare
         if raw.lower() in ("true", "false"):
-            return FilterOperator.EQ, raw.lower() == "true"
+            return [int(raw.lower() == "true")]
         raise CliError(f"{where}: {key!r} holds true/false in this index; pass {key}=true or {key}=false")
     numeric = types & {"int", "float", "bool"}
     if not numeric:
-        return FilterOperator.EQ, raw
+        return [raw]
     if raw.lower() in _NON_FINITE:
         raise CliError(f"{where}: {raw!r} is not a finite number, and NaN or infinity never "
                        f"matches {key!r}; pass a number such as {example!r}")
     number = _number(raw)
     if "str" in types:  # both kinds indexed: match the text and, when it is one, the number
-        return (FilterOperator.IN, [raw, number]) if number is not None else (FilterOperator.EQ, raw)
+        return [raw] if number is None else [raw, number]
     if number is None:
         raise CliError(f"{where}: {key!r} holds numbers in this index (e.g. {example!r}), "
                        f"and {raw!r} is not a number")
-    return FilterOperator.EQ, number
+    return [number]
 
 
 def typed_filters(
@@ -311,17 +321,19 @@ def typed_filters(
     if not pairs:
         return None
     profiles = _profiles(_corpus_nodes(retriever))
-    leaves = []
+    leaves: List[Any] = []
     for key, raw in pairs:
         profile = profiles.get(key)
         if profile is None:  # unknown: the vocabulary check below names the closest key
             leaves.append(MetadataFilter(key=key, value=raw))
-        elif profile.elements and not profile.scalars:
-            _, value = _typed(key, raw, profile.elements, profile.example)
-            leaves.append(MetadataFilter(key=key, value=value, operator=FilterOperator.CONTAINS))
-        else:
-            operator, value = _typed(key, raw, profile.scalars, profile.example)
-            leaves.append(MetadataFilter(key=key, value=value, operator=operator))
+            continue
+        in_lists = bool(profile.elements) and not profile.scalars
+        operator = FilterOperator.CONTAINS if in_lists else FilterOperator.EQ
+        values = _typed(key, raw, profile.elements if in_lists else profile.scalars, profile.example)
+        options = [MetadataFilter(key=key, value=v, operator=operator) for v in values]
+        # MetadataFilter values have one type, so "either form" is an OR of two leaves
+        leaves.append(options[0] if len(options) == 1
+                      else MetadataFilters(filters=options, condition=FilterCondition.OR))
     filters = MetadataFilters(filters=leaves)
     vocabulary = retriever.filter_vocabulary
     problems = vocabulary.problems(filters)
@@ -537,9 +549,9 @@ def cmd_query(args: argparse.Namespace) -> None:
     top_k = _count("--top-k", args.top_k, allow_none=True)
     pairs = split_filters(args.filter)
     index = Path(args.persist_dir)
-    if index.is_dir() and not (index / "config.json").exists():
-        raise CliError(f"{index} has no config.json, so it is not an index written by llama-recursive "
-                       f"build (or not a complete one); build it with: llama-recursive build DIR --persist {index}")
+    if index.is_dir() and not any((index / name).exists() for name in (_MANIFEST, "config.json")):
+        raise CliError(f"{index} has no {_MANIFEST} or config.json, so it is not an index written by "
+                       f"llama-recursive build; build one with: llama-recursive build DIR --persist {index}")
     overrides = {"similarity_top_k": top_k} if top_k is not None else {}
     retriever = RecursiveSummaryRetriever.from_persist_dir(args.persist_dir, **overrides)
     bundle = FilteredQueryBundle(question, filters=typed_filters(pairs, retriever))
