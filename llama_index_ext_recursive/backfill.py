@@ -43,8 +43,9 @@ from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-from llama_index.core.schema import BaseNode, NodeWithScore, ObjectType, QueryBundle
+from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, ObjectType, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.storage.kvstore.simple_kvstore import SimpleKVStore
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -446,7 +447,7 @@ def _docstore_vocabulary(docstore: BaseDocumentStore, refresh: bool) -> FilterVo
                 cached = None
         if cached is not None:
             return cached
-    vocabulary = FilterVocabulary.from_nodes(docstore.docs.values())
+    vocabulary = _read_vocabulary(docstore)
     if vocabulary:  # an empty one is not kept: nodes may arrive later
         with _VOCABULARIES_LOCK:
             try:
@@ -454,6 +455,43 @@ def _docstore_vocabulary(docstore: BaseDocumentStore, refresh: bool) -> FilterVo
             except TypeError:
                 pass
     return vocabulary
+
+
+def _read_vocabulary(docstore: BaseDocumentStore) -> FilterVocabulary:
+    raw = _raw_nodes(docstore)
+    if raw is not None:
+        vocabulary = FilterVocabulary()
+        try:
+            for stored in raw.values():
+                vocabulary.add_metadata(_stored_metadata(stored["__data__"]))
+            return vocabulary
+        except (KeyError, TypeError, AttributeError):  # another layout: read the nodes
+            logger.debug("docstore entries are not in the expected layout; reading nodes")
+    return FilterVocabulary.from_nodes(docstore.docs.values())
+
+
+def _raw_nodes(docstore: BaseDocumentStore) -> Optional[Dict[str, Any]]:
+    """The stored JSON of every node of an in-memory docstore (``SimpleDocumentStore``).
+
+    Reading metadata from it is about 12x faster than building every node
+    (``docstore.docs``: 130 ms instead of 1.6 s for 20k nodes,
+    benchmarks/results/bad-input.md), which keeps the re-read after an
+    unknown key cheap. ``None`` for other docstores.
+    """
+    kvstore = getattr(docstore, "_kvstore", None)
+    collection = getattr(docstore, "_node_collection", None)
+    if not isinstance(kvstore, SimpleKVStore) or not isinstance(collection, str):
+        return None
+    return kvstore.get_all(collection)
+
+
+def _stored_metadata(data: Dict[str, Any]) -> Dict[str, Any]:
+    """What ``filterable_metadata`` gives for a node, from its stored JSON."""
+    metadata = data.get("metadata") or {}
+    source = (data.get("relationships") or {}).get(NodeRelationship.SOURCE.value)
+    if "ref_doc_id" not in metadata and isinstance(source, dict) and source.get("node_id"):
+        return {**metadata, "ref_doc_id": source["node_id"]}
+    return metadata
 
 
 # -- the store's dimension ------------------------------------------------------------

@@ -587,3 +587,19 @@ def test_property_raise_policy_never_returns_a_silent_empty_list(rows, filters, 
         else:
             results = retriever.retrieve(bundle)  # no FilterError; may legitimately be empty
             assert isinstance(results, list)
+
+
+def test_vocabulary_read_from_stored_json_equals_the_one_from_nodes(lexical):
+    from llama_index.core import Document
+
+    documents = [
+        Document(text="Queen bees lay eggs.", doc_id="bees", metadata={"category": "biology", "year": 2019}),
+        Document(text="Panels convert sunlight.", doc_id="solar", metadata={"category": "energy", "tags": ["pv"]}),
+    ]
+    index = VectorStoreIndex.from_documents(documents, embed_model=lexical)
+    fast = BackfillVectorRetriever(index).filter_vocabulary(refresh=True)
+    slow = FilterVocabulary.from_nodes(index.docstore.docs.values())
+    assert fast.keys == slow.keys == ["category", "ref_doc_id", "tags", "year"]
+    assert {k: fast.kinds(k) for k in fast.keys} == {k: slow.kinds(k) for k in slow.keys}
+    with pytest.raises(FilterError, match="ref_doc_id=5 is a number"):
+        BackfillVectorRetriever(index).retrieve(FilteredQueryBundle("bees", filters={"ref_doc_id": 5}))
