@@ -1,15 +1,26 @@
 """PostgreSQL + pgvector, on a real server (``pg_server`` fixture, tests/pg_server.py).
 
-Synthetic embeddings for store logic; real sentences where full-text search matters.
+Synthetic embeddings for store logic; real sentences where full-text search matters;
+the real model for the fault tests (hung server, restart, event loops) on a server of
+their own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import os
 import re
+import signal
+import threading
+import time
+from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
+import psycopg2.errors
 import pytest
+import sqlalchemy.exc
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import QueryBundle, TextNode
@@ -24,10 +35,10 @@ from sqlalchemy import event
 from conftest import DIM as LEXICAL_DIM
 from conftest import topic_nodes
 from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever
-from llama_index_ext_recursive.postgres import pg_hybrid_retriever, pgvector_store
+from llama_index_ext_recursive.postgres import PostgresTimeoutError, pg_hybrid_retriever, pgvector_store
 from llama_index_ext_recursive.recursive import RecursiveSummaryRetriever
 from llama_index_ext_recursive.store import NumpyVectorStore
-from pg_server import PgServer
+from pg_server import PgServer, start_server
 
 K = 10
 
@@ -380,3 +391,214 @@ async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_defaul
     }
     assert all(routed.values()), statements
     assert any("metadata_->>'category' = 'energy'" in s for s in routed["solar"])
+
+
+# -------------------------------------------------------------------- faults
+# A server of these tests' own, since they freeze and restart it; the real
+# model embeds the documents and queries.
+
+FAULT_TIMEOUT = 2.0  # statement_timeout and connect_timeout of the fault tests' stores
+# the longest any call may take before the test calls it a hang (generous:
+# statement_timeout + grace + connect_timeout is 5 s)
+HANG = 60.0
+FAULT_QUERY = "the queen bee lays eggs"
+
+
+@pytest.fixture(scope="module")
+def fault_server():
+    with start_server() as server:
+        yield server
+
+
+def _fault_store(server: PgServer, table_name: str, dim: int) -> PGVectorStore:
+    return pgvector_store(
+        **server.params(), table_name=table_name, embed_dim=dim, hybrid_search=True,
+        statement_timeout=FAULT_TIMEOUT, connect_timeout=FAULT_TIMEOUT,
+    )
+
+
+@pytest.fixture
+def fault_index(fault_server, real_model):
+    """The three topic documents, embedded by the real model, on the fault server."""
+    dim = len(real_model.get_text_embedding("dimension"))
+    store = _fault_store(fault_server, fault_server.table_name("faults"), dim)
+    index = VectorStoreIndex(
+        topic_nodes(), storage_context=StorageContext.from_defaults(vector_store=store), embed_model=real_model
+    )
+    yield index
+    asyncio.run(store.close())
+
+
+def _bounded(call, limit: float = HANG) -> dict:
+    """Run ``call`` in a thread: {"value" or "error", "seconds"}; fail if it still waits after ``limit``."""
+    box: dict = {}
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the test, which checks its type
+            box["error"] = exc
+        box["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert not thread.is_alive(), f"the call still waits after {limit} s: no client-side timeout"
+    return box
+
+
+def _assert_timeout(box: dict, settings: set, bound: float) -> None:
+    error = box.get("error")
+    assert isinstance(error, PostgresTimeoutError), box
+    assert isinstance(error, TimeoutError)
+    assert error.setting in settings and error.seconds == FAULT_TIMEOUT
+    assert f"{error.setting}=2 s" in str(error) and f"pgvector_store(..., {error.setting}=" in str(error)
+    assert box["seconds"] < bound, box
+
+
+def test_frozen_server_gives_a_timeout_error_within_the_bound_then_answers_again(fault_server, fault_index):
+    retriever = pg_hybrid_retriever(fault_index)
+    expected = retriever.retrieve(FAULT_QUERY)
+    assert _ids(expected)[0] == "bees-0"
+    loop = asyncio.new_event_loop()  # keeps its pooled asyncpg connection across calls
+    try:
+        assert _ids(loop.run_until_complete(retriever.aretrieve(FAULT_QUERY))) == _ids(expected)
+        with fault_server.frozen() as paused:
+            assert len(paused) >= 2  # the postmaster and its children
+            # sync: the pooled connection's check (a statement) times out
+            _assert_timeout(_bounded(lambda: retriever.retrieve(FAULT_QUERY)), {"statement_timeout"}, 10)
+            # async: the two children query concurrently, one on the pooled
+            # connection, one opening a new connection; whichever gives up first
+            _assert_timeout(
+                _bounded(lambda: loop.run_until_complete(retriever.aretrieve(FAULT_QUERY))),
+                {"statement_timeout", "connect_timeout"}, 10,
+            )
+            # the timed-out connections were discarded; new ones cannot be opened
+            _assert_timeout(_bounded(lambda: retriever.retrieve(FAULT_QUERY)), {"connect_timeout"}, 10)
+            _assert_timeout(
+                _bounded(lambda: loop.run_until_complete(retriever.aretrieve(FAULT_QUERY))),
+                {"connect_timeout"}, 10,
+            )
+        # retryable: once the server runs again, the same retriever answers as before
+        assert _ids(retriever.retrieve(FAULT_QUERY)) == _ids(expected)
+        again = loop.run_until_complete(retriever.aretrieve(FAULT_QUERY))
+        assert _ids(again) == _ids(expected) and _scores(again) == _scores(expected)
+    finally:
+        loop.run_until_complete(fault_index.vector_store.close())
+        loop.close()
+
+
+def test_slow_statement_is_cancelled_by_the_server_and_its_connection_survives(fault_index):
+    pg_hybrid_retriever(fault_index).retrieve(FAULT_QUERY)  # connects
+    with fault_index.vector_store.client.connect() as conn:
+        backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        with pytest.raises(PostgresTimeoutError, match="statement_timeout=2 s") as caught:
+            conn.exec_driver_sql("SELECT pg_sleep(30)")
+        # the server's statement_timeout cancelled it (not the client cutting the connection)
+        assert isinstance(caught.value.__cause__, psycopg2.errors.QueryCanceled)
+        conn.rollback()
+        assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == backend
+
+
+async def test_restarted_server_answers_the_next_query_sync_and_async(fault_server, fault_index, real_model):
+    retriever = pg_hybrid_retriever(fault_index)
+    expected = retriever.retrieve(FAULT_QUERY)
+    assert _ids(await retriever.aretrieve(FAULT_QUERY)) == _ids(expected)  # this loop's pool has a connection
+    store = fault_index.vector_store
+    upstream = PGVectorStore.from_params(
+        **fault_server.params(), table_name=store.table_name, embed_dim=store.embed_dim, hybrid_search=True
+    )
+    probe = VectorStoreQuery(query_embedding=real_model.get_query_embedding(FAULT_QUERY), similarity_top_k=K)
+    assert upstream.query(probe).ids
+    before = fault_server.pids()
+    fault_server.restart()
+    assert not set(before) & set(fault_server.pids())  # every old backend is gone, with its connections
+    # upstream's pooled connection is dead, and its first query after the restart fails
+    with pytest.raises(sqlalchemy.exc.OperationalError, match="server closed the connection"):
+        upstream.query(probe)
+    _dispose(upstream)
+    assert _ids(retriever.retrieve(FAULT_QUERY)) == _ids(expected)
+    after = await retriever.aretrieve(FAULT_QUERY)
+    assert _ids(after) == _ids(expected) and _scores(after) == _scores(expected)
+
+
+def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_index, real_model):
+    retriever = pg_hybrid_retriever(fault_index)
+    expected = retriever.retrieve(FAULT_QUERY)
+
+    def backends() -> int:
+        gc.collect()  # connections of closed loops close as they are collected
+        return fault_server.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        )[0][0]
+
+    start = backends()
+    for _ in range(4):
+        got = asyncio.run(retriever.aretrieve(FAULT_QUERY))
+        assert _ids(got) == _ids(expected) and _scores(got) == _scores(expected)
+    assert backends() <= start + 2  # the last loop's pool at most: earlier loops' were released
+
+    # upstream's one async engine is bound to the first loop
+    store = fault_index.vector_store
+    upstream_store = PGVectorStore.from_params(
+        **fault_server.params(), table_name=store.table_name, embed_dim=store.embed_dim, hybrid_search=True
+    )
+    upstream = pg_hybrid_retriever(VectorStoreIndex.from_vector_store(upstream_store, embed_model=real_model))
+    assert _ids(asyncio.run(upstream.aretrieve(FAULT_QUERY))) == _ids(expected)
+    with pytest.raises(RuntimeError, match="different loop"):
+        asyncio.run(upstream.aretrieve(FAULT_QUERY))
+    _dispose(upstream_store)
+
+
+async def test_aretrieve_from_a_loop_in_another_thread_while_this_loop_runs(fault_index):
+    """As in Jupyter, whose own loop runs in a thread of its own."""
+    retriever = pg_hybrid_retriever(fault_index)
+    expected = retriever.retrieve(FAULT_QUERY)
+    assert _ids(await retriever.aretrieve(FAULT_QUERY)) == _ids(expected)
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        there = asyncio.run_coroutine_threadsafe(retriever.aretrieve(FAULT_QUERY), other)
+        # both loops query at the same time, each on connections of its own
+        here, there = await asyncio.wait_for(
+            asyncio.gather(retriever.aretrieve(FAULT_QUERY), asyncio.wrap_future(there)), HANG
+        )
+        again = await retriever.aretrieve(FAULT_QUERY)  # this loop's pool is unharmed
+        for got in (here, there, again):
+            assert _ids(got) == _ids(expected) and _scores(got) == _scores(expected)
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join(HANG)
+        other.close()
+
+
+def test_timeouts_are_checked_at_construction(pg_server):
+    for name in ("connect_timeout", "statement_timeout"):
+        for bad in (0, -1.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=name):
+                pgvector_store(**pg_server.params(), table_name="x", embed_dim=4, **{name: bad})
+        for bad in (True, "5", None):
+            with pytest.raises(TypeError, match=name):
+                pgvector_store(**pg_server.params(), table_name="x", embed_dim=4, **{name: bad})
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie has exited; only its parent has not reaped it
+
+
+def test_test_server_is_stopped_even_when_paused_and_the_test_fails():
+    with pytest.raises(RuntimeError, match="the test failed"):
+        with start_server() as server:
+            pids = server.pids()
+            for pid in pids:  # as if a test died while the server was frozen
+                os.kill(pid, signal.SIGSTOP)
+            raise RuntimeError("the test failed")
+    assert len(pids) >= 2
+    assert [pid for pid in pids if _running(pid)] == []
+    assert not server.root.exists()
