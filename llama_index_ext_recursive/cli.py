@@ -33,10 +33,15 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterError, filterable_metadata
-from llama_index_ext_recursive.persist import PersistError
-from llama_index_ext_recursive.recursive import DEFAULT_TOP_K, LinkError, RecursiveSummaryRetriever
+from llama_index_ext_recursive.persist import PersistError, check_persist_target
+from llama_index_ext_recursive.recursive import (
+    DEFAULT_TOP_K,
+    LinkError,
+    RecursiveSummaryRetriever,
+    _PERSIST_KIND,
+    load_summary_cache,
+)
 from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
-from llama_index_ext_recursive.summarize import SummaryCache
 from llama_index_ext_recursive.tools import _corpus_nodes
 from llama_index_ext_recursive.validation import check_count
 
@@ -64,7 +69,6 @@ EXTRAS = {
 }
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
-_MANIFEST = "MANIFEST.json"  # what persist writes into an index folder
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
@@ -168,54 +172,27 @@ def _check_creatable(flag: str, path: Path) -> None:
         raise CliError(f"{flag} {path}: {ancestor} is not writable; pass a path you can write to")
 
 
-def _is_our_index(folder: Path) -> bool:
-    """Whether ``folder`` holds an index written by ``RecursiveSummaryRetriever.persist``.
+def _check_persist_target(target: Path, source: Path) -> None:
+    """Refuse a ``--persist`` target that ``persist`` would refuse, before any work.
 
-    A ``MANIFEST.json`` marks one (persist then checks it further); so does a
-    ``config.json`` (the earlier layout) that is a JSON object with
-    ``format_version`` and ``documents``: a project folder with an unrelated
-    ``config.json`` is not ours.
+    The target must be missing, empty, or an index this package wrote
+    (:func:`~llama_index_ext_recursive.persist.check_persist_target`), so
+    ``build docs --persist docs`` (or ``--persist .``) fails at once, before any
+    document is read or the model loads, and says why in terms of the documents.
     """
-    if (folder / _MANIFEST).is_file():
-        return True
-    config = folder / "config.json"
-    if not config.is_file():
-        return False
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and "format_version" in data and "documents" in data
-
-
-def _check_persist_target(target: Path, source: Path) -> bool:
-    """Refuse a ``--persist`` target that holds anything but an index of ours.
-
-    Persisting replaces the target folder, so ``build docs --persist docs`` (or
-    ``--persist .``) would delete the documents. Checked before any document
-    is read or the model loads. Returns whether the target is an existing index.
-    """
-    if target.exists() and not target.is_dir():
-        raise CliError(f"--persist {target} is a file, not a folder; pass a new folder name "
-                       "or an index folder written by llama-recursive build")
-    resolved, documents = target.resolve(), source.resolve()
-    if resolved == documents or resolved in documents.parents:
-        raise CliError(
-            f"--persist {target} contains the documents folder {source}, which persisting would "
-            f"delete; persist to a separate folder such as {documents.parent / (documents.name + '-index')}"
-        )
-    if target.is_dir():
-        entries = sorted(p.name for p in target.iterdir())
-        if entries and not _is_our_index(target):
-            shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        check_persist_target(target, _PERSIST_KIND)
+    except PersistError as exc:
+        resolved, documents = target.resolve(), source.resolve()
+        if resolved == documents or resolved in documents.parents:
             raise CliError(
-                f"--persist {target} is not empty and is not an index written by llama-recursive "
-                f"(it holds {shown}); persisting would replace it: pass a new or empty folder"
-            )
-        if entries:
-            return True
-    _check_creatable("--persist", target)
-    return False
+                f"--persist {target} contains the documents folder {source}, and an index cannot "
+                "share a folder with other files; nothing was changed: persist to a separate "
+                f"folder such as {documents.parent / (documents.name + '-index')}"
+            ) from exc
+        raise
+    if not target.exists():
+        _check_creatable("--persist", target)
 
 
 # ------------------------------------------------------------------ filters
@@ -526,11 +503,11 @@ def cmd_build(args: argparse.Namespace) -> None:
     if not args.doc_id_key.strip():
         raise CliError("--doc-id-key is empty; pass a metadata key such as doc_id")
     _check_directory(directory)
-    existing = _check_persist_target(target, directory)
+    _check_persist_target(target, directory)
     corpus = read_documents(directory, args.doc_id_key)
     started = time.perf_counter()
     # rebuilding over an earlier index reuses its summaries of unchanged documents
-    cache = SummaryCache(target / "summary_cache.json" if existing else None)
+    cache = load_summary_cache(target)
     retriever = RecursiveSummaryRetriever.from_documents(
         corpus.documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache
     )
@@ -548,10 +525,6 @@ def cmd_query(args: argparse.Namespace) -> None:
     question = _check_question(args.question)
     top_k = _count("--top-k", args.top_k, allow_none=True)
     pairs = split_filters(args.filter)
-    index = Path(args.persist_dir)
-    if index.is_dir() and not any((index / name).exists() for name in (_MANIFEST, "config.json")):
-        raise CliError(f"{index} has no {_MANIFEST} or config.json, so it is not an index written by "
-                       f"llama-recursive build; build one with: llama-recursive build DIR --persist {index}")
     overrides = {"similarity_top_k": top_k} if top_k is not None else {}
     retriever = RecursiveSummaryRetriever.from_persist_dir(args.persist_dir, **overrides)
     bundle = FilteredQueryBundle(question, filters=typed_filters(pairs, retriever))

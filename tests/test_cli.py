@@ -96,7 +96,8 @@ def test_build_refuses_a_folder_holding_other_files(tmp_path, capsys, untouchabl
     (project / "config.json").write_text('{"name": "my app"}', encoding="utf-8")  # not ours
     assert main(["build", str(docs), "--persist", str(project)]) == 1
     message = _error(capsys)
-    assert f"--persist {project} is not empty" in message and "config.json, thesis.txt" in message
+    assert f"refusing to persist to {project}: the folder is not empty" in message
+    assert "config.json, thesis.txt" in message
     assert (project / "thesis.txt").read_text(encoding="utf-8") == "years of work"
 
 
@@ -242,14 +243,15 @@ def test_query_arguments_are_checked_before_the_index_loads(tmp_path, capsys, un
     assert message in _error(capsys)
 
 
-def test_query_on_a_missing_or_foreign_folder_is_one_line(tmp_path, capsys):
+def test_query_on_a_missing_foreign_or_broken_folder_is_one_line(tmp_path, capsys):
     assert main(["query", str(tmp_path / "nowhere"), "bees"]) == 1
     assert "nowhere does not exist" in _error(capsys)
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
     assert main(["query", str(tmp_path), "bees"]) == 1
-    assert f"{tmp_path} has no MANIFEST.json or config.json, so it is not an index" in _error(capsys)
-    (tmp_path / "config.json").write_text("{not json", encoding="utf-8")
+    assert f"{tmp_path} holds no index written by persist() (notes.txt)" in _error(capsys)
+    (tmp_path / "MANIFEST.json").write_text("{not json", encoding="utf-8")
     assert main(["query", str(tmp_path), "bees"]) == 1
-    assert "config.json" in _error(capsys)  # a PersistError naming the broken file
+    assert f"{tmp_path / 'MANIFEST.json'} is damaged" in _error(capsys)  # a PersistError naming the file
 
 
 # ------------------------------------------------------------------ eval: checks before any work
