@@ -576,7 +576,9 @@ def pg_hybrid_retriever(
 
     Args:
         index: a ``VectorStoreIndex`` over a ``PGVectorStore`` built with
-            ``hybrid_search=True`` (e.g. by :func:`pgvector_store`).
+            ``hybrid_search=True``, by :func:`pgvector_store` for its timeouts,
+            reconnection and event-loop handling (any other ``PGVectorStore``
+            works too, with a logged warning saying what it lacks).
         similarity_top_k: number of fused results.
         child_top_k: hits each child returns (default ``similarity_top_k``).
         retriever_weights: weights of ``[vector, text]`` (default equal).
@@ -593,6 +595,13 @@ def pg_hybrid_retriever(
         raise ValueError(
             "the PGVectorStore was built without hybrid_search=True, so its table has no "
             "tsvector column to search; rebuild it with hybrid_search=True"
+        )
+    if not isinstance(store, _PGVectorStore):
+        logger.warning(
+            "pg_hybrid_retriever: this PGVectorStore was not built by pgvector_store, so it has no "
+            "client-side timeout (a hung server blocks retrieve), fails the first query after a "
+            "server restart, and its async calls work from one event loop only; build it with "
+            "llama_index_ext_recursive.postgres.pgvector_store(...)"
         )
     k = child_top_k or similarity_top_k
     kwargs.setdefault("retriever_names", ["vector", "text"])

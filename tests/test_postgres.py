@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import re
 import signal
@@ -523,8 +524,10 @@ async def test_restarted_server_answers_the_next_query_sync_and_async(fault_serv
     assert _ids(after) == _ids(expected) and _scores(after) == _scores(expected)
 
 
-def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_index, real_model):
-    retriever = pg_hybrid_retriever(fault_index)
+def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_index, real_model, caplog):
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.postgres"):
+        retriever = pg_hybrid_retriever(fault_index)
+    assert [r for r in caplog.records if r.name == "llama_index_ext_recursive.postgres"] == []
     expected = retriever.retrieve(FAULT_QUERY)
 
     def backends() -> int:
@@ -544,7 +547,9 @@ def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_i
     upstream_store = PGVectorStore.from_params(
         **fault_server.params(), table_name=store.table_name, embed_dim=store.embed_dim, hybrid_search=True
     )
-    upstream = pg_hybrid_retriever(VectorStoreIndex.from_vector_store(upstream_store, embed_model=real_model))
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.postgres"):
+        upstream = pg_hybrid_retriever(VectorStoreIndex.from_vector_store(upstream_store, embed_model=real_model))
+    assert "not built by pgvector_store" in caplog.text and "one event loop only" in caplog.text
     assert _ids(asyncio.run(upstream.aretrieve(FAULT_QUERY))) == _ids(expected)
     with pytest.raises(RuntimeError, match="different loop"):
         asyncio.run(upstream.aretrieve(FAULT_QUERY))
