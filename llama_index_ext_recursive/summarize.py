@@ -213,6 +213,9 @@ class ExtractiveSummarizer:
         limit = self.max_chars_cjk if cjk_ratio(text) > 0.3 else self.max_chars
         head = f"{title}. " if title else ""
         body = self.select(text, limit - len(head))
+        if not body:  # no sentence fits (one huge unpunctuated paragraph): its opening words
+            opening = text[: limit - len(head) + 1]
+            body = [opening[: opening.rfind(" ")] if " " in opening.strip() else opening]
         summary = head + " ".join(body)
         return summary[:limit].strip() or text[:limit].strip()
 

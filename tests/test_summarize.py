@@ -124,3 +124,78 @@ def test_chinese_summaries_fit_the_embedding_window():
     summarizer = ExtractiveSummarizer(max_chars=600, max_chars_cjk=240)
     assert len(summarizer.summarize("蜜蜂", ZH_DOC * 30)) <= 240
     assert len(summarizer.summarize("Bees", DOC * 3)) > 240  # English keeps its own budget
+
+
+def code_like(lines: int) -> str:
+    """Source-code-like text: one statement per line, many distinct identifiers."""
+    return "\n".join(
+        f"    value_{i % 997}_{i % 13} = compute_{i % 389}(item_{i}, limit={i % 50})  # step {i}"
+        for i in range(lines)
+    )
+
+
+def test_summarizer_never_considers_more_than_max_sentences(monkeypatch):
+    from llama_index_ext_recursive import summarize
+
+    rows = []
+    real = summarize._unit_rows
+    monkeypatch.setattr(summarize, "_unit_rows", lambda bags, *a: rows.append(len(bags)) or real(bags, *a))
+    text = " ".join(f"Sentence {i} talks about topic{i % 40} and item{i}." for i in range(5000))
+    summarizer = ExtractiveSummarizer(max_sentences=100)
+    candidates = summarizer.candidates(text)
+    assert len(candidates) == 100 and candidates == summarizer.candidates(text)  # deterministic
+    assert candidates[0].startswith("Sentence 0 ") and candidates[-1].startswith("Sentence 4950 ")
+    summary = summarizer.summarize("Topics", text)
+    assert rows == [100] and len(summary) <= 600
+    parts = ExtractiveSummarizer(max_sentences=100).select(text, 3000, segments=4)
+    numbers = [int(re.match(r"Sentence (\d+)", s).group(1)) for s in parts]
+    assert min(numbers) < 1250 and max(numbers) >= 3750  # the whole document is covered
+
+
+def test_documents_under_the_cap_use_every_sentence():
+    summarizer = ExtractiveSummarizer(max_sentences=21)
+    assert summarizer.candidates(DOC) == ExtractiveSummarizer().candidates(DOC)
+    assert len(summarizer.candidates(DOC)) == 21
+    assert summarizer.summarize("Bees", DOC) == ExtractiveSummarizer().summarize("Bees", DOC)
+
+
+def test_summarizing_source_code_allocates_megabytes_not_gigabytes():
+    import tracemalloc
+
+    text = code_like(8000)  # 8000 lines x 24,391 terms: a dense float64 matrix is 1.45 GiB
+    tracemalloc.start()
+    try:
+        summary = ExtractiveSummarizer().summarize("module.py", text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert summary.startswith("module.py. ") and "compute_" in summary
+    assert peak < 100 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_text_without_sentence_breaks_is_summarized_by_its_opening_words():
+    text = " ".join(["word"] * 200_000)  # one 1 MB "sentence": longer than any budget
+    summary = ExtractiveSummarizer().summarize("Words", text)
+    assert summary.startswith("Words. word word") and summary.endswith(" word")
+    assert 550 < len(summary) <= 600  # the budget, cut at a word boundary, not just the title
+
+
+def test_max_sentences_is_validated_persisted_and_part_of_the_fingerprint():
+    with pytest.raises(TypeError, match="max_sentences must be an integer"):
+        ExtractiveSummarizer(max_sentences=True)
+    with pytest.raises(ValueError, match="max_sentences must be >= 2"):
+        ExtractiveSummarizer(max_sentences=1)
+    summarizer = ExtractiveSummarizer(max_sentences=500)
+    restored = ExtractiveSummarizer.from_dict(summarizer.to_dict())
+    assert restored.max_sentences == 500 and restored.fingerprint == summarizer.fingerprint
+    assert summarizer.fingerprint != ExtractiveSummarizer().fingerprint
+    old = {"type": "extractive", "max_chars": 600, "diversity_lambda": 0.7}  # saved before the cap
+    assert ExtractiveSummarizer.from_dict(old).max_sentences == ExtractiveSummarizer().max_sentences
+
+
+def test_cjk_ratio_counts_characters_and_latin_letters():
+    from llama_index_ext_recursive.summarize import cjk_ratio
+
+    assert cjk_ratio("蜜蜂 bees") == 2 / 6
+    assert cjk_ratio("蜜蜂采蜜。") == 1.0 and cjk_ratio("... 123") == 0.0 and cjk_ratio("  ") == 0.0
+    assert cjk_ratio("U.S. 3.5 蜜蜂") == 2 / (2 + len("U.S.") + len("3.5"))  # words keep their dots
