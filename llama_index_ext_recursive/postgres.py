@@ -212,7 +212,7 @@ _WATCHDOG = _Watchdog()
 class _WatchedConnection(psycopg2.extensions.connection):
     """A psycopg2 connection whose commits and rollbacks the watchdog bounds."""
 
-    client_timeout: float = DEFAULT_STATEMENT_TIMEOUT + CLIENT_GRACE
+    client_timeout: float  # set by the creator: statement_timeout + CLIENT_GRACE
     timed_out = False
 
     def cut(self) -> None:
@@ -290,33 +290,32 @@ class _LoopEngines:
     def __init__(self, make_engine: Callable[[], AsyncEngine]) -> None:
         self._make_engine = make_engine
         self._lock = threading.Lock()
-        self._makers: Dict[asyncio.AbstractEventLoop, async_sessionmaker] = {}
+        self._engines: Dict[asyncio.AbstractEventLoop, Tuple[AsyncEngine, async_sessionmaker]] = {}
 
     def __call__(self) -> AsyncSession:
         """A session on the running loop's engine (what ``PGVectorStore`` calls ``_async_session()``)."""
         loop = asyncio.get_running_loop()
         with self._lock:
             self._drop_closed()
-            maker = self._makers.get(loop)
-            if maker is None:
+            if loop not in self._engines:
                 engine = self._make_engine()
-                maker = async_sessionmaker(engine)
-                self._makers[loop] = maker
-                logger.debug("new async engine for event loop %#x (%d loops)", id(loop), len(self._makers))
-        return maker()
+                self._engines[loop] = (engine, async_sessionmaker(engine))
+                logger.debug("new async engine for event loop %#x (%d loops)", id(loop), len(self._engines))
+            _, make_session = self._engines[loop]
+        return make_session()
 
     def _drop_closed(self) -> None:
-        for loop in [loop for loop in self._makers if loop.is_closed()]:
-            self._makers.pop(loop).kw["bind"].sync_engine.dispose(close=False)
+        for loop in [loop for loop in self._engines if loop.is_closed()]:
+            engine, _ = self._engines.pop(loop)
+            engine.sync_engine.dispose(close=False)
 
     async def dispose(self) -> None:
         """Dispose of the running loop's engine; ask the other live loops to dispose of theirs."""
         current = asyncio.get_running_loop()
         with self._lock:
             self._drop_closed()
-            makers, self._makers = self._makers, {}
-        for loop, maker in makers.items():
-            engine = maker.kw["bind"]
+            engines, self._engines = self._engines, {}
+        for loop, (engine, _) in engines.items():
             if loop is current:
                 await engine.dispose()
             else:
@@ -326,7 +325,9 @@ class _LoopEngines:
 # --------------------------------------------------------------------- store
 
 class _PGVectorStore(PGVectorStore):
-    """``PGVectorStore`` with per-loop async engines and, optionally, re-sorted dense results.
+    """``PGVectorStore`` on the engines :func:`pgvector_store` builds: one async
+    engine per event loop, async queries retried once on a dead connection, and
+    (with ``relaxed_order``) dense results re-sorted.
 
     ``hnsw.iterative_scan=relaxed_order`` may return rows slightly out of
     distance order (pgvector's documented trade-off for recall); ranks feed

@@ -502,7 +502,9 @@ def test_slow_statement_is_cancelled_by_the_server_and_its_connection_survives(f
         assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == backend
 
 
-async def test_restarted_server_answers_the_next_query_sync_and_async(fault_server, fault_index, real_model):
+async def test_restarted_server_answers_the_next_query_sync_and_async(
+    fault_server, fault_index, real_model, caplog
+):
     retriever = pg_hybrid_retriever(fault_index)
     expected = retriever.retrieve(FAULT_QUERY)
     assert _ids(await retriever.aretrieve(FAULT_QUERY)) == _ids(expected)  # this loop's pool has a connection
@@ -519,9 +521,12 @@ async def test_restarted_server_answers_the_next_query_sync_and_async(fault_serv
     with pytest.raises(sqlalchemy.exc.OperationalError, match="server closed the connection"):
         upstream.query(probe)
     _dispose(upstream)
-    assert _ids(retriever.retrieve(FAULT_QUERY)) == _ids(expected)
-    after = await retriever.aretrieve(FAULT_QUERY)
+    assert _ids(retriever.retrieve(FAULT_QUERY)) == _ids(expected)  # the pool's check replaced it
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.postgres"):
+        after = await retriever.aretrieve(FAULT_QUERY)
     assert _ids(after) == _ids(expected) and _scores(after) == _scores(expected)
+    # the async connection was dead too: the query was retried on a new one
+    assert "retrying the query on a new connection" in caplog.text
 
 
 def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_index, real_model, caplog):
