@@ -52,6 +52,7 @@ from llama_index_ext_recursive.builder import (
     attach_embeddings,
     build_documents,
     default_node_parser,
+    check_new_node_ids,
     chunk_documents,
     group_nodes,
     node_parser_config,
@@ -379,7 +380,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         summarizer = summarizer or ExtractiveSummarizer()
         built = build_documents(groups, doc_id_key, summarizer, cache, progress)
         model = resolve_embed_model(embed_model)
-        attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
+        dim = attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
+        _embed_summaries(built, model, dim)
         summary_index = _new_index(built.summary_nodes, model, progress, summary_vector_store)
         chunk_index = _new_index(built.chunk_nodes, model, progress, chunk_vector_store)
         return cls(
@@ -928,11 +930,12 @@ class RecursiveSummaryRetriever(BaseRetriever):
         chunk_index = self._require_stores("add_nodes")
         with self._update_lock:  # one update at a time; readers go on meanwhile
             groups = group_nodes(list(nodes), self.doc_id_key)
+            current = self._documents  # only updates (serialised here) replace it
+            check_new_node_ids(groups, {c: r.doc_id for r in current.values() for c in r.chunk_ids})
             progress = _auto_progress(show_progress, len(groups))
             built = build_documents(
                 groups, self.doc_id_key, self._summarizer, self._summary_cache, progress
             )
-            current = self._documents  # only updates (serialised here) replace it
             changed = []
             for doc_id, record in built.records.items():
                 existing = current.get(doc_id)
@@ -948,10 +951,14 @@ class RecursiveSummaryRetriever(BaseRetriever):
             )
             if not changed:
                 return []
-            _check_new_chunk_ids(built, current)
-            attach_embeddings(built, self._embed_model, self.summary_embedding, progress)
-            _embed_summaries(built, self._embed_model)
-            _check_dimension(built, self._summary_index, self._embed_model)
+            dim = attach_embeddings(
+                built,
+                self._embed_model,
+                self.summary_embedding,
+                progress,
+                dim=stored_dimension(chunk_index.vector_store),
+            )
+            _embed_summaries(built, self._embed_model, dim)
             summaries = {**self._summaries, **{s.index_id: s for s in built.summary_nodes}}
             documents = {**current, **built.records}
             self._check_links(summaries, documents, {n.node_id: n for n in built.chunk_nodes})
@@ -1250,32 +1257,17 @@ def _check_build_arguments(kwargs: Mapping[str, Any], where: str) -> None:
     _check_settings(**kwargs)
 
 
-def _check_new_chunk_ids(built: BuiltDocuments, current: Mapping[str, DocumentRecord]) -> None:
-    """A chunk id may be reused only by its own document (an update)."""
-    owner = {c: r.doc_id for r in current.values() for c in r.chunk_ids}
-    for node in built.chunk_nodes:
-        other = owner.get(node.node_id)
-        if other is not None and other != node.ref_doc_id:
-            raise ValueError(
-                f"node id {node.node_id!r} of document {node.ref_doc_id!r} is already used by "
-                f"document {other!r}; give each node its own id"
-            )
-
-
-def _embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding) -> None:
-    """Embed summaries that still lack a vector now, not inside the store swap."""
+def _embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding, dim: Optional[int]) -> None:
+    """Embed (and check) summaries that still lack a vector (``SummaryEmbedding.TEXT``)
+    before anything is indexed, so neither a build nor an update's swap calls the model."""
     todo = [s for s in built.summary_nodes if s.embedding is None]
-    if todo:
-        vectors = embed_nodes(todo, embed_model)
-        for summary in todo:
-            summary.embedding = vectors[summary.node_id]
-
-
-def _check_dimension(built: BuiltDocuments, index: VectorStoreIndex, embed_model: BaseEmbedding) -> None:
-    dim = stored_dimension(index.vector_store)
-    vectors = [n.embedding for n in built.chunk_nodes + built.summary_nodes if n.embedding is not None]
-    if vectors:
-        check_vectors(vectors, embed_model_name(embed_model), "the new documents", dim)
+    if not todo:
+        return
+    vectors = embed_nodes(todo, embed_model)
+    name = embed_model_name(embed_model)
+    for summary in todo:
+        check_vectors(vectors[summary.node_id], name, f"the summary of {summary.index_id!r}", dim)
+        summary.embedding = vectors[summary.node_id]
 
 
 def _saved_nodes(index: VectorStoreIndex, node_ids: List[str]) -> List[BaseNode]:

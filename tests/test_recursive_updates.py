@@ -93,7 +93,7 @@ def test_a_node_id_used_by_another_document_is_refused_before_any_change(lexical
     before = snapshot(retriever)
     clash = topic_nodes()[0].model_copy()  # id "bees-0"
     clash.metadata = {**clash.metadata, "doc_id": "other"}
-    with pytest.raises(ValueError, match=r"'bees-0' of document 'other' is already used by document 'bees'"):
+    with pytest.raises(ValueError, match=r"'bees-0' of document 'other' is already indexed as a chunk of document 'bees'"):
         retriever.add_nodes([clash])
     assert snapshot(retriever) == before
 
@@ -109,11 +109,16 @@ def test_an_update_that_would_break_a_link_is_refused_before_any_change(lexical)
     assert snapshot(retriever) == before
 
 
+def observed(hits):
+    """What a reader sees, by content (chunk ids of "ice" are new at each add)."""
+    return tuple((h.node.ref_doc_id, h.node.get_content(), round(h.score, 9)) for h in hits)
+
+
 def _states(retriever):
     """The result of QUERY without and with the document "ice"."""
-    without = [(h.node.node_id, round(h.score, 9)) for h in retriever.retrieve(QUERY)]
+    without = observed(retriever.retrieve(QUERY))
     retriever.add_documents([ICE])
-    with_ice = [(h.node.node_id, round(h.score, 9)) for h in retriever.retrieve(QUERY)]
+    with_ice = observed(retriever.retrieve(QUERY))
     retriever.delete_document("ice")
     assert without != with_ice  # the test can tell the two states apart
     return without, with_ice
@@ -121,15 +126,26 @@ def _states(retriever):
 
 def test_reads_during_updates_see_the_state_before_or_after_never_a_mix(lexical):
     retriever = build(lexical)
-    allowed = set(map(tuple, _states(retriever)))
+    allowed = set(_states(retriever))
     errors, seen = [], []
     stop = threading.Event()
+
+    def let_readers_in():
+        """Wait (bounded) until readers finished a read in this state, so both
+        states are observed while other reads keep racing the next update."""
+        target = len(seen) + 2
+        for _ in range(200):
+            if len(seen) >= target:
+                return
+            stop.wait(0.005)
 
     def writer():
         try:
             for _ in range(60):
                 retriever.add_documents([ICE])
+                let_readers_in()
                 retriever.delete_document("ice")
+                let_readers_in()
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
         finally:
@@ -138,7 +154,7 @@ def test_reads_during_updates_see_the_state_before_or_after_never_a_mix(lexical)
     def reader():
         try:
             while not stop.is_set():
-                seen.append(tuple((h.node.node_id, round(h.score, 9)) for h in retriever.retrieve(QUERY)))
+                seen.append(observed(retriever.retrieve(QUERY)))
         except Exception as exc:
             errors.append(exc)
 
@@ -149,13 +165,13 @@ def test_reads_during_updates_see_the_state_before_or_after_never_a_mix(lexical)
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads)
     assert errors == []
-    assert len(seen) > 0
     assert set(seen) <= allowed
+    assert len(set(seen)) == 2  # readers saw both states, so the check above had teeth
 
 
 async def test_async_reads_during_updates_see_before_or_after(lexical):
     retriever = build(lexical)
-    allowed = set(map(tuple, _states(retriever)))
+    allowed = set(_states(retriever))
     done = threading.Event()
 
     def writer():
@@ -171,7 +187,7 @@ async def test_async_reads_during_updates_see_before_or_after(lexical):
     seen = []
     while not done.is_set():
         hits = await asyncio.gather(*(retriever.aretrieve(QUERY) for _ in range(4)))
-        seen.extend(tuple((h.node.node_id, round(h.score, 9)) for h in r) for r in hits)
+        seen.extend(observed(r) for r in hits)
     thread.join(timeout=120)
     assert seen and set(seen) <= allowed
 
