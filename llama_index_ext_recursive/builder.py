@@ -290,18 +290,18 @@ def chunk_documents(
         copy.metadata[doc_id_key] = key
         keyed.append(copy)
     parser = node_parser or default_node_parser()
-    nodes = ChunkedNodes()
+    chunks: List[BaseNode] = []
     chunkless: List[str] = []
     items: Iterable[Document] = keyed
     if show_progress:
         items = tqdm(keyed, desc="Chunking documents")
     for document in items:
-        chunks = _parse_one(parser, document)
-        if not chunks:
+        parsed = _parse_one(parser, document)
+        if not parsed:
             chunkless.append(document.id_)
-        nodes.extend(chunks)
+        chunks.extend(parsed)
     skipped = set(blank + chunkless)
-    nodes.skipped_documents = [key for key in seen if key in skipped]
+    nodes = ChunkedNodes(chunks, [key for key in seen if key in skipped])
     if nodes.skipped_documents:
         if not nodes:
             raise ValueError(
