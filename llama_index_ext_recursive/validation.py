@@ -61,9 +61,10 @@ def check_real(
 
 
 def check_weights(name: str, weights: Sequence[Any], count: int) -> list:
-    """``count`` finite, non-negative weights, not all zero."""
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+    """``count`` finite, non-negative weights, not all zero (any iterable, numpy included)."""
+    if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Iterable):
         raise TypeError(f"{name} must be a list of {count} numbers, got {weights!r}")
+    weights = list(weights)
     if len(weights) != count:
         raise ValueError(f"{name} has {len(weights)} values for {count} retrievers; pass one per retriever")
     checked = [check_real(f"{name}[{i}]", w, low=0.0) for i, w in enumerate(weights)]
