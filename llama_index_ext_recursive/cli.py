@@ -32,11 +32,10 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterError, filterable_metadata
+from llama_index_ext_recursive.filters import FilteredQueryBundle, filterable_metadata
 from llama_index_ext_recursive.persist import PersistError, check_persist_target
 from llama_index_ext_recursive.recursive import (
     DEFAULT_TOP_K,
-    LinkError,
     RecursiveSummaryRetriever,
     _PERSIST_KIND,
     load_summary_cache,
@@ -47,10 +46,7 @@ from llama_index_ext_recursive.validation import check_count
 
 DEMO_QUESTIONS = 4
 TEXT_SUFFIXES = {".txt", ".md"}
-#: Errors of this package that describe bad input, never a bug: always one line. (The
-#: eval package's DatasetError is a ValueError raised here, so it is one line too;
-#: importing it would make every command need the [eval] extra.)
-DOMAIN_ERRORS = (PersistError, FilterError, LinkError)
+PACKAGE = "llama_index_ext_recursive"
 #: Import names of optional dependencies, and the extra that installs each.
 EXTRAS = {
     "ir_measures": "eval",
@@ -90,7 +86,7 @@ def _raised_here(exc: BaseException) -> bool:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("llama_index_ext_recursive")
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith(PACKAGE)
 
 
 def _missing_extra(exc: ImportError) -> Optional[str]:
@@ -113,8 +109,14 @@ def _missing_extra(exc: ImportError) -> Optional[str]:
 
 
 def _expected_message(exc: BaseException) -> Optional[str]:
-    """The one-line message for an expected failure, or ``None`` for a bug."""
-    if isinstance(exc, (CliError, *DOMAIN_ERRORS)):
+    """The one-line message for an expected failure, or ``None`` for a bug.
+
+    Expected: this package's own error types (``PersistError``,
+    ``DatasetError``, ``FilterError``, ``LinkError``...), which describe bad
+    input by design; a missing optional dependency; an ``OSError`` (it names
+    the file); a ``ValueError``/``TypeError`` raised by one of our checks.
+    """
+    if type(exc).__module__.startswith(PACKAGE):
         return str(exc)
     if isinstance(exc, ImportError):
         return _missing_extra(exc)

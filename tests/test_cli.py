@@ -336,6 +336,39 @@ def test_an_unexpected_exception_keeps_its_traceback(monkeypatch, tmp_path):
         main(["build", str(tmp_path), "--persist", str(tmp_path / "idx")])
 
 
+@pytest.mark.parametrize("error", [
+    "PersistError", "NoIndexError", "FilterError", "LinkError", "DatasetError", "check_count", "OSError",
+])
+def test_expected_errors_raised_while_working_are_one_line(monkeypatch, capsys, tmp_path, error):
+    from llama_index_ext_recursive.eval.data import DatasetError
+    from llama_index_ext_recursive.filters import FilterError
+    from llama_index_ext_recursive.persist import NoIndexError, PersistError
+    from llama_index_ext_recursive.recursive import LinkError
+    from llama_index_ext_recursive.validation import check_count
+
+    def failing(args):
+        if error == "check_count":
+            check_count("similarity_top_k", True)  # a TypeError raised by our own check
+        if error == "OSError":
+            open(tmp_path / "missing" / "file.txt", encoding="utf-8")
+        kinds = {"PersistError": PersistError, "NoIndexError": NoIndexError, "FilterError": FilterError,
+                 "LinkError": LinkError, "DatasetError": DatasetError}
+        raise kinds[error](f"{error}: what went wrong\nand how to fix it")
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), "demo", failing))
+    assert main(["demo"]) == 1
+    message = _error(capsys)
+    expected = {"check_count": "similarity_top_k must be an integer >= 1, got True (bool)",
+                "OSError": "No such file or directory"}.get(error, f"{error}: what went wrong and how to fix it")
+    assert expected in message
+
+
+def test_demo_top_k_is_checked_before_building(capsys, untouchable):
+    assert main(["demo", "--top-k", "0"]) == 1
+    assert "--top-k must be >= 1, got 0" in _error(capsys)
+
+
 def _with_func(parser, command, func):
     parser._subparsers._group_actions[0].choices[command].set_defaults(func=func)
     return parser
