@@ -102,7 +102,9 @@ def _missing_extra(exc: ImportError) -> Optional[str]:
     for error in chain:
         name = getattr(error, "name", None) or ""
         for module, extra in EXTRAS.items():
-            if name == module or name.startswith(module + ".") or module.startswith(name + "."):
+            # "llama_index.embeddings" missing means the huggingface one is; "llama_index" alone is core
+            inside = "." in name and module.startswith(name + ".")
+            if name == module or name.startswith(module + ".") or inside:
                 return (f"{name} is not installed; install the {extra!r} extra: "
                         f"pip install 'llama-index-ext-recursive[{extra}]'")
     return None
