@@ -301,10 +301,10 @@ def _inspect(path: PathLike) -> _Folder:
     names = sorted(os.listdir(root))
     others = [n for n in names if n != MANIFEST and not _is_ours(root, n)]
     if MANIFEST in names:
-        try:
+        try:  # other read errors (EIO, EACCES) propagate: they say nothing about the folder
             manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            return _Folder(root, "manifest", others, problem=f"it cannot be read ({exc})")
+        except (IsADirectoryError, ValueError) as exc:
+            return _Folder(root, "manifest", others, problem=f"it cannot be parsed ({exc})")
         problem = _manifest_problem(manifest)
         if problem is not None:
             return _Folder(root, "manifest", others, problem=problem)
@@ -540,7 +540,7 @@ def _generation_of(root: Path, kind: str) -> Path:
     if folder.state == "file":
         raise NoIndexError(f"{root} is a file, not a folder a {kind} was persisted to")
     if folder.state == "empty":
-        leftovers = os.listdir(root)
+        leftovers = [n for n in os.listdir(root) if n not in _LOCK_FILES]
         detail = (
             f"only leftovers of an interrupted persist ({_describe(root, leftovers)}), "
             f"no {MANIFEST}" if leftovers else "nothing"
@@ -611,12 +611,8 @@ def read_index(path: PathLike, kind: str, load: Callable[[Path], T]) -> T:
             truncated, modified or malformed (the message names it).
     """
     root = Path(path)
-    if not root.is_dir():
-        raise NoIndexError(
-            f"{root} does not exist; build and persist a {kind} first"
-            if not root.exists()
-            else f"{root} is a file, not a folder a {kind} was persisted to"
-        )
+    if _inspect(root).state not in ("manifest", "legacy"):
+        _generation_of(root, kind)  # raises NoIndexError, before any lock file is created
     attempt = 0
     while True:
         attempt += 1

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
+import stat
 import threading
 import warnings
 
@@ -23,7 +25,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from llama_index_ext_recursive import NumpyVectorStore
+from llama_index_ext_recursive import NumpyVectorStore, PersistError
 from llama_index_ext_recursive.filters import metadata_matches
 
 CATEGORIES = ["food", "biology", "energy", "history"]
@@ -467,6 +469,56 @@ def test_persist_dir_round_trip(tmp_path):
     loaded = NumpyVectorStore.from_persist_dir(str(tmp_path))
     assert loaded.data.to_dict() == upstream.data.to_dict()
     assert_same(loaded, upstream, VectorStoreQuery(query_embedding=[1.0] * 16, similarity_top_k=30))
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"embedding_dict": {"n1": [0.1, ', "is corrupted"),  # truncated
+    ("{}", "has no embedding_dict"),
+    ("[]", "holds a JSON list, not an object"),
+    ('{"embedding_dict": {"a": 1}}', "the embedding of 'a' is not a list"),
+    ('{"embedding_dict": {"a": [1.0], "b": [1.0, 2.0]}}', "different dimensions"),
+    ('{"embedding_dict": {"a": [1.0]}, "metadata_dict": {"ghost": {}}}', "names 'ghost', which has no embedding"),
+])
+def test_a_damaged_store_file_raises_persist_error_naming_it(tmp_path, content, problem):
+    path = tmp_path / "default__vector_store.json"
+    path.write_text(content)
+    for load in (lambda: NumpyVectorStore.from_persist_path(str(path)),
+                 lambda: NumpyVectorStore.from_persist_dir(str(tmp_path))):
+        with pytest.raises(PersistError, match=rf"{path}.*{problem}"):
+            load()
+    with pytest.raises(PersistError, match=rf"{tmp_path / 'missing.json'} is missing"):
+        NumpyVectorStore.from_persist_path(str(tmp_path / "missing.json"))
+
+
+def test_store_persist_is_atomic_and_refuses_other_files(tmp_path, monkeypatch):
+    ours, _ = both(random_nodes(20))
+    path = tmp_path / "store.json"
+    ours.persist(str(path))
+    before = path.read_bytes()
+    more, _ = both(random_nodes(25, seed=3))
+
+    def fail(*args):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("os.replace", fail)
+        with pytest.raises(OSError, match="disk full"):
+            more.persist(str(path))
+    assert path.read_bytes() == before  # the old file, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["store.json"]  # no temp file left
+    more.persist(str(path))  # replacing a store file is fine
+    assert NumpyVectorStore.from_persist_path(str(path)).data.to_dict() == more.data.to_dict()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # not tempfile's 0600
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    (tmp_path / "folder").mkdir()
+    for target in (notes, tmp_path / "folder"):
+        with pytest.raises(PersistError, match=rf"refusing to replace {target}: it is not a vector store"):
+            ours.persist(str(target))
+    assert notes.read_text() == "my notes"
 
 
 def test_filtering_a_store_without_metadata_fails_as_upstream():
