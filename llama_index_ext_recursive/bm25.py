@@ -34,8 +34,11 @@ from llama_index.retrievers.bm25 import BM25Retriever
 
 from llama_index_ext_recursive.filters import (
     FiltersLike,
+    FilterVocabulary,
+    UnknownFilterPolicy,
     filterable_metadata,
     filters_of,
+    merge_filters,
     metadata_matcher,
     to_filters,
 )
@@ -46,6 +49,8 @@ from llama_index_ext_recursive.persist import (
     read_index,
     write_index,
 )
+
+from llama_index_ext_recursive.validation import check_count, check_query
 
 logger = logging.getLogger(__name__)
 jieba.setLogLevel(logging.WARNING)
@@ -124,6 +129,9 @@ def _bigrams(run: str) -> List[str]:
     if len(run) < 2:
         return [run] if run else []
     return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class MultilingualTokenizer:
@@ -239,8 +247,13 @@ class MultilingualTokenizer:
         return words
 
     def __call__(self, text: str) -> List[str]:
-        """Tokens of ``text`` (an empty list when nothing indexable is left)."""
-        text = unicodedata.normalize("NFKC", text or "").lower()
+        """Tokens of ``text`` (an empty list when nothing indexable is left).
+
+        Lone surrogates (from a mis-decoded file or a broken client) cannot be
+        encoded for the stemmer; they become U+FFFD instead of crashing.
+        """
+        text = _LONE_SURROGATE.sub("\ufffd", text or "")
+        text = unicodedata.normalize("NFKC", text).lower()
         tokens: List[str] = []
         for kind, run in _script_runs(text):
             if kind == _HAN:
@@ -273,6 +286,11 @@ class MultilingualBM25Retriever(BM25Retriever):
         language: Language for the default tokenizer (ignored with ``tokenizer``).
         filters: Construction-time filters (``MetadataFilters`` or ``{key: value}``),
             ANDed with per-call filters.
+        unknown_filter_key: what a filter on a key no node holds, or with a
+            value of the wrong type, does (:class:`UnknownFilterPolicy`):
+            ``raise`` (default) a ``FilterError`` naming the closest key,
+            ``warn`` and search anyway, or ``None`` (not checked: for a
+            wrapping retriever that checked already).
         metadata_mode: Which metadata is indexed with the text (as upstream: EMBED).
         callback_manager: LlamaIndex callback manager.
         verbose: Log per-query details.
@@ -290,12 +308,17 @@ class MultilingualBM25Retriever(BM25Retriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
         existing_bm25: Optional[bm25s.BM25] = None,
+        unknown_filter_key: Optional[Union[UnknownFilterPolicy, str]] = UnknownFilterPolicy.RAISE,
     ) -> None:
-        if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
-            raise ValueError(f"similarity_top_k must be a positive integer, got {similarity_top_k!r}")
+        check_count("similarity_top_k", similarity_top_k)
         nodes = list(nodes or [])
         if not nodes:
             raise ValueError("MultilingualBM25Retriever needs at least one node to index")
+        _refuse_duplicate_ids(nodes)
+        self.unknown_filter_key = (
+            None if unknown_filter_key is None else UnknownFilterPolicy(unknown_filter_key)
+        )
+        self._vocabulary: Optional[FilterVocabulary] = None
         self.tokenizer = tokenizer or MultilingualTokenizer(language=language)
         self.similarity_top_k = similarity_top_k
         self.metadata_mode = MetadataMode(metadata_mode)
@@ -385,9 +408,19 @@ class MultilingualBM25Retriever(BM25Retriever):
             return np.zeros(len(self.nodes), dtype=np.float32)
         return np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)
 
+    @property
+    def filter_vocabulary(self) -> FilterVocabulary:
+        """Metadata keys (and value kinds) of the indexed nodes, which filters are checked against."""
+        if self._vocabulary is None:
+            self._vocabulary = FilterVocabulary.from_nodes(self.nodes)
+        return self._vocabulary
+
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        tokens = self.tokenizer(query_bundle.query_str)
+        check_query(query_bundle)
         per_call = filters_of(query_bundle)
+        if self.unknown_filter_key is not None:
+            self.filter_vocabulary.check(merge_filters(self.filters, per_call), self.unknown_filter_key)
+        tokens = self.tokenizer(query_bundle.query_str)
         mask = self._base_mask
         if per_call is not None and per_call.filters:
             extra = self._mask(per_call)
@@ -406,6 +439,7 @@ class MultilingualBM25Retriever(BM25Retriever):
         return [NodeWithScore(node=self.nodes[i], score=float(scores[i])) for i in order]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle)  # a clear error before the worker thread starts
         return await asyncio.to_thread(self._retrieve, query_bundle)
 
     # -- persistence ---------------------------------------------------
@@ -500,6 +534,18 @@ class MultilingualBM25Retriever(BM25Retriever):
         }
         options.update(overrides)
         return cls(nodes=nodes, existing_bm25=bm25, **options)
+
+
+def _refuse_duplicate_ids(nodes: Sequence[BaseNode]) -> None:
+    """Two nodes with one id would be two BM25 documents but one node everywhere else."""
+    seen: Dict[str, int] = {}
+    for position, node in enumerate(nodes):
+        first = seen.setdefault(node.node_id, position)
+        if first != position:
+            raise ValueError(
+                f"nodes[{first}] and nodes[{position}] share the node id {node.node_id!r}: "
+                "give each node its own id_"
+            )
 
 
 def _load_bm25(folder: Path, num_nodes: int, nodes_path: Path) -> bm25s.BM25:

@@ -675,7 +675,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
             from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
 
             bm25: BaseRetriever = MultilingualBM25Retriever.from_defaults(
-                nodes=nodes, similarity_top_k=k
+                nodes=nodes, similarity_top_k=k, unknown_filter_key=None
             )
         except ImportError:
             from llama_index.retrievers.bm25 import BM25Retriever

@@ -554,7 +554,9 @@ class RecursiveSummaryRetriever(BaseRetriever):
             return None
         from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
 
-        bm25 = MultilingualBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=top_k)
+        bm25 = MultilingualBM25Retriever.from_defaults(
+            nodes=nodes, similarity_top_k=top_k, unknown_filter_key=None  # checked by _plan
+        )
         if mode == LevelMode.BM25:
             return bm25
         hybrid = HybridFusionRetriever(

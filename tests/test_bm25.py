@@ -157,7 +157,8 @@ def test_zero_score_nodes_never_returned():
     retriever = MultilingualBM25Retriever.from_defaults(nodes=topic_nodes(), similarity_top_k=9)
     assert retriever.retrieve("quantum chromodynamics") == []
     assert retriever.retrieve("the of and") == []  # only stopwords
-    assert retriever.retrieve("") == []
+    with pytest.raises(ValueError, match="the query is empty"):  # was [], now a clear error
+        retriever.retrieve("")
     results = retriever.retrieve("queen")
     assert sorted(ids(results)) == ["bees-0", "bees-2"]
     assert all(r.score > 0 for r in results)
@@ -343,3 +344,55 @@ def test_aretrieve_does_not_block_event_loop(monkeypatch):
 
     results = asyncio.run(run())
     assert ids(results) == ["lang"]
+
+
+# ------------------------------------------------------------ bad input (issue 11)
+def _bad_input_nodes():
+    from llama_index.core.schema import TextNode
+
+    return [
+        TextNode(id_="a", text="The queen bee lays eggs.", metadata={"category": "biology", "year": 2019}),
+        TextNode(id_="b", text="Solar panels make electricity.", metadata={"category": "energy", "year": 2023}),
+    ]
+
+
+@pytest.mark.parametrize("query", ["", "   "])
+async def test_blank_queries_are_refused(query):
+    bm25 = MultilingualBM25Retriever.from_defaults(nodes=_bad_input_nodes())
+    with pytest.raises(ValueError, match="the query is empty"):
+        bm25.retrieve(query)
+    with pytest.raises(ValueError, match="the query is empty"):
+        await bm25.aretrieve(query)
+
+
+def test_a_lone_surrogate_in_a_query_does_not_crash_the_tokenizer():
+    bm25 = MultilingualBM25Retriever.from_defaults(nodes=_bad_input_nodes())
+    hits = bm25.retrieve("queen \ud800 bee")
+    assert [h.node.node_id for h in hits] == ["a"]
+
+
+@pytest.mark.parametrize("top_k, error", [(True, TypeError), (2.5, TypeError), ("5", TypeError), (0, ValueError)])
+def test_similarity_top_k_must_be_a_positive_integer(top_k, error):
+    with pytest.raises(error, match="similarity_top_k"):
+        MultilingualBM25Retriever.from_defaults(nodes=_bad_input_nodes(), similarity_top_k=top_k)
+
+
+def test_duplicate_node_ids_are_refused():
+    nodes = _bad_input_nodes()
+    nodes[1].id_ = "a"
+    with pytest.raises(ValueError, match=r"nodes\[0\] and nodes\[1\] share the node id 'a'"):
+        MultilingualBM25Retriever.from_defaults(nodes=nodes)
+
+
+def test_filters_that_cannot_match_raise_or_warn(caplog):
+    from llama_index_ext_recursive.filters import FilterError
+
+    bm25 = MultilingualBM25Retriever.from_defaults(nodes=_bad_input_nodes())
+    with pytest.raises(FilterError, match="did you mean 'category'"):
+        bm25.retrieve(FilteredQueryBundle("queen bee", filters={"categroy": "biology"}))
+    with pytest.raises(FilterError, match="'year' holds number values"):
+        bm25.retrieve(FilteredQueryBundle("queen bee", filters={"year": "2019"}))
+    assert [h.node.node_id for h in bm25.retrieve(FilteredQueryBundle("queen bee", filters={"year": 2019}))] == ["a"]
+    lenient = MultilingualBM25Retriever.from_defaults(nodes=_bad_input_nodes(), unknown_filter_key="warn")
+    assert lenient.retrieve(FilteredQueryBundle("queen bee", filters={"categroy": "biology"})) == []
+    assert "did you mean 'category'" in caplog.text
