@@ -462,8 +462,10 @@ def _clean(root: Path, keep: str, legacy: List[str]) -> None:
     retired += [n for n in legacy if (root / n).exists()]
     if not retired:
         return
+    lock = None
     try:
-        with _shared_lock(root).write_lock(timeout=CLEANUP_WAIT):
+        lock = _shared_lock(root)
+        with lock.write_lock(timeout=CLEANUP_WAIT):
             for name in retired:
                 _remove(root / name)
     except Timeout:
@@ -473,6 +475,9 @@ def _clean(root: Path, keep: str, legacy: List[str]) -> None:
         )
     except (OSError, sqlite3.Error) as exc:
         logger.warning("%s: cannot take the cleanup lock (%s); old generations stay", root, exc)
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 def _shared_lock(root: Path) -> ReadWriteLock:
@@ -577,7 +582,7 @@ def _reading(root: Path) -> Iterator[bool]:
     """
     lock = _shared_lock(root)
     try:
-        lock.acquire_read()
+        lock.acquire_read(timeout=READ_LOCK_TIMEOUT)
     except Timeout as exc:
         lock.close()
         raise PersistError(

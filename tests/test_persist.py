@@ -569,7 +569,7 @@ def test_a_load_without_the_shared_lock_retries_on_the_new_generation(built, tmp
         def __init__(self, root: Path) -> None:
             self.lock = real(root)
 
-        def acquire_read(self):
+        def acquire_read(self, timeout):
             raise PermissionError(errno.EACCES, "attempt to write a readonly database")
 
         def close(self):
