@@ -451,6 +451,9 @@ class MultilingualBM25Retriever(BM25Retriever):
             "metadata_mode": self.metadata_mode.value,
             "tokenizer": self.tokenizer.to_dict(),
             "filters": self.filters.model_dump(mode="json") if self.filters is not None else None,
+            "unknown_filter_key": (
+                self.unknown_filter_key.value if self.unknown_filter_key is not None else None
+            ),
         }
 
     def persist(self, path: Union[str, Path], **kwargs: Any) -> None:  # type: ignore[override]
@@ -514,6 +517,10 @@ class MultilingualBM25Retriever(BM25Retriever):
             )
             top_k = settings.get("similarity_top_k", DEFAULT_TOP_K)
             metadata_mode = MetadataMode(settings.get("metadata_mode", MetadataMode.EMBED.value))
+            check_count("similarity_top_k", top_k)
+            # files written before the policy existed keep the constructor's default
+            policy = settings.get("unknown_filter_key", UnknownFilterPolicy.RAISE.value)
+            policy = None if policy is None else UnknownFilterPolicy(policy)
         except (TypeError, ValueError) as exc:
             raise PersistError(f"{settings_path} holds invalid settings ({exc})") from exc
         raw_nodes = load_json(nodes_path)
@@ -525,12 +532,17 @@ class MultilingualBM25Retriever(BM25Retriever):
             nodes = [json_to_doc(item) for item in raw_nodes]
         except (KeyError, TypeError, ValueError) as exc:
             raise PersistError(f"{nodes_path} holds an invalid node ({exc!r})") from exc
+        try:
+            _refuse_duplicate_ids(nodes)
+        except ValueError as exc:
+            raise PersistError(f"{nodes_path} is damaged: {exc}") from exc
         bm25 = _load_bm25(folder, len(nodes), nodes_path)
         options: Dict[str, Any] = {
             "similarity_top_k": top_k,
             "metadata_mode": metadata_mode,
             "tokenizer": tokenizer,
             "filters": filters,
+            "unknown_filter_key": policy,
         }
         options.update(overrides)
         return cls(nodes=nodes, existing_bm25=bm25, **options)

@@ -668,6 +668,10 @@ CONTENT_CASES = {
         ("retriever.json", lambda r: {**r, "tokenizer": {"language": "klingon"}},
          r"retriever.json holds invalid settings"),
         ("nodes.json", lambda n: [{"bad": "node"}], r"nodes.json holds an invalid node"),
+        ("nodes.json", lambda n: [n[0], *n[:-1]], r"nodes.json is damaged: .*share the node id 'bees-0'"),
+        ("retriever.json", lambda r: {**r, "similarity_top_k": 0}, r"retriever.json holds invalid settings"),
+        ("retriever.json", lambda r: {**r, "unknown_filter_key": "shout"},
+         r"retriever.json holds invalid settings"),
     ],
 }
 
@@ -689,6 +693,21 @@ def test_malformed_or_inconsistent_contents_name_the_file(kind, built, tmp_path)
         rehash(target)
         with pytest.raises(PersistError, match=r"data.csc.index.npy.*corrupted"):
             KINDS[kind].load(target)
+
+
+def test_bm25_settings_survive_a_round_trip(tmp_path):
+    retriever = MultilingualBM25Retriever.from_defaults(
+        nodes=topic_nodes(), similarity_top_k=2, unknown_filter_key="warn", filters={"category": "food"}
+    )
+    retriever.persist(tmp_path / "idx")
+    loaded = MultilingualBM25Retriever.from_persist_dir(tmp_path / "idx")
+    assert loaded.get_persist_args() == retriever.get_persist_args()
+    assert loaded.unknown_filter_key.value == "warn" and loaded.similarity_top_k == 2
+    # a settings file from before the policy existed keeps the constructor's default
+    path = current_generation(tmp_path / "idx") / "retriever.json"
+    _edit_json(path, lambda r: {k: v for k, v in r.items() if k != "unknown_filter_key"})
+    rehash(tmp_path / "idx")
+    assert MultilingualBM25Retriever.from_persist_dir(tmp_path / "idx").unknown_filter_key.value == "raise"
 
 
 def test_an_emptied_store_in_a_previous_format_folder_is_an_error_not_empty_results(built, tmp_path):
