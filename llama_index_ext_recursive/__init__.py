@@ -4,7 +4,12 @@ from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
 from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 from llama_index_ext_recursive.builder import DocumentRecord
 from llama_index_ext_recursive.embeddings import bundled_embed_model, resolve_embed_model
-from llama_index_ext_recursive.filters import FilteredQueryBundle, FilterPolicy
+from llama_index_ext_recursive.filters import (
+    FilteredQueryBundle,
+    FilterError,
+    FilterPolicy,
+    UnknownFilterPolicy,
+)
 from llama_index_ext_recursive.backfill import BackfillVectorRetriever, StaleIdError, StalePolicy
 from llama_index_ext_recursive.fusion import FusedNodeWithScore, FusionHit, HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError
@@ -36,9 +41,11 @@ __all__ = [
     "BackfillVectorRetriever",
     "StaleIdError",
     "StalePolicy",
+    "UnknownFilterPolicy",
     "DocumentRecord",
     "ExplainedNodeWithScore",
     "ExtractiveSummarizer",
+    "FilterError",
     "FilterPolicy",
     "FilteredQueryBundle",
     "FusedNodeWithScore",
