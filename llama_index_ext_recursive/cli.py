@@ -37,7 +37,7 @@ from llama_index_ext_recursive.persist import PersistError, check_persist_target
 from llama_index_ext_recursive.recursive import (
     DEFAULT_TOP_K,
     RecursiveSummaryRetriever,
-    _PERSIST_KIND,
+    PERSIST_KIND,
     load_summary_cache,
 )
 from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
@@ -185,7 +185,7 @@ def _check_persist_target(target: Path, source: Path) -> None:
     document is read or the model loads, and says why in terms of the documents.
     """
     try:
-        check_persist_target(target, _PERSIST_KIND)
+        check_persist_target(target, PERSIST_KIND)
     except PersistError as exc:
         resolved, documents = target.resolve(), source.resolve()
         if resolved == documents or resolved in documents.parents:

@@ -34,6 +34,8 @@ from llama_index.core.schema import (
     NodeWithScore,
     QueryBundle,
 )
+from llama_index.core.storage.docstore import SimpleDocumentStore
+from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -1073,7 +1075,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                     "the default store to persist, or keep the external store and rebuild "
                     "the retriever over it"
                 )
-        with write_index(persist_dir, _PERSIST_KIND) as staging, self._reading():
+        with write_index(persist_dir, PERSIST_KIND) as staging, self._reading():
             self._summary_index.storage_context.persist(str(staging / "summaries"))
             chunk_index.storage_context.persist(str(staging / "chunks"))
             self._summary_cache.save(staging / "summary_cache.json")
@@ -1217,7 +1219,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 **settings,
             )
 
-        return read_index(persist_dir, _PERSIST_KIND, load)
+        return read_index(persist_dir, PERSIST_KIND, load)
 
 
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
@@ -1321,7 +1323,7 @@ def _new_index(
     )
 
 
-_PERSIST_KIND = "RecursiveSummaryRetriever"  # names the index kind in its folder's manifest
+PERSIST_KIND = "RecursiveSummaryRetriever"  # names the index kind in its folder's manifest
 
 
 def _load_index(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
@@ -1331,8 +1333,6 @@ def _load_index(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
         PersistError: naming the file that is missing, malformed, or lacks
             nodes another file of the level has.
     """
-    from llama_index.core.storage.docstore import SimpleDocumentStore
-    from llama_index.core.storage.index_store import SimpleIndexStore
 
     docstore_path = path / "docstore.json"
     index_path = path / "index_store.json"
@@ -1396,7 +1396,7 @@ def load_summary_cache(persist_dir: Union[str, Path]) -> SummaryCache:
     cache = SummaryCache()
     try:
         cache.entries = read_index(
-            persist_dir, _PERSIST_KIND, lambda root: load_string_map(root / "summary_cache.json")
+            persist_dir, PERSIST_KIND, lambda root: load_string_map(root / "summary_cache.json")
         )
     except NoIndexError:
         pass
