@@ -14,7 +14,14 @@ Documents (deterministic, ASCII, so characters = bytes):
   ``\\n\\n\\n``, so the whole file is one paragraph to it);
 * ``oneline``: the same sentences on a single line (no newline at all);
 * ``code``: a generated Python module (functions with varied identifiers,
-  attribute access, numbers and comments).
+  attribute access, numbers and comments);
+* ``terse``: one line of 2-6 word sentences over the sample corpus's
+  vocabulary: dense sentence ends, which is what makes NLTK's punkt tokenizer
+  exceed its 5 s regex limit on 5 MB (the ``oneline`` sentences are long enough
+  for it to finish in time on this machine);
+* ``words``: random pseudo-words (a vocabulary of 200,000, letters drawn with
+  ``random.Random(0)``) in sentences of 5-20 words and paragraphs of 4-8
+  sentences: the vocabulary that made the dense matrix 52.6 GiB for 5 MB.
 
 Tasks, per document:
 
@@ -124,9 +131,38 @@ def code(size: int) -> str:
     return "".join(parts)[:size]
 
 
+def words(size: int) -> str:
+    rng = random.Random(0)
+    letters = "etaoinshrdlcumwfgypbvkjxqz"
+    vocabulary = ["".join(rng.choices(letters, k=rng.randint(3, 10))) for _ in range(200_000)]
+    paragraphs: List[str] = []
+    total = 0
+    while total < size:
+        sentences = [" ".join(rng.choices(vocabulary, k=rng.randint(5, 20))).capitalize() + "."
+                     for _ in range(rng.randint(4, 8))]
+        paragraphs.append(" ".join(sentences))
+        total += len(paragraphs[-1]) + 2
+    return "\n\n".join(paragraphs)[:size]
+
+
+def terse(size: int) -> str:
+    rng = random.Random(0)
+    vocabulary = sorted({w.lower() for s in sample_sentences() for w in re.findall(r"[A-Za-z]+", s)})
+    parts: List[str] = []
+    total = 0
+    while total < size:
+        parts.append(" ".join(rng.choices(vocabulary, k=rng.randint(2, 6))).capitalize() + ".")
+        total += len(parts[-1]) + 1
+    return " ".join(parts)[:size]
+
+
 def document_text(kind: str, size: int) -> str:
+    if kind == "terse":
+        return terse(size)
     if kind == "code":
         return code(size)
+    if kind == "words":
+        return words(size)
     return prose(size, one_line=kind == "oneline")
 
 
@@ -280,10 +316,11 @@ def stage_seconds(result: Dict[str, Any], name: str) -> str:
 
 
 def report(results: List[Dict[str, Any]], args: argparse.Namespace, out: Path) -> None:
+    commands = sorted({r.get("command", " ".join(sys.argv[1:])) for r in results})
     lines = [
         "# Large documents: build time and peak RSS (issue 11, item 4)",
         "",
-        f"Command: `python benchmarks/large_documents.py {' '.join(sys.argv[1:])}`",
+        "Commands: " + "; ".join(f"`python benchmarks/large_documents.py {c}`" for c in commands),
         "",
         f"Before = package at `{args.before_rev}`; after = working tree at "
         f"`{subprocess.run(['git', '-C', str(ROOT), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}`. "
@@ -341,8 +378,12 @@ def main_bench(args: argparse.Namespace) -> None:
                         continue  # a 50 MB build takes many minutes on the shared machine
                     for source in ([before] if before else []) + [None]:
                         results.append(run_case(task, kind, mb, source, args))
+                        results[-1]["command"] = " ".join(sys.argv[1:])
         if args.real_chunks and 5 in args.sizes:
             results.append(run_case("embed", "prose", 5, None, args))
+            results[-1]["command"] = " ".join(sys.argv[1:])
+    if args.append and args.out.with_suffix(".json").exists():
+        results = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8")) + results
     report(results, args, args.out)
 
 
@@ -440,6 +481,7 @@ def main() -> None:
     parser.add_argument("--memory-gib", type=float, default=6.0)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--real-chunks", type=int, default=64, help="chunks for the bundled-model row (0: none)")
+    parser.add_argument("--append", action="store_true", help="add to the results already in --out's .json")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "large_documents.md")
     # child only
     parser.add_argument("--task", default="build")
