@@ -34,7 +34,6 @@ from llama_index.core.schema import (
     NodeWithScore,
     QueryBundle,
 )
-from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
@@ -60,6 +59,7 @@ from llama_index_ext_recursive.builder import (
     node_parser_config,
     node_parser_from_config,
 )
+from llama_index_ext_recursive.docstore import LinearDocumentStore
 from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
@@ -1311,7 +1311,10 @@ def _new_index(
     show_progress: bool,
     vector_store: Optional[BasePydanticVectorStore] = None,
 ) -> VectorStoreIndex:
-    storage = StorageContext.from_defaults(vector_store=vector_store or NumpyVectorStore())
+    storage = StorageContext.from_defaults(
+        docstore=LinearDocumentStore(),  # upstream's is quadratic in a document's chunks
+        vector_store=vector_store or NumpyVectorStore(),
+    )
     return VectorStoreIndex(
         list(nodes),
         storage_context=storage,
@@ -1366,7 +1369,7 @@ def _load_index(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
             )
     try:
         storage = StorageContext.from_defaults(
-            docstore=SimpleDocumentStore.from_dict(docstore),
+            docstore=LinearDocumentStore.from_dict(docstore),
             index_store=SimpleIndexStore.from_dict({"index_store/data": structs}),
             vector_store=vector_store,
             persist_dir=str(path),

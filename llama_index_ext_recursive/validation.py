@@ -109,8 +109,8 @@ def check_vectors(
     if dim is not None and array.shape[1] != dim:
         raise ValueError(
             f"embedding model {model_name!r} gives {array.shape[1]}-dimensional vectors for "
-            f"{what}, but the index holds {dim}-dimensional ones: query with the model the "
-            "index was built with (embed_model=...)"
+            f"{what}, but the index holds {dim}-dimensional ones: use the embedding model "
+            "the index was built with (embed_model=...)"
         )
     if not np.isfinite(array).all():
         raise ValueError(
