@@ -866,6 +866,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         embedding = await self._aquery_embedding(query_bundle)
         async with self._state_lock.areading():
+            if self._vocabulary is None:  # a pass over every chunk: not on the event loop
+                await asyncio.to_thread(lambda: self.filter_vocabulary)
             plan = self._plan(query_bundle, embedding)
             if self._searchers is None:  # building BM25 and calibrating is CPU work
                 await asyncio.to_thread(self._lexical_searchers)
