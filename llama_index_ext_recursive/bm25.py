@@ -36,6 +36,7 @@ from llama_index_ext_recursive.filters import (
     FiltersLike,
     FilterVocabulary,
     UnknownFilterPolicy,
+    equality_constraints,
     filterable_metadata,
     filters_of,
     merge_filters,
@@ -267,6 +268,9 @@ class MultilingualTokenizer:
     tokenize = __call__
 
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
 class MultilingualBM25Retriever(BM25Retriever):
     """BM25 over :class:`MultilingualTokenizer` tokens, with per-call filters.
 
@@ -319,6 +323,7 @@ class MultilingualBM25Retriever(BM25Retriever):
             None if unknown_filter_key is None else UnknownFilterPolicy(unknown_filter_key)
         )
         self._vocabulary: Optional[FilterVocabulary] = None
+        self._postings_cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
         self.tokenizer = tokenizer or MultilingualTokenizer(language=language)
         self.similarity_top_k = similarity_top_k
         self.metadata_mode = MetadataMode(metadata_mode)
@@ -395,11 +400,52 @@ class MultilingualBM25Retriever(BM25Retriever):
 
     # -- scoring -------------------------------------------------------
     def _mask(self, filters: Optional[MetadataFilters]) -> Optional[np.ndarray]:
-        """Boolean mask of nodes passing ``filters`` (``None``: no filtering)."""
+        """Boolean mask of nodes passing ``filters`` (``None``: no filtering).
+
+        Equality and ``IN`` conditions ANDed at the top (a routed document's
+        ``ref_doc_id``, a category) first narrow the candidates through an
+        inverted index; only those are checked exactly, so a per-document
+        filter costs the document's nodes, not the corpus.
+        """
         if filters is None or not filters.filters:
             return None
         matches = metadata_matcher(filters)
-        return np.fromiter((bool(matches(filterable_metadata(node))) for node in self.nodes), dtype=bool, count=len(self.nodes))
+        mask = np.zeros(len(self.nodes), dtype=bool)
+        candidates = self._candidates(filters)
+        rows = range(len(self.nodes)) if candidates is None else candidates.tolist()
+        for row in rows:
+            mask[row] = bool(matches(filterable_metadata(self.nodes[row])))
+        return mask
+
+    def _candidates(self, filters: MetadataFilters) -> Optional[np.ndarray]:
+        """Rows that can satisfy the top-level equality conditions (``None``: all)."""
+        rows: Optional[np.ndarray] = None
+        for key, values in equality_constraints(filters):
+            postings = self._postings(key)
+            if postings is None or any(value is None for value in values):
+                continue
+            try:
+                hits = [postings.get(value, _NO_ROWS) for value in values]
+            except TypeError:  # an unhashable filter value: check every row
+                continue
+            found = np.unique(np.concatenate(hits)) if hits else _NO_ROWS
+            rows = found if rows is None else np.intersect1d(rows, found, assume_unique=True)
+        return rows
+
+    def _postings(self, key: str) -> Optional[Dict[Any, np.ndarray]]:
+        """``value -> rows`` for ``key``, built once (``None`` if a value is unhashable)."""
+        cache = self._postings_cache
+        if key not in cache:
+            lists: Dict[Any, List[int]] = {}
+            try:
+                for row, node in enumerate(self.nodes):
+                    value = filterable_metadata(node).get(key)
+                    if value is not None:
+                        lists.setdefault(value, []).append(row)
+                cache[key] = {v: np.asarray(r, dtype=np.int64) for v, r in lists.items()}
+            except TypeError:  # a list or dict value: equality cannot use an index
+                cache[key] = None
+        return cache[key]
 
     def _score_all(self, query_tokens: List[str]) -> np.ndarray:
         """BM25 score of every indexed node for ``query_tokens`` (CPU-bound)."""

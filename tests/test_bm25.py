@@ -396,3 +396,38 @@ def test_filters_that_cannot_match_raise_or_warn(caplog):
     lenient = MultilingualBM25Retriever.from_defaults(nodes=_bad_input_nodes(), unknown_filter_key="warn")
     assert lenient.retrieve(FilteredQueryBundle("queen bee", filters={"categroy": "biology"})) == []
     assert "did you mean 'category'" in caplog.text
+
+
+def test_indexed_filter_masks_equal_a_full_scan():
+    """Equality/IN conditions narrow through an inverted index; the mask must be
+    exactly what checking every node gives, nested and mixed filters included."""
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+
+    from llama_index_ext_recursive.filters import filterable_metadata, metadata_matcher
+
+    nodes = [
+        TextNode(
+            id_=f"n{i}", text=f"word{i % 7} common",
+            metadata={"group": f"g{i % 5}", "year": 2000 + i % 4, "tags": ["a", "b"] if i % 2 else ["c"]},
+        )
+        for i in range(60)
+    ]
+    bm25 = MultilingualBM25Retriever.from_defaults(nodes=nodes)
+    cases = [
+        MetadataFilters(filters=[MetadataFilter(key="group", value="g1")]),
+        MetadataFilters(filters=[MetadataFilter(key="group", value=["g1", "g3"], operator=FilterOperator.IN),
+                                 MetadataFilter(key="year", value=2001)]),
+        MetadataFilters(filters=[MetadataFilter(key="year", value=2002),
+                                 MetadataFilters(filters=[MetadataFilter(key="group", value="g0"),
+                                                          MetadataFilter(key="group", value="g2")],
+                                                 condition=FilterCondition.OR)]),
+        MetadataFilters(filters=[MetadataFilter(key="year", value=2000, operator=FilterOperator.GT),
+                                 MetadataFilter(key="group", value="g4")]),
+        MetadataFilters(filters=[MetadataFilter(key="tags", value="a", operator=FilterOperator.CONTAINS)]),
+        MetadataFilters(filters=[MetadataFilter(key="group", value="nope")]),
+    ]
+    for filters in cases:
+        matches = metadata_matcher(filters)
+        full = [bool(matches(filterable_metadata(n))) for n in nodes]
+        assert bm25._mask(filters).tolist() == full
