@@ -55,6 +55,9 @@ from llama_index_ext_recursive.validation import check_count, check_query
 
 logger = logging.getLogger(__name__)
 jieba.setLogLevel(logging.WARNING)
+# bm25s sets its own logger to DEBUG at import, so any app with a root handler
+# printed "Building index from tokens" per index; let the app's levels decide
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 DEFAULT_TOP_K = 10
 FORMAT_VERSION = 1

@@ -431,3 +431,11 @@ def test_indexed_filter_masks_equal_a_full_scan():
         matches = metadata_matcher(filters)
         full = [bool(matches(filterable_metadata(n))) for n in nodes]
         assert bm25._mask(filters).tolist() == full
+
+
+def test_building_an_index_logs_nothing_at_the_apps_warning_level(caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        MultilingualBM25Retriever.from_defaults(nodes=_bad_input_nodes())
+    assert not [r for r in caplog.records if r.name.startswith("bm25s")]
