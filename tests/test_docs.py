@@ -74,3 +74,9 @@ def test_pain_points_cite_existing_tests():
         if not re.search(rf"^(async )?def {name}\(", source, re.M):
             missing.append(f"{file}::{name}")
     assert not missing, f"pain-points.md cites tests that do not exist: {missing}"
+
+
+@pytest.mark.integration
+def test_readme_python_blocks_run_as_pasted(tmp_path):
+    """README's snippets run in order, offline, in a scratch folder, as a newcomer pastes them."""
+    run_page(ROOT / "README.md", tmp_path)
