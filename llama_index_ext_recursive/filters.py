@@ -315,10 +315,6 @@ class FilterVocabulary:
                     self._examples.pop(key, None)
 
     @property
-    def _kinds(self) -> Dict[str, Set[str]]:
-        return {key: set(kinds) for key, kinds in self._counts.items()}
-
-    @property
     def keys(self) -> List[str]:
         return sorted(self._counts)
 
@@ -333,7 +329,7 @@ class FilterVocabulary:
         """One message per leaf that cannot match anything in this index."""
         if filters is None or not self._counts:
             return []
-        held_kinds = self._kinds
+        held_kinds = self._counts  # key -> {kind: count}; read, never copied per query
         out: List[str] = []
         for item in filters.filters:
             if isinstance(item, MetadataFilters):
