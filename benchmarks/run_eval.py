@@ -3,10 +3,10 @@
 For each dataset under ``--data-root`` this runs (from the repository root)::
 
     /usr/bin/time -v .venv/bin/llama-recursive eval --data <root>/<dataset> \
-        --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,vector,recursive,bm25,hybrid,recursive-hybrid \
+        --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-fusion-relative,upstream-recursive,vector,recursive,bm25,hybrid,recursive-hybrid,oracle-routing \
         --cache .cache/embeddings.sqlite \
         --out benchmarks/results/eval/<dataset>.json --plot benchmarks/results/eval/<dataset>.png \
-        [--max-queries N]
+        [--max-queries N] [--no-embed-title]
 
 capturing the CLI's stdout to ``<dataset>.md`` and its stderr (progress bars,
 ``/usr/bin/time -v`` report) to ``<dataset>.log``. All runs share one embedding
@@ -44,9 +44,10 @@ from scale_recursive import cpu_model  # noqa: E402  (sibling benchmark's machin
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "benchmarks" / "results" / "eval"
+# oracle-routing reads the gold documents: the perfect-routing ceiling, not a competitor
 RETRIEVERS = (
-    "upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,"
-    "vector,recursive,bm25,hybrid,recursive-hybrid"
+    "upstream-vector,upstream-bm25,upstream-fusion,upstream-fusion-relative,upstream-recursive,"
+    "vector,recursive,bm25,hybrid,recursive-hybrid,oracle-routing"
 )
 # dataset -> --max-queries (None: every judged query of the test split)
 DATASETS: Dict[str, Optional[int]] = {
@@ -57,6 +58,7 @@ DATASETS: Dict[str, Optional[int]] = {
     "scifact": None,  # qrels/test.tsv holds the 300 BEIR test queries
     "cmrc2018": 1000,  # 3219 judged queries; capped to the first 1000 (queries.jsonl order)
     "llamaindex_blockchain_solana": None,
+    "legalbench_contractnli": None,  # 95 NDAs, 2209 chunks, 977 queries that name their contract
 }
 
 
@@ -165,6 +167,8 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
     ]
     if max_queries is not None:
         cli += ["--max-queries", str(max_queries)]
+    if args.no_embed_title:
+        cli += ["--no-embed-title"]
     command = ["/usr/bin/time", "-v", *cli]
     shown = " ".join(shlex.quote(c) for c in command) + f" > {rel(out / (dataset + '.md'))}"
     print(f"[run_eval] {shown}", file=sys.stderr, flush=True)
@@ -173,6 +177,7 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
         "command": shown,
         "cwd": str(REPO),
         "max_queries": max_queries,
+        "embed_title": not args.no_embed_title,
         "cache_existed": Path(args.cache).exists(),
         "started": dt.datetime.now().isoformat(timespec="seconds"),
         "loadavg_before": os.getloadavg(),
@@ -249,6 +254,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
     p.add_argument("--fresh-cache", action="store_true", help="delete the cache file first")
     p.add_argument("--out-dir", default=str(OUT_DIR))
+    p.add_argument("--no-embed-title", action="store_true",
+                   help="pass --no-embed-title: titles in chunk metadata, not embedded")
     args = p.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

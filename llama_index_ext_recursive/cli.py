@@ -593,7 +593,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     )
     comparison = compare(
         dataset, names, cache_path=cache, k=top_k, concurrency=concurrency, show_progress=True,
+        embed_title=not args.no_embed_title,
     )
+    print(f"chunk titles: {comparison.title_convention}")
     print(
         f"\nEmbedded {comparison.texts_embedded} new chunk and query texts in "
         f"{comparison.embedding_seconds:.1f}s, {comparison.texts_embedded_in_builds} more while "
@@ -665,6 +667,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--cache", default=None, help="embedding cache file (default .cache/embeddings.sqlite)")
     evaluate.add_argument("--out", help="write figures as JSON (the folder must exist)")
     evaluate.add_argument("--plot", help="write quality vs latency as PNG (the folder must exist)")
+    evaluate.add_argument(
+        "--no-embed-title", action="store_true",
+        help="keep chunk titles in metadata but out of the embedded (and BM25-indexed) text; "
+             "default: embedded, and prepended to the text of flat sets",
+    )
     evaluate.set_defaults(func=cmd_eval)
     return parser
 

@@ -435,15 +435,18 @@ def test_evaluate_pairs_rejects_a_pair_without_expected_ids(lexical):
 # ---------------------------------------------------------------- registry and harness
 
 
-def _context(model) -> BuildContext:
-    nodes = topic_nodes()
+def _context(model, nodes=None, gold_docs=None) -> BuildContext:
+    nodes = topic_nodes() if nodes is None else nodes
     for node in nodes:
         node.embedding = model.get_text_embedding(node.get_content(metadata_mode=MetadataMode.EMBED))
-    return BuildContext(nodes=nodes, embed_model=model, top_k=3)
+    # oracle-routing answers only the queries it has gold documents for
+    gold = {"Which bee lays eggs in the hive?": ("bees",)} if gold_docs is None else gold_docs
+    return BuildContext(nodes=nodes, embed_model=model, top_k=3, gold_docs=gold)
 
 
 def test_the_registry_has_the_upstream_baselines_and_ours():
-    assert {"upstream-vector", "upstream-bm25", "upstream-fusion", "upstream-recursive", "recursive"} <= set(REGISTRY)
+    assert {"upstream-vector", "upstream-bm25", "upstream-fusion", "upstream-fusion-relative",
+            "upstream-recursive", "recursive", "oracle-routing"} <= set(REGISTRY)
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -455,7 +458,8 @@ def test_every_registered_retriever_builds_and_retrieves(lexical, name):
     results = retriever.retrieve(QueryBundle(question, embedding=lexical.get_query_embedding(question)))
     assert isinstance(results, list) and results
     assert all(isinstance(r, NodeWithScore) for r in results)
-    assert len(results) <= context.top_k
+    # the tutorial recipe returns its fixed 3 documents x 3 chunks whatever k is (metrics cut at k)
+    assert len(results) <= (9 if name == "upstream-recursive" else context.top_k)
     known = {n.node_id for n in context.nodes}
     assert {r.node.node_id for r in results} <= known
     assert results[0].node.metadata["doc_id"] == "bees"
@@ -603,3 +607,202 @@ def test_cli_eval_unknown_retriever_lists_known_names(tmp_path, capsys):
     err = capsys.readouterr().err
     assert re.fullmatch(r"error: unknown retriever\(s\) \['bogus'\]; known: .*recursive.*upstream-vector.*\n", err)
     assert "upstream-bm25" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- issue 12: recipe, fusion, oracle, titles
+
+LEAD = " ".join(f"w{i}" for i in range(100))
+
+
+def _recipe_nodes():
+    """Three contracts with the same boilerplate; only titles and opening names differ."""
+    clauses = ["The receiving party shall keep the information confidential.",
+               "This agreement terminates after two years."]
+    nodes = []
+    for doc_id, title, party in [("nda-a", "Acme Rockets NDA", "Acme"), ("nda-b", "Birch Bakery NDA", "Birch"),
+                                 ("nda-c", None, "Cedar")]:
+        texts = [f"Agreement between {party} and the recipient.", *clauses]
+        for i, text in enumerate(texts):
+            metadata = {"doc_id": doc_id, **({"title": title} if title else {})}
+            nodes.append(TextNode(id_=f"{doc_id}-{i}", text=text, metadata=metadata,
+                                  excluded_embed_metadata_keys=["doc_id"]))
+    return nodes
+
+
+def test_recipe_summary_is_the_title_then_the_first_60_words_in_chunk_order():
+    from llama_index_ext_recursive.eval.registry import recipe_summary
+
+    words = LEAD.split()
+    chunks = [TextNode(text=" ".join(words[:40]), metadata={"title": "The Title"}),
+              TextNode(text="\n".join(words[40:]))]
+    summary = recipe_summary("doc-1", chunks)
+    title, lead = summary.split("\n")
+    assert title == "The Title"
+    assert lead.split() == LEAD.split()[:60]  # across the chunk boundary, whitespace normalised
+    assert recipe_summary("doc-1", [TextNode(text="no title here")]) == "doc-1\nno title here"
+
+
+def test_upstream_recursive_routes_on_recipe_summaries_top3_by_top3(counting):
+    from llama_index_ext_recursive.eval.registry import recipe_summary
+
+    nodes = _recipe_nodes()
+    context = _context(counting, nodes=nodes)
+    counting.texts.clear()
+    retriever = build_retriever("upstream-recursive", context)
+    top = retriever._retriever_dict["vector"]
+    summaries = {n.index_id: n.text for n in top._index.docstore.docs.values()}
+    assert summaries == {
+        "nda-a": "Acme Rockets NDA\nAgreement between Acme and the recipient. The receiving party shall "
+                 "keep the information confidential. This agreement terminates after two years.",
+        "nda-b": recipe_summary("nda-b", [n for n in nodes if n.metadata["doc_id"] == "nda-b"]),
+        "nda-c": recipe_summary("nda-c", [n for n in nodes if n.metadata["doc_id"] == "nda-c"]),
+    }
+    assert summaries["nda-c"].startswith("nda-c\nAgreement between Cedar")  # no title: the doc id
+    # each summary is embedded from exactly that text (nothing else was embedded while building)
+    assert sorted(set(counting.texts)) == sorted(summaries.values())
+    assert top._similarity_top_k == 3
+    assert all(retriever._retriever_dict[d]._similarity_top_k == 3 for d in ("nda-a", "nda-b", "nda-c"))
+    question = "Acme Rockets: when does the agreement terminate?"
+    results = retriever.retrieve(QueryBundle(question, embedding=counting.get_query_embedding(question)))
+    assert len(results) == 9  # 3 documents x 3 chunks, as the recipe gives
+    assert results[0].node.metadata["doc_id"] == "nda-a"  # the title routed it first
+
+
+def test_upstream_fusion_relative_is_query_fusion_in_relative_score_mode(lexical):
+    from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+
+    context = _context(lexical)
+    retriever = build_retriever("upstream-fusion-relative", context)
+    assert retriever.mode == FUSION_MODES.RELATIVE_SCORE and retriever.num_queries == 1
+    assert retriever.similarity_top_k == context.top_k
+    assert [type(r).__name__ for r in retriever._retrievers] == ["VectorIndexRetriever", "BM25Retriever"]
+    question = "Which worker bee collects nectar?"
+    bundle = QueryBundle(question, embedding=lexical.get_query_embedding(question))
+    # relative_score: each child's scores min-max scaled, weighted 1/2, summed per node
+    expected = {}
+    for child in (build_retriever("upstream-vector", context), build_retriever("upstream-bm25", context)):
+        hits = child.retrieve(bundle)
+        low, high = min(h.score for h in hits), max(h.score for h in hits)
+        for h in hits:
+            expected[h.node.node_id] = expected.get(h.node.node_id, 0.0) + 0.5 * (h.score - low) / (high - low)
+    got = {r.node.node_id: r.score for r in retriever.retrieve(bundle)}
+    best = sorted(expected, key=expected.get, reverse=True)[: context.top_k]
+    assert list(got) == best and got == pytest.approx({n: expected[n] for n in best})
+    assert best[0] == "bees-1"
+
+
+def test_oracle_ranks_only_the_gold_documents_chunks_by_rrf(lexical):
+    from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+
+    nodes = topic_nodes()
+    query = "Bake the bread in a hot covered pot to trap steam, like the queen bee?"
+    context = _context(lexical, nodes=nodes, gold_docs={query: ("bees",), "both": ("solar", "bread")})
+    context.top_k = 10
+    oracle = build_retriever("oracle-routing", context)
+    bundle = QueryBundle(query, embedding=lexical.get_query_embedding(query))
+    results = oracle.retrieve(bundle)
+    # the bread chunk matches the query best corpus-wide, but bread is not the gold document
+    flat = MultilingualBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=1).retrieve(query)
+    assert flat[0].node.metadata["doc_id"] == "bread"
+    assert [r.node.metadata["doc_id"] for r in results] == ["bees"] * 3
+    # reciprocal rank fusion (k=60) of dense cosine and BM25 inside the document
+    bees = [n for n in nodes if n.metadata["doc_id"] == "bees"]
+    q = lexical.get_query_embedding(query)
+    dense = sorted(bees, key=lambda n: -float(sum(a * b for a, b in zip(n.embedding, q))))
+    lexical_hits = MultilingualBM25Retriever.from_defaults(nodes=bees, similarity_top_k=3).retrieve(query)
+    fused = {}
+    for ranked in ([n.node_id for n in dense], [h.node.node_id for h in lexical_hits]):
+        for rank, node_id in enumerate(ranked, 1):
+            fused[node_id] = fused.get(node_id, 0.0) + 1 / (60 + rank)
+    assert {r.node.node_id: r.score for r in results} == pytest.approx(fused)
+    assert [r.score for r in results] == sorted(fused.values(), reverse=True)
+    # two gold documents: chunks of both, none of the third
+    two = oracle.retrieve(QueryBundle("both", embedding=lexical.get_query_embedding("both")))
+    assert {r.node.metadata["doc_id"] for r in two} == {"solar", "bread"} and len(two) == 6
+
+
+def test_oracle_refuses_a_query_it_has_no_answer_for(lexical):
+    oracle = build_retriever("oracle-routing", _context(lexical))
+    with pytest.raises(KeyError, match=r"no gold documents for the query 'What is a drone\?'.*only "
+                                       r"answers the 1 judged queries.*BuildContext.gold_docs"):
+        oracle.retrieve("What is a drone?")
+
+
+def test_gold_documents_come_from_doc_qrels_or_the_chunks_documents(tmp_path):
+    queries = [*QUERY_LINES, json.dumps({"_id": "q5", "text": "What do worker bees collect?"})]
+    qrels = [*QRELS, "q5\tsolar_c0\t1", "q2\tbees_c0\t0"]
+    flat = BeirDataset.load(write_dataset(tmp_path / "flat", queries=queries, qrels=qrels, doc_qrels=None))
+    # same text twice (q4, q5): the union; relevance 0 is not gold; unjudged q3 is absent
+    assert flat.gold_documents() == {"Who lays the eggs in a hive?": ("bees",),
+                                     "What does an inverter do?": ("solar",),
+                                     "What do worker bees collect?": ("bees", "solar")}
+    doc_level = ["query-id\tcorpus-id\tscore", "q1\tsolar\t1", "q2\tsolar\t1", "q4\tbees\t1"]
+    hier = BeirDataset.load(write_dataset(tmp_path / "hier", doc_qrels=doc_level))
+    assert hier.gold_documents()["Who lays the eggs in a hive?"] == ("solar",)  # the doc-level file rules
+
+
+def test_compare_gives_the_oracle_the_gold_documents(tmp_path, lexical):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    comparison = compare(dataset, ["upstream-vector", "oracle-routing"], embed_model=lexical, k=1)
+    oracle = comparison.reports[1].metrics
+    assert oracle["doc:Success@1"] == 1.0 and oracle["Success@1"] == 1.0  # 2 chunks per document
+
+
+def test_without_embed_title_the_title_is_metadata_only(tmp_path):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
+    node = {n.node_id: n for n in dataset.nodes(embed_title=False)}["bees_c0"]
+    assert node.metadata == {"doc_id": "bees", "title": "Honeybees"}
+    assert node.get_content(metadata_mode=MetadataMode.EMBED) == "The queen bee lays eggs in the hive."
+    assert "Honeybees" in node.get_content(metadata_mode=MetadataMode.LLM)  # the LLM still sees it
+    assert node.text == "The queen bee lays eggs in the hive."
+
+
+@pytest.mark.parametrize("doc_qrels", [DOC_QRELS, None], ids=["hierarchical", "flat"])
+def test_compare_embed_title_false_embeds_no_title_and_says_so(tmp_path, counting, doc_qrels):
+    dataset = BeirDataset.load(write_dataset(tmp_path / "ds", doc_qrels=doc_qrels))
+    comparison = compare(dataset, ["upstream-vector"], embed_model=counting, embed_title=False)
+    assert sorted(counting.texts) == sorted(row["text"] for row in CORPUS)  # no title anywhere
+    assert comparison.to_dict()["metadata_convention"] == {
+        "title": "metadata-not-embedded", "embed_title": False, "title_in_text": False}
+    counting.texts.clear()
+    default = compare(dataset, ["upstream-vector"], embed_model=counting)
+    assert all(("Honeybees" in t) or ("Solar" in t) for t in counting.texts)
+    assert default.to_dict()["metadata_convention"]["title"] == (
+        "embedded-metadata" if doc_qrels else "in-text")
+    with pytest.raises(TypeError, match="embed_title must be True or False"):
+        compare(dataset, ["upstream-vector"], embed_model=counting, embed_title="no")
+
+
+@pytest.mark.integration
+def test_cli_eval_no_embed_title_and_the_oracle_ceiling(tmp_path, capsys, real_model):
+    from llama_index_ext_recursive.cli import main
+
+    data = write_sample_dataset(tmp_path / "ds")
+    out = tmp_path / "out.json"
+    argv = ["eval", "--data", str(data), "--retrievers", "upstream-vector,oracle-routing",
+            "--cache", str(tmp_path / "c.sqlite"), "--out", str(out), "--no-embed-title"]
+    assert main(argv) == 0
+    assert "chunk titles: metadata-not-embedded" in capsys.readouterr().out
+    figures = json.loads(out.read_text(encoding="utf-8"))
+    assert figures["metadata_convention"]["embed_title"] is False
+    oracle, vector = figures["retrievers"]["oracle-routing"]["metrics"], figures["retrievers"]["upstream-vector"]["metrics"]
+    assert oracle["doc:Success@10"] == 1.0  # routing is perfect by construction
+    assert oracle["nDCG@10"] >= vector["nDCG@10"]
+
+
+def test_run_eval_covers_legalbench_and_the_new_retrievers():
+    import importlib.util
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench))  # run_eval imports its sibling scale_recursive
+    try:
+        spec = importlib.util.spec_from_file_location("run_eval", bench / "run_eval.py")
+        run_eval = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(run_eval)
+    finally:
+        sys.path.remove(str(bench))
+    assert "legalbench_contractnli" in run_eval.DATASETS
+    assert run_eval.DATASETS["legalbench_contractnli"] is None  # every query
+    names = parse_names(run_eval.RETRIEVERS)  # every name is registered
+    assert {"upstream-fusion-relative", "oracle-routing", "upstream-fusion", "recursive", "hybrid"} <= set(names)

@@ -3,7 +3,13 @@
 from llama_index_ext_recursive.eval.cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset, DatasetError, from_pairs
 from llama_index_ext_recursive.eval.harness import Comparison, RetrieverReport, compare, markdown_table, plot
-from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever, register
+from llama_index_ext_recursive.eval.registry import (
+    REGISTRY,
+    BuildContext,
+    OracleRoutingRetriever,
+    build_retriever,
+    register,
+)
 from llama_index_ext_recursive.eval.runner import (
     EvalResult,
     RetrievalRun,
@@ -20,6 +26,7 @@ __all__ = [
     "Comparison",
     "DatasetError",
     "EvalResult",
+    "OracleRoutingRetriever",
     "REGISTRY",
     "RetrievalRun",
     "RetrieverReport",

@@ -112,14 +112,23 @@ class BeirDataset:
             doc_of=doc_of,
         )
 
-    def nodes(self, title_in_text: bool = False) -> List[TextNode]:
+    def nodes(self, title_in_text: bool = False, embed_title: bool = True) -> List[TextNode]:
         """One ``TextNode`` per corpus item (``id_`` = corpus id).
 
-        Metadata carries ``doc_id`` and ``title`` (the title is embedded, as
-        LlamaIndex embeds metadata by default; ``doc_id`` is not). With
-        ``title_in_text`` the title is prepended to the text instead (BEIR's
-        convention for flat sets such as SciFact).
+        Metadata carries ``doc_id`` and ``title``. By default the title is
+        embedded with the chunk, as LlamaIndex embeds metadata by default
+        (``doc_id`` is not). The two conventions differ by several nDCG points
+        on title-heavy sets (issue 12), so runs say which one they used.
+
+        Args:
+            title_in_text: prepend the title to the text instead of keeping it
+                in metadata (BEIR's convention for flat sets such as SciFact).
+            embed_title: ``False`` keeps the title in metadata but out of the
+                embedded text (``excluded_embed_metadata_keys`` gets ``title``;
+                the LLM still sees it). Retrievers that index the embed text,
+                as BM25 does, do not see it either. Ignored with ``title_in_text``.
         """
+        excluded_embed = ["doc_id"] if embed_title else ["doc_id", "title"]
         nodes = []
         for cid, item in self.corpus.items():
             title, text = item["title"], item["text"]
@@ -133,11 +142,30 @@ class BeirDataset:
                     id_=cid,
                     text=text,
                     metadata=metadata,
-                    excluded_embed_metadata_keys=["doc_id"],
+                    excluded_embed_metadata_keys=list(excluded_embed),
                     excluded_llm_metadata_keys=["doc_id"],
                 )
             )
         return nodes
+
+    def gold_documents(self) -> Dict[str, Tuple[str, ...]]:
+        """Query text -> the documents it is judged relevant to (for the oracle retriever).
+
+        From ``qrels/<split>.doc-level.tsv`` when the set has it, else the
+        documents (``metadata.doc_id``) of the query's relevant corpus ids.
+        Only positive judgements count; queries sharing one text get the union
+        of their documents, since a retriever only ever sees the text.
+        """
+        gold: Dict[str, Dict[str, None]] = {}
+        for qid, text in self.queries.items():
+            docs = gold.setdefault(text, {})
+            if self.doc_qrels is not None:
+                positive = [d for d, rel in self.doc_qrels.get(qid, {}).items() if rel > 0]
+            else:
+                positive = [self.doc_of[c] for c, rel in self.qrels.get(qid, {}).items() if rel > 0]
+            for doc_id in positive:
+                docs.setdefault(doc_id, None)
+        return {text: tuple(docs) for text, docs in gold.items()}
 
 
 def from_pairs(

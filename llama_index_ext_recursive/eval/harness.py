@@ -52,6 +52,15 @@ class Comparison:
     texts_embedded: int
     reports: List[RetrieverReport]
     texts_embedded_in_builds: int = 0
+    embed_title: bool = True
+    title_in_text: bool = False
+
+    @property
+    def title_convention(self) -> str:
+        """How chunk titles were presented: ``in-text``, ``embedded-metadata`` or ``metadata-not-embedded``."""
+        if self.title_in_text:
+            return "in-text"
+        return "embedded-metadata" if self.embed_title else "metadata-not-embedded"
 
     def to_dict(self, per_query: bool = False) -> Dict[str, Any]:
         return {
@@ -62,6 +71,11 @@ class Comparison:
             "embedding_seconds": self.embedding_seconds,
             "texts_embedded": self.texts_embedded,
             "texts_embedded_in_builds": self.texts_embedded_in_builds,
+            "metadata_convention": {
+                "title": self.title_convention,
+                "embed_title": self.embed_title,
+                "title_in_text": self.title_in_text,
+            },
             "retrievers": {r.name: r.to_dict(per_query) for r in self.reports},
         }
 
@@ -74,6 +88,7 @@ def compare(
     k: int = 10,
     concurrency: int = 1,
     show_progress: bool = False,
+    embed_title: bool = True,
 ) -> Comparison:
     """Build every named retriever over the same nodes and embeddings and score it.
 
@@ -81,6 +96,13 @@ def compare(
     disk when ``cache_path`` is given); latency is measured with query
     embeddings precomputed. Every argument is checked before the embedding
     model is resolved, so a typo costs nothing.
+
+    Each chunk keeps its document's ``title`` in metadata; ``embed_title``
+    says whether it is embedded with the chunk (LlamaIndex's default) or not.
+    Flat sets (no document-level qrels) follow BEIR and prepend the title to
+    the text, unless ``embed_title=False``, which keeps every title out of the
+    embedded text. ``oracle-routing`` gets each query's gold documents from
+    the dataset; no other retriever sees them.
 
     Args:
         dataset: the loaded dataset.
@@ -90,6 +112,7 @@ def compare(
         k: the cut-off of every metric and each retriever's ``similarity_top_k``.
         concurrency: queries in flight (``> 1`` uses ``aretrieve``).
         show_progress: show progress bars.
+        embed_title: embed chunk titles (``False``: titles stay in metadata only).
     """
     k = check_count("k", k)
     concurrency = check_count("concurrency", concurrency)
@@ -107,10 +130,13 @@ def compare(
     if cache_path is not None and Path(cache_path).is_dir():
         raise ValueError(f"cache_path {str(cache_path)!r} is a directory; pass a file such as "
                          f"{str(Path(cache_path) / 'embeddings.sqlite')!r}")
+    if not isinstance(embed_title, bool):
+        raise TypeError(f"embed_title must be True or False, got {embed_title!r}")
     model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
         resolve_embed_model(embed_model), cache_path
     )
-    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
+    title_in_text = embed_title and not dataset.hierarchical
+    nodes = dataset.nodes(title_in_text=title_in_text, embed_title=embed_title)
     before = model.computed
     started = time.perf_counter()
     vectors = model.get_text_embedding_batch(
@@ -121,7 +147,7 @@ def compare(
     query_vectors = {qid: model.get_query_embedding(text) for qid, text in dataset.queries.items()}
     embedding_seconds = time.perf_counter() - started
     upfront = model.computed - before
-    context = BuildContext(nodes=nodes, embed_model=model, top_k=k)
+    context = BuildContext(nodes=nodes, embed_model=model, top_k=k, gold_docs=dataset.gold_documents())
     reports = []
     for name in names:
         logger.info("building %s over %d nodes", name, len(nodes))
@@ -149,6 +175,8 @@ def compare(
         texts_embedded=upfront,
         texts_embedded_in_builds=model.computed - before - upfront,
         reports=reports,
+        embed_title=embed_title,
+        title_in_text=title_in_text,
     )
 
 

@@ -1,33 +1,46 @@
 """Named retrievers for the harness, all built from the same nodes and embeddings.
 
 Upstream baselines are built exactly as a LlamaIndex user builds them today;
-ours register here as each capability lands (``register``).
+ours register here as each capability lands (``register``). One entry,
+``oracle-routing``, is not a retriever anyone can deploy: it reads each
+query's gold documents from the dataset and exists only to show the ceiling
+that perfect routing would reach.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import MockLLM
 from llama_index.core.retrievers import QueryFusionRetriever, RecursiveRetriever
-from llama_index.core.schema import BaseNode, IndexNode
+from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-from llama_index_ext_recursive.builder import build_documents, group_nodes
+from llama_index_ext_recursive.filters import FilteredQueryBundle
 from llama_index_ext_recursive.recursive import RecursiveSummaryRetriever
+from llama_index_ext_recursive.validation import check_count, check_query
 
 
 @dataclass
 class BuildContext:
-    """What every retriever factory gets: nodes that carry embeddings, the model, k."""
+    """What every retriever factory gets: nodes that carry embeddings, the model, k.
+
+    ``gold_docs`` maps a query's text to its gold document ids (the values of
+    ``doc_id_key``). Only ``oracle-routing`` reads it; :func:`compare` fills it
+    from the dataset's judgements, so every other factory stays blind to them.
+    """
 
     nodes: List[BaseNode]
     embed_model: BaseEmbedding
     top_k: int = 10
     doc_id_key: str = "doc_id"
+    gold_docs: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
 
 Factory = Callable[[BuildContext], BaseRetriever]
@@ -112,27 +125,72 @@ def upstream_fusion(ctx: BuildContext) -> BaseRetriever:
     )
 
 
-def _summary_texts(ctx: BuildContext) -> Dict[str, str]:
-    built = build_documents(group_nodes(ctx.nodes, ctx.doc_id_key), ctx.doc_id_key)
-    return {s.index_id: s.text for s in built.summary_nodes}
+@register("upstream-fusion-relative")
+def upstream_fusion_relative(ctx: BuildContext) -> BaseRetriever:
+    """``upstream-fusion`` in ``mode="relative_score"`` (min-max scaled scores, summed).
+
+    Upstream's strongest flat retriever on some sets (issue 12: xquad_en_fine
+    with titles not embedded), so the upstream side is not judged by RRF alone.
+    """
+    return QueryFusionRetriever(
+        [upstream_vector(ctx), upstream_bm25(ctx)],
+        llm=MockLLM(),
+        num_queries=1,
+        mode="relative_score",
+        similarity_top_k=ctx.top_k,
+    )
+
+
+RECIPE_LEAD_WORDS = 60
+
+
+def _by_document(ctx: BuildContext) -> Dict[str, List[BaseNode]]:
+    """Chunks grouped by document, each group in the order of ``ctx.nodes`` (corpus order)."""
+    by_doc: Dict[str, List[BaseNode]] = {}
+    for node in ctx.nodes:
+        by_doc.setdefault(str(node.metadata[ctx.doc_id_key]), []).append(node)
+    return by_doc
+
+
+def recipe_summary(doc_id: str, chunks: Sequence[BaseNode], words: int = RECIPE_LEAD_WORDS) -> str:
+    """The tutorial recipe's document summary: the title, then the document's first ``words`` words.
+
+    The title is ``metadata["title"]`` of the first chunk that has one, else
+    the doc id; the lead is cut from the chunks' text (no metadata) joined in
+    the order given, which for the harness is corpus order.
+
+    Args:
+        doc_id: the document's id (the title when no chunk has one).
+        chunks: the document's chunks, in document order.
+        words: how many words of the document follow the title.
+    """
+    title = next((str(c.metadata["title"]) for c in chunks if c.metadata.get("title")), doc_id)
+    body = " ".join(c.get_content(metadata_mode=MetadataMode.NONE) for c in chunks)
+    return f"{title}\n{' '.join(body.split()[:words])}"
 
 
 @register("upstream-recursive")
 def upstream_recursive(ctx: BuildContext) -> BaseRetriever:
-    """The tutorial recipe: one index per document (top-3), summary IndexNodes
-    (our summaries, embedded from their text), top index with top-1, RecursiveRetriever."""
-    by_doc: Dict[str, List[BaseNode]] = {}
-    for node in ctx.nodes:
-        by_doc.setdefault(str(node.metadata[ctx.doc_id_key]), []).append(node)
+    """The upstream tutorial recipe (recursive retrieval over document summaries), as written.
+
+    One summary ``IndexNode`` per document whose text is the document's title
+    plus its first 60 words (:func:`recipe_summary`), embedded from that text;
+    the top index routes to the 3 best summaries (``similarity_top_k=3``), each
+    document's own ``VectorStoreIndex`` returns its top 3 chunks, and
+    ``RecursiveRetriever`` joins them (at most 9 results, whatever k is). The
+    recipe gets the summaries it builds itself, not our extractive ones, so it
+    is compared as users run it.
+    """
+    by_doc = _by_document(ctx)
     retrievers: Dict[str, BaseRetriever] = {
         doc_id: VectorStoreIndex(nodes, embed_model=ctx.embed_model).as_retriever(similarity_top_k=3)
         for doc_id, nodes in by_doc.items()
     }
     summaries: Sequence[IndexNode] = [
-        IndexNode(text=text, index_id=doc_id) for doc_id, text in _summary_texts(ctx).items()
+        IndexNode(text=recipe_summary(doc_id, nodes), index_id=doc_id) for doc_id, nodes in by_doc.items()
     ]
     top = VectorStoreIndex(list(summaries), embed_model=ctx.embed_model).as_retriever(
-        similarity_top_k=1
+        similarity_top_k=3
     )
     return RecursiveRetriever("vector", retriever_dict={"vector": top, **retrievers})
 
@@ -171,4 +229,111 @@ def hybrid(ctx: BuildContext) -> BaseRetriever:
 
     return HybridFusionRetriever.from_nodes(
         ctx.nodes, embed_model=ctx.embed_model, similarity_top_k=ctx.top_k
+    )
+
+
+class OracleRoutingRetriever(BaseRetriever):
+    """ORACLE, for the harness only: perfect routing, read from the answers.
+
+    For each query it looks up the gold documents (``gold_docs``, filled from
+    the dataset's qrels) and ranks only those documents' chunks, with the
+    whole query: dense cosine over the chunks' own embeddings and our
+    :class:`MultilingualBM25Retriever` restricted to those documents (through
+    its indexed per-call filter), fused by reciprocal rank fusion
+    (``1 / (rrf_k + rank)``, 1-based ranks, ties kept in dense order). Its
+    figures are the ceiling any summary router could reach with this chunk
+    ranking, so the gap between a real router and perfect routing is visible
+    in every comparison. It cannot answer a query it has no answer for.
+
+    Args:
+        nodes: the chunks, each with its embedding and ``doc_id_key`` in metadata.
+        gold_docs: query text -> gold document ids.
+        embed_model: embeds a query whose bundle carries no embedding.
+        similarity_top_k: results per query.
+        doc_id_key: the metadata key naming a chunk's document.
+        rrf_k: the reciprocal rank fusion constant (60, as in the RRF paper).
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[BaseNode],
+        gold_docs: Mapping[str, Sequence[str]],
+        embed_model: BaseEmbedding,
+        similarity_top_k: int = 10,
+        doc_id_key: str = "doc_id",
+        rrf_k: int = 60,
+    ) -> None:
+        from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+
+        self._top_k = check_count("similarity_top_k", similarity_top_k)
+        self._rrf_k = check_count("rrf_k", rrf_k)
+        self._nodes = list(nodes)
+        missing = [n.node_id for n in self._nodes if n.embedding is None][:3]
+        if missing:
+            raise ValueError(f"oracle-routing needs embedded nodes; {missing} have no embedding "
+                             "(embed them first, as compare() does)")
+        self._gold = {text: tuple(docs) for text, docs in gold_docs.items()}
+        self._embed_model = embed_model
+        self._doc_id_key = doc_id_key
+        matrix = np.asarray([n.embedding for n in self._nodes], dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        self._matrix = matrix / np.where(norms == 0, 1.0, norms)
+        self._rows: Dict[str, List[int]] = {}
+        for row, node in enumerate(self._nodes):
+            self._rows.setdefault(str(node.metadata[doc_id_key]), []).append(row)
+        self._row_of = {node.node_id: row for row, node in enumerate(self._nodes)}
+        # every match inside the gold documents, so RRF sees BM25's whole list
+        self._bm25 = MultilingualBM25Retriever.from_defaults(
+            nodes=self._nodes, similarity_top_k=len(self._nodes)
+        )
+        super().__init__()
+
+    def gold_documents(self, query: str) -> Tuple[str, ...]:
+        """The gold document ids of ``query``; ``KeyError`` naming it when it has none on file."""
+        if query not in self._gold:
+            raise KeyError(
+                f"oracle-routing has no gold documents for the query {query[:120]!r}: it only "
+                f"answers the {len(self._gold)} judged queries of the dataset it was built for "
+                "(compare() passes them in BuildContext.gold_docs); it is an upper bound for the "
+                "harness, not a retriever for new queries"
+            )
+        return self._gold[query]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle)
+        docs = [d for d in self.gold_documents(query_bundle.query_str) if d in self._rows]
+        rows = np.asarray([r for d in docs for r in self._rows[d]], dtype=np.int64)
+        if not len(rows):
+            return []
+        embedding = query_bundle.embedding or self._embed_model.get_query_embedding(
+            query_bundle.query_str
+        )
+        query = np.asarray(embedding, dtype=np.float32)
+        query /= np.linalg.norm(query) or 1.0
+        dense = rows[np.argsort(-(self._matrix[rows] @ query), kind="stable")]
+        condition = (
+            MetadataFilter(key=self._doc_id_key, value=docs[0])
+            if len(docs) == 1
+            else MetadataFilter(key=self._doc_id_key, value=docs, operator=FilterOperator.IN)
+        )
+        lexical = self._bm25.retrieve(FilteredQueryBundle(
+            query_bundle.query_str, filters=MetadataFilters(filters=[condition])
+        ))
+        fused: Dict[int, float] = {}
+        for ranked in ([int(r) for r in dense], [self._row_of[h.node.node_id] for h in lexical]):
+            for rank, row in enumerate(ranked, 1):
+                fused[row] = fused.get(row, 0.0) + 1.0 / (self._rrf_k + rank)
+        best = sorted(fused, key=lambda row: -fused[row])[: self._top_k]  # stable: dense order on ties
+        return [NodeWithScore(node=self._nodes[row], score=fused[row]) for row in best]
+
+
+@register("oracle-routing")
+def oracle_routing(ctx: BuildContext) -> BaseRetriever:
+    """ORACLE (reads the answers): ranks each query's chunks inside its gold documents only.
+
+    The perfect-routing upper bound of issue 12; see :class:`OracleRoutingRetriever`.
+    """
+    return OracleRoutingRetriever(
+        ctx.nodes, ctx.gold_docs, ctx.embed_model, similarity_top_k=ctx.top_k,
+        doc_id_key=ctx.doc_id_key,
     )
