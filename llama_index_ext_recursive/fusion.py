@@ -30,10 +30,14 @@ A child that cannot read a script drags fusion below its better child: the
 bundled English MiniLM finds 0.23 nDCG@10 on XQuAD-zh where Chinese BM25
 finds 0.90, and equal-weight RRF of the two lands at 0.65. Weights can
 therefore differ by query script (``script_weights``), and
-:meth:`HybridFusionRetriever.calibrate` sets them from the corpus itself:
-every child answers pseudo-queries cut from sampled nodes, and a child that
-finds less than a quarter of what the best child finds gets weight 0 for that
-script (logged). ``from_nodes``/``from_index`` calibrate unless weights are given.
+:meth:`HybridFusionRetriever.calibrate` fits them on the corpus itself
+(:mod:`llama_index_ext_recursive.calibration`): the children answer
+pseudo-queries cut from sampled nodes once, and the weight grid point with
+the best fused MRR (leaning to equal weights within a tolerance, never below
+the best child alone) is kept per script. ``from_nodes``/``from_index``
+calibrate unless weights or a saved ``calibration`` are given; a
+:class:`~llama_index_ext_recursive.calibration.Calibration` saved with
+``to_dict()`` is applied again with ``calibration=``, without recalibrating.
 """
 
 from __future__ import annotations
@@ -41,10 +45,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core import StorageContext, VectorStoreIndex
@@ -58,12 +62,26 @@ from llama_index.core.retrievers.fusion_retriever import (
     QUERY_GEN_PROMPT,
     QueryFusionRetriever,
 )
-from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
 from llama_index.core.settings import Settings
 from llama_index.core.vector_stores.types import MetadataFilters
 from pydantic import Field
 
 from llama_index_ext_recursive.backfill import BackfillVectorRetriever
+from llama_index_ext_recursive.calibration import (
+    DEFAULT_CALIBRATION_SAMPLES,
+    Calibration,
+    FuseFunction,
+    QueryScript,
+    calibrate_children,
+    dist_based_scores,
+    distribution_based_fusion,
+    min_max_scores,
+    query_script,
+    reciprocal_rank_fusion,
+    relative_score_fusion,
+    simple_fusion,
+)
 from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilteredQueryBundle,
@@ -79,7 +97,6 @@ from llama_index_ext_recursive.filters import (
     with_filters,
 )
 from llama_index_ext_recursive.store import NumpyVectorStore
-from llama_index_ext_recursive.summarize import cjk_ratio
 from llama_index_ext_recursive.validation import (
     check_count,
     check_kwargs,
@@ -93,73 +110,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TOP_K = 10
 DEFAULT_RRF_K = 60.0
-DEFAULT_MIN_RELATIVE_QUALITY = 0.25
 # from_nodes/from_index know their children's scores (cosine, BM25), so they fuse
 # min-max-normalised scores: on SciFact 0.723 nDCG@10 vs 0.716 for RRF, XQuAD-en
 # 0.936 vs 0.925 (benchmarks/fusion_sweep.py). RRF stays the constructor default:
 # it needs nothing from scores, which suits children it knows nothing about.
 HYBRID_MODE = FUSION_MODES.RELATIVE_SCORE
-DEFAULT_CALIBRATION_SAMPLES = 200  # fewer made the decision noisy across seeds
-MIN_CALIBRATION_SAMPLES = 8
-
-
-class QueryScript(str, Enum):
-    """Which writing system a query is in, for per-script fusion weights."""
-
-    LATIN = "latin"  # everything that is not mostly Chinese/Japanese/Korean
-    CJK = "cjk"
-
-
-def query_script(text: str) -> QueryScript:
-    """``cjk`` when at least 30% of the letters are CJK characters, else ``latin``."""
-    return QueryScript.CJK if cjk_ratio(text) >= 0.3 else QueryScript.LATIN
-
-
-def pseudo_queries(
-    nodes: Sequence[BaseNode], per_script: int = DEFAULT_CALIBRATION_SAMPLES, seed: int = 0
-) -> Dict[QueryScript, List[Tuple[str, str]]]:
-    """Up to ``per_script`` (node_id, query) pairs per script, cut from sampled nodes.
-
-    A query is a random window of the node's text: 5-9 words for Latin text,
-    8-16 characters for CJK text. Deterministic for a given ``seed``.
-    """
-    rng = random.Random(seed)
-    by_script: Dict[QueryScript, List[BaseNode]] = {}
-    for node in nodes:
-        text = node.get_content(metadata_mode=MetadataMode.NONE)
-        by_script.setdefault(query_script(text), []).append(node)
-    out: Dict[QueryScript, List[Tuple[str, str]]] = {}
-    for script, group in sorted(by_script.items()):
-        pairs = []
-        for node in rng.sample(group, len(group)):
-            text = node.get_content(metadata_mode=MetadataMode.NONE)
-            if script == QueryScript.CJK:
-                units, joiner, low, high = [c for c in text if not c.isspace()], "", 8, 16
-            else:
-                units, joiner, low, high = text.split(), " ", 5, 9
-            if len(units) < low:
-                continue
-            length = rng.randint(low, min(high, len(units)))
-            start = rng.randint(0, len(units) - length)
-            pairs.append((node.node_id, joiner.join(units[start : start + length])))
-            if len(pairs) == per_script:
-                break
-        out[script] = pairs
-    return out
-
-
-@dataclass
-class Calibration:
-    """What :meth:`HybridFusionRetriever.calibrate` measured and decided, per script.
-
-    ``quality[script][i]`` is child ``i``'s mean reciprocal rank of the source
-    node over ``samples[script]`` pseudo-queries; ``weights[script]`` are the
-    resulting weights (``None``: too few samples, the default weights apply).
-    """
-
-    quality: Dict[str, List[float]] = field(default_factory=dict)
-    samples: Dict[str, int] = field(default_factory=dict)
-    weights: Dict[str, Optional[List[float]]] = field(default_factory=dict)
 
 
 class ScoreDirection(str, Enum):
@@ -228,8 +183,9 @@ class HybridFusionRetriever(QueryFusionRetriever):
         filters: construction-time metadata filters.
         filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
         script_weights: weights per query script (``{"cjk": [...], "latin": [...]}``,
-            see :class:`QueryScript`), used instead of ``retriever_weights`` for
-            queries in that script; usually set by :meth:`calibrate`.
+            see :class:`~llama_index_ext_recursive.calibration.QueryScript`),
+            used instead of ``retriever_weights`` for queries in that script;
+            usually set by :meth:`calibrate`.
         unknown_filter_key: what a filter that cannot match (a key no indexed
             node holds, or a value of a type the key never holds) does:
             ``raise`` (default) a
@@ -237,12 +193,17 @@ class HybridFusionRetriever(QueryFusionRetriever):
             closest key, or ``warn`` and search anyway. Checked by hybrids
             built with :meth:`from_nodes`/:meth:`from_index`, which know their
             nodes; over children given here, the children check their own.
+        calibration: a saved
+            :class:`~llama_index_ext_recursive.calibration.Calibration` (e.g.
+            ``Calibration.from_dict(json.load(f))``) whose per-script weights
+            apply, without calibrating again (not with ``script_weights``).
 
     Raises:
         TypeError, ValueError: at construction, naming the argument: a child
             that is not a ``BaseRetriever``; ``similarity_top_k``/``num_queries``
             that are not integers >= 1 (``True``, ``2.5``, ``"5"``); weights
-            that are NaN, inf, negative, all zero or not one per child.
+            that are NaN, inf, negative, all zero or not one per child; a
+            ``calibration`` fitted for other children (count, names) or mode.
     """
 
     def __init__(
@@ -267,6 +228,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
         script_weights: Optional[Dict[str, Sequence[float]]] = None,
         unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
+        calibration: Optional[Calibration] = None,
     ) -> None:
         retrievers = list(retrievers)
         if not retrievers:
@@ -296,6 +258,10 @@ class HybridFusionRetriever(QueryFusionRetriever):
         ]
         if len(names) != count:
             raise ValueError(f"retriever_names has {len(names)} entries for {count} retrievers")
+        if calibration is not None and script_weights is not None:
+            raise ValueError(
+                "pass calibration= (saved fitted weights) or script_weights= (your own), not both"
+            )
 
         # Attributes the parent sets, without its eager ``Settings.llm``.
         self.num_queries = num_queries
@@ -317,6 +283,8 @@ class HybridFusionRetriever(QueryFusionRetriever):
         self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
         # the metadata of the indexed nodes, when known (from_nodes/from_index)
         self.filter_vocabulary: Optional[FilterVocabulary] = None
+        if calibration is not None:
+            self.apply_calibration(calibration)
         BaseRetriever.__init__(
             self,
             callback_manager=callback_manager,
@@ -379,53 +347,101 @@ class HybridFusionRetriever(QueryFusionRetriever):
         self,
         nodes: Sequence[BaseNode],
         samples_per_script: int = DEFAULT_CALIBRATION_SAMPLES,
-        min_relative_quality: float = DEFAULT_MIN_RELATIVE_QUALITY,
         seed: int = 0,
+        show_progress: Optional[bool] = None,
+        **removed: Any,
     ) -> Calibration:
-        """Set ``script_weights`` from how well each child finds pseudo-queries.
+        """Fit ``script_weights`` on pseudo-queries cut from ``nodes``.
 
-        For each script with at least 8 pseudo-queries (:func:`pseudo_queries`
-        over ``nodes``, which the children must index), every child with a
-        positive weight answers them; a child whose mean reciprocal rank is
-        below ``min_relative_quality`` times the best child's gets weight 0
-        for queries in that script (logged as a warning), the others keep
-        their weights. Returns, and keeps as ``self.calibration``, what was
-        measured.
+        For each script with at least 8 pseudo-queries
+        (:func:`~llama_index_ext_recursive.calibration.pseudo_queries`; the
+        children must index ``nodes``), every child answers them once, and
+        every point of a weight grid is scored by the fused mean reciprocal
+        rank of the source node, with the fusion of ``self.mode``; the weights
+        kept are the ones closest to equal weights among those within
+        ``DEFAULT_TOLERANCE`` of the best and at least as good as the best
+        child alone (:func:`~llama_index_ext_recursive.calibration.fit_weights`).
+        Calibration emits no callback or instrumentation events and embeds the
+        queries in batches. The result is returned and kept as
+        ``self.calibration``; save it with ``to_dict()`` and pass it back as
+        ``calibration=`` to skip calibrating again.
+
+        Args:
+            nodes: the indexed nodes the pseudo-queries are cut from.
+            samples_per_script: the most pseudo-queries per script.
+            seed: the sampling seed (the same seed gives the same weights).
+            show_progress: a progress bar (``None``: from 500 pseudo-queries on).
+
+        Raises:
+            TypeError: ``min_relative_quality`` (removed: the weights are now
+                measured, not switched off below a threshold).
         """
+        if "min_relative_quality" in removed:
+            raise TypeError(
+                "calibrate() no longer takes min_relative_quality: weights are fitted on a "
+                "grid by pseudo-query MRR instead of dropping a child below a threshold; "
+                "pass retriever_weights=/script_weights= to fix weights yourself"
+            )
+        if removed:
+            raise TypeError(f"calibrate() got unexpected keyword argument(s) {sorted(removed)}")
         check_count("samples_per_script", samples_per_script)
-        check_real("min_relative_quality", min_relative_quality, 0.0, 1.0)
-        report = Calibration()
-        for script, pairs in pseudo_queries(nodes, samples_per_script, seed).items():
-            report.samples[script.value] = len(pairs)
-            if len(pairs) < MIN_CALIBRATION_SAMPLES:
-                report.weights[script.value] = None
-                self.script_weights.pop(script, None)
-                continue
-            quality = [
-                _mean_reciprocal_rank(child, pairs) if weight > 0 else 0.0
-                for child, weight in zip(self._retrievers, self._retriever_weights)
-            ]
-            best = max(quality)
-            weights = [
-                w if q > 0 and q >= min_relative_quality * best else 0.0
-                for w, q in zip(self._retriever_weights, quality)
-            ]
-            for i, (before, after) in enumerate(zip(self._retriever_weights, weights)):
-                if before > 0 and after == 0:
-                    logger.warning(
-                        "hybrid: %s finds %.0f%% as much as the best retriever on %s "
-                        "pseudo-queries (MRR %.3f vs %.3f); it gets weight 0 for %s queries. "
-                        "Pass retriever_weights= to choose weights yourself.",
-                        self.retriever_names[i], 100 * quality[i] / best if best else 0.0,
-                        script.value, quality[i], best, script.value,
-                    )
-            report.quality[script.value] = quality
-            report.weights[script.value] = weights
-            if any(w > 0 for w in weights):
-                self.script_weights[script] = weights
-            logger.info("hybrid calibration %s: quality=%s weights=%s", script.value, quality, weights)
-        self.calibration = report
-        return report
+        calibration = calibrate_children(
+            self._retrievers,
+            nodes,
+            fuse=self._fuse_function(),
+            show_progress=show_progress,
+            names=self.retriever_names,
+            score_directions=[d.value for d in self.score_directions],
+            samples_per_script=samples_per_script,
+            seed=seed,
+            fusion=self.mode.value,
+        )
+        self.apply_calibration(calibration)
+        return calibration
+
+    def apply_calibration(self, calibration: Calibration) -> None:
+        """Use a saved :class:`~llama_index_ext_recursive.calibration.Calibration`'s
+        weights per script (scripts it has no weights for use the defaults).
+
+        Raises:
+            TypeError: ``calibration`` is not a ``Calibration``.
+            ValueError: it was fitted for other children (count or names) or
+                another fusion mode.
+        """
+        if not isinstance(calibration, Calibration):
+            raise TypeError(
+                f"calibration is a {type(calibration).__name__}, not a Calibration: pass "
+                "Calibration.from_dict(saved) or hybrid.calibration"
+            )
+        if list(calibration.names) != list(self.retriever_names):
+            raise ValueError(
+                f"calibration was fitted for retrievers {calibration.names}, this hybrid has "
+                f"{self.retriever_names}: recalibrate with calibrate(nodes), or build the hybrid "
+                "with the same children and retriever_names"
+            )
+        if calibration.fusion is not None and calibration.fusion != self.mode.value:
+            raise ValueError(
+                f"calibration was fitted for mode {calibration.fusion!r}, this hybrid fuses with "
+                f"{self.mode.value!r}: pass mode={calibration.fusion!r} or recalibrate"
+            )
+        weights: Dict[QueryScript, List[float]] = {}
+        for script, entry in calibration.scripts.items():
+            if entry.weights is not None:
+                weights[_script(script)] = check_weights(
+                    f"calibration.scripts[{script!r}].weights", entry.weights, len(self._retrievers)
+                )
+        self.script_weights = weights
+        self.calibration = calibration
+
+    def _fuse_function(self) -> FuseFunction:
+        """The pure fusion function that ranks as ``self.mode`` does."""
+        if self.mode == FUSION_MODES.RECIPROCAL_RANK:
+            return partial(reciprocal_rank_fusion, k=self.rrf_k)
+        if self.mode == FUSION_MODES.DIST_BASED_SCORE:
+            return distribution_based_fusion
+        if self.mode == FUSION_MODES.SIMPLE:
+            return simple_fusion
+        return relative_score_fusion
 
     # ---------------------------------------------------------------- retrieval
 
@@ -507,21 +523,8 @@ class HybridFusionRetriever(QueryFusionRetriever):
                 if not scores:
                     out[(q, i)] = []
                     continue
-                if self.mode == FUSION_MODES.DIST_BASED_SCORE:
-                    mean = sum(scores) / len(scores)
-                    std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
-                    low, high = mean - 3 * std, mean + 3 * std
-                else:
-                    low, high = min(scores), max(scores)
-                normalized = []
-                for s in scores:
-                    if high == low:
-                        value = 1.0 if (distance or high > 0) else 0.0
-                    elif distance:
-                        value = (high - s) / (high - low)
-                    else:
-                        value = (s - low) / (high - low)
-                    normalized.append(value * (w / total) / num_run)
+                scale = dist_based_scores if self.mode == FUSION_MODES.DIST_BASED_SCORE else min_max_scores
+                normalized = [value * (w / total) / num_run for value in scale(scores, distance)]
                 out[(q, i)] = normalized
         return out
 
@@ -591,7 +594,8 @@ class HybridFusionRetriever(QueryFusionRetriever):
         to ``relative_score`` here (``HYBRID_MODE``: both children's scores
         are known to be well-behaved similarities). With ``calibrate``
         and no ``retriever_weights``/``script_weights`` given, :meth:`calibrate`
-        runs over ``nodes`` (up to 200 pseudo-queries per script). Other keyword arguments
+        runs over ``nodes`` (up to 200 pseudo-queries per script); a saved
+        ``calibration=`` is applied instead. Other keyword arguments
         go to the constructor (``mode``, ``retriever_weights``,
         ``unknown_filter_key``, ...); filters are checked against the metadata
         of ``nodes``.
@@ -683,7 +687,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
             bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=min(k, len(nodes)))
         kwargs.setdefault("retriever_names", ["vector", "bm25"])
         kwargs.setdefault("mode", HYBRID_MODE)
-        explicit = kwargs.get("retriever_weights") is not None or kwargs.get("script_weights") is not None
+        explicit = any(kwargs.get(key) is not None for key in ("retriever_weights", "script_weights", "calibration"))
         # the hybrid checks filters against its nodes, once for both children
         vector = BackfillVectorRetriever(index, k, unknown_filter_key=None)
         hybrid = cls([vector, bm25], similarity_top_k=similarity_top_k, **kwargs)
@@ -798,12 +802,3 @@ def _checked_results(retriever: BaseRetriever, name: str, results: Any) -> List[
 
 def _active(weights: Sequence[float]) -> List[int]:
     return [i for i, w in enumerate(weights) if w > 0]
-
-
-def _mean_reciprocal_rank(retriever: BaseRetriever, pairs: Sequence[Tuple[str, str]]) -> float:
-    total = 0.0
-    for node_id, query in pairs:
-        ids = [hit.node.node_id for hit in retriever.retrieve(QueryBundle(query))]
-        if node_id in ids:
-            total += 1.0 / (ids.index(node_id) + 1)
-    return total / len(pairs)

@@ -521,25 +521,29 @@ def mixed_nodes() -> List[TextNode]:
     return topic_nodes() + chinese
 
 
-def test_calibration_drops_a_child_that_cannot_read_a_script(lexical, caplog):
+def test_calibration_gives_no_weight_to_a_child_that_cannot_read_a_script(lexical):
     # LexicalEmbedding hashes whole \w+ runs: a window cut from an unspaced
     # Chinese sentence shares no token with it, so the vector child is blind there
-    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.fusion"):
-        fusion = HybridFusionRetriever.from_nodes(mixed_nodes(), embed_model=lexical)
+    fusion = HybridFusionRetriever.from_nodes(mixed_nodes(), embed_model=lexical)
     report = fusion.calibration
-    assert report is not None
-    assert report.samples == {"cjk": 10, "latin": 9}
-    assert report.weights == {"cjk": [0.0, 1.0], "latin": [1.0, 1.0]}
-    assert report.quality["cjk"][0] < 0.25 * report.quality["cjk"][1]
-    assert any("vector" in r.getMessage() and "cjk" in r.getMessage() for r in caplog.records)
+    assert report is not None and report.names == ["vector", "bm25"]
+    assert {s: e.samples for s, e in report.scripts.items()} == {"cjk": 10, "latin": 9}
+    cjk = report.scripts["cjk"]
+    assert cjk.child_mrr[0] < cjk.child_mrr[1] == 1.0
+    assert cjk.weights == [0.0, 1.0]  # any vector weight only adds noise: BM25 alone is best
+    assert cjk.mrr == max(m for _, m in cjk.grid) == 1.0
+    latin = report.scripts["latin"]
+    assert latin.mrr >= max(latin.child_mrr)
+    assert latin.weights[0] > 0 and latin.weights[1] > 0  # both children find English
+    assert len(latin.grid) == 11  # (1 - t, t), t = 0, 0.1, ..., 1
 
     assert fusion.weights_for("实验对象是什么物种？") == [0.0, 1.0]
-    assert fusion.weights_for("bread dough yeast") == [1.0, 1.0]
+    assert fusion.weights_for("bread dough yeast") == latin.weights
     chinese = fusion.retrieve("实验对象是什么物种？")
     assert chinese[0].node.node_id == "zh0"
     assert {hit.retriever_name for n in chinese for hit in n.provenance} == {"bm25"}
-    latin = fusion.retrieve("bread dough yeast")
-    assert {hit.retriever_name for n in latin for hit in n.provenance} == {"vector", "bm25"}
+    latin_hits = fusion.retrieve("bread dough yeast")
+    assert {hit.retriever_name for n in latin_hits for hit in n.provenance} == {"vector", "bm25"}
 
 
 def test_calibration_is_deterministic_and_sync_async_agree(lexical):
@@ -568,8 +572,9 @@ def test_explicit_weights_are_never_recalibrated(lexical):
 def test_calibration_needs_enough_samples_per_script(lexical):
     nodes = topic_nodes()[:5]
     fusion = HybridFusionRetriever.from_nodes(nodes, embed_model=lexical)
-    assert fusion.calibration.samples == {"latin": 5}
-    assert fusion.calibration.weights == {"latin": None}
+    entry = fusion.calibration.scripts["latin"]
+    assert (entry.samples, entry.weights, entry.grid) == (5, None, [])
+    assert fusion.calibration.weights_for("latin") is None
     assert fusion.script_weights == {}
 
 
@@ -579,8 +584,8 @@ def test_script_weights_are_validated():
         HybridFusionRetriever(children, script_weights={"cjk": [1.0]})
     with pytest.raises(ValueError, match="unknown script 'greek': use one of \\['latin', 'cjk'\\]"):
         HybridFusionRetriever(children, script_weights={"greek": [1.0, 1.0]})
-    with pytest.raises(ValueError, match="min_relative_quality"):
-        HybridFusionRetriever(children).calibrate(topic_nodes(), min_relative_quality=2)
+    with pytest.raises(TypeError, match="no longer takes min_relative_quality.*retriever_weights="):
+        HybridFusionRetriever(children).calibrate(topic_nodes(), min_relative_quality=0.25)
 
 
 def test_from_index(lexical):

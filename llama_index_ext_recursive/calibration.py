@@ -1,0 +1,806 @@
+"""Fusion weights measured on the corpus itself, and kept.
+
+A hybrid of a dense and a lexical retriever is only as good as its weights:
+the bundled English MiniLM finds 0.23 nDCG@10 on XQuAD-zh where Chinese BM25
+finds 0.90, and equal weights drag the hybrid far below BM25 alone. The
+weights are therefore fitted per query script (:class:`QueryScript`) on
+pseudo-queries cut from the indexed nodes (:func:`pseudo_queries`), whose
+answer is known: the node they were cut from.
+
+The fit is measured, not a switch: every point of a small weight grid
+(:func:`weight_grid`, each child alone included) is scored by the fused mean
+reciprocal rank of the source nodes (:func:`fused_mrr`), and
+:func:`fit_weights` keeps, among the points within ``tolerance`` of the best,
+the one closest to weights proportional to the children's squared MRR.
+Pseudo-queries are windows of a chunk's own words, which BM25 finds almost
+perfectly, so a plain argmax would hand BM25 nearly all the weight even where
+real questions need both children; the tolerance absorbs that bias
+(``DEFAULT_TOLERANCE``, chosen on the shared datasets by
+``benchmarks/calibration.py``; figures in ``benchmarks/results/calibration.md``).
+
+Fitting is fast and quiet: the children answer through their ``_retrieve``
+(no callback or instrumentation event reaches the user's handlers), the
+queries are embedded in batches with the model's query prompt, and each grid
+point only re-fuses the collected score maps (pure functions below, in the
+style of Haystack's ``utils/misc.py``). The result, a :class:`Calibration`,
+round-trips through JSON (:meth:`Calibration.to_dict`), so a saved index is
+not recalibrated when loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import partial
+from itertools import product
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
+from tqdm.auto import tqdm
+
+from llama_index_ext_recursive.summarize import cjk_ratio
+from llama_index_ext_recursive.validation import check_count, check_real, check_weights
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CALIBRATION_SAMPLES = 200  # fewer made the decision noisy across seeds
+MIN_CALIBRATION_SAMPLES = 8
+DEFAULT_RRF_K = 60.0
+# How far (in pseudo-query MRR) the chosen weights may fall below the best grid
+# point to lean to the children's measured quality; 0.005 gave BM25 too much
+# weight on XQuAD-en (0.935 nDCG@10 against 0.936 at 0.01), see
+# benchmarks/results/calibration.md for the values tried.
+DEFAULT_TOLERANCE = 0.01
+GRID_STEP = 0.1
+MAX_GRID_POINTS = 300  # a simplex grid coarser than GRID_STEP beyond this
+PROGRESS_MIN_QUERIES = 500  # show_progress=None shows a bar from this many queries
+QUERY_BATCH = 256  # queries per embedding call (and per progress-bar step)
+
+ScoreMap = Mapping[str, float]
+FuseFunction = Callable[[Sequence[ScoreMap], Sequence[float]], Dict[str, float]]
+
+
+# ------------------------------------------------------------------ scripts
+
+
+class QueryScript(str, Enum):
+    """Which writing system a query is in, for per-script fusion weights."""
+
+    LATIN = "latin"  # everything that is not mostly Chinese/Japanese/Korean
+    CJK = "cjk"
+
+
+def query_script(text: str) -> QueryScript:
+    """``cjk`` when at least 30% of the letters are CJK characters, else ``latin``."""
+    return QueryScript.CJK if cjk_ratio(text) >= 0.3 else QueryScript.LATIN
+
+
+def pseudo_queries(
+    nodes: Sequence[BaseNode], per_script: int = DEFAULT_CALIBRATION_SAMPLES, seed: int = 0
+) -> Dict[QueryScript, List[Tuple[str, str]]]:
+    """Up to ``per_script`` (node_id, query) pairs per script, cut from sampled nodes.
+
+    A query is a random window of the node's text: 5-9 words for Latin text,
+    8-16 characters for CJK text. Deterministic for a given ``seed``.
+
+    Args:
+        nodes: the indexed nodes (their text without metadata is cut).
+        per_script: the most pairs per script.
+        seed: the random seed of the sampling.
+    """
+    check_count("per_script", per_script)
+    rng = random.Random(seed)
+    by_script: Dict[QueryScript, List[BaseNode]] = {}
+    for node in nodes:
+        text = node.get_content(metadata_mode=MetadataMode.NONE)
+        by_script.setdefault(query_script(text), []).append(node)
+    out: Dict[QueryScript, List[Tuple[str, str]]] = {}
+    for script, group in sorted(by_script.items()):
+        pairs = []
+        for node in rng.sample(group, len(group)):
+            text = node.get_content(metadata_mode=MetadataMode.NONE)
+            if script == QueryScript.CJK:
+                units, joiner, low, high = [c for c in text if not c.isspace()], "", 8, 16
+            else:
+                units, joiner, low, high = text.split(), " ", 5, 9
+            if len(units) < low:
+                continue
+            length = rng.randint(low, min(high, len(units)))
+            start = rng.randint(0, len(units) - length)
+            pairs.append((node.node_id, joiner.join(units[start : start + length])))
+            if len(pairs) == per_script:
+                break
+        out[script] = pairs
+    return out
+
+
+# ------------------------------------------------------------------ fusion
+
+
+def min_max_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
+    """Scores scaled to [0, 1] by their min and max (1 = best).
+
+    A list whose scores are all equal gives 1.0 when they are > 0 (or are
+    distances), else 0.0, as upstream's ``relative_score`` mode.
+    """
+    if not scores:
+        return []
+    return _scaled(scores, min(scores), max(scores), distance)
+
+
+def dist_based_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
+    """Scores scaled by mean +- 3 standard deviations (upstream's ``dist_based_score``)."""
+    if not scores:
+        return []
+    mean = sum(scores) / len(scores)
+    std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+    return _scaled(scores, mean - 3 * std, mean + 3 * std, distance)
+
+
+def _scaled(scores: Sequence[float], low: float, high: float, distance: bool) -> List[float]:
+    if high == low:
+        return [1.0 if (distance or high > 0) else 0.0] * len(scores)
+    if distance:
+        return [(high - s) / (high - low) for s in scores]
+    return [(s - low) / (high - low) for s in scores]
+
+
+def _weighted_sum(
+    lists: Sequence[ScoreMap],
+    weights: Sequence[float],
+    normalize: Callable[[Sequence[float], bool], List[float]],
+    distance: Optional[Sequence[bool]],
+) -> Dict[str, float]:
+    total = _check_fusion_input(lists, weights, distance)
+    parts: Dict[str, List[float]] = {}
+    for i, (scores, w) in enumerate(zip(lists, weights)):
+        if w <= 0 or not scores:
+            continue
+        share = w / total
+        values = normalize(list(scores.values()), bool(distance and distance[i]))
+        for node_id, value in zip(scores, values):
+            parts.setdefault(node_id, []).append(value * share)
+    # fsum is exactly rounded: the fused score does not depend on list order
+    return {node_id: math.fsum(values) for node_id, values in parts.items()}
+
+
+def relative_score_fusion(
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
+) -> Dict[str, float]:
+    """Weighted sum of min-max normalised scores, divided by the sum of the weights.
+
+    Args:
+        lists: one ``node_id -> score`` map per retriever.
+        weights: one non-negative weight per list; a list of weight 0 is ignored.
+        distance: per list, whether its scores are distances (lower is better).
+
+    Returns:
+        ``node_id -> fused score``; an id missing from a list gets nothing from it.
+    """
+    return _weighted_sum(lists, weights, min_max_scores, distance)
+
+
+def distribution_based_fusion(
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
+) -> Dict[str, float]:
+    """As :func:`relative_score_fusion`, each list scaled by its mean +- 3 std."""
+    return _weighted_sum(lists, weights, dist_based_scores, distance)
+
+
+def reciprocal_rank_fusion(
+    lists: Sequence[ScoreMap],
+    weights: Sequence[float],
+    k: float = DEFAULT_RRF_K,
+    *,
+    distance: Optional[Sequence[bool]] = None,
+) -> Dict[str, float]:
+    """Weighted reciprocal rank fusion, ``sum_i w_i / (k + rank_i)``.
+
+    Ranks are 1-based, by descending score (ascending for distance lists;
+    ties keep the map's order).
+
+    Args:
+        lists: one ``node_id -> score`` map per retriever.
+        weights: one non-negative weight per list; a list of weight 0 is ignored.
+        k: the RRF constant (60 in the paper).
+        distance: per list, whether its scores are distances.
+    """
+    _check_fusion_input(lists, weights, distance)
+    parts: Dict[str, List[float]] = {}
+    for i, (scores, w) in enumerate(zip(lists, weights)):
+        if w <= 0:
+            continue
+        sign = 1.0 if distance and distance[i] else -1.0
+        ordered = sorted(scores, key=lambda node_id: sign * scores[node_id])
+        for rank, node_id in enumerate(ordered, start=1):
+            parts.setdefault(node_id, []).append(w / (k + rank))
+    return {node_id: math.fsum(values) for node_id, values in parts.items()}
+
+
+def simple_fusion(
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
+) -> Dict[str, float]:
+    """Each node's best raw score, scaled by ``w_i / max(w)`` (upstream's ``simple`` mode).
+
+    Distances ``d`` count as ``1 / (1 + max(d, 0))``.
+    """
+    _check_fusion_input(lists, weights, distance)
+    top = max(weights)
+    fused: Dict[str, float] = {}
+    for i, (scores, w) in enumerate(zip(lists, weights)):
+        if w <= 0:
+            continue
+        for node_id, s in scores.items():
+            value = (w / top) * (1.0 / (1.0 + max(s, 0.0)) if distance and distance[i] else s)
+            fused[node_id] = max(fused.get(node_id, value), value)
+    return fused
+
+
+def _check_fusion_input(
+    lists: Sequence[ScoreMap], weights: Sequence[float], distance: Optional[Sequence[bool]]
+) -> float:
+    if len(weights) != len(lists):
+        raise ValueError(f"weights has {len(weights)} values for {len(lists)} score lists: give one per list")
+    if distance is not None and len(distance) != len(lists):
+        raise ValueError(f"distance has {len(distance)} values for {len(lists)} score lists: give one per list")
+    total = sum(weights)
+    if not total > 0:
+        raise ValueError(f"weights {list(weights)} sum to {total}: at least one must be positive")
+    return total
+
+
+# ------------------------------------------------------------ measurement
+
+
+ResultsPerChild = Sequence[Sequence[ScoreMap]]  # [child][query] -> node_id -> score
+
+
+def collect_child_results(
+    children: Sequence[BaseRetriever],
+    queries: Sequence[str],
+    embed_model: Optional[BaseEmbedding] = None,
+    show_progress: Optional[bool] = None,
+    *,
+    score_directions: Optional[Sequence[str]] = None,
+) -> List[List[Dict[str, float]]]:
+    """What each child finds for each query, as ``node_id -> score`` maps.
+
+    Queries are embedded in batches (:func:`embed_queries`) and passed as
+    ``QueryBundle(query, embedding=vector)``; each child answers through its
+    ``_retrieve``, so calibration adds no callback or instrumentation events
+    to the user's traces. A map keeps the child's order and its first
+    (best-ranked) hit of a node; hits without a score, and zero-score hits of
+    similarity children (a BM25 non-match), are left out, as
+    :class:`~llama_index_ext_recursive.fusion.HybridFusionRetriever` does.
+
+    Args:
+        children: the retrievers.
+        queries: the query texts.
+        embed_model: embeds the queries for every child; ``None``: each
+            child's own ``_embed_model`` (a vector retriever's), one batch per
+            distinct model; children without one get no embedding.
+        show_progress: a progress bar; ``None``: from
+            ``PROGRESS_MIN_QUERIES`` (500) queries on.
+        score_directions: per child ``"similarity"`` (default) or ``"distance"``.
+
+    Returns:
+        ``results[child][query]``: ``node_id -> score``.
+    """
+    children = list(children)
+    queries = list(queries)
+    distance = _distance_flags(score_directions, len(children))
+    show = len(queries) >= PROGRESS_MIN_QUERIES if show_progress is None else bool(show_progress)
+    models: List[Optional[BaseEmbedding]] = [
+        embed_model if embed_model is not None else getattr(child, "_embed_model", None)
+        for child in children
+    ]
+    distinct = {id(m): m for m in models if m is not None}
+    steps = len(queries) * (len(distinct) + len(children))
+    with tqdm(total=steps, desc="calibrating fusion weights", disable=not show) as bar:
+        vectors = {key: embed_queries(model, queries, bar) for key, model in distinct.items()}
+        out: List[List[Dict[str, float]]] = []
+        for child, model, is_distance in zip(children, models, distance):
+            embedded = vectors.get(id(model)) if model is not None else None
+            per_query = []
+            for q, text in enumerate(queries):
+                bundle = QueryBundle(text, embedding=embedded[q] if embedded else None)
+                per_query.append(_score_map(child._retrieve(bundle), is_distance))
+                bar.update()
+            out.append(per_query)
+    return out
+
+
+def embed_queries(
+    model: BaseEmbedding, queries: Sequence[str], progress: Optional[Any] = None
+) -> List[List[float]]:
+    """Query embeddings, ``QUERY_BATCH`` queries per model call, without events.
+
+    ``BaseEmbedding`` has no batch API for queries (``get_text_embedding_batch``
+    would skip a model's query instruction, e.g. BGE's or E5's), so: a model
+    with a ``_get_query_embeddings(queries)`` method is called with each batch;
+    ``HuggingFaceEmbedding`` encodes each batch with its ``"query"`` prompt,
+    as its own ``_get_query_embedding`` does one query; any other model is
+    called once per query through ``_get_query_embedding``.
+
+    Args:
+        model: the embedding model.
+        queries: the query texts.
+        progress: a tqdm bar to advance by one per query.
+    """
+    batch_call = _query_batch_function(model)
+    out: List[List[float]] = []
+    for start in range(0, len(queries), QUERY_BATCH):
+        batch = list(queries[start : start + QUERY_BATCH])
+        if batch_call is not None:
+            vectors = list(batch_call(batch))
+        else:
+            vectors = [model._get_query_embedding(text) for text in batch]
+        if len(vectors) != len(batch):
+            raise ValueError(
+                f"embedding model {type(model).__name__} returned {len(vectors)} vectors for "
+                f"{len(batch)} queries; it must return one per query"
+            )
+        out.extend(vectors)
+        if progress is not None:
+            progress.update(len(batch))
+    return out
+
+
+def _query_batch_function(model: BaseEmbedding) -> Optional[Callable[[List[str]], Any]]:
+    batch = getattr(model, "_get_query_embeddings", None)
+    if callable(batch):
+        return batch
+    try:
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    except ImportError:  # the [local] extra is not installed
+        return None
+    if isinstance(model, HuggingFaceEmbedding):
+        return lambda texts: model._embed(texts, prompt_name="query")
+    return None
+
+
+def _score_map(hits: Any, distance: bool) -> Dict[str, float]:
+    scores: Dict[str, float] = {}
+    for hit in hits or []:
+        node_id = hit.node.node_id
+        if node_id in scores or hit.score is None:
+            continue
+        if not distance and hit.score == 0.0:
+            continue
+        scores[node_id] = float(hit.score)
+    return scores
+
+
+def _distance_flags(directions: Optional[Sequence[str]], count: int) -> List[bool]:
+    if directions is None:
+        return [False] * count
+    if len(directions) != count:
+        raise ValueError(f"score_directions has {len(directions)} entries for {count} retrievers")
+    flags = []
+    for i, direction in enumerate(directions):
+        value = getattr(direction, "value", direction)
+        if value not in ("similarity", "distance"):
+            raise ValueError(
+                f"score_directions[{i}] is {direction!r}: use 'similarity' or 'distance'"
+            )
+        flags.append(value == "distance")
+    return flags
+
+
+def _reciprocal_rank(fused: Mapping[str, float], target: str) -> float:
+    """1 / rank of ``target`` in ``fused`` ordered by (-score, node_id), as the hybrid orders."""
+    if target not in fused:
+        return 0.0
+    mine = fused[target]
+    ahead = sum(1 for node_id, s in fused.items() if s > mine or (s == mine and node_id < target))
+    return 1.0 / (ahead + 1)
+
+
+def fused_mrr(
+    results_per_child: ResultsPerChild,
+    targets: Sequence[str],
+    weights: Sequence[float],
+    fuse: FuseFunction = relative_score_fusion,
+) -> float:
+    """Mean reciprocal rank of each query's target node in the fused lists.
+
+    Args:
+        results_per_child: ``results[child][query]`` maps (:func:`collect_child_results`).
+        targets: the node id each query should find, one per query.
+        weights: one weight per child.
+        fuse: the fusion function (``relative_score_fusion``, ...).
+    """
+    _check_results(results_per_child, targets, len(weights))
+    if not targets:
+        return 0.0
+    total = 0.0
+    for q, target in enumerate(targets):
+        fused = fuse([child[q] for child in results_per_child], weights)
+        total += _reciprocal_rank(fused, target)
+    return total / len(targets)
+
+
+def weight_grid(count: int, step: float = GRID_STEP) -> List[List[float]]:
+    """Points of the weight simplex (weights summing to 1) with the given step.
+
+    Each child alone is a point. Two children, step 0.1: ``(1 - t, t)`` for
+    t = 0, 0.1, ..., 1. The step is made coarser until at most
+    ``MAX_GRID_POINTS`` points remain (3 children: 66 points at 0.1).
+    """
+    check_count("count", count)
+    if count == 1:
+        return [[1.0]]
+    divisions = max(1, round(1 / step))
+    while divisions > 1 and math.comb(divisions + count - 1, count - 1) > MAX_GRID_POINTS:
+        divisions -= 1
+    points = []
+    for head in product(range(divisions + 1), repeat=count - 1):
+        if sum(head) <= divisions:
+            units = list(head) + [divisions - sum(head)]
+            points.append([u / divisions for u in units])
+    return sorted(points, reverse=True)
+
+
+def fit_weights(
+    results_per_child: ResultsPerChild,
+    targets: Sequence[str],
+    grid: Optional[Sequence[Sequence[float]]] = None,
+    fuse: FuseFunction = relative_score_fusion,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> Tuple[List[float], List[Tuple[List[float], float]]]:
+    """Fused MRR at every grid point, and the weights chosen from them.
+
+    Chosen: among the points whose MRR is within ``tolerance`` of the best
+    point, the one closest to weights proportional to the square of each
+    child's MRR alone (ties: higher MRR, then grid order). Pseudo-queries are
+    the chunk's own words, so BM25 finds them almost perfectly and the argmax
+    gives it nearly all the weight even where real questions need both
+    children (XQuAD-en: pseudo-query MRR 0.993 for BM25 alone, 0.985 at
+    0.4/0.6, while real questions rank 0.918 with BM25 alone and 0.936 at
+    0.4/0.6); the tolerance lets the choice lean to the children's measured
+    quality, and a child that finds nothing (MRR near 0) gets weight 0 even
+    when mixing it in would not move any target. With ``tolerance=0`` the
+    choice is the argmax, whose MRR is never below the best child's.
+
+    Args:
+        results_per_child: ``results[child][query]`` maps.
+        targets: the node id each query should find.
+        grid: weight vectors to try (default :func:`weight_grid`); single
+            children are added when missing.
+        fuse: the fusion function.
+        tolerance: pseudo-query MRR the choice may give up to lean to the
+            children's measured quality.
+
+    Returns:
+        ``(weights, [(weights, mrr), ...])`` for every grid point.
+    """
+    count = len(results_per_child)
+    check_count("number of children", count)
+    check_real("tolerance", tolerance, low=0.0)
+    _check_results(results_per_child, targets, count)
+    points = [check_weights(f"grid[{i}]", list(p), count) for i, p in enumerate(grid or weight_grid(count))]
+    for i in range(count):
+        alone = [1.0 if j == i else 0.0 for j in range(count)]
+        if not any(_same_direction(p, alone) for p in points):
+            points.append(alone)
+    scored = [(p, fused_mrr(results_per_child, targets, p, fuse)) for p in points]
+    alone = {_single(p): mrr for p, mrr in scored if _single(p) is not None}
+    best = max(mrr for _, mrr in scored)
+    admissible = [(i, p, mrr) for i, (p, mrr) in enumerate(scored) if mrr >= best - tolerance]
+    quality = [alone.get(i, 0.0) ** 2 for i in range(count)]
+    target = [q / sum(quality) for q in quality] if sum(quality) > 0 else [1 / count] * count
+    _, chosen, _ = min(admissible, key=lambda item: (_distance(item[1], target), -item[2], item[0]))
+    return list(chosen), [(list(p), mrr) for p, mrr in scored]
+
+
+def _same_direction(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two weight vectors are proportional (fusion divides by the sum)."""
+    sa, sb = sum(a), sum(b)
+    return all(abs(x / sa - y / sb) < 1e-12 for x, y in zip(a, b))
+
+
+def _single(weights: Sequence[float]) -> Optional[int]:
+    """The child a weight vector gives all the weight to, if it does."""
+    positive = [i for i, w in enumerate(weights) if w > 0]
+    return positive[0] if len(positive) == 1 else None
+
+
+def _distance(weights: Sequence[float], target: Sequence[float]) -> float:
+    total = sum(weights)
+    return math.fsum((w / total - t) ** 2 for w, t in zip(weights, target))
+
+
+def _check_results(results_per_child: ResultsPerChild, targets: Sequence[str], count: int) -> None:
+    if len(results_per_child) != count:
+        raise ValueError(
+            f"results_per_child has {len(results_per_child)} children for {count} weights: "
+            "give one weight per child"
+        )
+    for i, child in enumerate(results_per_child):
+        if len(child) != len(targets):
+            raise ValueError(
+                f"results_per_child[{i}] has {len(child)} queries for {len(targets)} targets: "
+                "give one target per query"
+            )
+
+
+# ------------------------------------------------------------ the result
+
+
+@dataclass
+class ScriptCalibration:
+    """What was measured for queries in one script.
+
+    Args:
+        samples: pseudo-queries (pairs) measured.
+        child_mrr: each child's MRR alone (as the fusion ranks it).
+        weights: the chosen weights (``None``: too few samples, the default
+            weights apply).
+        grid: every weight vector tried, with its fused MRR.
+    """
+
+    samples: int
+    child_mrr: List[float]
+    weights: Optional[List[float]]
+    grid: List[Tuple[List[float], float]] = field(default_factory=list)
+
+    @property
+    def mrr(self) -> Optional[float]:
+        """The fused MRR of the chosen weights (``None`` when none were chosen)."""
+        for weights, mrr in self.grid:
+            if self.weights is not None and weights == self.weights:
+                return mrr
+        return None
+
+
+@dataclass
+class Calibration:
+    """Per-script fusion weights fitted on pseudo-queries, for children ``names``.
+
+    Save it with :meth:`to_dict` (JSON-safe) and apply it again with
+    ``HybridFusionRetriever(..., calibration=Calibration.from_dict(data))``:
+    no recalibration.
+
+    Args:
+        scripts: script name (``"latin"``, ``"cjk"``) -> what was measured.
+        names: the children's names, in order.
+        fusion: the fusion mode the weights were fitted for (a
+            ``FUSION_MODES`` value), when known.
+    """
+
+    scripts: Dict[str, ScriptCalibration]
+    names: List[str]
+    fusion: Optional[str] = None
+
+    VERSION = 1
+
+    def weights_for(self, script: Union[str, QueryScript]) -> Optional[List[float]]:
+        """The fitted weights for ``script`` (``None``: none fitted)."""
+        entry = self.scripts.get(getattr(script, "value", script))
+        return None if entry is None or entry.weights is None else list(entry.weights)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-safe dict; :meth:`from_dict` reads it back."""
+        return {
+            "version": self.VERSION,
+            "names": list(self.names),
+            "fusion": self.fusion,
+            "scripts": {
+                script: {
+                    "samples": entry.samples,
+                    "child_mrr": list(entry.child_mrr),
+                    "weights": None if entry.weights is None else list(entry.weights),
+                    "grid": [{"weights": list(w), "mrr": m} for w, m in entry.grid],
+                }
+                for script, entry in self.scripts.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Calibration":
+        """Read :meth:`to_dict`'s output back.
+
+        Raises:
+            ValueError: a missing or malformed field, named by its path
+                (e.g. ``scripts.cjk.weights``).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"calibration must be a dict (from Calibration.to_dict()), got {type(data).__name__}")
+        version = data.get("version", cls.VERSION)
+        if version != cls.VERSION:
+            raise ValueError(
+                f"calibration field 'version' is {version!r}; this release reads version "
+                f"{cls.VERSION}: recalibrate (HybridFusionRetriever.calibrate) and save again"
+            )
+        names = data.get("names")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"calibration field 'names' must be a non-empty list of strings, got {names!r}")
+        fusion = data.get("fusion")
+        if fusion is not None and not isinstance(fusion, str):
+            raise ValueError(f"calibration field 'fusion' must be a string or null, got {fusion!r}")
+        scripts = data.get("scripts")
+        if not isinstance(scripts, Mapping):
+            raise ValueError(f"calibration field 'scripts' must be a dict of script -> entry, got {scripts!r}")
+        known = [s.value for s in QueryScript]
+        parsed: Dict[str, ScriptCalibration] = {}
+        for script, entry in scripts.items():
+            where = f"scripts.{script}"
+            if script not in known:
+                raise ValueError(f"calibration field {where!r}: unknown script {script!r}, use one of {known}")
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"calibration field {where!r} must be a dict, got {entry!r}")
+            samples = entry.get("samples")
+            if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+                raise ValueError(f"calibration field '{where}.samples' must be an integer >= 0, got {samples!r}")
+            child_mrr = _numbers(entry.get("child_mrr"), f"{where}.child_mrr", None)
+            if child_mrr and len(child_mrr) != len(names):
+                raise ValueError(
+                    f"calibration field '{where}.child_mrr' has {len(child_mrr)} values for "
+                    f"{len(names)} names: give one per child"
+                )
+            weights = entry.get("weights")
+            if weights is not None:
+                weights = _numbers(weights, f"{where}.weights", len(names))
+            grid = []
+            raw_grid = entry.get("grid", [])
+            if not isinstance(raw_grid, list):
+                raise ValueError(f"calibration field '{where}.grid' must be a list, got {raw_grid!r}")
+            for i, point in enumerate(raw_grid):
+                if not isinstance(point, Mapping) or "weights" not in point or "mrr" not in point:
+                    raise ValueError(
+                        f"calibration field '{where}.grid[{i}]' must be {{'weights': [...], 'mrr': x}}, got {point!r}"
+                    )
+                w = _numbers(point["weights"], f"{where}.grid[{i}].weights", len(names))
+                m = _numbers([point["mrr"]], f"{where}.grid[{i}].mrr", 1)[0]
+                grid.append((w, m))
+            parsed[script] = ScriptCalibration(samples, child_mrr, weights, grid)
+        return cls(scripts=parsed, names=list(names), fusion=fusion)
+
+
+def _numbers(value: Any, where: str, count: Optional[int]) -> List[float]:
+    if not isinstance(value, list):
+        raise ValueError(f"calibration field {where!r} must be a list of numbers, got {value!r}")
+    if count is not None and len(value) != count:
+        raise ValueError(f"calibration field {where!r} has {len(value)} values, expected {count} (one per child)")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"calibration field {where!r} holds {v!r}: values must be finite numbers >= 0")
+        out.append(float(v))
+    return out
+
+
+# ------------------------------------------------------------ calibrating
+
+
+PairsByScript = Mapping[Union[str, QueryScript], Sequence[Tuple[str, str]]]
+
+
+def calibrate_children(
+    children: Sequence[BaseRetriever],
+    nodes_or_pairs: Union[Sequence[BaseNode], PairsByScript, Sequence[Tuple[str, str]]],
+    embed_model: Optional[BaseEmbedding] = None,
+    fuse: FuseFunction = relative_score_fusion,
+    grid: Optional[Sequence[Sequence[float]]] = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    show_progress: Optional[bool] = None,
+    names: Optional[Sequence[str]] = None,
+    *,
+    score_directions: Optional[Sequence[str]] = None,
+    samples_per_script: int = DEFAULT_CALIBRATION_SAMPLES,
+    seed: int = 0,
+    fusion: Optional[str] = None,
+) -> Calibration:
+    """Fit fusion weights per query script for ``children``.
+
+    Args:
+        children: the retrievers to fuse (they must index the targets).
+        nodes_or_pairs: the indexed nodes (pairs from :func:`pseudo_queries`),
+            or ``(target_node_id, query)`` pairs, by script
+            (``{"latin": [...], "cjk": [...]}``) or flat (grouped by
+            :func:`query_script` of each query).
+        embed_model: embeds the queries (see :func:`collect_child_results`).
+        fuse: the fusion function the weights are fitted for.
+        grid: weight vectors to try (default :func:`weight_grid`).
+        tolerance: see :func:`fit_weights`.
+        show_progress: a progress bar (``None``: from 500 queries on).
+        names: the children's names (default: class names).
+        score_directions: per child ``"similarity"`` or ``"distance"``.
+        samples_per_script: pseudo-queries per script when given nodes.
+        seed: the pseudo-query sampling seed when given nodes.
+        fusion: the fusion mode name to record.
+
+    Returns:
+        A :class:`Calibration`; a script with fewer than
+        ``MIN_CALIBRATION_SAMPLES`` pairs gets ``weights=None``.
+    """
+    children = list(children)
+    check_count("number of children", len(children))
+    names = list(names) if names is not None else [type(c).__name__ for c in children]
+    if len(names) != len(children):
+        raise ValueError(f"names has {len(names)} entries for {len(children)} children")
+    check_real("tolerance", tolerance, low=0.0)
+    pairs_by_script = _pairs_by_script(nodes_or_pairs, samples_per_script, seed)
+    measured = {s: p for s, p in pairs_by_script.items() if len(p) >= MIN_CALIBRATION_SAMPLES}
+    queries = [query for pairs in measured.values() for _, query in pairs]
+    results = collect_child_results(
+        children, queries, embed_model, show_progress, score_directions=score_directions
+    ) if queries else [[] for _ in children]
+    distance = _distance_flags(score_directions, len(children))
+    if any(distance):
+        fuse = partial(fuse, distance=distance)
+    scripts: Dict[str, ScriptCalibration] = {}
+    offset = 0
+    for script, pairs in pairs_by_script.items():
+        if script not in measured:
+            scripts[script] = ScriptCalibration(len(pairs), [], None, [])
+            logger.info("fusion calibration %s: %d pseudo-queries, too few to fit weights", script, len(pairs))
+            continue
+        part = [child[offset : offset + len(pairs)] for child in results]
+        offset += len(pairs)
+        targets = [target for target, _ in pairs]
+        weights, points = fit_weights(part, targets, grid, fuse, tolerance)
+        child_mrr = [
+            fused_mrr(part, targets, [1.0 if j == i else 0.0 for j in range(len(children))], fuse)
+            for i in range(len(children))
+        ]
+        scripts[script] = ScriptCalibration(len(pairs), child_mrr, weights, points)
+        chosen = scripts[script].mrr
+        logger.info(
+            "fusion calibration %s: %d pseudo-queries, child MRR %s, weights %s (MRR %.3f)",
+            script, len(pairs), dict(zip(names, (round(m, 3) for m in child_mrr))), weights, chosen,
+        )
+    return Calibration(scripts=scripts, names=names, fusion=fusion)
+
+
+def _pairs_by_script(
+    nodes_or_pairs: Any, samples_per_script: int, seed: int
+) -> Dict[str, List[Tuple[str, str]]]:
+    if isinstance(nodes_or_pairs, Mapping):
+        out = {}
+        known = [s.value for s in QueryScript]
+        for script, pairs in nodes_or_pairs.items():
+            name = getattr(script, "value", script)
+            if name not in known:
+                raise ValueError(f"nodes_or_pairs has an unknown script {script!r}: use one of {known}")
+            out[name] = _checked_pairs(pairs, f"nodes_or_pairs[{name!r}]")
+        return out
+    items = list(nodes_or_pairs)
+    if items and all(isinstance(item, BaseNode) for item in items):
+        return {s.value: p for s, p in pseudo_queries(items, samples_per_script, seed).items()}
+    pairs = _checked_pairs(items, "nodes_or_pairs")
+    grouped: Dict[str, List[Tuple[str, str]]] = {}
+    for target, query in pairs:
+        grouped.setdefault(query_script(query).value, []).append((target, query))
+    return dict(sorted(grouped.items()))
+
+
+def _checked_pairs(pairs: Iterable[Any], where: str) -> List[Tuple[str, str]]:
+    out = []
+    for i, pair in enumerate(pairs):
+        if (
+            not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(isinstance(x, str) for x in pair) or not pair[1].strip()
+        ):
+            raise ValueError(
+                f"{where}[{i}] is {pair!r}: give nodes, or (target_node_id, query) pairs of "
+                "non-empty strings"
+            )
+        out.append((pair[0], pair[1]))
+    return out
