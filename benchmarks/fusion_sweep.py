@@ -71,7 +71,7 @@ def sweep(dataset: BeirDataset, model: CachedEmbedding, child_k: int) -> Dict[st
         "queries": len(texts),
         "vector": ndcg(Replay(stored[0], 10)),
         "bm25": ndcg(Replay(stored[1], 10)),
-        "calibration": hybrid.calibration.__dict__ if hybrid.calibration else None,
+        "calibration": hybrid.calibration.to_dict() if hybrid.calibration else None,
         "fixed": {},
     }
     for mode in MODES:

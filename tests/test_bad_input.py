@@ -214,7 +214,7 @@ def test_calibration_arguments_are_checked():
     fusion = HybridFusionRetriever([Static([hit("a")]), Static([hit("b")])])
     with pytest.raises(TypeError, match="samples_per_script"):
         fusion.calibrate(topic_nodes(), samples_per_script=True)
-    with pytest.raises(ValueError, match="min_relative_quality must be finite"):
+    with pytest.raises(TypeError, match="no longer takes min_relative_quality.*script_weights="):
         fusion.calibrate(topic_nodes(), min_relative_quality=math.nan)
 
 
