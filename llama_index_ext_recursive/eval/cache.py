@@ -77,7 +77,9 @@ class CachedEmbedding(BaseEmbedding):
             if todo:
                 texts_todo = list(todo.values())
                 if kind == "query":
-                    vectors = [self._model.get_query_embedding(t) for t in texts_todo]
+                    from llama_index_ext_recursive.calibration import embed_queries
+
+                    vectors = embed_queries(self._model, texts_todo)  # batched, query prompt kept
                 else:
                     vectors = self._model.get_text_embedding_batch(texts_todo)
                 self.computed += len(texts_todo)
@@ -89,6 +91,10 @@ class CachedEmbedding(BaseEmbedding):
 
     def _get_query_embedding(self, query: str) -> List[float]:
         return self._cached("query", [query])[0]
+
+    def _get_query_embeddings(self, queries: List[str]) -> List[List[float]]:
+        """Many queries at once (what calibration and the harness use)."""
+        return self._cached("query", queries)
 
     def _get_text_embedding(self, text: str) -> List[float]:
         return self._cached("text", [text])[0]

@@ -144,7 +144,8 @@ def compare(
     )
     for node, vector in zip(nodes, vectors):
         node.embedding = vector
-    query_vectors = {qid: model.get_query_embedding(text) for qid, text in dataset.queries.items()}
+    qids = list(dataset.queries)
+    query_vectors = dict(zip(qids, model._get_query_embeddings([dataset.queries[q] for q in qids])))
     embedding_seconds = time.perf_counter() - started
     upfront = model.computed - before
     context = BuildContext(nodes=nodes, embed_model=model, top_k=k, gold_docs=dataset.gold_documents())
