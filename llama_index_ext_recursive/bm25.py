@@ -272,6 +272,7 @@ class MultilingualTokenizer:
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_TOKEN = "\x00"  # stands in for the words of a corpus that has none
 
 
 class MultilingualBM25Retriever(BM25Retriever):
@@ -327,6 +328,7 @@ class MultilingualBM25Retriever(BM25Retriever):
         )
         self._vocabulary: Optional[FilterVocabulary] = None
         self._postings_cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
+        self._last_scores: Optional[Tuple[Tuple[str, ...], np.ndarray]] = None
         self.tokenizer = tokenizer or MultilingualTokenizer(language=language)
         self.similarity_top_k = similarity_top_k
         self.metadata_mode = MetadataMode(metadata_mode)
@@ -351,6 +353,11 @@ class MultilingualBM25Retriever(BM25Retriever):
                 self.tokenizer(node.get_content(metadata_mode=self.metadata_mode))
                 for node in nodes
             ]
+            if not any(corpus_tokens):
+                # bm25s cannot index a corpus without a single token (only
+                # stopwords or punctuation); no query tokenizes to this one
+                logger.warning("none of the %d nodes has an indexable word; BM25 finds nothing", len(nodes))
+                corpus_tokens = [[_NO_TOKEN] for _ in corpus_tokens]
             self.bm25 = bm25s.BM25()
             self.bm25.index(corpus_tokens, show_progress=False)
         self._base_mask = self._mask(self.filters)
@@ -451,11 +458,23 @@ class MultilingualBM25Retriever(BM25Retriever):
         return cache[key]
 
     def _score_all(self, query_tokens: List[str]) -> np.ndarray:
-        """BM25 score of every indexed node for ``query_tokens`` (CPU-bound)."""
+        """BM25 score of every indexed node for ``query_tokens`` (CPU-bound).
+
+        The last query's scores are kept: a recursive retrieval asks the same
+        query flat and then inside its routed documents, and scores it once.
+        """
+        key = tuple(query_tokens)
+        last = self._last_scores  # one tuple, read and replaced atomically
+        if last is not None and last[0] == key:
+            return last[1]
         ids = self.bm25.get_tokens_ids(query_tokens)
         if not ids:
-            return np.zeros(len(self.nodes), dtype=np.float32)
-        return np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)
+            scores = np.zeros(len(self.nodes), dtype=np.float32)
+        else:
+            scores = np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)
+        scores.setflags(write=False)  # shared by callers: nobody may modify it
+        self._last_scores = (key, scores)
+        return scores
 
     @property
     def filter_vocabulary(self) -> FilterVocabulary:

@@ -446,3 +446,16 @@ def test_bm25s_debug_logs_follow_the_apps_level():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_corpus_without_any_indexable_word_finds_nothing_instead_of_failing(caplog):
+    from llama_index.core.schema import TextNode
+
+    from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+
+    nodes = [TextNode(id_="a", text="a"), TextNode(id_="b", text="the ... !")]
+    with caplog.at_level("WARNING"):
+        retriever = MultilingualBM25Retriever.from_defaults(nodes=nodes)
+    assert "none of the 2 nodes has an indexable word" in caplog.text
+    assert retriever.retrieve("a the") == []
+    assert retriever.retrieve("anything else") == []
