@@ -14,6 +14,7 @@ import asyncio
 import difflib
 import inspect
 import json
+import math
 import logging
 import threading
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ from llama_index.core.schema import (
     BaseNode,
     Document,
     IndexNode,
+    MetadataMode,
     NodeWithScore,
     QueryBundle,
 )
@@ -59,8 +61,22 @@ from llama_index_ext_recursive.builder import (
     node_parser_config,
     node_parser_from_config,
 )
+from llama_index_ext_recursive.calibration import (
+    Calibration,
+    QueryScript,
+    calibrate_children,
+    pseudo_queries,
+    query_script,
+)
 from llama_index_ext_recursive.docstore import LinearDocumentStore
 from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.evidence import (
+    DEFAULT_DOCUMENT_WEIGHT,
+    EQUAL_WEIGHTS,
+    document_text,
+    fuse_document_scores,
+    rank_chunks,
+)
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -100,17 +116,26 @@ logger = logging.getLogger(__name__)
 DEFAULT_TOP_K = 10
 DEFAULT_NUM_ROUTED_DOCS = 8  # measured: benchmarks/results/tune_xquad_*_fine.md
 DEFAULT_SCORE_ALPHA = 0.2
+# candidates per routed document and search, in units of similarity_top_k:
+# 2.5 beat 1 on legalbench_contractnli and xquad_zh_fine (benchmarks/recursive_sweep.py)
+ROUTED_POOL_FACTOR = 2.5
 FORMAT_VERSION = 1
 
 
 class ScoreMode(str, Enum):
     """How a chunk's final score combines its document's and its own score.
 
+    ``fused`` (default): chunks come from a flat search over all chunks and
+    from the routed documents; their dense and lexical scores are fused, and
+    ``document_weight`` times their document's routing score is added
+    (:func:`~llama_index_ext_recursive.evidence.rank_chunks`), so a chunk
+    is found through its document without losing what flat search finds.
     ``chunk``: the chunk score alone (routing only selects documents).
     ``weighted``: ``alpha * summary + (1 - alpha) * chunk``.
     ``product``: ``summary * chunk``.
     """
 
+    FUSED = "fused"
     CHUNK = "chunk"
     WEIGHTED = "weighted"
     PRODUCT = "product"
@@ -135,7 +160,14 @@ class LinkError(ValueError):
 
 
 class RetrievalExplanation(BaseModel):
-    """Why a chunk was returned: which summary routed it and how it scored."""
+    """Why a chunk was returned: which summary routed it and how it scored.
+
+    In ``fused`` mode ``summary_score`` is the document's fused routing score
+    (0 when routing did not pick it), ``chunk_score`` the chunk's fused score,
+    ``dense_score``/``lexical_score`` the raw scores of its own searches
+    (``None``: that search did not return it) and
+    ``final_score = chunk_score + document_weight * summary_score``.
+    """
 
     doc_id: str
     summary_node_id: Optional[str]
@@ -144,6 +176,9 @@ class RetrievalExplanation(BaseModel):
     final_score: float
     score_mode: str
     path: List[str]
+    dense_score: Optional[float] = None
+    lexical_score: Optional[float] = None
+    document_weight: Optional[float] = None
 
 
 class ExplainedNodeWithScore(NodeWithScore):
@@ -163,6 +198,45 @@ class ExplainedNodeWithScore(NodeWithScore):
 def _closest(name: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
     return f"closest known ids: {close}" if close else f"{len(known)} known ids, none similar"
+
+
+class DocumentEvidence(BaseModel):
+    """Why a document was routed to: its fused score and the searches behind it.
+
+    ``dense_score`` is the query's similarity to the document's routing vector,
+    ``lexical_score`` its BM25 score over the document's title, metadata,
+    summary and chunks (``None``: that search did not return it).
+    """
+
+    doc_id: str
+    title: str
+    rank: int
+    score: float
+    dense_score: Optional[float]
+    lexical_score: Optional[float]
+
+
+class DocumentWithScore(NodeWithScore):
+    """A routed document: its summary ``IndexNode`` (``index_id`` = document id),
+    its routing score, and the :class:`DocumentEvidence` that routed it."""
+
+    evidence: Optional[DocumentEvidence] = None
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "DocumentWithScore"
+
+
+@dataclass
+class _Levels:
+    """The lexical searchers of both levels (``None``: that level is vector-only),
+    and, for ``chunk``/``weighted``/``product`` score modes, the hybrid searchers
+    built from them with the calibrated weights."""
+
+    summary_bm25: Optional[BaseRetriever]
+    chunk_bm25: Optional[BaseRetriever]
+    summary_search: Optional[BaseRetriever]
+    chunk_search: Optional[BaseRetriever]
 
 
 @dataclass(frozen=True)
@@ -207,20 +281,29 @@ class RecursiveSummaryRetriever(BaseRetriever):
         similarity_top_k: number of chunks returned.
         num_routed_docs: number of documents the query is routed to (more when
             those hold fewer than ``similarity_top_k`` chunks).
-        score_mode: how summary and chunk scores combine (:class:`ScoreMode`);
-            ``chunk`` tied or beat ``weighted`` and beat ``product`` in our measurements.
+        score_mode: how summary and chunk scores combine (:class:`ScoreMode`;
+            default ``fused``, or ``chunk`` for a ``retriever_dict`` setup,
+            which has no flat chunk search).
         score_alpha: the summary weight for ``weighted`` mode.
+        document_weight: in ``fused`` mode, how much a document's routing score
+            (0-1) adds to its chunks' fused score (0-1).
         filters: construction-time metadata filters.
         filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
         doc_id_key: metadata key naming a chunk's document.
         summary_embedding: what summaries added later are routed by (:class:`SummaryEmbedding`);
             must match how ``summary_index`` was built.
         max_link_depth: how many ``IndexNode`` links a query may follow.
-        summary_mode: how documents are routed (:class:`LevelMode`).
-        chunk_mode: how chunks of the routed documents are ranked
-            (:class:`LevelMode`; ``bm25``/``hybrid`` need the chunk store of
-            ``from_documents``/``from_nodes``). With ``hybrid`` chunk scores
-            are fused scores, so ``score_mode="chunk"`` suits it best.
+        summary_mode: how documents are routed (:class:`LevelMode`, default
+            ``hybrid``: dense over routing vectors, BM25 over each document's
+            title, metadata, summary and chunks).
+        chunk_mode: how chunks are ranked (:class:`LevelMode`; default
+            ``hybrid``; ``bm25``/``hybrid`` need the chunk store of
+            ``from_documents``/``from_nodes``, so a ``retriever_dict`` setup
+            defaults to ``vector``).
+        calibration: fusion weights measured earlier (what :attr:`calibration`
+            returns; persisted with the index), so they are not measured again.
+            Hybrid levels without one are calibrated at construction.
+        show_progress: show a progress bar while calibrating.
         unknown_filter_key: what a filter on a key the chunks do not hold, or
             with a value of the wrong type, does (:class:`UnknownFilterPolicy`):
             ``raise`` (default) a :class:`FilterError` naming the closest key,
@@ -243,21 +326,24 @@ class RecursiveSummaryRetriever(BaseRetriever):
         embed_model: Optional[BaseEmbedding] = None,
         similarity_top_k: int = DEFAULT_TOP_K,
         num_routed_docs: int = DEFAULT_NUM_ROUTED_DOCS,
-        score_mode: Union[ScoreMode, str] = ScoreMode.CHUNK,
+        score_mode: Union[ScoreMode, str, None] = None,
         score_alpha: float = DEFAULT_SCORE_ALPHA,
+        document_weight: float = DEFAULT_DOCUMENT_WEIGHT,
         filters: FiltersLike = None,
         filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
         doc_id_key: str = "doc_id",
         node_parser: Optional[NodeParser] = None,
         summarizer: Optional[Summarizer] = None,
         summary_cache: Optional[SummaryCache] = None,
-        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.CENTROID,
+        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
         max_link_depth: int = 3,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
-        summary_mode: Union[LevelMode, str] = LevelMode.VECTOR,
-        chunk_mode: Union[LevelMode, str] = LevelMode.VECTOR,
+        summary_mode: Union[LevelMode, str] = LevelMode.HYBRID,
+        chunk_mode: Union[LevelMode, str, None] = None,
         unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
+        calibration: Optional[Mapping[str, Any]] = None,
+        show_progress: bool = False,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
@@ -265,6 +351,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             similarity_top_k=similarity_top_k,
             num_routed_docs=num_routed_docs,
             score_alpha=score_alpha,
+            document_weight=document_weight,
             max_link_depth=max_link_depth,
         )
         for doc_id, child in (retriever_dict or {}).items():
@@ -275,7 +362,17 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 )
         self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
         self.summary_mode = LevelMode(summary_mode)
+        if chunk_mode is None:
+            chunk_mode = LevelMode.HYBRID if chunk_index is not None else LevelMode.VECTOR
         self.chunk_mode = LevelMode(chunk_mode)
+        if score_mode is None:
+            score_mode = ScoreMode.FUSED if chunk_index is not None else ScoreMode.CHUNK
+        if chunk_index is None and ScoreMode(score_mode) == ScoreMode.FUSED:
+            raise ValueError(
+                "score_mode='fused' searches all chunks flat, which needs the chunk store "
+                "built by from_documents/from_nodes; a retriever_dict setup supports "
+                "'chunk', 'weighted' or 'product'"
+            )
         if chunk_index is None and self.chunk_mode != LevelMode.VECTOR:
             raise ValueError(
                 f"chunk_mode={self.chunk_mode.value!r} needs the chunk store built by "
@@ -290,6 +387,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self.num_routed_docs = num_routed_docs
         self.score_mode = ScoreMode(score_mode)
         self.score_alpha = score_alpha
+        self.document_weight = float(document_weight)
         self.filters = to_filters(filters)
         self.filter_policy = FilterPolicy(filter_policy)
         self.doc_id_key = doc_id_key
@@ -306,9 +404,11 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self._state_lock = ReadWriteLock()
         self._update_lock = threading.Lock()
         self._vocabulary: Optional[FilterVocabulary] = None
+        self._calibration: Dict[str, Calibration] = _calibration_from_config(calibration)
+        self._show_progress = show_progress
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self.validate_links()
-        self._lexical_searchers()
+        self._levels()
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -354,7 +454,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         summarizer: Optional[Summarizer] = None,
         summary_cache: Optional[SummaryCache] = None,
         show_progress: Optional[bool] = None,
-        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.CENTROID,
+        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
         chunk_vector_store: Optional[BasePydanticVectorStore] = None,
         summary_vector_store: Optional[BasePydanticVectorStore] = None,
         **kwargs: Any,
@@ -395,6 +495,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             summarizer=summarizer,
             summary_cache=cache,
             summary_embedding=summary_embedding,
+            show_progress=progress,
             **kwargs,
         )
 
@@ -525,74 +626,166 @@ class RecursiveSummaryRetriever(BaseRetriever):
 
     # --------------------------------------------------- bm25 / hybrid levels
     def _document_nodes(self) -> List[IndexNode]:
-        """One node per document for summary-level BM25: its summary, then its
-        chunks' text (ids and ``index_id`` as the summary's, so hits route)."""
+        """One node per document for summary-level BM25 (:func:`document_text`:
+        title, document-level metadata, summary, chunks); ids and ``index_id``
+        as the summary's, so hits route."""
         docstore = self._chunk_index.docstore if self._chunk_index is not None else None
         nodes = []
         for doc_id, summary in self._summaries.items():
-            parts = [summary.get_content()]
             record = self._documents.get(doc_id)
+            chunks = []
             if docstore is not None and record is not None:
                 for chunk_id in record.chunk_ids:
                     chunk = docstore.get_node(chunk_id, raise_error=False)
                     if chunk is not None:
-                        parts.append(chunk.get_content())
+                        chunks.append(chunk.get_content(metadata_mode=MetadataMode.NONE))
+            title = record.title if record is not None else doc_id
             nodes.append(
                 IndexNode(
                     id_=summary.node_id,
                     index_id=doc_id,
-                    text="\n".join(parts),
+                    text=document_text(title, summary.metadata, summary.get_content(), chunks),
                     metadata=dict(summary.metadata),
-                    excluded_embed_metadata_keys=list(summary.excluded_embed_metadata_keys),
+                    excluded_embed_metadata_keys=list(summary.metadata),
                 )
             )
         return nodes
 
-    @staticmethod
-    def _level_searcher(
-        mode: LevelMode, index: VectorStoreIndex, nodes: List[BaseNode], top_k: int
-    ) -> Optional[BaseRetriever]:
-        if mode == LevelMode.VECTOR or not nodes:
-            return None
+    def _levels(self) -> _Levels:
+        """The lexical (and hybrid) searchers, built on first need and again
+        after documents change; hybrid levels are calibrated once (see
+        :attr:`calibration`)."""
+        with self._searchers_lock:
+            if self._searchers is None:
+                self._searchers = self._build_levels()
+            return self._searchers
+
+    def _build_levels(self) -> _Levels:
         from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
 
-        bm25 = MultilingualBM25Retriever.from_defaults(
-            nodes=nodes, similarity_top_k=top_k, unknown_filter_key=None  # checked by _plan
+        depth = self.num_routed_docs + self.similarity_top_k
+        chunk_nodes = (
+            list(self._chunk_index.docstore.docs.values()) if self._chunk_index is not None else []
         )
+        summary_bm25 = chunk_bm25 = None
+        if self.summary_mode != LevelMode.VECTOR and self._summaries:
+            summary_bm25 = MultilingualBM25Retriever.from_defaults(
+                nodes=self._document_nodes(),
+                similarity_top_k=depth,
+                metadata_mode=MetadataMode.NONE,  # document_text holds the metadata
+                unknown_filter_key=None,  # checked by _plan
+            )
+        if self.chunk_mode != LevelMode.VECTOR and chunk_nodes:
+            chunk_bm25 = MultilingualBM25Retriever.from_defaults(
+                nodes=chunk_nodes,
+                similarity_top_k=(
+                    self._routed_pool([None] * self.num_routed_docs)  # type: ignore[list-item]
+                    if self.score_mode == ScoreMode.FUSED
+                    else self.similarity_top_k
+                ),
+                unknown_filter_key=None,
+            )
+        if "documents" not in self._calibration and self.summary_mode == LevelMode.HYBRID and summary_bm25:
+            self._calibration["documents"] = self._calibrate_documents(summary_bm25, chunk_nodes)
+        if "chunks" not in self._calibration and self.chunk_mode == LevelMode.HYBRID and chunk_bm25:
+            self._calibration["chunks"] = calibrate_children(
+                [self._chunk_vector(self.similarity_top_k), chunk_bm25],
+                chunk_nodes,
+                embed_model=self._embed_model,
+                show_progress=self._show_progress,
+                names=["vector", "bm25"],
+            )
+        summary_search = chunk_search = None
+        if self.score_mode != ScoreMode.FUSED:
+            summary_search = self._hybrid_level("documents", self.summary_mode, summary_bm25, depth)
+            chunk_search = self._hybrid_level("chunks", self.chunk_mode, chunk_bm25, self.similarity_top_k)
+        return _Levels(summary_bm25, chunk_bm25, summary_search, chunk_search)
+
+    def _calibrate_documents(self, summary_bm25: BaseRetriever, chunk_nodes: List[BaseNode]) -> Calibration:
+        """Weights of the document level, from pseudo-queries cut from each
+        document's chunks (from its summary in a ``retriever_dict`` setup)
+        whose answer is that document."""
+        summary_of = {
+            chunk_id: record.summary_node_id
+            for record in self._documents.values()
+            for chunk_id in record.chunk_ids
+        }
+        source: List[BaseNode] = list(chunk_nodes) or list(self._summaries.values())
+        summary_of.update({s.node_id: s.node_id for s in self._summaries.values()})
+        pairs = {
+            script: [(summary_of[node_id], query) for node_id, query in found if node_id in summary_of]
+            for script, found in pseudo_queries(source).items()
+        }
+        dense = BackfillVectorRetriever(
+            self._summary_index,
+            self.num_routed_docs + self.similarity_top_k,
+            embed_model=self._embed_model,
+            unknown_filter_key=None,
+        )
+        return calibrate_children(
+            [dense, summary_bm25],
+            pairs,
+            embed_model=self._embed_model,
+            show_progress=self._show_progress,
+            names=["vector", "bm25"],
+        )
+
+    def _hybrid_level(
+        self, level: str, mode: LevelMode, bm25: Optional[BaseRetriever], top_k: int
+    ) -> Optional[BaseRetriever]:
+        """The level searcher of the ``chunk``/``weighted``/``product`` modes."""
+        if mode == LevelMode.VECTOR or bm25 is None:
+            return None
         if mode == LevelMode.BM25:
             return bm25
-        hybrid = HybridFusionRetriever(
+        index = self._summary_index if level == "documents" else self._chunk_index
+        weights = self._calibration.get(level)
+        script_weights = {}
+        if weights is not None:
+            for script in QueryScript:
+                found = weights.weights_for(script.value)
+                if found is not None and any(w > 0 for w in found):
+                    script_weights[script] = list(found)
+        return HybridFusionRetriever(
             [BackfillVectorRetriever(index, top_k, unknown_filter_key=None), bm25],
             similarity_top_k=top_k,
             retriever_names=["vector", "bm25"],
             mode=HYBRID_MODE,
+            script_weights=script_weights,
         )
-        hybrid.calibrate(nodes)
-        return hybrid
 
-    def _lexical_searchers(self) -> Tuple[Optional[BaseRetriever], Optional[BaseRetriever]]:
-        """The summary- and chunk-level BM25/hybrid searchers (``None``: vector),
-        built on first need and again after documents change."""
-        with self._searchers_lock:
-            if self._searchers is None:
-                summary = self._level_searcher(
-                    self.summary_mode,
-                    self._summary_index,
-                    list(self._document_nodes()) if self.summary_mode != LevelMode.VECTOR else [],
-                    self.num_routed_docs + self.similarity_top_k,
-                )
-                chunk = None
-                if self._chunk_index is not None and self.chunk_mode != LevelMode.VECTOR:
-                    chunk = self._level_searcher(
-                        self.chunk_mode,
-                        self._chunk_index,
-                        list(self._chunk_index.docstore.docs.values()),
-                        self.similarity_top_k,
-                    )
-                self._searchers = (summary, chunk)
-            return self._searchers
+    def _chunk_vector(self, top_k: int) -> BackfillVectorRetriever:
+        assert self._chunk_index is not None
+        return BackfillVectorRetriever(
+            self._chunk_index,
+            similarity_top_k=top_k,
+            embed_model=self._embed_model,
+            callback_manager=self.callback_manager,
+            unknown_filter_key=None,  # checked by _plan
+        )
+
+    def _level_weights(self, level: str, mode: LevelMode, query_str: str) -> Tuple[float, float]:
+        """(dense, lexical) fusion weights of one level for this query's script."""
+        if mode == LevelMode.VECTOR:
+            return (1.0, 0.0)
+        if mode == LevelMode.BM25:
+            return (0.0, 1.0)
+        calibration = self._calibration.get(level)
+        found = calibration.weights_for(query_script(query_str).value) if calibration else None
+        if not found or not any(w > 0 for w in found):
+            return EQUAL_WEIGHTS
+        return (float(found[0]), float(found[1]))
+
+    @property
+    def calibration(self) -> Dict[str, Dict[str, Any]]:
+        """The fusion weights measured for each hybrid level (``documents``,
+        ``chunks``), JSON-safe; pass it back as ``calibration=`` (``persist``
+        does) to reuse it."""
+        return {level: found.to_dict() for level, found in self._calibration.items()}
 
     def _invalidate_searchers(self) -> None:
+        """Documents changed: rebuild the lexical searchers on next use. The
+        calibrated weights are kept (a measure of the corpus, not of one document)."""
         with self._searchers_lock:
             self._searchers = None
 
@@ -845,20 +1038,23 @@ class RecursiveSummaryRetriever(BaseRetriever):
         embedding = self._query_embedding(query_bundle)
         with self._state_lock.reading():
             plan = self._plan(query_bundle, embedding)
-            summary_searcher, chunk_searcher = self._lexical_searchers()
-            if summary_searcher is None:
+            levels = self._levels()
+            if self.score_mode == ScoreMode.FUSED:
+                routes, documents = self._route(plan, *self._document_hits(plan, levels))
+                return self._fused_ranking(plan, levels, routes, documents)
+            if levels.summary_search is None:
                 summary_hits = self._summary_retriever(plan).retrieve(plan.summary_bundle)
             else:
-                summary_hits = summary_searcher.retrieve(
+                summary_hits = levels.summary_search.retrieve(
                     with_filters(plan.summary_bundle, plan.summary_filters)
                 )
             routes = self._routes(summary_hits)
             best: Dict[str, ExplainedNodeWithScore] = {}
             while routes:
-                if chunk_searcher is None:
+                if levels.chunk_search is None:
                     results = [self._retrieve_child(route, plan) for route in routes]
                 else:
-                    hits = chunk_searcher.retrieve(self._wave_bundle(routes, plan))
+                    hits = levels.chunk_search.retrieve(self._wave_bundle(routes, plan))
                     results = self._split_wave(routes, hits)
                 routes = self._collect(routes, results, plan, best)
             return self._rank(best)
@@ -866,30 +1062,213 @@ class RecursiveSummaryRetriever(BaseRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         embedding = await self._aquery_embedding(query_bundle)
         async with self._state_lock.areading():
-            if self._vocabulary is None:  # a pass over every chunk: not on the event loop
-                await asyncio.to_thread(lambda: self.filter_vocabulary)
+            await self._aprepare()
             plan = self._plan(query_bundle, embedding)
-            if self._searchers is None:  # building BM25 and calibrating is CPU work
-                await asyncio.to_thread(self._lexical_searchers)
-            summary_searcher, chunk_searcher = self._lexical_searchers()
-            if summary_searcher is None:
+            levels = self._levels()
+            if self.score_mode == ScoreMode.FUSED:
+                flat = asyncio.gather(
+                    *(
+                        r.aretrieve(b) if r is not None else _no_hits()
+                        for r, b, _ in self._chunk_searches(
+                            plan, levels, plan.chunk_bundle, self.similarity_top_k
+                        )
+                    )
+                )
+                routes, documents = self._route(plan, *(await self._adocument_hits(plan, levels)))
+                return await self._afused_ranking(plan, levels, routes, documents, await flat)
+            if levels.summary_search is None:
                 summary_hits = await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
             else:
-                summary_hits = await summary_searcher.aretrieve(
+                summary_hits = await levels.summary_search.aretrieve(
                     with_filters(plan.summary_bundle, plan.summary_filters)
                 )
             routes = self._routes(summary_hits)
             best: Dict[str, ExplainedNodeWithScore] = {}
             while routes:
-                if chunk_searcher is None:
+                if levels.chunk_search is None:
                     results = list(
                         await asyncio.gather(*(self._aretrieve_child(route, plan) for route in routes))
                     )
                 else:
-                    hits = await chunk_searcher.aretrieve(self._wave_bundle(routes, plan))
+                    hits = await levels.chunk_search.aretrieve(self._wave_bundle(routes, plan))
                     results = self._split_wave(routes, hits)
                 routes = self._collect(routes, results, plan, best)
             return self._rank(best)
+
+    async def _aprepare(self) -> None:
+        """Build what the first query needs off the event loop (CPU work)."""
+        if self._vocabulary is None:  # a pass over every chunk
+            await asyncio.to_thread(lambda: self.filter_vocabulary)
+        if self._searchers is None:  # building BM25 and calibrating
+            await asyncio.to_thread(self._levels)
+
+    # ------------------------------------------------- fused (default) ranking
+    def _document_searches(
+        self, plan: _Plan, levels: _Levels
+    ) -> List[Tuple[Optional[BaseRetriever], QueryBundle]]:
+        """The (dense, lexical) document searches; ``None`` where this query's
+        script gives that search weight 0."""
+        weights = self._level_weights("documents", self.summary_mode, plan.summary_bundle.query_str)
+        dense = self._summary_retriever(plan) if weights[0] > 0 else None
+        lexical = levels.summary_bm25 if weights[1] > 0 else None
+        return [
+            (dense, plan.summary_bundle),
+            (lexical, with_filters(plan.summary_bundle, plan.summary_filters)),
+        ]
+
+    def _document_hits(
+        self, plan: _Plan, levels: _Levels
+    ) -> Tuple[List[NodeWithScore], List[NodeWithScore]]:
+        dense, lexical = (
+            retriever.retrieve(bundle) if retriever is not None else []
+            for retriever, bundle in self._document_searches(plan, levels)
+        )
+        return dense, lexical
+
+    async def _adocument_hits(
+        self, plan: _Plan, levels: _Levels
+    ) -> Tuple[List[NodeWithScore], List[NodeWithScore]]:
+        dense, lexical = await asyncio.gather(
+            *(
+                retriever.aretrieve(bundle) if retriever is not None else _no_hits()
+                for retriever, bundle in self._document_searches(plan, levels)
+            )
+        )
+        return dense, lexical
+
+    def _summary_doc_id(self, hit: NodeWithScore) -> str:
+        node = hit.node
+        doc_id = node.index_id if isinstance(node, IndexNode) else None
+        if doc_id is None or doc_id not in self._summaries:
+            raise LinkError(
+                f"summary store returned {node.node_id!r}, which is not a known summary "
+                "IndexNode; the summary store and the retriever are out of sync"
+            )
+        return doc_id
+
+    def _route(
+        self, plan: _Plan, dense: List[NodeWithScore], lexical: List[NodeWithScore]
+    ) -> Tuple[List[_Route], List[DocumentWithScore]]:
+        """Fuse the document searches; route to the best documents (and more
+        while they hold fewer than ``similarity_top_k`` chunks)."""
+        dense_scores = {self._summary_doc_id(h): float(h.score or 0.0) for h in dense}
+        lexical_scores = {
+            self._summary_doc_id(h): float(h.score) for h in lexical if h.score
+        }
+        weights = self._level_weights("documents", self.summary_mode, plan.summary_bundle.query_str)
+        fused = fuse_document_scores(dense_scores, lexical_scores, weights)
+        order = sorted(fused, key=lambda d: (-fused[d], d))
+        documents = [
+            DocumentWithScore(
+                node=self._summaries[doc_id],
+                score=fused[doc_id],
+                evidence=DocumentEvidence(
+                    doc_id=doc_id,
+                    title=self._documents[doc_id].title if doc_id in self._documents else doc_id,
+                    rank=rank,
+                    score=fused[doc_id],
+                    dense_score=dense_scores.get(doc_id),
+                    lexical_score=lexical_scores.get(doc_id),
+                ),
+            )
+            for rank, doc_id in enumerate(order, start=1)
+        ]
+        routes: List[_Route] = []
+        chunks = 0
+        for document in documents:
+            if len(routes) >= self.num_routed_docs and chunks >= self.similarity_top_k:
+                break
+            doc_id = document.evidence.doc_id  # type: ignore[union-attr]
+            routes.append(
+                _Route(doc_id, document.score, document.node.node_id, document.score, (doc_id,))
+            )
+            record = self._documents.get(doc_id)
+            chunks += len(record.chunk_ids) if record is not None else 0
+        return routes, documents
+
+    def _chunk_searches(
+        self, plan: _Plan, levels: _Levels, bundle: QueryBundle, top_k: int
+    ) -> List[Tuple[Optional[BaseRetriever], QueryBundle, int]]:
+        """The (dense, lexical) chunk searches for ``bundle``, each with the
+        number of hits to keep; ``None`` where this query's script gives that
+        search weight 0."""
+        weights = self._level_weights("chunks", self.chunk_mode, plan.chunk_bundle.query_str)
+        dense = self._chunk_vector(top_k) if weights[0] > 0 else None
+        lexical = levels.chunk_bm25 if weights[1] > 0 else None  # returns routed_pool hits
+        return [(dense, replace(bundle), top_k), (lexical, replace(bundle), top_k)]
+
+    def _routed_pool(self, routes: List[_Route]) -> int:
+        """Chunks a wave keeps per search: ``ROUTED_POOL_FACTOR * similarity_top_k``
+        per routed document, so the named document's clause is a candidate even
+        when every routed document holds a near copy of it."""
+        return math.ceil(ROUTED_POOL_FACTOR * self.similarity_top_k) * min(
+            len(routes), self.num_routed_docs
+        )
+
+    def _fused_ranking(
+        self, plan: _Plan, levels: _Levels, routes: List[_Route], documents: List[DocumentWithScore]
+    ) -> List[NodeWithScore]:
+        evidence = _ChunkEvidenceSet(self, documents)
+        flat = [
+            r.retrieve(b)[:k] if r is not None else []
+            for r, b, k in self._chunk_searches(plan, levels, plan.chunk_bundle, self.similarity_top_k)
+        ]
+        evidence.add(flat[0], flat[1], None)
+        while routes:
+            bundle, pool = self._wave_bundle(routes, plan), self._routed_pool(routes)
+            dense, lexical = (
+                r.retrieve(b)[:k] if r is not None else []
+                for r, b, k in self._chunk_searches(plan, levels, bundle, pool)
+            )
+            routes = evidence.add_wave(routes, dense, lexical)
+        return evidence.ranked(plan)
+
+    async def _afused_ranking(
+        self,
+        plan: _Plan,
+        levels: _Levels,
+        routes: List[_Route],
+        documents: List[DocumentWithScore],
+        flat: List[List[NodeWithScore]],
+    ) -> List[NodeWithScore]:
+        evidence = _ChunkEvidenceSet(self, documents)
+        evidence.add(flat[0][: self.similarity_top_k], flat[1][: self.similarity_top_k], None)
+        while routes:
+            bundle, pool = self._wave_bundle(routes, plan), self._routed_pool(routes)
+            searches = self._chunk_searches(plan, levels, bundle, pool)
+            dense, lexical = await asyncio.gather(
+                *(r.aretrieve(b) if r is not None else _no_hits() for r, b, _ in searches)
+            )
+            routes = evidence.add_wave(routes, dense[:pool], lexical[:pool])
+        return evidence.ranked(plan)
+
+    # ------------------------------------------------------ document results
+    def retrieve_documents(self, str_or_query_bundle: Union[str, QueryBundle]) -> List[DocumentWithScore]:
+        """The documents a query routes to, best first, with the evidence that routed them.
+
+        Each result's node is the document's summary ``IndexNode``
+        (``index_id`` = document id) and its score the fused routing score;
+        ``evidence`` gives the dense and lexical scores behind it. All
+        documents either search returned are listed (at least
+        ``num_routed_docs`` when there are that many); per-call filters of a
+        :class:`FilteredQueryBundle` apply as in :meth:`retrieve`.
+        """
+        bundle = _as_bundle(str_or_query_bundle)
+        embedding = self._query_embedding(bundle)
+        with self._state_lock.reading():
+            plan = self._plan(bundle, embedding)
+            return self._route(plan, *self._document_hits(plan, self._levels()))[1]
+
+    async def aretrieve_documents(
+        self, str_or_query_bundle: Union[str, QueryBundle]
+    ) -> List[DocumentWithScore]:
+        """Async :meth:`retrieve_documents` (the same results; never blocks the loop)."""
+        bundle = _as_bundle(str_or_query_bundle)
+        embedding = await self._aquery_embedding(bundle)
+        async with self._state_lock.areading():
+            await self._aprepare()
+            plan = self._plan(bundle, embedding)
+            return self._route(plan, *(await self._adocument_hits(plan, self._levels())))[1]
 
     def _reading(self):
         """Hold the read lock: the state seen is that before or after any update."""
@@ -1034,6 +1413,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
             "num_routed_docs": self.num_routed_docs,
             "score_mode": self.score_mode.value,
             "score_alpha": self.score_alpha,
+            "document_weight": self.document_weight,
+            "calibration": self.calibration,
             "filters": self.filters.model_dump(mode="json") if self.filters else None,
             "filter_policy": self.filter_policy.value,
             "doc_id_key": self.doc_id_key,
@@ -1177,6 +1558,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
                     "num_routed_docs",
                     "score_mode",
                     "score_alpha",
+                    "document_weight",
+                    "calibration",
                     "filter_policy",
                     "doc_id_key",
                     "max_link_depth",
@@ -1189,6 +1572,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             }
             try:
                 _check_settings(**settings)
+                _calibration_from_config(settings.get("calibration"))
                 if config.get("filters"):
                     settings["filters"] = MetadataFilters.model_validate(config["filters"])
                 parser = node_parser or node_parser_from_config(config.get("node_parser"))
@@ -1224,6 +1608,147 @@ class RecursiveSummaryRetriever(BaseRetriever):
         return read_index(persist_dir, PERSIST_KIND, load)
 
 
+class _ChunkEvidenceSet:
+    """One ``fused`` call's chunk evidence: the best dense and lexical score of
+    every chunk the flat and routed searches returned, and the documents'
+    routing scores, ranked by :func:`~llama_index_ext_recursive.evidence.rank_chunks`."""
+
+    def __init__(self, owner: "RecursiveSummaryRetriever", documents: List[DocumentWithScore]) -> None:
+        self._owner = owner
+        self.document_scores: Dict[str, float] = {}
+        self.summary_ids: Dict[str, str] = {}
+        for document in documents:
+            doc_id = document.node.index_id  # type: ignore[attr-defined]
+            self.document_scores[doc_id] = float(document.score or 0.0)
+            self.summary_ids[doc_id] = document.node.node_id
+        self.dense: Dict[str, float] = {}
+        self.lexical: Dict[str, float] = {}
+        self.nodes: Dict[str, BaseNode] = {}
+        self.doc_of: Dict[str, str] = {}
+        self.paths: Dict[str, Tuple[str, ...]] = {}
+        self.linked: set = set()  # nodes reached through an IndexNode: filters checked here
+
+    def _route_of(self, node: BaseNode) -> _Route:
+        doc_id = node.ref_doc_id or ""
+        score = self.document_scores.get(doc_id, 0.0)
+        return _Route(doc_id, score, self.summary_ids.get(doc_id), score, (doc_id,))
+
+    def add(
+        self, dense: List[NodeWithScore], lexical: List[NodeWithScore], route: Optional[_Route]
+    ) -> List[_Route]:
+        """Record hits (of one route, or flat when ``route`` is None); return links to follow."""
+        follow: List[_Route] = []
+        for scores, hits in ((self.dense, dense), (self.lexical, lexical)):
+            for hit in hits:
+                if hit.score is None or (scores is self.lexical and hit.score <= 0):
+                    continue
+                node = hit.node
+                current = route or self._route_of(node)
+                if isinstance(node, IndexNode):
+                    link = self._owner._follow_link(current, hit)
+                    if isinstance(link, _Route):
+                        inherited = current.score or 0.0  # the evidence that led here
+                        self.document_scores.setdefault(link.doc_id, inherited)
+                        follow.append(replace(link, score=self.document_scores[link.doc_id]))
+                        continue
+                    if link is None:
+                        continue
+                    node = link
+                    self.linked.add(node.node_id)
+                node_id = node.node_id
+                if node_id not in scores or hit.score > scores[node_id]:
+                    scores[node_id] = float(hit.score)
+                self.nodes.setdefault(node_id, node)
+                self.doc_of.setdefault(node_id, current.doc_id)
+                self.paths.setdefault(node_id, current.path)
+        return follow
+
+    def add_wave(
+        self, routes: List[_Route], dense: List[NodeWithScore], lexical: List[NodeWithScore]
+    ) -> List[_Route]:
+        """Record one wave of routed searches; return the documents links lead to."""
+        split = self._owner._split_wave
+        follow: List[_Route] = []
+        seen = {r.doc_id for r in routes}
+        for route, d, l in zip(routes, split(routes, dense), split(routes, lexical)):
+            for link in self.add(d, l, route):
+                if link.doc_id not in seen:
+                    seen.add(link.doc_id)
+                    follow.append(link)
+        return follow
+
+    def ranked(self, plan: _Plan) -> List[NodeWithScore]:
+        owner = self._owner
+        if self.linked and plan.chunk_filters is not None:
+            matches = metadata_matcher(plan.chunk_filters)
+            for node_id in [n for n in self.linked if not matches(self.nodes[n].metadata)]:
+                self.dense.pop(node_id, None)
+                self.lexical.pop(node_id, None)
+        weights = owner._level_weights("chunks", owner.chunk_mode, plan.chunk_bundle.query_str)
+        ranked = rank_chunks(
+            self.dense,
+            self.lexical,
+            self.doc_of,
+            self.document_scores,
+            weights,
+            owner.document_weight,
+            owner.similarity_top_k,
+        )
+        return [
+            ExplainedNodeWithScore(
+                node=self.nodes[e.node_id],
+                score=e.final,
+                explanation=RetrievalExplanation(
+                    doc_id=e.doc_id,
+                    summary_node_id=self.summary_ids.get(e.doc_id),
+                    summary_score=e.document,
+                    chunk_score=e.chunk,
+                    final_score=e.final,
+                    score_mode=ScoreMode.FUSED.value,
+                    path=list(self.paths.get(e.node_id, (e.doc_id,))),
+                    dense_score=e.dense,
+                    lexical_score=e.lexical,
+                    document_weight=owner.document_weight,
+                ),
+            )
+            for e in ranked
+        ]
+
+
+async def _no_hits() -> List[NodeWithScore]:
+    return []
+
+
+def _as_bundle(str_or_query_bundle: Union[str, QueryBundle]) -> QueryBundle:
+    if isinstance(str_or_query_bundle, str):
+        return QueryBundle(str_or_query_bundle)
+    if not isinstance(str_or_query_bundle, QueryBundle):
+        raise TypeError(
+            f"expected a query string or QueryBundle, got {type(str_or_query_bundle).__name__}"
+        )
+    return str_or_query_bundle
+
+
+def _calibration_from_config(data: Optional[Mapping[str, Any]]) -> Dict[str, Calibration]:
+    """``calibration=`` (as :attr:`RecursiveSummaryRetriever.calibration` gives
+    it) -> one :class:`Calibration` per level; a bad entry names itself."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"calibration must be the mapping RecursiveSummaryRetriever.calibration returns, "
+            f"got {type(data).__name__}"
+        )
+    levels: Dict[str, Calibration] = {}
+    for level, value in data.items():
+        if level not in ("documents", "chunks"):
+            raise ValueError(
+                f"calibration has an unknown level {level!r}; known: 'documents', 'chunks'"
+            )
+        levels[level] = value if isinstance(value, Calibration) else Calibration.from_dict(value)
+    return levels
+
+
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
 _CHOICE_SETTINGS = {
     "score_mode": ScoreMode,
@@ -1242,6 +1767,8 @@ def _check_settings(**settings: Any) -> None:
             check_count(name, settings[name], minimum)
     if "score_alpha" in settings:
         check_real("score_alpha", settings["score_alpha"], 0.0, 1.0)
+    if "document_weight" in settings:
+        check_real("document_weight", settings["document_weight"], 0.0)
     for name, choices in _CHOICE_SETTINGS.items():
         value = settings.get(name)
         if value is not None and value not in {c.value for c in choices} | set(choices):

@@ -27,6 +27,7 @@ class LexicalEmbedding(BaseEmbedding):
     """Hashed bag-of-words: texts sharing words are similar. For logic tests only."""
 
     calls: int = 0
+    text_calls: int = 0  # document texts only (calls also counts queries)
 
     def _vector(self, text: str) -> List[float]:
         self.calls += 1
@@ -40,6 +41,7 @@ class LexicalEmbedding(BaseEmbedding):
         return self._vector(query)
 
     def _get_text_embedding(self, text: str) -> List[float]:
+        self.text_calls += 1
         return self._vector(text)
 
     async def _aget_query_embedding(self, query: str) -> List[float]:

@@ -1,0 +1,114 @@
+"""How a recursive retrieval weighs what a query says about documents and about chunks.
+
+Pure functions over score maps (``id -> score``), no retriever objects, so the
+ranking can be read, tested and swept offline in one place
+(``benchmarks/recursive_sweep.py`` runs the same combination over whole datasets).
+
+A document is scored by dense and lexical evidence over what represents it
+(:func:`document_text`: its title, its document-level metadata, its summary and
+its chunks); a chunk by dense and lexical evidence over its own text, gathered
+from a flat search over all chunks and from a search inside the routed
+documents. The chunk's final score is its fused chunk score plus
+``document_weight`` times its document's fused score: a clause that exists
+nearly word for word in every contract ranks first in the contract the query
+names, while a chunk of a document that routing missed still competes on its
+own evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from llama_index_ext_recursive.calibration import relative_score_fusion
+
+# Chosen by measurement over every shared dataset: docs/BENCHMARKS.md,
+# "Recursive retrieval: combining document and chunk evidence".
+DEFAULT_DOCUMENT_WEIGHT = 1.0
+EQUAL_WEIGHTS = (0.5, 0.5)
+
+
+@dataclass(frozen=True)
+class ChunkEvidence:
+    """One ranked chunk and the evidence behind its score.
+
+    ``dense``/``lexical`` are the raw scores of the chunk's own searches
+    (``None``: that search did not return it), ``chunk`` their fused score,
+    ``document`` its document's fused routing score (0 when unrouted) and
+    ``final = chunk + document_weight * document``.
+    """
+
+    node_id: str
+    doc_id: str
+    dense: Optional[float]
+    lexical: Optional[float]
+    chunk: float
+    document: float
+    final: float
+
+
+def document_text(title: str, metadata: Mapping[str, Any], summary: str, chunks: Sequence[str]) -> str:
+    """The text a document is searched by lexically: what identifies it, then what it says.
+
+    The title and every document-level metadata value (keys constant across the
+    document's chunks, including those excluded from chunk embeddings, such as a
+    file name or the parties of a contract) come first; then the summary and the
+    chunks. A query naming "CopAcc and ToP Mentors" matches that contract's title
+    even when no chunk repeats the names.
+    """
+    identity = [title] + [
+        str(value)
+        for _, value in sorted(metadata.items())
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value) != title
+    ]
+    return "\n".join([" ".join(identity), summary, *chunks])
+
+
+def fuse_document_scores(
+    dense: Mapping[str, float], lexical: Mapping[str, float], weights: Sequence[float] = EQUAL_WEIGHTS
+) -> Dict[str, float]:
+    """Each document's routing score in [0, 1]: relative-score fusion of its two searches."""
+    return relative_score_fusion([dense, lexical], list(weights))
+
+
+def rank_chunks(
+    dense: Mapping[str, float],
+    lexical: Mapping[str, float],
+    doc_of: Mapping[str, str],
+    document_scores: Mapping[str, float],
+    weights: Sequence[float] = EQUAL_WEIGHTS,
+    document_weight: float = DEFAULT_DOCUMENT_WEIGHT,
+    top_k: Optional[int] = None,
+) -> List[ChunkEvidence]:
+    """Rank chunks by fused chunk evidence plus weighted document evidence.
+
+    Args:
+        dense: raw dense scores of the chunks the dense searches returned.
+        lexical: raw lexical (BM25) scores of the chunks the lexical searches returned.
+        doc_of: each chunk's document id.
+        document_scores: fused routing scores (:func:`fuse_document_scores`).
+        weights: (dense, lexical) weights of the chunk-level fusion.
+        document_weight: how much a document's routing score adds to its chunks.
+        top_k: how many to return (``None``: all).
+
+    Returns:
+        Best first; ties broken by node id, so the order is deterministic.
+    """
+    chunk_scores = relative_score_fusion([dense, lexical], list(weights))
+    ranked = []
+    for node_id, chunk in chunk_scores.items():
+        doc_id = doc_of[node_id]
+        document = float(document_scores.get(doc_id, 0.0))
+        ranked.append(
+            ChunkEvidence(
+                node_id=node_id,
+                doc_id=doc_id,
+                dense=dense.get(node_id),
+                lexical=lexical.get(node_id),
+                chunk=chunk,
+                document=document,
+                final=chunk + document_weight * document,
+            )
+        )
+    ranked.sort(key=lambda e: (-e.final, e.node_id))
+    return ranked if top_k is None else ranked[:top_k]

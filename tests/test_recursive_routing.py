@@ -1,0 +1,247 @@
+"""Routing that finds a chunk through its document, and never loses what flat search finds.
+
+The contract fixture is the case the recursive retriever exists for: four
+agreements whose clauses are the same boilerplate, told apart only by the
+parties named in their titles and opening lines. Chunk embeddings do not see
+the title (as when a user excludes it), so only document-level evidence can
+pick the contract the query names.
+"""
+
+import asyncio
+
+import pytest
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import IndexNode, TextNode
+
+from llama_index_ext_recursive import RecursiveSummaryRetriever
+from llama_index_ext_recursive import recursive as recursive_module
+from llama_index_ext_recursive.recursive import DocumentWithScore, ScoreMode
+
+PARTIES = {
+    "nda-acme": ("Acme Robotics", "Bluewater Foods"),
+    "nda-orion": ("Orion Shipping", "Maple Dental"),
+    "nda-quartz": ("Quartz Analytics", "Redwood Bakery"),
+    "nda-zephyr": ("Zephyr Airlines", "Hillside Vineyards"),
+}
+CLAUSES = [
+    "The Receiving Party shall hold all Confidential Information in strict confidence and "
+    "shall not disclose it to any third party without prior written consent.",
+    "Upon termination the Receiving Party shall promptly return or destroy all documents and "
+    "materials containing Confidential Information.",
+    "This Agreement shall be governed by the laws of the State of Delaware, and the courts of "
+    "Delaware shall have exclusive jurisdiction over any dispute.",
+    "The obligations of confidentiality shall survive the termination of this Agreement for a "
+    "period of five years.",
+    "Nothing in this Agreement grants the Receiving Party any licence or other right in the "
+    "Confidential Information.",
+]
+
+
+def contract_nodes():
+    nodes = []
+    for doc_id, (first, second) in PARTIES.items():
+        title = f"Non-Disclosure Agreement between {first} and {second}"
+        opening = (
+            f"This Mutual Non-Disclosure Agreement is entered into by {first} and {second}, "
+            "each of which may disclose Confidential Information to the other."
+        )
+        for i, text in enumerate([opening, *CLAUSES]):
+            nodes.append(
+                TextNode(
+                    id_=f"{doc_id}-{i}",
+                    text=text,
+                    metadata={"doc_id": doc_id, "title": title},
+                    excluded_embed_metadata_keys=["doc_id", "title"],
+                )
+            )
+    return nodes
+
+
+def question(doc_id: str, ask: str) -> str:
+    first, second = PARTIES[doc_id]
+    return f"Consider the Non-Disclosure Agreement between {first} and {second}; {ask}"
+
+
+RETURN = "does it require returning or destroying the materials upon termination?"
+
+
+@pytest.fixture(scope="module")
+def contracts(real_model):
+    return RecursiveSummaryRetriever.from_nodes(
+        contract_nodes(), embed_model=real_model, similarity_top_k=3
+    )
+
+
+@pytest.mark.parametrize("summary_mode", ["vector", "bm25", "hybrid"])
+def test_the_named_contract_routes_first_at_every_level(real_model, summary_mode):
+    retriever = RecursiveSummaryRetriever.from_nodes(
+        contract_nodes(), embed_model=real_model, similarity_top_k=3, summary_mode=summary_mode
+    )
+    for doc_id in PARTIES:
+        documents = retriever.retrieve_documents(question(doc_id, RETURN))
+        assert documents[0].node.index_id == doc_id, (summary_mode, doc_id, documents[:2])
+
+
+def test_the_named_contracts_clause_outranks_every_copy_of_it(contracts):
+    """The same clause is in all four contracts; the named one's comes first."""
+    for doc_id in PARTIES:
+        results = contracts.retrieve(question(doc_id, RETURN))
+        copies = [r for r in results if r.node.node_id.endswith("-2")]
+        assert copies[0].node.node_id == f"{doc_id}-2", [r.node.node_id for r in results]
+        assert results.index(copies[0]) <= 1  # at most the opening chunk naming the parties first
+        assert copies[0].explanation.doc_id == doc_id
+        assert copies[0].explanation.score_mode == "fused"
+        assert copies[0].explanation.summary_score == 1.0  # the best-routed document
+
+
+def test_chunk_evidence_alone_cannot_tell_the_copies_apart(contracts):
+    """The control: flat dense search scores the four copies of a clause the same."""
+    flat = contracts._chunk_vector(24)
+    hits = {h.node.node_id: h.score for h in flat.retrieve(question("nda-quartz", RETURN))}
+    copies = [hits[f"{d}-2"] for d in PARTIES]
+    assert max(copies) - min(copies) < 1e-6
+
+
+def test_a_chunk_of_a_document_routing_missed_still_comes_back(real_model):
+    """One routed document; a strong chunk lives in another, which flat search finds."""
+    nodes = contract_nodes()
+    memo = [
+        "The printer on the third floor is out of toner until Friday.",
+        "Parking permits for the new quarter can be collected at reception.",
+        "Emperor penguins huddle together through the Antarctic winter to share warmth.",
+        "The summer party will be held in the courtyard if the weather allows.",
+    ]
+    for i, text in enumerate(memo):
+        nodes.append(
+            TextNode(
+                id_=f"memo-{i}", text=text, metadata={"doc_id": "memo", "title": "Office memo"},
+                excluded_embed_metadata_keys=["doc_id", "title"],
+            )
+        )
+    query = "Acme Robotics and Bluewater Foods: penguins in winter"
+    fused = RecursiveSummaryRetriever.from_nodes(
+        nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1
+    )
+    assert fused.retrieve_documents(query)[0].node.index_id == "nda-acme"
+    found = {n.node.node_id: n for n in fused.retrieve(query)}
+    assert "memo-2" in found and found["memo-2"].explanation.doc_id == "memo"
+    routed_only = RecursiveSummaryRetriever.from_nodes(
+        nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1, score_mode="chunk"
+    )
+    assert "memo-2" not in [n.node.node_id for n in routed_only.retrieve(query)]
+
+
+def test_retrieve_documents_sync_equals_async(contracts):
+    query = question("nda-orion", RETURN)
+    sync = contracts.retrieve_documents(query)
+    concurrent = asyncio.run(contracts.aretrieve_documents(query))
+    assert [(d.node.index_id, d.score) for d in sync] == [(d.node.index_id, d.score) for d in concurrent]
+    assert all(isinstance(d, DocumentWithScore) for d in sync)
+    best = sync[0].evidence
+    assert best.doc_id == "nda-orion" and best.rank == 1 and best.title.startswith("Non-Disclosure")
+    assert best.lexical_score is not None and best.dense_score is not None
+
+
+def test_retrieve_sync_equals_async(contracts):
+    query = question("nda-zephyr", "which state's laws govern the agreement?")
+    sync = contracts.retrieve(query)
+    concurrent = asyncio.run(contracts.aretrieve(query))
+    assert [(n.node.node_id, n.score) for n in sync] == [(n.node.node_id, n.score) for n in concurrent]
+
+
+def test_retrieve_documents_refuses_what_is_not_a_query(contracts):
+    with pytest.raises(TypeError, match="query string or QueryBundle"):
+        contracts.retrieve_documents(42)
+    with pytest.raises(ValueError):
+        contracts.retrieve_documents("   ")
+
+
+def test_reloaded_index_gives_identical_results_without_recalibrating(
+    contracts, real_model, tmp_path, monkeypatch
+):
+    contracts.persist(tmp_path / "index")
+    calls = []
+    monkeypatch.setattr(
+        recursive_module, "calibrate_children", lambda *a, **k: calls.append(a) or None
+    )
+    loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "index", embed_model=real_model)
+    assert calls == []
+    assert loaded.calibration == contracts.calibration
+    for doc_id in PARTIES:
+        query = question(doc_id, RETURN)
+        assert [(n.node.node_id, n.score) for n in loaded.retrieve(query)] == [
+            (n.node.node_id, n.score) for n in contracts.retrieve(query)
+        ]
+
+
+def test_calibration_is_measured_per_level_and_script(contracts):
+    calibration = contracts.calibration
+    assert set(calibration) == {"documents", "chunks"}
+    for level in calibration.values():
+        latin = level["scripts"]["latin"]
+        assert latin["samples"] >= 8 and latin["weights"] is not None
+        assert abs(sum(latin["weights"]) - 1.0) < 1e-9
+
+
+def test_calibration_is_passed_back_not_remeasured(contracts, real_model, monkeypatch):
+    monkeypatch.setattr(
+        recursive_module, "calibrate_children", lambda *a, **k: pytest.fail("recalibrated")
+    )
+    again = RecursiveSummaryRetriever.from_nodes(
+        contract_nodes(), embed_model=real_model, similarity_top_k=3,
+        calibration=contracts.calibration,
+    )
+    assert again.calibration == contracts.calibration
+
+
+def test_a_bad_calibration_is_refused_by_name(real_model):
+    with pytest.raises(ValueError, match="unknown level 'sumaries'"):
+        RecursiveSummaryRetriever.from_nodes(
+            contract_nodes(), embed_model=real_model, calibration={"sumaries": {}}
+        )
+
+
+def test_fused_mode_needs_the_chunk_store(lexical):
+    with pytest.raises(ValueError, match="score_mode='fused'"):
+        RecursiveSummaryRetriever.from_retriever_dict(
+            [IndexNode(text="a", index_id="a")], {"a": _Static()}, score_mode="fused",
+            embed_model=lexical,
+        )
+
+
+def test_a_retriever_dict_setup_defaults_to_routed_chunk_scores(lexical):
+    retriever = RecursiveSummaryRetriever.from_retriever_dict(
+        [IndexNode(text="a", index_id="a")], {"a": _Static()}, embed_model=lexical
+    )
+    assert retriever.score_mode == ScoreMode.CHUNK and retriever.chunk_mode.value == "vector"
+
+
+def test_defaults_are_the_measured_configuration(contracts):
+    assert contracts.score_mode == ScoreMode.FUSED
+    assert contracts.summary_mode.value == "hybrid" and contracts.chunk_mode.value == "hybrid"
+
+
+ZH_TOPICS = {
+    "tea": ("茶叶", ["绿茶在中国已有几千年的历史，主要产于浙江和福建。", "乌龙茶属于半发酵茶，香气浓郁。"]),
+    "rail": ("高铁", ["京沪高铁全长一千三百多公里，连接北京和上海。", "高铁列车的最高运营时速可达三百五十公里。"]),
+    "panda": ("熊猫", ["大熊猫主要生活在四川的山区竹林中。", "大熊猫每天要吃大量的竹子来维持体力。"]),
+}
+
+
+def test_chinese_default_configuration_ranks_the_right_chunk_first(real_model):
+    """An English embedding model and Chinese text: the default still works,
+    because lexical evidence (jieba BM25) takes part at both levels."""
+    nodes = [
+        TextNode(id_=f"{doc}-{i}", text=text, metadata={"doc_id": doc, "title": title})
+        for doc, (title, texts) in ZH_TOPICS.items()
+        for i, text in enumerate(texts)
+    ]
+    retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=real_model, similarity_top_k=3)
+    assert retriever.retrieve("京沪高铁连接哪两个城市？")[0].node.node_id == "rail-0"
+    assert retriever.retrieve("大熊猫吃什么？")[0].node.node_id == "panda-1"
+    assert retriever.retrieve_documents("乌龙茶是什么茶？")[0].node.index_id == "tea"
+
+
+class _Static(BaseRetriever):
+    def _retrieve(self, query_bundle):
+        return []
