@@ -36,6 +36,7 @@ from llama_index_ext_recursive.filters import (
     FiltersLike,
     FilterVocabulary,
     UnknownFilterPolicy,
+    answered_by_equality,
     equality_constraints,
     filterable_metadata,
     filters_of,
@@ -419,28 +420,35 @@ class MultilingualBM25Retriever(BM25Retriever):
         """
         if filters is None or not filters.filters:
             return None
-        matches = metadata_matcher(filters)
         mask = np.zeros(len(self.nodes), dtype=bool)
-        candidates = self._candidates(filters)
+        candidates, complete = self._candidates(filters)
+        if candidates is not None and complete and answered_by_equality(filters):
+            mask[candidates] = True  # the postings are the exact answer
+            return mask
+        matches = metadata_matcher(filters)
         rows = range(len(self.nodes)) if candidates is None else candidates.tolist()
         for row in rows:
             mask[row] = bool(matches(filterable_metadata(self.nodes[row])))
         return mask
 
-    def _candidates(self, filters: MetadataFilters) -> Optional[np.ndarray]:
-        """Rows that can satisfy the top-level equality conditions (``None``: all)."""
+    def _candidates(self, filters: MetadataFilters) -> Tuple[Optional[np.ndarray], bool]:
+        """Rows that can satisfy the top-level equality conditions (``None``:
+        all), and whether every condition was looked up in a posting list."""
         rows: Optional[np.ndarray] = None
+        complete = True
         for key, values in equality_constraints(filters):
             postings = self._postings(key)
             if postings is None or any(value is None for value in values):
+                complete = False
                 continue
             try:
                 hits = [postings.get(value, _NO_ROWS) for value in values]
             except TypeError:  # an unhashable filter value: check every row
+                complete = False
                 continue
             found = np.unique(np.concatenate(hits)) if hits else _NO_ROWS
             rows = found if rows is None else np.intersect1d(rows, found, assume_unique=True)
-        return rows
+        return rows, complete
 
     def _postings(self, key: str) -> Optional[Dict[Any, np.ndarray]]:
         """``value -> rows`` for ``key``, built once (``None`` if a value is unhashable)."""
@@ -483,7 +491,8 @@ class MultilingualBM25Retriever(BM25Retriever):
             self._vocabulary = FilterVocabulary.from_nodes(self.nodes)
         return self._vocabulary
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _ranked_rows(self, query_bundle: QueryBundle, top_k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Rows of the best ``top_k`` matching nodes and all nodes' scores."""
         check_query(query_bundle)
         per_call = filters_of(query_bundle)
         if self.unknown_filter_key is not None:
@@ -494,17 +503,28 @@ class MultilingualBM25Retriever(BM25Retriever):
             extra = self._mask(per_call)
             mask = extra if mask is None else (mask & extra)
         if not tokens or (mask is not None and not mask.any()):
-            return []
+            return _NO_ROWS, np.zeros(0, dtype=np.float32)
         scores = self._score_all(tokens)
         eligible = scores > 0
         if mask is not None:
             eligible &= mask
         candidates = np.flatnonzero(eligible)
         # descending score, ties by corpus order (stable, deterministic)
-        order = candidates[np.argsort(-scores[candidates], kind="stable")][: self.similarity_top_k]
+        order = candidates[np.argsort(-scores[candidates], kind="stable")][:top_k]
         if self._verbose:
             logger.info("bm25 query tokens=%s matches=%d returned=%d", tokens, len(candidates), len(order))
-        return [NodeWithScore(node=self.nodes[i], score=float(scores[i])) for i in order]
+        return order, scores
+
+    def scores_by_id(self, query_bundle: QueryBundle, top_k: Optional[int] = None) -> Dict[str, float]:
+        """``node_id -> score`` of the best ``top_k`` (default ``similarity_top_k``)
+        matches, best first, without building result objects: for callers that
+        fuse scores and keep only a few nodes (filters as in :meth:`retrieve`)."""
+        rows, scores = self._ranked_rows(query_bundle, top_k or self.similarity_top_k)
+        return {self.nodes[i].node_id: float(scores[i]) for i in rows}
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        rows, scores = self._ranked_rows(query_bundle, self.similarity_top_k)
+        return [NodeWithScore(node=self.nodes[i], score=float(scores[i])) for i in rows]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle)  # a clear error before the worker thread starts

@@ -238,6 +238,27 @@ def equality_constraints(
     return constraints
 
 
+def answered_by_equality(filters: Optional[MetadataFilters]) -> bool:
+    """Whether :func:`equality_constraints` say all there is: every leaf is an
+    ANDed ``EQ``/``IN`` on strings, so an inverted index's rows need no exact
+    re-check (string hashing agrees with ``==``; numbers may not, e.g. ``1 == 1.0``)."""
+    if filters is None or (filters.condition or FilterCondition.AND) != FilterCondition.AND:
+        return False
+    for item in filters.filters:
+        if isinstance(item, MetadataFilters):
+            if not answered_by_equality(item):
+                return False
+        elif item.operator == FilterOperator.EQ:
+            if not isinstance(item.value, str):
+                return False
+        elif item.operator == FilterOperator.IN:
+            if not isinstance(item.value, list) or not all(isinstance(v, str) for v in item.value):
+                return False
+        else:
+            return False
+    return bool(filters.filters)
+
+
 class FilterError(ValueError):
     """A filter names a key the index does not hold, or a value of the wrong type."""
 

@@ -43,6 +43,7 @@ from llama_index.core.vector_stores.types import (
     FilterOperator,
     MetadataFilter,
     MetadataFilters,
+    VectorStoreQuery,
 )
 from pydantic import BaseModel
 
@@ -234,9 +235,11 @@ class _Levels:
     built from them with the calibrated weights."""
 
     summary_bm25: Optional[BaseRetriever]
-    chunk_bm25: Optional[BaseRetriever]
+    chunk_bm25: Optional[Any]  # MultilingualBM25Retriever (imported lazily)
     summary_search: Optional[BaseRetriever]
     chunk_search: Optional[BaseRetriever]
+    chunk_doc: Dict[str, str]  # chunk id -> document id
+    link_ids: frozenset  # chunks that are IndexNodes (followed, not ranked)
 
 
 @dataclass(frozen=True)
@@ -677,13 +680,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             )
         if self.chunk_mode != LevelMode.VECTOR and chunk_nodes:
             chunk_bm25 = MultilingualBM25Retriever.from_defaults(
-                nodes=chunk_nodes,
-                similarity_top_k=(
-                    self._routed_pool([None] * self.num_routed_docs)  # type: ignore[list-item]
-                    if self.score_mode == ScoreMode.FUSED
-                    else self.similarity_top_k
-                ),
-                unknown_filter_key=None,
+                nodes=chunk_nodes, similarity_top_k=self.similarity_top_k, unknown_filter_key=None
             )
         if "documents" not in self._calibration and self.summary_mode == LevelMode.HYBRID and summary_bm25:
             self._calibration["documents"] = self._calibrate_documents(summary_bm25, chunk_nodes)
@@ -699,7 +696,9 @@ class RecursiveSummaryRetriever(BaseRetriever):
         if self.score_mode != ScoreMode.FUSED:
             summary_search = self._hybrid_level("documents", self.summary_mode, summary_bm25, depth)
             chunk_search = self._hybrid_level("chunks", self.chunk_mode, chunk_bm25, self.similarity_top_k)
-        return _Levels(summary_bm25, chunk_bm25, summary_search, chunk_search)
+        chunk_doc = {c: r.doc_id for r in self._documents.values() for c in r.chunk_ids}
+        link_ids = frozenset(n.node_id for n in chunk_nodes if isinstance(n, IndexNode))
+        return _Levels(summary_bm25, chunk_bm25, summary_search, chunk_search, chunk_doc, link_ids)
 
     def _calibrate_documents(self, summary_bm25: BaseRetriever, chunk_nodes: List[BaseNode]) -> Calibration:
         """Weights of the document level, from pseudo-queries cut from each
@@ -1066,16 +1065,12 @@ class RecursiveSummaryRetriever(BaseRetriever):
             plan = self._plan(query_bundle, embedding)
             levels = self._levels()
             if self.score_mode == ScoreMode.FUSED:
-                flat = asyncio.gather(
-                    *(
-                        r.aretrieve(b) if r is not None else _no_hits()
-                        for r, b, _ in self._chunk_searches(
-                            plan, levels, plan.chunk_bundle, self.similarity_top_k
-                        )
-                    )
+                flat, found = await asyncio.gather(
+                    self._achunk_scores(plan, levels, plan.chunk_bundle, self.similarity_top_k),
+                    self._adocument_hits(plan, levels),
                 )
-                routes, documents = self._route(plan, *(await self._adocument_hits(plan, levels)))
-                return await self._afused_ranking(plan, levels, routes, documents, await flat)
+                routes, documents = self._route(plan, *found)
+                return await self._afused_ranking(plan, levels, routes, documents, flat)
             if levels.summary_search is None:
                 summary_hits = await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
             else:
@@ -1186,16 +1181,66 @@ class RecursiveSummaryRetriever(BaseRetriever):
             chunks += len(record.chunk_ids) if record is not None else 0
         return routes, documents
 
-    def _chunk_searches(
+    def _chunk_weights(self, plan: _Plan) -> Tuple[float, float]:
+        return self._level_weights("chunks", self.chunk_mode, plan.chunk_bundle.query_str)
+
+    def _dense_scores(self, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
+        """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
+
+        The embedded store is asked for ids and scores only (nodes are fetched
+        for the final top-k alone); other stores go through
+        :class:`BackfillVectorRetriever`, which filters what they cannot.
+        """
+        assert self._chunk_index is not None
+        store = self._chunk_index.vector_store
+        if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
+            found = store.query(
+                VectorStoreQuery(
+                    query_embedding=bundle.embedding,
+                    similarity_top_k=top_k,
+                    filters=filters_of(bundle),
+                )
+            )
+            return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
+        hits = self._chunk_vector(top_k).retrieve(bundle)
+        return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
+
+    async def _adense_scores(self, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
+        assert self._chunk_index is not None
+        if isinstance(self._chunk_index.vector_store, NumpyVectorStore):
+            return await asyncio.to_thread(self._dense_scores, bundle, top_k)  # numpy: CPU work
+        hits = await self._chunk_vector(top_k).aretrieve(bundle)
+        return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
+
+    def _chunk_scores(
         self, plan: _Plan, levels: _Levels, bundle: QueryBundle, top_k: int
-    ) -> List[Tuple[Optional[BaseRetriever], QueryBundle, int]]:
-        """The (dense, lexical) chunk searches for ``bundle``, each with the
-        number of hits to keep; ``None`` where this query's script gives that
-        search weight 0."""
-        weights = self._level_weights("chunks", self.chunk_mode, plan.chunk_bundle.query_str)
-        dense = self._chunk_vector(top_k) if weights[0] > 0 else None
-        lexical = levels.chunk_bm25 if weights[1] > 0 else None  # returns routed_pool hits
-        return [(dense, replace(bundle), top_k), (lexical, replace(bundle), top_k)]
+    ) -> Tuple[Dict[str, float], Dict[str, float]]:
+        """Dense and lexical scores of the best ``top_k`` chunks each ({} where
+        this query's script gives that search weight 0)."""
+        weights = self._chunk_weights(plan)
+        dense = self._dense_scores(bundle, top_k) if weights[0] > 0 else {}
+        lexical = (
+            levels.chunk_bm25.scores_by_id(bundle, top_k)
+            if weights[1] > 0 and levels.chunk_bm25 is not None
+            else {}
+        )
+        return dense, lexical
+
+    async def _achunk_scores(
+        self, plan: _Plan, levels: _Levels, bundle: QueryBundle, top_k: int
+    ) -> Tuple[Dict[str, float], Dict[str, float]]:
+        weights = self._chunk_weights(plan)
+
+        async def nothing() -> Dict[str, float]:
+            return {}
+
+        dense, lexical = await asyncio.gather(
+            self._adense_scores(bundle, top_k) if weights[0] > 0 else nothing(),
+            asyncio.to_thread(levels.chunk_bm25.scores_by_id, bundle, top_k)
+            if weights[1] > 0 and levels.chunk_bm25 is not None
+            else nothing(),
+        )
+        return dense, lexical
 
     def _routed_pool(self, routes: List[_Route]) -> int:
         """Chunks a wave keeps per search: ``ROUTED_POOL_FACTOR * similarity_top_k``
@@ -1208,19 +1253,11 @@ class RecursiveSummaryRetriever(BaseRetriever):
     def _fused_ranking(
         self, plan: _Plan, levels: _Levels, routes: List[_Route], documents: List[DocumentWithScore]
     ) -> List[NodeWithScore]:
-        evidence = _ChunkEvidenceSet(self, documents)
-        flat = [
-            r.retrieve(b)[:k] if r is not None else []
-            for r, b, k in self._chunk_searches(plan, levels, plan.chunk_bundle, self.similarity_top_k)
-        ]
-        evidence.add(flat[0], flat[1], None)
+        evidence = _ChunkEvidenceSet(self, levels, documents)
+        evidence.add(*self._chunk_scores(plan, levels, plan.chunk_bundle, self.similarity_top_k), None)
         while routes:
             bundle, pool = self._wave_bundle(routes, plan), self._routed_pool(routes)
-            dense, lexical = (
-                r.retrieve(b)[:k] if r is not None else []
-                for r, b, k in self._chunk_searches(plan, levels, bundle, pool)
-            )
-            routes = evidence.add_wave(routes, dense, lexical)
+            routes = evidence.add_wave(routes, *self._chunk_scores(plan, levels, bundle, pool))
         return evidence.ranked(plan)
 
     async def _afused_ranking(
@@ -1229,17 +1266,13 @@ class RecursiveSummaryRetriever(BaseRetriever):
         levels: _Levels,
         routes: List[_Route],
         documents: List[DocumentWithScore],
-        flat: List[List[NodeWithScore]],
+        flat: Tuple[Dict[str, float], Dict[str, float]],
     ) -> List[NodeWithScore]:
-        evidence = _ChunkEvidenceSet(self, documents)
-        evidence.add(flat[0][: self.similarity_top_k], flat[1][: self.similarity_top_k], None)
+        evidence = _ChunkEvidenceSet(self, levels, documents)
+        evidence.add(*flat, None)
         while routes:
             bundle, pool = self._wave_bundle(routes, plan), self._routed_pool(routes)
-            searches = self._chunk_searches(plan, levels, bundle, pool)
-            dense, lexical = await asyncio.gather(
-                *(r.aretrieve(b) if r is not None else _no_hits() for r, b, _ in searches)
-            )
-            routes = evidence.add_wave(routes, dense[:pool], lexical[:pool])
+            routes = evidence.add_wave(routes, *(await self._achunk_scores(plan, levels, bundle, pool)))
         return evidence.ranked(plan)
 
     # ------------------------------------------------------ document results
@@ -1611,10 +1644,17 @@ class RecursiveSummaryRetriever(BaseRetriever):
 class _ChunkEvidenceSet:
     """One ``fused`` call's chunk evidence: the best dense and lexical score of
     every chunk the flat and routed searches returned, and the documents'
-    routing scores, ranked by :func:`~llama_index_ext_recursive.evidence.rank_chunks`."""
+    routing scores, ranked by :func:`~llama_index_ext_recursive.evidence.rank_chunks`.
+    Searches hand in ``id -> score`` maps; nodes are fetched for the final top-k
+    (and for ``IndexNode`` links, which are followed instead of ranked)."""
 
-    def __init__(self, owner: "RecursiveSummaryRetriever", documents: List[DocumentWithScore]) -> None:
+    def __init__(
+        self, owner: "RecursiveSummaryRetriever", levels: _Levels, documents: List[DocumentWithScore]
+    ) -> None:
         self._owner = owner
+        self._levels = levels
+        assert owner._chunk_index is not None
+        self._docstore = owner._chunk_index.docstore
         self.document_scores: Dict[str, float] = {}
         self.summary_ids: Dict[str, str] = {}
         for document in documents:
@@ -1623,29 +1663,32 @@ class _ChunkEvidenceSet:
             self.summary_ids[doc_id] = document.node.node_id
         self.dense: Dict[str, float] = {}
         self.lexical: Dict[str, float] = {}
-        self.nodes: Dict[str, BaseNode] = {}
+        self.nodes: Dict[str, BaseNode] = {}  # linked targets, fetched while following
         self.doc_of: Dict[str, str] = {}
         self.paths: Dict[str, Tuple[str, ...]] = {}
         self.linked: set = set()  # nodes reached through an IndexNode: filters checked here
 
-    def _route_of(self, node: BaseNode) -> _Route:
-        doc_id = node.ref_doc_id or ""
+    def _route_of(self, node_id: str) -> _Route:
+        doc_id = self._levels.chunk_doc.get(node_id, "")
         score = self.document_scores.get(doc_id, 0.0)
         return _Route(doc_id, score, self.summary_ids.get(doc_id), score, (doc_id,))
 
     def add(
-        self, dense: List[NodeWithScore], lexical: List[NodeWithScore], route: Optional[_Route]
+        self, dense: Mapping[str, float], lexical: Mapping[str, float], route: Optional[_Route]
     ) -> List[_Route]:
-        """Record hits (of one route, or flat when ``route`` is None); return links to follow."""
+        """Record scores (of one route, or flat when ``route`` is None); return links to follow."""
         follow: List[_Route] = []
+        links = self._levels.link_ids
         for scores, hits in ((self.dense, dense), (self.lexical, lexical)):
-            for hit in hits:
-                if hit.score is None or (scores is self.lexical and hit.score <= 0):
+            for node_id, score in hits.items():
+                if scores is self.lexical and score <= 0:
                     continue
-                node = hit.node
-                current = route or self._route_of(node)
-                if isinstance(node, IndexNode):
-                    link = self._owner._follow_link(current, hit)
+                current = route or self._route_of(node_id)
+                if node_id in links:
+                    node = self._docstore.get_node(node_id, raise_error=False)
+                    if node is None:
+                        continue  # a stale id: the store kept a node the docstore lost
+                    link = self._owner._follow_link(current, NodeWithScore(node=node, score=score))
                     if isinstance(link, _Route):
                         inherited = current.score or 0.0  # the evidence that led here
                         self.document_scores.setdefault(link.doc_id, inherited)
@@ -1653,29 +1696,40 @@ class _ChunkEvidenceSet:
                         continue
                     if link is None:
                         continue
-                    node = link
-                    self.linked.add(node.node_id)
-                node_id = node.node_id
-                if node_id not in scores or hit.score > scores[node_id]:
-                    scores[node_id] = float(hit.score)
-                self.nodes.setdefault(node_id, node)
+                    node_id = link.node_id
+                    self.nodes[node_id] = link
+                    self.linked.add(node_id)
+                if node_id not in scores or score > scores[node_id]:
+                    scores[node_id] = score
                 self.doc_of.setdefault(node_id, current.doc_id)
                 self.paths.setdefault(node_id, current.path)
         return follow
 
     def add_wave(
-        self, routes: List[_Route], dense: List[NodeWithScore], lexical: List[NodeWithScore]
+        self, routes: List[_Route], dense: Mapping[str, float], lexical: Mapping[str, float]
     ) -> List[_Route]:
         """Record one wave of routed searches; return the documents links lead to."""
-        split = self._owner._split_wave
+        slot: Dict[str, int] = {}
+        for i, route in enumerate(routes):
+            slot.setdefault(route.doc_id, i)
+        parts: List[Tuple[Dict[str, float], Dict[str, float]]] = [({}, {}) for _ in routes]
+        chunk_doc = self._levels.chunk_doc
+        for which, hits in ((0, dense), (1, lexical)):
+            for node_id, score in hits.items():
+                i = slot.get(chunk_doc.get(node_id, ""))
+                if i is not None:
+                    parts[i][which][node_id] = score
         follow: List[_Route] = []
         seen = {r.doc_id for r in routes}
-        for route, d, l in zip(routes, split(routes, dense), split(routes, lexical)):
+        for route, (d, l) in zip(routes, parts):
             for link in self.add(d, l, route):
                 if link.doc_id not in seen:
                     seen.add(link.doc_id)
                     follow.append(link)
         return follow
+
+    def _node(self, node_id: str) -> Optional[BaseNode]:
+        return self.nodes.get(node_id) or self._docstore.get_node(node_id, raise_error=False)
 
     def ranked(self, plan: _Plan) -> List[NodeWithScore]:
         owner = self._owner
@@ -1684,35 +1738,41 @@ class _ChunkEvidenceSet:
             for node_id in [n for n in self.linked if not matches(self.nodes[n].metadata)]:
                 self.dense.pop(node_id, None)
                 self.lexical.pop(node_id, None)
-        weights = owner._level_weights("chunks", owner.chunk_mode, plan.chunk_bundle.query_str)
         ranked = rank_chunks(
             self.dense,
             self.lexical,
             self.doc_of,
             self.document_scores,
-            weights,
+            owner._chunk_weights(plan),
             owner.document_weight,
-            owner.similarity_top_k,
         )
-        return [
-            ExplainedNodeWithScore(
-                node=self.nodes[e.node_id],
-                score=e.final,
-                explanation=RetrievalExplanation(
-                    doc_id=e.doc_id,
-                    summary_node_id=self.summary_ids.get(e.doc_id),
-                    summary_score=e.document,
-                    chunk_score=e.chunk,
-                    final_score=e.final,
-                    score_mode=ScoreMode.FUSED.value,
-                    path=list(self.paths.get(e.node_id, (e.doc_id,))),
-                    dense_score=e.dense,
-                    lexical_score=e.lexical,
-                    document_weight=owner.document_weight,
-                ),
+        out: List[NodeWithScore] = []
+        for e in ranked:
+            node = self._node(e.node_id)
+            if node is None:
+                logger.debug("chunk %r is in the store but not the docstore; skipped", e.node_id)
+                continue
+            out.append(
+                ExplainedNodeWithScore(
+                    node=node,
+                    score=e.final,
+                    explanation=RetrievalExplanation(
+                        doc_id=e.doc_id,
+                        summary_node_id=self.summary_ids.get(e.doc_id),
+                        summary_score=e.document,
+                        chunk_score=e.chunk,
+                        final_score=e.final,
+                        score_mode=ScoreMode.FUSED.value,
+                        path=list(self.paths.get(e.node_id, (e.doc_id,))),
+                        dense_score=e.dense,
+                        lexical_score=e.lexical,
+                        document_weight=owner.document_weight,
+                    ),
+                )
             )
-            for e in ranked
-        ]
+            if len(out) == owner.similarity_top_k:
+                break
+        return out
 
 
 async def _no_hits() -> List[NodeWithScore]:

@@ -493,7 +493,7 @@ def test_add_and_delete_documents_without_rebuilding(lexical):
     new = Document(text="Glaciers carve valleys. Ice sheets store fresh water.",
                    metadata={"doc_id": "ice", "title": "Glaciers", "category": "earth"})
     assert retriever.add_documents([new]) == ["ice"]
-    assert lexical.calls == 1  # the new chunk only (summaries route by chunk centroid)
+    assert lexical.calls == 2  # the new chunk and its summary (routed by blend: centroid + text)
     assert retriever.retrieve("glaciers carve valleys")[0].explanation.doc_id == "ice"
     assert retriever.add_documents([new]) == []  # unchanged: not re-indexed
     changed = Document(text="Glaciers move slowly downhill.", metadata={"doc_id": "ice", "title": "Glaciers"})
@@ -512,7 +512,7 @@ def test_updating_embeds_only_new_or_changed_documents(lexical):
     unchanged = [n for n in topic_nodes() if n.metadata["doc_id"] == "bees"]
     new = TextNode(id_="ice-0", text="Glaciers carve valleys.", metadata={"doc_id": "ice"})
     assert retriever.add_nodes(unchanged + [new]) == ["ice"]
-    assert lexical.calls == 1
+    assert lexical.calls == 2  # the new chunk and the new summary; nothing of "bees"
 
 
 def test_summaries_are_cached_by_content(lexical):

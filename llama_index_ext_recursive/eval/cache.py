@@ -108,6 +108,11 @@ class CachedEmbedding(BaseEmbedding):
     async def _aget_text_embedding(self, text: str) -> List[float]:
         return await asyncio.to_thread(self._get_text_embedding, text)
 
+    def __bool__(self) -> bool:
+        # a model is always "given": without this, `embed_model or default`
+        # would count the rows of the cache (a SQL query) on every retrieval
+        return True
+
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
 
