@@ -3,7 +3,7 @@
 For each dataset under ``--data-root`` this runs (from the repository root)::
 
     /usr/bin/time -v .venv/bin/llama-recursive eval --data <root>/<dataset> \
-        --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-fusion-relative,upstream-recursive,vector,recursive,bm25,hybrid,recursive-hybrid,oracle-routing \
+        --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-fusion-relative,upstream-recursive,vector,bm25,hybrid,recursive-vector,recursive,oracle-routing \
         --cache .cache/embeddings.sqlite \
         --out benchmarks/results/eval/<dataset>.json --plot benchmarks/results/eval/<dataset>.png \
         [--max-queries N] [--no-embed-title]
@@ -47,7 +47,7 @@ OUT_DIR = REPO / "benchmarks" / "results" / "eval"
 # oracle-routing reads the gold documents: the perfect-routing ceiling, not a competitor
 RETRIEVERS = (
     "upstream-vector,upstream-bm25,upstream-fusion,upstream-fusion-relative,upstream-recursive,"
-    "vector,recursive,bm25,hybrid,recursive-hybrid,oracle-routing"
+    "vector,bm25,hybrid,recursive-vector,recursive,oracle-routing"
 )
 # dataset -> --max-queries (None: every judged query of the test split)
 DATASETS: Dict[str, Optional[int]] = {

@@ -204,13 +204,14 @@ def recursive(ctx: BuildContext) -> BaseRetriever:
     )
 
 
-@register("recursive-hybrid")
-def recursive_hybrid(ctx: BuildContext) -> BaseRetriever:
-    """Ours: ``RecursiveSummaryRetriever`` with hybrid routing and hybrid chunk ranking."""
+@register("recursive-vector")
+def recursive_vector(ctx: BuildContext) -> BaseRetriever:
+    """Ours, the previous default: routing by the centroid of each document's chunk
+    embeddings, vector-only levels, chunk scores alone (``score_mode="chunk"``)."""
     return RecursiveSummaryRetriever.from_nodes(
         ctx.nodes, doc_id_key=ctx.doc_id_key, embed_model=ctx.embed_model,
-        similarity_top_k=ctx.top_k, show_progress=False,
-        summary_mode="hybrid", chunk_mode="hybrid",
+        similarity_top_k=ctx.top_k, show_progress=False, summary_embedding="centroid",
+        summary_mode="vector", chunk_mode="vector", score_mode="chunk",
     )
 
 
