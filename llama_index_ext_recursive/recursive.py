@@ -240,6 +240,7 @@ class _Levels:
     chunk_search: Optional[BaseRetriever]
     chunk_doc: Dict[str, str]  # chunk id -> document id
     link_ids: frozenset  # chunks that are IndexNodes (followed, not ranked)
+    summary_doc: Dict[str, str]  # summary node id -> document id
 
 
 @dataclass(frozen=True)
@@ -698,7 +699,10 @@ class RecursiveSummaryRetriever(BaseRetriever):
             chunk_search = self._hybrid_level("chunks", self.chunk_mode, chunk_bm25, self.similarity_top_k)
         chunk_doc = {c: r.doc_id for r in self._documents.values() for c in r.chunk_ids}
         link_ids = frozenset(n.node_id for n in chunk_nodes if isinstance(n, IndexNode))
-        return _Levels(summary_bm25, chunk_bm25, summary_search, chunk_search, chunk_doc, link_ids)
+        summary_doc = {summary.node_id: doc_id for doc_id, summary in self._summaries.items()}
+        return _Levels(
+            summary_bm25, chunk_bm25, summary_search, chunk_search, chunk_doc, link_ids, summary_doc
+        )
 
     def _calibrate_documents(self, summary_bm25: BaseRetriever, chunk_nodes: List[BaseNode]) -> Calibration:
         """Weights of the document level, from pseudo-queries cut from each
@@ -1039,7 +1043,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             plan = self._plan(query_bundle, embedding)
             levels = self._levels()
             if self.score_mode == ScoreMode.FUSED:
-                routes, documents = self._route(plan, *self._document_hits(plan, levels))
+                routes, documents = self._route(plan, *self._document_scores(plan, levels))
                 return self._fused_ranking(plan, levels, routes, documents)
             if levels.summary_search is None:
                 summary_hits = self._summary_retriever(plan).retrieve(plan.summary_bundle)
@@ -1067,7 +1071,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             if self.score_mode == ScoreMode.FUSED:
                 flat, found = await asyncio.gather(
                     self._achunk_scores(plan, levels, plan.chunk_bundle, self.similarity_top_k),
-                    self._adocument_hits(plan, levels),
+                    self._adocument_scores(plan, levels),
                 )
                 routes, documents = self._route(plan, *found)
                 return await self._afused_ranking(plan, levels, routes, documents, flat)
@@ -1098,62 +1102,113 @@ class RecursiveSummaryRetriever(BaseRetriever):
             await asyncio.to_thread(self._levels)
 
     # ------------------------------------------------- fused (default) ranking
-    def _document_searches(
-        self, plan: _Plan, levels: _Levels
-    ) -> List[Tuple[Optional[BaseRetriever], QueryBundle]]:
-        """The (dense, lexical) document searches; ``None`` where this query's
-        script gives that search weight 0."""
-        weights = self._level_weights("documents", self.summary_mode, plan.summary_bundle.query_str)
-        dense = self._summary_retriever(plan) if weights[0] > 0 else None
-        lexical = levels.summary_bm25 if weights[1] > 0 else None
-        return [
-            (dense, plan.summary_bundle),
-            (lexical, with_filters(plan.summary_bundle, plan.summary_filters)),
-        ]
+    def _document_weights(self, plan: _Plan) -> Tuple[float, float]:
+        return self._level_weights("documents", self.summary_mode, plan.summary_bundle.query_str)
 
-    def _document_hits(
-        self, plan: _Plan, levels: _Levels
-    ) -> Tuple[List[NodeWithScore], List[NodeWithScore]]:
-        dense, lexical = (
-            retriever.retrieve(bundle) if retriever is not None else []
-            for retriever, bundle in self._document_searches(plan, levels)
-        )
-        return dense, lexical
+    def _document_depth(self) -> int:
+        # spare candidates for documents too small to fill the top-k (see _route)
+        return self.num_routed_docs + self.similarity_top_k
 
-    async def _adocument_hits(
-        self, plan: _Plan, levels: _Levels
-    ) -> Tuple[List[NodeWithScore], List[NodeWithScore]]:
-        dense, lexical = await asyncio.gather(
-            *(
-                retriever.aretrieve(bundle) if retriever is not None else _no_hits()
-                for retriever, bundle in self._document_searches(plan, levels)
+    @staticmethod
+    def _summary_doc_ids(levels: _Levels, node_ids: Iterable[str]) -> List[str]:
+        """Document ids of summary node ids; an unknown id means the stores drifted."""
+        by_node = levels.summary_doc
+        out = []
+        for node_id in node_ids:
+            doc_id = by_node.get(node_id)
+            if doc_id is None:
+                raise LinkError(
+                    f"summary store returned {node_id!r}, which is not a known summary "
+                    "IndexNode; the summary store and the retriever are out of sync"
+                )
+            out.append(doc_id)
+        return out
+
+    def _dense_document_scores(self, plan: _Plan, levels: _Levels) -> Dict[str, float]:
+        """``doc id -> similarity`` of the best documents by routing vector."""
+        store = self._summary_index.vector_store
+        bundle = plan.summary_bundle
+        if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
+            found = store.query(
+                VectorStoreQuery(
+                    query_embedding=bundle.embedding,
+                    similarity_top_k=self._document_depth(),
+                    filters=plan.summary_filters,
+                )
             )
-        )
-        return dense, lexical
+            ids, scores = found.ids or [], found.similarities or []
+        else:
+            hits = self._summary_retriever(plan).retrieve(bundle)
+            ids, scores = [h.node.node_id for h in hits], [h.score or 0.0 for h in hits]
+        return {d: float(v) for d, v in zip(self._summary_doc_ids(levels, ids), scores)}
 
-    def _summary_doc_id(self, hit: NodeWithScore) -> str:
-        node = hit.node
-        doc_id = node.index_id if isinstance(node, IndexNode) else None
-        if doc_id is None or doc_id not in self._summaries:
-            raise LinkError(
-                f"summary store returned {node.node_id!r}, which is not a known summary "
-                "IndexNode; the summary store and the retriever are out of sync"
-            )
-        return doc_id
+    def _lexical_document_scores(self, plan: _Plan, levels: _Levels) -> Dict[str, float]:
+        """``doc id -> BM25 score`` over each document's title, metadata, summary, chunks."""
+        assert levels.summary_bm25 is not None
+        found = levels.summary_bm25.scores_by_id(
+            with_filters(plan.summary_bundle, plan.summary_filters), self._document_depth()
+        )
+        return dict(zip(self._summary_doc_ids(levels, found), found.values()))
+
+    def _document_scores(
+        self, plan: _Plan, levels: _Levels
+    ) -> Tuple[Dict[str, float], Dict[str, float]]:
+        weights = self._document_weights(plan)
+        dense = self._dense_document_scores(plan, levels) if weights[0] > 0 else {}
+        use_lexical = weights[1] > 0 and levels.summary_bm25 is not None
+        return dense, self._lexical_document_scores(plan, levels) if use_lexical else {}
+
+    async def _adocument_scores(
+        self, plan: _Plan, levels: _Levels
+    ) -> Tuple[Dict[str, float], Dict[str, float]]:
+        weights = self._document_weights(plan)
+
+        async def nothing() -> Dict[str, float]:
+            return {}
+
+        if weights[0] > 0 and not isinstance(self._summary_index.vector_store, NumpyVectorStore):
+            async def dense_call() -> Dict[str, float]:
+                hits = await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
+                ids = self._summary_doc_ids(levels, (h.node.node_id for h in hits))
+                return {d: float(h.score or 0.0) for d, h in zip(ids, hits)}
+
+            dense = dense_call()
+        elif weights[0] > 0:
+            dense = asyncio.to_thread(self._dense_document_scores, plan, levels)  # numpy: CPU work
+        else:
+            dense = nothing()
+        lexical = (
+            asyncio.to_thread(self._lexical_document_scores, plan, levels)
+            if weights[1] > 0 and levels.summary_bm25 is not None
+            else nothing()
+        )
+        found = await asyncio.gather(dense, lexical)
+        return found[0], found[1]
 
     def _route(
-        self, plan: _Plan, dense: List[NodeWithScore], lexical: List[NodeWithScore]
-    ) -> Tuple[List[_Route], List[DocumentWithScore]]:
+        self, plan: _Plan, dense: Dict[str, float], lexical: Dict[str, float]
+    ) -> Tuple[List[_Route], Dict[str, float]]:
         """Fuse the document searches; route to the best documents (and more
-        while they hold fewer than ``similarity_top_k`` chunks)."""
-        dense_scores = {self._summary_doc_id(h): float(h.score or 0.0) for h in dense}
-        lexical_scores = {
-            self._summary_doc_id(h): float(h.score) for h in lexical if h.score
-        }
-        weights = self._level_weights("documents", self.summary_mode, plan.summary_bundle.query_str)
-        fused = fuse_document_scores(dense_scores, lexical_scores, weights)
+        while they hold fewer than ``similarity_top_k`` chunks). Returns the
+        routes and every scored document's fused score."""
+        lexical = {d: v for d, v in lexical.items() if v > 0}
+        fused = fuse_document_scores(dense, lexical, self._document_weights(plan))
+        routes: List[_Route] = []
+        chunks = 0
+        for doc_id in sorted(fused, key=lambda d: (-fused[d], d)):
+            if len(routes) >= self.num_routed_docs and chunks >= self.similarity_top_k:
+                break
+            score = fused[doc_id]
+            routes.append(_Route(doc_id, score, self._summaries[doc_id].node_id, score, (doc_id,)))
+            record = self._documents.get(doc_id)
+            chunks += len(record.chunk_ids) if record is not None else 0
+        return routes, fused
+
+    def _documents_with_scores(
+        self, fused: Dict[str, float], dense: Dict[str, float], lexical: Dict[str, float]
+    ) -> List[DocumentWithScore]:
         order = sorted(fused, key=lambda d: (-fused[d], d))
-        documents = [
+        return [
             DocumentWithScore(
                 node=self._summaries[doc_id],
                 score=fused[doc_id],
@@ -1162,24 +1217,12 @@ class RecursiveSummaryRetriever(BaseRetriever):
                     title=self._documents[doc_id].title if doc_id in self._documents else doc_id,
                     rank=rank,
                     score=fused[doc_id],
-                    dense_score=dense_scores.get(doc_id),
-                    lexical_score=lexical_scores.get(doc_id),
+                    dense_score=dense.get(doc_id),
+                    lexical_score=lexical.get(doc_id) or None,
                 ),
             )
             for rank, doc_id in enumerate(order, start=1)
         ]
-        routes: List[_Route] = []
-        chunks = 0
-        for document in documents:
-            if len(routes) >= self.num_routed_docs and chunks >= self.similarity_top_k:
-                break
-            doc_id = document.evidence.doc_id  # type: ignore[union-attr]
-            routes.append(
-                _Route(doc_id, document.score, document.node.node_id, document.score, (doc_id,))
-            )
-            record = self._documents.get(doc_id)
-            chunks += len(record.chunk_ids) if record is not None else 0
-        return routes, documents
 
     def _chunk_weights(self, plan: _Plan) -> Tuple[float, float]:
         return self._level_weights("chunks", self.chunk_mode, plan.chunk_bundle.query_str)
@@ -1251,7 +1294,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         )
 
     def _fused_ranking(
-        self, plan: _Plan, levels: _Levels, routes: List[_Route], documents: List[DocumentWithScore]
+        self, plan: _Plan, levels: _Levels, routes: List[_Route], documents: Dict[str, float]
     ) -> List[NodeWithScore]:
         evidence = _ChunkEvidenceSet(self, levels, documents)
         evidence.add(*self._chunk_scores(plan, levels, plan.chunk_bundle, self.similarity_top_k), None)
@@ -1265,7 +1308,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         plan: _Plan,
         levels: _Levels,
         routes: List[_Route],
-        documents: List[DocumentWithScore],
+        documents: Dict[str, float],
         flat: Tuple[Dict[str, float], Dict[str, float]],
     ) -> List[NodeWithScore]:
         evidence = _ChunkEvidenceSet(self, levels, documents)
@@ -1290,7 +1333,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         embedding = self._query_embedding(bundle)
         with self._state_lock.reading():
             plan = self._plan(bundle, embedding)
-            return self._route(plan, *self._document_hits(plan, self._levels()))[1]
+            dense, lexical = self._document_scores(plan, self._levels())
+            return self._documents_with_scores(self._route(plan, dense, lexical)[1], dense, lexical)
 
     async def aretrieve_documents(
         self, str_or_query_bundle: Union[str, QueryBundle]
@@ -1301,7 +1345,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         async with self._state_lock.areading():
             await self._aprepare()
             plan = self._plan(bundle, embedding)
-            return self._route(plan, *(await self._adocument_hits(plan, self._levels())))[1]
+            dense, lexical = await self._adocument_scores(plan, self._levels())
+            return self._documents_with_scores(self._route(plan, dense, lexical)[1], dense, lexical)
 
     def _reading(self):
         """Hold the read lock: the state seen is that before or after any update."""
@@ -1649,18 +1694,13 @@ class _ChunkEvidenceSet:
     (and for ``IndexNode`` links, which are followed instead of ranked)."""
 
     def __init__(
-        self, owner: "RecursiveSummaryRetriever", levels: _Levels, documents: List[DocumentWithScore]
+        self, owner: "RecursiveSummaryRetriever", levels: _Levels, documents: Mapping[str, float]
     ) -> None:
         self._owner = owner
         self._levels = levels
         assert owner._chunk_index is not None
         self._docstore = owner._chunk_index.docstore
-        self.document_scores: Dict[str, float] = {}
-        self.summary_ids: Dict[str, str] = {}
-        for document in documents:
-            doc_id = document.node.index_id  # type: ignore[attr-defined]
-            self.document_scores[doc_id] = float(document.score or 0.0)
-            self.summary_ids[doc_id] = document.node.node_id
+        self.document_scores: Dict[str, float] = dict(documents)  # fused routing scores
         self.dense: Dict[str, float] = {}
         self.lexical: Dict[str, float] = {}
         self.nodes: Dict[str, BaseNode] = {}  # linked targets, fetched while following
@@ -1671,7 +1711,11 @@ class _ChunkEvidenceSet:
     def _route_of(self, node_id: str) -> _Route:
         doc_id = self._levels.chunk_doc.get(node_id, "")
         score = self.document_scores.get(doc_id, 0.0)
-        return _Route(doc_id, score, self.summary_ids.get(doc_id), score, (doc_id,))
+        return _Route(doc_id, score, self._summary_id(doc_id), score, (doc_id,))
+
+    def _summary_id(self, doc_id: str) -> Optional[str]:
+        summary = self._owner._summaries.get(doc_id)
+        return summary.node_id if summary is not None else None
 
     def add(
         self, dense: Mapping[str, float], lexical: Mapping[str, float], route: Optional[_Route]
@@ -1752,13 +1796,14 @@ class _ChunkEvidenceSet:
             if node is None:
                 logger.debug("chunk %r is in the store but not the docstore; skipped", e.node_id)
                 continue
+            # model_construct: every field is built here from checked parts
             out.append(
-                ExplainedNodeWithScore(
+                ExplainedNodeWithScore.model_construct(
                     node=node,
                     score=e.final,
-                    explanation=RetrievalExplanation(
+                    explanation=RetrievalExplanation.model_construct(
                         doc_id=e.doc_id,
-                        summary_node_id=self.summary_ids.get(e.doc_id),
+                        summary_node_id=self._summary_id(e.doc_id),
                         summary_score=e.document,
                         chunk_score=e.chunk,
                         final_score=e.final,
