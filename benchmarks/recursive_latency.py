@@ -14,6 +14,7 @@ compare (``PYTHONPATH`` picks the version), in the same session:
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -42,14 +43,13 @@ def main() -> None:
     for doc_id, topic in zip(doc_ids, topics):
         fake.register_topic(doc_id, topic)
     extra = {}
-    try:  # the fake model cannot embed pseudo-queries, so calibration would drop
-        # the dense searches: fix equal weights, so that every search runs as on real text
+    if "calibration" in inspect.signature(RecursiveSummaryRetriever.__init__).parameters:
+        # the fake model cannot embed pseudo-queries, so calibration would drop the
+        # dense searches: fix equal weights, so that every search runs as on real text
         from llama_index_ext_recursive.calibration import Calibration, ScriptCalibration
 
         equal = Calibration({"latin": ScriptCalibration(0, [], [0.5, 0.5], [])}, ["vector", "bm25"])
         extra["calibration"] = {"documents": equal, "chunks": equal}
-    except ImportError:  # the version before calibration existed
-        pass
     started = time.perf_counter()
     retriever = RecursiveSummaryRetriever.from_nodes(
         nodes, embed_model=fake, similarity_top_k=10, show_progress=False, **extra
