@@ -212,7 +212,8 @@ def test_filters_applied(which, request):
     """Ours filter in the search; upstream ignores per-call filters, so the tool post-filters."""
     retriever = request.getfixturevalue(which)
     tool = as_retrieval_tool(retriever)
-    query = "solar panels on a roof, marathon training and python packaging"
+    # one topic of 2023 and one (lighthouses, 2018) that the year filter must remove
+    query = "solar panels on a roof and the history of lighthouses"
     out = tool.call(query=query, filters={"year": {"op": ">=", "value": 2022}, "language": "en"})
     assert out.raw_output, out.content
     for hit in out.raw_output:
