@@ -256,12 +256,15 @@ class _Route:
 
 @dataclass
 class _Plan:
-    """Per-call state: the bundles to pass down and the filters in force."""
+    """Per-call state: the bundles to pass down, the filters in force and the
+    (dense, lexical) fusion weights of each level for this query's script."""
 
     summary_bundle: QueryBundle
     chunk_bundle: QueryBundle
     chunk_filters: Optional[MetadataFilters]
     summary_filters: Optional[MetadataFilters]
+    document_weights: Tuple[float, float] = EQUAL_WEIGHTS
+    chunk_weights: Tuple[float, float] = EQUAL_WEIGHTS
 
 
 class RecursiveSummaryRetriever(BaseRetriever):
@@ -844,6 +847,10 @@ class RecursiveSummaryRetriever(BaseRetriever):
             ),
             chunk_filters=effective,
             summary_filters=relax_to_keys(effective, self._document_keys),
+            document_weights=self._level_weights(
+                "documents", self.summary_mode, query_bundle.query_str
+            ),
+            chunk_weights=self._level_weights("chunks", self.chunk_mode, query_bundle.query_str),
         )
 
     def _summary_retriever(self, plan: _Plan) -> BackfillVectorRetriever:
@@ -1102,9 +1109,6 @@ class RecursiveSummaryRetriever(BaseRetriever):
             await asyncio.to_thread(self._levels)
 
     # ------------------------------------------------- fused (default) ranking
-    def _document_weights(self, plan: _Plan) -> Tuple[float, float]:
-        return self._level_weights("documents", self.summary_mode, plan.summary_bundle.query_str)
-
     def _document_depth(self) -> int:
         # spare candidates for documents too small to fill the top-k (see _route)
         return self.num_routed_docs + self.similarity_top_k
@@ -1153,7 +1157,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
     def _document_scores(
         self, plan: _Plan, levels: _Levels
     ) -> Tuple[Dict[str, float], Dict[str, float]]:
-        weights = self._document_weights(plan)
+        weights = plan.document_weights
         dense = self._dense_document_scores(plan, levels) if weights[0] > 0 else {}
         use_lexical = weights[1] > 0 and levels.summary_bm25 is not None
         return dense, self._lexical_document_scores(plan, levels) if use_lexical else {}
@@ -1161,10 +1165,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
     async def _adocument_scores(
         self, plan: _Plan, levels: _Levels
     ) -> Tuple[Dict[str, float], Dict[str, float]]:
-        weights = self._document_weights(plan)
-
-        async def nothing() -> Dict[str, float]:
-            return {}
+        weights = plan.document_weights
 
         if weights[0] > 0 and not isinstance(self._summary_index.vector_store, NumpyVectorStore):
             async def dense_call() -> Dict[str, float]:
@@ -1176,11 +1177,11 @@ class RecursiveSummaryRetriever(BaseRetriever):
         elif weights[0] > 0:
             dense = asyncio.to_thread(self._dense_document_scores, plan, levels)  # numpy: CPU work
         else:
-            dense = nothing()
+            dense = _no_scores()
         lexical = (
             asyncio.to_thread(self._lexical_document_scores, plan, levels)
             if weights[1] > 0 and levels.summary_bm25 is not None
-            else nothing()
+            else _no_scores()
         )
         found = await asyncio.gather(dense, lexical)
         return found[0], found[1]
@@ -1192,7 +1193,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         while they hold fewer than ``similarity_top_k`` chunks). Returns the
         routes and every scored document's fused score."""
         lexical = {d: v for d, v in lexical.items() if v > 0}
-        fused = fuse_document_scores(dense, lexical, self._document_weights(plan))
+        fused = fuse_document_scores(dense, lexical, plan.document_weights)
         routes: List[_Route] = []
         chunks = 0
         for doc_id in sorted(fused, key=lambda d: (-fused[d], d)):
@@ -1223,9 +1224,6 @@ class RecursiveSummaryRetriever(BaseRetriever):
             )
             for rank, doc_id in enumerate(order, start=1)
         ]
-
-    def _chunk_weights(self, plan: _Plan) -> Tuple[float, float]:
-        return self._level_weights("chunks", self.chunk_mode, plan.chunk_bundle.query_str)
 
     def _dense_scores(self, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
         """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
@@ -1260,7 +1258,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
     ) -> Tuple[Dict[str, float], Dict[str, float]]:
         """Dense and lexical scores of the best ``top_k`` chunks each ({} where
         this query's script gives that search weight 0)."""
-        weights = self._chunk_weights(plan)
+        weights = plan.chunk_weights
         dense = self._dense_scores(bundle, top_k) if weights[0] > 0 else {}
         lexical = (
             levels.chunk_bm25.scores_by_id(bundle, top_k)
@@ -1272,16 +1270,13 @@ class RecursiveSummaryRetriever(BaseRetriever):
     async def _achunk_scores(
         self, plan: _Plan, levels: _Levels, bundle: QueryBundle, top_k: int
     ) -> Tuple[Dict[str, float], Dict[str, float]]:
-        weights = self._chunk_weights(plan)
-
-        async def nothing() -> Dict[str, float]:
-            return {}
+        weights = plan.chunk_weights
 
         dense, lexical = await asyncio.gather(
-            self._adense_scores(bundle, top_k) if weights[0] > 0 else nothing(),
+            self._adense_scores(bundle, top_k) if weights[0] > 0 else _no_scores(),
             asyncio.to_thread(levels.chunk_bm25.scores_by_id, bundle, top_k)
             if weights[1] > 0 and levels.chunk_bm25 is not None
-            else nothing(),
+            else _no_scores(),
         )
         return dense, lexical
 
@@ -1787,7 +1782,7 @@ class _ChunkEvidenceSet:
             self.lexical,
             self.doc_of,
             self.document_scores,
-            owner._chunk_weights(plan),
+            plan.chunk_weights,
             owner.document_weight,
         )
         out: List[NodeWithScore] = []
@@ -1820,8 +1815,9 @@ class _ChunkEvidenceSet:
         return out
 
 
-async def _no_hits() -> List[NodeWithScore]:
-    return []
+async def _no_scores() -> Dict[str, float]:
+    """What a search the query's weights switch off contributes."""
+    return {}
 
 
 def _as_bundle(str_or_query_bundle: Union[str, QueryBundle]) -> QueryBundle:

@@ -10,7 +10,7 @@ that perfect routing would reach.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -195,23 +195,26 @@ def upstream_recursive(ctx: BuildContext) -> BaseRetriever:
     return RecursiveRetriever("vector", retriever_dict={"vector": top, **retrievers})
 
 
+def _recursive(ctx: BuildContext, **options: Any) -> BaseRetriever:
+    return RecursiveSummaryRetriever.from_nodes(
+        ctx.nodes, doc_id_key=ctx.doc_id_key, embed_model=ctx.embed_model,
+        similarity_top_k=ctx.top_k, show_progress=False, **options,
+    )
+
+
 @register("recursive")
 def recursive(ctx: BuildContext) -> BaseRetriever:
     """Ours, with its defaults: ``RecursiveSummaryRetriever.from_nodes``."""
-    return RecursiveSummaryRetriever.from_nodes(
-        ctx.nodes, doc_id_key=ctx.doc_id_key, embed_model=ctx.embed_model,
-        similarity_top_k=ctx.top_k, show_progress=False,
-    )
+    return _recursive(ctx)
 
 
 @register("recursive-vector")
 def recursive_vector(ctx: BuildContext) -> BaseRetriever:
     """Ours, the previous default: routing by the centroid of each document's chunk
     embeddings, vector-only levels, chunk scores alone (``score_mode="chunk"``)."""
-    return RecursiveSummaryRetriever.from_nodes(
-        ctx.nodes, doc_id_key=ctx.doc_id_key, embed_model=ctx.embed_model,
-        similarity_top_k=ctx.top_k, show_progress=False, summary_embedding="centroid",
-        summary_mode="vector", chunk_mode="vector", score_mode="chunk",
+    return _recursive(
+        ctx, summary_embedding="centroid", summary_mode="vector", chunk_mode="vector",
+        score_mode="chunk",
     )
 
 
