@@ -5,7 +5,7 @@ with the chunk, the harness default; ``excluded``: ``title`` added to
 ``excluded_embed_metadata_keys``), this builds the vector and BM25 children
 once, scores each child alone, the hybrid calibrated by the old switch (the
 ``fusion.py`` of ``--old-ref``) and the hybrid calibrated by
-:mod:`llama_index_ext_recursive.calibration` at each ``--tolerances`` value,
+:mod:`llama_index_ext_recursive.retrievers.calibrate` at each ``--tolerances`` value,
 with ir-measures through the eval runner. Calibration time and the number of
 instrumentation events a counting handler saw are reported for both.
 
@@ -35,7 +35,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.schema import MetadataMode
 
-from llama_index_ext_recursive.calibration import (
+from llama_index_ext_recursive.retrievers.calibrate import (
     DEFAULT_TOLERANCE,
     collect_child_results,
     embed_queries,
@@ -43,11 +43,11 @@ from llama_index_ext_recursive.calibration import (
     pseudo_queries,
     relative_score_fusion,
 )
-from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.eval import BeirDataset
 from llama_index_ext_recursive.eval.cache import CachedEmbedding
 from llama_index_ext_recursive.eval.runner import evaluate_retriever
-from llama_index_ext_recursive.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"

@@ -25,11 +25,11 @@ from typing import Dict, List
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.eval.cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.eval.runner import score
-from llama_index_ext_recursive.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
 REPO = Path(__file__).resolve().parent.parent
 WEIGHTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5]

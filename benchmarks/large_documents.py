@@ -212,7 +212,7 @@ def child(args: argparse.Namespace) -> None:
     stage = {"name": "import"}
     try:
         if args.task == "summarize":
-            from llama_index_ext_recursive.summarize import ExtractiveSummarizer
+            from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer
 
             stage["name"] = "summarizing"
             started = time.perf_counter()
@@ -221,8 +221,8 @@ def child(args: argparse.Namespace) -> None:
         elif args.task == "embed":
             from llama_index.core.schema import MetadataMode
 
-            from llama_index_ext_recursive.builder import chunk_documents
-            from llama_index_ext_recursive.embeddings import bundled_embed_model
+            from llama_index_ext_recursive.recursive.build import chunk_documents
+            from llama_index_ext_recursive.models import bundled_embed_model
 
             stage["name"] = "chunking"
             nodes = chunk_documents([document])
@@ -243,7 +243,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def build(document, stage: Dict[str, str]) -> None:
-    from llama_index_ext_recursive import recursive
+    from llama_index_ext_recursive.recursive import retriever as recursive
 
     stages = {
         "chunk_documents": "chunking",
@@ -403,7 +403,7 @@ def ties(args: argparse.Namespace) -> None:
         spec = importlib.util.spec_from_file_location("summarize_before", path)
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
-    from llama_index_ext_recursive import summarize as new
+    from llama_index_ext_recursive.recursive import summarize as new
 
     def trace(module, text: str, budget: int, segments: int):
         """``module``'s selection, replayed with each pick's candidate gains recorded."""
@@ -457,7 +457,7 @@ def iter_documents() -> Iterator[tuple]:
     from llama_index.core.schema import MetadataMode
 
     from llama_index_ext_recursive import load_sample_documents
-    from llama_index_ext_recursive.builder import chunk_documents, group_nodes
+    from llama_index_ext_recursive.recursive.build import chunk_documents, group_nodes
 
     for doc_id, chunks in group_nodes(chunk_documents(load_sample_documents())).items():
         yield doc_id, "\n".join(c.get_content(metadata_mode=MetadataMode.NONE) for c in chunks)

@@ -6,7 +6,7 @@ from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.vector_stores.postgres import PGVectorStore
 from pg_server import start_server
-from llama_index_ext_recursive.postgres import pgvector_store
+from llama_index_ext_recursive.stores.postgres import pgvector_store
 
 N, DIM, QUERIES, ROUNDS = 2000, 64, 200, 3
 rng = np.random.default_rng(0)

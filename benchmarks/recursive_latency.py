@@ -46,7 +46,7 @@ def main() -> None:
     if "calibration" in inspect.signature(RecursiveSummaryRetriever.__init__).parameters:
         # the fake model cannot embed pseudo-queries, so calibration would drop the
         # dense searches: fix equal weights, so that every search runs as on real text
-        from llama_index_ext_recursive.calibration import Calibration, ScriptCalibration
+        from llama_index_ext_recursive.retrievers.calibrate import Calibration, ScriptCalibration
 
         equal = Calibration({"latin": ScriptCalibration(0, [], [0.5, 0.5], [])}, ["vector", "bm25"])
         extra["calibration"] = {"documents": equal, "chunks": equal}

@@ -23,8 +23,8 @@ import ir_measures
 import numpy as np
 from llama_index.core.schema import MetadataMode, TextNode
 
-from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
-from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.eval.cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 
@@ -171,8 +171,8 @@ def main() -> None:
             nodes=[TextNode(id_=d, text=t) for d, t in zip(doc_ids, doc_texts)], unknown_filter_key=None
         )
         return np.stack([r._score_all(r.tokenizer(t)) for t in texts])
-    from llama_index_ext_recursive.builder import build_documents, group_nodes
-    from llama_index_ext_recursive.evidence import document_text
+    from llama_index_ext_recursive.recursive.build import build_documents, group_nodes
+    from llama_index_ext_recursive.recursive.evidence import document_text
 
     built = build_documents(group_nodes(nodes, "doc_id"), "doc_id")
     summaries = {s.index_id: s for s in built.summary_nodes}

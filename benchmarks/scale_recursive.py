@@ -58,8 +58,8 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive import RecursiveSummaryRetriever
-from llama_index_ext_recursive.builder import ROUTING_KEY, build_documents, group_nodes
-from llama_index_ext_recursive.summarize import ExtractiveSummarizer, SummaryCache
+from llama_index_ext_recursive.recursive.build import ROUTING_KEY, build_documents, group_nodes
+from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, SummaryCache
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERIES = (

@@ -62,7 +62,7 @@ from scale_recursive import (  # noqa: E402  (helpers of the sibling benchmark)
     source_fingerprint,
 )
 
-from llama_index_ext_recursive.builder import build_documents, group_nodes  # noqa: E402
+from llama_index_ext_recursive.recursive.build import build_documents, group_nodes  # noqa: E402
 from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -229,7 +229,7 @@ def pivot(rows: List[Dict[str, object]], sizes: Sequence[int]) -> str:
 def build_breakdown(args: argparse.Namespace) -> Dict[str, object]:
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_ext_recursive.embeddings import bundled_embed_model
+    from llama_index_ext_recursive.models import bundled_embed_model
     from llama_index_ext_recursive.eval import BeirDataset, CachedEmbedding
 
     dataset = BeirDataset.load(args.breakdown_data)

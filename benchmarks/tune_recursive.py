@@ -44,10 +44,10 @@ from llama_index.core import StorageContext, VectorStoreIndex  # noqa: E402
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever  # noqa: E402
 from llama_index.core.schema import IndexNode, MetadataMode, QueryBundle, TextNode  # noqa: E402
 
-from llama_index_ext_recursive import recursive as recursive_mod  # noqa: E402
-from llama_index_ext_recursive.embeddings import bundled_embed_model  # noqa: E402
-from llama_index_ext_recursive.recursive import RecursiveSummaryRetriever  # noqa: E402
-from llama_index_ext_recursive.store import NumpyVectorStore  # noqa: E402
+from llama_index_ext_recursive.recursive import retriever as recursive_mod  # noqa: E402
+from llama_index_ext_recursive.models import bundled_embed_model  # noqa: E402
+from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever  # noqa: E402
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore  # noqa: E402
 
 TOP_K = 10
 FLAT = ("flat (no routing)", "-", "-", "-")

@@ -1,34 +1,42 @@
 """Retrieval for LlamaIndex: summary-routed recursive retrieval, offline by default."""
 
 from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
-from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
-from llama_index_ext_recursive.builder import DocumentRecord
-from llama_index_ext_recursive.embeddings import bundled_embed_model, resolve_embed_model
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
+from llama_index_ext_recursive.recursive.build import DocumentRecord
+from llama_index_ext_recursive.models import bundled_embed_model, resolve_embed_model
 from llama_index_ext_recursive.filters import (
-    FilteredQueryBundle,
     FilterError,
     FilterPolicy,
     UnknownFilterPolicy,
 )
-from llama_index_ext_recursive.backfill import BackfillVectorRetriever, StaleIdError, StalePolicy
-from llama_index_ext_recursive.fusion import FusedNodeWithScore, FusionHit, HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever, StaleIdError, StalePolicy
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError
-from llama_index_ext_recursive.recursive import (
-    ExplainedNodeWithScore,
+from llama_index_ext_recursive.recursive.retriever import (
     LinkError,
     LevelMode,
     RecursiveSummaryRetriever,
-    RetrievalExplanation,
     ScoreMode,
 )
+from llama_index_ext_recursive.results import (
+    DocumentEvidence,
+    DocumentWithScore,
+    ExplainedNodeWithScore,
+    Explanation,
+    FusedNodeWithScore,
+    FusionHit,
+    RetrievalExplanation,
+)
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.sample import (
     load_sample_documents,
     load_sample_questions,
     write_sample_dataset,
 )
-from llama_index_ext_recursive.store import NumpyVectorStore
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.tools import as_retrieval_tool
-from llama_index_ext_recursive.summarize import (
+from llama_index_ext_recursive.recursive.summarize import (
     ExtractiveSummarizer,
     LLMSummarizer,
     Summarizer,
@@ -42,8 +50,11 @@ __all__ = [
     "StaleIdError",
     "StalePolicy",
     "UnknownFilterPolicy",
+    "DocumentEvidence",
     "DocumentRecord",
+    "DocumentWithScore",
     "ExplainedNodeWithScore",
+    "Explanation",
     "ExtractiveSummarizer",
     "FilterError",
     "FilterPolicy",
@@ -53,6 +64,7 @@ __all__ = [
     "HybridFusionRetriever",
     "LLMSummarizer",
     "LinkError",
+    "LlamaIndexExtRecursiveError",
     "MultilingualBM25Retriever",
     "MultilingualTokenizer",
     "NumpyVectorStore",

@@ -32,9 +32,11 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_ext_recursive.filters import FilteredQueryBundle, filterable_metadata
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.filters import filterable_metadata
+from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.persist import PersistError, check_persist_target
-from llama_index_ext_recursive.recursive import (
+from llama_index_ext_recursive.recursive.retriever import (
     DEFAULT_TOP_K,
     RecursiveSummaryRetriever,
     PERSIST_KIND,
@@ -68,7 +70,7 @@ _FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?", 
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
-class CliError(Exception):
+class CliError(LlamaIndexExtRecursiveError):
     """An expected failure the CLI itself detects; printed as one ``error:`` line."""
 
 
@@ -467,7 +469,7 @@ def _print_results(question: str, results: List[NodeWithScore], width: int = 110
     print(f"\nQ: {question}")
     routed: Dict[str, float] = {}
     for hit in results:
-        info = getattr(hit, "explanation", None)
+        info = getattr(getattr(hit, "explanation", None), "route", None)
         if info is not None and info.doc_id not in routed:
             routed[info.doc_id] = info.summary_score or 0.0
     if routed:
@@ -475,7 +477,7 @@ def _print_results(question: str, results: List[NodeWithScore], width: int = 110
     if not results:
         print("  no results")
     for rank, hit in enumerate(results, 1):
-        info = getattr(hit, "explanation", None)
+        info = getattr(getattr(hit, "explanation", None), "route", None)
         text = " ".join(hit.node.get_content().split())
         text = text if len(text) <= width else text[: width - 3] + "..."
         where = f"{info.doc_id} chunk={info.chunk_score:.3f} " if info else ""
@@ -541,7 +543,7 @@ def cmd_query(args: argparse.Namespace) -> None:
                         "node_id": hit.node.node_id,
                         "score": hit.score,
                         "text": hit.node.get_content(),
-                        "explanation": hit.explanation.model_dump() if hit.explanation else None,
+                        "explanation": hit.explanation.route.model_dump() if hit.explanation.route else None,
                     }
                     for hit in results
                 ],

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import logging
 import numbers
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Union
 
-from llama_index.core.schema import BaseNode, QueryBundle
+from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -23,6 +22,7 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.validation import closest
 
 logger = logging.getLogger(__name__)
@@ -44,65 +44,43 @@ class FilterPolicy(str, Enum):
     REPLACE = "replace"
 
 
-@dataclass
-class FilteredQueryBundle(QueryBundle):
-    """A ``QueryBundle`` that carries per-call metadata filters.
-
-    It travels unchanged through ``BaseRetriever.retrieve`` and
-    ``RetrieverQueryEngine.query``, so per-call filters need no new API:
-    ``retriever.retrieve(FilteredQueryBundle("q", filters={"year": 2024}))``.
-    A mapping is shorthand for equality filters joined by AND.
-    """
-
-    filters: FiltersLike = None
-
-    def __post_init__(self) -> None:
-        self.filters = to_filters(self.filters)
-
-
-def with_filters(
-    query_bundle: QueryBundle, filters: FiltersLike, **changes: Any
-) -> FilteredQueryBundle:
-    """A new bundle with the query fields of ``query_bundle`` and these filters.
-
-    ``changes`` replace fields (e.g. ``embedding=None``); the input is never mutated.
-    """
-    fields = dict(
-        query_str=query_bundle.query_str,
-        image_path=query_bundle.image_path,
-        custom_embedding_strs=query_bundle.custom_embedding_strs,
-        embedding=query_bundle.embedding,
-    )
-    fields.update(changes)
-    return FilteredQueryBundle(filters=filters, **fields)
-
-
 def to_filters(filters: FiltersLike) -> Optional[MetadataFilters]:
-    """Accept ``MetadataFilters``, a ``{key: value}`` mapping or ``None``."""
+    """Accept ``MetadataFilters``, a mapping, or ``None``: the one filter syntax.
+
+    In a mapping, ``{key: value}`` is equality (a list value: ``in``) and
+    ``{key: {"op": ">=", "value": 2021}}`` names any upstream operator
+    (``"operator"`` is accepted for ``"op"``); entries are joined by AND.
+    """
     if filters is None or isinstance(filters, MetadataFilters):
         return filters
     if isinstance(filters, Mapping):
-        return MetadataFilters(
-            filters=[
-                MetadataFilter(
-                    key=key,
-                    value=value,
-                    operator=FilterOperator.IN
-                    if isinstance(value, list)
-                    else FilterOperator.EQ,
-                )
-                for key, value in filters.items()
-            ]
-        )
+        return MetadataFilters(filters=[_leaf(key, value) for key, value in filters.items()])
     raise TypeError(
         f"filters must be MetadataFilters, a {{key: value}} dict or None, "
         f"got {type(filters).__name__}"
     )
 
 
-def filters_of(query_bundle: QueryBundle) -> Optional[MetadataFilters]:
-    """Per-call filters carried by a query bundle (``None`` for a plain one)."""
-    return getattr(query_bundle, "filters", None)
+_OPERATORS = {op.value: op for op in FilterOperator}
+
+
+def _leaf(key: str, value: Any) -> MetadataFilter:
+    if not isinstance(value, Mapping):
+        operator = FilterOperator.IN if isinstance(value, list) else FilterOperator.EQ
+        return MetadataFilter(key=key, value=value, operator=operator)
+    unknown = set(value) - {"op", "operator", "value"}
+    if unknown or "value" not in value and value.get("op", value.get("operator")) != "is_empty":
+        raise ValueError(
+            f"filter {key!r}: {dict(value)!r} is not an operator filter; write "
+            f'{{"op": ">=", "value": 2021}} (keys "op" and "value")'
+        )
+    op = value.get("op", value.get("operator", "=="))
+    operator = _OPERATORS.get(getattr(op, "value", op))
+    if operator is None:
+        raise ValueError(
+            f"filter {key!r}: unknown operator {op!r}; use one of {sorted(_OPERATORS)}"
+        )
+    return MetadataFilter(key=key, value=value.get("value"), operator=operator)
 
 
 def merge_filters(
@@ -176,6 +154,19 @@ def metadata_matches(
 ) -> bool:
     """Whether ``metadata`` satisfies a (possibly nested) filter tree."""
     return metadata_matcher(filters)(metadata)
+
+
+def keep_matching(hits: List[NodeWithScore], filters: Optional[MetadataFilters]) -> List[NodeWithScore]:
+    """The hits whose :func:`filterable_metadata` satisfies ``filters``, in order.
+
+    The one post-check for results a search could not filter itself (a store
+    that cannot filter, a wrapped upstream retriever); it reads the same view
+    of metadata as the stores, so ``ref_doc_id`` filters work.
+    """
+    if filters is None or not filters.filters:
+        return hits
+    matches = metadata_matcher(filters)
+    return [hit for hit in hits if matches(filterable_metadata(hit.node))]
 
 
 def filter_keys(filters: Optional[MetadataFilters]) -> set[str]:
@@ -259,7 +250,7 @@ def answered_by_equality(filters: Optional[MetadataFilters]) -> bool:
     return bool(filters.filters)
 
 
-class FilterError(ValueError):
+class FilterError(LlamaIndexExtRecursiveError, ValueError):
     """A filter names a key the index does not hold, or a value of the wrong type."""
 
 

@@ -36,6 +36,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from filelock import FileLock, ReadWriteLock, Timeout
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ _LOCK_FILES = frozenset({WRITE_LOCK, READ_LOCK, READ_LOCK + "-journal"})
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-class PersistError(RuntimeError):
+class PersistError(LlamaIndexExtRecursiveError, RuntimeError):
     """A persisted directory is missing, incomplete or corrupted, or cannot be written."""
 
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterable, List, Union
 from llama_index.core.schema import Document
 from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
 
-from llama_index_ext_recursive.builder import default_node_parser
+from llama_index_ext_recursive.recursive.build import default_node_parser
 
 
 def _read_jsonl(name: str) -> List[Dict]:
@@ -84,7 +84,7 @@ def write_sample_dataset(path: Union[str, Path]) -> Path:
     ``BeirDataset.load``) offline with no external data. Deterministic:
 
     - ``corpus.jsonl``: the 12 documents chunked by
-      :func:`~llama_index_ext_recursive.builder.default_node_parser` (sized with
+      :func:`~llama_index_ext_recursive.recursive.build.default_node_parser` (sized with
       the title, which is embedded with each chunk), ids ``<doc_id>_c<i>``,
       ``metadata`` = ``doc_id`` plus the document's metadata;
     - ``documents.jsonl``: the whole documents, ``metadata.chunk_ids`` in order;

@@ -20,7 +20,8 @@ from llama_index.core.tools import FunctionTool
 from llama_index.core.vector_stores.types import MetadataFilters, MetadataInfo, VectorStoreInfo
 
 from llama_index_ext_recursive.auto.spec import SpecError, SpecValidator, metadata_vocabulary
-from llama_index_ext_recursive.filters import FilteredQueryBundle, filterable_metadata, metadata_matches
+from llama_index_ext_recursive.filters import filterable_metadata, metadata_matches
+from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -159,8 +160,8 @@ def _passage(i: int, hit: NodeWithScore) -> str:
     cite = [f"chunk {one_line(node.node_id)}"]
     if hit.score is not None:
         cite.append(f"score {hit.score:.2f}")
-    explanation = getattr(hit, "explanation", None)
-    routed = getattr(explanation, "doc_id", None)
+    route = getattr(getattr(hit, "explanation", None), "route", None)
+    routed = getattr(route, "doc_id", None)
     if routed:
         cite.append(f"via summary of {one_line(routed)}")
     text = one_line(node.get_content(metadata_mode=MetadataMode.NONE))

@@ -65,7 +65,7 @@ def _no_global_models():
 
 @pytest.fixture(scope="session")
 def real_model():
-    from llama_index_ext_recursive.embeddings import bundled_embed_model
+    from llama_index_ext_recursive.models import bundled_embed_model
 
     return bundled_embed_model()
 

@@ -165,7 +165,7 @@ def test_llm_top_k_raises_k_within_max_top_k():
     upstream = VectorIndexAutoRetriever(INDEX, INFO, llm=llm(ask), similarity_top_k=2)
     assert len(upstream.retrieve("eight documents please")) == 2  # min(8, max_top_k, similarity_top_k)
     hits = auto(llm=llm(ask), similarity_top_k=2).retrieve("eight documents please")
-    assert len(hits) == 8 and hits[0].auto_explanation.top_k == 8
+    assert len(hits) == 8 and hits[0].explanation.auto.top_k == 8
     hits = auto(llm=llm(answer("bees", top_k=40)), similarity_top_k=2).retrieve("forty documents")
     assert len(hits) == 10  # max_top_k
 
@@ -283,7 +283,7 @@ def test_over_recursive_summary_retriever_filters_reach_both_levels():
     expected = [F("category", "biology"), F("source", "encyclopedia"), F("language", "en")]
     assert hits and satisfies(hits, expected)
     # routed documents (summary level) and chunks both obey the filters
-    assert {h.explanation.doc_id for h in hits} == {"coral-reefs", "honeybee-colonies"}
+    assert {h.explanation.route.doc_id for h in hits} == {"coral-reefs", "honeybee-colonies"}
     assert all(isinstance(h, ExplainedNodeWithScore) and h.explanation is not None for h in hits)
     assert explanation.retriever == "RecursiveSummaryRetriever" and explanation.search_query == "reefs and bees"
 
@@ -323,19 +323,19 @@ async def test_sync_and_async_with_an_llm():
     sync_hits = auto(llm=llm(*script)).retrieve("bees 2019")
     async_hits = await auto(llm=llm(*script)).aretrieve("bees 2019")
     assert ids(sync_hits) == ids(async_hits) and len(sync_hits) == 2  # top_k=2
-    assert sync_hits[0].auto_explanation.generator == "llm"
+    assert sync_hits[0].explanation.auto.generator == "llm"
 
 
 def test_every_result_carries_the_call_explanation():
     retriever = auto(similarity_top_k=10)
     hits = retriever.retrieve("encyclopedia entries")
     assert hits and all(isinstance(h, AutoNodeWithScore) for h in hits)
-    first = hits[0].auto_explanation
-    assert isinstance(first, AutoExplanation) and all(h.auto_explanation is first for h in hits)
+    first = hits[0].explanation.auto
+    assert isinstance(first, AutoExplanation) and all(h.explanation.auto is first for h in hits)
     assert [(f.key, f.value) for f in first.spec.filters] == [("source", "encyclopedia")]
-    assert hits[0].to_dict()["auto_explanation"]["generator"] == "rules"
+    assert hits[0].to_dict()["explanation"]["auto"]["generator"] == "rules"
     again = retriever.retrieve("encyclopedia entries")
-    assert again[0].auto_explanation is not first  # per call, never shared
+    assert again[0].explanation.auto is not first  # per call, never shared
 
 
 def test_explanation_even_without_results():
@@ -353,7 +353,7 @@ async def test_concurrent_calls_get_their_own_explanations():
     )
     assert a.query == "food articles" and b.query == "handbooks"
     assert satisfies(a_hits, [F("category", "food")]) and satisfies(b_hits, [F("source", "handbook")])
-    assert all(h.auto_explanation is a for h in a_hits) and all(h.auto_explanation is b for h in b_hits)
+    assert all(h.explanation.auto is a for h in a_hits) and all(h.explanation.auto is b for h in b_hits)
 
 
 # --------------------------------------------------------------------------- upstream hooks

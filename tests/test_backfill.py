@@ -139,7 +139,7 @@ def test_three_stale_of_ten_skip_and_the_other_seven_keep_their_scores(store, ca
         upstream.retrieve(QueryBundle("q", embedding=q))  # upstream loses every hit
 
     retriever = BackfillVectorRetriever(index, similarity_top_k=10)
-    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.backfill"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.retrievers.vector"):
         results = retriever.retrieve(QueryBundle("q", embedding=q))
     assert pairs(results) == rounded(brute_force(nodes, q, 10, exclude=stale))
     assert len(results) == 7

@@ -43,7 +43,7 @@ from llama_index_ext_recursive import (
     NumpyVectorStore,
     ValidatedAutoRetriever,
 )
-from llama_index_ext_recursive.embeddings import embed_model_name
+from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.filters import STORE_KEYS, FilterError, FilterVocabulary
 
 logging.getLogger("bm25s").setLevel(logging.ERROR)
@@ -336,7 +336,7 @@ def test_text_only_chroma_is_unchecked_and_says_so_once_at_debug(real_model, cap
     index = vector_index("chroma-text-only", real_model)
     assert index.docstore.docs == {}
     retriever = BackfillVectorRetriever(index, similarity_top_k=3)
-    with caplog.at_level(logging.DEBUG, logger="llama_index_ext_recursive.backfill"):
+    with caplog.at_level(logging.DEBUG, logger="llama_index_ext_recursive.retrievers.vector"):
         assert retriever.retrieve(FilteredQueryBundle("queen bee", filters=TYPO)) == []
         assert retriever.retrieve(FilteredQueryBundle("queen bee", filters=WRONG_TYPE)) == []
     notes = [r for r in caplog.records if "not checked" in r.getMessage()]

@@ -18,8 +18,8 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
-from llama_index_ext_recursive.filters import FilteredQueryBundle
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
+from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.persist import PersistError, current_generation
 
 from conftest import topic_nodes
@@ -441,7 +441,7 @@ def test_bm25s_debug_logs_follow_the_apps_level():
     import sys
 
     code = (
-        "import logging, llama_index_ext_recursive.bm25; "
+        "import logging, llama_index_ext_recursive.retrievers.bm25; "
         "print(logging.getLogger('bm25s').isEnabledFor(logging.DEBUG))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -451,7 +451,7 @@ def test_bm25s_debug_logs_follow_the_apps_level():
 def test_a_corpus_without_any_indexable_word_finds_nothing_instead_of_failing(caplog):
     from llama_index.core.schema import TextNode
 
-    from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
     nodes = [TextNode(id_="a", text="a"), TextNode(id_="b", text="the ... !")]
     with caplog.at_level("WARNING"):

@@ -15,7 +15,7 @@ from llama_index.core.schema import IndexNode, TextNode
 
 from conftest import DIM, LexicalEmbedding, topic_nodes
 from llama_index_ext_recursive import RecursiveSummaryRetriever
-from llama_index_ext_recursive.builder import (
+from llama_index_ext_recursive.recursive.build import (
     ChunkedNodes,
     NodeGroups,
     SummaryEmbedding,
@@ -53,7 +53,7 @@ def doc(doc_id: str, text: str) -> Document:
 def builder_warnings(caplog) -> List[str]:
     return [
         r.getMessage() for r in caplog.records
-        if r.name == "llama_index_ext_recursive.builder" and r.levelno == logging.WARNING
+        if r.name == "llama_index_ext_recursive.recursive.build" and r.levelno == logging.WARNING
     ]
 
 

@@ -16,7 +16,7 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from conftest import topic_nodes
-from llama_index_ext_recursive.calibration import (
+from llama_index_ext_recursive.retrievers.calibrate import (
     Calibration,
     ScriptCalibration,
     calibrate_children,
@@ -29,7 +29,7 @@ from llama_index_ext_recursive.calibration import (
     relative_score_fusion,
     weight_grid,
 )
-from llama_index_ext_recursive.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
 
 # --------------------------------------------------------------- pure fusion

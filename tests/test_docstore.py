@@ -7,7 +7,7 @@ from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.storage.docstore.types import RefDocInfo
 
-from llama_index_ext_recursive.docstore import LinearDocumentStore
+from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 
 
 def nodes(doc, count, start=0):

@@ -692,7 +692,7 @@ def test_upstream_fusion_relative_is_query_fusion_in_relative_score_mode(lexical
 
 
 def test_oracle_ranks_only_the_gold_documents_chunks_by_rrf(lexical):
-    from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
     nodes = topic_nodes()
     query = "Bake the bread in a hot covered pot to trap steam, like the queen bee?"

@@ -18,13 +18,10 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from conftest import topic_nodes
-from llama_index_ext_recursive.filters import FilteredQueryBundle, filters_of
-from llama_index_ext_recursive.fusion import (
-    FusedNodeWithScore,
-    FusionHit,
-    HybridFusionRetriever,
-)
-from llama_index_ext_recursive.store import NumpyVectorStore
+from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of
+from llama_index_ext_recursive.results import FusedNodeWithScore, FusionHit
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 
 logging.getLogger("bm25s").setLevel(logging.ERROR)
 
@@ -602,7 +599,7 @@ def test_from_index(lexical):
 def test_from_nodes_child_types_and_upstream_fallback(lexical, monkeypatch):
     fusion = HybridFusionRetriever.from_nodes(topic_nodes(), embed_model=lexical)
     assert type(fusion._retrievers[1]).__name__ == "MultilingualBM25Retriever"
-    monkeypatch.setitem(sys.modules, "llama_index_ext_recursive.bm25", None)  # module unavailable
+    monkeypatch.setitem(sys.modules, "llama_index_ext_recursive.retrievers.bm25", None)  # module unavailable
     fallback = HybridFusionRetriever.from_nodes(topic_nodes(), embed_model=lexical, similarity_top_k=20)
     assert type(fallback._retrievers[1]).__name__ == "BM25Retriever"
     results = fallback.retrieve("sourdough starter flour")

@@ -26,7 +26,7 @@ def english_questions():
 
 
 def test_default_model_is_the_bundled_minilm_offline(real_model):
-    from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
+    from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 
     assert resolve_embed_model() is real_model
     assert embed_model_name(real_model) == "all-MiniLM-L6-v2"
@@ -53,7 +53,7 @@ def test_sample_corpus_builds_with_sections_and_metadata(sample_retriever):
 
 def test_english_questions_route_to_their_document(sample_retriever):
     questions = english_questions()
-    top_doc = [sample_retriever.retrieve(q["question"])[0].explanation.doc_id for q in questions]
+    top_doc = [sample_retriever.retrieve(q["question"])[0].explanation.route.doc_id for q in questions]
     correct = sum(doc == q["doc_id"] for doc, q in zip(top_doc, questions))
     assert correct >= len(questions) - 1, list(zip(top_doc, [q["doc_id"] for q in questions]))
 

@@ -43,7 +43,7 @@ from llama_index_ext_recursive.persist import (
     current_generation,
     read_index,
 )
-from llama_index_ext_recursive.recursive import load_summary_cache
+from llama_index_ext_recursive.recursive.retriever import load_summary_cache
 
 TESTS = Path(__file__).resolve().parent
 QUERIES = ("queen bee hive eggs", "solar inverter current", "sourdough starter yeast", "nectar flowers")

@@ -36,9 +36,9 @@ from sqlalchemy import event
 from conftest import DIM as LEXICAL_DIM
 from conftest import topic_nodes
 from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever
-from llama_index_ext_recursive.postgres import PostgresTimeoutError, pg_hybrid_retriever, pgvector_store
-from llama_index_ext_recursive.recursive import RecursiveSummaryRetriever
-from llama_index_ext_recursive.store import NumpyVectorStore
+from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, pg_hybrid_retriever, pgvector_store
+from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from pg_server import PgServer, start_server
 
 K = 10
@@ -373,7 +373,7 @@ async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_defaul
             assert expected
             assert _ids(got) == _ids(expected), query
             np.testing.assert_allclose(_scores(got), _scores(expected), atol=1e-5)
-            assert [h.explanation.doc_id for h in got] == [h.explanation.doc_id for h in expected]
+            assert [h.explanation.route.doc_id for h in got] == [h.explanation.route.doc_id for h in expected]
             # aretrieve: the routed documents' chunk queries run concurrently on asyncpg
             concurrent = await on_pg.aretrieve(query)
             assert _ids(concurrent) == _ids(got) and _scores(concurrent) == _scores(got)
@@ -526,7 +526,7 @@ async def test_restarted_server_answers_the_next_query_sync_and_async(
         upstream.query(probe)
     _dispose(upstream)
     assert _ids(retriever.retrieve(FAULT_QUERY)) == _ids(expected)  # the pool's check replaced it
-    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.postgres"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.stores.postgres"):
         after = await retriever.aretrieve(FAULT_QUERY)
     assert _ids(after) == _ids(expected) and _scores(after) == _scores(expected)
     # the async connection was dead too: the query was retried on a new one
@@ -534,9 +534,9 @@ async def test_restarted_server_answers_the_next_query_sync_and_async(
 
 
 def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_index, real_model, caplog):
-    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.postgres"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.stores.postgres"):
         retriever = pg_hybrid_retriever(fault_index)
-    assert [r for r in caplog.records if r.name == "llama_index_ext_recursive.postgres"] == []
+    assert [r for r in caplog.records if r.name == "llama_index_ext_recursive.stores.postgres"] == []
     expected = retriever.retrieve(FAULT_QUERY)
 
     def backends() -> int:
@@ -556,7 +556,7 @@ def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_i
     upstream_store = PGVectorStore.from_params(
         **fault_server.params(), table_name=store.table_name, embed_dim=store.embed_dim, hybrid_search=True
     )
-    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.postgres"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.stores.postgres"):
         upstream = pg_hybrid_retriever(VectorStoreIndex.from_vector_store(upstream_store, embed_model=real_model))
     assert "not built by pgvector_store" in caplog.text and "one event loop only" in caplog.text
     assert _ids(asyncio.run(upstream.aretrieve(FAULT_QUERY))) == _ids(expected)

@@ -93,7 +93,7 @@ def test_from_documents_chunks_and_keys_documents(lexical):
     retriever = RecursiveSummaryRetriever.from_documents(docs, embed_model=lexical)
     assert set(retriever.documents) == set(TOPICS)
     hit = retriever.retrieve("wild yeast starter")[0]
-    assert hit.explanation.doc_id == "bread"
+    assert hit.explanation.route.doc_id == "bread"
     assert docs[0].doc_id != "bees"  # the user's documents were not modified
 
 
@@ -151,9 +151,9 @@ def test_global_top_k_ranked_by_combined_score_with_summary_score_kept():
     )
     results = retriever.retrieve("alpha")
     assert [r.node.node_id for r in results] == ["b1", "b2", "a1"]
-    summary_scores = {r.explanation.doc_id: r.explanation.summary_score for r in results}
+    summary_scores = {r.explanation.route.doc_id: r.explanation.route.summary_score for r in results}
     for r in results:
-        expected = 0.5 * summary_scores[r.explanation.doc_id] + 0.5 * r.explanation.chunk_score
+        expected = 0.5 * summary_scores[r.explanation.route.doc_id] + 0.5 * r.explanation.route.chunk_score
         assert r.score == pytest.approx(expected)
     assert summary_scores["a"] > summary_scores["b"]  # routing preferred a; chunks still ranked globally
 
@@ -168,10 +168,10 @@ def test_score_modes(mode, expected):
         embed_model=LexicalEmbedding(), score_mode=mode, score_alpha=0.25,
     )
     hit = retriever.retrieve("alpha")[0]
-    s = hit.explanation.summary_score
+    s = hit.explanation.route.summary_score
     combined = {"chunk": 0.4, "product": s * 0.4, "weighted": 0.25 * s + 0.75 * 0.4}[mode]
     assert hit.score == pytest.approx(combined)
-    assert ScoreMode(mode).value == hit.explanation.score_mode
+    assert ScoreMode(mode).value == hit.explanation.route.score_mode
 
 
 def test_duplicates_keep_the_best_score_not_the_first():
@@ -192,9 +192,9 @@ def test_routes_to_the_right_document_and_explains(lexical):
     retriever = build(lexical, num_routed_docs=1, similarity_top_k=2)
     results = retriever.retrieve("queen bee eggs hive")
     assert all(isinstance(r, ExplainedNodeWithScore) for r in results)
-    assert {r.explanation.doc_id for r in results} == {"bees"}
+    assert {r.explanation.route.doc_id for r in results} == {"bees"}
     assert results[0].node.node_id == "bees-0"
-    info = results[0].explanation
+    info = results[0].explanation.route
     assert info.summary_node_id == "summary::bees" and info.path == ["bees"]
     assert info.final_score == results[0].score
 
@@ -204,7 +204,7 @@ def test_routes_to_more_documents_when_routed_ones_cannot_fill_top_k(lexical):
     retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical, num_routed_docs=2, similarity_top_k=5)
     results = retriever.retrieve("river")
     assert len(results) == 5  # five one-chunk documents routed, not two
-    assert len({r.explanation.doc_id for r in results}) == 5
+    assert len({r.explanation.route.doc_id for r in results}) == 5
 
 
 # --------------------------------------------------------------------- links
@@ -237,8 +237,8 @@ def test_links_between_documents_are_followed_with_their_score():
         num_routed_docs=1, score_mode="product",
     )
     (hit,) = retriever.retrieve("alpha")
-    assert hit.node.node_id == "b1" and hit.explanation.path == ["a", "b"]
-    assert hit.score == pytest.approx(hit.explanation.summary_score * 0.5 * 0.6)
+    assert hit.node.node_id == "b1" and hit.explanation.route.path == ["a", "b"]
+    assert hit.score == pytest.approx(hit.explanation.route.summary_score * 0.5 * 0.6)
 
 
 def test_runtime_cycle_terminates_instead_of_recursion_error():
@@ -377,7 +377,7 @@ async def test_sync_retrieve_inside_a_running_event_loop(lexical):
     """Jupyter runs cells inside a loop; retrieve() must not need asyncio.run."""
     retriever = build(lexical)
     assert asyncio.get_running_loop() is not None
-    assert retriever.retrieve("queen bee")[0].explanation.doc_id == "bees"
+    assert retriever.retrieve("queen bee")[0].explanation.route.doc_id == "bees"
 
 
 @pytest.mark.parametrize("error", [RuntimeError("child broke"), RecursionError("deep")])
@@ -399,7 +399,7 @@ async def test_concurrent_calls_keep_their_own_explanations(lexical):
     together = await asyncio.gather(*(retriever.aretrieve(q) for q in queries))
     for one, other in zip(alone, together):
         assert [(r.node.node_id, r.explanation) for r in one] == [(r.node.node_id, r.explanation) for r in other]
-    assert [r[0].explanation.doc_id for r in together] == ["bees", "solar", "bread"]
+    assert [r[0].explanation.route.doc_id for r in together] == ["bees", "solar", "bread"]
 
 
 def test_drops_into_query_fusion_retriever(lexical):
@@ -494,14 +494,14 @@ def test_add_and_delete_documents_without_rebuilding(lexical):
                    metadata={"doc_id": "ice", "title": "Glaciers", "category": "earth"})
     assert retriever.add_documents([new]) == ["ice"]
     assert lexical.calls == 2  # the new chunk and its summary (routed by blend: centroid + text)
-    assert retriever.retrieve("glaciers carve valleys")[0].explanation.doc_id == "ice"
+    assert retriever.retrieve("glaciers carve valleys")[0].explanation.route.doc_id == "ice"
     assert retriever.add_documents([new]) == []  # unchanged: not re-indexed
     changed = Document(text="Glaciers move slowly downhill.", metadata={"doc_id": "ice", "title": "Glaciers"})
     assert retriever.add_documents([changed]) == ["ice"]
     assert "slowly" in retriever.retrieve("glaciers move downhill")[0].node.text
     retriever.delete_document("bees")
     assert "bees" not in retriever.documents
-    assert all(r.explanation.doc_id != "bees" for r in retriever.retrieve("queen bee eggs hive"))
+    assert all(r.explanation.route.doc_id != "bees" for r in retriever.retrieve("queen bee eggs hive"))
     with pytest.raises(KeyError, match=r"'bee'.*'bees'|closest"):
         retriever.delete_document("bee")
 
@@ -674,7 +674,7 @@ def test_bm25_and_hybrid_levels_find_chinese_chunks(lexical, summary_mode, chunk
         top = 1 if chunk_mode == "bm25" else 2
         found = [r for r in results[:top] if r.node.node_id == chunk]
         assert found, (query, [r.node.node_id for r in results])
-        assert found[0].explanation.doc_id == doc
+        assert found[0].explanation.route.doc_id == doc
         # fused scores: relative-score fusion maps each search's weakest hit to 0
         assert all(r.score >= 0.0 and not isinstance(r.node, IndexNode) for r in results)
         again = asyncio.run(retriever.aretrieve(query))
@@ -684,7 +684,7 @@ def test_bm25_and_hybrid_levels_find_chinese_chunks(lexical, summary_mode, chunk
 def test_hybrid_levels_rank_chunks_across_routed_documents(lexical):
     retriever = build(lexical, similarity_top_k=4, num_routed_docs=2, summary_mode="hybrid", chunk_mode="hybrid")
     results = retriever.retrieve("bees hive nectar bread dough")
-    docs = {r.explanation.doc_id for r in results}
+    docs = {r.explanation.route.doc_id for r in results}
     assert docs == {"bees", "bread"}  # one global ranking over both routed documents
     assert len(results) == 4 and len({r.node.node_id for r in results}) == 4
 
@@ -710,7 +710,7 @@ def test_level_modes_persist_and_follow_updates(lexical, tmp_path):
     loaded.add_nodes([TextNode(id_="tea-0", text="龙井茶产于杭州西湖。", metadata={"doc_id": "tea"})])
     assert loaded.retrieve("龙井茶")[0].node.node_id == "tea-0"
     loaded.delete_document("river")
-    assert all(r.explanation.doc_id != "river" for r in loaded.retrieve("唐古拉山脉"))
+    assert all(r.explanation.route.doc_id != "river" for r in loaded.retrieve("唐古拉山脉"))
 
 
 def test_level_modes_are_validated(lexical):

@@ -14,8 +14,9 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import IndexNode, TextNode
 
 from llama_index_ext_recursive import RecursiveSummaryRetriever
-from llama_index_ext_recursive import recursive as recursive_module
-from llama_index_ext_recursive.recursive import DocumentWithScore, ScoreMode
+from llama_index_ext_recursive.recursive import retriever as recursive_module
+from llama_index_ext_recursive.recursive.retriever import ScoreMode
+from llama_index_ext_recursive.results import DocumentWithScore
 
 PARTIES = {
     "nda-acme": ("Acme Robotics", "Bluewater Foods"),
@@ -89,9 +90,9 @@ def test_the_named_contracts_clause_outranks_every_copy_of_it(contracts):
         copies = [r for r in results if r.node.node_id.endswith("-2")]
         assert copies[0].node.node_id == f"{doc_id}-2", [r.node.node_id for r in results]
         assert results.index(copies[0]) <= 1  # at most the opening chunk naming the parties first
-        assert copies[0].explanation.doc_id == doc_id
-        assert copies[0].explanation.score_mode == "fused"
-        assert copies[0].explanation.summary_score == 1.0  # the best-routed document
+        assert copies[0].explanation.route.doc_id == doc_id
+        assert copies[0].explanation.route.score_mode == "fused"
+        assert copies[0].explanation.route.summary_score == 1.0  # the best-routed document
 
 
 def test_chunk_evidence_alone_cannot_tell_the_copies_apart(contracts):
@@ -124,7 +125,7 @@ def test_a_chunk_of_a_document_routing_missed_still_comes_back(real_model):
     )
     assert fused.retrieve_documents(query)[0].node.index_id == "nda-acme"
     found = {n.node.node_id: n for n in fused.retrieve(query)}
-    assert "memo-2" in found and found["memo-2"].explanation.doc_id == "memo"
+    assert "memo-2" in found and found["memo-2"].explanation.route.doc_id == "memo"
     routed_only = RecursiveSummaryRetriever.from_nodes(
         nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1, score_mode="chunk"
     )

@@ -10,7 +10,7 @@ from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
 from llama_index.core.llms.callbacks import llm_completion_callback
 
 from llama_index_ext_recursive import ExtractiveSummarizer, LLMSummarizer, SummaryCache
-from llama_index_ext_recursive.summarize import SummaryRejected
+from llama_index_ext_recursive.recursive.summarize import SummaryRejected
 
 DOC = " ".join(
     [f"Honeybees live in colonies with one queen and many workers (part {i})." for i in range(20)]
@@ -112,7 +112,7 @@ def test_cache_reuses_by_content_and_persists(tmp_path):
 
 
 def test_sentences_do_not_split_inside_abbreviations_or_decimals():
-    from llama_index_ext_recursive.summarize import split_sentences
+    from llama_index_ext_recursive.recursive.summarize import split_sentences
 
     text = 'The U.S. economy grew 3.5 percent. Next one. 第一句。第二句！ "Quoted." (Aside) ends.'
     assert split_sentences(text) == [
@@ -135,7 +135,7 @@ def code_like(lines: int) -> str:
 
 
 def test_summarizer_never_considers_more_than_max_sentences(monkeypatch):
-    from llama_index_ext_recursive import summarize
+    from llama_index_ext_recursive.recursive import summarize
 
     rows = []
     real = summarize._unit_rows
@@ -194,7 +194,7 @@ def test_max_sentences_is_validated_persisted_and_part_of_the_fingerprint():
 
 
 def test_cjk_ratio_counts_characters_and_latin_letters():
-    from llama_index_ext_recursive.summarize import cjk_ratio
+    from llama_index_ext_recursive.recursive.summarize import cjk_ratio
 
     assert cjk_ratio("蜜蜂 bees") == 2 / 6
     assert cjk_ratio("蜜蜂采蜜。") == 1.0 and cjk_ratio("... 123") == 0.0 and cjk_ratio("  ") == 0.0

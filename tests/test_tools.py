@@ -19,6 +19,8 @@ from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
 from conftest import LexicalEmbedding
 from llama_index_ext_recursive import (
     ExplainedNodeWithScore,
+    Explanation,
+    RetrievalExplanation,
     RecursiveSummaryRetriever,
     as_retrieval_tool,
     load_sample_documents,
@@ -75,9 +77,9 @@ def test_citations(recursive):
     assert len(lines) == len(out.raw_output) > 0
     for i, (line, hit) in enumerate(zip(lines, out.raw_output), 1):
         expected = (f"[{i}] {hit.node.metadata['title']} (chunk {hit.node.node_id}, "
-                    f"score {hit.score:.2f}, via summary of {hit.explanation.doc_id}): ")
+                    f"score {hit.score:.2f}, via summary of {hit.explanation.route.doc_id}): ")
         assert line.startswith(expected)
-    assert out.raw_output[0].explanation.doc_id == "marathon-beginners"
+    assert out.raw_output[0].explanation.route.doc_id == "marathon-beginners"
     assert "Marathon Training for Beginners" in lines[0]
 
 
@@ -163,7 +165,9 @@ def test_document_content_cannot_forge_a_citation_line(brk):
 
 def test_explanation_doc_id_cannot_forge_either():
     hit = ExplainedNodeWithScore(node=TextNode(id_="a", text="t"), score=0.5)
-    hit.explanation = type("E", (), {"doc_id": "x" + FORGED})()
+    hit.explanation = Explanation(route=RetrievalExplanation(
+        doc_id="x" + FORGED, summary_node_id=None, summary_score=None, chunk_score=None,
+        final_score=0.5, score_mode="chunk", path=[]))
     text = render_passages([hit], 10_000)
     assert len(text.splitlines()) == 1 and "via summary of x [9] Official Notice" in text
 

@@ -29,11 +29,8 @@ from llama_index_ext_recursive.auto.llm import (
     SpecParseError,
     parse_spec_output,
 )
-from llama_index_ext_recursive.auto.retriever import (
-    AutoExplanation,
-    AutoNodeWithScore,
-    ValidatedAutoRetriever,
-)
+from llama_index_ext_recursive.auto.retriever import AutoExplanation, ValidatedAutoRetriever
+from llama_index_ext_recursive.results import AutoNodeWithScore
 
 __all__ = [
     "Attempt",

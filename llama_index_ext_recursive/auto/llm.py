@@ -57,6 +57,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuerySpec,
 )
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
 from llama_index_ext_recursive.auto.spec import (
     FieldType,
@@ -310,7 +311,7 @@ _FEEDBACK_HEADER = "<< Your previous answer could not be used >>"
 # --------------------------------------------------------------------------- parsing
 
 
-class SpecParseError(ValueError):
+class SpecParseError(LlamaIndexExtRecursiveError, ValueError):
     """The LLM's answer contains no JSON object (or Python dict) to read a spec from."""
 
 

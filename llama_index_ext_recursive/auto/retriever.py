@@ -26,7 +26,7 @@
   original query text instead of failing (upstream needs
   ``default_empty_query_vector``; when given, it is still used).
 * **Any store:** retrieval goes through
-  :class:`~llama_index_ext_recursive.backfill.BackfillVectorRetriever`, which
+  :class:`~llama_index_ext_recursive.retrievers.vector.BackfillVectorRetriever`, which
   filters on stores that cannot (FAISS) and survives stale ids; or through
   ``retriever=`` (e.g. a ``RecursiveSummaryRetriever``), called with a
   ``FilteredQueryBundle`` so the filters apply at every level it has.
@@ -88,22 +88,21 @@ from llama_index_ext_recursive.auto.spec import (
     metadata_vocabulary,
     resolve_top_k,
 )
-from llama_index_ext_recursive.backfill import BackfillVectorRetriever
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
     UnknownFilterPolicy,
-    filters_of,
     to_filters,
-    with_filters,
 )
-from llama_index_ext_recursive.fusion import aretrieve_from_child, retrieve_from_child
+from llama_index_ext_recursive.query import filters_of, with_options
+from llama_index_ext_recursive.retrievers.fusion import aretrieve_from_child, retrieve_from_child
 from llama_index_ext_recursive.validation import check_count, check_query
-from llama_index_ext_recursive.recursive import ExplainedNodeWithScore, RetrievalExplanation
+from llama_index_ext_recursive.results import explained
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AutoExplanation", "AutoNodeWithScore", "ValidatedAutoRetriever"]
+__all__ = ["AutoExplanation", "ValidatedAutoRetriever"]
 
 
 class AutoExplanation(BaseModel):
@@ -178,21 +177,6 @@ def _tree_text(filters: Optional[MetadataFilters]) -> str:
     if condition == "not":
         return "not (" + " or ".join(parts) + ")"
     return f" {condition} ".join(parts)
-
-
-class AutoNodeWithScore(ExplainedNodeWithScore):
-    """A result of :class:`ValidatedAutoRetriever` with its :class:`AutoExplanation`.
-
-    ``explanation`` keeps a wrapped ``RecursiveSummaryRetriever``'s per-result
-    explanation (``None`` otherwise); ``auto_explanation`` is shared by the
-    results of one call and by no other call.
-    """
-
-    auto_explanation: Optional[AutoExplanation] = None
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "AutoNodeWithScore"
 
 
 @dataclass
@@ -468,8 +452,8 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             embedding, strs = None, None
         if self.wrapped_retriever is not None:
             retriever = self.wrapped_retriever
-            bundle: QueryBundle = with_filters(
-                query_bundle, combined, query_str=text, embedding=embedding, custom_embedding_strs=strs
+            bundle: QueryBundle = with_options(
+                query_bundle, filters=combined, query_str=text, embedding=embedding, custom_embedding_strs=strs
             )
         else:
             assert self._index is not None
@@ -510,16 +494,7 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         slot = _EXPLANATION_SLOT.get()
         if slot is not None:
             slot.append(call.explanation)
-        out: List[NodeWithScore] = []
-        for hit in hits:
-            explanation = getattr(hit, "explanation", None)
-            out.append(AutoNodeWithScore(
-                node=hit.node,
-                score=hit.score,
-                explanation=explanation if isinstance(explanation, RetrievalExplanation) else None,
-                auto_explanation=call.explanation,
-            ))
-        return out
+        return [explained(hit, auto=call.explanation) for hit in hits]
 
     # ------------------------------------------------------------------ retrieval
 

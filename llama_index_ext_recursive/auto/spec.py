@@ -59,6 +59,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuerySpec,
 )
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -181,7 +182,7 @@ class SpecReport:
         }
 
 
-class SpecError(ValueError):
+class SpecError(LlamaIndexExtRecursiveError, ValueError):
     """A spec that cannot be used as is; the message lists every problem.
 
     Raised under ``key_policy="reject"`` (instead of dropping anything) and

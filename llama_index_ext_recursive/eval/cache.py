@@ -17,7 +17,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
-from llama_index_ext_recursive.embeddings import embed_model_name
+from llama_index_ext_recursive.models import embed_model_name
 
 
 class CachedEmbedding(BaseEmbedding):
@@ -77,7 +77,7 @@ class CachedEmbedding(BaseEmbedding):
             if todo:
                 texts_todo = list(todo.values())
                 if kind == "query":
-                    from llama_index_ext_recursive.calibration import embed_queries
+                    from llama_index_ext_recursive.retrievers.calibrate import embed_queries
 
                     vectors = embed_queries(self._model, texts_todo)  # batched, query prompt kept
                 else:

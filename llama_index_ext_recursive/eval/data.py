@@ -17,12 +17,13 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.schema import TextNode
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.validation import check_count
 
 Qrels = Dict[str, Dict[str, int]]
 
 
-class DatasetError(ValueError):
+class DatasetError(LlamaIndexExtRecursiveError, ValueError):
     """A dataset file is missing or malformed; the message names file and line."""
 
 

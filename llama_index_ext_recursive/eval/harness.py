@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode
 
-from llama_index_ext_recursive.embeddings import resolve_embed_model
+from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.eval.cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever

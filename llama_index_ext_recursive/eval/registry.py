@@ -22,8 +22,8 @@ from llama_index.core.retrievers import QueryFusionRetriever, RecursiveRetriever
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-from llama_index_ext_recursive.filters import FilteredQueryBundle
-from llama_index_ext_recursive.recursive import RecursiveSummaryRetriever
+from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.validation import check_count, check_query
 
 
@@ -90,8 +90,8 @@ def vector(ctx: BuildContext) -> BaseRetriever:
     """Ours: ``BackfillVectorRetriever`` over the embedded default store, ``NumpyVectorStore``."""
     from llama_index.core import StorageContext
 
-    from llama_index_ext_recursive.backfill import BackfillVectorRetriever
-    from llama_index_ext_recursive.store import NumpyVectorStore
+    from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+    from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 
     index = VectorStoreIndex(
         ctx.nodes,
@@ -221,7 +221,7 @@ def recursive_vector(ctx: BuildContext) -> BaseRetriever:
 @register("bm25")
 def bm25(ctx: BuildContext) -> BaseRetriever:
     """Ours: ``MultilingualBM25Retriever`` (jieba for Chinese, no zero-score filler)."""
-    from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
     return MultilingualBM25Retriever.from_defaults(nodes=ctx.nodes, similarity_top_k=ctx.top_k)
 
@@ -229,7 +229,7 @@ def bm25(ctx: BuildContext) -> BaseRetriever:
 @register("hybrid")
 def hybrid(ctx: BuildContext) -> BaseRetriever:
     """Ours: ``HybridFusionRetriever.from_nodes`` (vector + multilingual BM25, weighted RRF)."""
-    from llama_index_ext_recursive.fusion import HybridFusionRetriever
+    from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
     return HybridFusionRetriever.from_nodes(
         ctx.nodes, embed_model=ctx.embed_model, similarity_top_k=ctx.top_k
@@ -267,7 +267,7 @@ class OracleRoutingRetriever(BaseRetriever):
         doc_id_key: str = "doc_id",
         rrf_k: int = 60,
     ) -> None:
-        from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+        from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
         self._top_k = check_count("similarity_top_k", similarity_top_k)
         self._rrf_k = check_count("rrf_k", rrf_k)

@@ -16,7 +16,7 @@ Two upstream ``PGVectorStore`` behaviours make it return less than asked:
   there (up to 2k rows), cosine similarities and ``ts_rank`` values side by
   side. An exact keyword match that the embedding ranks low stays low.
   :func:`pg_hybrid_retriever` runs the two searches as separate children of
-  :class:`~llama_index_ext_recursive.fusion.HybridFusionRetriever` and fuses
+  :class:`~llama_index_ext_recursive.retrievers.fusion.HybridFusionRetriever` and fuses
   their ranks.
 
 Three more make it fragile in production; the store :func:`pgvector_store`
@@ -60,9 +60,10 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_recursive.backfill import BackfillVectorRetriever
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
-from llama_index_ext_recursive.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.validation import check_real
 
 try:
@@ -76,7 +77,7 @@ try:
     from sqlalchemy.orm import sessionmaker
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "llama_index_ext_recursive.postgres needs llama-index-vector-stores-postgres: "
+        "llama_index_ext_recursive.stores.postgres needs llama-index-vector-stores-postgres: "
         "pip install 'llama-index-ext-recursive[postgres]'"
     ) from exc
 
@@ -101,7 +102,7 @@ CLIENT_GRACE = 1.0
 _QUERY_CANCELED = "57014"
 
 
-class PostgresTimeoutError(TimeoutError):
+class PostgresTimeoutError(LlamaIndexExtRecursiveError, TimeoutError):
     """PostgreSQL did not answer within ``connect_timeout`` or ``statement_timeout``.
 
     A ``TimeoutError`` (so also ``asyncio.TimeoutError``). Retryable: the
@@ -602,7 +603,7 @@ def pg_hybrid_retriever(
             "pg_hybrid_retriever: this PGVectorStore was not built by pgvector_store, so it has no "
             "client-side timeout (a hung server blocks retrieve), fails the first query after a "
             "server restart, and its async calls work from one event loop only; build it with "
-            "llama_index_ext_recursive.postgres.pgvector_store(...)"
+            "llama_index_ext_recursive.stores.postgres.pgvector_store(...)"
         )
     k = child_top_k or similarity_top_k
     kwargs.setdefault("retriever_names", ["vector", "text"])

@@ -1,7 +1,9 @@
-"""The offline default embedding model and how it is chosen.
+"""How the models are chosen: the embedding model and, where one is needed, the LLM.
 
-Order: an ``embed_model=`` argument, then an explicitly set
+Embedding model: an ``embed_model=`` argument, then an explicitly set
 ``Settings.embed_model``, then the bundled all-MiniLM-L6-v2 (extra ``[local]``).
+LLM: an ``llm=`` argument, then an explicitly set ``Settings.llm``, else a
+``ValueError`` that names what needs it and the offline alternative.
 Upstream's fallback (OpenAI) is never reached from here.
 """
 
@@ -14,6 +16,10 @@ from typing import Optional
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.llms import LLM
+from llama_index.core.llms.utils import LLMType
+from llama_index.core.llms.utils import resolve_llm as upstream_resolve_llm
 
 logger = logging.getLogger(__name__)
 
@@ -62,3 +68,37 @@ def embed_model_name(embed_model: BaseEmbedding) -> str:
         if "minilm" in str(name).lower():
             return DEFAULT_MODEL_NAME
     return str(name)
+
+
+def resolve_llm(
+    llm: Optional[LLMType],
+    *,
+    needed_for: str,
+    offline_alternative: str,
+    callback_manager: Optional[CallbackManager] = None,
+) -> LLM:
+    """The LLM to use: argument > an explicitly set ``Settings.llm`` > a clear error.
+
+    Only called by components that need an LLM for what the caller asked
+    (LLM summaries, generated queries, LLM-written specs); nothing here
+    resolves upstream's default (OpenAI).
+
+    Args:
+        llm: the caller's ``llm=`` (an ``LLM`` or anything upstream's
+            ``resolve_llm`` accepts, such as ``"local:<path>"``).
+        needed_for: what needs the LLM, for the error message.
+        offline_alternative: what to do instead without an LLM, for the error message.
+        callback_manager: attached when an ``llm`` spec is resolved.
+
+    Raises:
+        ValueError: neither an ``llm`` nor ``Settings.llm`` is given.
+    """
+    if llm is not None:
+        return llm if isinstance(llm, LLM) else upstream_resolve_llm(llm, callback_manager=callback_manager)
+    configured = getattr(Settings, "_llm", None)
+    if configured is None:
+        raise ValueError(
+            f"{needed_for} needs an LLM, but none is configured: pass llm=... or set "
+            f"llama_index.core.Settings.llm; or {offline_alternative}"
+        )
+    return configured

@@ -34,7 +34,7 @@ from llama_index.core.schema import (
 )
 from tqdm.auto import tqdm
 
-from llama_index_ext_recursive.summarize import (
+from llama_index_ext_recursive.recursive.summarize import (
     ExtractiveSummarizer,
     Summarizer,
     SummaryCache,

@@ -31,12 +31,12 @@ bundled English MiniLM finds 0.23 nDCG@10 on XQuAD-zh where Chinese BM25
 finds 0.90, and equal-weight RRF of the two lands at 0.65. Weights can
 therefore differ by query script (``script_weights``), and
 :meth:`HybridFusionRetriever.calibrate` fits them on the corpus itself
-(:mod:`llama_index_ext_recursive.calibration`): the children answer
+(:mod:`llama_index_ext_recursive.retrievers.calibrate`): the children answer
 pseudo-queries cut from sampled nodes once, and the weight grid point with
 the best fused MRR (leaning to equal weights within a tolerance, never below
 the best child alone) is kept per script. ``from_nodes``/``from_index``
 calibrate unless weights or a saved ``calibration`` are given; a
-:class:`~llama_index_ext_recursive.calibration.Calibration` saved with
+:class:`~llama_index_ext_recursive.retrievers.calibrate.Calibration` saved with
 ``to_dict()`` is applied again with ``calibration=``, without recalibrating.
 """
 
@@ -67,8 +67,9 @@ from llama_index.core.settings import Settings
 from llama_index.core.vector_stores.types import MetadataFilters
 from pydantic import Field
 
-from llama_index_ext_recursive.backfill import BackfillVectorRetriever
-from llama_index_ext_recursive.calibration import (
+from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+from llama_index_ext_recursive.retrievers.calibrate import (
     DEFAULT_CALIBRATION_SAMPLES,
     Calibration,
     FuseFunction,
@@ -82,21 +83,19 @@ from llama_index_ext_recursive.calibration import (
     relative_score_fusion,
     simple_fusion,
 )
-from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
-    FilteredQueryBundle,
     FilterPolicy,
     FiltersLike,
     FilterVocabulary,
     UnknownFilterPolicy,
     apply_policy,
     filterable_metadata,
-    filters_of,
     metadata_matcher,
     to_filters,
-    with_filters,
 )
-from llama_index_ext_recursive.store import NumpyVectorStore
+from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of, with_options
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.validation import (
     check_count,
     check_kwargs,
@@ -122,34 +121,6 @@ class ScoreDirection(str, Enum):
 
     SIMILARITY = "similarity"
     DISTANCE = "distance"
-
-
-@dataclass(frozen=True)
-class FusionHit:
-    """One child's evidence for a fused result (a plain dataclass: one is made
-    per hit per query, and a pydantic model cost more than the fusion)."""
-
-    retriever_index: int
-    retriever_name: str
-    query_str: str
-    rank: int  # 1-based position in the child's own returned list
-    score: Optional[float]  # the child's raw score
-    contribution: float  # what this hit added to the fused score
-
-
-class FusedNodeWithScore(NodeWithScore):
-    """A ``NodeWithScore`` whose ``score`` is the fused score, with provenance.
-
-    ``provenance`` lists every child hit that contributed (retriever index and
-    name, query, rank, raw score, contribution). Each call builds new objects,
-    so code that only knows ``NodeWithScore`` is unaffected.
-    """
-
-    provenance: List[FusionHit] = Field(default_factory=list)
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "FusedNodeWithScore"
 
 
 # (query index, retriever index) -> the child's list
@@ -183,7 +154,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         filters: construction-time metadata filters.
         filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
         script_weights: weights per query script (``{"cjk": [...], "latin": [...]}``,
-            see :class:`~llama_index_ext_recursive.calibration.QueryScript`),
+            see :class:`~llama_index_ext_recursive.retrievers.calibrate.QueryScript`),
             used instead of ``retriever_weights`` for queries in that script;
             usually set by :meth:`calibrate`.
         unknown_filter_key: what a filter that cannot match (a key no indexed
@@ -194,7 +165,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
             built with :meth:`from_nodes`/:meth:`from_index`, which know their
             nodes; over children given here, the children check their own.
         calibration: a saved
-            :class:`~llama_index_ext_recursive.calibration.Calibration` (e.g.
+            :class:`~llama_index_ext_recursive.retrievers.calibrate.Calibration` (e.g.
             ``Calibration.from_dict(json.load(f))``) whose per-script weights
             apply, without calibrating again (not with ``script_weights``).
 
@@ -331,7 +302,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         if effective is None:
             first: QueryBundle = query_bundle
         else:
-            first = with_filters(query_bundle, effective)
+            first = with_options(query_bundle, filters=effective)
         bundles = [first]
         for text in extra:
             bundles.append(QueryBundle(text) if effective is None else FilteredQueryBundle(text, filters=effective))
@@ -354,13 +325,13 @@ class HybridFusionRetriever(QueryFusionRetriever):
         """Fit ``script_weights`` on pseudo-queries cut from ``nodes``.
 
         For each script with at least 8 pseudo-queries
-        (:func:`~llama_index_ext_recursive.calibration.pseudo_queries`; the
+        (:func:`~llama_index_ext_recursive.retrievers.calibrate.pseudo_queries`; the
         children must index ``nodes``), every child answers them once, and
         every point of a weight grid is scored by the fused mean reciprocal
         rank of the source node, with the fusion of ``self.mode``; the weights
         kept are the ones closest to equal weights among those within
         ``DEFAULT_TOLERANCE`` of the best and at least as good as the best
-        child alone (:func:`~llama_index_ext_recursive.calibration.fit_weights`).
+        child alone (:func:`~llama_index_ext_recursive.retrievers.calibrate.fit_weights`).
         Calibration emits no callback or instrumentation events and embeds the
         queries in batches. The result is returned and kept as
         ``self.calibration``; save it with ``to_dict()`` and pass it back as
@@ -400,7 +371,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         return calibration
 
     def apply_calibration(self, calibration: Calibration) -> None:
-        """Use a saved :class:`~llama_index_ext_recursive.calibration.Calibration`'s
+        """Use a saved :class:`~llama_index_ext_recursive.retrievers.calibrate.Calibration`'s
         weights per script (scripts it has no weights for use the defaults).
 
         Raises:
@@ -534,7 +505,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         bundles: Sequence[QueryBundle],
         weights: Sequence[float],
         effective: Optional[MetadataFilters],
-    ) -> List[FusedNodeWithScore]:
+    ) -> List[ExplainedNodeWithScore]:
         """Fused top-k; result objects and provenance are built for the top-k only."""
         usable = self._hits(results)
         contributions = self._contributions(usable, len(bundles), weights)
@@ -555,10 +526,10 @@ class HybridFusionRetriever(QueryFusionRetriever):
         # model_construct: every field is built here from validated parts, and
         # validating again would cost more than the fusion itself
         return [
-            FusedNodeWithScore.model_construct(
-                node=nodes[node_id],
+            explained(
+                parts[node_id][0][2],
                 score=scores[node_id],
-                provenance=[
+                fusion=[
                     FusionHit(
                         retriever_index=i,
                         retriever_name=self.retriever_names[i],
@@ -676,7 +647,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
     ) -> "HybridFusionRetriever":
         k = child_top_k or similarity_top_k
         try:
-            from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+            from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
             bm25: BaseRetriever = MultilingualBM25Retriever.from_defaults(
                 nodes=nodes, similarity_top_k=k, unknown_filter_key=None

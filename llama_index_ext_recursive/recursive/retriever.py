@@ -47,8 +47,17 @@ from llama_index.core.vector_stores.types import (
 )
 from pydantic import BaseModel
 
-from llama_index_ext_recursive.backfill import BackfillVectorRetriever
-from llama_index_ext_recursive.builder import (
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.results import (
+    DocumentEvidence,
+    DocumentWithScore,
+    ExplainedNodeWithScore,
+    Explanation,
+    RetrievalExplanation,
+    explained,
+)
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+from llama_index_ext_recursive.recursive.build import (
     ROUTING_KEY,
     BuiltDocuments,
     DocumentRecord,
@@ -62,16 +71,16 @@ from llama_index_ext_recursive.builder import (
     node_parser_config,
     node_parser_from_config,
 )
-from llama_index_ext_recursive.calibration import (
+from llama_index_ext_recursive.retrievers.calibrate import (
     Calibration,
     QueryScript,
     calibrate_children,
     pseudo_queries,
     query_script,
 )
-from llama_index_ext_recursive.docstore import LinearDocumentStore
-from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
-from llama_index_ext_recursive.evidence import (
+from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
+from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.recursive.evidence import (
     DEFAULT_DOCUMENT_WEIGHT,
     EQUAL_WEIGHTS,
     document_text,
@@ -84,14 +93,13 @@ from llama_index_ext_recursive.filters import (
     FilterVocabulary,
     UnknownFilterPolicy,
     apply_policy,
-    filters_of,
     merge_filters,
     metadata_matcher,
     relax_to_keys,
     to_filters,
-    with_filters,
 )
-from llama_index_ext_recursive.fusion import HYBRID_MODE, HybridFusionRetriever
+from llama_index_ext_recursive.query import filters_of, with_options
+from llama_index_ext_recursive.retrievers.fusion import HYBRID_MODE, HybridFusionRetriever
 from llama_index_ext_recursive.persist import (
     NoIndexError,
     PersistError,
@@ -101,8 +109,8 @@ from llama_index_ext_recursive.persist import (
     write_index,
 )
 from llama_index_ext_recursive.rwlock import ReadWriteLock
-from llama_index_ext_recursive.store import NumpyVectorStore
-from llama_index_ext_recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
+from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.validation import (
     check_count,
     check_kwargs,
@@ -129,7 +137,7 @@ class ScoreMode(str, Enum):
     ``fused`` (default): chunks come from a flat search over all chunks and
     from the routed documents; their dense and lexical scores are fused, and
     ``document_weight`` times their document's routing score is added
-    (:func:`~llama_index_ext_recursive.evidence.rank_chunks`), so a chunk
+    (:func:`~llama_index_ext_recursive.recursive.evidence.rank_chunks`), so a chunk
     is found through its document without losing what flat search finds.
     ``chunk``: the chunk score alone (routing only selects documents).
     ``weighted``: ``alpha * summary + (1 - alpha) * chunk``.
@@ -156,76 +164,13 @@ class LevelMode(str, Enum):
     HYBRID = "hybrid"
 
 
-class LinkError(ValueError):
+class LinkError(LlamaIndexExtRecursiveError, ValueError):
     """An ``IndexNode`` points nowhere, or links form a cycle."""
-
-
-class RetrievalExplanation(BaseModel):
-    """Why a chunk was returned: which summary routed it and how it scored.
-
-    In ``fused`` mode ``summary_score`` is the document's fused routing score
-    (0 when routing did not pick it), ``chunk_score`` the chunk's fused score,
-    ``dense_score``/``lexical_score`` the raw scores of its own searches
-    (``None``: that search did not return it) and
-    ``final_score = chunk_score + document_weight * summary_score``.
-    """
-
-    doc_id: str
-    summary_node_id: Optional[str]
-    summary_score: Optional[float]
-    chunk_score: Optional[float]
-    final_score: float
-    score_mode: str
-    path: List[str]
-    dense_score: Optional[float] = None
-    lexical_score: Optional[float] = None
-    document_weight: Optional[float] = None
-
-
-class ExplainedNodeWithScore(NodeWithScore):
-    """A ``NodeWithScore`` carrying its :class:`RetrievalExplanation`.
-
-    Each call creates its own objects, so explanations are safe under
-    concurrent calls and code that only knows ``NodeWithScore`` is unaffected.
-    """
-
-    explanation: Optional[RetrievalExplanation] = None
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "ExplainedNodeWithScore"
 
 
 def _closest(name: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
     return f"closest known ids: {close}" if close else f"{len(known)} known ids, none similar"
-
-
-class DocumentEvidence(BaseModel):
-    """Why a document was routed to: its fused score and the searches behind it.
-
-    ``dense_score`` is the query's similarity to the document's routing vector,
-    ``lexical_score`` its BM25 score over the document's title, metadata,
-    summary and chunks (``None``: that search did not return it).
-    """
-
-    doc_id: str
-    title: str
-    rank: int
-    score: float
-    dense_score: Optional[float]
-    lexical_score: Optional[float]
-
-
-class DocumentWithScore(NodeWithScore):
-    """A routed document: its summary ``IndexNode`` (``index_id`` = document id),
-    its routing score, and the :class:`DocumentEvidence` that routed it."""
-
-    evidence: Optional[DocumentEvidence] = None
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "DocumentWithScore"
 
 
 @dataclass
@@ -668,7 +613,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
             return self._searchers
 
     def _build_levels(self) -> _Levels:
-        from llama_index_ext_recursive.bm25 import MultilingualBM25Retriever
+        from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
         depth = self.num_routed_docs + self.similarity_top_k
         chunk_nodes = (
@@ -806,7 +751,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 )
             ]
         )
-        return with_filters(plan.chunk_bundle, merge_filters(routing, plan.chunk_filters))
+        return with_options(plan.chunk_bundle, filters=merge_filters(routing, plan.chunk_filters))
 
     @staticmethod
     def _split_wave(routes: List[_Route], hits: List[NodeWithScore]) -> List[List[NodeWithScore]]:
@@ -839,10 +784,10 @@ class RecursiveSummaryRetriever(BaseRetriever):
         effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
         self.filter_vocabulary.check(effective, self.unknown_filter_key)
         return _Plan(
-            summary_bundle=with_filters(query_bundle, None, embedding=embedding),
-            chunk_bundle=with_filters(
+            summary_bundle=with_options(query_bundle, filters=None, embedding=embedding),
+            chunk_bundle=with_options(
                 query_bundle,
-                effective,
+                filters=effective,
                 embedding=embedding if self._chunk_index is not None else None,
             ),
             chunk_filters=effective,
@@ -942,10 +887,10 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 current = best.get(node.node_id)
                 if current is not None and current.score >= final:
                     continue
-                best[node.node_id] = ExplainedNodeWithScore(
-                    node=node,
+                best[node.node_id] = explained(
+                    hit if node is hit.node else NodeWithScore(node=node, score=hit.score),
                     score=final,
-                    explanation=RetrievalExplanation(
+                    route=RetrievalExplanation(
                         doc_id=route.doc_id,
                         summary_node_id=route.summary_node_id,
                         summary_score=route.summary_score,
@@ -1056,7 +1001,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 summary_hits = self._summary_retriever(plan).retrieve(plan.summary_bundle)
             else:
                 summary_hits = levels.summary_search.retrieve(
-                    with_filters(plan.summary_bundle, plan.summary_filters)
+                    with_options(plan.summary_bundle, filters=plan.summary_filters)
                 )
             routes = self._routes(summary_hits)
             best: Dict[str, ExplainedNodeWithScore] = {}
@@ -1086,7 +1031,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
                 summary_hits = await self._summary_retriever(plan).aretrieve(plan.summary_bundle)
             else:
                 summary_hits = await levels.summary_search.aretrieve(
-                    with_filters(plan.summary_bundle, plan.summary_filters)
+                    with_options(plan.summary_bundle, filters=plan.summary_filters)
                 )
             routes = self._routes(summary_hits)
             best: Dict[str, ExplainedNodeWithScore] = {}
@@ -1150,7 +1095,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         """``doc id -> BM25 score`` over each document's title, metadata, summary, chunks."""
         assert levels.summary_bm25 is not None
         found = levels.summary_bm25.scores_by_id(
-            with_filters(plan.summary_bundle, plan.summary_filters), self._document_depth()
+            with_options(plan.summary_bundle, filters=plan.summary_filters), self._document_depth()
         )
         return dict(zip(self._summary_doc_ids(levels, found), found.values()))
 
@@ -1684,7 +1629,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
 class _ChunkEvidenceSet:
     """One ``fused`` call's chunk evidence: the best dense and lexical score of
     every chunk the flat and routed searches returned, and the documents'
-    routing scores, ranked by :func:`~llama_index_ext_recursive.evidence.rank_chunks`.
+    routing scores, ranked by :func:`~llama_index_ext_recursive.recursive.evidence.rank_chunks`.
     Searches hand in ``id -> score`` maps; nodes are fetched for the final top-k
     (and for ``IndexNode`` links, which are followed instead of ranked)."""
 
@@ -1796,7 +1741,7 @@ class _ChunkEvidenceSet:
                 ExplainedNodeWithScore.model_construct(
                     node=node,
                     score=e.final,
-                    explanation=RetrievalExplanation.model_construct(
+                    explanation=Explanation.model_construct(route=RetrievalExplanation.model_construct(
                         doc_id=e.doc_id,
                         summary_node_id=self._summary_id(e.doc_id),
                         summary_score=e.document,
@@ -1807,7 +1752,7 @@ class _ChunkEvidenceSet:
                         dense_score=e.dense,
                         lexical_score=e.lexical,
                         document_weight=owner.document_weight,
-                    ),
+                    )),
                 )
             )
             if len(out) == owner.similarity_top_k:

@@ -55,7 +55,8 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_recursive.embeddings import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -63,10 +64,10 @@ from llama_index_ext_recursive.filters import (
     UnknownFilterPolicy,
     apply_policy,
     filterable_metadata,
-    filters_of,
     metadata_matcher,
     to_filters,
 )
+from llama_index_ext_recursive.query import filters_of
 from llama_index_ext_recursive.validation import check_count, check_query, check_real, check_vectors
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class StalePolicy(str, Enum):
     RAISE = "raise"
 
 
-class StaleIdError(KeyError):
+class StaleIdError(LlamaIndexExtRecursiveError, KeyError):
     """The vector store returned ids the docstore does not hold."""
 
 

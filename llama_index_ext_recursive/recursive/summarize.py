@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Protocol, Union, runtime_checkable
 import numpy as np
 from scipy import sparse
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.persist import load_json
 from llama_index_ext_recursive.validation import check_count
 
@@ -249,7 +250,7 @@ DEFAULT_SUMMARY_PROMPT = (
 )
 
 
-class SummaryRejected(ValueError):
+class SummaryRejected(LlamaIndexExtRecursiveError, ValueError):
     """An LLM summary failed validation; the reason says which check."""
 
 

@@ -54,8 +54,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
 from tqdm.auto import tqdm
 
-from llama_index_ext_recursive.embeddings import embed_model_name
-from llama_index_ext_recursive.summarize import cjk_ratio
+from llama_index_ext_recursive.models import embed_model_name
+from llama_index_ext_recursive.recursive.summarize import cjk_ratio
 from llama_index_ext_recursive.validation import check_count, check_real, check_vectors, check_weights
 
 logger = logging.getLogger(__name__)
@@ -289,7 +289,7 @@ def collect_child_results(
     to the user's traces. A map keeps the child's order and its first
     (best-ranked) hit of a node; hits without a score, and zero-score hits of
     similarity children (a BM25 non-match), are left out, as
-    :class:`~llama_index_ext_recursive.fusion.HybridFusionRetriever` does.
+    :class:`~llama_index_ext_recursive.retrievers.fusion.HybridFusionRetriever` does.
 
     Args:
         children: the retrievers.

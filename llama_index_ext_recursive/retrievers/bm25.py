@@ -39,11 +39,11 @@ from llama_index_ext_recursive.filters import (
     answered_by_equality,
     equality_constraints,
     filterable_metadata,
-    filters_of,
     merge_filters,
     metadata_matcher,
     to_filters,
 )
+from llama_index_ext_recursive.query import filters_of
 from llama_index_ext_recursive.persist import (
     PersistError,
     load_json,
