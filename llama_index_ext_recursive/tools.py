@@ -10,18 +10,25 @@ it can correct instead of an exception that ends the run.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
+from llama_index.core.indices.vector_store.retrievers import VectorIndexAutoRetriever, VectorIndexRetriever
+from llama_index.core.retrievers import QueryFusionRetriever
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.tools import FunctionTool
 from llama_index.core.vector_stores.types import MetadataFilters, MetadataInfo, VectorStoreInfo
+from llama_index.core.vector_stores.utils import metadata_dict_to_node
+from llama_index.retrievers.bm25 import BM25Retriever
 
 from llama_index_ext_recursive.auto.spec import SpecError, SpecValidator, metadata_vocabulary
-from llama_index_ext_recursive.filters import filterable_metadata, metadata_matches
+from llama_index_ext_recursive.filters import keep_matching, merge_filters, to_filters
 from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -58,36 +65,44 @@ def _type_name(values: Set[Any]) -> str:
     return "str"
 
 
-def _corpus_nodes(retriever: Any, depth: int = 0) -> List[BaseNode]:
-    """The nodes a retriever searches, when it exposes them in a known place.
+def corpus_nodes(retriever: BaseRetriever) -> List[BaseNode]:
+    """The nodes ``retriever`` searches, from where each kind of retriever keeps them.
 
-    Covers upstream ``VectorIndexRetriever`` and this package's retrievers
-    (fusion children are searched one by one); anything else returns ``[]``.
+    The tool reads them once, to infer the metadata schema and the values a
+    filter may name. One lookup, by kind of retriever (``[]`` for anything else,
+    whose schema must then be passed as ``vector_store_info=``):
+
+    * ``MultilingualBM25Retriever``: its public ``nodes``;
+    * upstream ``BM25Retriever``: its public ``corpus`` (metadata dicts, decoded);
+    * ``RecursiveSummaryRetriever``: the chunks of its chunk index;
+    * upstream ``VectorIndexRetriever`` and ``VectorIndexAutoRetriever`` (and
+      this package's subclasses): their index's docstore (upstream keeps the
+      index in ``_index`` and offers no public accessor);
+    * ``QueryFusionRetriever`` (``HybridFusionRetriever`` included): the first
+      child that has nodes (upstream keeps them in ``_retrievers``).
     """
-    if depth > 3:
-        return []
-    for attr in ("_chunk_index", "_index", "index"):
-        index = getattr(retriever, attr, None)
-        docstore = getattr(index, "docstore", None)
-        docs = getattr(docstore, "docs", None)
-        if docs:
-            return list(docs.values())
-    for attr in ("_docstore", "docstore"):
-        docs = getattr(getattr(retriever, attr, None), "docs", None)
-        if docs:
-            return list(docs.values())
-    for attr in ("_nodes", "nodes"):
-        nodes = getattr(retriever, attr, None)
-        if isinstance(nodes, (list, tuple)) and nodes and isinstance(nodes[0], BaseNode):
-            return list(nodes)
-    children = getattr(retriever, "_retrievers", None)
-    if isinstance(children, Mapping):
-        children = list(children.values())
-    for child in children or []:
-        nodes = _corpus_nodes(child, depth + 1)
-        if nodes:
-            return nodes
+    if isinstance(retriever, MultilingualBM25Retriever):
+        return list(retriever.nodes)
+    if isinstance(retriever, BM25Retriever):
+        return [metadata_dict_to_node(entry) for entry in retriever.corpus or []]
+    if isinstance(retriever, RecursiveSummaryRetriever):
+        index = retriever._chunk_index  # no public accessor yet; see the module notes
+        return list(index.docstore.docs.values()) if index is not None else []
+    if isinstance(retriever, (VectorIndexRetriever, VectorIndexAutoRetriever)):
+        return list(retriever._index.docstore.docs.values())
+    if isinstance(retriever, QueryFusionRetriever):
+        for child in retriever._retrievers:
+            found = corpus_nodes(child)
+            if found:
+                return found
     return []
+
+
+def _declared_schema(retriever: BaseRetriever) -> Optional[VectorStoreInfo]:
+    """The schema an auto-retriever was given (upstream keeps it in ``_vector_store_info``)."""
+    if isinstance(retriever, VectorIndexAutoRetriever):
+        return retriever._vector_store_info
+    return None
 
 
 def infer_vector_store_info(nodes: List[BaseNode]) -> Optional[VectorStoreInfo]:
@@ -222,6 +237,102 @@ def render_passages(hits: List[NodeWithScore], max_chars: int) -> str:
     return f"{body}\n{note}" if body else note
 
 
+# --------------------------------------------------------------------------- search
+
+#: A search the tool needs: which retriever to ask, with which bundle.
+_Search = Tuple[BaseRetriever, QueryBundle]
+#: What a search plan ends with: the hits, and a note for the model (or ``None``).
+_Found = Tuple[List[NodeWithScore], Optional[str]]
+
+# widening an upstream retriever that ignores filters: at most this many doublings
+_MAX_WIDENINGS = 16
+
+
+def _is_upstream_vector_search(retriever: BaseRetriever) -> bool:
+    """Whether ``retriever`` searches with upstream ``VectorIndexRetriever``'s own code,
+    which ignores a ``FilteredQueryBundle`` but filters exactly through its store."""
+    kind = type(retriever)
+    return (
+        isinstance(retriever, VectorIndexRetriever)
+        and kind._retrieve is VectorIndexRetriever._retrieve
+        and kind._aretrieve is VectorIndexRetriever._aretrieve
+    )
+
+
+def _own_top_k(retriever: BaseRetriever) -> Optional[int]:
+    """The upstream convention for a retriever's k (``similarity_top_k``), when it follows it."""
+    value = getattr(retriever, "similarity_top_k", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _search_plan(
+    retriever: BaseRetriever, bundle: FilteredQueryBundle, corpus_size: int
+) -> Generator[_Search, List[NodeWithScore], _Found]:
+    """The searches one tool call needs, shared by the sync and async paths.
+
+    Yields ``(retriever, bundle)`` and is sent back the hits, so ``call`` and
+    ``acall`` run the same plan with ``retrieve`` and ``aretrieve``. This
+    package's retrievers honour the bundle's filters and ``top_k``; upstream
+    ones ignore the bundle, and filtering their top-k afterwards would answer
+    "No passages found." although matches exist further down. So:
+
+    * upstream ``VectorIndexRetriever``: a copy with the same settings searches
+      with the filters (ANDed with its own) as ``MetadataFilters``, and k;
+    * any other retriever whose hits break the filters and that follows the
+      upstream ``similarity_top_k`` convention (upstream ``BM25Retriever``): a
+      copy searches ever deeper until k hits match or the corpus is exhausted;
+    * anything else: its hits are filtered and the model is told that only
+      its top results could be checked, never an unexplained empty answer.
+    """
+    filters, top_k = bundle.filters, bundle.top_k
+    if filters is None:
+        return (yield retriever, bundle), None
+    if _is_upstream_vector_search(retriever):
+        search = copy.copy(retriever)
+        search._filters = merge_filters(retriever._filters, filters)  # upstream has no public setter
+        if top_k is not None:
+            search.similarity_top_k = top_k
+        return keep_matching((yield search, bundle), filters), None
+    hits = yield retriever, bundle
+    kept = keep_matching(hits, filters)
+    if len(kept) == len(hits):
+        return kept, None  # the retriever filtered (or all of its hits match)
+    fetched, wanted = len(hits), top_k or _own_top_k(retriever) or len(hits)
+    if _own_top_k(retriever) is None:
+        note = (f"(This retriever cannot search with filters: they were checked on its top {fetched} "
+                f"results only, of which {len(kept)} matched; more matches may exist.)")
+        logger.info("tool search: %s", note)
+        return kept, note
+    for _ in range(_MAX_WIDENINGS):
+        if len(kept) >= wanted or len(hits) < fetched or (corpus_size and fetched >= corpus_size):
+            break  # enough matches, or nothing further down
+        fetched = min(fetched * 2, corpus_size) if corpus_size else fetched * 2
+        search = copy.copy(retriever)
+        search.similarity_top_k = fetched
+        hits = yield search, bundle
+        kept = keep_matching(hits, filters)
+    logger.debug("tool search: %d of %d hits match the filters", len(kept), len(hits))
+    return kept[:wanted], None
+
+
+def _run(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found:
+    try:
+        search, bundle = next(plan)
+        while True:
+            search, bundle = plan.send(search.retrieve(bundle))
+    except StopIteration as done:
+        return done.value
+
+
+async def _arun(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found:
+    try:
+        search, bundle = next(plan)
+        while True:
+            search, bundle = plan.send(await search.aretrieve(bundle))
+    except StopIteration as done:
+        return done.value
+
+
 # --------------------------------------------------------------------------- tool
 
 
@@ -259,15 +370,19 @@ def as_retrieval_tool(
         max_chars: the most characters returned to the model (an integer >= 1);
             whole passages past it are dropped and counted.
         default_top_k: passages returned when the model gives no ``top_k``
-            (``None``: all the retriever returns). ``top_k`` only cuts: the
-            retriever's own ``similarity_top_k`` is the maximum.
+            (``None``: the retriever's own k). ``top_k`` travels in the
+            ``FilteredQueryBundle``, which this package's retrievers honour;
+            for a retriever that ignores it, its own k is the maximum and
+            ``top_k`` only cuts.
         vector_store_info: the metadata schema filters are checked against;
             inferred from the retriever's nodes when it exposes them.
-        allow_filters: offer the ``filters`` parameter. Filters are passed as
-            a ``FilteredQueryBundle`` and re-checked on the results, so
-            retrievers that ignore per-call filters (upstream
-            ``VectorIndexRetriever``) still return only matches, though
-            possibly fewer of them.
+        allow_filters: offer the ``filters`` parameter, in the one filter
+            syntax (``{key: value}`` or ``{key: {"op": ">=", "value": v}}``).
+            They travel in a ``FilteredQueryBundle``; a retriever that
+            ignores it (upstream ``VectorIndexRetriever``, ``BM25Retriever``)
+            is searched with the filters some other way (see
+            :func:`_search_plan`), so a filtered search finds the matches
+            below its unfiltered top-k.
 
     Raises:
         TypeError: ``max_chars`` or ``default_top_k`` is not an integer (bools
@@ -278,10 +393,12 @@ def as_retrieval_tool(
     default_top_k = check_count("default_top_k", default_top_k, allow_none=True)
     validator: Optional[SpecValidator] = None
     keys_text = ""
+    corpus_size = 0
     if allow_filters:
-        nodes = _corpus_nodes(retriever)
+        nodes = corpus_nodes(retriever)
+        corpus_size = len(nodes)
         if vector_store_info is None:
-            vector_store_info = getattr(retriever, "_vector_store_info", None) or infer_vector_store_info(nodes)
+            vector_store_info = _declared_schema(retriever) or infer_vector_store_info(nodes)
         if vector_store_info is None:
             logger.info("no metadata schema for %r: pass vector_store_info= to enable filters", name)
         else:
@@ -291,7 +408,7 @@ def as_retrieval_tool(
             keys_text = _describe_keys(vector_store_info, vocabulary)
 
     def prepare(query: Any, top_k: Any, filters: Any) -> Any:
-        """Validated (bundle, k), or an error string for the model."""
+        """The validated bundle (filters and ``top_k``), or an error string for the model."""
         if not isinstance(query, str) or not query.strip():
             return f"Error: 'query' must be a non-empty string, got {query!r}; say what to search for."
         try:
@@ -312,45 +429,35 @@ def as_retrieval_tool(
             if not isinstance(filters, Mapping):
                 return ("Error: 'filters' must be an object like {\"year\": 2023} or "
                         f"{{\"year\": {{\"op\": \">=\", \"value\": 2023}}}}.\nValid keys: {keys_text}.")
-            items = []
-            for key, value in filters.items():
-                if isinstance(value, Mapping):
-                    items.append({"key": key, "operator": value.get("op", value.get("operator", "==")),
-                                  "value": value.get("value")})
-                else:
-                    items.append({"key": key, "value": value})
             try:
-                spec, _ = validator.validate({"query": query, "filters": items})
-            except SpecError as exc:
-                problems = "\n".join(f"- {p.message}" for p in exc.problems)
+                parsed = to_filters(filters)
+                spec, _ = validator.validate({"query": query, "filters": parsed})
+            except (TypeError, ValueError) as exc:  # SpecError is a ValueError
+                problems = ("\n".join(f"- {p.message}" for p in exc.problems)
+                            if isinstance(exc, SpecError) else f"- {exc}")
                 logger.info("tool %r refused filters %r: %s", name, filters, problems)
                 return f"Error: invalid filters:\n{problems}\nValid keys: {keys_text}."
             checked = MetadataFilters(filters=list(spec.filters))
-        return FilteredQueryBundle(query, filters=checked), top_k
+        return FilteredQueryBundle(query, filters=checked, top_k=top_k)
 
-    def finish(hits: List[NodeWithScore], bundle: FilteredQueryBundle, top_k: Optional[int]) -> RetrievalResult:
-        if bundle.filters is not None:
-            kept = [h for h in hits if metadata_matches(bundle.filters, filterable_metadata(h.node))]
-            if len(kept) < len(hits):
-                logger.debug("tool %r: %d results outside the filters removed", name, len(hits) - len(kept))
-            hits = kept
-        if top_k is not None:
-            hits = hits[:top_k]
-        return RetrievalResult(hits, render_passages(hits, max_chars))
+    def finish(found: _Found, top_k: Optional[int]) -> RetrievalResult:
+        hits, note = found
+        hits = hits[:top_k] if top_k is not None else hits  # for retrievers that ignore per-call top_k
+        if note is None or len(note) + 1 >= max_chars:
+            return RetrievalResult(hits, render_passages(hits, max_chars))
+        return RetrievalResult(hits, f"{render_passages(hits, max_chars - len(note) - 1)}\n{note}")
 
     def search(query: str, top_k: Optional[int] = None, filters: Optional[Dict[str, Any]] = None) -> RetrievalResult:
-        prepared = prepare(query, top_k, filters)
-        if isinstance(prepared, str):
-            return RetrievalResult([], prepared, error=prepared)
-        bundle, k = prepared
-        return finish(retriever.retrieve(bundle), bundle, k)
+        bundle = prepare(query, top_k, filters)
+        if isinstance(bundle, str):
+            return RetrievalResult([], bundle, error=bundle)
+        return finish(_run(_search_plan(retriever, bundle, corpus_size)), bundle.top_k)
 
     async def asearch(query: str, top_k: Optional[int] = None, filters: Optional[Dict[str, Any]] = None) -> RetrievalResult:
-        prepared = prepare(query, top_k, filters)
-        if isinstance(prepared, str):
-            return RetrievalResult([], prepared, error=prepared)
-        bundle, k = prepared
-        return finish(await retriever.aretrieve(bundle), bundle, k)
+        bundle = prepare(query, top_k, filters)
+        if isinstance(bundle, str):
+            return RetrievalResult([], bundle, error=bundle)
+        return finish(await _arun(_search_plan(retriever, bundle, corpus_size)), bundle.top_k)
 
     if not (allow_filters and validator is not None):
         def search_plain(query: str, top_k: Optional[int] = None) -> RetrievalResult:

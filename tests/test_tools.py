@@ -305,3 +305,83 @@ def test_opaque_retriever_needs_schema_for_filters():
     out = tool.call(query="q", filters={"year": {"op": ">", "value": 2021}})
     assert [h.node.node_id for h in out.raw_output] == ["n2", "n3"]  # post-filtered
     assert _lines(out.content)[0].startswith("[1] n2 ")
+
+
+def _categories(hits):
+    return [h.node.metadata["category"] for h in hits]
+
+
+@pytest.fixture(scope="module")
+def sample_nodes():
+    return SentenceSplitter(chunk_size=256).get_nodes_from_documents(load_sample_documents())
+
+
+def test_upstream_vector_retriever_filters_in_the_search(embed, sample_nodes):
+    """The matches lie below the unfiltered top-2: post-filtering would answer "No passages found."."""
+    retriever = VectorStoreIndex(sample_nodes, embed_model=embed).as_retriever(similarity_top_k=2)
+    assert "food" not in _categories(retriever.retrieve(QUESTION))
+    tool = as_retrieval_tool(retriever)
+    out = tool.call(query=QUESTION, filters={"category": "food"})
+    assert _categories(out.raw_output) == ["food", "food"], out.content
+    assert asyncio.run(tool.acall(query=QUESTION, filters={"category": "food"})).content == out.content
+    wide = tool.call(query=QUESTION, top_k=1, filters={"year": {"op": "<", "value": 2020}})
+    assert len(wide.raw_output) == 1 and wide.raw_output[0].node.metadata["year"] < 2020
+    assert retriever.similarity_top_k == 2 and retriever._filters is None  # the caller's retriever is untouched
+
+
+def test_upstream_bm25_retriever_searches_deeper_until_k_match(sample_nodes):
+    from llama_index.retrievers.bm25 import BM25Retriever
+
+    retriever = BM25Retriever.from_defaults(nodes=sample_nodes, similarity_top_k=2)
+    query = "beginner marathon training week before the race, and bread"
+    assert "food" not in _categories(retriever.retrieve(query))
+    tool = as_retrieval_tool(retriever)
+    assert "category (str)" in tool.metadata.description  # schema read from the public corpus
+    out = tool.call(query=query, filters={"category": "food"})
+    assert _categories(out.raw_output) == ["food", "food"], out.content
+    assert asyncio.run(tool.acall(query=query, filters={"category": "food"})).content == out.content
+    assert retriever.similarity_top_k == 2
+
+
+def test_retriever_that_cannot_filter_says_so():
+    hits = [NodeWithScore(node=TextNode(id_=f"n{i}", text=f"text {i}", metadata={"year": 2020 + i}), score=1 - i / 10)
+            for i in range(4)]
+    info = VectorStoreInfo(content_info="t", metadata_info=[MetadataInfo(name="year", type="int", description="y")])
+    tool = as_retrieval_tool(_OpaqueRetriever(hits), vector_store_info=info)
+    none = tool.call(query="q", filters={"year": 2030})
+    assert list(none.raw_output) == []
+    assert "cannot search with filters" in none.content and "top 4 results only, of which 0 matched" in none.content
+    some = tool.call(query="q", filters={"year": {"op": ">", "value": 2021}})
+    assert some.content.splitlines()[-1].startswith("(This retriever cannot search with filters")
+    assert len(as_retrieval_tool(_OpaqueRetriever(hits), vector_store_info=info, max_chars=40)
+               .call(query="q", filters={"year": 2030}).content) <= 40
+
+
+class _RecordingRetriever(_OpaqueRetriever):
+    """Answers every call with its hits and keeps the bundle it was given."""
+
+    def _retrieve(self, query_bundle):
+        self.bundle = query_bundle
+        return list(self.hits)
+
+
+def test_top_k_and_filters_travel_in_the_bundle():
+    hits = [NodeWithScore(node=TextNode(id_=f"n{i}", text=f"text {i}", metadata={"year": 2024}), score=0.5)
+            for i in range(3)]
+    info = VectorStoreInfo(content_info="t", metadata_info=[MetadataInfo(name="year", type="int", description="y")])
+    retriever = _RecordingRetriever(hits)
+    tool = as_retrieval_tool(retriever, vector_store_info=info, default_top_k=2)
+    out = tool.call(query="q", filters={"year": {"op": ">=", "value": 2021}})
+    assert retriever.bundle.top_k == 2 and len(out.raw_output) == 2  # cut too: this retriever ignores top_k
+    (leaf,) = retriever.bundle.filters.filters
+    assert (leaf.key, leaf.operator.value, leaf.value) == ("year", ">=", 2021)
+    tool.call(query="q", top_k=3)
+    assert retriever.bundle.top_k == 3 and retriever.bundle.filters is None
+
+
+def test_filter_syntax_errors_are_messages(recursive):
+    tool = as_retrieval_tool(recursive)
+    bad_op = tool.call(query=QUESTION, filters={"year": {"op": "about", "value": 2021}})
+    assert bad_op.content.startswith("Error: invalid filters:\n- filter 'year': unknown operator 'about'")
+    no_value = tool.call(query=QUESTION, filters={"year": {"op": ">="}})
+    assert no_value.content.startswith("Error: invalid filters:\n- filter 'year'") and "Valid keys:" in no_value.content
