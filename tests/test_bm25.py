@@ -267,7 +267,7 @@ def test_load_missing_or_corrupted_dir_raises_clear_error(tmp_path):
 
     target = tmp_path / "bm25"
     for name, damage, expected in (
-        ("retriever.json", "same size", "modified after it was persisted"),
+        ("config.json", "same size", "modified after it was persisted"),
         ("nodes.json", "delete", "missing"),
         ("data.csc.index.npy", "garbage", "truncated or was modified"),
         ("nodes.json", "[]", "truncated or was modified"),
@@ -284,13 +284,25 @@ def test_load_missing_or_corrupted_dir_raises_clear_error(tmp_path):
             MultilingualBM25Retriever.from_persist_dir(target)
 
 
+def _previous_release_files(folder, retriever):
+    """Turn a persisted generation into what the previous release wrote: its
+    settings in ``retriever.json`` (format_version 1) instead of ``config.json``."""
+    (folder / "config.json").unlink()
+    settings = {"format_version": 1, **retriever.get_persist_args()}
+    del settings["filter_policy"]  # the previous release had no filter_policy
+    (folder / "retriever.json").write_text(json.dumps(settings), encoding="utf-8")
+
+
 def test_previous_format_folder_loads_and_is_migrated(tmp_path):
-    """A folder the previous release wrote (its files at the top level) still loads."""
+    """A folder the previous release wrote (its files at the top level, settings in
+    retriever.json) still loads."""
     retriever = MultilingualBM25Retriever.from_defaults(nodes=zh_nodes(), similarity_top_k=1)
     retriever.persist(tmp_path / "new")
     legacy = tmp_path / "legacy"
     shutil.copytree(current_generation(tmp_path / "new"), legacy)
+    _previous_release_files(legacy, retriever)
     loaded = MultilingualBM25Retriever.from_persist_dir(legacy)
+    assert loaded.get_persist_args() == retriever.get_persist_args()
     assert scored(loaded.retrieve("GAPDH")) == scored(retriever.retrieve("GAPDH"))
 
     loaded.persist(legacy)  # migrates: the old top-level files go, the index stays

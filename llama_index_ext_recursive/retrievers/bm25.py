@@ -1,4 +1,4 @@
-"""Multilingual BM25: CJK-aware tokenization, per-call filters, faithful persistence.
+"""Multilingual BM25: CJK-aware tokenization, per-call filters and top-k, faithful persistence.
 
 Upstream ``BM25Retriever`` (llama-index-retrievers-bm25 0.8) tokenizes with
 ``(?u)\\b\\w\\w+\\b``, so an unspaced Chinese sentence is one token and any
@@ -6,7 +6,8 @@ sub-phrase query scores 0; it returns zero-score documents as filler, applies
 filters only at construction, forgets its tokenizer on reload and scores on
 the event loop in async code. :class:`MultilingualBM25Retriever` keeps the
 upstream contract (``retrieve``/``aretrieve`` return ``NodeWithScore`` lists)
-and fixes those points; :class:`MultilingualTokenizer` segments text by script.
+and fixes those points; its tokenizer is
+:class:`~llama_index_ext_recursive.retrievers.tokenizer.MultilingualTokenizer`.
 """
 
 from __future__ import annotations
@@ -14,36 +15,37 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
-import unicodedata
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import bm25s
-import jieba
 import numpy as np
-import Stemmer
-from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index.retrievers.bm25 import BM25Retriever
 
+from llama_index_ext_recursive.config import (
+    CONFIG_FILE,
+    component_to_dict,
+    init_parameters,
+    read_config,
+    write_config,
+)
 from llama_index_ext_recursive.filters import (
+    FilterPolicy,
     FiltersLike,
     FilterVocabulary,
     UnknownFilterPolicy,
     answered_by_equality,
     equality_constraints,
     filterable_metadata,
-    merge_filters,
     metadata_matcher,
     to_filters,
 )
-from llama_index_ext_recursive.query import filters_of
 from llama_index_ext_recursive.persist import (
     PersistError,
     load_json,
@@ -51,250 +53,70 @@ from llama_index_ext_recursive.persist import (
     read_index,
     write_index,
 )
-
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.retrievers.tokenizer import (
+    CHINESE_STOPWORDS,
+    ENGLISH_STOPWORDS,
+    LATIN_TOKEN,
+    MultilingualTokenizer,
+)
 from llama_index_ext_recursive.validation import check_count, check_query
 
 logger = logging.getLogger(__name__)
-jieba.setLogLevel(logging.WARNING)
-# bm25s sets its own logger to DEBUG at import, so any app with a root handler
-# printed "Building index from tokens" per index; let the app's levels decide
-logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
-DEFAULT_TOP_K = 10
-FORMAT_VERSION = 1
-RETRIEVER_FILE = "retriever.json"
+
+def _quiet_bm25s() -> None:
+    """Keep bm25s's per-index DEBUG/INFO lines out of the app's logs, unless asked for.
+
+    ``import bm25s`` sets the ``bm25s`` logger to DEBUG itself, so every
+    record it emits ("Building index from tokens" per index, "The query is
+    empty" per query) passes the logger and reaches any root handler of an app
+    logging at DEBUG or INFO (``logging.basicConfig(level=logging.INFO)``, the
+    CLI's ``--verbose``). Only that level, bm25s's own, is replaced by
+    WARNING; a level the app set on ``bm25s`` is kept, and setting one later
+    (``logging.getLogger("bm25s").setLevel(logging.DEBUG)``) brings them back.
+    """
+    bm25s_logger = logging.getLogger("bm25s")
+    if bm25s_logger.level == logging.DEBUG:
+        bm25s_logger.setLevel(logging.WARNING)
+
+
+_quiet_bm25s()
+
+CONFIG_VERSION = 2  # config.json; 1 was retriever.json (still read)
+LEGACY_FORMAT_VERSION = 1
+LEGACY_SETTINGS_FILE = "retriever.json"
 NODES_FILE = "nodes.json"
 BM25_PARAMS_FILE = "params.index.json"
 BM25_VOCAB_FILE = "vocab.index.json"
 BM25_MATRIX_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
 PERSIST_KIND = "MultilingualBM25Retriever"  # names the index kind in its folder's manifest
 
-ENGLISH_STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been
-    before being below between both but by can could did do does doing down during each
-    few for from further had has have having he her here hers herself him himself his how
-    i if in into is it its itself just me more most my myself no nor not now of off on
-    once only or other our ours ourselves out over own same she should so some such than
-    that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with
-    would you your yours yourself yourselves""".split()
-)
-# Function words only: BM25's IDF handles the rest, and content words must stay.
-CHINESE_STOPWORDS = frozenset(
-    "的 了 是 在 和 与 及 或 也 都 就 而 之 其 这 那 吗 呢 吧 啊 么 什么 怎么 怎样 哪 哪些 哪个 为什么 如何".split()
-)
-# language code -> PyStemmer algorithm for Latin-script tokens
-_STEMMER_LANGUAGES = {
-    "auto": "english", "en": "english", "zh": "english", "ja": "english", "ko": "english",
-    "de": "german", "fr": "french", "es": "spanish", "it": "italian", "pt": "portuguese",
-    "nl": "dutch", "sv": "swedish", "da": "danish", "no": "norwegian", "fi": "finnish",
-    "ru": "russian", "tr": "turkish", "ro": "romanian", "hu": "hungarian",
-}
-_ENGLISH_LIKE = {"auto", "en", "zh", "ja", "ko"}
-_BIGRAM_HAN = {"ja", "ko"}  # Han runs inside Japanese/Korean text: bigrams, not jieba
-
-# Alphanumeric runs joined by internal punctuation: GAPDH, C57BL/6, v2.4.0, e-mail.
-_LATIN_TOKEN = re.compile(r"[^\W_]+(?:[-./_+:'’&][^\W_]+)*")
-_LATIN_PART = re.compile(r"[^\W_]+")
-
-_HAN, _KANA, _HANGUL, _OTHER = "han", "kana", "hangul", "other"
-
-
-def _script(char: str) -> str:
-    code = ord(char)
-    if (
-        0x4E00 <= code <= 0x9FFF
-        or 0x3400 <= code <= 0x4DBF
-        or 0xF900 <= code <= 0xFAFF
-        or 0x20000 <= code <= 0x3134F
-        or code == 0x3007  # 〇
-    ):
-        return _HAN
-    if 0x3040 <= code <= 0x30FF or 0x31F0 <= code <= 0x31FF:
-        return _KANA
-    if 0xAC00 <= code <= 0xD7AF or 0x1100 <= code <= 0x11FF or 0x3130 <= code <= 0x318F:
-        return _HANGUL
-    return _OTHER
-
-
-def _script_runs(text: str) -> Iterable[Tuple[str, str]]:
-    """Split ``text`` into maximal runs of one script class."""
-    start, current = 0, None
-    for i, char in enumerate(text):
-        kind = _script(char)
-        if kind != current:
-            if current is not None:
-                yield current, text[start:i]
-            start, current = i, kind
-    if current is not None:
-        yield current, text[start:]
-
-
-def _bigrams(run: str) -> List[str]:
-    if len(run) < 2:
-        return [run] if run else []
-    return [run[i : i + 2] for i in range(len(run) - 1)]
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class MultilingualTokenizer:
-    """Script-aware tokenizer for BM25: Chinese words, CJK bigrams, intact identifiers.
-
-    Text is NFKC-normalized and lowercased, then split into runs by script:
-    Han runs are segmented with jieba (bigrams when ``language`` is ``"ja"`` or
-    ``"ko"``), kana and hangul runs become character bigrams, and everything else
-    yields Latin-style tokens that keep internal punctuation (``c57bl/6``,
-    ``v2.4.0``, ``e-mail``); with ``split_compounds`` such a compound is also
-    indexed by its parts (``c57bl``, ``6``), so ``IL-6`` matches ``IL 6`` while
-    the exact identifier still scores highest. Stopwords and stemming apply to
-    Latin tokens only (stemming only to purely alphabetic ones, so identifiers
-    survive). Other punctuation is dropped.
-
-    Args:
-        language: ``"auto"`` (default; mixed text works because runs are split
-            by script), ``"en"``, ``"zh"``, ``"ja"``, ``"ko"``, or a language code
-            with a Snowball stemmer (``"de"``, ``"fr"``, ...) for Latin tokens.
-        stem: Stem Latin tokens.
-        stopwords: Latin stopwords; ``None`` means the built-in English list for
-            ``auto``/``en``/``zh``/``ja``/``ko`` and none otherwise.
-        chinese_stopwords: Drop a few Chinese function words (的, 是, 什么, ...).
-        split_compounds: Also emit the parts of punctuation-joined Latin tokens
-            (on SciFact this lifts nDCG@10 from 0.676 to 0.694).
-    """
-
-    def __init__(
-        self,
-        language: str = "auto",
-        stem: bool = True,
-        stopwords: Optional[Iterable[str]] = None,
-        chinese_stopwords: bool = True,
-        split_compounds: bool = True,
-    ) -> None:
-        language = (language or "auto").lower()
-        if language not in _STEMMER_LANGUAGES:
-            raise ValueError(
-                f"unsupported language {language!r}; use one of {sorted(_STEMMER_LANGUAGES)}"
-            )
-        self.language = language
-        self.stem = bool(stem)
-        if stopwords is None:
-            self.stopwords = ENGLISH_STOPWORDS if language in _ENGLISH_LIKE else frozenset()
-        else:
-            self.stopwords = frozenset(word.lower() for word in stopwords)
-        self.chinese_stopwords = bool(chinese_stopwords)
-        self.split_compounds = bool(split_compounds)
-        self._stemmer: Optional[Stemmer.Stemmer] = None
-
-    # -- configuration -------------------------------------------------
-    def to_dict(self) -> Dict[str, Any]:
-        """JSON-serializable settings; :meth:`from_dict` rebuilds an equal tokenizer."""
-        return {
-            "language": self.language,
-            "stem": self.stem,
-            "stopwords": sorted(self.stopwords),
-            "chinese_stopwords": self.chinese_stopwords,
-            "split_compounds": self.split_compounds,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "MultilingualTokenizer":
-        """Rebuild a tokenizer from :meth:`to_dict` output.
-
-        Settings absent from older files keep the behaviour those files were
-        built with (``split_compounds`` was added later, so it reads as off).
-        """
-        known = {"language", "stem", "stopwords", "chinese_stopwords", "split_compounds"}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown tokenizer settings: {sorted(unknown)}")
-        return cls(**{"split_compounds": False, **data})
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MultilingualTokenizer) and self.to_dict() == other.to_dict()
-
-    def __repr__(self) -> str:
-        return (
-            f"MultilingualTokenizer(language={self.language!r}, stem={self.stem}, "
-            f"split_compounds={self.split_compounds})"
-        )
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return self.to_dict()
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(**state)  # type: ignore[misc]
-
-    # -- tokenization --------------------------------------------------
-    @property
-    def stemmer(self) -> Stemmer.Stemmer:
-        if self._stemmer is None:
-            self._stemmer = Stemmer.Stemmer(_STEMMER_LANGUAGES[self.language])
-        return self._stemmer
-
-    def _latin(self, run: str) -> List[str]:
-        tokens: List[str] = []
-        for token in _LATIN_TOKEN.findall(run):
-            parts = _LATIN_PART.findall(token) if self.split_compounds else []
-            tokens.extend([token, *parts] if len(parts) > 1 else [token])
-        tokens = [t for t in tokens if t not in self.stopwords]
-        if not self.stem:
-            return tokens
-        return [self.stemmer.stemWord(t) if t.isalpha() else t for t in tokens]
-
-    def _han(self, run: str) -> List[str]:
-        if self.language in _BIGRAM_HAN:
-            return _bigrams(run)
-        words = [w for w in jieba.lcut(run) if w.strip()]
-        if self.chinese_stopwords:
-            words = [w for w in words if w not in CHINESE_STOPWORDS]
-        return words
-
-    def __call__(self, text: str) -> List[str]:
-        """Tokens of ``text`` (an empty list when nothing indexable is left).
-
-        Lone surrogates (from a mis-decoded file or a broken client) cannot be
-        encoded for the stemmer; they become U+FFFD instead of crashing.
-        """
-        text = _LONE_SURROGATE.sub("\ufffd", text or "")
-        text = unicodedata.normalize("NFKC", text).lower()
-        tokens: List[str] = []
-        for kind, run in _script_runs(text):
-            if kind == _HAN:
-                tokens.extend(self._han(run))
-            elif kind in (_KANA, _HANGUL):
-                tokens.extend(_bigrams(run))
-            else:
-                tokens.extend(self._latin(run))
-        return tokens
-
-    tokenize = __call__
-
-
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_TOKEN = "\x00"  # stands in for the words of a corpus that has none
 
 
 class MultilingualBM25Retriever(BM25Retriever):
-    """BM25 over :class:`MultilingualTokenizer` tokens, with per-call filters.
+    """BM25 over :class:`MultilingualTokenizer` tokens, with per-call filters and top-k.
 
     Differences from upstream ``BM25Retriever``: CJK text is tokenized; nodes
     scoring 0 are never returned; filters from a ``FilteredQueryBundle`` are
-    ANDed with the construction-time ``filters`` and applied before top-k (all
-    documents are scored, non-matching ones masked, so the filtered top-k is
-    exact and nothing filtered out leaks); ``similarity_top_k`` is never
-    changed (fewer results come back when fewer match); ``persist`` /
-    ``from_persist_dir`` keep the tokenizer settings; ``aretrieve`` scores in a
-    worker thread.
+    combined with the construction-time ``filters`` under ``filter_policy``
+    and applied before top-k (all documents are scored, non-matching ones
+    masked, so the filtered top-k is exact and nothing filtered out leaks); a
+    bundle's ``top_k`` replaces ``similarity_top_k`` for that call;
+    ``similarity_top_k`` is never changed (fewer results come back when fewer
+    match); ``persist`` / ``from_persist_dir`` keep the tokenizer settings;
+    ``aretrieve`` scores in a worker thread.
 
     Args:
         nodes: Nodes to index (at least one).
         similarity_top_k: Maximum number of results per query.
         tokenizer: Tokenizer; defaults to ``MultilingualTokenizer(language)``.
         language: Language for the default tokenizer (ignored with ``tokenizer``).
-        filters: Construction-time filters (``MetadataFilters`` or ``{key: value}``),
-            ANDed with per-call filters.
+        filters: Construction-time filters (``MetadataFilters`` or ``{key: value}``).
+        filter_policy: ``merge`` (per-call filters ANDed with ``filters``,
+            the default) or ``replace`` (per-call filters, when given, replace them).
         unknown_filter_key: what a filter on a key no node holds, or with a
             value of the wrong type, does (:class:`UnknownFilterPolicy`):
             ``raise`` (default) a ``FilterError`` naming the closest key,
@@ -304,6 +126,7 @@ class MultilingualBM25Retriever(BM25Retriever):
         callback_manager: LlamaIndex callback manager.
         verbose: Log per-query details.
         existing_bm25: A prebuilt ``bm25s.BM25`` over ``nodes`` (used when loading).
+        objects, object_map: as upstream (``IndexNode`` objects for recursive retrieval).
     """
 
     def __init__(
@@ -318,54 +141,72 @@ class MultilingualBM25Retriever(BM25Retriever):
         verbose: bool = False,
         existing_bm25: Optional[bm25s.BM25] = None,
         unknown_filter_key: Optional[Union[UnknownFilterPolicy, str]] = UnknownFilterPolicy.RAISE,
+        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
+        objects: Optional[List[IndexNode]] = None,
+        object_map: Optional[dict] = None,
     ) -> None:
         check_count("similarity_top_k", similarity_top_k)
         nodes = list(nodes or [])
         if not nodes:
             raise ValueError("MultilingualBM25Retriever needs at least one node to index")
         _refuse_duplicate_ids(nodes)
-        self.unknown_filter_key = (
-            None if unknown_filter_key is None else UnknownFilterPolicy(unknown_filter_key)
+        unknown = None if unknown_filter_key is None else UnknownFilterPolicy(unknown_filter_key)
+        policy = FilterPolicy(filter_policy)
+        tokenizer = tokenizer or MultilingualTokenizer(language=language)
+        metadata_mode = MetadataMode(metadata_mode)
+        bm25 = self._index_nodes(nodes, tokenizer, metadata_mode, existing_bm25)
+        # The parent is given the index built here, so it tokenizes nothing;
+        # it would lower similarity_top_k (with a warning) to the node count,
+        # which this class never does, hence the min() and the reset below.
+        super().__init__(
+            existing_bm25=bm25,
+            stemmer=tokenizer.stemmer,
+            skip_stemming=not tokenizer.stem,
+            token_pattern=LATIN_TOKEN.pattern,
+            similarity_top_k=min(similarity_top_k, len(nodes)),
+            callback_manager=callback_manager,
+            objects=objects,
+            object_map=object_map,
+            verbose=verbose,
         )
+        self.similarity_top_k = similarity_top_k
+        self.tokenizer = tokenizer
+        self.metadata_mode = metadata_mode
+        self.filters = to_filters(filters)
+        self.filter_policy = policy
+        self.unknown_filter_key = unknown
+        self.nodes: List[BaseNode] = nodes
         self._vocabulary: Optional[FilterVocabulary] = None
         self._postings_cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
         self._last_scores: Optional[Tuple[Tuple[str, ...], np.ndarray]] = None
-        self.tokenizer = tokenizer or MultilingualTokenizer(language=language)
-        self.similarity_top_k = similarity_top_k
-        self.metadata_mode = MetadataMode(metadata_mode)
-        self.filters = to_filters(filters)
-        self.nodes: List[BaseNode] = nodes
-        # upstream attributes, kept meaningful for code that inspects them
-        self.stemmer = self.tokenizer.stemmer
-        self.skip_stemming = not self.tokenizer.stem
-        self.token_pattern = _LATIN_TOKEN.pattern
-        self.corpus = None
-        self.corpus_weight_mask = None
+        self._base_mask = self._mask(self.filters)
+        if self._base_mask is not None and not self._base_mask.any():
+            logger.warning("construction-time filters match none of the %d nodes", len(nodes))
 
+    @staticmethod
+    def _index_nodes(
+        nodes: List[BaseNode],
+        tokenizer: MultilingualTokenizer,
+        metadata_mode: MetadataMode,
+        existing_bm25: Optional[bm25s.BM25],
+    ) -> bm25s.BM25:
+        """The bm25s index of ``nodes`` (``existing_bm25`` when given, checked)."""
         if existing_bm25 is not None:
             num_docs = int(existing_bm25.scores.get("num_docs", -1))
             if num_docs != len(nodes):
                 raise ValueError(
                     f"existing_bm25 indexes {num_docs} documents but {len(nodes)} nodes were given"
                 )
-            self.bm25 = existing_bm25
-        else:
-            corpus_tokens = [
-                self.tokenizer(node.get_content(metadata_mode=self.metadata_mode))
-                for node in nodes
-            ]
-            if not any(corpus_tokens):
-                # bm25s cannot index a corpus without a single token (only
-                # stopwords or punctuation); no query tokenizes to this one
-                logger.warning("none of the %d nodes has an indexable word; BM25 finds nothing", len(nodes))
-                corpus_tokens = [[_NO_TOKEN] for _ in corpus_tokens]
-            self.bm25 = bm25s.BM25()
-            self.bm25.index(corpus_tokens, show_progress=False)
-        self._base_mask = self._mask(self.filters)
-        if self._base_mask is not None and not self._base_mask.any():
-            logger.warning("construction-time filters match none of the %d nodes", len(nodes))
-
-        BaseRetriever.__init__(self, callback_manager=callback_manager, verbose=verbose)
+            return existing_bm25
+        corpus_tokens = [tokenizer(node.get_content(metadata_mode=metadata_mode)) for node in nodes]
+        if not any(corpus_tokens):
+            # bm25s cannot index a corpus without a single token (only
+            # stopwords or punctuation); no query tokenizes to this one
+            logger.warning("none of the %d nodes has an indexable word; BM25 finds nothing", len(nodes))
+            corpus_tokens = [[_NO_TOKEN] for _ in corpus_tokens]
+        bm25 = bm25s.BM25()
+        bm25.index(corpus_tokens, show_progress=False)
+        return bm25
 
     @classmethod
     def from_defaults(  # type: ignore[override]
@@ -389,9 +230,10 @@ class MultilingualBM25Retriever(BM25Retriever):
             similarity_top_k: Maximum number of results per query (default 10).
             tokenizer: Tokenizer; defaults to ``MultilingualTokenizer(language)``.
             language: Language for the default tokenizer.
-            filters: Construction-time filters, ANDed with per-call filters.
+            filters: Construction-time filters, combined with per-call ones under ``filter_policy``.
             verbose: Log per-query details.
-            **kwargs: Passed to the constructor (``metadata_mode``, ``callback_manager``).
+            **kwargs: Passed to the constructor (``filter_policy``, ``metadata_mode``,
+                ``callback_manager``, ...).
         """
         if sum(value is not None for value in (index, nodes, docstore)) != 1:
             raise ValueError("Pass exactly one of index, nodes or docstore.")
@@ -491,17 +333,22 @@ class MultilingualBM25Retriever(BM25Retriever):
             self._vocabulary = FilterVocabulary.from_nodes(self.nodes)
         return self._vocabulary
 
-    def _ranked_rows(self, query_bundle: QueryBundle, top_k: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Rows of the best ``top_k`` matching nodes and all nodes' scores."""
-        check_query(query_bundle)
-        per_call = filters_of(query_bundle)
-        if self.unknown_filter_key is not None:
-            self.filter_vocabulary.check(merge_filters(self.filters, per_call), self.unknown_filter_key)
-        tokens = self.tokenizer(query_bundle.query_str)
-        mask = self._base_mask
-        if per_call is not None and per_call.filters:
-            extra = self._mask(per_call)
-            mask = extra if mask is None else (mask & extra)
+    def _resolve(self, query_bundle: QueryBundle) -> Call:
+        """The call's filters (under ``filter_policy``, checked) and k."""
+        return resolve_call(
+            query_bundle,
+            filters=self.filters,
+            filter_policy=self.filter_policy,
+            top_k=self.similarity_top_k,
+            vocabulary=None if self.unknown_filter_key is None else self.filter_vocabulary,
+            unknown_filter_key=self.unknown_filter_key or UnknownFilterPolicy.RAISE,
+        )
+
+    def _ranked_rows(self, call: Call, top_k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Rows of the best ``top_k`` nodes matching the call's filters, and all nodes' scores."""
+        tokens = self.tokenizer(call.bundle.query_str)
+        # the construction-time filters' mask is computed once, in __init__
+        mask = self._base_mask if call.filters is self.filters else self._mask(call.filters)
         if not tokens or (mask is not None and not mask.any()):
             return _NO_ROWS, np.zeros(0, dtype=np.float32)
         scores = self._score_all(tokens)
@@ -516,36 +363,61 @@ class MultilingualBM25Retriever(BM25Retriever):
         return order, scores
 
     def scores_by_id(self, query_bundle: QueryBundle, top_k: Optional[int] = None) -> Dict[str, float]:
-        """``node_id -> score`` of the best ``top_k`` (default ``similarity_top_k``)
-        matches, best first, without building result objects: for callers that
-        fuse scores and keep only a few nodes (filters as in :meth:`retrieve`)."""
-        rows, scores = self._ranked_rows(query_bundle, top_k or self.similarity_top_k)
+        """``node_id -> score`` of the best matches, best first, without building
+        result objects: for callers that fuse scores and keep only a few nodes.
+
+        Filters and k as in :meth:`retrieve`; ``top_k`` overrides the bundle's.
+        """
+        call = self._resolve(query_bundle)
+        rows, scores = self._ranked_rows(call, top_k or call.top_k)
         return {self.nodes[i].node_id: float(scores[i]) for i in rows}
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        rows, scores = self._ranked_rows(query_bundle, self.similarity_top_k)
+    def _results(self, call: Call) -> List[NodeWithScore]:
+        rows, scores = self._ranked_rows(call, call.top_k)
         return [NodeWithScore(node=self.nodes[i], score=float(scores[i])) for i in rows]
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        check_query(query_bundle)  # a clear error before the worker thread starts
-        return await asyncio.to_thread(self._retrieve, query_bundle)
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return self._results(self._resolve(query_bundle))
 
-    # -- persistence ---------------------------------------------------
-    def get_persist_args(self) -> Dict[str, Any]:
-        """Settings written to ``retriever.json`` (tokenizer included)."""
-        return {
-            "format_version": FORMAT_VERSION,
-            "similarity_top_k": self.similarity_top_k,
-            "metadata_mode": self.metadata_mode.value,
-            "tokenizer": self.tokenizer.to_dict(),
-            "filters": self.filters.model_dump(mode="json") if self.filters is not None else None,
-            "unknown_filter_key": (
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        call = self._resolve(query_bundle)  # a clear error before the worker thread starts
+        return await asyncio.to_thread(self._results, call)
+
+    # -- configuration and persistence ---------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`).
+
+        The nodes are data, not settings: :meth:`from_dict` takes them again.
+        """
+        return component_to_dict(
+            self,
+            similarity_top_k=self.similarity_top_k,
+            metadata_mode=self.metadata_mode.value,
+            tokenizer=self.tokenizer.to_dict(),
+            filters=self.filters.model_dump(mode="json") if self.filters is not None else None,
+            filter_policy=self.filter_policy.value,
+            unknown_filter_key=(
                 self.unknown_filter_key.value if self.unknown_filter_key is not None else None
             ),
-        }
+        )
+
+    @classmethod
+    def from_dict(
+        cls, data: Dict[str, Any], nodes: Sequence[BaseNode], **overrides: Any
+    ) -> "MultilingualBM25Retriever":
+        """A retriever over ``nodes`` with the settings of :meth:`to_dict` (``overrides`` win).
+
+        Raises:
+            ValueError: ``data`` is not a configuration of this class, or holds invalid settings.
+        """
+        return cls(nodes=nodes, **{**_settings(init_parameters(cls, data)), **overrides})
+
+    def get_persist_args(self) -> Dict[str, Any]:
+        """The settings :meth:`persist` writes (upstream's name for them)."""
+        return self.to_dict()["init_parameters"]
 
     def persist(self, path: Union[str, Path], **kwargs: Any) -> None:  # type: ignore[override]
-        """Write index, nodes and settings to the index folder ``path``.
+        """Write index, nodes and settings (``config.json``) to the index folder ``path``.
 
         ``path`` must be missing, empty, or hold a BM25 index persisted earlier
         (which is replaced atomically: a crash leaves the old or the new one);
@@ -559,20 +431,23 @@ class MultilingualBM25Retriever(BM25Retriever):
             PersistError: ``path`` holds something else (it is left untouched).
         """
         with write_index(path, PERSIST_KIND) as staging:
-            self.bm25.save(str(staging), show_progress=False, **kwargs)
-            (staging / NODES_FILE).write_text(
-                json.dumps([doc_to_json(node) for node in self.nodes], ensure_ascii=False),
-                encoding="utf-8",
-            )
-            (staging / RETRIEVER_FILE).write_text(
-                json.dumps(self.get_persist_args(), ensure_ascii=False, indent=2), encoding="utf-8"
-            )
+            self.write_files(staging, **kwargs)
+
+    def write_files(self, folder: Path, **kwargs: Any) -> None:
+        """Write this retriever's files into ``folder`` (for a component that
+        persists it inside its own index folder, as the hybrid does)."""
+        self.bm25.save(str(folder), show_progress=False, **kwargs)
+        (folder / NODES_FILE).write_text(
+            json.dumps([doc_to_json(node) for node in self.nodes], ensure_ascii=False),
+            encoding="utf-8",
+        )
+        write_config(folder, self.to_dict())
 
     @classmethod
     def from_persist_dir(  # type: ignore[override]
         cls, path: Union[str, Path], **kwargs: Any
     ) -> "MultilingualBM25Retriever":
-        """Load a retriever written by :meth:`persist` (or by the previous release).
+        """Load a retriever written by :meth:`persist` (or by the previous releases).
 
         Every file is checked against the folder's manifest (size and sha256)
         and for its shape, and the files against each other.
@@ -585,32 +460,23 @@ class MultilingualBM25Retriever(BM25Retriever):
             PersistError: the folder holds no BM25 index, or a file is missing,
                 truncated, modified or malformed (the message names it).
         """
-        return read_index(path, PERSIST_KIND, lambda folder: cls._load(folder, kwargs))
+        return read_index(path, PERSIST_KIND, lambda folder: cls.read_files(folder, **kwargs))
 
     @classmethod
-    def _load(cls, folder: Path, overrides: Dict[str, Any]) -> "MultilingualBM25Retriever":
-        settings_path, nodes_path = folder / RETRIEVER_FILE, folder / NODES_FILE
-        settings = load_json_object(settings_path, ("format_version", "tokenizer"))
-        if settings.get("format_version") != FORMAT_VERSION:
-            raise PersistError(
-                f"{settings_path} has format_version {settings.get('format_version')!r}; "
-                f"this version reads {FORMAT_VERSION}: persist the retriever again"
-            )
+    def read_files(cls, folder: Path, **overrides: Any) -> "MultilingualBM25Retriever":
+        """Load what :meth:`write_files` wrote into ``folder`` (or a previous
+        release's ``retriever.json`` layout)."""
+        settings_path = folder / CONFIG_FILE
         try:
-            tokenizer = MultilingualTokenizer.from_dict(settings["tokenizer"])
-            filters = (
-                MetadataFilters.model_validate(settings["filters"])
-                if settings.get("filters") is not None
-                else None
-            )
-            top_k = settings.get("similarity_top_k", DEFAULT_TOP_K)
-            metadata_mode = MetadataMode(settings.get("metadata_mode", MetadataMode.EMBED.value))
-            check_count("similarity_top_k", top_k)
-            # files written before the policy existed keep the constructor's default
-            policy = settings.get("unknown_filter_key", UnknownFilterPolicy.RAISE.value)
-            policy = None if policy is None else UnknownFilterPolicy(policy)
+            if settings_path.exists():
+                data = read_config(folder)
+                settings = _settings(init_parameters(cls, data))
+            else:
+                settings_path = folder / LEGACY_SETTINGS_FILE
+                settings = _legacy_settings(settings_path)
         except (TypeError, ValueError) as exc:
             raise PersistError(f"{settings_path} holds invalid settings ({exc})") from exc
+        nodes_path = folder / NODES_FILE
         raw_nodes = load_json(nodes_path)
         if not isinstance(raw_nodes, list) or not raw_nodes:
             raise PersistError(
@@ -625,15 +491,45 @@ class MultilingualBM25Retriever(BM25Retriever):
         except ValueError as exc:
             raise PersistError(f"{nodes_path} is damaged: {exc}") from exc
         bm25 = _load_bm25(folder, len(nodes), nodes_path)
-        options: Dict[str, Any] = {
-            "similarity_top_k": top_k,
-            "metadata_mode": metadata_mode,
-            "tokenizer": tokenizer,
-            "filters": filters,
-            "unknown_filter_key": policy,
-        }
-        options.update(overrides)
-        return cls(nodes=nodes, existing_bm25=bm25, **options)
+        return cls(nodes=nodes, existing_bm25=bm25, **{**settings, **overrides})
+
+
+def _settings(parameters: Dict[str, Any]) -> Dict[str, Any]:
+    """Constructor arguments from :meth:`MultilingualBM25Retriever.to_dict`'s init parameters."""
+    known = {
+        "similarity_top_k", "metadata_mode", "tokenizer", "filters", "filter_policy",
+        "unknown_filter_key",
+    }
+    unknown = set(parameters) - known
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}")
+    out = dict(parameters)
+    if "tokenizer" in out:
+        out["tokenizer"] = MultilingualTokenizer.from_dict(out["tokenizer"])
+    if out.get("filters") is not None:
+        out["filters"] = MetadataFilters.model_validate(out["filters"])
+    if "metadata_mode" in out:
+        out["metadata_mode"] = MetadataMode(out["metadata_mode"])
+    if "filter_policy" in out:
+        out["filter_policy"] = FilterPolicy(out["filter_policy"])
+    if out.get("unknown_filter_key") is not None:
+        out["unknown_filter_key"] = UnknownFilterPolicy(out["unknown_filter_key"])
+    check_count("similarity_top_k", out.get("similarity_top_k", DEFAULT_TOP_K))
+    return out
+
+
+def _legacy_settings(path: Path) -> Dict[str, Any]:
+    """Constructor arguments from a previous release's ``retriever.json``."""
+    settings = load_json_object(path, ("format_version", "tokenizer"))
+    if settings.get("format_version") != LEGACY_FORMAT_VERSION:
+        raise PersistError(
+            f"{path} has format_version {settings.get('format_version')!r}; "
+            f"this version reads {LEGACY_FORMAT_VERSION}: persist the retriever again"
+        )
+    parameters = {k: v for k, v in settings.items() if k != "format_version"}
+    # files written before the policy existed keep the constructor's default
+    parameters.setdefault("unknown_filter_key", UnknownFilterPolicy.RAISE.value)
+    return _settings(parameters)
 
 
 def _refuse_duplicate_ids(nodes: Sequence[BaseNode]) -> None:

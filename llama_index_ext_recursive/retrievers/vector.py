@@ -62,17 +62,14 @@ from llama_index_ext_recursive.filters import (
     FiltersLike,
     FilterVocabulary,
     UnknownFilterPolicy,
-    apply_policy,
-    filterable_metadata,
-    metadata_matcher,
+    keep_matching,
     to_filters,
 )
-from llama_index_ext_recursive.query import filters_of
-from llama_index_ext_recursive.validation import check_count, check_query, check_real, check_vectors
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.validation import check_count, check_real, check_vectors
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOP_K = 10
 WIDEN_FACTOR = 4  # each retry asks the store for this many times more hits
 
 
@@ -220,8 +217,15 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         return cls(index, **kwargs)
 
     # ------------------------------------------------------------- queries
-    def _effective_filters(self, query_bundle: QueryBundle) -> Optional[MetadataFilters]:
-        return apply_policy(self._filters, filters_of(query_bundle), self.filter_policy)
+    def _resolve(self, query_bundle: QueryBundle) -> Call:
+        """The call's filters (under ``filter_policy``) and k; filters are
+        checked by :meth:`_check_filters`, which may re-read the docstore."""
+        return resolve_call(
+            query_bundle,
+            filters=self._filters,
+            filter_policy=self.filter_policy,
+            top_k=self._similarity_top_k,
+        )
 
     def _query(
         self, embedding: Optional[List[float]], query_str: str, filters: Optional[MetadataFilters], top_k: int
@@ -280,22 +284,27 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         return dim
 
     # ------------------------------------------------------------- filters
-    def filter_vocabulary(self, refresh: bool = False) -> FilterVocabulary:
+    @property
+    def filter_vocabulary(self) -> FilterVocabulary:
         """The metadata keys (and value kinds) of the docstore's nodes.
 
         Shared by every retriever over the same docstore and built on first
-        use; ``refresh`` re-reads the docstore. Empty when the docstore holds
-        no nodes (then filters are not checked).
+        use; empty when the docstore holds no nodes (then filters are not
+        checked). :meth:`refresh_filter_vocabulary` re-reads the docstore.
         """
-        return _docstore_vocabulary(self._docstore, refresh)
+        return _docstore_vocabulary(self._docstore, refresh=False)
+
+    def refresh_filter_vocabulary(self) -> FilterVocabulary:
+        """Re-read the docstore's metadata keys (after nodes were added to it) and return them."""
+        return _docstore_vocabulary(self._docstore, refresh=True)
 
     def _check_filters(self, filters: Optional[MetadataFilters]) -> None:
         """Apply ``unknown_filter_key`` to filters that cannot match (see the class)."""
         if filters is None or not filters.filters or self.unknown_filter_key is None:
             return
-        vocabulary = self.filter_vocabulary()
+        vocabulary = self.filter_vocabulary
         if vocabulary and vocabulary.problems(filters):
-            vocabulary = self.filter_vocabulary(refresh=True)  # nodes may have been added since
+            vocabulary = self.refresh_filter_vocabulary()  # nodes may have been added since
         if not vocabulary:
             if not self._logged_unchecked:
                 self._logged_unchecked = True
@@ -307,42 +316,40 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         vocabulary.check(filters, self.unknown_filter_key)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        check_query(query_bundle)
-        filters = self._effective_filters(query_bundle)
-        self._check_filters(filters)
-        embedding = self._embedding(query_bundle)
-        top_k = self._similarity_top_k
+        call = self._resolve(query_bundle)
+        self._check_filters(call.filters)
+        embedding = self._embedding(call.bundle)
+        asked = call.top_k
         while True:  # widen until k hits survive the stale ids and filters
             result = self._vector_store.query(
-                self._query(embedding, query_bundle.query_str, filters, top_k), **self._kwargs
+                self._query(embedding, call.bundle.query_str, call.filters, asked), **self._kwargs
             )
             wanted = self._to_fetch(result)
             fetched = self._docstore.get_nodes(wanted, raise_error=False) if wanted else []
-            hits, stale, exhausted = self._assemble(result, fetched, filters, top_k)
-            if len(hits) >= self._similarity_top_k or exhausted:
-                return self._finish(hits, stale)
-            top_k *= WIDEN_FACTOR
+            hits, stale, exhausted = self._assemble(result, fetched, call.filters, asked)
+            if len(hits) >= call.top_k or exhausted:
+                return self._finish(hits, stale, call.top_k)
+            asked *= WIDEN_FACTOR
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        check_query(query_bundle)
-        filters = self._effective_filters(query_bundle)
-        if filters is not None and self.unknown_filter_key is not None:
+        call = self._resolve(query_bundle)
+        if call.filters is not None and self.unknown_filter_key is not None:
             # reading the docstore's nodes may be I/O (Redis, MongoDB): off the loop
-            await asyncio.to_thread(self._check_filters, filters)
-        embedding = await self._aembedding(query_bundle)
-        top_k = self._similarity_top_k
+            await asyncio.to_thread(self._check_filters, call.filters)
+        embedding = await self._aembedding(call.bundle)
+        asked = call.top_k
         while True:
-            query = self._query(embedding, query_bundle.query_str, filters, top_k)
+            query = self._query(embedding, call.bundle.query_str, call.filters, asked)
             if _has_native_aquery(self._vector_store):
                 result = await self._vector_store.aquery(query, **self._kwargs)
             else:  # the base class would run the sync search on the event loop
                 result = await asyncio.to_thread(self._vector_store.query, query, **self._kwargs)
             wanted = self._to_fetch(result)
             fetched = await self._docstore.aget_nodes(wanted, raise_error=False) if wanted else []
-            hits, stale, exhausted = self._assemble(result, fetched, filters, top_k)
-            if len(hits) >= self._similarity_top_k or exhausted:
-                return self._finish(hits, stale)
-            top_k *= WIDEN_FACTOR
+            hits, stale, exhausted = self._assemble(result, fetched, call.filters, asked)
+            if len(hits) >= call.top_k or exhausted:
+                return self._finish(hits, stale, call.top_k)
+            asked *= WIDEN_FACTOR
 
     # ---------------------------------------------------------- resolution
     def _hit_node_ids(self, result: VectorStoreQueryResult) -> List[str]:
@@ -383,18 +390,18 @@ class BackfillVectorRetriever(VectorIndexRetriever):
             pairs = [(pos, by_id[i]) for pos, i in enumerate(node_ids) if i in by_id]
             returned = len(node_ids)
         scores: Sequence[Optional[float]] = result.similarities or []
-        matches = None if (filters is None or self.filter_in_store) else metadata_matcher(filters)
         hits = [
             NodeWithScore(node=node, score=scores[pos] if pos < len(scores) else None)
             for pos, node in pairs
-            if matches is None or matches(filterable_metadata(node))
         ]
+        if not self.filter_in_store:
+            hits = keep_matching(hits, filters)
         return hits, stale, returned < asked
 
-    def _finish(self, hits: List[NodeWithScore], stale: List[str]) -> List[NodeWithScore]:
+    def _finish(self, hits: List[NodeWithScore], stale: List[str], top_k: int) -> List[NodeWithScore]:
         if stale:  # reported once per query, from the widest search
             self._on_stale(stale)
-        return hits[: self._similarity_top_k]
+        return hits[:top_k]
 
     def _on_stale(self, stale: List[str]) -> None:
         if self.stale_policy == StalePolicy.RAISE:
