@@ -24,7 +24,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_recursive import load_sample_documents
 from llama_index_ext_recursive.sample import sample_vector_store_info
 from llama_index_ext_recursive.auto.rules import Match, RuleBasedSpecGenerator
-from llama_index_ext_recursive.auto.spec import metadata_vocabulary
+from llama_index_ext_recursive.schema import metadata_vocabulary
 
 TODAY = date(2025, 6, 1)
 INFO = sample_vector_store_info()

@@ -31,13 +31,13 @@ from llama_index_ext_recursive.auto import (
     PartialDate,
     SpecError,
     SpecValidator,
-    combine_filters,
     metadata_vocabulary,
     parse_date,
     parse_operator,
     resolve_top_k,
 )
-from llama_index_ext_recursive.filters import metadata_matches
+from llama_index_ext_recursive.filters import merge_filters, metadata_matches
+from llama_index_ext_recursive.query import FilteredQueryBundle, resolve_call
 from llama_index_ext_recursive.sample import load_sample_documents
 
 Op = FilterOperator
@@ -495,30 +495,36 @@ def test_top_k_from_llm_json(top_k, expected, kinds):
 # --------------------------------------------------------------------------- E4: OR filters
 
 
+def combined(generated, extra=None, per_call=None, policy="merge"):
+    """What ValidatedAutoRetriever searches with: the spec's filters AND the call's resolved filters."""
+    call = resolve_call(FilteredQueryBundle("q", filters=per_call), filters=extra, filter_policy=policy, top_k=10)
+    return merge_filters(MetadataFilters(filters=list(generated)) if generated else None, call.filters)
+
+
 def test_or_extra_filters_are_nested_not_refused():
     spec, _ = validator().validate({"query": "q", "filters": [{"key": "year", "value": 2020, "operator": ">="}]})
     extra = MetadataFilters(condition=FilterCondition.OR, filters=[
         F(key="language", value="zh"), F(key="source", value="blog")])
-    combined = combine_filters(spec.filters, extra, per_call={"category": "food"})
+    tree = combined(spec.filters, extra, per_call={"category": "food"})
 
-    assert combined.condition == FilterCondition.AND
-    nested = [f for f in combined.filters if isinstance(f, MetadataFilters)]
+    assert tree.condition == FilterCondition.AND
+    nested = [f for f in tree.filters if isinstance(f, MetadataFilters)]
     assert len(nested) == 1 and nested[0].condition == FilterCondition.OR
-    assert matching(combined) == {"sourdough-baking", "zh-tea"}
-    assert matching(combined) == docs_where(
+    assert matching(tree) == {"sourdough-baking", "zh-tea"}
+    assert matching(tree) == docs_where(
         lambda md: md["year"] >= 2020 and (md["language"] == "zh" or md["source"] == "blog")
         and md["category"] == "food")
 
 
-def test_combine_filters_policies_and_empty_parts():
+def test_generated_and_resolved_filters_under_both_policies_and_empty_parts():
     generated = [F(key="language", value="en")]
     extra = MetadataFilters(condition=FilterCondition.NOT, filters=[F(key="category", value="biology")])
-    merged = combine_filters(generated, extra)
+    merged = combined(generated, extra)
     assert matching(merged) == docs_where(lambda md: md["language"] == "en" and md["category"] != "biology")
-    replaced = combine_filters(generated, extra, per_call={"year": 2020}, policy="replace")
+    replaced = combined(generated, extra, per_call={"year": 2020}, policy="replace")
     assert matching(replaced) == docs_where(lambda md: md["language"] == "en" and md["year"] == 2020)
-    assert combine_filters([], None, None) is None
-    assert matching(combine_filters(None, extra)) == docs_where(lambda md: md["category"] != "biology")
+    assert combined([], None, None) is None
+    assert matching(combined(None, extra)) == docs_where(lambda md: md["category"] != "biology")
 
 
 def test_or_group_inside_a_spec_is_reported_not_silently_anded():

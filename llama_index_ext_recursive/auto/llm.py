@@ -15,16 +15,12 @@ all. :class:`LLMSpecGenerator` instead:
    something (an invented key, an unknown operator, a value absent from the
    corpus), asks again once with the problems appended to the prompt;
 5. when it is still unusable, falls back to the rule-based generator, and
-   says so in the report (a :class:`~llama_index_ext_recursive.auto.spec.Repair`
+   says so in the report (a :class:`~llama_index_ext_recursive.auto.report.Repair`
    of kind ``"fallback"``): a bad answer never silently means "no filters".
 
-Every generator here returns ``(validated spec, report)``
-(:class:`SpecGenerator`); :class:`RuleSpecGenerator` puts
-:class:`~llama_index_ext_recursive.auto.rules.RuleBasedSpecGenerator` behind
-the same interface, so a retriever treats both alike. The report is a
-:class:`GenerationReport`: a ``SpecReport`` that also names the generator that
-produced the spec (``rules``, ``llm`` or ``fallback``) and keeps each LLM
-attempt's output and problems.
+It returns ``(validated spec, GenerationReport)`` like every
+:class:`~llama_index_ext_recursive.auto.generator.SpecGenerator`; the prompt
+is in :mod:`~llama_index_ext_recursive.auto.prompt`.
 """
 
 from __future__ import annotations
@@ -33,280 +29,34 @@ import ast
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field
 from datetime import date
-from typing import (
-    Any,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Set,
-    Tuple,
-    Union,
-    runtime_checkable,
-)
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts.base import BasePromptTemplate, PromptTemplate
-from llama_index.core.vector_stores.types import (
-    FilterOperator,
-    VectorStoreInfo,
-    VectorStoreQuerySpec,
-)
+from llama_index.core.vector_stores.types import VectorStoreInfo, VectorStoreQuerySpec
 
-from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
-from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
-from llama_index_ext_recursive.auto.spec import (
-    FieldType,
-    Repair,
-    SpecError,
-    SpecReport,
-    SpecValidator,
+from llama_index_ext_recursive.auto.generator import Attempt, GenerationReport, RuleSpecGenerator
+from llama_index_ext_recursive.auto.prompt import (
+    DEFAULT_SPEC_PROMPT,
+    FEEDBACK_HEADER,
+    operators_text,
+    values_text,
 )
+from llama_index_ext_recursive.auto.report import Repair, SpecError, SpecReport
+from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
+from llama_index_ext_recursive.auto.spec import SpecValidator
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "DEFAULT_SPEC_PROMPT",
-    "DEFAULT_SPEC_PROMPT_TMPL",
-    "Attempt",
-    "GenerationReport",
-    "LLMSpecGenerator",
-    "RuleSpecGenerator",
-    "SpecGenerator",
-    "SpecParseError",
-    "parse_spec_output",
-]
+__all__ = ["LLMSpecGenerator", "SpecParseError", "parse_spec_output"]
 
 #: Repair kinds that lose part of what the spec asked for (they trigger a retry
 #: when ``retry_on_drops`` is on).
 DROP_KINDS = frozenset({"dropped_key", "dropped_filter", "dropped_value", "dropped_top_k"})
 _MAX_SHOWN_OUTPUT = 2000  # characters of an LLM answer kept in reports and retry prompts
-_MAX_VALUES_IN_PROMPT = 25  # known values listed per key
-
-# --------------------------------------------------------------------------- report
-
-
-@dataclass
-class Attempt:
-    """One LLM answer, what was wrong with it, and whether its spec was used."""
-
-    output: str
-    problems: List[str] = field(default_factory=list)
-    used: bool = False
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class GenerationReport(SpecReport):
-    """A :class:`SpecReport` that also says where the spec came from.
-
-    Args:
-        generator: ``"rules"`` (rule-based), ``"llm"`` (the LLM's spec, validated)
-            or ``"fallback"`` (the LLM's answers were unusable; rule-based spec).
-        attempts: each LLM answer with its problems, in order (empty for rules).
-        matches: for rule-based specs, the query phrases that became filters
-            (``text``, ``rule``, ``key``, ``operator``, ``value``).
-    """
-
-    generator: str = "rules"
-    attempts: List[Attempt] = field(default_factory=list)
-    matches: List[Dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def fell_back(self) -> bool:
-        """True when the LLM's answers were unusable and the rules wrote the spec."""
-        return self.generator == "fallback"
-
-    def to_dict(self) -> Dict[str, Any]:
-        out = super().to_dict()
-        out.update(
-            generator=self.generator,
-            attempts=[attempt.to_dict() for attempt in self.attempts],
-            matches=list(self.matches),
-        )
-        return out
-
-
-# --------------------------------------------------------------------------- interface
-
-
-@runtime_checkable
-class SpecGenerator(Protocol):
-    """What a retriever needs from a spec generator: a validated spec and its report.
-
-    ``generate`` and ``agenerate`` give the same result for the same query;
-    ``agenerate`` never blocks the event loop on I/O.
-    """
-
-    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
-        ...
-
-    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
-        ...
-
-
-class RuleSpecGenerator:
-    """:class:`RuleBasedSpecGenerator` behind the :class:`SpecGenerator` interface.
-
-    The rule-based spec goes through ``validator`` (which resolves ``top_k``
-    and, under ``key_policy="reject"``, refuses what it would drop), and the
-    report lists the query phrases that became filters.
-
-    Args:
-        rules: the rule-based generator.
-        validator: the validator for the same ``VectorStoreInfo``.
-    """
-
-    name = "rules"
-
-    def __init__(self, rules: RuleBasedSpecGenerator, validator: SpecValidator) -> None:
-        self.rules = rules
-        self.validator = validator
-
-    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
-        """The validated rule-based spec for ``query`` and its report."""
-        spec, matches = self.rules.generate_with_matches(query)
-        validated, report = self.validator.validate(spec)
-        return validated, GenerationReport(
-            repairs=list(report.repairs),
-            errors=list(report.errors),
-            generator="rules",
-            matches=[_match_dict(m) for m in matches],
-        )
-
-    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
-        """Same as :meth:`generate` (rules are fast CPU work; nothing to await)."""
-        return self.generate(query)
-
-
-def _match_dict(match: Any) -> Dict[str, Any]:
-    operator = match.operator.value if isinstance(match.operator, FilterOperator) else match.operator
-    return {"text": match.text, "rule": match.rule, "key": match.key,
-            "operator": operator, "value": match.value}
-
-
-# --------------------------------------------------------------------------- prompt
-
-# Modelled on upstream's DEFAULT_VECTOR_STORE_QUERY_PROMPT_TMPL (same variables
-# schema_str, info_str, query_str, so upstream templates work here too) with
-# its examples corrected: upstream's first example ANDs two values of one key
-# (no song has two artists) and its second writes the year 1813 as a string.
-_PREFIX = """\
-Your goal is to structure the user's query to match the request schema provided below.
-
-<< Structured Request Schema >>
-When responding use a markdown code snippet with a JSON object formatted in the \
-following schema:
-
-{schema_str}
-
-The query string should contain only text that is expected to match the contents of \
-documents. Any conditions in the filter should not be mentioned in the query as well.
-
-Make sure that filters only refer to attributes that exist in the data source, spelled \
-exactly as declared.
-Make sure that filters take into account the descriptions of attributes.
-Make sure that filter values have the declared type: numbers for int and float \
-attributes (2023, not "2023").
-Use only these operators: ==, !=, >, >=, <, <=, in, nin (the value of in and nin is \
-a list), contains, any, all (for list attributes), text_match.
-Several filters are all applied (AND). To accept any of several values of one \
-attribute, use a single filter with the operator in.
-Make sure that filters are only used as needed. If there are no filters that should be \
-applied return [] for the filter value.
-If the user's query explicitly mentions number of documents to retrieve, set top_k to \
-that number, otherwise do not set top_k.
-Answer with the JSON object only.
-
-"""
-
-_EXAMPLE_INFO_1 = """\
-{
-    "metadata_info": [
-        {"name": "artist", "type": "str", "description": "Name of the song artist"},
-        {"name": "genre", "type": "str", "description": "The song genre, one of \\"pop\\", \\"rock\\" or \\"rap\\""}
-    ],
-    "content_info": "Lyrics of a song"
-}"""
-_EXAMPLE_OUTPUT_1 = (
-    '{"query": "teenager love", "filters": [{"key": "artist", "value": ["Taylor Swift", '
-    '"Katy Perry"], "operator": "in"}, {"key": "genre", "value": "pop", "operator": "=="}], '
-    '"top_k": null}'
-)
-_EXAMPLE_INFO_2 = """\
-{
-    "metadata_info": [
-        {"name": "author", "type": "str", "description": "Author name"},
-        {"name": "book_title", "type": "str", "description": "Book title"},
-        {"name": "year", "type": "int", "description": "Year Published"},
-        {"name": "pages", "type": "int", "description": "Number of pages"}
-    ],
-    "content_info": "Classic literature"
-}"""
-_EXAMPLE_OUTPUT_2 = (
-    '{"query": "Books related to theme of marriage for social standing", "filters": '
-    '[{"key": "year", "value": 1813, "operator": ">"}, {"key": "author", "value": '
-    '"Jane Austen", "operator": "=="}], "top_k": 3}'
-)
-_EXAMPLES = f"""\
-<< Example 1. >>
-Data Source:
-```json
-{_EXAMPLE_INFO_1}
-```
-
-User Query:
-What are songs by Taylor Swift or Katy Perry in the dance pop genre
-
-Structured Request:
-```json
-{_EXAMPLE_OUTPUT_1}
-```
-
-<< Example 2. >>
-Data Source:
-```json
-{_EXAMPLE_INFO_2}
-```
-
-User Query:
-Give me three books by Jane Austen published after 1813 that explore the theme of \
-marriage for social standing
-
-Structured Request:
-```json
-{_EXAMPLE_OUTPUT_2}
-```
-""".replace("{", "{{").replace("}", "}}")
-
-_SUFFIX = """
-<< Example 3. >>
-Data Source:
-```json
-{info_str}
-```
-{values_str}
-Today is {today_str}.
-
-User Query:
-{query_str}
-{feedback_str}
-Structured Request:
-"""
-
-#: The default prompt template (variables: ``schema_str``, ``info_str``,
-#: ``query_str``, ``values_str``, ``today_str``, ``feedback_str``; a custom
-#: template needs only the first three, as upstream's).
-DEFAULT_SPEC_PROMPT_TMPL = _PREFIX + _EXAMPLES + _SUFFIX
-DEFAULT_SPEC_PROMPT = PromptTemplate(DEFAULT_SPEC_PROMPT_TMPL)
 _VERBATIM = PromptTemplate("{prompt_text}")
-_FEEDBACK_HEADER = "<< Your previous answer could not be used >>"
 
 # --------------------------------------------------------------------------- parsing
 
@@ -432,33 +182,6 @@ def parse_spec_output(text: str) -> Dict[str, Any]:
 # --------------------------------------------------------------------------- LLM generator
 
 
-def _validator_vocabulary(validator: SpecValidator) -> Dict[str, Set[Any]]:
-    """The values the validator knows per key (empty when it has no vocabulary)."""
-    fields = getattr(validator, "_fields", {}) or {}
-    return {name: set(f.vocabulary) for name, f in fields.items() if getattr(f, "vocabulary", None)}
-
-
-def _values_text(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) -> str:
-    lines = []
-    for meta in info.metadata_info:
-        values = vocabulary.get(meta.name)
-        if not values:
-            continue
-        shown = sorted(values, key=lambda v: (str(type(v)), str(v)))
-        listed = ", ".join(json.dumps(v, ensure_ascii=False) for v in shown[:_MAX_VALUES_IN_PROMPT])
-        more = f" (and {len(shown) - _MAX_VALUES_IN_PROMPT} more)" if len(shown) > _MAX_VALUES_IN_PROMPT else ""
-        lines.append(f"- {meta.name}: {listed}{more}")
-    if not lines:
-        return ""
-    return "Values present in the data source:\n" + "\n".join(lines) + "\n"
-
-
-def _operators_text(info: VectorStoreInfo) -> str:
-    names = set()
-    for meta in info.metadata_info:
-        names |= {op.value for op in FieldType.parse(meta.type).operators}
-    return ", ".join(sorted(names))
-
 
 class LLMSpecGenerator:
     """Query specs from an LLM: tolerant parsing, validation, one retry, rule-based fallback.
@@ -513,7 +236,7 @@ class LLMSpecGenerator:
         self.retry_on_drops = retry_on_drops
         self._info_str = vector_store_info.model_dump_json(indent=4)
         self._schema_str = json.dumps(VectorStoreQuerySpec.model_json_schema(), indent=2)
-        self._values_str = _values_text(vector_store_info, _validator_vocabulary(validator))
+        self._values_str = values_text(vector_store_info, validator.known_values)
 
     # ------------------------------------------------------------------ prompt
 
@@ -538,13 +261,13 @@ class LLMSpecGenerator:
         listed = "\n".join(f"- {p}" for p in problems)
         declared = ", ".join(f"{m.name} ({m.type})" for m in self.vector_store_info.metadata_info)
         return (
-            f"{_FEEDBACK_HEADER}\n"
+            f"{FEEDBACK_HEADER}\n"
             f"Your previous answer was:\n{shown}\n"
             f"Problems:\n{listed}\n"
             "Answer again with one JSON object with the keys \"query\", \"filters\" (a list of "
             "objects with \"key\", \"value\" and \"operator\") and \"top_k\". "
             f"Declared attributes: {declared}. "
-            f"Operators: {_operators_text(self.vector_store_info)}.\n"
+            f"Operators: {operators_text(self.vector_store_info)}.\n"
         )
 
     # ------------------------------------------------------------------ checking

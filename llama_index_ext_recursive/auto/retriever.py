@@ -15,55 +15,59 @@
   docstore): invented keys are dropped with a suggestion (or refused, with
   ``key_policy="reject"``), values are coerced to the declared types,
   operator spellings are mapped, and one bad filter never discards the rest.
-* **k:** the spec's ``top_k`` may raise or lower k within ``[1, max_top_k]``
-  (upstream can only lower it); ``similarity_top_k`` above ``max_top_k`` is
-  clamped.
-* **Filters combine, never refused:** generated filters AND ``extra_filters``
-  (any ``MetadataFilters`` tree: AND, OR, nested) AND per-call filters from a
-  :class:`~llama_index_ext_recursive.filters.FilteredQueryBundle`
-  (``filter_policy="replace"``: per-call filters replace ``extra_filters``).
+* **k:** a ``FilteredQueryBundle``'s ``top_k`` is used as given; otherwise
+  the spec's ``top_k`` may raise or lower k within ``[1, max_top_k]``
+  (upstream can only lower it); ``similarity_top_k`` (default 10) above
+  ``max_top_k`` is clamped.
+* **Filters combine, never refused:** generated filters AND the filters the
+  call resolves (:func:`~llama_index_ext_recursive.query.resolve_call`:
+  ``extra_filters``, any ``MetadataFilters`` tree, and a
+  ``FilteredQueryBundle``'s under ``filter_policy``).
 * **An empty spec query** (a filters-only request) searches with the
   original query text instead of failing (upstream needs
   ``default_empty_query_vector``; when given, it is still used).
-* **Any store:** retrieval goes through
-  :class:`~llama_index_ext_recursive.retrievers.vector.BackfillVectorRetriever`, which
-  filters on stores that cannot (FAISS) and survives stale ids; or through
-  ``retriever=`` (e.g. a ``RecursiveSummaryRetriever``), called with a
-  ``FilteredQueryBundle`` so the filters apply at every level it has.
+* **Any store:** retrieval goes through one
+  :class:`~llama_index_ext_recursive.retrievers.vector.BackfillVectorRetriever`
+  built at construction, which filters on stores that cannot (FAISS) and
+  survives stale ids; or through ``retriever=`` (e.g. a
+  ``RecursiveSummaryRetriever``), called with a ``FilteredQueryBundle`` so
+  the filters and k apply at every level it has.
 * **Bad input fails early:** a blank query is a ``ValueError``; counts that
-  are not integers (``True``, ``2.5``, ``"5"``) are refused at construction;
-  a filter no indexed node can match raises
+  are not integers (``True``, ``2.5``, ``"5"``) and unknown keywords are
+  refused at construction; a filter no indexed node can match raises
   :class:`~llama_index_ext_recursive.filters.FilterError` by default
   (``unknown_filter_key``).
-* **Explanations:** each result is an :class:`AutoNodeWithScore` whose
-  ``auto_explanation`` (:class:`AutoExplanation`) holds the spec used, the
-  validation report, which generator wrote the spec and the filters applied;
-  :meth:`ValidatedAutoRetriever.retrieve_with_explanation` returns it even
-  when nothing matched. Each call builds its own objects, so concurrent calls
-  never share state.
+* **Explanations:** each result's ``explanation.auto`` is the call's
+  :class:`~llama_index_ext_recursive.auto.explanation.AutoExplanation` (the
+  spec used, the validation report, which generator wrote the spec, the
+  filters applied), added to the parts a wrapped retriever attached (its
+  ``route`` or ``fusion``); :meth:`ValidatedAutoRetriever.retrieve_with_explanation`
+  returns it even when nothing matched.
+* **Saved like every component:** ``to_dict``/``from_dict`` for the query
+  settings, ``persist``/``from_persist_dir`` for settings plus the index
+  (:mod:`~llama_index_ext_recursive.auto.saving`).
 """
 
 from __future__ import annotations
 
-import contextvars
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict
+from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.callbacks.base import CallbackManager
-from llama_index.core.constants import DEFAULT_SIMILARITY_TOP_K
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.indices.vector_store.retrievers.auto_retriever.auto_retriever import (
     VectorIndexAutoRetriever,
 )
-from llama_index.core.llms.llm import LLM
+from llama_index.core.llms.utils import LLMType
 from llama_index.core.prompts.base import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle, QueryType
-from llama_index.core.settings import Settings
 from llama_index.core.vector_stores.types import (
     MetadataFilters,
     VectorStoreInfo,
@@ -71,129 +75,81 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuerySpec,
 )
 
-from llama_index_ext_recursive.auto.llm import (
-    DEFAULT_SPEC_PROMPT,
-    GenerationReport,
-    LLMSpecGenerator,
-    RuleSpecGenerator,
-    SpecGenerator,
-)
+from llama_index_ext_recursive.auto import saving
+from llama_index_ext_recursive.auto.explanation import AutoExplanation
+from llama_index_ext_recursive.auto.generator import GenerationReport, RuleSpecGenerator, SpecGenerator
+from llama_index_ext_recursive.auto.llm import LLMSpecGenerator
+from llama_index_ext_recursive.auto.prompt import DEFAULT_SPEC_PROMPT
+from llama_index_ext_recursive.auto.report import SpecReport
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
-from llama_index_ext_recursive.auto.spec import (
-    KeyPolicy,
-    Repair,
-    SpecReport,
-    SpecValidator,
-    combine_filters,
-    metadata_vocabulary,
-    resolve_top_k,
-)
-from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+from llama_index_ext_recursive.auto.spec import KeyPolicy, SpecValidator
+from llama_index_ext_recursive.auto.values import resolve_top_k
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
+    FilterVocabulary,
     UnknownFilterPolicy,
+    keep_matching,
+    merge_filters,
     to_filters,
 )
-from llama_index_ext_recursive.query import filters_of, with_options
+from llama_index_ext_recursive.models import resolve_llm
+from llama_index_ext_recursive.query import (
+    DEFAULT_TOP_K,
+    Call,
+    FilteredQueryBundle,
+    as_query_bundle,
+    resolve_call,
+    top_k_of,
+    with_options,
+)
 from llama_index_ext_recursive.retrievers.fusion import aretrieve_from_child, retrieve_from_child
-from llama_index_ext_recursive.validation import check_count, check_query
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.results import explained
+from llama_index_ext_recursive.schema import metadata_vocabulary
+from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["AutoExplanation", "ValidatedAutoRetriever"]
 
 
-class AutoExplanation(BaseModel):
-    """How one auto-retrieval call searched.
+class _Deferred:
+    """Stands in for what upstream's constructor reads eagerly but this class sets itself.
 
-    Args:
-        query: the caller's query text.
-        spec: the validated spec (its ``query``, ``filters`` and ``top_k``).
-        generator: who wrote the spec: ``rules``, ``llm``, ``fallback`` (the
-            LLM's answers were unusable; rules wrote it) or a custom
-            generator's class name.
-        report: what validation changed (``repairs``) or refused; a
-            :class:`~llama_index_ext_recursive.auto.llm.GenerationReport` for
-            the built-in generators (LLM attempts, matched phrases).
-        extra_filters: the construction-time filters.
-        per_call_filters: the filters of the caller's ``FilteredQueryBundle``.
-        filters: everything applied (generated AND extra AND per-call).
-        top_k: the k used.
-        search_query: the text searched (the spec's query, or the caller's
-            when the spec's is empty).
-        retriever: what searched (``BackfillVectorRetriever`` or the wrapped
-            retriever's class name).
+    ``VectorIndexAutoRetriever.__init__`` evaluates ``llm or Settings.llm``
+    (which resolves OpenAI when no LLM is configured) and ``object_map or
+    index._object_map`` (which fails for ``index=None``). Passing this truthy
+    object short-circuits both; :class:`ValidatedAutoRetriever` sets the real
+    values right after the parent's constructor returns.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    query: str
-    spec: VectorStoreQuerySpec
-    generator: str
-    report: Union[GenerationReport, SpecReport]
-    extra_filters: Optional[MetadataFilters] = None
-    per_call_filters: Optional[MetadataFilters] = None
-    filters: Optional[MetadataFilters] = None
-    top_k: int
-    search_query: str
-    retriever: str
-
-    @property
-    def repairs(self) -> List[Repair]:
-        """What validation (or the fallback) changed, in order."""
-        return list(self.report.repairs)
-
-    @property
-    def fell_back(self) -> bool:
-        """True when an LLM's answers were unusable and the rules wrote the spec."""
-        return self.generator == "fallback"
-
-    def describe(self) -> str:
-        """A few lines for people: spec, filters applied, repairs."""
-        generated = [f"{f.key} {f.operator.value} {f.value!r}" for f in self.spec.filters]
-        lines = [
-            f"query {self.query!r} -> search {self.search_query!r} "
-            f"(spec by {self.generator}, top_k={self.top_k})",
-            f"  generated filters: {', '.join(generated) if generated else 'none'}",
-        ]
-        if self.extra_filters is not None or self.per_call_filters is not None:
-            lines.append(f"  applied filters: {_tree_text(self.filters)}")
-        for repair in self.report.repairs:
-            lines.append(f"  [{repair.kind}] {repair.message}")
-        return "\n".join(lines)
+    _object_map: Dict[str, Any] = {}
 
 
-def _tree_text(filters: Optional[MetadataFilters]) -> str:
-    if filters is None or not filters.filters:
-        return "none"
-    parts = [
-        f"({_tree_text(item)})" if isinstance(item, MetadataFilters)
-        else f"{item.key} {item.operator.value} {item.value!r}"
-        for item in filters.filters
-    ]
-    condition = getattr(filters.condition, "value", filters.condition) or "and"
-    if condition == "not":
-        return "not (" + " or ".join(parts) + ")"
-    return f" {condition} ".join(parts)
+_DEFERRED = _Deferred()
 
 
-@dataclass
-class _Call:
+@dataclass(frozen=True)
+class _Plan:
     """One call's plan: where to search, with what, and its explanation."""
 
     retriever: BaseRetriever
     bundle: QueryBundle
     top_k: int
-    cut: bool  # a wrapped retriever's results are cut to top_k
     explanation: AutoExplanation
 
 
-# set by retrieve_with_explanation for the duration of one call (per thread / task)
-_EXPLANATION_SLOT: contextvars.ContextVar[Optional[List[AutoExplanation]]] = contextvars.ContextVar(
-    "validated_auto_retriever_explanation", default=None
-)
+@dataclass
+class _PlannedBundle(FilteredQueryBundle):
+    """The caller's bundle plus the plan :meth:`ValidatedAutoRetriever.retrieve_with_explanation` made.
+
+    The explanation exists before retrieval (it is there even when nothing
+    matches), so the method plans first and hands the plan to ``_retrieve``
+    in the bundle, through upstream's ``retrieve`` (events, ``object_map``).
+    """
+
+    plan: Optional[_Plan] = None
 
 
 class ValidatedAutoRetriever(VectorIndexAutoRetriever):
@@ -204,14 +160,17 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
     ``similarity_top_k``, ``empty_query_top_k``, ``vector_store_query_mode``,
     ``default_empty_query_vector``, ``callback_manager``, ``verbose``,
     ``extra_filters``, ``object_map``, ``objects``, extra ``kwargs`` for the
-    vector retriever; ``similarity_top_k`` defaults to upstream's 2), plus:
+    vector retriever), except that ``similarity_top_k`` defaults to the
+    package's 10 (upstream: 2), plus:
 
     Args:
-        llm: writes the specs when given (:class:`LLMSpecGenerator`, with the
-            rules as fallback). ``None`` (default): the rules write them and no
-            LLM is used; ``Settings.llm`` is never resolved.
+        llm: writes the specs when given (an ``LLM`` or a spec such as
+            ``"local:<path>"``; :class:`LLMSpecGenerator`, with the rules as
+            fallback). ``None`` (default): the rules write them and no LLM is
+            used; ``Settings.llm`` is never resolved.
         extra_filters: filters always applied: ``MetadataFilters`` (AND, OR,
-            NOT, nested) or ``{key: value}``.
+            NOT, nested) or a filter dict (``{key: value}``,
+            ``{key: {"op": ">=", "value": 2021}}``).
         key_policy: ``"drop"`` (drop what cannot be repaired and report it) or
             ``"reject"`` (raise ``SpecError`` listing every problem).
         vocabulary: values present per key; default: read from the index's
@@ -227,9 +186,10 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             ``[1, max_top_k]``.
         retriever: search with this retriever instead of a vector retriever
             over ``index`` (``index`` may then be ``None``). It is called with
-            a ``FilteredQueryBundle`` carrying the combined filters, and its
-            own k applies: the spec's ``top_k`` cuts its results. Build it
-            with ``similarity_top_k=max_top_k`` so every k is reachable.
+            a ``FilteredQueryBundle`` carrying the combined filters and the k;
+            its results are cut to k and checked against the filters, so a
+            retriever that ignores the bundle's options (an upstream one)
+            returns fewer results, never unfiltered ones.
         filter_policy: ``merge`` (per-call filters AND ``extra_filters``) or
             ``replace`` (per-call filters, when given, replace them).
         max_retries: LLM retries after an unusable answer (with ``llm``).
@@ -246,18 +206,18 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
     Raises:
         TypeError, ValueError: at construction, for ``similarity_top_k``,
             ``max_top_k`` or ``empty_query_top_k`` that are not integers >= 1,
-            a negative ``max_retries``, or a ``retriever`` that is not a
-            ``BaseRetriever``.
+            a negative ``max_retries``, a ``retriever`` that is not a
+            ``BaseRetriever``, or a keyword the vector retriever does not take.
     """
 
     def __init__(
         self,
         index: Optional[VectorStoreIndex],
         vector_store_info: VectorStoreInfo,
-        llm: Optional[LLM] = None,
+        llm: Optional[LLMType] = None,
         prompt_template_str: Optional[Union[str, BasePromptTemplate]] = None,
         max_top_k: int = 10,
-        similarity_top_k: int = DEFAULT_SIMILARITY_TOP_K,
+        similarity_top_k: int = DEFAULT_TOP_K,
         empty_query_top_k: Optional[int] = 10,
         vector_store_query_mode: VectorStoreQueryMode = VectorStoreQueryMode.DEFAULT,
         default_empty_query_vector: Optional[List[float]] = None,
@@ -288,28 +248,58 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         check_count("max_top_k", max_top_k)
         check_count("empty_query_top_k", empty_query_top_k, allow_none=True)
         check_count("max_retries", max_retries, minimum=0)
-        self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
-        # upstream's __init__ resolves Settings.llm (OpenAI by default) even when
-        # no LLM is wanted, and refuses OR extra_filters: set its fields here.
+        resolved_llm = None if llm is None else resolve_llm(
+            llm,
+            needed_for="ValidatedAutoRetriever(llm=...)",
+            offline_alternative="leave llm=None: the rule-based generator writes the specs",
+            callback_manager=callback_manager,
+        )
+        super().__init__(
+            index if index is not None else _DEFERRED,
+            vector_store_info,
+            llm=resolved_llm or _DEFERRED,
+            prompt_template_str=prompt_template_str if isinstance(prompt_template_str, str) else None,
+            max_top_k=max_top_k,
+            similarity_top_k=similarity_top_k,
+            empty_query_top_k=empty_query_top_k,
+            vector_store_query_mode=vector_store_query_mode,
+            default_empty_query_vector=default_empty_query_vector,
+            callback_manager=callback_manager,
+            verbose=verbose,
+            extra_filters=None,  # upstream refuses OR trees; set below
+            object_map=object_map,
+            objects=objects,
+            **kwargs,
+        )
         self._index = index
-        self._vector_store_info = vector_store_info
-        self._default_empty_query_vector = default_empty_query_vector
-        self._llm = llm
-        self._max_top_k = max_top_k
-        self._similarity_top_k = similarity_top_k
-        self._empty_query_top_k = empty_query_top_k
-        self._vector_store_query_mode = vector_store_query_mode
+        self._llm = resolved_llm
         self._extra_filters = to_filters(extra_filters)
-        self._kwargs = kwargs
         self.filter_policy = FilterPolicy(filter_policy)
+        self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
+        self.key_policy = key_policy
+        self.today = today
+        self.synonyms = synonyms
+        self.max_retries = max_retries
         self.wrapped_retriever = retriever
-        if vocabulary is None:
-            vocabulary = _declared_vocabulary(vector_store_info, self._vocabulary_nodes(index, retriever))
-        self.vocabulary = vocabulary
-        self._check_extra_filters()
+        nodes = self._vocabulary_nodes(index, retriever)
+        self._given_vocabulary = vocabulary
+        self.vocabulary = vocabulary if vocabulary is not None else _declared_vocabulary(vector_store_info, nodes)
+        self._vector_retriever = None if retriever is not None else BackfillVectorRetriever(
+            index,
+            similarity_top_k=max(max_top_k, similarity_top_k),  # every k a spec can ask for
+            vector_store_query_mode=vector_store_query_mode,
+            object_map=self.object_map,
+            callback_manager=self.callback_manager,
+            verbose=verbose,
+            unknown_filter_key=self.unknown_filter_key,
+            **kwargs,
+        )
+        if self._vector_retriever is not None and self._extra_filters is not None and nodes:
+            # refuse extra_filters that cannot match now, not at the first query
+            FilterVocabulary.from_nodes(nodes).check(self._extra_filters, self.unknown_filter_key)
         self.validator = SpecValidator(
             vector_store_info,
-            vocabulary=vocabulary,
+            vocabulary=self.vocabulary,
             key_policy=key_policy,
             max_top_k=max_top_k,
             similarity_top_k=similarity_top_k,
@@ -317,31 +307,17 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             today=today,
         )
         self.spec_generator: SpecGenerator = self._make_generator(
-            spec_generator, llm, prompt_template_str, max_retries, today, synonyms
+            spec_generator, resolved_llm, prompt_template_str, max_retries, today, synonyms
         )
         prompt = getattr(self.spec_generator, "prompt", None)
         self._prompt = prompt if isinstance(prompt, BasePromptTemplate) else DEFAULT_SPEC_PROMPT
-        if retriever is not None:
-            wrapped_k = getattr(retriever, "similarity_top_k", None)
-            if isinstance(wrapped_k, int) and wrapped_k < max_top_k:
-                logger.info(
-                    "the wrapped %s returns %d results; specs asking for more get %d",
-                    type(retriever).__name__, wrapped_k, wrapped_k,
-                )
-        BaseRetriever.__init__(
-            self,
-            callback_manager=callback_manager or Settings.callback_manager,
-            object_map=object_map or (getattr(index, "_object_map", None) if index is not None else None),
-            objects=objects,
-            verbose=verbose,
-        )
 
     # ------------------------------------------------------------------ setup
 
     @staticmethod
     def _vocabulary_nodes(
         index: Optional[VectorStoreIndex], retriever: Optional[BaseRetriever]
-    ) -> Iterable[BaseNode]:
+    ) -> List[BaseNode]:
         source = index if index is not None else getattr(retriever, "_chunk_index", None)
         if source is None:
             logger.warning(
@@ -357,17 +333,10 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             )
         return nodes
 
-    def _check_extra_filters(self) -> None:
-        """Refuse ``extra_filters`` that cannot match at construction, not at the first query."""
-        if self._extra_filters is None or self._index is None or self.wrapped_retriever is not None:
-            return
-        probe = BackfillVectorRetriever(self._index, unknown_filter_key=self.unknown_filter_key)
-        probe._check_filters(self._extra_filters)
-
     def _make_generator(
         self,
         spec_generator: Optional[Union[SpecGenerator, RuleBasedSpecGenerator]],
-        llm: Optional[LLM],
+        llm: Optional[Any],
         prompt: Optional[Union[str, BasePromptTemplate]],
         max_retries: int,
         today: Optional[date],
@@ -425,12 +394,24 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         self, spec: VectorStoreQuerySpec, query_bundle: Optional[QueryBundle] = None
     ) -> Tuple[BaseRetriever, QueryBundle]:
         """The retriever and bundle that run ``spec`` (upstream's hook)."""
-        call = self._plan(query_bundle or QueryBundle(spec.query), spec, SpecReport())
-        return call.retriever, call.bundle
+        plan = self._plan(self._resolve(query_bundle or QueryBundle(spec.query)), spec, SpecReport())
+        return plan.retriever, plan.bundle
 
     # ------------------------------------------------------------------ planning
 
-    def _top_k(self, spec: VectorStoreQuerySpec) -> int:
+    def _resolve(self, query_bundle: QueryBundle) -> Call:
+        """The call's filters in force (``extra_filters`` and per-call, under the policy)."""
+        return resolve_call(
+            query_bundle,
+            filters=self._extra_filters,
+            filter_policy=self.filter_policy,
+            top_k=self._similarity_top_k,
+        )
+
+    def _top_k(self, call: Call, spec: VectorStoreQuerySpec) -> int:
+        per_call = top_k_of(call.bundle)
+        if per_call is not None:
+            return per_call
         k = spec.top_k
         if k is None:
             k = resolve_top_k(
@@ -438,47 +419,34 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             )
         return min(max(int(k), 1), self._max_top_k)
 
-    def _plan(self, query_bundle: QueryBundle, spec: VectorStoreQuerySpec, report: SpecReport) -> _Call:
-        per_call = filters_of(query_bundle)
-        combined = combine_filters(list(spec.filters), self._extra_filters, per_call, self.filter_policy)
-        top_k = self._top_k(spec)
+    def _plan(self, call: Call, spec: VectorStoreQuerySpec, report: SpecReport) -> _Plan:
+        caller = call.bundle
+        generated = MetadataFilters(filters=list(spec.filters)) if spec.filters else None
+        combined = merge_filters(generated, call.filters)
+        top_k = self._top_k(call, spec)
         blank = not spec.query.strip()
-        text = query_bundle.query_str if blank else spec.query
+        text = caller.query_str if blank else spec.query
         if blank and self._default_empty_query_vector is not None:
             embedding, strs, text = self._default_empty_query_vector, None, ""
-        elif text == query_bundle.query_str:
-            embedding, strs = query_bundle.embedding, query_bundle.custom_embedding_strs
+        elif text == caller.query_str:
+            embedding, strs = caller.embedding, caller.custom_embedding_strs
         else:
             embedding, strs = None, None
-        if self.wrapped_retriever is not None:
-            retriever = self.wrapped_retriever
-            bundle: QueryBundle = with_options(
-                query_bundle, filters=combined, query_str=text, embedding=embedding, custom_embedding_strs=strs
-            )
-        else:
-            assert self._index is not None
-            retriever = BackfillVectorRetriever(
-                self._index,
-                similarity_top_k=top_k,
-                filters=combined,
-                vector_store_query_mode=self._vector_store_query_mode,
-                object_map=self.object_map,
-                callback_manager=self.callback_manager,
-                verbose=self._verbose,
-                unknown_filter_key=self.unknown_filter_key,
-                **self._kwargs,
-            )
-            bundle = QueryBundle(query_str=text, embedding=embedding, custom_embedding_strs=strs)
+        retriever = self.wrapped_retriever or self._vector_retriever
+        assert retriever is not None
+        bundle = call.child_bundle(
+            filters=combined, top_k=top_k, query_str=text, embedding=embedding, custom_embedding_strs=strs
+        )
         generator = report.generator if isinstance(report, GenerationReport) else (
             getattr(self.spec_generator, "name", None) or type(self.spec_generator).__name__
         )
         explanation = AutoExplanation(
-            query=query_bundle.query_str,
+            query=caller.query_str,
             spec=spec,
             generator=generator,
             report=report,
             extra_filters=self._extra_filters,
-            per_call_filters=per_call,
+            per_call_filters=call.per_call_filters,
             filters=combined,
             top_k=top_k,
             search_query=text,
@@ -486,55 +454,117 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         )
         # verbose=True raises the level so the explanation shows without logging setup
         logger.log(logging.WARNING if self._verbose else logging.INFO, "auto-retrieval: %s", explanation.describe())
-        return _Call(retriever, bundle, top_k, self.wrapped_retriever is not None, explanation)
+        return _Plan(retriever, bundle, top_k, explanation)
 
-    def _finish(self, hits: List[NodeWithScore], call: _Call) -> List[NodeWithScore]:
-        if call.cut:
-            hits = hits[: call.top_k]
-        slot = _EXPLANATION_SLOT.get()
-        if slot is not None:
-            slot.append(call.explanation)
-        return [explained(hit, auto=call.explanation) for hit in hits]
+    def _finish(self, hits: List[NodeWithScore], plan: _Plan) -> List[NodeWithScore]:
+        if self.wrapped_retriever is not None:
+            kept = keep_matching(hits, plan.explanation.filters)
+            if len(kept) < len(hits):
+                logger.warning(
+                    "the wrapped %s returned %d of %d results outside the filters (does it read "
+                    "FilteredQueryBundle.filters?); they were removed",
+                    type(self.wrapped_retriever).__name__, len(hits) - len(kept), len(hits),
+                )
+            hits = kept
+        return [explained(hit, auto=plan.explanation) for hit in hits[: plan.top_k]]
 
     # ------------------------------------------------------------------ retrieval
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        check_query(query_bundle)
-        spec, report = self.spec_generator.generate(query_bundle.query_str)
-        call = self._plan(query_bundle, spec, report)
-        return self._finish(retrieve_from_child(call.retriever, call.bundle, "retriever"), call)
+        call = self._resolve(query_bundle)
+        plan = getattr(query_bundle, "plan", None)
+        if plan is None:
+            plan = self._plan(call, *self.spec_generator.generate(query_bundle.query_str))
+        return self._finish(retrieve_from_child(plan.retriever, plan.bundle, "retriever"), plan)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        check_query(query_bundle)
-        spec, report = await self.spec_generator.agenerate(query_bundle.query_str)
-        call = self._plan(query_bundle, spec, report)
-        return self._finish(
-            await aretrieve_from_child(call.retriever, call.bundle, "retriever"), call
-        )
+        call = self._resolve(query_bundle)
+        plan = getattr(query_bundle, "plan", None)
+        if plan is None:
+            plan = self._plan(call, *await self.spec_generator.agenerate(query_bundle.query_str))
+        return self._finish(await aretrieve_from_child(plan.retriever, plan.bundle, "retriever"), plan)
 
     def retrieve_with_explanation(
         self, str_or_query_bundle: QueryType
     ) -> Tuple[List[NodeWithScore], AutoExplanation]:
         """``retrieve`` plus the call's explanation (present even with no results)."""
-        slot: List[AutoExplanation] = []
-        token = _EXPLANATION_SLOT.set(slot)
-        try:
-            nodes = self.retrieve(str_or_query_bundle)
-        finally:
-            _EXPLANATION_SLOT.reset(token)
-        return nodes, slot[-1]
+        call = self._resolve(as_query_bundle(str_or_query_bundle))
+        plan = self._plan(call, *self.spec_generator.generate(call.bundle.query_str))
+        return self.retrieve(_planned(call.bundle, plan)), plan.explanation
 
     async def aretrieve_with_explanation(
         self, str_or_query_bundle: QueryType
     ) -> Tuple[List[NodeWithScore], AutoExplanation]:
         """``aretrieve`` plus the call's explanation (present even with no results)."""
-        slot: List[AutoExplanation] = []
-        token = _EXPLANATION_SLOT.set(slot)
-        try:
-            nodes = await self.aretrieve(str_or_query_bundle)
-        finally:
-            _EXPLANATION_SLOT.reset(token)
-        return nodes, slot[-1]
+        call = self._resolve(as_query_bundle(str_or_query_bundle))
+        plan = self._plan(call, *await self.spec_generator.agenerate(call.bundle.query_str))
+        return await self.aretrieve(_planned(call.bundle, plan)), plan.explanation
+
+    # ------------------------------------------------------------------ saving
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The query settings as ``{"type": ..., "init_parameters": {...}}`` (see :mod:`~llama_index_ext_recursive.config`).
+
+        What is not a setting is passed again to :meth:`from_dict`: the
+        ``index`` or ``retriever``, ``llm``, ``spec_generator``,
+        ``callback_manager``, ``object_map``/``objects``. A ``vocabulary`` is
+        saved only when one was given (otherwise it is read from the index again).
+
+        Raises:
+            ValueError: a setting is not JSON (a custom prompt template object,
+                a vector-retriever keyword holding an object).
+        """
+        return saving.to_dict(self)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Dict[str, Any],
+        index: Optional[VectorStoreIndex] = None,
+        **kwargs: Any,
+    ) -> "ValidatedAutoRetriever":
+        """A retriever with the settings of :meth:`to_dict` over ``index`` (or ``retriever=``).
+
+        Args:
+            data: what :meth:`to_dict` returned.
+            index: the index to search.
+            **kwargs: what is not saved (``retriever``, ``llm``,
+                ``spec_generator``, ``callback_manager``...) or overrides.
+        """
+        return cls(index, **{**saving.from_dict(cls, data), **kwargs})
+
+    def persist(self, persist_dir: Union[str, Path]) -> None:
+        """Write the settings (``config.json``) and the index searched to ``persist_dir``.
+
+        Raises:
+            PersistError: ``persist_dir`` holds something else; or the retriever
+                wraps ``retriever=`` (persist that retriever, and ``to_dict()``),
+                or its vector store cannot be saved to files.
+        """
+        saving.persist(self, persist_dir)
+
+    @classmethod
+    def from_persist_dir(
+        cls, persist_dir: Union[str, Path], embed_model: Optional[Any] = None, **kwargs: Any
+    ) -> "ValidatedAutoRetriever":
+        """Load what :meth:`persist` wrote.
+
+        Args:
+            persist_dir: the folder.
+            embed_model: the query embedding model (default: argument >
+                ``Settings.embed_model`` > the bundled model); it must be the
+                one the index was built with.
+            **kwargs: what is not saved (``llm``, ``spec_generator``...) or overrides.
+        """
+        return saving.from_persist_dir(cls, persist_dir, embed_model, kwargs)
+
+
+def _planned(bundle: QueryBundle, plan: _Plan) -> _PlannedBundle:
+    """``bundle`` (any ``QueryBundle``) carrying ``plan``."""
+    options = with_options(bundle)
+    return _PlannedBundle(
+        **{f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.init}, plan=plan
+    )
 
 
 def _declared_vocabulary(info: VectorStoreInfo, nodes: Iterable[BaseNode]) -> Dict[str, Set[Any]]:

@@ -40,6 +40,14 @@ Conventions (all relative to ``today``; years are calendar years):
   ``top_k``; "top 10 mistakes" is not a result count.
 - ``key=value``, ``key: value``, ``key >= 3``, ``rating above 4`` work for
   every declared key.
+
+The words are in :mod:`~llama_index_ext_recursive.auto.lexicon`, the year
+expressions in :mod:`~llama_index_ext_recursive.auto.years`, the reading of
+declared types in :mod:`~llama_index_ext_recursive.schema`. This module is
+about 690 lines because what remains is one matcher: its passes (counts,
+explicit ``key op value``, years, value words, facet-or-topic, the leftover
+query text) claim spans of the same token list in priority order, and each
+pass decides by what the others claimed.
 """
 
 from __future__ import annotations
@@ -50,7 +58,6 @@ from dataclasses import dataclass
 from datetime import date
 from typing import (
     Any,
-    Callable,
     Dict,
     List,
     Optional,
@@ -67,6 +74,28 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuerySpec,
 )
 
+from llama_index_ext_recursive.auto.lexicon import (
+    BUILTIN_SYNONYMS,
+    DOC_NOUNS_EN,
+    DOC_NOUNS_ZH,
+    FILLER_EN,
+    FILLER_ZH,
+    LIST_JOINER,
+    NEGATION_EN,
+    NEGATION_ZH,
+    NUM_WORD_RE,
+    QUESTION_EN,
+    QUESTION_ZH,
+    ZH_FACET_NEXT,
+    ZH_GLUE,
+    ZH_NUM_RE,
+    parse_count,
+    plural_forms,
+)
+from llama_index_ext_recursive.auto.years import year_rules
+from llama_index_ext_recursive.schema import FieldType, holds_years
+from llama_index_ext_recursive.text import CJK_CLASS, HAN_CLASS
+
 jieba.setLogLevel(logging.WARNING)
 logger = logging.getLogger(__name__)
 
@@ -76,130 +105,12 @@ __all__ = [
     "RuleBasedSpecGenerator",
 ]
 
-# Built-in synonyms: phrase -> candidate canonical values, first one present in
-# the key's vocabulary wins (so "Chinese" works whether the index stores "zh",
-# "zh-cn" or "chinese"). A phrase applies to whichever key holds that value.
-BUILTIN_SYNONYMS: Dict[str, Tuple[str, ...]] = {
-    # languages
-    "english": ("en", "eng", "english", "en-us", "en-gb"),
-    "英文": ("en", "eng", "english", "en-us", "en-gb"),
-    "英语": ("en", "eng", "english", "en-us", "en-gb"),
-    "chinese": ("zh", "zh-cn", "zh-hans", "chinese", "cn", "zho", "chi"),
-    "中文": ("zh", "zh-cn", "zh-hans", "chinese", "cn", "zho", "chi"),
-    "汉语": ("zh", "zh-cn", "zh-hans", "chinese", "cn", "zho", "chi"),
-    "简体中文": ("zh", "zh-cn", "zh-hans", "chinese", "cn"),
-    # kinds of source
-    "blog post": ("blog",),
-    "博客": ("blog",),
-    "博文": ("blog",),
-    "encyclopedia entry": ("encyclopedia",),
-    "encyclopaedia": ("encyclopedia",),
-    "百科": ("encyclopedia",),
-    "百科全书": ("encyclopedia",),
-    "user manual": ("manual",),
-    "手册": ("manual", "handbook"),
-    "使用手册": ("manual",),
-    "操作手册": ("manual",),
-    "说明书": ("manual",),
-    "employee handbook": ("handbook",),
-    "staff handbook": ("handbook",),
-    "员工手册": ("handbook",),
-    "指南": ("handbook", "guide"),
-    # categories
-    "美食": ("food",),
-    "食物": ("food",),
-    "饮食": ("food",),
-    "食品": ("food",),
-    "生物": ("biology",),
-    "生物学": ("biology",),
-    "能源": ("energy",),
-    "历史": ("history",),
-    "体育": ("sports", "sport"),
-    "运动": ("sports", "sport"),
-    "软件": ("software",),
-    "政策": ("policy",),
-    "环境": ("environment",),
-    "环保": ("environment",),
-    "交通": ("transport", "transportation"),
-    "transportation": ("transport",),
-    "园艺": ("gardening",),
-}
 
-# Words that name a document or a result: a value next to one is a facet.
-_DOC_NOUNS_EN = {
-    "article", "articles", "doc", "docs", "document", "documents", "post", "posts",
-    "entry", "entries", "page", "pages", "text", "texts", "source", "sources",
-    "result", "results", "hit", "hits", "match", "matches", "passage", "passages",
-    "chunk", "chunks", "item", "items", "record", "records", "paper", "papers",
-    "report", "reports", "publication", "publications", "material", "materials",
-    "content", "contents", "writing", "writings", "blog", "blogs", "manual",
-    "manuals", "handbook", "handbooks", "encyclopedia", "encyclopedias", "guide",
-    "guides", "file", "files", "literature", "category", "version", "versions",
-    "translation", "translations", "edition", "editions",
-}
-_DOC_NOUNS_ZH = {
-    "文章", "文档", "资料", "内容", "文件", "条目", "结果", "材料", "帖子", "博客",
-    "百科", "手册", "指南", "说明书", "信息", "文献", "报告", "博文", "百科全书",
-    "使用手册", "员工手册", "操作手册", "版本", "译本",
-}
-# Function words and request phrasing: neither topic nor facet; removed from the
-# query text when next to something that matched.
-_FILLER_EN = {
-    "a", "an", "the", "about", "on", "in", "of", "for", "from", "to", "with", "by",
-    "regarding", "concerning", "related", "relating", "covering", "and", "or",
-    "any", "anything", "all", "some", "only", "just", "please", "me", "us", "i",
-    "show", "find", "give", "get", "list", "search", "retrieve", "fetch", "want",
-    "need", "looking", "look", "what", "which", "that", "is", "are", "was", "were",
-    "be", "been", "has", "have", "had", "do", "does", "did", "published", "written",
-    "released", "dated", "say", "says", "said", "write", "wrote", "describe",
-    "describes", "cover", "covers", "mention", "mentions", "discuss", "discusses",
-    "there", "those", "these", "their", "its", "much", "many", "can", "could",
-    "would", "should", "will", "up", "also", "other", "whatever", "dating", "got",
-    "recent", "latest", "newest", "new", "available", "here",
-}
-_QUESTION_EN = {"how", "why", "when", "where", "who", "whom", "whose", "what", "which"}
-_FILLER_ZH = {
-    "的", "了", "关于", "有关", "相关", "或", "或者", "和", "与", "及", "以及", "中", "里",
-    "在", "是", "有", "哪些", "有哪些", "类", "方面", "领域", "发布", "发表", "写", "请",
-    "给", "给我", "我", "找", "查", "查找", "搜索", "返回", "只", "只要", "仅", "之间",
-    "期间", "一些", "所有", "要", "看", "看看", "显示", "列出", "上", "下", "里面",
-    "以外", "之外", "最新", "近期", "有没有", "是否", "有无",
-}
-_QUESTION_ZH = ("什么", "如何", "为什么", "怎么", "怎样", "哪", "吗", "呢", "谁", "多少", "几")
-# A Chinese value may be glued to one of these by jieba ("英文版", "生物类").
-_ZH_SUFFIXES = ("类", "版", "方面", "领域", "类别")
-_ZH_FACET_NEXT = {"类", "方面", "领域", "类别", "相关"}
-_ZH_GLUE = _FILLER_ZH | set(_ZH_SUFFIXES) | {"非", "不是", "除了"}
-# A negation right before a value (fillers allowed between) makes it != / nin.
-_NEGATION_EN = re.compile(
-    r"(?<![A-Za-z])(?:not|except(?:\s+for)?|excluding|exclude|without|other\s+than|non|no)"
-    r"(?:\s+|\s*-\s*)(?:(?:in|the|a|an|any|are|is|from|written|published|by|of)\s+)*$",
-    re.IGNORECASE,
-)
-_LIST_JOINER = re.compile(r"^\s*(?:,|、|，|and|or|nor|和|或|或者|与|及|以及)?\s*(?:or|and)?\s*$", re.IGNORECASE)
-_NEGATION_ZH = re.compile(r"(?:非|不是|除了|除|不要|排除|不包括|不含|不包含|不看)\s*$")
-
-_NUMBER_WORDS = {
-    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15,
-    "twenty": 20, "thirty": 30, "fifty": 50,
-}
-_ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5,
-              "六": 6, "七": 7, "八": 8, "九": 9}
-_NUM_WORD_RE = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
-_ZH_NUM_RE = "[零〇一二两三四五六七八九十百]+"
-
-_NUMERIC_TYPES = {"int", "integer", "float", "number", "double", "long"}
-_INT_TYPES = {"int", "integer", "long"}
-
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_TOKEN_RE = re.compile(rf"[A-Za-z0-9]+(?:['’.][A-Za-z0-9]+)*|[{_CJK}]+|\S")
-_HAS_CJK = re.compile(f"[{_CJK}]")
-# a 4-digit number not glued to letters, digits or a decimal point
-_Y = r"(?<![0-9A-Za-z.])(?P<{name}>\d{{4}})(?![0-9A-Za-z]|\.\d)"
-YA, YB = _Y.format(name="a"), _Y.format(name="b")
-# a year rule's handler: the regex match -> (operator, year) conditions
-_YearHandler = Callable[[re.Match], List[Tuple[FilterOperator, int]]]
+# Han runs are segmented by jieba; a term with any CJK character is matched
+# without word boundaries (CJK text has no spaces between words).
+_TOKEN_RE = re.compile(rf"[A-Za-z0-9]+(?:['’.][A-Za-z0-9]+)*|[{HAN_CLASS}]+|\S")
+_HAN = re.compile(f"[{HAN_CLASS}]")
+_HAS_CJK = re.compile(f"[{CJK_CLASS}]")
 
 
 @dataclass(frozen=True)
@@ -253,48 +164,6 @@ class _Candidate:
     term: _Term
 
 
-def _parse_count(text: str) -> Optional[int]:
-    """An Arabic, English or Chinese numeral (up to 999) as an int."""
-    text = text.strip().lower()
-    if text.isdigit():
-        return int(text)
-    if text in _NUMBER_WORDS:
-        return _NUMBER_WORDS[text]
-    if not text or any(ch not in _ZH_DIGITS and ch not in "十百" for ch in text):
-        return None
-    total, current = 0, 0
-    for ch in text:
-        if ch in _ZH_DIGITS:
-            current = _ZH_DIGITS[ch]
-        elif ch == "十":
-            total += (current or 1) * 10
-            current = 0
-        else:  # 百
-            total += (current or 1) * 100
-            current = 0
-    return total + current
-
-
-def _plural_forms(term: str) -> Set[str]:
-    """The term with its last word in singular and plural form (English only)."""
-    forms = {term}
-    head, _, last = term.rpartition(" ")
-    if not last.isalpha() or len(last) < 3:
-        return forms
-    prefix = f"{head} " if head else ""
-    if last.endswith("y") and last[-2] not in "aeiou":
-        forms.add(prefix + last[:-1] + "ies")
-    elif last.endswith(("s", "x", "ch", "sh")):
-        forms.add(prefix + last + "es")
-    else:
-        forms.add(prefix + last + "s")
-    if last.endswith("ies") and len(last) > 4:
-        forms.add(prefix + last[:-3] + "y")
-    elif last.endswith("s") and not last.endswith("ss") and len(last) > 4:
-        forms.add(prefix + last[:-1])
-    return forms
-
-
 def _is_cjk_term(term: str) -> bool:
     return bool(_HAS_CJK.search(term))
 
@@ -337,7 +206,7 @@ class RuleBasedSpecGenerator:
         synonyms: Optional[Dict[str, Dict[str, Any]]] = None,
     ) -> None:
         self._info = vector_store_info
-        self._types = {m.name: m.type.strip().lower() for m in vector_store_info.metadata_info}
+        self._types = {m.name: FieldType.of(m) for m in vector_store_info.metadata_info}
         self._vocabulary = {k: set(v) for k, v in vocabulary.items() if k in self._types}
         for key in vocabulary:
             if key not in self._types:
@@ -362,16 +231,15 @@ class RuleBasedSpecGenerator:
         return self._year_key
 
     def _is_numeric(self, key: str) -> bool:
-        return self._types.get(key, "") in _NUMERIC_TYPES
+        return key in self._types and self._types[key].is_numeric
 
     def _is_list(self, key: str) -> bool:
-        return self._types.get(key, "").startswith("list")
+        return key in self._types and self._types[key].is_list
 
     def _find_year_key(self) -> Optional[str]:
         numeric = [m for m in self._info.metadata_info if self._is_numeric(m.name)]
         for meta in numeric:
-            text = f"{meta.name} {meta.description}".lower()
-            if "year" in text or "年" in text:
+            if holds_years(meta):
                 return meta.name
         for meta in numeric:
             values = self._vocabulary.get(meta.name) or set()
@@ -383,7 +251,7 @@ class RuleBasedSpecGenerator:
 
     def _add_term(self, phrase: str, term: _Term) -> None:
         phrase = _norm(phrase)
-        forms = {phrase} if _is_cjk_term(phrase) else _plural_forms(phrase)
+        forms = {phrase} if _is_cjk_term(phrase) else plural_forms(phrase)
         for form in forms:
             bucket = self._terms.setdefault(form, [])
             if any(t.key == term.key for t in bucket):
@@ -500,13 +368,13 @@ class RuleBasedSpecGenerator:
                 continue
             if self._is_facet(query, tokens, cand, candidates):
                 start, operator, rule = cand.start, FilterOperator.EQ, cand.term.rule
-                negation = _NEGATION_EN.search(query[:start]) or _NEGATION_ZH.search(query[:start])
+                negation = NEGATION_EN.search(query[:start]) or NEGATION_ZH.search(query[:start])
                 previous = matches[-1] if matches else None
                 if negation and free(negation.start(), start):
                     start, operator, rule = negation.start(), FilterOperator.NE, f"not-{rule}"
                 elif (previous is not None and previous.key == cand.term.key
                       and previous.operator == FilterOperator.NE and previous.end <= start
-                      and _LIST_JOINER.match(query[previous.end:start])):
+                      and LIST_JOINER.match(query[previous.end:start])):
                     operator, rule = FilterOperator.NE, f"not-{rule}"  # "except blogs and manuals"
                 accept([Match(start, cand.end, query[start:cand.end], rule,
                               cand.term.key, operator, cand.term.value)])
@@ -528,7 +396,7 @@ class RuleBasedSpecGenerator:
     def _tokenize(text: str) -> List[_Token]:
         tokens: List[_Token] = []
         for m in _TOKEN_RE.finditer(text):
-            if _HAS_CJK.match(m.group()):
+            if _HAN.match(m.group()):
                 pos = m.start()
                 for word in jieba.lcut(m.group()):
                     tokens.append(_Token(pos, pos + len(word), word))
@@ -551,7 +419,7 @@ class RuleBasedSpecGenerator:
                 # jieba may glue a function word to the value ("关于软件", "英文版", "非中文")
                 head = next((text[t.start:s] for t in tokens if t.start < s < t.end), "")
                 tail = next((text[e:t.end] for t in tokens if t.start < e < t.end), "")
-                if (s not in starts and head not in _ZH_GLUE) or (e not in ends and tail not in _ZH_GLUE):
+                if (s not in starts and head not in ZH_GLUE) or (e not in ends and tail not in ZH_GLUE):
                     logger.debug("%r inside a longer word; not a value", m.group())
                     continue
                 found.extend(self._candidates_for(s, e, m.group()))
@@ -577,14 +445,14 @@ class RuleBasedSpecGenerator:
         if any(c.start < tok.end and tok.start < c.end for c in candidates):
             return "value"
         if tok.cjk:
-            if tok.text in _DOC_NOUNS_ZH:
+            if tok.text in DOC_NOUNS_ZH:
                 return "doc"
-            if tok.text in _FILLER_ZH or tok.text in _ZH_FACET_NEXT or tok.text == "年":
+            if tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年":
                 return "filler"
             return "content"
-        if tok.lower in _DOC_NOUNS_EN:
+        if tok.lower in DOC_NOUNS_EN:
             return "doc"
-        if tok.lower in _FILLER_EN or tok.lower in _QUESTION_EN:
+        if tok.lower in FILLER_EN or tok.lower in QUESTION_EN:
             return "filler"
         if tok.text[0].isdigit():
             return "number"
@@ -598,7 +466,7 @@ class RuleBasedSpecGenerator:
         after = [t for t in tokens if t.start >= cand.end]
         inside = [t for t in tokens if cand.start <= t.start and t.end <= cand.end]
         last = inside[-1].lower if inside else text[cand.start:cand.end].lower()
-        if last in _DOC_NOUNS_EN or last in _DOC_NOUNS_ZH:
+        if last in DOC_NOUNS_EN or last in DOC_NOUNS_ZH:
             return True  # "manual", "blog posts", "博客": the value is itself a kind of document
         prev = before[-1] if before else None
         nxt = after[0] if after else None
@@ -607,7 +475,7 @@ class RuleBasedSpecGenerator:
             return False  # "the history of lighthouses"
         if len(before) >= 2 and before[-2].lower == "how" and before[-1].lower in {"much", "many"}:
             return False  # "how much energy"
-        if next_role in {"doc", "value"} or (nxt is not None and nxt.text in _ZH_FACET_NEXT):
+        if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
             return True  # "food articles", "English blog posts", "生物类"
         if next_role == "content":
             return False  # "Chinese tea", "生物多样性"
@@ -623,7 +491,7 @@ class RuleBasedSpecGenerator:
     def _find_top_k(
         self, text: str, tokens: List[_Token], candidates: Sequence[_Candidate]
     ) -> List[Match]:
-        num = rf"(?P<n>\d{{1,3}}|{_NUM_WORD_RE})"
+        num = rf"(?P<n>\d{{1,3}}|{NUM_WORD_RE})"
         results = (r"results?|hits|matches|passages|chunks|documents|docs|articles|entries|posts|"
                    r"sources|items|records|pages")
         out: List[Match] = []
@@ -635,7 +503,7 @@ class RuleBasedSpecGenerator:
         for m in re.finditer(rf"\b{num}\b", text, re.I):
             if m.group("n").lower() != "one" and self._counts_documents(tokens, m.end(), candidates):
                 out.append(self._top_k_match(text, m, "top_k"))  # "five blog posts"
-        zh_num = rf"(?P<n>\d{{1,3}}|{_ZH_NUM_RE})"
+        zh_num = rf"(?P<n>\d{{1,3}}|{ZH_NUM_RE})"
         for pattern in (
             rf"前\s*{zh_num}\s*(?:个|条|篇|项|名|份)",
             rf"(?:返回|给我|列出|显示|找出?|要)\s*{zh_num}\s*(?:个|条|篇|项|份)",
@@ -656,21 +524,21 @@ class RuleBasedSpecGenerator:
             if role != "value":
                 return i > 0 and role == "doc"
             last_value = i + 1 == len(after) or self._role(after[i + 1], candidates) != "value"
-            if tok.lower in _DOC_NOUNS_EN and last_value:
+            if tok.lower in DOC_NOUNS_EN and last_value:
                 return True
         return False
 
     @staticmethod
     def _top_k_match(text: str, m: re.Match, rule: str) -> Match:
         return Match(m.start(), m.end(), text[m.start():m.end()], rule, None, None,
-                     _parse_count(m.group("n")))
+                     parse_count(m.group("n")))
 
     def _top_k_followed_ok(
         self, text: str, tokens: List[_Token], end: int, candidates: Sequence[_Candidate]
     ) -> bool:
         """"top 5 about X" counts results; "top 10 mistakes runners make" does not."""
         after = [t for t in tokens if t.start >= end]
-        if not after or not after[0].word or after[0].lower in _FILLER_EN:
+        if not after or not after[0].word or after[0].lower in FILLER_EN:
             return True
         for tok in after[:3]:
             if not tok.word:
@@ -717,10 +585,8 @@ class RuleBasedSpecGenerator:
     def _coerce(self, key: str, raw: str) -> Any:
         kind = self._types[key]
         try:
-            if kind in _INT_TYPES:
-                return int(raw)
-            if kind in _NUMERIC_TYPES:
-                return float(raw)
+            if kind.is_numeric:
+                return int(raw) if kind.base == "int" else float(raw)
         except ValueError:
             return None
         for value in self._vocabulary.get(key, ()):
@@ -739,94 +605,12 @@ class RuleBasedSpecGenerator:
         high = max(max(years) if years else today.year, today.year) + 1
         return low <= year <= high
 
-    def _year_rules(self, today: date) -> List[Tuple[str, str, _YearHandler]]:
-        """(rule name, pattern, handler) in priority order; longer phrasings first."""
-        def fixed(op: FilterOperator) -> _YearHandler:
-            return lambda m: [(op, int(m.group("a")))]
-
-        def decade(m: re.Match) -> List[Tuple[FilterOperator, int]]:
-            start = int(m.group("a"))
-            return [(FilterOperator.GTE, start), (FilterOperator.LTE, start + 9)] if start % 10 == 0 else []
-
-        def span(m: re.Match) -> List[Tuple[FilterOperator, int]]:
-            a, b = sorted((int(m.group("a")), int(m.group("b"))))
-            return [(FilterOperator.GTE, a), (FilterOperator.LTE, b)]
-
-        def last_n(m: re.Match) -> List[Tuple[FilterOperator, int]]:
-            n = _parse_count(m.group("n"))
-            return [(FilterOperator.GTE, today.year - n + 1)] if n else []
-
-        def this(offset: int) -> _YearHandler:
-            return lambda m: [(FilterOperator.EQ, today.year - offset)]
-
-        def this_and_after(offset: int) -> _YearHandler:
-            return lambda m: [(FilterOperator.GTE, today.year - offset)]
-
-        n_en = rf"(?P<n>\d{{1,2}}|{_NUM_WORD_RE})"
-        n_zh = rf"(?P<n>\d{{1,2}}|{_ZH_NUM_RE})"
-        yr = r"\s*年?"  # optional 年 after a year
-        GT, GTE, LT, LTE = FilterOperator.GT, FilterOperator.GTE, FilterOperator.LT, FilterOperator.LTE
-        return [
-            # ranges
-            ("year-range", rf"\bbetween\s+{YA}\s*(?:and|-|–|—|to)\s*{YB}", span),
-            ("year-range", rf"\bfrom\s+{YA}\s*(?:-|–|—|to|until|till|through|thru)\s*{YB}", span),
-            ("year-range", rf"(?:在)?{YA}{yr}\s*(?:和|与)\s*{YB}{yr}\s*之间", span),
-            ("year-range", rf"(?:在|从)?{YA}{yr}\s*(?:到|至|-|–|—|~|～)\s*{YB}{yr}\s*(?:之间|期间|间)?", span),
-            ("year-range", rf"{YA}\s*(?:to|through|thru)\s+{YB}", span),
-            ("year-range", r"\b(?:the\s+)?(?P<a>[12]\d{2}0)['’]?s\b", decade),
-            ("year-range", rf"{YA}\s*年代", decade),
-            # up to today
-            ("year-compare", rf"\b(?:from\s+|since\s+)?{YA}\s*(?:-|–|—|to|until|till)\s*"
-                             r"(?:now|today|(?:the\s+)?present|date)\b", fixed(GTE)),
-            ("year-compare", rf"(?:从|自)?{YA}{yr}\s*(?:至今|到现在|到今天|到目前为止|到目前|以来至今)", fixed(GTE)),
-            # relative ("前三年" is left alone: it also means "the first three years")
-            ("relative-year", rf"\b(?:the\s+)?(?:last|past|previous|recent|latest)\s+{n_en}\s+years?\b", last_n),
-            ("relative-year", r"\bthe\s+(?:last|past)\s+year\b(?!['’]s)", this_and_after(0)),
-            ("relative-year", r"\b(?:the\s+)?(?:last|past|previous)\s+decade\b", this_and_after(9)),
-            ("relative-year", r"(?:最近|近|过去)\s*十\s*年", this_and_after(9)),
-            ("relative-year", r"\bthis\s+year(?:['’]s)?", this(0)),
-            ("relative-year", r"\b(?:the\s+)?year\s+before\s+last\b", this(2)),
-            ("relative-year", r"\b(?:last|previous)\s+year(?:['’]s)?", this(1)),
-            ("relative-year", rf"(?:最近|近|过去的?)\s*{n_zh}\s*年(?:来|内|间|以来|里|中)?", last_n),
-            ("relative-year", r"今年", this(0)),
-            ("relative-year", r"去年", this(1)),
-            ("relative-year", r"前年", this(2)),
-            # comparisons: negated and compound phrasings before the plain ones
-            ("year-compare", rf"\b(?:no|not)\s+later\s+than\s+{YA}", fixed(LTE)),
-            ("year-compare", rf"\b(?:not\s+after|(?:in|on)\s+or\s+before)\s+{YA}", fixed(LTE)),
-            ("year-compare", rf"\b(?:(?:up\s+)?to\s+and\s+including|up\s+to\s+including)\s+{YA}", fixed(LTE)),
-            ("year-compare", rf"\b(?:no|not)\s+earlier\s+than\s+{YA}", fixed(GTE)),
-            ("year-compare", rf"\b(?:not\s+before|(?:in|on)\s+or\s+after)\s+{YA}", fixed(GTE)),
-            ("year-compare", rf"{YA}\s+(?:or|and)\s+(?:later|after|newer|more\s+recent|onwards?|beyond)\b",
-             fixed(GTE)),
-            ("year-compare", rf"{YA}\s+(?:or|and)\s+(?:earlier|before|older|prior)\b", fixed(LTE)),
-            ("year-compare", rf"\bfrom\s+{YA}\s+(?:on|onwards?|forward)\b", fixed(GTE)),
-            ("year-compare", rf"\b(?:starting|beginning)(?:\s+(?:in|from))?\s+{YA}", fixed(GTE)),
-            ("year-compare", rf"{YA}\s+onwards?\b", fixed(GTE)),
-            ("year-compare", rf"\bsince\s+{YA}", fixed(GTE)),
-            ("year-compare", rf"\b(?:after|later\s+than|newer\s+than|more\s+recent\s+than|post)\s*-?\s*{YA}",
-             fixed(GT)),
-            ("year-compare", rf"\b(?:before|earlier\s+than|older\s+than|prior\s+to|pre)\s*-?\s*{YA}", fixed(LT)),
-            ("year-compare", rf"\b(?:up\s+(?:un)?til|up\s+to|until|till|through|thru)\s+{YA}", fixed(LTE)),
-            ("year-compare", rf"不早于\s*{YA}{yr}", fixed(GTE)),
-            ("year-compare", rf"不晚于\s*{YA}{yr}", fixed(LTE)),
-            ("year-compare", rf"晚于\s*{YA}{yr}", fixed(GT)),
-            ("year-compare", rf"早于\s*{YA}{yr}", fixed(LT)),
-            ("year-compare", rf"{YA}{yr}\s*(?:及|或)(?:以后|之后)", fixed(GTE)),
-            ("year-compare", rf"{YA}{yr}\s*(?:及|或)(?:以前|之前)", fixed(LTE)),
-            ("year-compare", rf"(?:自从?|从)?\s*{YA}{yr}\s*(?:以后|之后|以来|起|开始|后)", fixed(GTE)),
-            ("year-compare", rf"{YA}{yr}\s*(?:以前|之前|前)", fixed(LT)),
-            ("year-compare", rf"(?:截至|截止到?|直到|到)\s*{YA}{yr}\s*(?:为止|底)?", fixed(LTE)),
-            # equality: "in 2023", "from 2023", "2023年", a bare year
-            ("year", rf"{YA}\s*年度?", fixed(FilterOperator.EQ)),
-            ("year", YA, fixed(FilterOperator.EQ)),
-        ]
 
     def _find_years(self, text: str, today: date) -> List[List[Match]]:
         key = self._year_key
         taken: List[Tuple[int, int]] = []
         groups: List[List[Match]] = []
-        for rule, pattern, handler in self._year_rules(today):
+        for rule, pattern, handler in year_rules(today):
             for m in re.finditer(pattern, text, re.IGNORECASE):
                 if any(m.start() < e and s < m.end() for s, e in taken):
                     continue
@@ -881,8 +665,8 @@ class RuleBasedSpecGenerator:
         removed = [any(t.start < e and s < t.end for s, e in taken) for t in tokens]
 
         def filler(t: _Token) -> bool:
-            return t.text in _FILLER_ZH or t.text in _DOC_NOUNS_ZH if t.cjk else (
-                t.lower in _FILLER_EN or t.lower in _DOC_NOUNS_EN)
+            return t.text in FILLER_ZH or t.text in DOC_NOUNS_ZH if t.cjk else (
+                t.lower in FILLER_EN or t.lower in DOC_NOUNS_EN)
 
         changed = True
         while changed:
@@ -910,7 +694,7 @@ class RuleBasedSpecGenerator:
         if not any(t.word and not filler(t) for t in kept):
             return ""
         if rest.endswith(("?", "？")) and not (
-            any(t.lower in _QUESTION_EN for t in kept) or any(w in rest for w in _QUESTION_ZH)
+            any(t.lower in QUESTION_EN for t in kept) or any(w in rest for w in QUESTION_ZH)
         ):
             rest = rest.rstrip("?？").strip()
         return rest
