@@ -21,9 +21,9 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuerySpec,
 )
 
-from llama_index_ext_recursive import load_sample_documents
+from llama_index_ext_recursive import load_sample_documents, text
 from llama_index_ext_recursive.sample import sample_vector_store_info
-from llama_index_ext_recursive.auto.rules import Match, RuleBasedSpecGenerator
+from llama_index_ext_recursive.auto.rules import Match, RuleBasedSpecGenerator, _is_cjk_term
 from llama_index_ext_recursive.schema import metadata_vocabulary
 
 TODAY = date(2025, 6, 1)
@@ -538,3 +538,15 @@ def test_drives_upstream_auto_retriever_without_calling_its_llm(lexical: Any) ->
     assert {(h.node.metadata["language"], h.node.metadata["source"]) for h in hits} == {("zh", "encyclopedia")}
     hits = retriever.retrieve("food articles from 2021")
     assert hits and {h.node.metadata["doc_id"] for h in hits} == {"sourdough-baking"}
+
+
+# -------------------- scripts: the one table of text.py
+
+
+@pytest.mark.parametrize("low, high", text.HAN_RANGES + text.KANA_RANGES + text.HANGUL_RANGES)
+def test_every_cjk_range_of_the_script_table_is_cjk_for_the_rules(low: int, high: int) -> None:
+    """The rules once had their own Han table without 〇 or the extension planes."""
+    for char in (chr(low), chr(high)):
+        (token,) = RuleBasedSpecGenerator._tokenize(char)
+        assert token.cjk and _is_cjk_term(char), hex(ord(char))
+
