@@ -1,42 +1,88 @@
-"""Every ```python block of docs/guide/*.md executes, page by page, offline."""
+"""Every ```python block of README.md and docs/**/*.md runs as pasted, offline.
+
+The convention (stated in each page and checked here): a block runs as pasted
+into a fresh Python session, unless its first line is ``# continued from
+above``, in which case it runs in the session of the block before it on the
+same page (as a reader pastes the two one after the other). Each page runs in
+its own interpreter, in an empty scratch folder, with the repository's package
+importable but not ``tests/``, no API key in the environment and the Hugging
+Face hub offline: what a newcomer with ``pip install
+'llama-index-ext-recursive[local,eval,faiss]'`` has.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import traceback
+import subprocess
+import sys
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 
 ROOT = Path(__file__).parent.parent
 GUIDE = ROOT / "docs" / "guide"
 PAGES = sorted(GUIDE.glob("*.md"))
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
 BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+CONTINUED = "# continued from above"
 # pages whose snippets load the bundled embedding model (slow): integration tests
-REAL_MODEL = {"01-recursive", "02-bm25-and-hybrid", "03-stores", "04-auto-retrieval", "05-evaluation"}
+REAL_MODEL = {"01-recursive", "02-bm25-and-hybrid", "03-stores", "04-auto-retrieval", "05-evaluation",
+              "06-agent-tool"}
+
+# runs in the page's interpreter: each block in a fresh namespace unless it continues the previous one
+_RUNNER = """
+import json, sys, traceback
+blocks, report = json.loads(sys.argv[1]), sys.argv[2]
+namespace = None
+for block in blocks:
+    if not block["continued"]:
+        namespace = {"__name__": "__main__"}
+    try:
+        exec(compile(block["source"], block["label"], "exec"), namespace)
+    except BaseException:
+        with open(report, "w", encoding="utf-8") as out:
+            json.dump({"label": block["label"], "source": block["source"], "error": traceback.format_exc()}, out)
+        sys.exit(1)
+"""
 
 
 def python_blocks(path: Path) -> list:
     return BLOCK.findall(path.read_text(encoding="utf-8"))
 
 
+def _offline_env() -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
+    return env
+
+
 def run_page(path: Path, tmp_path: Path) -> None:
-    namespace = {"__name__": f"guide_{path.stem.replace('-', '_')}"}
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        for number, source in enumerate(python_blocks(path), start=1):
-            try:
-                exec(compile(source, f"{path.name}[block {number}]", "exec"), namespace)
-            except Exception:
-                pytest.fail(
-                    f"{path.name}: python block {number} failed\n--- source ---\n{source}"
-                    f"--- error ---\n{traceback.format_exc()}",
-                    pytrace=False,
-                )
-    finally:
-        os.chdir(cwd)
+    """Run a page's blocks by the convention above, failing with the block's source and traceback."""
+    blocks: List[dict] = []
+    for number, source in enumerate(python_blocks(path), start=1):
+        continued = source.startswith(CONTINUED)
+        assert number > 1 or not continued, f"{path.name}: block 1 cannot continue a previous block"
+        assert not re.search(r"^\s*(from|import) (tests|conftest|pg_server)\b", source, re.M), (
+            f"{path.name}[block {number}] imports from tests/, which an installed copy does not have"
+        )
+        blocks.append({"label": f"{path.name}[block {number}]", "source": source, "continued": continued})
+    report = tmp_path / "failure.json"
+    scratch = tmp_path / "cwd"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER, json.dumps(blocks), str(report)],
+        cwd=scratch, env=_offline_env(), capture_output=True, text=True, timeout=1800,
+    )
+    if done.returncode:
+        failure = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+        pytest.fail(
+            f"{failure.get('label', path.name)} failed\n--- source ---\n{failure.get('source', '')}"
+            f"--- error ---\n{failure.get('error', done.stderr[-4000:])}",
+            pytrace=False,
+        )
 
 
 def _param(path: Path):
@@ -48,11 +94,23 @@ def test_guide_pages_exist():
     assert {p.stem for p in PAGES} >= REAL_MODEL | {"pain-points"}
 
 
-@pytest.mark.parametrize("path", [_param(p) for p in PAGES])
-def test_guide_page_executes(path, tmp_path):
-    if path.stem != "pain-points":
-        assert python_blocks(path), f"{path.name} has no python blocks"
+@pytest.mark.parametrize("path", [_param(p) for p in DOCS if python_blocks(p)])
+def test_docs_page_executes(path, tmp_path):
     run_page(path, tmp_path)
+
+
+def test_every_guide_page_has_code():
+    assert all(python_blocks(p) for p in PAGES if p.stem != "pain-points")
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *DOCS], ids=lambda p: p.stem)
+def test_pages_state_the_block_convention(path):
+    """A page with a continued block says so, so a reader knows which blocks to paste together."""
+    blocks = python_blocks(path)
+    if any(b.startswith(CONTINUED) for b in blocks):
+        assert CONTINUED in path.read_text(encoding="utf-8").split("```python")[0], (
+            f"{path.name} continues blocks but does not explain '{CONTINUED}' before its first block"
+        )
 
 
 def test_every_page_linked_from_readme():
@@ -78,5 +136,13 @@ def test_pain_points_cite_existing_tests():
 
 @pytest.mark.integration
 def test_readme_python_blocks_run_as_pasted(tmp_path):
-    """README's snippets run in order, offline, in a scratch folder, as a newcomer pastes them."""
     run_page(ROOT / "README.md", tmp_path)
+
+
+def test_readme_names_the_install_steps():
+    """The existing-app install names the CPU torch step and the extras the snippets need."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "make demo" in readme and "make test" in readme
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in readme
+    for extra in ("local", "eval", "faiss"):
+        assert re.search(rf"pip install [^\n]*llama-index-ext-recursive\[[a-z,]*\b{extra}\b", readme), extra
