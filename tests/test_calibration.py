@@ -17,17 +17,18 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from conftest import topic_nodes
 from llama_index_ext_recursive.retrievers.calibrate import (
-    Calibration,
-    ScriptCalibration,
     calibrate_children,
     collect_child_results,
-    distribution_based_fusion,
     fit_weights,
     fused_mrr,
     pseudo_queries,
+    weight_grid,
+)
+from llama_index_ext_recursive.retrievers.calibration import Calibration, ScriptCalibration
+from llama_index_ext_recursive.retrievers.fusion_scores import (
+    distribution_based_fusion,
     reciprocal_rank_fusion,
     relative_score_fusion,
-    weight_grid,
 )
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 

@@ -60,7 +60,7 @@ from llama_index_ext_recursive.retrievers.tokenizer import (
     LATIN_TOKEN,
     MultilingualTokenizer,
 )
-from llama_index_ext_recursive.validation import check_count, check_query
+from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 

@@ -32,8 +32,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-from dataclasses import dataclass, field
-from enum import Enum
 from functools import partial
 from itertools import product
 from typing import (
@@ -55,14 +53,19 @@ from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
 from tqdm.auto import tqdm
 
 from llama_index_ext_recursive.models import embed_model_name
-from llama_index_ext_recursive.recursive.summarize import cjk_ratio
+from llama_index_ext_recursive.retrievers.calibration import Calibration, ScriptCalibration
+from llama_index_ext_recursive.retrievers.fusion_scores import (
+    FuseFunction,
+    ScoreMap,
+    relative_score_fusion,
+)
+from llama_index_ext_recursive.text import QueryScript, query_script
 from llama_index_ext_recursive.validation import check_count, check_real, check_vectors, check_weights
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CALIBRATION_SAMPLES = 200  # fewer made the decision noisy across seeds
 MIN_CALIBRATION_SAMPLES = 8
-DEFAULT_RRF_K = 60.0
 # How far (in pseudo-query MRR) the chosen weights may fall below the best grid
 # point to lean to the children's measured quality; 0, 0.005 and 0.01 gave BM25
 # too much weight on XQuAD-en with titles not embedded (0.921/0.926/0.926 nDCG@10
@@ -73,25 +76,6 @@ GRID_STEP = 0.1
 MAX_GRID_POINTS = 300  # a simplex grid coarser than GRID_STEP beyond this
 PROGRESS_MIN_QUERIES = 500  # show_progress=None shows a bar from this many queries
 QUERY_BATCH = 256  # queries per embedding call (and per progress-bar step)
-
-ScoreMap = Mapping[str, float]
-FuseFunction = Callable[[Sequence[ScoreMap], Sequence[float]], Dict[str, float]]
-
-
-# ------------------------------------------------------------------ scripts
-
-
-class QueryScript(str, Enum):
-    """Which writing system a query is in, for per-script fusion weights."""
-
-    LATIN = "latin"  # everything that is not mostly Chinese/Japanese/Korean
-    CJK = "cjk"
-
-
-def query_script(text: str) -> QueryScript:
-    """``cjk`` when at least 30% of the letters are CJK characters, else ``latin``."""
-    return QueryScript.CJK if cjk_ratio(text) >= 0.3 else QueryScript.LATIN
-
 
 def pseudo_queries(
     nodes: Sequence[BaseNode], per_script: int = DEFAULT_CALIBRATION_SAMPLES, seed: int = 0
@@ -130,141 +114,6 @@ def pseudo_queries(
                 break
         out[script] = pairs
     return out
-
-
-# ------------------------------------------------------------------ fusion
-
-
-def min_max_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
-    """Scores scaled to [0, 1] by their min and max (1 = best).
-
-    A list whose scores are all equal gives 1.0 when they are > 0 (or are
-    distances), else 0.0, as upstream's ``relative_score`` mode.
-    """
-    if not scores:
-        return []
-    return _scaled(scores, min(scores), max(scores), distance)
-
-
-def dist_based_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
-    """Scores scaled by mean +- 3 standard deviations (upstream's ``dist_based_score``)."""
-    if not scores:
-        return []
-    mean = sum(scores) / len(scores)
-    std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
-    return _scaled(scores, mean - 3 * std, mean + 3 * std, distance)
-
-
-def _scaled(scores: Sequence[float], low: float, high: float, distance: bool) -> List[float]:
-    if high == low:
-        return [1.0 if (distance or high > 0) else 0.0] * len(scores)
-    if distance:
-        return [(high - s) / (high - low) for s in scores]
-    return [(s - low) / (high - low) for s in scores]
-
-
-def _weighted_sum(
-    lists: Sequence[ScoreMap],
-    weights: Sequence[float],
-    normalize: Callable[[Sequence[float], bool], List[float]],
-    distance: Optional[Sequence[bool]],
-) -> Dict[str, float]:
-    total = _check_fusion_input(lists, weights, distance)
-    parts: Dict[str, List[float]] = {}
-    for i, (scores, w) in enumerate(zip(lists, weights)):
-        if w <= 0 or not scores:
-            continue
-        share = w / total
-        values = normalize(list(scores.values()), bool(distance and distance[i]))
-        for node_id, value in zip(scores, values):
-            parts.setdefault(node_id, []).append(value * share)
-    # fsum is exactly rounded: the fused score does not depend on list order
-    return {node_id: math.fsum(values) for node_id, values in parts.items()}
-
-
-def relative_score_fusion(
-    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
-) -> Dict[str, float]:
-    """Weighted sum of min-max normalised scores, divided by the sum of the weights.
-
-    Args:
-        lists: one ``node_id -> score`` map per retriever.
-        weights: one non-negative weight per list; a list of weight 0 is ignored.
-        distance: per list, whether its scores are distances (lower is better).
-
-    Returns:
-        ``node_id -> fused score``; an id missing from a list gets nothing from it.
-    """
-    return _weighted_sum(lists, weights, min_max_scores, distance)
-
-
-def distribution_based_fusion(
-    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
-) -> Dict[str, float]:
-    """As :func:`relative_score_fusion`, each list scaled by its mean +- 3 std."""
-    return _weighted_sum(lists, weights, dist_based_scores, distance)
-
-
-def reciprocal_rank_fusion(
-    lists: Sequence[ScoreMap],
-    weights: Sequence[float],
-    k: float = DEFAULT_RRF_K,
-    *,
-    distance: Optional[Sequence[bool]] = None,
-) -> Dict[str, float]:
-    """Weighted reciprocal rank fusion, ``sum_i w_i / (k + rank_i)``.
-
-    Ranks are 1-based, by descending score (ascending for distance lists;
-    ties keep the map's order).
-
-    Args:
-        lists: one ``node_id -> score`` map per retriever.
-        weights: one non-negative weight per list; a list of weight 0 is ignored.
-        k: the RRF constant (60 in the paper).
-        distance: per list, whether its scores are distances.
-    """
-    _check_fusion_input(lists, weights, distance)
-    parts: Dict[str, List[float]] = {}
-    for i, (scores, w) in enumerate(zip(lists, weights)):
-        if w <= 0:
-            continue
-        sign = 1.0 if distance and distance[i] else -1.0
-        ordered = sorted(scores, key=lambda node_id: sign * scores[node_id])
-        for rank, node_id in enumerate(ordered, start=1):
-            parts.setdefault(node_id, []).append(w / (k + rank))
-    return {node_id: math.fsum(values) for node_id, values in parts.items()}
-
-
-def simple_fusion(
-    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
-) -> Dict[str, float]:
-    """Each node's best raw score, scaled by ``w_i / max(w)`` (upstream's ``simple`` mode).
-
-    Distances ``d`` count as ``1 / (1 + max(d, 0))``.
-    """
-    _check_fusion_input(lists, weights, distance)
-    top = max(weights)
-    fused: Dict[str, float] = {}
-    for i, (scores, w) in enumerate(zip(lists, weights)):
-        if w <= 0:
-            continue
-        for node_id, s in scores.items():
-            value = (w / top) * (1.0 / (1.0 + max(s, 0.0)) if distance and distance[i] else s)
-            fused[node_id] = max(fused.get(node_id, value), value)
-    return fused
-
-
-def _check_fusion_input(
-    lists: Sequence[ScoreMap], weights: Sequence[float], distance: Optional[Sequence[bool]]
-) -> float:
-    if len(weights) != len(lists):
-        raise ValueError(f"weights has {len(weights)} values for {len(lists)} score lists: give one per list")
-    if distance is not None and len(distance) != len(lists):
-        raise ValueError(f"distance has {len(distance)} values for {len(lists)} score lists: give one per list")
-    total = sum(weights)
-    if not total > 0:
-        raise ValueError(f"weights {list(weights)} sum to {total}: at least one must be positive")
-    return total
 
 
 # ------------------------------------------------------------ measurement
@@ -551,152 +400,6 @@ def _check_results(results_per_child: ResultsPerChild, targets: Sequence[str], c
                 f"results_per_child[{i}] has {len(child)} queries for {len(targets)} targets: "
                 "give one target per query"
             )
-
-
-# ------------------------------------------------------------ the result
-
-
-@dataclass
-class ScriptCalibration:
-    """What was measured for queries in one script.
-
-    Args:
-        samples: pseudo-queries (pairs) measured.
-        child_mrr: each child's MRR alone (as the fusion ranks it).
-        weights: the chosen weights (``None``: too few samples, the default
-            weights apply).
-        grid: every weight vector tried, with its fused MRR.
-    """
-
-    samples: int
-    child_mrr: List[float]
-    weights: Optional[List[float]]
-    grid: List[Tuple[List[float], float]] = field(default_factory=list)
-
-    @property
-    def mrr(self) -> Optional[float]:
-        """The fused MRR of the chosen weights (``None`` when none were chosen)."""
-        for weights, mrr in self.grid:
-            if self.weights is not None and weights == self.weights:
-                return mrr
-        return None
-
-
-@dataclass
-class Calibration:
-    """Per-script fusion weights fitted on pseudo-queries, for children ``names``.
-
-    Save it with :meth:`to_dict` (JSON-safe) and apply it again with
-    ``HybridFusionRetriever(..., calibration=Calibration.from_dict(data))``:
-    no recalibration.
-
-    Args:
-        scripts: script name (``"latin"``, ``"cjk"``) -> what was measured.
-        names: the children's names, in order.
-        fusion: the fusion mode the weights were fitted for (a
-            ``FUSION_MODES`` value), when known.
-    """
-
-    scripts: Dict[str, ScriptCalibration]
-    names: List[str]
-    fusion: Optional[str] = None
-
-    VERSION = 1
-
-    def weights_for(self, script: Union[str, QueryScript]) -> Optional[List[float]]:
-        """The fitted weights for ``script`` (``None``: none fitted)."""
-        entry = self.scripts.get(getattr(script, "value", script))
-        return None if entry is None or entry.weights is None else list(entry.weights)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """A JSON-safe dict; :meth:`from_dict` reads it back."""
-        return {
-            "version": self.VERSION,
-            "names": list(self.names),
-            "fusion": self.fusion,
-            "scripts": {
-                script: {
-                    "samples": entry.samples,
-                    "child_mrr": list(entry.child_mrr),
-                    "weights": None if entry.weights is None else list(entry.weights),
-                    "grid": [{"weights": list(w), "mrr": m} for w, m in entry.grid],
-                }
-                for script, entry in self.scripts.items()
-            },
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Calibration":
-        """Read :meth:`to_dict`'s output back.
-
-        Raises:
-            ValueError: a missing or malformed field, named by its path
-                (e.g. ``scripts.cjk.weights``).
-        """
-        if not isinstance(data, Mapping):
-            raise ValueError(f"calibration must be a dict (from Calibration.to_dict()), got {type(data).__name__}")
-        version = data.get("version", cls.VERSION)
-        if version != cls.VERSION:
-            raise ValueError(
-                f"calibration field 'version' is {version!r}; this release reads version "
-                f"{cls.VERSION}: recalibrate (HybridFusionRetriever.calibrate) and save again"
-            )
-        names = data.get("names")
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"calibration field 'names' must be a non-empty list of strings, got {names!r}")
-        fusion = data.get("fusion")
-        if fusion is not None and not isinstance(fusion, str):
-            raise ValueError(f"calibration field 'fusion' must be a string or null, got {fusion!r}")
-        scripts = data.get("scripts")
-        if not isinstance(scripts, Mapping):
-            raise ValueError(f"calibration field 'scripts' must be a dict of script -> entry, got {scripts!r}")
-        known = [s.value for s in QueryScript]
-        parsed: Dict[str, ScriptCalibration] = {}
-        for script, entry in scripts.items():
-            where = f"scripts.{script}"
-            if script not in known:
-                raise ValueError(f"calibration field {where!r}: unknown script {script!r}, use one of {known}")
-            if not isinstance(entry, Mapping):
-                raise ValueError(f"calibration field {where!r} must be a dict, got {entry!r}")
-            samples = entry.get("samples")
-            if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
-                raise ValueError(f"calibration field '{where}.samples' must be an integer >= 0, got {samples!r}")
-            child_mrr = _numbers(entry.get("child_mrr"), f"{where}.child_mrr", None)
-            if child_mrr and len(child_mrr) != len(names):
-                raise ValueError(
-                    f"calibration field '{where}.child_mrr' has {len(child_mrr)} values for "
-                    f"{len(names)} names: give one per child"
-                )
-            weights = entry.get("weights")
-            if weights is not None:
-                weights = _numbers(weights, f"{where}.weights", len(names))
-            grid = []
-            raw_grid = entry.get("grid", [])
-            if not isinstance(raw_grid, list):
-                raise ValueError(f"calibration field '{where}.grid' must be a list, got {raw_grid!r}")
-            for i, point in enumerate(raw_grid):
-                if not isinstance(point, Mapping) or "weights" not in point or "mrr" not in point:
-                    raise ValueError(
-                        f"calibration field '{where}.grid[{i}]' must be {{'weights': [...], 'mrr': x}}, got {point!r}"
-                    )
-                w = _numbers(point["weights"], f"{where}.grid[{i}].weights", len(names))
-                m = _numbers([point["mrr"]], f"{where}.grid[{i}].mrr", 1)[0]
-                grid.append((w, m))
-            parsed[script] = ScriptCalibration(samples, child_mrr, weights, grid)
-        return cls(scripts=parsed, names=list(names), fusion=fusion)
-
-
-def _numbers(value: Any, where: str, count: Optional[int]) -> List[float]:
-    if not isinstance(value, list):
-        raise ValueError(f"calibration field {where!r} must be a list of numbers, got {value!r}")
-    if count is not None and len(value) != count:
-        raise ValueError(f"calibration field {where!r} has {len(value)} values, expected {count} (one per child)")
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"calibration field {where!r} holds {v!r}: values must be finite numbers >= 0")
-        out.append(float(v))
-    return out
 
 
 # ------------------------------------------------------------ calibrating

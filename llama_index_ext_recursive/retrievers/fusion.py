@@ -11,8 +11,10 @@ and changes what goes wrong upstream:
 * results merge by ``node_id``; the children's objects are never modified;
 * zero- or ``None``-score hits of similarity children (BM25 non-matches) get
   no credit;
-* per-call filters (:class:`~llama_index_ext_recursive.filters.FilteredQueryBundle`)
-  are passed to every child and enforced on the fused list;
+* per-call filters and ``top_k``
+  (:class:`~llama_index_ext_recursive.query.FilteredQueryBundle`) are resolved
+  once (:func:`~llama_index_ext_recursive.query.resolve_call`), passed to
+  every child and enforced on the fused list;
 * sync retrieval runs children one after another in the calling thread (no
   nested event loop, errors surface as themselves); async runs them
   concurrently;
@@ -23,97 +25,73 @@ and changes what goes wrong upstream:
   duplicate node ids and check filters against the nodes' metadata
   (``unknown_filter_key``).
 
-Each result is a :class:`FusedNodeWithScore` whose ``provenance`` says which
-child found it, at which rank and with which score.
+Each result is an :class:`~llama_index_ext_recursive.results.ExplainedNodeWithScore`
+whose ``fusion`` part says which child found it, at which rank and with
+which score (a child's own parts, e.g. a recursive child's ``route``, are kept).
 
 A child that cannot read a script drags fusion below its better child: the
 bundled English MiniLM finds 0.23 nDCG@10 on XQuAD-zh where Chinese BM25
 finds 0.90, and equal-weight RRF of the two lands at 0.65. Weights can
 therefore differ by query script (``script_weights``), and
 :meth:`HybridFusionRetriever.calibrate` fits them on the corpus itself
-(:mod:`llama_index_ext_recursive.retrievers.calibrate`): the children answer
-pseudo-queries cut from sampled nodes once, and the weight grid point with
-the best fused MRR (leaning to equal weights within a tolerance, never below
-the best child alone) is kept per script. ``from_nodes``/``from_index``
-calibrate unless weights or a saved ``calibration`` are given; a
-:class:`~llama_index_ext_recursive.retrievers.calibrate.Calibration` saved with
-``to_dict()`` is applied again with ``calibration=``, without recalibrating.
+(:mod:`llama_index_ext_recursive.retrievers.calibrate`). A saved
+:class:`~llama_index_ext_recursive.retrievers.calibration.Calibration` is
+applied again with ``calibration=``; ``persist``/``from_persist_dir`` keep
+the calibration with the rest of the settings
+(:mod:`llama_index_ext_recursive.retrievers.fusion_persist`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
-from collections import Counter
-from dataclasses import dataclass
 from enum import Enum
 from functools import partial
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
-from llama_index.core.llms.utils import LLMType, resolve_llm
-from llama_index.core.retrievers.fusion_retriever import (
-    FUSION_MODES,
-    QUERY_GEN_PROMPT,
-    QueryFusionRetriever,
-)
+from llama_index.core.llms.mock import MockLLM
+from llama_index.core.llms.utils import LLMType
+from llama_index.core.retrievers.fusion_retriever import FUSION_MODES, QueryFusionRetriever
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
-from llama_index.core.settings import Settings
-from llama_index.core.vector_stores.types import MetadataFilters
-from pydantic import Field
 
-from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
-from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
-from llama_index_ext_recursive.retrievers.calibrate import (
-    DEFAULT_CALIBRATION_SAMPLES,
-    Calibration,
-    FuseFunction,
-    QueryScript,
-    calibrate_children,
-    dist_based_scores,
-    distribution_based_fusion,
-    min_max_scores,
-    query_script,
-    reciprocal_rank_fusion,
-    relative_score_fusion,
-    simple_fusion,
-)
-from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
     FilterVocabulary,
     UnknownFilterPolicy,
-    apply_policy,
-    filterable_metadata,
-    metadata_matcher,
+    keep_matching,
     to_filters,
 )
-from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of, with_options
-from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
-from llama_index_ext_recursive.validation import (
-    check_count,
-    check_kwargs,
-    check_query,
-    check_real,
-    check_vectors,
-    check_weights,
+from llama_index_ext_recursive.models import resolve_llm
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, FilteredQueryBundle, resolve_call
+from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
+from llama_index_ext_recursive.retrievers.calibrate import DEFAULT_CALIBRATION_SAMPLES, calibrate_children
+from llama_index_ext_recursive.retrievers.calibration import Calibration
+from llama_index_ext_recursive.retrievers.children import aretrieve_from_child, retrieve_from_child
+from llama_index_ext_recursive.retrievers.fusion_scores import (
+    DEFAULT_RRF_K,
+    FuseFunction,
+    dist_based_scores,
+    distribution_based_fusion,
+    min_max_scores,
+    reciprocal_rank_fusion,
+    relative_score_fusion,
+    simple_fusion,
 )
-
-logger = logging.getLogger(__name__)
-
-DEFAULT_TOP_K = 10
-DEFAULT_RRF_K = 60.0
-# from_nodes/from_index know their children's scores (cosine, BM25), so they fuse
-# min-max-normalised scores: on SciFact 0.723 nDCG@10 vs 0.716 for RRF, XQuAD-en
-# 0.936 vs 0.925 (benchmarks/fusion_sweep.py). RRF stays the constructor default:
-# it needs nothing from scores, which suits children it knows nothing about.
-HYBRID_MODE = FUSION_MODES.RELATIVE_SCORE
+from llama_index_ext_recursive.retrievers.hybrid import (
+    HYBRID_MODE,
+    check_hybrid_arguments,
+    hybrid_from_nodes,
+    hybrid_retriever,
+)
+from llama_index_ext_recursive.text import QueryScript, query_script
+from llama_index_ext_recursive.validation import check_count, check_real, check_weights
 
 
 class ScoreDirection(str, Enum):
@@ -137,7 +115,8 @@ class HybridFusionRetriever(QueryFusionRetriever):
     Args:
         retrievers: the children.
         llm: used only when ``num_queries > 1`` (else never resolved); then
-            falls back to ``Settings.llm`` if configured, else ``ValueError``.
+            falls back to ``Settings.llm`` if set, else ``ValueError``
+            (:func:`~llama_index_ext_recursive.models.resolve_llm`).
         query_gen_prompt: prompt for generating extra queries.
         mode: one of ``FUSION_MODES``.
         similarity_top_k: number of fused results returned.
@@ -154,7 +133,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         filters: construction-time metadata filters.
         filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
         script_weights: weights per query script (``{"cjk": [...], "latin": [...]}``,
-            see :class:`~llama_index_ext_recursive.retrievers.calibrate.QueryScript`),
+            see :class:`~llama_index_ext_recursive.text.QueryScript`),
             used instead of ``retriever_weights`` for queries in that script;
             usually set by :meth:`calibrate`.
         unknown_filter_key: what a filter that cannot match (a key no indexed
@@ -165,9 +144,15 @@ class HybridFusionRetriever(QueryFusionRetriever):
             built with :meth:`from_nodes`/:meth:`from_index`, which know their
             nodes; over children given here, the children check their own.
         calibration: a saved
-            :class:`~llama_index_ext_recursive.retrievers.calibrate.Calibration` (e.g.
+            :class:`~llama_index_ext_recursive.retrievers.calibration.Calibration` (e.g.
             ``Calibration.from_dict(json.load(f))``) whose per-script weights
             apply, without calibrating again (not with ``script_weights``).
+        child_top_k: the k each child is asked for per call (``None``: the
+            child's own). A call asking for more than ``similarity_top_k``
+            (``FilteredQueryBundle(top_k=...)``) asks every child for at
+            least that many, so the fused list can be that long; a smaller
+            per-call k only cuts the fused list, whose order is then the
+            default call's.
 
     Raises:
         TypeError, ValueError: at construction, naming the argument: a child
@@ -200,6 +185,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         script_weights: Optional[Dict[str, Sequence[float]]] = None,
         unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
         calibration: Optional[Calibration] = None,
+        child_top_k: Optional[int] = None,
     ) -> None:
         retrievers = list(retrievers)
         if not retrievers:
@@ -213,12 +199,13 @@ class HybridFusionRetriever(QueryFusionRetriever):
         count = len(retrievers)
         check_count("num_queries", num_queries)
         check_count("similarity_top_k", similarity_top_k)
+        check_count("child_top_k", child_top_k, allow_none=True)
         check_real("rrf_k", rrf_k, low=0.0)
         weights = check_weights(
             "retriever_weights", [1.0] * count if retriever_weights is None else retriever_weights, count
         )
         per_script = {
-            _script(script): check_weights(f"script_weights[{script!r}]", values, count)
+            script_key(script): check_weights(f"script_weights[{script!r}]", values, count)
             for script, values in (script_weights or {}).items()
         }
         directions = [ScoreDirection(d) for d in (score_directions or ["similarity"] * count)]
@@ -233,36 +220,40 @@ class HybridFusionRetriever(QueryFusionRetriever):
             raise ValueError(
                 "pass calibration= (saved fitted weights) or script_weights= (your own), not both"
             )
-
-        # Attributes the parent sets, without its eager ``Settings.llm``.
-        self.num_queries = num_queries
-        self.query_gen_prompt = query_gen_prompt or QUERY_GEN_PROMPT
-        self.similarity_top_k = similarity_top_k
-        self.mode = FUSION_MODES(mode)
-        self.use_async = use_async
-        self._retrievers = retrievers
+        resolved = self._resolve_llm(llm, num_queries, callback_manager)
+        # The parent resolves Settings.llm (OpenAI by default) whenever it is
+        # given no llm, even with num_queries=1; a MockLLM stands in for it
+        # when no LLM is needed, and is dropped right after.
+        super().__init__(
+            retrievers,
+            llm=resolved or MockLLM(),
+            query_gen_prompt=query_gen_prompt,
+            mode=FUSION_MODES(mode),
+            similarity_top_k=similarity_top_k,
+            num_queries=num_queries,
+            use_async=use_async,
+            verbose=verbose,
+            callback_manager=callback_manager,
+            objects=objects,
+            object_map=object_map,
+            retriever_weights=weights,
+        )
+        self._llm = resolved
+        # the parent normalises the weights to sum 1; RRF adds them unnormalised
         self._retriever_weights = weights
         self.script_weights: Dict[QueryScript, List[float]] = per_script
         self.calibration: Optional[Calibration] = None
-        self._llm = self._resolve_llm(llm, num_queries, callback_manager)
-
         self.rrf_k = float(rrf_k)
         self.score_directions = directions
         self.retriever_names = names
         self.filters = to_filters(filters)
         self.filter_policy = FilterPolicy(filter_policy)
         self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
+        self.child_top_k = child_top_k
         # the metadata of the indexed nodes, when known (from_nodes/from_index)
         self.filter_vocabulary: Optional[FilterVocabulary] = None
         if calibration is not None:
             self.apply_calibration(calibration)
-        BaseRetriever.__init__(
-            self,
-            callback_manager=callback_manager,
-            object_map=object_map,
-            objects=objects,
-            verbose=verbose,
-        )
 
     @staticmethod
     def _resolve_llm(
@@ -270,15 +261,17 @@ class HybridFusionRetriever(QueryFusionRetriever):
     ) -> Optional[LLM]:
         if num_queries <= 1:
             return llm if isinstance(llm, LLM) else None  # never resolved
-        if llm is not None:
-            return resolve_llm(llm, callback_manager=callback_manager)
-        configured = getattr(Settings, "_llm", None)
-        if configured is None:
-            raise ValueError(
-                f"num_queries={num_queries} generates extra queries with an LLM, but none "
-                "is configured: pass llm=... or set Settings.llm (or use num_queries=1)"
-            )
-        return configured
+        return resolve_llm(
+            llm,
+            needed_for=f"HybridFusionRetriever(num_queries={num_queries}) generating extra queries",
+            offline_alternative="use num_queries=1",
+            callback_manager=callback_manager,
+        )
+
+    @property
+    def retrievers(self) -> List[BaseRetriever]:
+        """The children, in order."""
+        return list(self._retrievers)
 
     # ------------------------------------------------------------------ queries
 
@@ -292,21 +285,31 @@ class HybridFusionRetriever(QueryFusionRetriever):
                 out.append(text)
         return out
 
-    def _bundles(
-        self, query_bundle: QueryBundle, extra: Sequence[str]
-    ) -> Tuple[List[QueryBundle], Optional[MetadataFilters]]:
-        """The bundles to pass down (original first) and the filters in force."""
-        effective = apply_policy(self.filters, filters_of(query_bundle), self.filter_policy)
-        if self.filter_vocabulary is not None:
-            self.filter_vocabulary.check(effective, self.unknown_filter_key)
-        if effective is None:
-            first: QueryBundle = query_bundle
-        else:
-            first = with_options(query_bundle, filters=effective)
-        bundles = [first]
-        for text in extra:
-            bundles.append(QueryBundle(text) if effective is None else FilteredQueryBundle(text, filters=effective))
-        return bundles, effective
+    def _resolve(self, query_bundle: QueryBundle) -> Call:
+        return resolve_call(
+            query_bundle,
+            filters=self.filters,
+            filter_policy=self.filter_policy,
+            top_k=self.similarity_top_k,
+            vocabulary=self.filter_vocabulary,
+            unknown_filter_key=self.unknown_filter_key,
+        )
+
+    def _child_k(self, call: Call) -> Optional[int]:
+        """The k a child is asked for (``None``: its own; see ``child_top_k``)."""
+        if call.top_k <= self.similarity_top_k:
+            return self.child_top_k
+        return max(call.top_k, self.child_top_k or 0)
+
+    def _bundles(self, call: Call, extra: Sequence[str]) -> List[QueryBundle]:
+        """The bundles to pass down: the caller's (first) and each generated query,
+        with the call's filters and the children's k (a call with neither passes
+        the caller's bundle on unchanged, so upstream children see what they know)."""
+        k = self._child_k(call)
+        if call.filters is None and k is None:
+            return [call.bundle, *(QueryBundle(text) for text in extra)]
+        first = call.child_bundle(top_k=k)
+        return [first, *(FilteredQueryBundle(text, filters=call.filters, top_k=k) for text in extra)]
 
     def weights_for(self, query_str: str) -> List[float]:
         """The child weights used for ``query_str`` (its script's, else the defaults)."""
@@ -398,7 +401,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         weights: Dict[QueryScript, List[float]] = {}
         for script, entry in calibration.scripts.items():
             if entry.weights is not None:
-                weights[_script(script)] = check_weights(
+                weights[script_key(script)] = check_weights(
                     f"calibration.scripts[{script!r}].weights", entry.weights, len(self._retrievers)
                 )
         self.script_weights = weights
@@ -417,29 +420,29 @@ class HybridFusionRetriever(QueryFusionRetriever):
     # ---------------------------------------------------------------- retrieval
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        check_query(query_bundle)
+        call = self._resolve(query_bundle)
         extra: List[str] = []
         if self.num_queries > 1:
-            extra = self._distinct(query_bundle.query_str, self._get_queries(query_bundle.query_str))
-        bundles, effective = self._bundles(query_bundle, extra)
-        weights = self.weights_for(query_bundle.query_str)
+            extra = self._distinct(call.bundle.query_str, self._get_queries(call.bundle.query_str))
+        bundles = self._bundles(call, extra)
+        weights = self.weights_for(call.bundle.query_str)
         results: _Results = {}
         for q, bundle in enumerate(bundles):
             for i in _active(weights):
                 results[(q, i)] = retrieve_from_child(
                     self._retrievers[i], bundle, self.retriever_names[i]
                 )
-        return list(self._fuse(results, bundles, weights, effective))
+        return list(self._fuse(results, bundles, weights, call))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        check_query(query_bundle)
+        call = self._resolve(query_bundle)
         extra: List[str] = []
         if self.num_queries > 1:
             extra = self._distinct(
-                query_bundle.query_str, await self._aget_queries(query_bundle.query_str)
+                call.bundle.query_str, await self._aget_queries(call.bundle.query_str)
             )
-        bundles, effective = self._bundles(query_bundle, extra)
-        weights = self.weights_for(query_bundle.query_str)
+        bundles = self._bundles(call, extra)
+        weights = self.weights_for(call.bundle.query_str)
         keys = [(q, i) for q in range(len(bundles)) for i in _active(weights)]
         outputs = await asyncio.gather(
             *(
@@ -447,7 +450,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
                 for q, i in keys
             )
         )
-        return list(self._fuse(dict(zip(keys, outputs)), bundles, weights, effective))
+        return list(self._fuse(dict(zip(keys, outputs)), bundles, weights, call))
 
     # ------------------------------------------------------------------- fusion
 
@@ -504,47 +507,66 @@ class HybridFusionRetriever(QueryFusionRetriever):
         results: _Results,
         bundles: Sequence[QueryBundle],
         weights: Sequence[float],
-        effective: Optional[MetadataFilters],
+        call: Call,
     ) -> List[ExplainedNodeWithScore]:
-        """Fused top-k; result objects and provenance are built for the top-k only."""
+        """The fused top-k (the call's k), post-checked against the call's filters.
+
+        Result objects and their ``fusion`` part are built for the top-k
+        only; each keeps the parts its first contributing child attached.
+        """
         usable = self._hits(results)
         contributions = self._contributions(usable, len(bundles), weights)
-        nodes: Dict[str, BaseNode] = {}
         parts: Dict[str, List[Tuple[Tuple[int, int], int, NodeWithScore, float]]] = {}
         for key in sorted(usable):  # query order, then retriever order: deterministic
             for (rank, hit), value in zip(usable[key], contributions[key]):
-                node_id = hit.node.node_id
-                nodes.setdefault(node_id, hit.node)
-                parts.setdefault(node_id, []).append((key, rank, hit, value))
+                parts.setdefault(hit.node.node_id, []).append((key, rank, hit, value))
         # fsum is exactly rounded: the fused score does not depend on child order
         combine = max if self.mode == FUSION_MODES.SIMPLE else math.fsum
         scores = {node_id: float(combine(p[3] for p in hits)) for node_id, hits in parts.items()}
         order = sorted(scores, key=lambda node_id: (-scores[node_id], node_id))
-        if effective is not None:
-            matches = metadata_matcher(effective)
-            order = [n for n in order if matches(filterable_metadata(nodes[n]))]
-        # model_construct: every field is built here from validated parts, and
-        # validating again would cost more than the fusion itself
+        first_hits = keep_matching([parts[node_id][0][2] for node_id in order], call.filters)
         return [
             explained(
-                parts[node_id][0][2],
-                score=scores[node_id],
+                hit,
+                score=scores[hit.node.node_id],
                 fusion=[
                     FusionHit(
                         retriever_index=i,
                         retriever_name=self.retriever_names[i],
                         query_str=bundles[q].query_str,
                         rank=rank,
-                        score=hit.score,
+                        score=child_hit.score,
                         contribution=value,
                     )
-                    for (q, i), rank, hit, value in parts[node_id]
+                    for (q, i), rank, child_hit, value in parts[hit.node.node_id]
                 ],
             )
-            for node_id in order[: self.similarity_top_k]
+            for hit in first_hits[: call.top_k]
         ]
 
     # ------------------------------------------------------------ constructors
+
+    @classmethod
+    def from_defaults(
+        cls,
+        index: Optional[VectorStoreIndex] = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        **kwargs: Any,
+    ) -> "HybridFusionRetriever":
+        """A vector + BM25 hybrid from exactly one of ``index`` (:meth:`from_index`)
+        or ``nodes`` (:meth:`from_nodes`), as ``BM25Retriever.from_defaults``
+        takes its corpus; ``QueryFusionRetriever`` itself has no ``from_defaults``.
+
+        Args:
+            index: an existing ``VectorStoreIndex`` (its stored embeddings are reused).
+            nodes: nodes to index (nodes carrying embeddings are not embedded again).
+            **kwargs: as :meth:`from_index` / :meth:`from_nodes`.
+        """
+        if (index is None) == (nodes is None):
+            raise ValueError("pass exactly one of index or nodes")
+        if index is not None:
+            return cls.from_index(index, **kwargs)
+        return cls.from_nodes(nodes, **kwargs)  # type: ignore[arg-type]
 
     @classmethod
     def from_nodes(
@@ -577,18 +599,18 @@ class HybridFusionRetriever(QueryFusionRetriever):
         embeddings (given or computed) with NaN/inf or of two dimensions,
         naming the node and the model.
         """
-        nodes = list(nodes)
-        if not nodes:
-            raise ValueError("from_nodes needs at least one node")
-        cls._check_hybrid_arguments("from_nodes", similarity_top_k, child_top_k, kwargs)
-        _refuse_duplicate_ids(nodes)
-        model = resolve_embed_model(embed_model)
-        storage = StorageContext.from_defaults(vector_store=NumpyVectorStore())
-        index = VectorStoreIndex(
-            nodes, storage_context=storage, embed_model=model, show_progress=show_progress
+        check_hybrid_arguments(
+            "from_nodes", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k}
         )
-        _check_node_embeddings(index, embed_model_name(model))
-        return cls._hybrid(index, nodes, similarity_top_k, child_top_k, calibrate, kwargs)
+        return hybrid_from_nodes(
+            nodes,
+            embed_model,
+            show_progress=show_progress,
+            similarity_top_k=similarity_top_k,
+            child_top_k=child_top_k,
+            calibrate=calibrate,
+            **kwargs,
+        )
 
     @classmethod
     def from_index(
@@ -598,77 +620,84 @@ class HybridFusionRetriever(QueryFusionRetriever):
         *,
         child_top_k: Optional[int] = None,
         calibrate: bool = True,
+        embed_model: Optional[BaseEmbedding] = None,
         **kwargs: Any,
     ) -> "HybridFusionRetriever":
-        """A vector + BM25 hybrid over an existing index (BM25 over its docstore
-        nodes); arguments checked, calibrated and filters checked as in
-        :meth:`from_nodes`."""
-        cls._check_hybrid_arguments("from_index", similarity_top_k, child_top_k, kwargs)
-        nodes = list(index.docstore.docs.values())
-        if not nodes:
-            raise ValueError(
-                "the index's docstore holds no nodes (a vector store that stores text?); "
-                "use from_nodes with the nodes instead"
-            )
-        return cls._hybrid(index, nodes, similarity_top_k, child_top_k, calibrate, kwargs)
+        """A vector + BM25 hybrid over an existing index: the vector child
+        searches the index's stored embeddings (nothing is embedded again), BM25
+        indexes its docstore nodes; arguments checked, calibrated and filters
+        checked as in :meth:`from_nodes`. ``embed_model`` embeds queries
+        (default: the index's)."""
+        check_hybrid_arguments(
+            "from_index", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k}
+        )
+        return hybrid_retriever(
+            index,
+            similarity_top_k=similarity_top_k,
+            child_top_k=child_top_k,
+            embed_model=embed_model,
+            calibrate=calibrate,
+            **kwargs,
+        )
+
+    # ------------------------------------------------- configuration and persistence
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`):
+        mode, k, weights, calibration, filters and their policies. The children
+        and the LLM are not settings: :meth:`from_dict` takes them again."""
+        from llama_index_ext_recursive.retrievers.fusion_persist import hybrid_to_dict
+
+        return hybrid_to_dict(self)
 
     @classmethod
-    def _check_hybrid_arguments(
-        cls, where: str, similarity_top_k: Any, child_top_k: Any, kwargs: Dict[str, Any]
-    ) -> None:
-        """The constructor's checks for a two-child hybrid, before any embedding."""
-        check_kwargs(cls.__init__, kwargs, f"HybridFusionRetriever.{where}")
-        if "retrievers" in kwargs:
-            raise TypeError(
-                f"HybridFusionRetriever.{where} builds its own retrievers; pass yours to "
-                "HybridFusionRetriever(retrievers=...) instead"
-            )
-        check_count("similarity_top_k", similarity_top_k)
-        check_count("child_top_k", child_top_k, allow_none=True)
-        check_count("num_queries", kwargs.get("num_queries", 1))
-        check_real("rrf_k", kwargs.get("rrf_k", DEFAULT_RRF_K), low=0.0)
-        if kwargs.get("retriever_weights") is not None:
-            check_weights("retriever_weights", kwargs["retriever_weights"], 2)
-        for script, values in (kwargs.get("script_weights") or {}).items():
-            _script(script)
-            check_weights(f"script_weights[{script!r}]", values, 2)
-        UnknownFilterPolicy(kwargs.get("unknown_filter_key", UnknownFilterPolicy.RAISE))
-        FUSION_MODES(kwargs.get("mode", HYBRID_MODE))
-
-    @classmethod
-    def _hybrid(
-        cls,
-        index: VectorStoreIndex,
-        nodes: List[BaseNode],
-        similarity_top_k: int,
-        child_top_k: Optional[int],
-        calibrate: bool,
-        kwargs: Dict[str, Any],
+    def from_dict(
+        cls, data: Dict[str, Any], retrievers: Sequence[BaseRetriever], **overrides: Any
     ) -> "HybridFusionRetriever":
-        k = child_top_k or similarity_top_k
-        try:
-            from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+        """A hybrid of ``retrievers`` with the settings of :meth:`to_dict`
+        (``overrides`` win, e.g. ``llm=`` when ``num_queries > 1``)."""
+        from llama_index_ext_recursive.retrievers.fusion_persist import hybrid_from_dict
 
-            bm25: BaseRetriever = MultilingualBM25Retriever.from_defaults(
-                nodes=nodes, similarity_top_k=k, unknown_filter_key=None
-            )
-        except ImportError:
-            from llama_index.retrievers.bm25 import BM25Retriever
+        return hybrid_from_dict(cls, data, retrievers, overrides)
 
-            bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=min(k, len(nodes)))
-        kwargs.setdefault("retriever_names", ["vector", "bm25"])
-        kwargs.setdefault("mode", HYBRID_MODE)
-        explicit = any(kwargs.get(key) is not None for key in ("retriever_weights", "script_weights", "calibration"))
-        # the hybrid checks filters against its nodes, once for both children
-        vector = BackfillVectorRetriever(index, k, unknown_filter_key=None)
-        hybrid = cls([vector, bm25], similarity_top_k=similarity_top_k, **kwargs)
-        hybrid.filter_vocabulary = FilterVocabulary.from_nodes(nodes)
-        if calibrate and not explicit:
-            hybrid.calibrate(nodes)
-        return hybrid
+    def persist(self, persist_dir: Union[str, Path]) -> None:
+        """Write the settings and every child to the index folder ``persist_dir``.
+
+        Each child must be able to persist into a folder of the hybrid's
+        (``BackfillVectorRetriever``, ``MultilingualBM25Retriever``, a
+        nested ``HybridFusionRetriever``), so hybrids built with
+        :meth:`from_nodes`/:meth:`from_index` persist; other children are
+        named in the ``TypeError`` before anything is written.
+        """
+        from llama_index_ext_recursive.retrievers.fusion_persist import persist_hybrid
+
+        persist_hybrid(self, persist_dir)
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: Union[str, Path],
+        embed_model: Optional[BaseEmbedding] = None,
+        **overrides: Any,
+    ) -> "HybridFusionRetriever":
+        """Load a hybrid written by :meth:`persist`: same children, weights,
+        calibration and settings, so it returns the same results.
+
+        Args:
+            persist_dir: the index folder.
+            embed_model: the vector children's query model (argument >
+                ``Settings.embed_model`` > bundled; a model of another name
+                than the one persisted is logged).
+            **overrides: constructor arguments that win over the saved ones
+                (``llm=``, ``callback_manager=``, ...).
+        """
+        from llama_index_ext_recursive.retrievers.fusion_persist import load_hybrid
+
+        return load_hybrid(cls, persist_dir, embed_model, overrides)
 
 
-def _script(name: Any) -> QueryScript:
+def script_key(name: Any) -> QueryScript:
+    """``name`` as a :class:`QueryScript`, or a ``ValueError`` listing the scripts."""
     try:
         return QueryScript(name)
     except ValueError:
@@ -678,98 +707,15 @@ def _script(name: Any) -> QueryScript:
         ) from None
 
 
-def _refuse_duplicate_ids(nodes: Sequence[BaseNode]) -> None:
-    """Two nodes with one id would be one node in the vector store and two in BM25."""
-    counts = Counter(node.node_id for node in nodes)
-    duplicated = [node_id for node_id, n in counts.items() if n > 1]
-    if not duplicated:
-        return
-    first = duplicated[0]
-    sources = [
-        node.ref_doc_id or node.metadata.get("doc_id") or "no document"
-        for node in nodes
-        if node.node_id == first
-    ]
-    raise ValueError(
-        f"node id {first!r} occurs {counts[first]} times (documents: {sources}); "
-        f"give every node its own id_ ({len(duplicated)} duplicated id(s): {duplicated[:10]})"
-    )
-
-
-def _check_node_embeddings(index: VectorStoreIndex, model_name: str) -> None:
-    """Refuse NaN/inf node vectors or vectors of two dimensions, naming the node:
-    a NaN vector scores NaN against every query."""
-    items = list(index.vector_store.data.embedding_dict.items())
-    dim: Optional[int] = None
-    for start in range(0, len(items), _CHECK_BATCH):
-        batch = items[start : start + _CHECK_BATCH]
-        try:  # one array per batch: a loop over 50k vectors costs seconds
-            dim = check_vectors([v for _, v in batch], model_name, "the nodes", dim)
-        except ValueError:  # find the node (ragged batches fail to stack at all)
-            for node_id, vector in batch:
-                dim = check_vectors(vector, model_name, f"node {node_id!r}", dim)
-            raise
-
-
-_CHECK_BATCH = 4096
-
-
-def retrieve_from_child(retriever: BaseRetriever, bundle: QueryBundle, name: str) -> List[NodeWithScore]:
-    """``retriever.retrieve(bundle)``, which must give a list of ``NodeWithScore``.
-
-    A child whose ``_retrieve`` returns ``None`` fails inside upstream's
-    ``BaseRetriever.retrieve`` with ``'NoneType' object is not iterable``,
-    which names nobody; this names the child.
-    """
-    try:
-        results = retriever.retrieve(bundle)
-    except (TypeError, AttributeError) as exc:
-        _raise_if_bad_result(retriever, name, exc)
-        raise
-    return _checked_results(retriever, name, results)
-
-
-async def aretrieve_from_child(
-    retriever: BaseRetriever, bundle: QueryBundle, name: str
-) -> List[NodeWithScore]:
-    """The async :func:`retrieve_from_child`."""
-    try:
-        results = await retriever.aretrieve(bundle)
-    except (TypeError, AttributeError) as exc:
-        _raise_if_bad_result(retriever, name, exc)
-        raise
-    return _checked_results(retriever, name, results)
-
-
-# where upstream's BaseRetriever iterates what _retrieve/_aretrieve returned
-_RESULT_HANDLERS = frozenset({"_handle_recursive_retrieval", "_ahandle_recursive_retrieval"})
-
-
-def _raise_if_bad_result(retriever: BaseRetriever, name: str, exc: BaseException) -> None:
-    """Name the child when ``exc`` comes from upstream iterating its result."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is not None and tb.tb_frame.f_code.co_name in _RESULT_HANDLERS:
-        raise TypeError(
-            f"retriever {name!r} ({type(retriever).__name__}) did not return a list of "
-            f"NodeWithScore ({exc}); its _retrieve/_aretrieve must return one ([] for no hits)"
-        ) from exc
-
-
-def _checked_results(retriever: BaseRetriever, name: str, results: Any) -> List[NodeWithScore]:
-    if isinstance(results, list) and all(isinstance(hit, NodeWithScore) for hit in results):
-        return results
-    got = (
-        f"a list of {sorted({type(hit).__name__ for hit in results})}"
-        if isinstance(results, list)
-        else type(results).__name__
-    )
-    raise TypeError(
-        f"retriever {name!r} ({type(retriever).__name__}) returned {got}, not a list of "
-        "NodeWithScore ([] for no hits)"
-    )
-
-
 def _active(weights: Sequence[float]) -> List[int]:
     return [i for i, w in enumerate(weights) if w > 0]
+
+
+__all__ = [
+    "HYBRID_MODE",
+    "HybridFusionRetriever",
+    "ScoreDirection",
+    "aretrieve_from_child",
+    "retrieve_from_child",
+    "script_key",
+]

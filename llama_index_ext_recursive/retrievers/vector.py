@@ -37,6 +37,7 @@ import logging
 import threading
 import weakref
 from enum import Enum
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core import StorageContext, VectorStoreIndex
@@ -215,6 +216,71 @@ class BackfillVectorRetriever(VectorIndexRetriever):
             nodes=[], storage_context=storage, embed_model=resolve_embed_model(embed_model)
         )
         return cls(index, **kwargs)
+
+    # ------------------------------------------------- configuration and persistence
+    def to_dict(self) -> Dict[str, Any]:
+        """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`),
+        with the index they search (its id, store class and embedding model):
+        the index is data, :meth:`from_dict` takes it again."""
+        from llama_index_ext_recursive.retrievers.vector_persist import vector_to_dict
+
+        return vector_to_dict(self)
+
+    @classmethod
+    def from_dict(
+        cls, data: Dict[str, Any], index: VectorStoreIndex, **overrides: Any
+    ) -> "BackfillVectorRetriever":
+        """A retriever over ``index`` with the settings of :meth:`to_dict` (``overrides`` win)."""
+        from llama_index_ext_recursive.retrievers.vector_persist import vector_from_dict
+
+        return vector_from_dict(cls, data, index, overrides)
+
+    def persist(self, persist_dir: Union[str, Path]) -> None:
+        """Write the index and the settings to the index folder ``persist_dir``
+        (atomically, as every index folder of the package).
+
+        Raises:
+            TypeError: the vector store keeps its data itself (PostgreSQL,
+                Chroma, ...): nothing is written.
+            PersistError: ``persist_dir`` holds something else.
+        """
+        from llama_index_ext_recursive.retrievers.vector_persist import persist_vector
+
+        persist_vector(self, persist_dir)
+
+    def write_files(self, folder: Path) -> None:
+        """Write this retriever's files into ``folder`` (for a hybrid persisting its children)."""
+        from llama_index_ext_recursive.retrievers.vector_persist import write_files
+
+        write_files(self, folder)
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: Union[str, Path],
+        embed_model: Optional[BaseEmbedding] = None,
+        **overrides: Any,
+    ) -> "BackfillVectorRetriever":
+        """Load a retriever written by :meth:`persist`.
+
+        Args:
+            persist_dir: the index folder.
+            embed_model: the query model (argument > ``Settings.embed_model`` >
+                bundled); another model than the persisted one is logged.
+            **overrides: constructor arguments that win over the saved ones.
+        """
+        from llama_index_ext_recursive.retrievers.vector_persist import load_vector
+
+        return load_vector(cls, persist_dir, embed_model, overrides)
+
+    @classmethod
+    def read_files(
+        cls, folder: Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
+    ) -> "BackfillVectorRetriever":
+        """Load what :meth:`write_files` wrote into ``folder``."""
+        from llama_index_ext_recursive.retrievers.vector_persist import read_files
+
+        return read_files(cls, folder, embed_model, overrides)
 
     # ------------------------------------------------------------- queries
     def _resolve(self, query_bundle: QueryBundle) -> Call:

@@ -49,12 +49,16 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.embeddings.base import similarity as upstream_similarity
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 from llama_index.core.vector_stores.types import (
     DEFAULT_PERSIST_DIR,
+    BasePydanticVectorStore,
     DEFAULT_PERSIST_FNAME,
     FilterCondition,
     FilterOperator,
@@ -65,6 +69,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
+from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, write_file_atomically
 
 TIE_TOLERANCE = 1e-10  # scores this close may be equal in upstream's arithmetic
@@ -690,6 +695,44 @@ class NumpyVectorStore(SimpleVectorStore):
 
 
 _STORE_FILE_START = re.compile(rb'\s*\{\s*"(embedding_dict|text_id_to_ref_doc_id|metadata_dict)"\s*:')
+
+
+def vector_index(
+    nodes: Sequence[BaseNode],
+    embed_model: Optional[BaseEmbedding] = None,
+    *,
+    vector_store: Optional[BasePydanticVectorStore] = None,
+    docstore: Optional[BaseDocumentStore] = None,
+    show_progress: bool = False,
+    store_nodes_override: bool = False,
+) -> VectorStoreIndex:
+    """A ``VectorStoreIndex`` over ``nodes`` in a new :class:`NumpyVectorStore`.
+
+    The one place the package builds an index from nodes: nodes that carry an
+    embedding are not embedded again (``VectorStoreIndex`` embeds only the
+    others), so an index's stored vectors are reused.
+
+    Args:
+        nodes: the nodes to index.
+        embed_model: the model for nodes without an embedding and for queries
+            (argument > ``Settings.embed_model`` > the bundled model).
+        vector_store: another store to fill instead (FAISS, Chroma, PostgreSQL, ...).
+        docstore: the docstore to keep the nodes in (default: upstream's).
+        show_progress: a progress bar while embedding.
+        store_nodes_override: keep every node in the docstore even when the
+            store keeps text (as upstream's argument).
+    """
+    storage = StorageContext.from_defaults(
+        vector_store=vector_store if vector_store is not None else NumpyVectorStore(),
+        docstore=docstore,
+    )
+    return VectorStoreIndex(
+        list(nodes),
+        storage_context=storage,
+        embed_model=resolve_embed_model(embed_model),
+        show_progress=show_progress,
+        store_nodes_override=store_nodes_override,
+    )
 
 
 def _looks_like_store_file(path: Path) -> bool:

@@ -1,0 +1,150 @@
+"""Pure fusion functions over ``node_id -> score`` maps.
+
+One function per ``FUSION_MODES`` value, in the style of Haystack's
+``utils/misc.py``: :class:`~llama_index_ext_recursive.retrievers.fusion.HybridFusionRetriever`
+ranks with the same arithmetic, calibration (:mod:`.calibrate`) re-fuses
+collected score maps with them at every weight grid point, and recursive
+retrieval fuses its evidence with :func:`relative_score_fusion`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+DEFAULT_RRF_K = 60.0
+
+ScoreMap = Mapping[str, float]
+FuseFunction = Callable[[Sequence[ScoreMap], Sequence[float]], Dict[str, float]]
+
+
+def min_max_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
+    """Scores scaled to [0, 1] by their min and max (1 = best).
+
+    A list whose scores are all equal gives 1.0 when they are > 0 (or are
+    distances), else 0.0, as upstream's ``relative_score`` mode.
+    """
+    if not scores:
+        return []
+    return _scaled(scores, min(scores), max(scores), distance)
+
+
+def dist_based_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
+    """Scores scaled by mean +- 3 standard deviations (upstream's ``dist_based_score``)."""
+    if not scores:
+        return []
+    mean = sum(scores) / len(scores)
+    std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+    return _scaled(scores, mean - 3 * std, mean + 3 * std, distance)
+
+
+def _scaled(scores: Sequence[float], low: float, high: float, distance: bool) -> List[float]:
+    if high == low:
+        return [1.0 if (distance or high > 0) else 0.0] * len(scores)
+    if distance:
+        return [(high - s) / (high - low) for s in scores]
+    return [(s - low) / (high - low) for s in scores]
+
+
+def _weighted_sum(
+    lists: Sequence[ScoreMap],
+    weights: Sequence[float],
+    normalize: Callable[[Sequence[float], bool], List[float]],
+    distance: Optional[Sequence[bool]],
+) -> Dict[str, float]:
+    total = _check_fusion_input(lists, weights, distance)
+    parts: Dict[str, List[float]] = {}
+    for i, (scores, w) in enumerate(zip(lists, weights)):
+        if w <= 0 or not scores:
+            continue
+        share = w / total
+        values = normalize(list(scores.values()), bool(distance and distance[i]))
+        for node_id, value in zip(scores, values):
+            parts.setdefault(node_id, []).append(value * share)
+    # fsum is exactly rounded: the fused score does not depend on list order
+    return {node_id: math.fsum(values) for node_id, values in parts.items()}
+
+
+def relative_score_fusion(
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
+) -> Dict[str, float]:
+    """Weighted sum of min-max normalised scores, divided by the sum of the weights.
+
+    Args:
+        lists: one ``node_id -> score`` map per retriever.
+        weights: one non-negative weight per list; a list of weight 0 is ignored.
+        distance: per list, whether its scores are distances (lower is better).
+
+    Returns:
+        ``node_id -> fused score``; an id missing from a list gets nothing from it.
+    """
+    return _weighted_sum(lists, weights, min_max_scores, distance)
+
+
+def distribution_based_fusion(
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
+) -> Dict[str, float]:
+    """As :func:`relative_score_fusion`, each list scaled by its mean +- 3 std."""
+    return _weighted_sum(lists, weights, dist_based_scores, distance)
+
+
+def reciprocal_rank_fusion(
+    lists: Sequence[ScoreMap],
+    weights: Sequence[float],
+    k: float = DEFAULT_RRF_K,
+    *,
+    distance: Optional[Sequence[bool]] = None,
+) -> Dict[str, float]:
+    """Weighted reciprocal rank fusion, ``sum_i w_i / (k + rank_i)``.
+
+    Ranks are 1-based, by descending score (ascending for distance lists;
+    ties keep the map's order).
+
+    Args:
+        lists: one ``node_id -> score`` map per retriever.
+        weights: one non-negative weight per list; a list of weight 0 is ignored.
+        k: the RRF constant (60 in the paper).
+        distance: per list, whether its scores are distances.
+    """
+    _check_fusion_input(lists, weights, distance)
+    parts: Dict[str, List[float]] = {}
+    for i, (scores, w) in enumerate(zip(lists, weights)):
+        if w <= 0:
+            continue
+        sign = 1.0 if distance and distance[i] else -1.0
+        ordered = sorted(scores, key=lambda node_id: sign * scores[node_id])
+        for rank, node_id in enumerate(ordered, start=1):
+            parts.setdefault(node_id, []).append(w / (k + rank))
+    return {node_id: math.fsum(values) for node_id, values in parts.items()}
+
+
+def simple_fusion(
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
+) -> Dict[str, float]:
+    """Each node's best raw score, scaled by ``w_i / max(w)`` (upstream's ``simple`` mode).
+
+    Distances ``d`` count as ``1 / (1 + max(d, 0))``.
+    """
+    _check_fusion_input(lists, weights, distance)
+    top = max(weights)
+    fused: Dict[str, float] = {}
+    for i, (scores, w) in enumerate(zip(lists, weights)):
+        if w <= 0:
+            continue
+        for node_id, s in scores.items():
+            value = (w / top) * (1.0 / (1.0 + max(s, 0.0)) if distance and distance[i] else s)
+            fused[node_id] = max(fused.get(node_id, value), value)
+    return fused
+
+
+def _check_fusion_input(
+    lists: Sequence[ScoreMap], weights: Sequence[float], distance: Optional[Sequence[bool]]
+) -> float:
+    if len(weights) != len(lists):
+        raise ValueError(f"weights has {len(weights)} values for {len(lists)} score lists: give one per list")
+    if distance is not None and len(distance) != len(lists):
+        raise ValueError(f"distance has {len(distance)} values for {len(lists)} score lists: give one per list")
+    total = sum(weights)
+    if not total > 0:
+        raise ValueError(f"weights {list(weights)} sum to {total}: at least one must be positive")
+    return total
