@@ -17,6 +17,9 @@ from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.indices.vector_store.retrievers.auto_retriever.auto_retriever import (
     VectorIndexAutoRetriever,
 )
+from llama_index.core.indices.vector_store.retrievers.auto_retriever.output_parser import (
+    VectorStoreQueryOutputParser,
+)
 from llama_index.core.schema import QueryBundle, TextNode
 from llama_index.core.vector_stores.types import (
     FilterCondition,
@@ -32,7 +35,10 @@ from llama_index_ext_recursive import (
     BackfillVectorRetriever,
     ExplainedNodeWithScore,
     FilteredQueryBundle,
+    FusionHit,
+    HybridFusionRetriever,
     NumpyVectorStore,
+    PersistError,
     RecursiveSummaryRetriever,
     ValidatedAutoRetriever,
     load_sample_documents,
@@ -45,6 +51,7 @@ from llama_index_ext_recursive.auto import (
     metadata_vocabulary,
 )
 from llama_index_ext_recursive.filters import metadata_matches
+from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.sample import sample_vector_store_info
 from test_auto_llm import ScriptedLLM, answer
 
@@ -379,3 +386,147 @@ def test_generator_results_are_json_serialisable():
     _, explanation = auto(llm=llm("x", "y")).retrieve_with_explanation("Chinese blog posts")
     data = json.loads(explanation.model_dump_json())
     assert data["generator"] == "fallback" and data["report"]["repairs"][0]["kind"] == "fallback"
+
+
+# --------------------------------------------------------------------------- the parent's constructor, k
+
+
+def test_the_parent_constructor_runs_without_resolving_an_llm_and_k_defaults_to_ten():
+    retriever = ValidatedAutoRetriever(INDEX, INFO, today=TODAY)
+    assert Settings._llm is None and retriever._llm is None  # upstream's `llm or Settings.llm` never ran
+    assert isinstance(retriever._output_parser, VectorStoreQueryOutputParser)  # set by upstream's __init__ only
+    assert retriever._similarity_top_k == DEFAULT_TOP_K == 10  # upstream: 2
+    assert len(retriever.retrieve("bees and flowers")) == 10
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["index", "wrapped-recursive"])
+def test_per_call_top_k_replaces_the_spec_and_own_k(wrapped):
+    retriever = auto(index=None, retriever=RECURSIVE) if wrapped else auto()
+    assert len(retriever.retrieve("bees and flowers")) == 5  # own k
+    hits, explanation = retriever.retrieve_with_explanation(FilteredQueryBundle("bees and flowers", top_k=3))
+    assert len(hits) == 3 and explanation.top_k == 3
+    assert len(retriever.retrieve("top 2 encyclopedia entries")) == 2  # the spec's k
+    one = retriever.retrieve(FilteredQueryBundle("top 2 encyclopedia entries", top_k=1))
+    assert len(one) == 1 and satisfies(one, [F("source", "encyclopedia")])
+    assert len(retriever.retrieve(FilteredQueryBundle("top 2 encyclopedia entries", top_k=None))) == 2
+
+
+def test_retrieve_with_explanation_reports_the_bundles_own_options():
+    bundle = FilteredQueryBundle("blog posts", filters={"year": {"op": ">=", "value": 2022}}, top_k=2)
+    hits, explanation = auto().retrieve_with_explanation(bundle)
+    assert len(hits) == 2 and satisfies(hits, [F("source", "blog"), F("year", 2022, Op.GTE)])
+    assert explanation.per_call_filters == bundle.filters and explanation.top_k == 2
+    assert all(hit.explanation.auto is explanation for hit in hits)
+
+
+# --------------------------------------------------------------------------- composed explanations
+
+
+def test_a_wrapped_recursive_retrievers_route_part_survives():
+    retriever = auto(index=None, retriever=RECURSIVE, similarity_top_k=10)
+    hits, explanation = retriever.retrieve_with_explanation("coral reefs and bees")
+    inner = RECURSIVE.retrieve(
+        FilteredQueryBundle(explanation.search_query, filters=explanation.filters, top_k=explanation.top_k)
+    )
+    routes = {hit.node.node_id: hit.explanation.route for hit in inner}
+    assert hits and all(hit.explanation.route is not None for hit in hits)
+    assert all(hit.explanation.route == routes[hit.node.node_id] for hit in hits)
+    assert all(hit.explanation.auto is explanation for hit in hits)
+
+
+def test_a_wrapped_hybrid_retrievers_fusion_part_survives():
+    hybrid = HybridFusionRetriever.from_nodes(
+        list(INDEX.docstore.docs.values()), embed_model=EMBED, similarity_top_k=10, calibrate=False
+    )
+    retriever = auto(index=None, retriever=hybrid, vocabulary=metadata_vocabulary(DOCS))
+    hits, explanation = retriever.retrieve_with_explanation("English articles about bees and honey")
+    assert hits and satisfies(hits, [F("language", "en")])
+    for hit in hits:
+        assert hit.explanation.fusion and all(isinstance(item, FusionHit) for item in hit.explanation.fusion)
+        assert hit.explanation.auto is explanation
+
+
+def test_an_upstream_retriever_that_ignores_the_bundle_is_never_unfiltered(caplog):
+    upstream = INDEX.as_retriever(similarity_top_k=12)  # reads no FilteredQueryBundle options
+    retriever = auto(index=None, retriever=upstream, vocabulary=metadata_vocabulary(DOCS))
+    with caplog.at_level("WARNING", logger="llama_index_ext_recursive.auto.retriever"):
+        hits = retriever.retrieve("English blog posts about bread")
+    assert hits and satisfies(hits, [F("language", "en"), F("source", "blog")])
+    assert "outside the filters" in caplog.text
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def _settings_rich(**kwargs: Any) -> ValidatedAutoRetriever:
+    extra = MetadataFilters(filters=[F("language", "zh"), F("year", 2020, Op.GTE)], condition=FilterCondition.OR)
+    return auto(
+        extra_filters=extra,
+        filter_policy="replace",
+        synonyms={"source": {"wiki": "encyclopedia"}},
+        max_top_k=8,
+        similarity_top_k=4,
+        empty_query_top_k=6,
+        unknown_filter_key="warn",
+        max_retries=0,
+        **kwargs,
+    )
+
+
+SAVED_QUERIES = [
+    "wiki entries about tea",
+    "blog posts since 2021",
+    FilteredQueryBundle("encyclopedia entries", filters={"language": "en"}),
+    FilteredQueryBundle("garden tea software", top_k=2),
+]
+
+
+def answers(retriever: ValidatedAutoRetriever) -> List[tuple]:
+    out = []
+    for query in SAVED_QUERIES:
+        hits, explanation = retriever.retrieve_with_explanation(query)
+        out.append((ids(hits), explanation.model_dump()))
+    return out
+
+
+def test_settings_round_trip_through_to_dict_and_from_dict():
+    original = _settings_rich(vocabulary=metadata_vocabulary(DOCS))
+    data = original.to_dict()
+    assert data["type"] == "llama_index_ext_recursive.auto.retriever.ValidatedAutoRetriever"
+    assert json.loads(json.dumps(data)) == data
+    again = ValidatedAutoRetriever.from_dict(data, INDEX)
+    assert again.to_dict() == data
+    assert answers(again) == answers(original)
+
+
+def test_a_vocabulary_read_from_the_index_is_not_saved_but_read_again():
+    data = auto().to_dict()
+    assert data["init_parameters"]["vocabulary"] is None
+    assert ValidatedAutoRetriever.from_dict(data, INDEX).vocabulary == auto().vocabulary
+
+
+def test_persist_and_reload_answer_identically(tmp_path):
+    original = _settings_rich()
+    original.persist(tmp_path / "auto")
+    loaded = ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=EMBED)
+    assert type(loaded) is ValidatedAutoRetriever and loaded.to_dict() == original.to_dict()
+    assert answers(loaded) == answers(original)
+    for query in SAVED_QUERIES:
+        assert ids(asyncio.run(loaded.aretrieve(query))) == ids(original.retrieve(query))
+    original.persist(tmp_path / "auto")  # persisting again replaces the folder's index
+    assert answers(ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=EMBED)) == answers(original)
+
+
+def test_reload_refuses_another_embedding_model(tmp_path):
+    auto().persist(tmp_path / "auto")
+    with pytest.raises(PersistError, match="lexical-test"):
+        ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=LexicalEmbedding(model_name="other"))
+
+
+def test_a_wrapping_retriever_is_saved_as_settings_beside_its_child(tmp_path):
+    retriever = auto(index=None, retriever=RECURSIVE)
+    with pytest.raises(PersistError, match="persist that retriever"):
+        retriever.persist(tmp_path / "auto")
+    assert not (tmp_path / "auto").exists()
+    again = ValidatedAutoRetriever.from_dict(retriever.to_dict(), retriever=RECURSIVE)
+    assert ids(again.retrieve("coral reefs and bees")) == ids(retriever.retrieve("coral reefs and bees"))
