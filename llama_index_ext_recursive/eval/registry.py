@@ -24,6 +24,7 @@ from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter,
 
 from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+from llama_index_ext_recursive.retrievers.fusion_scores import reciprocal_rank_fusion
 from llama_index_ext_recursive.validation import check_count, check_query
 
 
@@ -88,17 +89,10 @@ def upstream_vector(ctx: BuildContext) -> BaseRetriever:
 @register("vector")
 def vector(ctx: BuildContext) -> BaseRetriever:
     """Ours: ``BackfillVectorRetriever`` over the embedded default store, ``NumpyVectorStore``."""
-    from llama_index.core import StorageContext
-
     from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
-    from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
+    from llama_index_ext_recursive.stores.numpy_store import vector_index
 
-    index = VectorStoreIndex(
-        ctx.nodes,
-        storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
-        embed_model=ctx.embed_model,
-    )
-    return BackfillVectorRetriever(index, similarity_top_k=ctx.top_k)
+    return BackfillVectorRetriever(vector_index(ctx.nodes, ctx.embed_model), similarity_top_k=ctx.top_k)
 
 
 @register("upstream-bm25")
@@ -314,7 +308,6 @@ class OracleRoutingRetriever(BaseRetriever):
         )
         query = np.asarray(embedding, dtype=np.float32)
         query /= np.linalg.norm(query) or 1.0
-        dense = rows[np.argsort(-(self._matrix[rows] @ query), kind="stable")]
         condition = (
             MetadataFilter(key=self._doc_id_key, value=docs[0])
             if len(docs) == 1
@@ -323,10 +316,10 @@ class OracleRoutingRetriever(BaseRetriever):
         lexical = self._bm25.retrieve(FilteredQueryBundle(
             query_bundle.query_str, filters=MetadataFilters(filters=[condition])
         ))
-        fused: Dict[int, float] = {}
-        for ranked in ([int(r) for r in dense], [self._row_of[h.node.node_id] for h in lexical]):
-            for rank, row in enumerate(ranked, 1):
-                fused[row] = fused.get(row, 0.0) + 1.0 / (self._rrf_k + rank)
+        similarity = self._matrix[rows] @ query
+        dense_scores = {int(row): float(s) for row, s in zip(rows, similarity)}
+        lexical_scores = {self._row_of[h.node.node_id]: float(h.score or 0.0) for h in lexical}
+        fused = reciprocal_rank_fusion([dense_scores, lexical_scores], (1.0, 1.0), self._rrf_k)
         best = sorted(fused, key=lambda row: -fused[row])[: self._top_k]  # stable: dense order on ties
         return [NodeWithScore(node=self._nodes[row], score=fused[row]) for row in best]
 
