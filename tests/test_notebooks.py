@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -29,6 +30,15 @@ def test_notebooks_are_stored_without_outputs(path):
     notebook = nbformat.read(path, as_version=4)
     with_outputs = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
     assert not with_outputs, f"{path.name}: cells {with_outputs} keep outputs; strip them before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebooks_import_nothing_from_tests(path):
+    """A notebook runs from an installed copy, which has no tests/ folder: helpers live in the package."""
+    notebook = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    assert not re.search(r"^\s*(from|import) (tests|conftest|pg_server)\b", code, re.M), path.name
+    assert "sys.path" not in code and '"tests"' not in code, path.name
 
 
 @pytest.mark.integration
