@@ -399,6 +399,14 @@ def test_the_parent_constructor_runs_without_resolving_an_llm_and_k_defaults_to_
     assert len(retriever.retrieve("bees and flowers")) == 10
 
 
+def test_a_misspelt_keyword_fails_at_construction_naming_the_right_one():
+    with pytest.raises(TypeError, match="did you mean 'similarity_top_k'"):
+        auto(similarity_topk=3)
+    with pytest.raises(TypeError, match="extra_filters="):
+        auto(filters={"language": "en"})
+    assert auto(stale_policy="raise")._vector_retriever.stale_policy.value == "raise"  # passed on
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["index", "wrapped-recursive"])
 def test_per_call_top_k_replaces_the_spec_and_own_k(wrapped):
     retriever = auto(index=None, retriever=RECURSIVE) if wrapped else auto()
@@ -517,10 +525,24 @@ def test_persist_and_reload_answer_identically(tmp_path):
     assert answers(ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=EMBED)) == answers(original)
 
 
-def test_reload_refuses_another_embedding_model(tmp_path):
+def test_reload_with_another_embedding_model_says_so(tmp_path, caplog):
     auto().persist(tmp_path / "auto")
-    with pytest.raises(PersistError, match="lexical-test"):
+    with caplog.at_level("WARNING"):
         ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=LexicalEmbedding(model_name="other"))
+    assert "'lexical-test'" in caplog.text and "'other'" in caplog.text
+
+
+def test_a_store_that_keeps_its_own_data_is_refused_before_anything_is_written(tmp_path):
+    import chromadb
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    client = chromadb.EphemeralClient(settings=chromadb.config.Settings(anonymized_telemetry=False))
+    store = ChromaVectorStore(chroma_collection=client.get_or_create_collection("auto-persist"))
+    storage = StorageContext.from_defaults(vector_store=store)
+    index = VectorStoreIndex.from_documents(DOCS, embed_model=EMBED, storage_context=storage)
+    with pytest.raises(TypeError, match="keeps its data itself"):
+        ValidatedAutoRetriever(index, INFO).persist(tmp_path / "auto")
+    assert not (tmp_path / "auto").exists()
 
 
 def test_a_wrapping_retriever_is_saved_as_settings_beside_its_child(tmp_path):

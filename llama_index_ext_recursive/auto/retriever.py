@@ -51,6 +51,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from dataclasses import dataclass
 from datetime import date
@@ -61,6 +62,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.indices.vector_store.retrievers.auto_retriever.auto_retriever import (
     VectorIndexAutoRetriever,
 )
@@ -87,7 +89,6 @@ from llama_index_ext_recursive.auto.values import resolve_top_k
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
-    FilterVocabulary,
     UnknownFilterPolicy,
     keep_matching,
     merge_filters,
@@ -107,7 +108,7 @@ from llama_index_ext_recursive.retrievers.fusion import aretrieve_from_child, re
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.results import explained
 from llama_index_ext_recursive.schema import metadata_vocabulary
-from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.validation import check_count, closest
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +249,7 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         check_count("max_top_k", max_top_k)
         check_count("empty_query_top_k", empty_query_top_k, allow_none=True)
         check_count("max_retries", max_retries, minimum=0)
+        _check_vector_keywords(kwargs)
         resolved_llm = None if llm is None else resolve_llm(
             llm,
             needed_for="ValidatedAutoRetriever(llm=...)",
@@ -286,7 +288,7 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         self.vocabulary = vocabulary if vocabulary is not None else _declared_vocabulary(vector_store_info, nodes)
         self._vector_retriever = None if retriever is not None else BackfillVectorRetriever(
             index,
-            similarity_top_k=max(max_top_k, similarity_top_k),  # every k a spec can ask for
+            similarity_top_k=similarity_top_k,  # each call passes its own k in the bundle
             vector_store_query_mode=vector_store_query_mode,
             object_map=self.object_map,
             callback_manager=self.callback_manager,
@@ -294,9 +296,11 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             unknown_filter_key=self.unknown_filter_key,
             **kwargs,
         )
-        if self._vector_retriever is not None and self._extra_filters is not None and nodes:
+        if self._vector_retriever is not None and self._extra_filters is not None:
             # refuse extra_filters that cannot match now, not at the first query
-            FilterVocabulary.from_nodes(nodes).check(self._extra_filters, self.unknown_filter_key)
+            known = self._vector_retriever.filter_vocabulary
+            if known:
+                known.check(self._extra_filters, self.unknown_filter_key)
         self.validator = SpecValidator(
             vector_store_info,
             vocabulary=self.vocabulary,
@@ -537,9 +541,9 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         """Write the settings (``config.json``) and the index searched to ``persist_dir``.
 
         Raises:
-            PersistError: ``persist_dir`` holds something else; or the retriever
-                wraps ``retriever=`` (persist that retriever, and ``to_dict()``),
-                or its vector store cannot be saved to files.
+            PersistError: ``persist_dir`` holds something else, or the retriever
+                wraps ``retriever=`` (persist that retriever, and ``to_dict()``).
+            TypeError: the vector store keeps its data itself (PostgreSQL, Chroma...).
         """
         saving.persist(self, persist_dir)
 
@@ -551,12 +555,38 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
 
         Args:
             persist_dir: the folder.
-            embed_model: the query embedding model (default: argument >
-                ``Settings.embed_model`` > the bundled model); it must be the
-                one the index was built with.
+            embed_model: the query embedding model (default:
+                ``Settings.embed_model``, else the bundled model); another model
+                than the persisted one is logged.
             **kwargs: what is not saved (``llm``, ``spec_generator``...) or overrides.
         """
         return saving.from_persist_dir(cls, persist_dir, embed_model, kwargs)
+
+
+# what the vector retriever takes besides what this class passes it
+_SET_HERE = {"self", "index", "kwargs", "similarity_top_k", "vector_store_query_mode", "object_map",
+             "callback_manager", "verbose", "unknown_filter_key", "filters", "filter_policy"}
+_VECTOR_KEYWORDS = frozenset(
+    (set(inspect.signature(BackfillVectorRetriever.__init__).parameters)
+     | set(inspect.signature(VectorIndexRetriever.__init__).parameters)
+     | {"vector_store_kwargs"}) - _SET_HERE
+)
+_OWN_KEYWORDS = frozenset(inspect.signature(VectorIndexAutoRetriever.__init__).parameters) | {
+    "key_policy", "vocabulary", "today", "synonyms", "spec_generator", "retriever",
+    "filter_policy", "max_retries", "unknown_filter_key",
+}
+
+
+def _check_vector_keywords(kwargs: Dict[str, Any]) -> None:
+    """Refuse a misspelt keyword now: upstream's vector retriever would swallow it unread."""
+    for name in kwargs:
+        if name == "filters":
+            raise TypeError("ValidatedAutoRetriever takes extra_filters=, not filters=")
+        if name not in _VECTOR_KEYWORDS:
+            raise TypeError(
+                f"ValidatedAutoRetriever got an unexpected keyword {name!r} "
+                f"({closest(name, _VECTOR_KEYWORDS | _OWN_KEYWORDS)})"
+            )
 
 
 def _planned(bundle: QueryBundle, plan: _Plan) -> _PlannedBundle:

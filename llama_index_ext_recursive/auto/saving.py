@@ -1,50 +1,34 @@
 """Saving a ``ValidatedAutoRetriever``: its query settings (``config.py``'s convention) and the index it searches.
 
 The retriever's own state is its settings; what it searches is the
-``VectorStoreIndex`` it was given, so ``persist`` writes both: ``config.json``
-(:meth:`~ValidatedAutoRetriever.to_dict`) and ``index/`` (upstream's
-``StorageContext.persist``, reloaded with the vector store's own
-``from_persist_dir``). A retriever over ``retriever=`` wraps another
-component's state; it is saved as settings only (``to_dict``), beside that
-component's own ``persist``.
+``VectorStoreIndex`` it was given, which its vector child writes and reads
+(:meth:`~llama_index_ext_recursive.retrievers.vector.BackfillVectorRetriever.write_files`),
+so ``persist`` writes ``config.json`` (:meth:`~ValidatedAutoRetriever.to_dict`)
+and the child's files in ``vector/``. A retriever over ``retriever=`` wraps
+another component's state; it is saved as settings only (``to_dict``),
+beside that component's own ``persist``.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional, Type, Union
 
-from llama_index.core import StorageContext, load_index_from_storage
 from llama_index.core.prompts.base import PromptTemplate
-from llama_index.core.vector_stores.types import (
-    BasePydanticVectorStore,
-    MetadataFilters,
-    VectorStoreInfo,
-    VectorStoreQueryMode,
-)
+from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreInfo, VectorStoreQueryMode
 
 from llama_index_ext_recursive.auto.prompt import DEFAULT_SPEC_PROMPT
-from llama_index_ext_recursive.config import (
-    component_to_dict,
-    init_parameters,
-    read_config,
-    type_name,
-    write_config,
-)
-from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
-from llama_index_ext_recursive.persist import PersistError, load_json_object, read_index, write_index
+from llama_index_ext_recursive.config import component_to_dict, init_parameters, read_config, write_config
+from llama_index_ext_recursive.persist import PersistError, read_index, write_index
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+from llama_index_ext_recursive.retrievers.vector_persist import check_persistable
 
 if TYPE_CHECKING:
     from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
 
 PERSIST_KIND = "ValidatedAutoRetriever"  # names the index kind in its folder's manifest
-INDEX_FOLDER = "index"
-STORE_FILE = "store.json"  # the vector store's class and the embedding model's name
-# vector store classes are imported by name only from these packages
-_STORE_PACKAGES = ("llama_index.", "llama_index_ext_recursive.")
+VECTOR_FOLDER = "vector"  # the vector child's files: the index searched
 
 
 def to_dict(retriever: "ValidatedAutoRetriever") -> Dict[str, Any]:
@@ -113,21 +97,11 @@ def persist(retriever: "ValidatedAutoRetriever", persist_dir: Union[str, Path]) 
             "whose state is its own: persist that retriever, save these settings with to_dict(), "
             "and load with ValidatedAutoRetriever.from_dict(data, retriever=...)"
         )
-    index = retriever._index
-    store = index.vector_store
-    if not hasattr(type(store), "from_persist_dir") or not type_name(type(store)).startswith(_STORE_PACKAGES):
-        raise PersistError(
-            f"{type(store).__name__} cannot be saved to files (its data lives in the store): "
-            "save the settings with to_dict() and load with ValidatedAutoRetriever.from_dict(data, index=...)"
-        )
+    check_persistable(retriever._vector_retriever)  # before anything is written
     config = retriever.to_dict()
     with write_index(persist_dir, PERSIST_KIND) as staging:
         write_config(staging, config)
-        index.storage_context.persist(persist_dir=str(staging / INDEX_FOLDER))
-        (staging / STORE_FILE).write_text(
-            json.dumps({"type": type_name(type(store)), "embed_model": embed_model_name(index._embed_model)}),
-            encoding="utf-8",
-        )
+        retriever._vector_retriever.write_files(staging / VECTOR_FOLDER)
 
 
 def from_persist_dir(
@@ -140,35 +114,10 @@ def from_persist_dir(
 
     def load(folder: Path) -> "ValidatedAutoRetriever":
         config = read_config(folder)
-        store_info = load_json_object(folder / STORE_FILE, ("type", "embed_model"))
-        model = resolve_embed_model(embed_model)
-        if embed_model_name(model) != store_info["embed_model"]:
-            raise PersistError(
-                f"{folder} was built with the embedding model {store_info['embed_model']!r}, "
-                f"not {embed_model_name(model)!r}: pass embed_model= with the model it was built with"
-            )
-        store_class = _store_class(store_info["type"], folder / STORE_FILE)
-        index_dir = str(folder / INDEX_FOLDER)
+        vector = BackfillVectorRetriever.read_files(folder / VECTOR_FOLDER, embed_model)
         try:
-            storage = StorageContext.from_defaults(
-                persist_dir=index_dir, vector_store=store_class.from_persist_dir(index_dir)
-            )
-            index = load_index_from_storage(storage, embed_model=model)
-        except Exception as exc:  # upstream raises whatever its loaders raise
-            raise PersistError(f"{folder / INDEX_FOLDER} could not be loaded ({exc!r}); persist it again") from exc
-        return cls.from_dict(config, index, **overrides)
+            return cls.from_dict(config, vector._index, **overrides)
+        except (TypeError, ValueError) as exc:
+            raise PersistError(f"{folder / 'config.json'} holds invalid settings ({exc})") from exc
 
     return read_index(persist_dir, PERSIST_KIND, load)
-
-
-def _store_class(name: Any, path: Path) -> Type[BasePydanticVectorStore]:
-    if not isinstance(name, str) or not name.startswith(_STORE_PACKAGES) or "." not in name:
-        raise PersistError(f"{path} names no vector store class of llama_index ({name!r})")
-    module, _, qualname = name.rpartition(".")
-    try:
-        store_class = getattr(importlib.import_module(module), qualname)
-    except (ImportError, AttributeError) as exc:
-        raise PersistError(f"{path} names {name!r}, which cannot be imported ({exc})") from exc
-    if not (isinstance(store_class, type) and issubclass(store_class, BasePydanticVectorStore)):
-        raise PersistError(f"{path} names {name!r}, which is not a vector store")
-    return store_class
