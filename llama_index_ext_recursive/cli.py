@@ -43,7 +43,7 @@ from llama_index_ext_recursive.recursive.retriever import (
     load_summary_cache,
 )
 from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
-from llama_index_ext_recursive.tools import _corpus_nodes
+from llama_index_ext_recursive.tools import corpus_nodes
 from llama_index_ext_recursive.validation import check_count
 
 DEMO_QUESTIONS = 4
@@ -303,7 +303,7 @@ def typed_filters(
     """
     if not pairs:
         return None
-    profiles = _profiles(_corpus_nodes(retriever))
+    profiles = _profiles(corpus_nodes(retriever))
     leaves: List[Any] = []
     for key, raw in pairs:
         profile = profiles.get(key)

@@ -20,15 +20,17 @@ from llama_index.core.indices.vector_store.retrievers import VectorIndexAutoRetr
 from llama_index.core.retrievers import QueryFusionRetriever
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.tools import FunctionTool
-from llama_index.core.vector_stores.types import MetadataFilters, MetadataInfo, VectorStoreInfo
+from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreInfo
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from llama_index_ext_recursive.auto.spec import SpecError, SpecValidator, metadata_vocabulary
+from llama_index_ext_recursive.auto.report import SpecError
+from llama_index_ext_recursive.auto.spec import SpecValidator
 from llama_index_ext_recursive.filters import keep_matching, merge_filters, to_filters
 from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+from llama_index_ext_recursive.schema import infer_vector_store_info, metadata_vocabulary
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -51,18 +53,6 @@ class RetrievalResult(list):
 
 
 # --------------------------------------------------------------------------- schema
-
-
-def _type_name(values: Set[Any]) -> str:
-    """The ``MetadataInfo`` type of a key, from the Python values seen."""
-    kinds = {type(v) for v in values}
-    if kinds <= {bool}:
-        return "bool"
-    if kinds <= {int}:
-        return "int"
-    if kinds <= {int, float}:
-        return "float"
-    return "str"
 
 
 def corpus_nodes(retriever: BaseRetriever) -> List[BaseNode]:
@@ -103,35 +93,6 @@ def _declared_schema(retriever: BaseRetriever) -> Optional[VectorStoreInfo]:
     if isinstance(retriever, VectorIndexAutoRetriever):
         return retriever._vector_store_info
     return None
-
-
-def infer_vector_store_info(nodes: List[BaseNode]) -> Optional[VectorStoreInfo]:
-    """A metadata schema from the values present (scalar keys only).
-
-    Args:
-        nodes: the corpus nodes; keys holding lists, dicts or mixed types are
-            left out, since a filter on them cannot be checked.
-    """
-    seen: Dict[str, Set[Any]] = {}
-    skip: Set[str] = set()
-    for node in nodes:
-        for key, value in node.metadata.items():
-            if value is None or key in skip:
-                continue
-            if not isinstance(value, (str, int, float, bool)):
-                skip.add(key)
-                seen.pop(key, None)
-                continue
-            seen.setdefault(key, set()).add(value)
-    infos = []
-    for key in sorted(seen):
-        kind = _type_name(seen[key])
-        if kind == "str" and not all(isinstance(v, str) for v in seen[key]):
-            continue  # mixed str/number: no single type to validate against
-        infos.append(MetadataInfo(name=key, type=kind, description=f"metadata field {key}"))
-    if not infos:
-        return None
-    return VectorStoreInfo(metadata_info=infos, content_info="passages")
 
 
 def _describe_keys(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) -> str:
