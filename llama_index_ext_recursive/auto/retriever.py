@@ -51,25 +51,23 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
-from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.indices.vector_store.retrievers.auto_retriever.auto_retriever import (
     VectorIndexAutoRetriever,
 )
 from llama_index.core.llms.utils import LLMType
 from llama_index.core.prompts.base import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
-from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle, QueryType
+from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle, QueryType
 from llama_index.core.vector_stores.types import (
     MetadataFilters,
     VectorStoreInfo,
@@ -78,8 +76,14 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.auto import saving
+from llama_index_ext_recursive.auto.construction import (
+    DEFERRED,
+    check_vector_keywords,
+    declared_vocabulary,
+    spec_generator_for,
+)
 from llama_index_ext_recursive.auto.explanation import AutoExplanation
-from llama_index_ext_recursive.auto.generator import GenerationReport, RuleSpecGenerator, SpecGenerator
+from llama_index_ext_recursive.auto.generator import GenerationReport, SpecGenerator
 from llama_index_ext_recursive.auto.llm import LLMSpecGenerator
 from llama_index_ext_recursive.auto.prompt import DEFAULT_SPEC_PROMPT
 from llama_index_ext_recursive.auto.report import SpecReport
@@ -107,28 +111,11 @@ from llama_index_ext_recursive.query import (
 from llama_index_ext_recursive.retrievers.fusion import aretrieve_from_child, retrieve_from_child
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.results import explained
-from llama_index_ext_recursive.schema import metadata_vocabulary
-from llama_index_ext_recursive.validation import check_count, closest
+from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["AutoExplanation", "ValidatedAutoRetriever"]
-
-
-class _Deferred:
-    """Stands in for what upstream's constructor reads eagerly but this class sets itself.
-
-    ``VectorIndexAutoRetriever.__init__`` evaluates ``llm or Settings.llm``
-    (which resolves OpenAI when no LLM is configured) and ``object_map or
-    index._object_map`` (which fails for ``index=None``). Passing this truthy
-    object short-circuits both; :class:`ValidatedAutoRetriever` sets the real
-    values right after the parent's constructor returns.
-    """
-
-    _object_map: Dict[str, Any] = {}
-
-
-_DEFERRED = _Deferred()
 
 
 @dataclass(frozen=True)
@@ -249,7 +236,7 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         check_count("max_top_k", max_top_k)
         check_count("empty_query_top_k", empty_query_top_k, allow_none=True)
         check_count("max_retries", max_retries, minimum=0)
-        _check_vector_keywords(kwargs)
+        check_vector_keywords(kwargs)
         resolved_llm = None if llm is None else resolve_llm(
             llm,
             needed_for="ValidatedAutoRetriever(llm=...)",
@@ -257,9 +244,9 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             callback_manager=callback_manager,
         )
         super().__init__(
-            index if index is not None else _DEFERRED,
+            index if index is not None else DEFERRED,
             vector_store_info,
-            llm=resolved_llm or _DEFERRED,
+            llm=resolved_llm or DEFERRED,
             prompt_template_str=prompt_template_str if isinstance(prompt_template_str, str) else None,
             max_top_k=max_top_k,
             similarity_top_k=similarity_top_k,
@@ -283,9 +270,10 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         self.synonyms = synonyms
         self.max_retries = max_retries
         self.wrapped_retriever = retriever
-        nodes = self._vocabulary_nodes(index, retriever)
         self._given_vocabulary = vocabulary
-        self.vocabulary = vocabulary if vocabulary is not None else _declared_vocabulary(vector_store_info, nodes)
+        self.vocabulary = (
+            vocabulary if vocabulary is not None else declared_vocabulary(vector_store_info, index, retriever)
+        )
         self._vector_retriever = None if retriever is not None else BackfillVectorRetriever(
             index,
             similarity_top_k=similarity_top_k,  # each call passes its own k in the bundle
@@ -310,63 +298,21 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             empty_query_top_k=empty_query_top_k,
             today=today,
         )
-        self.spec_generator: SpecGenerator = self._make_generator(
-            spec_generator, resolved_llm, prompt_template_str, max_retries, today, synonyms
+        self.spec_generator: SpecGenerator = spec_generator_for(
+            spec_generator,
+            llm=resolved_llm,
+            vector_store_info=vector_store_info,
+            vocabulary=self.vocabulary,
+            validator=self.validator,
+            prompt=prompt_template_str,
+            max_retries=max_retries,
+            today=today,
+            synonyms=synonyms,
         )
         prompt = getattr(self.spec_generator, "prompt", None)
         self._prompt = prompt if isinstance(prompt, BasePromptTemplate) else DEFAULT_SPEC_PROMPT
 
-    # ------------------------------------------------------------------ setup
-
-    @staticmethod
-    def _vocabulary_nodes(
-        index: Optional[VectorStoreIndex], retriever: Optional[BaseRetriever]
-    ) -> List[BaseNode]:
-        source = index if index is not None else getattr(retriever, "_chunk_index", None)
-        if source is None:
-            logger.warning(
-                "no index to read metadata values from: filter values are not checked and "
-                "the rules cannot match value words; pass vocabulary= (metadata_vocabulary(nodes))"
-            )
-            return []
-        nodes = list(source.docstore.docs.values())
-        if not nodes:
-            logger.warning(
-                "the index's docstore holds no nodes (a store that keeps text?): filter values "
-                "are not checked; pass vocabulary= (metadata_vocabulary(nodes))"
-            )
-        return nodes
-
-    def _make_generator(
-        self,
-        spec_generator: Optional[Union[SpecGenerator, RuleBasedSpecGenerator]],
-        llm: Optional[Any],
-        prompt: Optional[Union[str, BasePromptTemplate]],
-        max_retries: int,
-        today: Optional[date],
-        synonyms: Optional[Dict[str, Dict[str, Any]]],
-    ) -> SpecGenerator:
-        if isinstance(spec_generator, RuleBasedSpecGenerator):
-            return RuleSpecGenerator(spec_generator, self.validator)
-        if spec_generator is not None:
-            if not (hasattr(spec_generator, "generate") and hasattr(spec_generator, "agenerate")):
-                raise TypeError(
-                    "spec_generator needs generate(query) and agenerate(query) returning "
-                    f"(spec, report); got {type(spec_generator).__name__}"
-                )
-            return spec_generator
-        rules = RuleSpecGenerator(
-            RuleBasedSpecGenerator(self._vector_store_info, self.vocabulary, today=today, synonyms=synonyms),
-            self.validator,
-        )
-        if llm is None:
-            if prompt is not None:
-                logger.warning("prompt_template_str is ignored without llm=: the rules write the specs")
-            logger.info("no llm= given: query specs come from the rule-based generator")
-            return rules
-        return LLMSpecGenerator(
-            llm, self._vector_store_info, self.validator, rules, prompt=prompt, max_retries=max_retries
-        )
+    # ------------------------------------------------------------------ prompts
 
     def _get_prompts(self) -> PromptDictType:
         return {"prompt": self._prompt}
@@ -563,40 +509,9 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         return saving.from_persist_dir(cls, persist_dir, embed_model, kwargs)
 
 
-# what the vector retriever takes besides what this class passes it
-_SET_HERE = {"self", "index", "kwargs", "similarity_top_k", "vector_store_query_mode", "object_map",
-             "callback_manager", "verbose", "unknown_filter_key", "filters", "filter_policy"}
-_VECTOR_KEYWORDS = frozenset(
-    (set(inspect.signature(BackfillVectorRetriever.__init__).parameters)
-     | set(inspect.signature(VectorIndexRetriever.__init__).parameters)
-     | {"vector_store_kwargs"}) - _SET_HERE
-)
-_OWN_KEYWORDS = frozenset(inspect.signature(VectorIndexAutoRetriever.__init__).parameters) | {
-    "key_policy", "vocabulary", "today", "synonyms", "spec_generator", "retriever",
-    "filter_policy", "max_retries", "unknown_filter_key",
-}
-
-
-def _check_vector_keywords(kwargs: Dict[str, Any]) -> None:
-    """Refuse a misspelt keyword now: upstream's vector retriever would swallow it unread."""
-    for name in kwargs:
-        if name == "filters":
-            raise TypeError("ValidatedAutoRetriever takes extra_filters=, not filters=")
-        if name not in _VECTOR_KEYWORDS:
-            raise TypeError(
-                f"ValidatedAutoRetriever got an unexpected keyword {name!r} "
-                f"({closest(name, _VECTOR_KEYWORDS | _OWN_KEYWORDS)})"
-            )
-
-
 def _planned(bundle: QueryBundle, plan: _Plan) -> _PlannedBundle:
     """``bundle`` (any ``QueryBundle``) carrying ``plan``."""
     options = with_options(bundle)
     return _PlannedBundle(
         **{f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.init}, plan=plan
     )
-
-
-def _declared_vocabulary(info: VectorStoreInfo, nodes: Iterable[BaseNode]) -> Dict[str, Set[Any]]:
-    keys = {meta.name for meta in info.metadata_info}
-    return {key: values for key, values in metadata_vocabulary(nodes).items() if key in keys}
