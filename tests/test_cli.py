@@ -35,7 +35,7 @@ class _Untouchable:
 
 @pytest.fixture
 def untouchable(monkeypatch):
-    monkeypatch.setattr(cli, "RecursiveSummaryRetriever", _Untouchable)
+    monkeypatch.setattr(cli.commands, "RecursiveSummaryRetriever", _Untouchable)
 
 
 def _error(capsys) -> str:
@@ -124,7 +124,7 @@ def test_build_into_a_folder_that_is_missing_or_empty_is_fine_so_far(tmp_path, m
         def persist(self, target):
             built.append(Path(target))
 
-    monkeypatch.setattr(cli, "RecursiveSummaryRetriever", Recorder)
+    monkeypatch.setattr(cli.commands, "RecursiveSummaryRetriever", Recorder)
     (tmp_path / "empty").mkdir()
     for target in (tmp_path / "empty", tmp_path / "new" / "index"):
         assert main(["build", str(docs), "--persist", str(target)]) == 0

@@ -1,0 +1,120 @@
+"""``llama-recursive``: demo, build, query and eval from the command line.
+
+The only code of the package that prints; everything else logs. Split by
+concern: :mod:`.checks` (argument checks, expected failures and their one
+line), :mod:`.documents` (reading a folder for ``build``), :mod:`.filters`
+(``--filter key=value`` typed from the index), :mod:`.commands` (one function
+per command); this module holds the parser and :func:`main`.
+
+Expected failures (bad arguments, unreadable or malformed input files, a
+persisted index that is broken or not ours, a missing extra, a filter the index
+cannot match) end with one ``error: ...`` line on stderr and exit status 1;
+``-v`` adds the traceback. Anything else is a bug and keeps its traceback.
+Arguments and paths are checked before the embedding model loads, so a typo
+costs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from typing import Optional, Sequence
+
+from llama_index_ext_recursive.cli.checks import CliError, expected_message
+from llama_index_ext_recursive.cli.commands import cmd_build, cmd_demo, cmd_eval, cmd_query
+from llama_index_ext_recursive.cli.documents import read_documents
+from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
+from llama_index_ext_recursive.query import DEFAULT_TOP_K
+
+__all__ = ["CliError", "build_parser", "main", "read_documents", "split_filters", "typed_filters"]
+
+BUILD_HELP = """\
+Index a folder: every .txt and .md file is one document (its id is the path
+relative to DIRECTORY), every line of a .jsonl file is one document (a JSON
+object with doc_id or _id, text, and optional title and metadata). Files and
+folders whose names start with '.' are skipped, as SimpleDirectoryReader does.
+Files that are not UTF-8 are skipped with a warning naming them (convert them,
+e.g. with iconv); empty or whitespace-only documents are skipped and counted.
+--persist must be a new or empty folder, or an index written by this command
+(its summaries are then reused): anything else is refused, never overwritten.
+"""
+
+QUERY_HELP = """\
+Query a persisted index. --filter values take the type the index's metadata
+holds: zip=01234 stays text if zip holds text, year=2020 is a number if year
+holds numbers (nan and inf are refused there); a key holding lists matches
+when the list contains the value; unknown keys are refused with the closest one.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llama-recursive", description="Summary-routed retrieval for LlamaIndex, offline."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log progress details, and print tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="build over the bundled sample corpus and query it")
+    demo.add_argument("--top-k", type=int, default=3)
+    demo.set_defaults(func=cmd_demo)
+    build = sub.add_parser("build", help="index a directory of .txt/.md/.jsonl documents",
+                           description=BUILD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    build.add_argument("directory")
+    build.add_argument("--persist", required=True,
+                       help="new or empty folder (or an earlier index) to write the index to")
+    build.add_argument("--doc-id-key", default="doc_id")
+    build.set_defaults(func=cmd_build)
+    query = sub.add_parser("query", help="query a persisted index", description=QUERY_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    query.add_argument("persist_dir")
+    query.add_argument("question")
+    query.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
+    query.add_argument("--filter", action="append", metavar="KEY=VALUE", help="repeatable, one per key; AND")
+    query.add_argument("--json", action="store_true", help="print results as JSON")
+    query.set_defaults(func=cmd_query)
+    evaluate = sub.add_parser("eval", help="compare retrievers on a BEIR-layout dataset")
+    evaluate.add_argument("--data", required=True, help="dataset directory (BEIR layout)")
+    evaluate.add_argument(
+        "--retrievers", default="upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive",
+        help="comma-separated names from the harness registry",
+    )
+    evaluate.add_argument("--top-k", type=int, default=10)
+    evaluate.add_argument("--max-queries", type=int, default=None)
+    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv (a name, not a path)")
+    evaluate.add_argument("--concurrency", type=int, default=1, help=">1 runs aretrieve concurrently")
+    evaluate.add_argument("--cache", default=None, help="embedding cache file (default .cache/embeddings.sqlite)")
+    evaluate.add_argument("--out", help="write figures as JSON (the folder must exist)")
+    evaluate.add_argument("--plot", help="write quality vs latency as PNG (the folder must exist)")
+    evaluate.add_argument(
+        "--no-embed-title", action="store_true",
+        help="keep chunk titles in metadata but out of the embedded (and BM25-indexed) text; "
+             "default: embedded, and prepended to the text of flat sets",
+    )
+    evaluate.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one command; return the exit status (0, or 1 after an ``error:`` line)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        message = expected_message(exc)
+        if message is None:
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {' '.join(message.split())}", file=sys.stderr)
+        return 1
+    return 0
+

@@ -1,0 +1,174 @@
+"""The commands: ``demo``, ``build``, ``query`` and ``eval``, each ``cmd_*(args)``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from llama_index.core.schema import NodeWithScore
+
+from llama_index_ext_recursive.cli.checks import (
+    CliError,
+    check_build_target,
+    check_creatable,
+    check_output,
+    check_question,
+    count,
+)
+from llama_index_ext_recursive.cli.documents import check_directory, read_documents
+from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
+from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever, load_summary_cache
+from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
+
+DEMO_QUESTIONS = 4
+
+
+def _print_results(question: str, results: List[NodeWithScore], width: int = 110) -> None:
+    print(f"\nQ: {question}")
+    routed: Dict[str, float] = {}
+    for hit in results:
+        info = getattr(getattr(hit, "explanation", None), "route", None)
+        if info is not None and info.doc_id not in routed:
+            routed[info.doc_id] = info.summary_score or 0.0
+    if routed:
+        print("  routed documents: " + ", ".join(f"{d} ({s:.3f})" for d, s in routed.items()))
+    if not results:
+        print("  no results")
+    for rank, hit in enumerate(results, 1):
+        info = getattr(getattr(hit, "explanation", None), "route", None)
+        text = " ".join(hit.node.get_content().split())
+        text = text if len(text) <= width else text[: width - 3] + "..."
+        where = f"{info.doc_id} chunk={info.chunk_score:.3f} " if info else ""
+        print(f"  {rank:>2}. score={hit.score:.3f} {where}| {text}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    top_k = count("--top-k", args.top_k)
+    print("Building over the bundled sample corpus (12 documents, English and Chinese)...")
+    started = time.perf_counter()
+    documents = load_sample_documents()
+    retriever = RecursiveSummaryRetriever.from_documents(
+        documents, similarity_top_k=top_k, show_progress=True
+    )
+    chunks = sum(len(r.chunk_ids) for r in retriever.documents.values())
+    print(f"Built {len(documents)} documents, {chunks} chunks in {time.perf_counter() - started:.1f}s")
+    questions = load_sample_questions()
+    english = [q for q in questions if not q["doc_id"].startswith("zh-")]
+    chinese = [q for q in questions if q["doc_id"].startswith("zh-")]
+    for q in english[::4][: DEMO_QUESTIONS // 2] + chinese[::2][: DEMO_QUESTIONS // 2]:
+        _print_results(q["question"], retriever.retrieve(q["question"]))
+    question, filters = "How should I store food?", {"language": "zh"}
+    print(f"\nWith per-call filters {filters}:")
+    _print_results(question, retriever.retrieve(FilteredQueryBundle(question, filters=filters)))
+
+
+def cmd_build(args: argparse.Namespace) -> None:
+    directory, target = Path(args.directory), Path(args.persist)
+    if not args.doc_id_key.strip():
+        raise CliError("--doc-id-key is empty; pass a metadata key such as doc_id")
+    check_directory(directory)
+    check_build_target(target, directory)
+    corpus = read_documents(directory, args.doc_id_key)
+    started = time.perf_counter()
+    # rebuilding over an earlier index reuses its summaries of unchanged documents
+    cache = load_summary_cache(target)
+    retriever = RecursiveSummaryRetriever.from_documents(
+        corpus.documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache
+    )
+    retriever.persist(target)
+    if cache.hits:
+        print(f"Reused {cache.hits} cached summaries")
+    skipped = [f"{len(v)} {what}" for v, what in ((corpus.empty, "empty"), (corpus.undecodable, "not UTF-8")) if v]
+    print(
+        f"Indexed {len(corpus.documents)} documents in {time.perf_counter() - started:.1f}s; "
+        f"persisted to {target}" + (f" (skipped {', '.join(skipped)})" if skipped else "")
+    )
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    question = check_question(args.question)
+    top_k = count("--top-k", args.top_k, allow_none=True)
+    pairs = split_filters(args.filter)
+    retriever = RecursiveSummaryRetriever.from_persist_dir(args.persist_dir)
+    # per-call options: --top-k None keeps the k the index was built with
+    bundle = FilteredQueryBundle(question, filters=typed_filters(pairs, retriever), top_k=top_k)
+    results = retriever.retrieve(bundle)
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "node_id": hit.node.node_id,
+                        "score": hit.score,
+                        "text": hit.node.get_content(),
+                        "explanation": hit.explanation.route.model_dump() if hit.explanation.route else None,
+                    }
+                    for hit in results
+                ],
+                ensure_ascii=False,
+                indent=1,
+            )
+        )
+    else:
+        _print_results(question, results)
+
+
+def _check_plot_format(path: Optional[str]) -> None:
+    if path is None or not Path(path).suffix:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(path).suffix[1:].lower() not in formats:
+        raise CliError(f"--plot {path}: matplotlib cannot write {Path(path).suffix!r} files; "
+                       f"use one of {', '.join('.' + f for f in sorted(formats))} (e.g. .png)")
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from llama_index_ext_recursive.eval import BeirDataset, compare, markdown_table, plot
+    from llama_index_ext_recursive.eval.data import check_split
+    from llama_index_ext_recursive.eval.registry import parse_names
+
+    top_k = count("--top-k", args.top_k)
+    max_queries = count("--max-queries", args.max_queries, allow_none=True)
+    concurrency = count("--concurrency", args.concurrency)
+    try:
+        check_split(args.split)
+        names = parse_names(args.retrievers)
+    except (KeyError, ValueError) as exc:
+        raise CliError(exc.args[0]) from None
+    check_output("--out", args.out, "results.json")
+    check_output("--plot", args.plot, "results.png")
+    _check_plot_format(args.plot)
+    if args.out and args.plot and Path(args.out).resolve() == Path(args.plot).resolve():
+        raise CliError(f"--out and --plot are the same file ({args.out}); pass two paths")
+    cache = Path(args.cache) if args.cache else Path(".cache") / "embeddings.sqlite"
+    if cache.is_dir():
+        raise CliError(f"--cache {cache} is a directory; pass a file such as {cache / 'embeddings.sqlite'}")
+    check_creatable("--cache", cache)
+    dataset = BeirDataset.load(args.data, split=args.split, max_queries=max_queries)
+    print(
+        f"{dataset.name}: {len(dataset.corpus)} chunks, {len(dataset.queries)} queries"
+        + (f" (capped at {max_queries})" if max_queries else "")
+    )
+    comparison = compare(
+        dataset, names, cache_path=cache, k=top_k, concurrency=concurrency, show_progress=True,
+        embed_title=not args.no_embed_title,
+    )
+    print(f"chunk titles: {comparison.title_convention}")
+    print(
+        f"\nEmbedded {comparison.texts_embedded} new chunk and query texts in "
+        f"{comparison.embedding_seconds:.1f}s, {comparison.texts_embedded_in_builds} more while "
+        f"building (summaries; within build s) (cache: {cache})\n"
+    )
+    print(markdown_table(comparison))
+    if args.out:
+        Path(args.out).write_text(json.dumps(comparison.to_dict(per_query=True), indent=1), encoding="utf-8")
+        print(f"\nwrote {args.out}")
+    if args.plot:
+        plot(comparison, args.plot)
+        print(f"wrote {args.plot}")
