@@ -4,7 +4,9 @@
 ``report`` records what validation changed, ``spec`` validates a spec,
 ``generator`` is the interface every spec writer meets (and the rule-based
 one behind it), ``rules``/``lexicon``/``years`` write specs without an LLM,
-``prompt``/``llm`` with one, and ``retriever`` searches with the result.
+``prompt``/``llm`` with one; ``retriever`` searches with the result
+(``construction`` reads its arguments, ``explanation`` is the ``auto`` part of
+each hit's explanation, ``saving`` its ``to_dict``/``persist``).
 """
 
 from llama_index_ext_recursive.auto.generator import (

@@ -382,8 +382,7 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
             embedding, strs = caller.embedding, caller.custom_embedding_strs
         else:
             embedding, strs = None, None
-        retriever = self.wrapped_retriever or self._vector_retriever
-        assert retriever is not None
+        retriever = self.wrapped_retriever if self.wrapped_retriever is not None else self._vector_retriever
         bundle = call.child_bundle(
             filters=combined, top_k=top_k, query_str=text, embedding=embedding, custom_embedding_strs=strs
         )
