@@ -67,7 +67,6 @@ from llama_index_ext_recursive.schema import (
     FieldType,
     field_type,
     holds_years,
-    metadata_vocabulary,  # noqa: F401  (tools.py imports it from here until it reads schema.py)
 )
 
 logger = logging.getLogger(__name__)
