@@ -460,8 +460,8 @@ class ValidatedAutoRetriever(VectorIndexAutoRetriever):
         saved only when one was given (otherwise it is read from the index again).
 
         Raises:
-            ValueError: a setting is not JSON (a custom prompt template object,
-                a vector-retriever keyword holding an object).
+            ValueError: the prompt is a template object other than a ``PromptTemplate``.
+            TypeError: a setting is not JSON (a vector-retriever keyword holding an object).
         """
         return saving.to_dict(self)
 
