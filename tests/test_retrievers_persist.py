@@ -165,6 +165,24 @@ def test_from_index_reuses_the_stored_embeddings(tmp_path, lexical):
     assert [hit.node.ref_doc_id for hit in bread] == [doc_of["bread.txt"]]
 
 
+def test_hybrid_retriever_over_children_built_elsewhere(lexical):
+    """The recursive levels hand their own children in; the hybrid is the same."""
+    from llama_index_ext_recursive.retrievers.hybrid import hybrid_retriever
+
+    nodes = topic_nodes()
+    index = vector_index(nodes, lexical)
+    built = HybridFusionRetriever.from_index(index, similarity_top_k=3, calibrate=False)
+    shared = hybrid_retriever(
+        vector=BackfillVectorRetriever(index, 3, unknown_filter_key=None),
+        bm25=MultilingualBM25Retriever(nodes, 3, unknown_filter_key=None),
+        similarity_top_k=3, calibrate=False, check_filters=False,
+    )
+    same_results(built, shared, QUERIES)
+    assert built.filter_vocabulary is not None and shared.filter_vocabulary is None
+    with pytest.raises(ValueError, match="index=, or both vector= and bm25="):
+        hybrid_retriever(bm25=MultilingualBM25Retriever(nodes))
+
+
 # ---------------------------------------------------------------- configuration
 
 

@@ -13,7 +13,6 @@ and fixes those points; its tokenizer is
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
@@ -24,17 +23,10 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
-from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from llama_index_ext_recursive.config import (
-    CONFIG_FILE,
-    component_to_dict,
-    init_parameters,
-    read_config,
-    write_config,
-)
+from llama_index_ext_recursive.config import component_to_dict, init_parameters
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -46,14 +38,14 @@ from llama_index_ext_recursive.filters import (
     metadata_matcher,
     to_filters,
 )
-from llama_index_ext_recursive.persist import (
-    PersistError,
-    load_json,
-    load_json_object,
-    read_index,
-    write_index,
-)
+from llama_index_ext_recursive.persist import read_index, write_index
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.retrievers.bm25_persist import (
+    read_bm25_files,
+    settings_from_config,
+    write_bm25_files,
+)
+from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.tokenizer import (
     CHINESE_STOPWORDS,
     ENGLISH_STOPWORDS,
@@ -83,13 +75,6 @@ def _quiet_bm25s() -> None:
 
 _quiet_bm25s()
 
-CONFIG_VERSION = 2  # config.json; 1 was retriever.json (still read)
-LEGACY_FORMAT_VERSION = 1
-LEGACY_SETTINGS_FILE = "retriever.json"
-NODES_FILE = "nodes.json"
-BM25_PARAMS_FILE = "params.index.json"
-BM25_VOCAB_FILE = "vocab.index.json"
-BM25_MATRIX_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
 PERSIST_KIND = "MultilingualBM25Retriever"  # names the index kind in its folder's manifest
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -149,7 +134,7 @@ class MultilingualBM25Retriever(BM25Retriever):
         nodes = list(nodes or [])
         if not nodes:
             raise ValueError("MultilingualBM25Retriever needs at least one node to index")
-        _refuse_duplicate_ids(nodes)
+        refuse_duplicate_ids(nodes)
         unknown = None if unknown_filter_key is None else UnknownFilterPolicy(unknown_filter_key)
         policy = FilterPolicy(filter_policy)
         tokenizer = tokenizer or MultilingualTokenizer(language=language)
@@ -410,7 +395,7 @@ class MultilingualBM25Retriever(BM25Retriever):
         Raises:
             ValueError: ``data`` is not a configuration of this class, or holds invalid settings.
         """
-        return cls(nodes=nodes, **{**_settings(init_parameters(cls, data)), **overrides})
+        return cls(nodes=nodes, **{**settings_from_config(init_parameters(cls, data)), **overrides})
 
     def get_persist_args(self) -> Dict[str, Any]:
         """The settings :meth:`persist` writes (upstream's name for them)."""
@@ -436,12 +421,7 @@ class MultilingualBM25Retriever(BM25Retriever):
     def write_files(self, folder: Path, **kwargs: Any) -> None:
         """Write this retriever's files into ``folder`` (for a component that
         persists it inside its own index folder, as the hybrid does)."""
-        self.bm25.save(str(folder), show_progress=False, **kwargs)
-        (folder / NODES_FILE).write_text(
-            json.dumps([doc_to_json(node) for node in self.nodes], ensure_ascii=False),
-            encoding="utf-8",
-        )
-        write_config(folder, self.to_dict())
+        write_bm25_files(self, folder, **kwargs)
 
     @classmethod
     def from_persist_dir(  # type: ignore[override]
@@ -466,117 +446,7 @@ class MultilingualBM25Retriever(BM25Retriever):
     def read_files(cls, folder: Path, **overrides: Any) -> "MultilingualBM25Retriever":
         """Load what :meth:`write_files` wrote into ``folder`` (or a previous
         release's ``retriever.json`` layout)."""
-        settings_path = folder / CONFIG_FILE
-        try:
-            if settings_path.exists():
-                data = read_config(folder)
-                settings = _settings(init_parameters(cls, data))
-            else:
-                settings_path = folder / LEGACY_SETTINGS_FILE
-                settings = _legacy_settings(settings_path)
-        except (TypeError, ValueError) as exc:
-            raise PersistError(f"{settings_path} holds invalid settings ({exc})") from exc
-        nodes_path = folder / NODES_FILE
-        raw_nodes = load_json(nodes_path)
-        if not isinstance(raw_nodes, list) or not raw_nodes:
-            raise PersistError(
-                f"{nodes_path} holds no list of nodes: it is damaged; persist the retriever again"
-            )
-        try:
-            nodes = [json_to_doc(item) for item in raw_nodes]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PersistError(f"{nodes_path} holds an invalid node ({exc!r})") from exc
-        try:
-            _refuse_duplicate_ids(nodes)
-        except ValueError as exc:
-            raise PersistError(f"{nodes_path} is damaged: {exc}") from exc
-        bm25 = _load_bm25(folder, len(nodes), nodes_path)
-        return cls(nodes=nodes, existing_bm25=bm25, **{**settings, **overrides})
-
-
-def _settings(parameters: Dict[str, Any]) -> Dict[str, Any]:
-    """Constructor arguments from :meth:`MultilingualBM25Retriever.to_dict`'s init parameters."""
-    known = {
-        "similarity_top_k", "metadata_mode", "tokenizer", "filters", "filter_policy",
-        "unknown_filter_key",
-    }
-    unknown = set(parameters) - known
-    if unknown:
-        raise ValueError(f"unknown settings {sorted(unknown)}")
-    out = dict(parameters)
-    if "tokenizer" in out:
-        out["tokenizer"] = MultilingualTokenizer.from_dict(out["tokenizer"])
-    if out.get("filters") is not None:
-        out["filters"] = MetadataFilters.model_validate(out["filters"])
-    if "metadata_mode" in out:
-        out["metadata_mode"] = MetadataMode(out["metadata_mode"])
-    if "filter_policy" in out:
-        out["filter_policy"] = FilterPolicy(out["filter_policy"])
-    if out.get("unknown_filter_key") is not None:
-        out["unknown_filter_key"] = UnknownFilterPolicy(out["unknown_filter_key"])
-    check_count("similarity_top_k", out.get("similarity_top_k", DEFAULT_TOP_K))
-    return out
-
-
-def _legacy_settings(path: Path) -> Dict[str, Any]:
-    """Constructor arguments from a previous release's ``retriever.json``."""
-    settings = load_json_object(path, ("format_version", "tokenizer"))
-    if settings.get("format_version") != LEGACY_FORMAT_VERSION:
-        raise PersistError(
-            f"{path} has format_version {settings.get('format_version')!r}; "
-            f"this version reads {LEGACY_FORMAT_VERSION}: persist the retriever again"
-        )
-    parameters = {k: v for k, v in settings.items() if k != "format_version"}
-    # files written before the policy existed keep the constructor's default
-    parameters.setdefault("unknown_filter_key", UnknownFilterPolicy.RAISE.value)
-    return _settings(parameters)
-
-
-def _refuse_duplicate_ids(nodes: Sequence[BaseNode]) -> None:
-    """Two nodes with one id would be two BM25 documents but one node everywhere else."""
-    seen: Dict[str, int] = {}
-    for position, node in enumerate(nodes):
-        first = seen.setdefault(node.node_id, position)
-        if first != position:
-            raise ValueError(
-                f"nodes[{first}] and nodes[{position}] share the node id {node.node_id!r}: "
-                "give each node its own id_"
-            )
-
-
-def _load_bm25(folder: Path, num_nodes: int, nodes_path: Path) -> bm25s.BM25:
-    """Load the ``bm25s`` index in ``folder``, checking its files against each other."""
-    params_path, vocab_path = folder / BM25_PARAMS_FILE, folder / BM25_VOCAB_FILE
-    params = load_json_object(params_path, ("num_docs", "k1", "b", "method"))
-    vocab = load_json_object(vocab_path)
-    if not isinstance(params["num_docs"], int) or params["num_docs"] != num_nodes:
-        raise PersistError(
-            f"{params_path} indexes {params['num_docs']!r} documents but {nodes_path} holds "
-            f"{num_nodes} nodes: the files are from different indexes; persist the retriever again"
-        )
-    if not vocab or not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
-        raise PersistError(f"{vocab_path} is not a token vocabulary: it is damaged")
-    try:
-        bm25 = bm25s.BM25.load(str(folder), load_corpus=False, show_progress=False)
-    except Exception as exc:  # bm25s raises OSError/ValueError/pickle errors alike
-        raise PersistError(
-            f"{folder}: the BM25 matrix files ({', '.join(BM25_MATRIX_FILES)}) are missing or "
-            f"corrupted ({exc}); persist the retriever again"
-        ) from exc
-    data, indices, indptr = (np.asarray(bm25.scores[k]) for k in ("data", "indices", "indptr"))
-    consistent = (  # one CSC column per token: columns <= vocabulary, rows < nodes
-        len(data) == len(indices)
-        and 1 <= len(indptr) <= len(vocab) + 1
-        and int(indptr[-1]) == len(data)
-        and bool(np.all(np.diff(indptr) >= 0))
-        and (len(indices) == 0 or (int(indices.min()) >= 0 and int(indices.max()) < num_nodes))
-    )
-    if not consistent:
-        raise PersistError(
-            f"{folder}: the BM25 matrix files ({', '.join(BM25_MATRIX_FILES)}) do not match "
-            f"{vocab_path.name} and {nodes_path.name}; persist the retriever again"
-        )
-    return bm25
+        return read_bm25_files(cls, folder, overrides)
 
 
 __all__ = [

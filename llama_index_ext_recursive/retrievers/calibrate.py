@@ -58,6 +58,7 @@ from llama_index_ext_recursive.retrievers.fusion_scores import (
     FuseFunction,
     ScoreMap,
     relative_score_fusion,
+    score_map,
 )
 from llama_index_ext_recursive.text import QueryScript, query_script
 from llama_index_ext_recursive.validation import check_count, check_real, check_vectors, check_weights
@@ -171,7 +172,7 @@ def collect_child_results(
             per_query = []
             for q, text in enumerate(queries):
                 bundle = QueryBundle(text, embedding=embedded[q] if embedded else None)
-                per_query.append(_score_map(child._retrieve(bundle), is_distance))
+                per_query.append(score_map(child._retrieve(bundle), is_distance))
                 bar.update()
             out.append(per_query)
     return out
@@ -226,18 +227,6 @@ def _query_batch_function(model: BaseEmbedding) -> Optional[Callable[[List[str]]
     if isinstance(model, HuggingFaceEmbedding):
         return lambda texts: model._embed(texts, prompt_name="query")
     return None
-
-
-def _score_map(hits: Any, distance: bool) -> Dict[str, float]:
-    scores: Dict[str, float] = {}
-    for hit in hits or []:
-        node_id = hit.node.node_id
-        if node_id in scores or hit.score is None:
-            continue
-        if not distance and hit.score == 0.0:
-            continue
-        scores[node_id] = float(hit.score)
-    return scores
 
 
 def _distance_flags(directions: Optional[Sequence[str]], count: int) -> List[bool]:

@@ -39,6 +39,13 @@ therefore differ by query script (``script_weights``), and
 applied again with ``calibration=``; ``persist``/``from_persist_dir`` keep
 the calibration with the rest of the settings
 (:mod:`llama_index_ext_recursive.retrievers.fusion_persist`).
+
+Layout: the fusion arithmetic is in :mod:`.fusion_scores`, the vector + BM25
+assembly in :mod:`.hybrid`, calibration in :mod:`.calibrate` and
+:mod:`.calibration`, saving in :mod:`.fusion_persist`, child calls in
+:mod:`.children`. This module keeps one class, about 650 lines, because it
+mirrors upstream's documented constructor and classmethods argument by
+argument; every method left here is the retriever's own state.
 """
 
 from __future__ import annotations
@@ -77,12 +84,12 @@ from llama_index_ext_recursive.retrievers.children import aretrieve_from_child, 
 from llama_index_ext_recursive.retrievers.fusion_scores import (
     DEFAULT_RRF_K,
     FuseFunction,
-    dist_based_scores,
+    contributions,
     distribution_based_fusion,
-    min_max_scores,
     reciprocal_rank_fusion,
     relative_score_fusion,
     simple_fusion,
+    usable_hits,
 )
 from llama_index_ext_recursive.retrievers.hybrid import (
     HYBRID_MODE,
@@ -454,54 +461,6 @@ class HybridFusionRetriever(QueryFusionRetriever):
 
     # ------------------------------------------------------------------- fusion
 
-    def _hits(self, results: _Results) -> Dict[Tuple[int, int], List[Tuple[int, NodeWithScore]]]:
-        """Per list: (1-based rank in the child's own order, hit), usable hits only."""
-        usable: Dict[Tuple[int, int], List[Tuple[int, NodeWithScore]]] = {}
-        for key, nodes in results.items():
-            direction = self.score_directions[key[1]]
-            seen: set = set()
-            kept = []
-            for rank, hit in enumerate(nodes, start=1):
-                node_id = hit.node.node_id
-                if node_id in seen:
-                    continue  # a child listing a node twice: its best rank counts
-                seen.add(node_id)
-                if hit.score is None:
-                    continue
-                if direction == ScoreDirection.SIMILARITY and hit.score == 0.0:
-                    continue  # e.g. a BM25 non-match
-                kept.append((rank, hit))
-            usable[key] = kept
-        return usable
-
-    def _contributions(
-        self,
-        usable: Dict[Tuple[int, int], List[Tuple[int, NodeWithScore]]],
-        num_run: int,
-        weights: Sequence[float],
-    ) -> Dict[Tuple[int, int], List[float]]:
-        total, top = sum(weights), max(weights)
-        out: Dict[Tuple[int, int], List[float]] = {}
-        for (q, i), hits in usable.items():
-            w = weights[i]
-            distance = self.score_directions[i] == ScoreDirection.DISTANCE
-            if self.mode == FUSION_MODES.RECIPROCAL_RANK:
-                out[(q, i)] = [w / (self.rrf_k + rank) for rank, _ in hits]
-            elif self.mode == FUSION_MODES.SIMPLE:
-                out[(q, i)] = [
-                    (w / top) * (1.0 / (1.0 + max(h.score, 0.0)) if distance else h.score)
-                    for _, h in hits
-                ]
-            else:
-                scores = [h.score for _, h in hits]
-                if not scores:
-                    out[(q, i)] = []
-                    continue
-                scale = dist_based_scores if self.mode == FUSION_MODES.DIST_BASED_SCORE else min_max_scores
-                normalized = [value * (w / total) / num_run for value in scale(scores, distance)]
-                out[(q, i)] = normalized
-        return out
-
     def _fuse(
         self,
         results: _Results,
@@ -514,11 +473,18 @@ class HybridFusionRetriever(QueryFusionRetriever):
         Result objects and their ``fusion`` part are built for the top-k
         only; each keeps the parts its first contributing child attached.
         """
-        usable = self._hits(results)
-        contributions = self._contributions(usable, len(bundles), weights)
+        distance = [d == ScoreDirection.DISTANCE for d in self.score_directions]
+        usable = {key: usable_hits(hits, distance[key[1]]) for key, hits in results.items()}
+        added = {
+            key: contributions(
+                hits, self.mode, weights, key[1],
+                distance=distance[key[1]], rrf_k=self.rrf_k, num_lists=len(bundles),
+            )
+            for key, hits in usable.items()
+        }
         parts: Dict[str, List[Tuple[Tuple[int, int], int, NodeWithScore, float]]] = {}
         for key in sorted(usable):  # query order, then retriever order: deterministic
-            for (rank, hit), value in zip(usable[key], contributions[key]):
+            for (rank, hit), value in zip(usable[key], added[key]):
                 parts.setdefault(hit.node.node_id, []).append((key, rank, hit, value))
         # fsum is exactly rounded: the fused score does not depend on child order
         combine = max if self.mode == FUSION_MODES.SIMPLE else math.fsum

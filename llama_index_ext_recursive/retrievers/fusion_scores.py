@@ -10,12 +10,69 @@ retrieval fuses its evidence with :func:`relative_score_fusion`.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+from llama_index.core.schema import NodeWithScore
 
 DEFAULT_RRF_K = 60.0
 
 ScoreMap = Mapping[str, float]
 FuseFunction = Callable[[Sequence[ScoreMap], Sequence[float]], Dict[str, float]]
+RankedHits = List[Tuple[int, NodeWithScore]]
+
+
+def usable_hits(hits: Sequence[NodeWithScore], distance: bool = False) -> RankedHits:
+    """``(rank, hit)`` for each hit of one child's list that fusion can credit.
+
+    The rank is 1-based in the child's own order; a node listed twice counts
+    at its first (best) rank; hits without a score, and zero-score hits of a
+    similarity list (a BM25 non-match), get no credit.
+    """
+    seen: set = set()
+    kept: RankedHits = []
+    for rank, hit in enumerate(hits, start=1):
+        node_id = hit.node.node_id
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        if hit.score is None or (not distance and hit.score == 0.0):
+            continue
+        kept.append((rank, hit))
+    return kept
+
+
+def score_map(hits: Sequence[NodeWithScore], distance: bool = False) -> Dict[str, float]:
+    """One child's list as the ``node_id -> score`` map the functions below fuse."""
+    return {hit.node.node_id: float(hit.score) for _, hit in usable_hits(hits, distance)}  # type: ignore[arg-type]
+
+
+def contributions(
+    hits: RankedHits,
+    mode: FUSION_MODES,
+    weights: Sequence[float],
+    child: int,
+    *,
+    distance: bool = False,
+    rrf_k: float = DEFAULT_RRF_K,
+    num_lists: int = 1,
+) -> List[float]:
+    """What each of one child's usable hits adds to its node's fused score, as the
+    ``mode``'s function below computes it (``num_lists``: lists fused per child,
+    one per query)."""
+    w = weights[child]
+    if mode == FUSION_MODES.RECIPROCAL_RANK:
+        return [w / (rrf_k + rank) for rank, _ in hits]
+    if mode == FUSION_MODES.SIMPLE:
+        top = max(weights)
+        return [
+            (w / top) * (1.0 / (1.0 + max(h.score, 0.0)) if distance else h.score)  # type: ignore[arg-type,operator]
+            for _, h in hits
+        ]
+    scores = [h.score for _, h in hits]
+    scale = dist_based_scores if mode == FUSION_MODES.DIST_BASED_SCORE else min_max_scores
+    total = sum(weights)
+    return [value * (w / total) / num_lists for value in scale(scores, distance)]  # type: ignore[arg-type]
 
 
 def min_max_scores(scores: Sequence[float], distance: bool = False) -> List[float]:

@@ -12,7 +12,6 @@ checks filters are decided once.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from llama_index.core import VectorStoreIndex
@@ -25,6 +24,7 @@ from llama_index_ext_recursive.filters import FilterVocabulary, UnknownFilterPol
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.retrievers.fusion_scores import DEFAULT_RRF_K
+from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.stores.numpy_store import vector_index
 from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real, check_vectors, check_weights
@@ -42,42 +42,52 @@ _CHECK_BATCH = 4096
 
 
 def hybrid_retriever(
-    index: VectorStoreIndex,
+    index: Optional[VectorStoreIndex] = None,
     nodes: Optional[Sequence[BaseNode]] = None,
     *,
     similarity_top_k: int = DEFAULT_TOP_K,
     child_top_k: Optional[int] = None,
     embed_model: Optional[BaseEmbedding] = None,
+    vector: Optional[BaseRetriever] = None,
     bm25: Optional[BaseRetriever] = None,
     calibrate: bool = True,
+    check_filters: bool = True,
     **kwargs: Any,
 ) -> "HybridFusionRetriever":
     """A vector (over ``index``) + BM25 (over ``nodes``) :class:`HybridFusionRetriever`.
 
     Args:
-        index: the vector index; its stored embeddings are searched as they are.
+        index: the vector index; its stored embeddings are searched as they
+            are (not needed with ``vector`` and ``bm25``).
         nodes: the nodes BM25 indexes (default: the index's docstore nodes;
             ignored with ``bm25``).
         similarity_top_k: fused results per call.
         child_top_k: what each child returns (default ``similarity_top_k``).
         embed_model: the query model of the vector child (default: the index's).
-        bm25: an already built lexical child (shared with other searches)
-            instead of a new ``MultilingualBM25Retriever`` over ``nodes``.
+        vector, bm25: already built children (shared with other searches, as
+            the recursive retriever's levels do) instead of a new
+            ``BackfillVectorRetriever`` over ``index`` / ``MultilingualBM25Retriever``
+            over ``nodes``.
         calibrate: fit per-script weights on the nodes
             (:meth:`HybridFusionRetriever.calibrate`) unless weights or a saved
             ``calibration`` are given.
+        check_filters: the hybrid checks filters against the BM25 child's
+            nodes (``unknown_filter_key``); ``False`` for a caller that
+            checked them already against other nodes.
         **kwargs: passed to the ``HybridFusionRetriever`` constructor
             (``mode`` defaults to :data:`HYBRID_MODE`, ``retriever_names`` to
             ``["vector", "bm25"]``).
 
-    The children do not check filters (``unknown_filter_key=None``): the
-    hybrid checks them once, against the BM25 child's nodes.
+    Children built here do not check filters (``unknown_filter_key=None``):
+    the hybrid checks them once.
     """
     from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
     k = child_top_k or similarity_top_k
+    if index is None and (vector is None or bm25 is None):
+        raise ValueError("pass index=, or both vector= and bm25=")
     if bm25 is None:
-        nodes = list(index.docstore.docs.values()) if nodes is None else list(nodes)
+        nodes = list(index.docstore.docs.values()) if nodes is None else list(nodes)  # type: ignore[union-attr]
         if not nodes:
             raise ValueError(
                 "the index's docstore holds no nodes (a vector store that stores text?); "
@@ -88,11 +98,12 @@ def hybrid_retriever(
     kwargs.setdefault("retriever_names", list(HYBRID_NAMES))
     kwargs.setdefault("mode", HYBRID_MODE)
     explicit = any(kwargs.get(key) is not None for key in ("retriever_weights", "script_weights", "calibration"))
-    vector = BackfillVectorRetriever(index, k, embed_model=embed_model, unknown_filter_key=None)
+    if vector is None:
+        vector = BackfillVectorRetriever(index, k, embed_model=embed_model, unknown_filter_key=None)
     hybrid = HybridFusionRetriever(
         [vector, bm25], similarity_top_k=similarity_top_k, child_top_k=child_top_k, **kwargs
     )
-    if bm25_nodes:
+    if bm25_nodes and check_filters:
         hybrid.filter_vocabulary = FilterVocabulary.from_nodes(bm25_nodes)
     if calibrate and not explicit and bm25_nodes:
         hybrid.calibrate(bm25_nodes)
@@ -150,24 +161,6 @@ def _bm25(nodes: List[BaseNode], k: int) -> BaseRetriever:
 
         return BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=min(k, len(nodes)))
     return MultilingualBM25Retriever(nodes, similarity_top_k=k, unknown_filter_key=None)
-
-
-def refuse_duplicate_ids(nodes: Sequence[BaseNode]) -> None:
-    """Two nodes with one id would be one node in the vector store and two in BM25."""
-    counts = Counter(node.node_id for node in nodes)
-    duplicated = [node_id for node_id, n in counts.items() if n > 1]
-    if not duplicated:
-        return
-    first = duplicated[0]
-    sources = [
-        node.ref_doc_id or node.metadata.get("doc_id") or "no document"
-        for node in nodes
-        if node.node_id == first
-    ]
-    raise ValueError(
-        f"node id {first!r} occurs {counts[first]} times (documents: {sources}); "
-        f"give every node its own id_ ({len(duplicated)} duplicated id(s): {duplicated[:10]})"
-    )
 
 
 def check_node_embeddings(index: VectorStoreIndex, model_name: str) -> None:

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import weakref
 from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -44,10 +42,8 @@ from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, ObjectType, QueryBundle
+from llama_index.core.schema import BaseNode, NodeWithScore, ObjectType, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
-from llama_index.core.storage.kvstore.simple_kvstore import SimpleKVStore
-from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilters,
@@ -67,6 +63,12 @@ from llama_index_ext_recursive.filters import (
     to_filters,
 )
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.retrievers.store_facts import (
+    chroma_dimension,
+    docstore_vocabulary,
+    is_chroma,
+    store_dimension,
+)
 from llama_index_ext_recursive.validation import check_count, check_real, check_vectors
 
 logger = logging.getLogger(__name__)
@@ -342,10 +344,10 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         collection, read once); query vectors are not checked otherwise.
         """
         store = self._vector_store
-        dim = _store_dimension(store)
-        if dim is None and _is_chroma(store):
+        dim = store_dimension(store)
+        if dim is None and is_chroma(store):
             if self._chroma_dimension is None:
-                self._chroma_dimension = _chroma_dimension(store)
+                self._chroma_dimension = chroma_dimension(store)
             dim = self._chroma_dimension
         return dim
 
@@ -358,11 +360,11 @@ class BackfillVectorRetriever(VectorIndexRetriever):
         use; empty when the docstore holds no nodes (then filters are not
         checked). :meth:`refresh_filter_vocabulary` re-reads the docstore.
         """
-        return _docstore_vocabulary(self._docstore, refresh=False)
+        return docstore_vocabulary(self._docstore, refresh=False)
 
     def refresh_filter_vocabulary(self) -> FilterVocabulary:
         """Re-read the docstore's metadata keys (after nodes were added to it) and return them."""
-        return _docstore_vocabulary(self._docstore, refresh=True)
+        return docstore_vocabulary(self._docstore, refresh=True)
 
     def _check_filters(self, filters: Optional[MetadataFilters]) -> None:
         """Apply ``unknown_filter_key`` to filters that cannot match (see the class)."""
@@ -501,104 +503,3 @@ def _reject_row_numbers(index: VectorStoreIndex) -> None:
             "to node ids; load it with load_index_from_storage(...) from where it was persisted, "
             "or use FaissMapVectorStore, which stores node ids"
         )
-
-
-# -- filter vocabularies, one per docstore ------------------------------------------
-
-# Retrievers are often built per call (the auto retriever, the recursive
-# retriever's routes), and reading every node of a docstore costs O(n): the
-# vocabulary is kept per docstore, for as long as the docstore lives.
-_VOCABULARIES: "weakref.WeakKeyDictionary[Any, FilterVocabulary]" = weakref.WeakKeyDictionary()
-_VOCABULARIES_LOCK = threading.Lock()
-
-
-def _docstore_vocabulary(docstore: BaseDocumentStore, refresh: bool) -> FilterVocabulary:
-    if not refresh:
-        with _VOCABULARIES_LOCK:
-            try:
-                cached = _VOCABULARIES.get(docstore)
-            except TypeError:  # a docstore that cannot be weakly referenced: not cached
-                cached = None
-        if cached is not None:
-            return cached
-    vocabulary = _read_vocabulary(docstore)
-    if vocabulary:  # an empty one is not kept: nodes may arrive later
-        with _VOCABULARIES_LOCK:
-            try:
-                _VOCABULARIES[docstore] = vocabulary
-            except TypeError:
-                pass
-    return vocabulary
-
-
-def _read_vocabulary(docstore: BaseDocumentStore) -> FilterVocabulary:
-    raw = _raw_nodes(docstore)
-    if raw is not None:
-        vocabulary = FilterVocabulary()
-        try:
-            for stored in raw.values():
-                vocabulary.add_metadata(_stored_metadata(stored["__data__"]))
-            return vocabulary
-        except (KeyError, TypeError, AttributeError):  # another layout: read the nodes
-            logger.debug("docstore entries are not in the expected layout; reading nodes")
-    return FilterVocabulary.from_nodes(docstore.docs.values())
-
-
-def _raw_nodes(docstore: BaseDocumentStore) -> Optional[Dict[str, Any]]:
-    """The stored JSON of every node of an in-memory docstore (``SimpleDocumentStore``).
-
-    Reading metadata from it is about 12x faster than building every node
-    (``docstore.docs``: 130 ms instead of 1.6 s for 20k nodes,
-    benchmarks/results/bad-input.md), which keeps the re-read after an
-    unknown key cheap. ``None`` for other docstores.
-    """
-    kvstore = getattr(docstore, "_kvstore", None)
-    collection = getattr(docstore, "_node_collection", None)
-    if not isinstance(kvstore, SimpleKVStore) or not isinstance(collection, str):
-        return None
-    return kvstore.get_all(collection)
-
-
-def _stored_metadata(data: Dict[str, Any]) -> Dict[str, Any]:
-    """What ``filterable_metadata`` gives for a node, from its stored JSON."""
-    metadata = data.get("metadata") or {}
-    source = (data.get("relationships") or {}).get(NodeRelationship.SOURCE.value)
-    if "ref_doc_id" not in metadata and isinstance(source, dict) and source.get("node_id"):
-        return {**metadata, "ref_doc_id": source["node_id"]}
-    return metadata
-
-
-# -- the store's dimension ------------------------------------------------------------
-
-
-def _store_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
-    """The dimension a store states, or reads from its first embedding, cheaply."""
-    for source, name in (
-        (vector_store, "dimension"),  # NumpyVectorStore
-        (vector_store, "embed_dim"),  # PGVectorStore
-        (getattr(vector_store, "_faiss_index", None), "d"),  # FAISS
-    ):
-        dim = getattr(source, name, None) if source is not None else None
-        if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
-            return dim
-    if isinstance(vector_store, SimpleVectorStore):
-        first = next(iter(vector_store.data.embedding_dict.values()), None)
-        return len(first) if first else None
-    return None
-
-
-def _is_chroma(vector_store: BasePydanticVectorStore) -> bool:
-    try:
-        from llama_index.vector_stores.chroma import ChromaVectorStore
-    except ImportError:
-        return False
-    return isinstance(vector_store, ChromaVectorStore)
-
-
-def _chroma_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
-    """The length of one stored embedding of a Chroma collection (``None`` when empty)."""
-    rows = vector_store._collection.get(limit=1, include=["embeddings"])
-    embeddings = rows.get("embeddings")
-    if embeddings is None or len(embeddings) == 0:
-        return None
-    return len(embeddings[0])

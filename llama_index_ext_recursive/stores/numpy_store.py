@@ -33,25 +33,29 @@ How exactness is kept:
 Known difference: where upstream raises ``TypeError`` for some row (e.g.
 ``GT`` between a string and a number), this store raises only if that row is
 evaluated, i.e. not when other conditions already excluded it.
+
+The query arithmetic is in :mod:`.numpy_search`, the metadata columns in
+:mod:`.numpy_columns`. This module stays above 500 lines because the row
+state (matrix, tombstones, columns, filter masks) and the store that keeps
+it in step with ``data`` under one lock are one invariant: split, each half
+would reach into the other's fields. :func:`vector_index` is the package's
+one way to build an index over this store.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
-import math
 import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.base.embeddings.base import similarity as upstream_similarity
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
@@ -71,127 +75,14 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, write_file_atomically
+from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number, operator_fn
+from llama_index_ext_recursive.stores.numpy_search import answer_query
 
-TIE_TOLERANCE = 1e-10  # scores this close may be equal in upstream's arithmetic
-_PLAIN = frozenset({str, int, float, bool})  # hash-consistent with ==
-_EXACT_INT = 2**53  # ints up to this convert to float64 exactly
-_EMPTY = np.empty(0, dtype=np.int64)
 _VECTORISED = frozenset({
     FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN,
     FilterOperator.IS_EMPTY, FilterOperator.GT, FilterOperator.GTE,
     FilterOperator.LT, FilterOperator.LTE,
 })
-
-
-def _exact_number(value: Any) -> bool:
-    kind = type(value)
-    return kind is float or kind is bool or (kind is int and -_EXACT_INT <= value <= _EXACT_INT)
-
-
-def _operator_fn(operator: FilterOperator, value: Any) -> Callable[[Any], Any]:
-    """Upstream's ``_process_filter_match`` for one operator, metadata value not None."""
-    if operator == FilterOperator.EQ:
-        return lambda v: v == value
-    if operator == FilterOperator.NE:
-        return lambda v: v != value
-    if operator == FilterOperator.GT:
-        return lambda v: v > value
-    if operator == FilterOperator.GTE:
-        return lambda v: v >= value
-    if operator == FilterOperator.LT:
-        return lambda v: v < value
-    if operator == FilterOperator.LTE:
-        return lambda v: v <= value
-    if operator == FilterOperator.IN:
-        return lambda v: v in value
-    if operator == FilterOperator.NIN:
-        return lambda v: v not in value
-    if operator == FilterOperator.CONTAINS:
-        return lambda v: value in v
-    if operator in (FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE):
-        insensitive = operator == FilterOperator.TEXT_MATCH_INSENSITIVE
-
-        def text_match(v: Any) -> bool:
-            if isinstance(value, str) and isinstance(v, str):
-                return value.lower() in v.lower() if insensitive else value in v
-            raise TypeError(
-                "Both metadata_value and value should be strings to be used with a "
-                f"{'TEXT_MATCH_INSENSITIVE' if insensitive else 'TEXT_MATCH'} filter"
-            )
-
-        return text_match
-    if operator == FilterOperator.ALL:
-        return lambda v: all(val in v for val in value)
-    if operator == FilterOperator.ANY:
-        return lambda v: any(val in v for val in value)
-    if operator == FilterOperator.IS_EMPTY:
-        return lambda v: v == "" or v == []
-    raise ValueError(f"Invalid operator: {operator}")
-
-
-class _Column:
-    """One metadata key: its value per row and indexes derived on first use."""
-
-    __slots__ = ("values", "_none", "_other", "_postings", "_arrays", "_numeric")
-
-    def __init__(self, values: List[Any]) -> None:
-        self.values = values
-        self.reset()
-
-    def reset(self) -> None:
-        self._none: Optional[np.ndarray] = None
-        self._other: Optional[np.ndarray] = None  # non-None values of other types (lists, dicts)
-        self._postings: Optional[Dict[Any, List[int]]] = None
-        self._arrays: Dict[Any, np.ndarray] = {}
-        self._numeric: Any = False  # not computed yet; None = not all numbers
-
-    def none(self) -> np.ndarray:
-        if self._none is None:
-            self._none = np.fromiter((v is None for v in self.values), bool, len(self.values))
-        return self._none
-
-    def _index(self) -> None:
-        postings: Dict[Any, List[int]] = {}
-        other = np.zeros(len(self.values), dtype=bool)
-        for row, value in enumerate(self.values):
-            if value is None:
-                continue
-            if type(value) in _PLAIN:
-                postings.setdefault(value, []).append(row)
-            else:
-                other[row] = True
-        self._postings, self._other = postings, other
-
-    def other(self) -> np.ndarray:
-        if self._other is None:
-            self._index()
-        return self._other
-
-    def equal_rows(self, value: Any) -> np.ndarray:
-        """Rows holding a plain value ``== value`` (as Python compares them)."""
-        if self._postings is None:
-            self._index()
-        if type(value) not in _PLAIN or value != value:  # NaN equals nothing
-            return _EMPTY
-        rows = self._arrays.get(value)
-        if rows is None:
-            rows = self._arrays[value] = np.asarray(self._postings.get(value, ()), dtype=np.int64)
-        return rows
-
-    def postings(self) -> Dict[Any, np.ndarray]:
-        if self._postings is None:
-            self._index()
-        return {value: self.equal_rows(value) for value in self._postings}
-
-    def numeric(self) -> Optional[np.ndarray]:
-        """float64 column (NaN where None) when every value is an exact number."""
-        if self._numeric is False:
-            values = self.values
-            if all(v is None or _exact_number(v) for v in values):
-                self._numeric = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-            else:
-                self._numeric = None
-        return self._numeric
 
 
 class _State:
@@ -231,7 +122,7 @@ class _State:
         self.ids: List[Optional[str]] = []
         self.row_of: Dict[str, int] = {}
         self.metas: List[Optional[Mapping[str, Any]]] = []
-        self.columns: Dict[str, _Column] = {}
+        self.columns: Dict[str, MetadataColumn] = {}
         self.version = 0
         self.allowed_cache: Optional[tuple] = None
         self.broken = False  # embeddings of different lengths: leave queries to upstream
@@ -385,10 +276,10 @@ class _State:
         self.version += 1
 
     # ------------------------------------------------------------- queries
-    def column(self, key: str) -> _Column:
+    def column(self, key: str) -> MetadataColumn:
         column = self.columns.get(key)
         if column is None:
-            column = self.columns[key] = _Column([None if m is None else m.get(key) for m in self.metas])
+            column = self.columns[key] = MetadataColumn([None if m is None else m.get(key) for m in self.metas])
         return column
 
     def allowed(self, node_ids: Sequence[str]) -> Optional[np.ndarray]:
@@ -426,7 +317,7 @@ class _State:
             if column.other().any():
                 return None
             parts = [column.equal_rows(v) for v in values]
-            matched = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts or [_EMPTY]))
+            matched = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts or [EMPTY_ROWS]))
             rows = matched if rows is None else np.intersect1d(rows, matched, assume_unique=True)
         return rows
 
@@ -473,7 +364,7 @@ class _State:
             rows = np.flatnonzero(where)
             out = np.zeros(n, dtype=bool)
             if len(rows):
-                fn, values = _operator_fn(operator, value), column.values
+                fn, values = operator_fn(operator, value), column.values
                 out[rows] = np.fromiter((bool(fn(values[r])) for r in rows.tolist()), bool, len(rows))
             return out
 
@@ -501,7 +392,7 @@ class _State:
             inside = rows_mask(np.concatenate(hits)) if hits else np.zeros(n, dtype=bool)
             return none | (plain & ~inside) | per_row(column.other() & scope)
         if operator in (FilterOperator.GT, FilterOperator.GTE, FilterOperator.LT, FilterOperator.LTE):
-            numbers = column.numeric() if _exact_number(value) else None
+            numbers = column.numeric() if exact_number(value) else None
             if numbers is not None:
                 with np.errstate(invalid="ignore"):
                     if operator == FilterOperator.GT:
@@ -690,7 +581,7 @@ class NumpyVectorStore(SimpleVectorStore):
         with state.lock:
             self._synced(state)
             if not state.broken:
-                return _query(state, query)
+                return answer_query(state, query)
         return super().query(query, **kwargs)
 
 
@@ -763,144 +654,3 @@ def _store_file_problem(data: Any) -> Optional[str]:
         if stray is not None:
             return f"its {key} names {stray!r}, which has no embedding"
     return None
-
-
-def _query(state: _State, query: VectorStoreQuery) -> VectorStoreQueryResult:
-    n = state.n
-    if query.query_embedding is None or n == state.n_dead:
-        return VectorStoreQueryResult(similarities=[], ids=[])
-    scope: Optional[np.ndarray] = None  # None: every live row
-    if query.node_ids is not None:
-        scope = state.allowed(query.node_ids)
-    rows: Optional[np.ndarray] = None  # None: every row (and none is dead)
-    filters = query.filters
-    if filters is not None and filters.filters:
-        base = scope if scope is not None else state.alive[:n]
-        if state.no_meta[:n].any():  # upstream looks metadata up by id and fails the same way
-            missing = np.flatnonzero(state.no_meta[:n] & base)
-            if len(missing):
-                raise KeyError(state.ids[missing[0]])
-        rows = state.equality_rows(filters)  # e.g. the ref_doc_id routing filter
-        if rows is not None:
-            rows = rows[base[rows]]
-        else:
-            rows = np.flatnonzero(state.filter_mask(filters, base))
-    elif scope is not None:
-        rows = np.flatnonzero(scope)
-    elif state.n_dead:
-        rows = np.flatnonzero(state.alive[:n])
-    count = n if rows is None else len(rows)
-    if count == 0:
-        return VectorStoreQueryResult(similarities=[], ids=[])
-    k = min(query.similarity_top_k or count, count)
-
-    q = np.asarray(query.query_embedding, dtype=np.float64)
-    q_norm = float(np.sqrt(q @ q))
-    unit = q / q_norm if math.isfinite(q_norm) and q_norm > 0 else q
-    if unit is q or (state.n_bad and state.bad[:n][rows if rows is not None else slice(None)].any()):
-        # NaN scores (zero or non-finite vectors), as upstream computes them
-        return _replay_upstream(state, query, rows, _scores(state, rows, unit))
-
-    if k < count and count > _SCREEN_FROM:
-        # float32 screen, then float64 for the rows that can be in the top k+1:
-        # float32 scores are within `slack` of the float64 ones (rounding of
-        # both unit vectors plus a d-term dot product, in any order)
-        width = state.matrix.shape[1]
-        slack = (width + 4) * 2.0**-24 * 1.01 + 1e-12
-        unit32 = unit.astype(np.float32)
-        if rows is None:
-            rough = state.matrix32[:n] @ unit32
-        elif 4 * count > n:  # a large share of the rows: one pass over all of them
-            rough = (state.matrix32[:n] @ unit32)[rows]
-        else:
-            rough = _gather_dot(state, state.matrix32, rows, unit32)
-        part = np.argpartition(rough, count - k - 1)[count - k - 1 :]
-        near = np.flatnonzero(rough >= rough[part].min() - 2 * slack)
-        cand = near if rows is None else rows[near]
-    else:  # few rows, or every row asked for: float64 directly
-        cand = np.arange(n) if rows is None else rows
-    scores = _scores(state, cand if len(cand) < n else None, unit)
-    m = len(scores)
-    if k < m:
-        part = np.argpartition(scores, m - k - 1)[m - k - 1 :]  # the k+1 highest
-        order = part[np.argsort(-scores[part])]
-    else:
-        order = np.argsort(-scores)
-    values = scores[order]
-    if len(values) > 1 and (values[:-1] - values[1:] <= TIE_TOLERANCE).any():
-        # near-equal scores in the top k+1: upstream's heap decides their order
-        return _replay_upstream(state, query, rows, _scores(state, rows, unit))
-    ids = state.ids
-    return VectorStoreQueryResult(
-        similarities=values[:k].tolist(), ids=[ids[cand[t]] for t in order[:k].tolist()]
-    )
-
-
-_SCREEN_FROM = 512  # more candidate rows than this: float32 screen first
-_BLOCK = 512  # rows gathered at a time into a reused buffer
-
-
-def _scores(state: _State, rows: Optional[np.ndarray], unit: np.ndarray) -> np.ndarray:
-    """float64 scores of ``rows`` (all rows when ``None``)."""
-    if rows is None:
-        return state.matrix[: state.n] @ unit
-    if len(rows) <= _BLOCK:
-        return state.matrix[rows] @ unit
-    return _gather_dot(state, state.matrix, rows, unit)
-
-
-def _gather_dot(state: _State, matrix: np.ndarray, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """``matrix[rows] @ vector``, gathered block by block into a reused buffer.
-
-    A fresh multi-megabyte copy per query costs more in page faults than the product.
-    """
-    key = (matrix.dtype.char, matrix.shape[1])
-    buffer = state.buffers.get(key)
-    if buffer is None:
-        buffer = state.buffers[key] = np.empty((_BLOCK, matrix.shape[1]), dtype=matrix.dtype)
-    out = np.empty(len(rows), dtype=matrix.dtype)
-    for start in range(0, len(rows), _BLOCK):
-        block = rows[start : start + _BLOCK]
-        gathered = buffer[: len(block)]
-        np.take(matrix, block, axis=0, out=gathered)
-        np.matmul(gathered, vector, out=out[start : start + len(block)])
-    return out
-
-
-def _replay_upstream(
-    state: _State, query: VectorStoreQuery, rows: Optional[np.ndarray], scores: np.ndarray
-) -> VectorStoreQueryResult:
-    """Upstream's heap over ``rows`` in dict order: the exact answer with ties or NaN.
-
-    Scores within ``TIE_TOLERANCE`` of another (and those of zero or
-    non-finite vectors) are recomputed with upstream's ``similarity``, so every
-    comparison the heap makes has upstream's outcome.
-    """
-    ids, emb = state.ids, state.emb
-    rows = np.arange(state.n) if rows is None else rows
-    q_np = np.array(query.query_embedding)
-    values = scores.copy()
-    with np.errstate(all="ignore"):
-        q_norm = float(np.linalg.norm(q_np))
-        if q_norm == 0:
-            values[:] = np.nan  # upstream: 0 / 0 for every row
-        else:
-            if not math.isfinite(q_norm):
-                recompute = np.arange(len(rows))
-            else:
-                recompute = np.flatnonzero(state.bad[rows])
-                finite = np.flatnonzero(~state.bad[rows])
-                by_score = finite[np.argsort(values[finite], kind="stable")]
-                close = np.flatnonzero(np.diff(values[by_score]) <= TIE_TOLERANCE)
-                recompute = np.union1d(recompute, np.union1d(by_score[close], by_score[close + 1]))
-            for i in recompute.tolist():
-                values[i] = upstream_similarity(q_np, np.array(emb[ids[rows[i]]]))
-    top_k = query.similarity_top_k
-    heap: List[tuple] = []
-    push, pop = heapq.heappush, heapq.heappop
-    for value, row in zip(values.tolist(), rows.tolist()):
-        push(heap, (value, ids[row]))
-        if top_k and len(heap) > top_k:
-            pop(heap)
-    ranked = sorted(heap, key=lambda x: x[0], reverse=True)
-    return VectorStoreQueryResult(similarities=[s for s, _ in ranked], ids=[i for _, i in ranked])
