@@ -54,7 +54,7 @@ from llama_index.core.vector_stores.types import MetadataFilter
 
 from llama_index_ext_recursive.auto.llm import LLMSpecGenerator
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
-from llama_index_ext_recursive.auto.spec import SpecValidator, metadata_vocabulary, resolve_top_k
+from llama_index_ext_recursive.auto import SpecValidator, metadata_vocabulary, resolve_top_k
 from llama_index_ext_recursive.sample import load_sample_documents, sample_vector_store_info
 
 REPO = Path(__file__).resolve().parent.parent
