@@ -238,7 +238,8 @@ def _search_plan(
     "No passages found." although matches exist further down. So:
 
     * upstream ``VectorIndexRetriever``: a copy with the same settings searches
-      with the filters (ANDed with its own) as ``MetadataFilters``, and k;
+      with the filters (ANDed with its own) as ``MetadataFilters``, and k (a
+      store that refuses filters, such as FAISS, is searched as below);
     * any other retriever whose hits break the filters and that follows the
       upstream ``similarity_top_k`` convention (upstream ``BM25Retriever``): a
       copy searches ever deeper until k hits match or the corpus is exhausted;
@@ -253,7 +254,10 @@ def _search_plan(
         search._filters = merge_filters(retriever._filters, filters)  # upstream has no public setter
         if top_k is not None:
             search.similarity_top_k = top_k
-        return keep_matching((yield search, bundle), filters), None
+        try:
+            return keep_matching((yield search, bundle), filters), None
+        except (ValueError, NotImplementedError) as exc:  # a store that cannot filter (FAISS)
+            logger.info("tool search: the store refused the filters (%s); searching deeper instead", exc)
     hits = yield retriever, bundle
     kept = keep_matching(hits, filters)
     if len(kept) == len(hits):
@@ -277,19 +281,31 @@ def _search_plan(
 
 
 def _run(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found:
+    """Run a search plan with ``retrieve``; a search's exception is the plan's to handle."""
     try:
         search, bundle = next(plan)
         while True:
-            search, bundle = plan.send(search.retrieve(bundle))
+            try:
+                hits = search.retrieve(bundle)
+            except Exception as exc:
+                search, bundle = plan.throw(exc)
+            else:
+                search, bundle = plan.send(hits)
     except StopIteration as done:
         return done.value
 
 
 async def _arun(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found:
+    """:func:`_run` with ``aretrieve``."""
     try:
         search, bundle = next(plan)
         while True:
-            search, bundle = plan.send(await search.aretrieve(bundle))
+            try:
+                hits = await search.aretrieve(bundle)
+            except Exception as exc:
+                search, bundle = plan.throw(exc)
+            else:
+                search, bundle = plan.send(hits)
     except StopIteration as done:
         return done.value
 

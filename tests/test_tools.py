@@ -385,3 +385,18 @@ def test_filter_syntax_errors_are_messages(recursive):
     assert bad_op.content.startswith("Error: invalid filters:\n- filter 'year': unknown operator 'about'")
     no_value = tool.call(query=QUESTION, filters={"year": {"op": ">="}})
     assert no_value.content.startswith("Error: invalid filters:\n- filter 'year'") and "Valid keys:" in no_value.content
+
+
+def test_upstream_vector_retriever_on_a_store_that_cannot_filter(embed, sample_nodes):
+    """FAISS refuses filters: the tool searches the upstream retriever deeper instead of failing."""
+    import faiss
+    from llama_index.core import StorageContext
+    from llama_index.vector_stores.faiss import FaissMapVectorStore
+
+    store = FaissMapVectorStore(faiss_index=faiss.IndexIDMap(faiss.IndexFlatIP(64)))
+    index = VectorStoreIndex([n.model_copy() for n in sample_nodes], embed_model=embed,
+                             storage_context=StorageContext.from_defaults(vector_store=store))
+    tool = as_retrieval_tool(index.as_retriever(similarity_top_k=2))
+    out = tool.call(query=QUESTION, filters={"category": "food"})
+    assert _categories(out.raw_output) == ["food", "food"], out.content
+    assert asyncio.run(tool.acall(query=QUESTION, filters={"category": "food"})).content == out.content
