@@ -8,7 +8,8 @@ module over a six-document corpus with the real bundled model:
 
 1. per-call filters under ``filter_policy="merge"`` and ``"replace"`` with
    construction-time filters; a ``ref_doc_id`` filter;
-2. per-call ``top_k`` (``None``: the retriever's own k);
+2. per-call ``top_k`` (``None``: the retriever's own k), with no retriever
+   built per query;
 3. every hit is an ``ExplainedNodeWithScore`` carrying the parts of every
    layer it went through (a wrapper keeps its child's);
 4. sync == async, and ``retrieve`` inside a running event loop;
@@ -23,14 +24,15 @@ package's own filter evaluator, so a wrong evaluator cannot pass its own test.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Callable, List
 
 import pytest
 from llama_index.core import Settings, get_response_synthesizer
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.retrievers import QueryFusionRetriever
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -41,6 +43,7 @@ from llama_index.core.vector_stores.types import (
 from contract_fixtures import AUTO, DOC_META, FUSION, KINDS, OWN_K, ROUTE, Built, Corpus, KIND_BY_NAME
 from llama_index_ext_recursive import (
     ExplainedNodeWithScore,
+    FilterError,
     FilteredQueryBundle,
     FusionHit,
     HybridFusionRetriever,
@@ -104,11 +107,10 @@ def replacing(built: Built, name: str):
 
 
 def doc_of(hit: NodeWithScore) -> str:
-    return hit.node.ref_doc_id or hit.node.metadata["doc_id"]
-
-
-def docs(hits: List[NodeWithScore]) -> List[str]:
-    return [doc_of(hit) for hit in hits]
+    """The hit's document: every chunk of the corpus has a ``ref_doc_id``, and a hit must keep it."""
+    doc = hit.node.ref_doc_id
+    assert doc in DOC_META, (hit.node.node_id, doc)
+    return doc
 
 
 def parts(hit: NodeWithScore) -> frozenset:
@@ -166,6 +168,15 @@ def test_replace_uses_per_call_filters_instead_of_construction_filters(built, na
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_a_per_call_filter_no_node_can_match_is_refused_sync_and_async(built, name):
+    retriever = merged(built, name)
+    with pytest.raises(FilterError, match="categroy"):
+        retriever.retrieve(FilteredQueryBundle(Q_COLONY, filters={"categroy": "biology"}))
+    with pytest.raises(FilterError, match="categroy"):
+        asyncio.run(retriever.aretrieve(FilteredQueryBundle(Q_COLONY, filters={"categroy": "biology"})))
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_ref_doc_id_filter_selects_the_document(built, name):
     hits = merged(built, name).retrieve(FilteredQueryBundle(Q_MIXED, filters={"ref_doc_id": "bread"}))
     assert hits and {hit.node.ref_doc_id for hit in hits} == {"bread"}
@@ -186,9 +197,31 @@ def test_per_call_top_k_and_none_means_the_retrievers_own(built, name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_per_call_top_k_with_per_call_filters(built, name):
-    hits = merged(built, name).retrieve(FilteredQueryBundle(Q_BROAD, filters={"category": "biology"}, top_k=2))
+    bundle = FilteredQueryBundle(Q_BROAD, filters={"category": "biology"}, top_k=2)
+    hits = merged(built, name).retrieve(bundle)
     assert len(hits) == 2
     assert_all(hits, lambda doc: DOC_META[doc]["category"] == "biology", "category == biology")
+    # the caller's bundle is not changed (upstream hands one bundle to several retrievers)
+    unchanged = FilteredQueryBundle(Q_BROAD, filters={"category": "biology"}, top_k=2)
+    assert (bundle.query_str, bundle.filters, bundle.top_k) == (unchanged.query_str, unchanged.filters, unchanged.top_k)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_retriever_is_built_per_query(built, name, monkeypatch):
+    """Children are built with their parent; per-call options travel in the bundle instead."""
+    retriever = merged(built, name)
+    retriever.retrieve(Q_BROAD)  # anything built lazily on first use is built now
+    built_during: List[str] = []
+    original = BaseRetriever.__init__
+
+    def counting(self, *args, **kwargs):
+        built_during.append(type(self).__name__)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BaseRetriever, "__init__", counting)
+    retriever.retrieve(FilteredQueryBundle(Q_BROAD, filters={"category": "biology"}, top_k=2))
+    asyncio.run(retriever.aretrieve(FilteredQueryBundle(Q_SHIPS, top_k=6)))
+    assert built_during == []
 
 
 # ----------------------------------------------------------------- 3. explanations
@@ -234,6 +267,7 @@ def test_the_fusion_part_accounts_for_the_fused_score(built):
     hits = merged(built, "hybrid").retrieve(Q_BROAD)
     assert hits
     for hit in hits:
+        assert hit.explanation.fusion
         assert {item.retriever_name for item in hit.explanation.fusion} <= {"vector", "bm25"}
         assert sum(item.contribution for item in hit.explanation.fusion) == pytest.approx(hit.score)
 
