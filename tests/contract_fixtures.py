@@ -84,7 +84,11 @@ VECTOR_STORE_INFO = VectorStoreInfo(
 
 
 def corpus_nodes() -> List[TextNode]:
-    """The chunks, each with its document's metadata and a ``ref_doc_id`` (SOURCE relationship)."""
+    """The chunks, each with its document's metadata and a ``ref_doc_id`` (SOURCE relationship).
+
+    ``metadata["doc_id"]`` names the document too, as this package's own
+    construction paths have accepted it; :meth:`Corpus.native_index` drops it.
+    """
     nodes = []
     for doc, (title, category, year, chunks) in CORPUS.items():
         for i, text in enumerate(chunks):
@@ -119,6 +123,14 @@ class Corpus:
     def numpy_index(self) -> VectorStoreIndex:
         storage = StorageContext.from_defaults(vector_store=NumpyVectorStore())
         return VectorStoreIndex(self.nodes(), storage_context=storage, embed_model=self.model)
+
+    def native_index(self) -> VectorStoreIndex:
+        """An upstream app's index: default stores, and chunks that name their document
+        by ``ref_doc_id`` alone (as ``SimpleDirectoryReader`` + a node parser make them)."""
+        nodes = self.nodes()
+        for node in nodes:
+            del node.metadata["doc_id"]
+        return VectorStoreIndex(nodes, embed_model=self.model)
 
     def faiss_index(self) -> VectorStoreIndex:
         dim = len(self._nodes[0].embedding)
@@ -161,6 +173,18 @@ def _recursive(summary_mode: str, chunk_mode: str, score_mode: str) -> Factory:
         )
 
     return build
+
+
+def _recursive_from_index(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
+    return RecursiveSummaryRetriever.from_index(
+        corpus.native_index(), similarity_top_k=OWN_K, filters=filters, filter_policy=filter_policy
+    )
+
+
+def _hybrid_from_index(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
+    return HybridFusionRetriever.from_index(
+        corpus.native_index(), similarity_top_k=OWN_K, filters=filters, filter_policy=filter_policy
+    )
 
 
 def _recursive_dict(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
@@ -206,7 +230,7 @@ def _bm25(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
 
 def _backfill(store: str) -> Factory:
     def build(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
-        index = corpus.numpy_index() if store == "numpy" else corpus.faiss_index()
+        index = {"numpy": corpus.numpy_index, "faiss": corpus.faiss_index, "simple": corpus.native_index}[store]()
         return BackfillVectorRetriever(
             index, similarity_top_k=OWN_K, filters=filters, filter_policy=filter_policy
         )
@@ -246,11 +270,14 @@ KINDS: List[Kind] = [
     Kind("recursive-vector-bm25-chunk", _recursive("vector", "bm25", "chunk"), frozenset({ROUTE}), True),
     Kind("recursive-bm25-hybrid-chunk", _recursive("bm25", "hybrid", "chunk"), frozenset({ROUTE, FUSION}), True),
     Kind("recursive-hybrid-vector-chunk", _recursive("hybrid", "vector", "chunk"), frozenset({ROUTE}), True),
+    Kind("recursive-from-index", _recursive_from_index, frozenset({ROUTE, FUSION}), True),
     Kind("recursive-retriever-dict", _recursive_dict, frozenset({ROUTE}), False),
     Kind("hybrid", _hybrid, frozenset({FUSION}), True),
+    Kind("hybrid-from-index", _hybrid_from_index, frozenset({FUSION}), True),
     Kind("bm25", _bm25, frozenset(), True),
     Kind("backfill-numpy", _backfill("numpy"), frozenset(), True),
     Kind("backfill-faiss", _backfill("faiss"), frozenset(), True),
+    Kind("backfill-simple", _backfill("simple"), frozenset(), True),
     Kind("auto", _auto, frozenset({AUTO}), True),
     Kind("auto-over-recursive", _auto_over_recursive, frozenset({AUTO, ROUTE, FUSION}), False),
 ]

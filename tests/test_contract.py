@@ -1,9 +1,10 @@
 """The retriever contract (issue 13): every retriever of the package, the same cases.
 
 Each case runs over every kind in :data:`contract_fixtures.KINDS` (recursive
-with each level mode at each level under both score modes, the upstream
-``retriever_dict`` setup, hybrid, BM25, backfill on the embedded store and on
-FAISS, auto over an index and auto over a recursive retriever), built once per
+with each level mode at each level under both score modes, recursive and
+hybrid ``from_index`` over an upstream app's index, the upstream
+``retriever_dict`` setup, hybrid, BM25, backfill on the embedded store, on
+FAISS and on upstream's ``SimpleVectorStore``, auto over an index and auto over a recursive retriever), built once per
 module over a six-document corpus with the real bundled model:
 
 1. per-call filters under ``filter_policy="merge"`` and ``"replace"`` with
