@@ -451,7 +451,7 @@ def as_retrieval_tool(
         description = (
             "Search the knowledge base. Returns numbered passages, each cited as "
             "[n] title (chunk id, score). Cite them in your answer. "
-            "Arguments: query (what to look for); top_k (optional, fewer passages)"
+            "Arguments: query (what to look for); top_k (optional, how many passages)"
         )
         if fn is search:
             description += (

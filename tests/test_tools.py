@@ -400,3 +400,18 @@ def test_upstream_vector_retriever_on_a_store_that_cannot_filter(embed, sample_n
     out = tool.call(query=QUESTION, filters={"category": "food"})
     assert _categories(out.raw_output) == ["food", "food"], out.content
     assert asyncio.run(tool.acall(query=QUESTION, filters={"category": "food"})).content == out.content
+
+
+def test_schema_read_from_each_kind_of_retriever(embed, sample_nodes):
+    """The one corpus lookup: BM25's nodes, a vector index's docstore, a fusion's children."""
+    from llama_index_ext_recursive import HybridFusionRetriever, MultilingualBM25Retriever
+    from llama_index_ext_recursive.tools import corpus_nodes
+
+    bm25 = MultilingualBM25Retriever.from_defaults(nodes=sample_nodes)
+    hybrid = HybridFusionRetriever.from_nodes(sample_nodes, embed_model=embed, retriever_weights=[0.5, 0.5])
+    upstream = VectorStoreIndex(sample_nodes, embed_model=embed).as_retriever()
+    ids = sorted(n.node_id for n in sample_nodes)
+    for retriever in (bm25, hybrid, upstream):
+        assert sorted(n.node_id for n in corpus_nodes(retriever)) == ids, type(retriever).__name__
+        assert "year (int)" in as_retrieval_tool(retriever).metadata.description
+    assert corpus_nodes(_OpaqueRetriever([])) == []
