@@ -39,8 +39,8 @@ def per_call(fn, reps=REPS):
 
 
 nodes_read = per_call(lambda: FilterVocabulary.from_nodes(index.docstore.docs.values()), 3)
-json_read = per_call(lambda: r.filter_vocabulary(refresh=True), 3)
-filters = r._effective_filters(bundle)
+json_read = per_call(lambda: r.refresh_filter_vocabulary(), 3)
+filters = r._resolve(bundle).filters
 checks = per_call(lambda: (check_query(bundle), r._check_filters(filters), r._checked_embedding(q, True)))
 total = per_call(lambda: r.retrieve(bundle))
 print(f"N={N} D={D}: vocabulary from docstore.docs {nodes_read*1e3:.0f} ms, from the stored JSON "

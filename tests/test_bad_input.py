@@ -353,7 +353,7 @@ def test_a_key_added_after_the_first_query_is_known(real_model):
     got = retriever.retrieve(FilteredQueryBundle("Bienenkönigin", filters={"lang": "de"}))
     assert ids(got) == ["de-1"]
     # a retriever built later over the same docstore shares what was learnt
-    assert "lang" in BackfillVectorRetriever(index).filter_vocabulary().keys
+    assert "lang" in BackfillVectorRetriever(index).filter_vocabulary.keys
 
 
 @pytest.mark.parametrize("build", ["from_nodes", "from_index"])
@@ -597,7 +597,7 @@ def test_vocabulary_read_from_stored_json_equals_the_one_from_nodes(lexical):
         Document(text="Panels convert sunlight.", doc_id="solar", metadata={"category": "energy", "tags": ["pv"]}),
     ]
     index = VectorStoreIndex.from_documents(documents, embed_model=lexical)
-    fast = BackfillVectorRetriever(index).filter_vocabulary(refresh=True)
+    fast = BackfillVectorRetriever(index).refresh_filter_vocabulary()
     slow = FilterVocabulary.from_nodes(index.docstore.docs.values())
     assert fast.keys == slow.keys == ["category", "ref_doc_id", "tags", "year"]
     assert {k: fast.kinds(k) for k in fast.keys} == {k: slow.kinds(k) for k in slow.keys}
