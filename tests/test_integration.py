@@ -38,7 +38,7 @@ def test_building_with_defaults_configures_nothing_global(real_model):
     from llama_index.core import Settings
 
     retriever = RecursiveSummaryRetriever.from_documents(load_sample_documents()[:2])
-    assert retriever._embed_model is real_model
+    assert retriever.index.embed_model is real_model
     assert retriever.retrieve("sourdough starter")  # querying needs no LLM either
     assert Settings._embed_model is None and Settings._llm is None
 
@@ -47,7 +47,7 @@ def test_sample_corpus_builds_with_sections_and_metadata(sample_retriever):
     records = sample_retriever.documents
     assert len(records) == 12
     assert all(len(r.chunk_ids) >= 2 for r in records.values())
-    summary = sample_retriever._summary_index.docstore.get_node(records["zh-tea"].summary_node_id)
+    summary = sample_retriever.index.summary_index.docstore.get_node(records["zh-tea"].summary_node_id)
     assert summary.metadata["language"] == "zh" and "茶" in summary.text
 
 

@@ -43,7 +43,7 @@ from llama_index_ext_recursive.persist import (
     current_generation,
     read_index,
 )
-from llama_index_ext_recursive.recursive.retriever import load_summary_cache
+from llama_index_ext_recursive.recursive.persist import load_summary_cache
 
 TESTS = Path(__file__).resolve().parent
 QUERIES = ("queen bee hive eggs", "solar inverter current", "sourdough starter yeast", "nectar flowers")
@@ -220,7 +220,7 @@ def test_persist_refuses_an_index_of_another_kind(kind, built, tmp_path):
 def test_a_folder_like_a_previous_index_but_with_a_user_file_is_refused(built, tmp_path):
     legacy = tmp_path / "legacy"
     built["recursive", "old"][0].persist(tmp_path / "idx")
-    shutil.copytree(current_generation(tmp_path / "idx"), legacy)
+    as_previous_format(current_generation(tmp_path / "idx"), legacy)
     (legacy / "notes.md").write_text("mine")
     before = snapshot(legacy)
     with pytest.raises(PersistError, match="notes.md"):
@@ -278,11 +278,11 @@ def test_previous_format_folder_loads_and_the_next_persist_migrates_it(built, tm
     old.persist(tmp_path / "idx")
     legacy = tmp_path / "legacy"
     # the previous release wrote exactly these files at the top level
-    shutil.copytree(current_generation(tmp_path / "idx"), legacy)
+    as_previous_format(current_generation(tmp_path / "idx"), legacy)
     assert sorted(os.listdir(legacy)) == ["chunks", "config.json", "summaries", "summary_cache.json"]
     assert json.loads((legacy / "config.json").read_text())["format_version"] == 1
     assert signature(KINDS["recursive"].load(legacy)) == old_sig
-    assert load_summary_cache(legacy).entries == old._summary_cache.entries
+    assert load_summary_cache(legacy).entries == old.index.summary_cache.entries
 
     new.persist(legacy)
     assert_clean(legacy)
@@ -295,7 +295,7 @@ def test_load_summary_cache_and_check_persist_target(built, tmp_path):
     assert load_summary_cache(_user_folder(tmp_path)).entries == {}
     old.persist(tmp_path / "idx")
     cache = load_summary_cache(tmp_path / "idx")
-    assert cache.entries == old._summary_cache.entries and len(cache.entries) == 3
+    assert cache.entries == old.index.summary_cache.entries and len(cache.entries) == 3
     assert cache.path is None
     check_persist_target(tmp_path / "idx", "RecursiveSummaryRetriever")
     check_persist_target(tmp_path / "new", "RecursiveSummaryRetriever")
@@ -538,7 +538,7 @@ def test_a_reader_holding_a_generation_keeps_it_until_it_is_done(built, tmp_path
     def slow_load(folder: Path):
         entered.set()
         release.wait(60)
-        return sorted(json.loads((folder / "config.json").read_text())["documents"])
+        return sorted(json.loads((folder / "index.json").read_text())["init_parameters"]["documents"])
 
     thread = threading.Thread(
         target=lambda: result.update(docs=read_index(target, "RecursiveSummaryRetriever", slow_load))
@@ -585,7 +585,7 @@ def test_a_load_without_the_shared_lock_retries_on_the_new_generation(built, tmp
         seen.append(folder.name)
         if len(seen) == 1:
             new.persist(target)  # a writer replaces (and deletes) this generation mid-load
-        return sorted(json.loads((folder / "config.json").read_text())["documents"])
+        return sorted(json.loads((folder / "index.json").read_text())["init_parameters"]["documents"])
 
     assert read_index(target, "RecursiveSummaryRetriever", load) == sorted(NEW_TOPICS)
     assert len(seen) == 2 and seen[0] != seen[1]
@@ -631,13 +631,31 @@ def _drop_vector(data: Dict[str, Any]) -> Dict[str, Any]:
     return {key: {k: v for k, v in value.items() if k != gone} for key, value in data.items()}
 
 
+def _params(edit: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """An edit of a configuration file's init parameters."""
+    return lambda data: {**data, "init_parameters": edit(data["init_parameters"])}
+
+
+def as_previous_format(generation: Path, target: Path) -> None:
+    """Copy a persisted generation to ``target`` as the previous release wrote it:
+    those files at the top level, and one flat ``config.json`` (format 1)."""
+    shutil.copytree(generation, target)
+    config = json.loads((target / "config.json").read_text())["init_parameters"]
+    index = json.loads((target / "index.json").read_text())["init_parameters"]
+    (target / "index.json").unlink()
+    steps = index.pop("transformations")
+    flat = {"format_version": 1, **config, **index, "node_parser": steps[0] if steps else None}
+    flat["doc_id_key"] = flat["doc_id_key"] or "doc_id"
+    (target / "config.json").write_text(json.dumps(flat))
+
+
 # (file, edit, expected message) with the manifest rewritten to match, so the
 # content checks behind the checksums are what is tested (as for a folder of the
 # previous release, which has no manifest)
 CONTENT_CASES = {
     "recursive": [
         *[(name, lambda _, v=value: v, rf"{name}")
-          for name in ("config.json", "chunks/docstore.json", "chunks/index_store.json",
+          for name in ("config.json", "index.json", "chunks/docstore.json", "chunks/index_store.json",
                        "chunks/default__vector_store.json", "summaries/docstore.json",
                        "summaries/index_store.json", "summaries/default__vector_store.json")
           for value in ({}, [1, 2])],
@@ -647,31 +665,35 @@ CONTENT_CASES = {
          r"chunks/docstore.json lacks 1 nodes that default__vector_store.json has"),
         ("chunks/default__vector_store.json", _drop_vector,
          r"chunks/default__vector_store.json lacks 1 nodes that index_store.json has"),
-        ("config.json", lambda c: {**c, "documents": {**c["documents"], "bees": {
-            **c["documents"]["bees"], "chunk_ids": ["ghost"]}}},
-         r"config.json lists chunks \['ghost'\] of document 'bees' that .*chunks/docstore.json lacks"),
-        ("config.json", lambda c: {**c, "documents": {"bees": {"doc_id": 3}}},
-         r"config.json: the record of document 'bees' is malformed"),
-        ("config.json", lambda c: {**c, "documents": [1]}, r"config.json: the record of document None"),
-        ("config.json", lambda c: {**c, "similarity_top_k": "x"}, r"config.json holds an invalid setting"),
-        ("config.json", lambda c: {**c, "filters": 5}, r"config.json holds an invalid setting"),
-        ("config.json", lambda c: {**c, "summarizer": {"type": "extractive"}},
-         r"config.json holds an invalid setting"),
-        ("config.json", lambda c: {**c, "format_version": 99}, r"config.json has format_version 99"),
+        ("index.json", _params(lambda c: {**c, "documents": {**c["documents"], "bees": {
+            **c["documents"]["bees"], "chunk_ids": ["ghost"]}}}),
+         r"index.json lists chunks \['ghost'\] of document 'bees' that .*chunks/docstore.json lacks"),
+        ("index.json", _params(lambda c: {**c, "documents": {"bees": {"doc_id": 3}}}),
+         r"index.json: the record of document 'bees' is malformed"),
+        ("index.json", _params(lambda c: {**c, "documents": [1]}), r"index.json: the record of document None"),
+        ("index.json", _params(lambda c: {k: v for k, v in c.items() if k != "documents"}),
+         r"index.json lacks \['documents'\]"),
+        ("index.json", _params(lambda c: {**c, "summarizer": {"type": "extractive"}}),
+         r"index.json holds an invalid setting"),
+        ("config.json", _params(lambda c: {**c, "similarity_top_k": "x"}), r"config.json holds an invalid setting"),
+        ("config.json", _params(lambda c: {**c, "filters": 5}), r"config.json holds an invalid setting"),
+        ("config.json", _params(lambda c: {**c, "similarity_topk": 3}),
+         r"config.json holds an invalid setting .*did you mean 'similarity_top_k'"),
+        ("config.json", lambda c: {"format_version": 99}, r"config.json has format_version 99"),
     ],
     "bm25": [
         *[(name, lambda _, v=value: v, rf"{name}")
-          for name in ("retriever.json", "nodes.json", "params.index.json", "vocab.index.json")
+          for name in ("config.json", "nodes.json", "params.index.json", "vocab.index.json")
           for value in ({}, [1, 2])],
         ("params.index.json", lambda p: {**p, "num_docs": 99},
          r"params.index.json indexes 99 documents but .*nodes.json holds 9 nodes"),
-        ("retriever.json", lambda r: {**r, "tokenizer": {"language": "klingon"}},
-         r"retriever.json holds invalid settings"),
+        ("config.json", _params(lambda r: {**r, "tokenizer": {"language": "klingon"}}),
+         r"config.json holds invalid settings"),
         ("nodes.json", lambda n: [{"bad": "node"}], r"nodes.json holds an invalid node"),
         ("nodes.json", lambda n: [n[0], *n[:-1]], r"nodes.json is damaged: .*share the node id 'bees-0'"),
-        ("retriever.json", lambda r: {**r, "similarity_top_k": 0}, r"retriever.json holds invalid settings"),
-        ("retriever.json", lambda r: {**r, "unknown_filter_key": "shout"},
-         r"retriever.json holds invalid settings"),
+        ("config.json", _params(lambda r: {**r, "similarity_top_k": 0}), r"config.json holds invalid settings"),
+        ("config.json", _params(lambda r: {**r, "unknown_filter_key": "shout"}),
+         r"config.json holds invalid settings"),
     ],
 }
 
@@ -704,8 +726,8 @@ def test_bm25_settings_survive_a_round_trip(tmp_path):
     assert loaded.get_persist_args() == retriever.get_persist_args()
     assert loaded.unknown_filter_key.value == "warn" and loaded.similarity_top_k == 2
     # a settings file from before the policy existed keeps the constructor's default
-    path = current_generation(tmp_path / "idx") / "retriever.json"
-    _edit_json(path, lambda r: {k: v for k, v in r.items() if k != "unknown_filter_key"})
+    path = current_generation(tmp_path / "idx") / "config.json"
+    _edit_json(path, _params(lambda r: {k: v for k, v in r.items() if k != "unknown_filter_key"}))
     rehash(tmp_path / "idx")
     assert MultilingualBM25Retriever.from_persist_dir(tmp_path / "idx").unknown_filter_key.value == "raise"
 
@@ -714,7 +736,7 @@ def test_an_emptied_store_in_a_previous_format_folder_is_an_error_not_empty_resu
     """The issue's repro: ``{}`` as the vector store used to load and answer []."""
     built["recursive", "old"][0].persist(tmp_path / "idx")
     legacy = tmp_path / "legacy"
-    shutil.copytree(current_generation(tmp_path / "idx"), legacy)
+    as_previous_format(current_generation(tmp_path / "idx"), legacy)
     (legacy / "chunks" / "default__vector_store.json").write_text("{}")
     with pytest.raises(PersistError, match=r"legacy/chunks/default__vector_store.json is not a usable"):
         KINDS["recursive"].load(legacy)
@@ -754,7 +776,7 @@ def test_round_trip_with_random_metadata_keeps_results_and_metadata(metadata, tm
             assert [h.node.metadata for h in got] == [h.node.metadata for h in want]
     chunks = RecursiveSummaryRetriever.from_persist_dir(folder / "recursive", embed_model=lexical_model())
     for node in nodes:
-        assert chunks._chunk_index.docstore.get_node(node.node_id).metadata == node.metadata
+        assert chunks.index.chunk_index.docstore.get_node(node.node_id).metadata == node.metadata
 
 
 def test_round_trip_with_the_real_model(real_model, tmp_path):

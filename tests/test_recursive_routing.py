@@ -13,8 +13,8 @@ import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import IndexNode, TextNode
 
-from llama_index_ext_recursive import RecursiveSummaryRetriever
-from llama_index_ext_recursive.recursive import retriever as recursive_module
+from llama_index_ext_recursive import BackfillVectorRetriever, RecursiveSummaryRetriever
+from llama_index_ext_recursive.recursive import levels as levels_module
 from llama_index_ext_recursive.recursive.retriever import ScoreMode
 from llama_index_ext_recursive.results import DocumentWithScore
 
@@ -97,7 +97,7 @@ def test_the_named_contracts_clause_outranks_every_copy_of_it(contracts):
 
 def test_chunk_evidence_alone_cannot_tell_the_copies_apart(contracts):
     """The control: flat dense search scores the four copies of a clause the same."""
-    flat = contracts._chunk_vector(24)
+    flat = BackfillVectorRetriever(contracts.index.chunk_index, 24, embed_model=contracts.index.embed_model)
     hits = {h.node.node_id: h.score for h in flat.retrieve(question("nda-quartz", RETURN))}
     copies = [hits[f"{d}-2"] for d in PARTIES]
     assert max(copies) - min(copies) < 1e-6
@@ -163,7 +163,7 @@ def test_reloaded_index_gives_identical_results_without_recalibrating(
     contracts.persist(tmp_path / "index")
     calls = []
     monkeypatch.setattr(
-        recursive_module, "calibrate_children", lambda *a, **k: calls.append(a) or None
+        levels_module, "calibrate_children", lambda *a, **k: calls.append(a) or None
     )
     loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "index", embed_model=real_model)
     assert calls == []
@@ -186,7 +186,7 @@ def test_calibration_is_measured_per_level_and_script(contracts):
 
 def test_calibration_is_passed_back_not_remeasured(contracts, real_model, monkeypatch):
     monkeypatch.setattr(
-        recursive_module, "calibrate_children", lambda *a, **k: pytest.fail("recalibrated")
+        levels_module, "calibrate_children", lambda *a, **k: pytest.fail("recalibrated")
     )
     again = RecursiveSummaryRetriever.from_nodes(
         contract_nodes(), embed_model=real_model, similarity_top_k=3,

@@ -39,9 +39,9 @@ def snapshot(retriever):
     return (
         {k: v.to_dict() for k, v in retriever.documents.items()},
         [(h.node.node_id, h.node.get_content(), round(h.score, 12)) for h in retriever.retrieve(QUERY)],
-        sorted(retriever._chunk_index.docstore.docs),
-        sorted(retriever._summary_index.docstore.docs),
-        sorted(retriever._chunk_index.vector_store.data.embedding_dict),
+        sorted(retriever.index.chunk_index.docstore.docs),
+        sorted(retriever.index.summary_index.docstore.docs),
+        sorted(retriever.index.chunk_index.vector_store.data.embedding_dict),
     )
 
 
@@ -71,7 +71,7 @@ def test_a_store_failure_during_the_swap_restores_the_previous_state(lexical, mo
     retriever = build(lexical)
     retriever.add_documents([ICE])
     before = snapshot(retriever)
-    chunk_index = retriever._chunk_index
+    chunk_index = retriever.index.chunk_index
     original = chunk_index.insert_nodes
     calls = {"n": 0}
 
@@ -195,7 +195,7 @@ async def test_async_reads_during_updates_see_before_or_after(lexical):
 async def test_aretrieve_waits_for_a_writer_without_blocking_the_loop(lexical):
     retriever = build(lexical)
     ticks = []
-    with retriever._state_lock.writing():  # as an update does while it swaps nodes in
+    with retriever.index.state_lock.writing():  # as an update does while it swaps nodes in
         pending = asyncio.ensure_future(retriever.aretrieve(QUERY))
         for _ in range(5):
             await asyncio.sleep(0.01)

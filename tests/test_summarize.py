@@ -194,7 +194,7 @@ def test_max_sentences_is_validated_persisted_and_part_of_the_fingerprint():
 
 
 def test_cjk_ratio_counts_characters_and_latin_letters():
-    from llama_index_ext_recursive.recursive.summarize import cjk_ratio
+    from llama_index_ext_recursive.text import cjk_ratio
 
     assert cjk_ratio("蜜蜂 bees") == 2 / 6
     assert cjk_ratio("蜜蜂采蜜。") == 1.0 and cjk_ratio("... 123") == 0.0 and cjk_ratio("  ") == 0.0

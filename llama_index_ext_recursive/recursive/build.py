@@ -17,13 +17,15 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.indices.utils import embed_nodes
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
+from llama_index.core import Settings
+from llama_index.core.ingestion import run_transformations
 from llama_index.core.schema import (
     BaseNode,
     Document,
@@ -31,6 +33,7 @@ from llama_index.core.schema import (
     MetadataMode,
     NodeRelationship,
     RelatedNodeInfo,
+    TransformComponent,
 )
 from tqdm.auto import tqdm
 
@@ -45,6 +48,7 @@ from llama_index_ext_recursive.validation import check_count, check_vectors
 logger = logging.getLogger(__name__)
 
 ROUTING_KEY = "ref_doc_id"  # set by every LlamaIndex vector store from the SOURCE relationship
+DOC_ID_KEY = "doc_id"  # the metadata key a document id is read from (and written to) by default
 SUMMARY_PREFIX = "summary::"
 ORIGINAL_REF_KEY = "original_ref_doc_id"
 SENTENCE_WINDOW = 100_000  # characters the sentence tokenizer sees at once (~0.2 s)
@@ -119,6 +123,76 @@ def default_node_parser(chunk_size: int = 256, chunk_overlap: int = 32) -> NodeP
         chunk_overlap=chunk_overlap,
         chunking_tokenizer_fn=windowed_sentence_tokenizer(),
     )
+
+
+def _explicit_settings_transformations() -> Optional[List[TransformComponent]]:
+    """What the user set on ``Settings`` (``transformations``, ``node_parser`` or
+    ``chunk_size``/``chunk_overlap``), else ``None``.
+
+    Upstream creates a default ``SentenceSplitter()`` in ``Settings`` the first
+    time anything reads it (``VectorStoreIndex.from_documents`` does), so a
+    parser equal to that default counts as not set: our default, sized for the
+    bundled model's window, is used instead.
+    """
+    default = SentenceSplitter().to_dict()
+    parser = Settings._node_parser
+    parser_set = parser is not None and not (
+        type(parser) is SentenceSplitter and parser.to_dict() == default
+    )
+    steps = Settings._transformations
+    if steps is not None and not (len(steps) == 1 and steps[0] is parser and not parser_set):
+        return list(steps)
+    return [parser] if parser_set else None
+
+
+def resolve_transformations(
+    node_parser: Any = None, transformations: Optional[Sequence[TransformComponent]] = None
+) -> List[TransformComponent]:
+    """How documents are chunked: ``node_parser=`` or ``transformations=`` (as
+    upstream ``VectorStoreIndex.from_documents``), else an explicitly set
+    ``Settings.transformations``/``node_parser``/``chunk_size``, else
+    :func:`default_node_parser`. Checked before any document is chunked.
+
+    Raises:
+        TypeError: an item is not a ``TransformComponent`` (a node parser,
+            an extractor, ...), or both arguments are given.
+    """
+    if node_parser is not None and transformations is not None:
+        raise TypeError("pass node_parser= or transformations=, not both")
+    if node_parser is not None:
+        if not isinstance(node_parser, NodeParser):
+            raise TypeError(
+                f"node_parser must be a NodeParser (e.g. SentenceSplitter()), got "
+                f"{type(node_parser).__name__}; for a list of steps pass transformations=[...]"
+            )
+        return [node_parser]
+    if transformations is None:
+        return _explicit_settings_transformations() or [default_node_parser()]
+    if isinstance(transformations, TransformComponent) or not isinstance(transformations, (list, tuple)):
+        raise TypeError(
+            f"transformations must be a list of TransformComponents (node parsers, extractors), "
+            f"got {type(transformations).__name__}; wrap it in a list"
+        )
+    if not transformations:
+        raise TypeError("transformations is empty: pass at least a node parser, e.g. [SentenceSplitter()]")
+    for position, step in enumerate(transformations):
+        if not isinstance(step, TransformComponent):
+            raise TypeError(
+                f"transformations[{position}] is a {type(step).__name__}, not a TransformComponent "
+                "(a node parser such as SentenceSplitter(), or an extractor)"
+            )
+    return list(transformations)
+
+
+def transformations_config(steps: Sequence[TransformComponent]) -> List[Dict[str, Any]]:
+    """JSON-able descriptions of chunking steps, restored by :func:`transformations_from_config`."""
+    return [config for config in (node_parser_config(step) for step in steps) if config is not None]
+
+
+def transformations_from_config(configs: Optional[Sequence[Dict[str, Any]]]) -> Optional[List[TransformComponent]]:
+    """The chunking steps :func:`transformations_config` described (``None``: none could be)."""
+    steps = [step for step in (node_parser_from_config(c) for c in configs or []) if step is not None]
+    return steps or None
 
 
 def node_parser_config(parser: Optional[NodeParser]) -> Optional[Dict[str, Any]]:
@@ -243,11 +317,12 @@ def _document_key(document: Document, doc_id_key: str) -> str:
 
 def chunk_documents(
     documents: Iterable[Document],
-    node_parser: Optional[NodeParser] = None,
-    doc_id_key: str = "doc_id",
+    node_parser: Union[NodeParser, Sequence[TransformComponent], None] = None,
+    doc_id_key: Optional[str] = None,
     show_progress: bool = False,
 ) -> ChunkedNodes:
-    """Chunk documents; each chunk's metadata names its document under ``doc_id_key``.
+    """Chunk documents; each chunk's metadata names its document under ``doc_id_key``
+    (``None``: ``"doc_id"``).
 
     Every document is checked (type, unique id) before any is chunked.
     Documents with no text to index (empty, whitespace-only, or no chunks from
@@ -256,7 +331,8 @@ def chunk_documents(
 
     Args:
         documents: any iterable of ``Document`` (a list, a generator, ...).
-        node_parser: the parser (:func:`default_node_parser` when ``None``).
+        node_parser: the parser, or a list of transformations (:func:`resolve_transformations`
+            when ``None``).
         doc_id_key: metadata key naming a document's id (else its ``doc_id``).
         show_progress: show a progress bar over the documents.
 
@@ -266,6 +342,7 @@ def chunk_documents(
             the parser timed out on a document (named, with its size).
     """
     _refuse_single(documents, "documents", Document)
+    doc_id_key = doc_id_key or DOC_ID_KEY
     keyed: List[Document] = []
     seen: Dict[str, int] = {}
     blank: List[str] = []
@@ -289,14 +366,16 @@ def chunk_documents(
         copy.id_ = key
         copy.metadata[doc_id_key] = key
         keyed.append(copy)
-    parser = node_parser or default_node_parser()
+    steps = [node_parser] if isinstance(node_parser, NodeParser) else resolve_transformations(
+        None, node_parser
+    )
     chunks: List[BaseNode] = []
     chunkless: List[str] = []
     items: Iterable[Document] = keyed
     if show_progress:
         items = tqdm(keyed, desc="Chunking documents")
     for document in items:
-        parsed = _parse_one(parser, document)
+        parsed = _parse_one(steps, document)
         if not parsed:
             chunkless.append(document.id_)
         chunks.extend(parsed)
@@ -317,21 +396,33 @@ def chunk_documents(
     return nodes
 
 
-def _parse_one(parser: NodeParser, document: Document) -> List[BaseNode]:
+def _parse_one(steps: List[TransformComponent], document: Document) -> List[BaseNode]:
     """One document's chunks; a parser timeout names the document and the fix."""
     try:
-        return parser.get_nodes_from_documents([document])
+        if len(steps) == 1 and isinstance(steps[0], NodeParser):
+            return steps[0].get_nodes_from_documents([document])
+        return run_transformations([document], steps)
     except TimeoutError as exc:
         raise ValueError(
             f"document {document.id_!r} ({len(document.text):,} characters) could not be chunked: "
-            f"{type(parser).__name__} timed out ({exc}). Use default_node_parser(), or pass "
+            f"{' -> '.join(type(s).__name__ for s in steps)} timed out ({exc}). Use default_node_parser(), or pass "
             "chunking_tokenizer_fn=windowed_sentence_tokenizer() to your SentenceSplitter, "
             "or split the document into parts"
         ) from exc
 
 
+def _node_key(node: BaseNode, doc_id_key: Optional[str]) -> Any:
+    """The document a node belongs to: ``metadata[doc_id_key]``; by default
+    ``metadata["doc_id"]`` when present, else the node's ``ref_doc_id`` (what
+    every LlamaIndex reader and ``VectorStoreIndex`` sets)."""
+    if doc_id_key is not None:
+        return node.metadata.get(doc_id_key)
+    key = node.metadata.get(DOC_ID_KEY)
+    return key if key not in (None, "") else node.ref_doc_id
+
+
 def group_nodes(
-    nodes: Iterable[BaseNode], doc_id_key: str = "doc_id"
+    nodes: Iterable[BaseNode], doc_id_key: Optional[str] = None
 ) -> NodeGroups:
     """Copies of ``nodes`` grouped by document, with ``ref_doc_id`` set to the key.
 
@@ -343,7 +434,8 @@ def group_nodes(
 
     Args:
         nodes: any iterable of nodes (a list, a generator, ...).
-        doc_id_key: metadata key naming each node's document.
+        doc_id_key: metadata key naming each node's document (``None``:
+            ``metadata["doc_id"]``, else the node's ``ref_doc_id``).
 
     Raises:
         TypeError: an item is not a node.
@@ -360,11 +452,15 @@ def group_nodes(
                 f"nodes[{position}] is a {type(node).__name__}, not a node (TextNode, IndexNode, "
                 "...); use from_documents(...) for documents"
             )
-        key = node.metadata.get(doc_id_key)
+        key = _node_key(node, doc_id_key)
         if key in (None, ""):
+            named = (
+                f"metadata[{doc_id_key!r}]" if doc_id_key is not None
+                else f"metadata[{DOC_ID_KEY!r}] nor a ref_doc_id (a SOURCE relationship)"
+            )
             raise ValueError(
-                f"node {node.node_id!r} (position {position}) has no metadata[{doc_id_key!r}]: "
-                f"every node must name its document; set node.metadata[{doc_id_key!r}] or "
+                f"node {node.node_id!r} (position {position}) has no {named}: every node "
+                f"must name its document; set node.metadata[{doc_id_key or DOC_ID_KEY!r}] or "
                 "pass doc_id_key= with the key your nodes use"
             )
         key = str(key)
@@ -378,7 +474,7 @@ def group_nodes(
             copy.metadata[ORIGINAL_REF_KEY] = original
             _exclude(copy, [ORIGINAL_REF_KEY])
         copy.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=key)
-        _exclude(copy, [doc_id_key], llm=False)
+        _exclude(copy, [doc_id_key or DOC_ID_KEY], llm=False)
         groups.setdefault(key, []).append(copy)
     groups.skipped_nodes = [node_id for ids in blank.values() for node_id in ids]
     emptied = [key for key in blank if key not in groups]
@@ -482,12 +578,13 @@ def _title(doc_id: str, chunks: Sequence[BaseNode]) -> str:
 
 def build_documents(
     groups: Dict[str, List[BaseNode]],
-    doc_id_key: str = "doc_id",
+    doc_id_key: Optional[str] = None,
     summarizer: Optional[Summarizer] = None,
     summary_cache: Optional[SummaryCache] = None,
     show_progress: bool = False,
 ) -> BuiltDocuments:
     """Summaries and records for grouped chunks (see :func:`group_nodes`)."""
+    doc_id_key = doc_id_key or DOC_ID_KEY
     summarizer = summarizer or ExtractiveSummarizer()
     cache = summary_cache if summary_cache is not None else SummaryCache()
     summaries: List[IndexNode] = []

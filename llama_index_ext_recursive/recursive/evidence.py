@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from llama_index_ext_recursive.retrievers.calibrate import relative_score_fusion
+from llama_index_ext_recursive.retrievers.fusion_scores import relative_score_fusion
 
 # Chosen by measurement over every shared dataset: docs/BENCHMARKS.md,
 # "Recursive retrieval: combining document and chunk evidence".

@@ -26,7 +26,9 @@ import numpy as np
 from scipy import sparse
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.models import resolve_llm
 from llama_index_ext_recursive.persist import load_json
+from llama_index_ext_recursive.text import CJK_CHARACTER, HAN_CLASS, LATIN_WORD, is_cjk
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -34,11 +36,9 @@ logger = logging.getLogger(__name__)
 # Latin: end mark, space, then a capital/digit/quote (not "U.S. economy", not "3.5");
 # Chinese end marks need no space.
 _SENTENCE_END = re.compile(
-    r"(?:(?<=[.!?])|(?<=[.!?][\"'\u201d\u2019)]))\s+(?=[A-Z0-9\"'(\[\u201c\u3400-\u9fff])"
+    r"(?:(?<=[.!?])|(?<=[.!?][\"'\u201d\u2019)]))\s+(?=[A-Z0-9\"'(\[\u201c" + HAN_CLASS + r"])"
     r"|(?<=[。！？；])|\n+"
 )
-_LATIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*")
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _STOPWORDS = frozenset(
     "a an and are as at be but by for from has have in is it its of on or that the "
     "their there this to was were which with you your".split()
@@ -50,20 +50,10 @@ def split_sentences(text: str) -> List[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
 
 
-def cjk_ratio(text: str) -> float:
-    """Share of CJK characters among letters: tells Chinese from Latin text.
-
-    Counted as the length the matches remove, so a 50 MB document costs one
-    string copy, not a list of millions of match strings.
-    """
-    cjk = len(text) - len(_CJK.sub("", text))
-    latin = len(text) - len(_LATIN_WORD.sub("", text))
-    return cjk / (cjk + latin) if cjk + latin else 0.0
-
-
 def _terms(sentence: str) -> List[str]:
-    words = [w.lower() for w in _LATIN_WORD.findall(sentence)]
-    chars = _CJK.findall(sentence)
+    """Latin words (stopwords dropped) and CJK character bigrams (:mod:`~llama_index_ext_recursive.text`'s table)."""
+    words = [w.lower() for w in LATIN_WORD.findall(sentence)]
+    chars = CJK_CHARACTER.findall(sentence)
     bigrams = [a + b for a, b in zip(chars, chars[1:])]
     return [w for w in words if w not in _STOPWORDS] + bigrams
 
@@ -126,7 +116,7 @@ class ExtractiveSummarizer:
     @property
     def fingerprint(self) -> str:
         return (
-            f"extractive-tfidf-mmr-v3:{self.max_chars}:{self.max_chars_cjk}:"
+            f"extractive-tfidf-mmr-v4:{self.max_chars}:{self.max_chars_cjk}:"
             f"{self.diversity_lambda}:{self.max_sentences}"
         )
 
@@ -211,7 +201,7 @@ class ExtractiveSummarizer:
         return chosen
 
     def summarize(self, title: str, text: str) -> str:
-        limit = self.max_chars_cjk if cjk_ratio(text) > 0.3 else self.max_chars
+        limit = self.max_chars_cjk if is_cjk(text) else self.max_chars
         head = f"{title}. " if title else ""
         body = self.select(text, limit - len(head))
         if not body:  # no sentence fits (one huge unpunctuated paragraph): its opening words
@@ -264,7 +254,9 @@ class LLMSummarizer:
     or timeout the ``fallback`` summarizer is used and the reason is logged.
 
     Args:
-        llm: the LLM (``Settings.llm`` is used when ``None``).
+        llm: the LLM, or anything upstream's ``resolve_llm`` accepts (an
+            explicitly set ``Settings.llm`` is used when ``None``; see
+            :func:`~llama_index_ext_recursive.models.resolve_llm`).
         max_chars: maximum accepted summary length.
         max_input_chars: budget of document text sent to the LLM.
         timeout: seconds to wait for one summary.
@@ -284,17 +276,9 @@ class LLMSummarizer:
         prompt: str = DEFAULT_SUMMARY_PROMPT,
         input_segments: int = 8,
     ) -> None:
-        if llm is None:
-            from llama_index.core import Settings
-
-            if getattr(Settings, "_llm", None) is None:
-                raise ValueError(
-                    "LLMSummarizer needs an LLM: pass llm=... or set "
-                    "llama_index.core.Settings.llm. For offline summaries use "
-                    "ExtractiveSummarizer()."
-                )
-            llm = Settings.llm
-        self.llm = llm
+        self.llm = resolve_llm(
+            llm, needed_for="LLMSummarizer", offline_alternative="use ExtractiveSummarizer() for offline summaries"
+        )
         self.max_chars = max_chars
         self.max_input_chars = max_input_chars
         self.timeout = timeout
@@ -314,7 +298,7 @@ class LLMSummarizer:
         content = "\n".join(
             ExtractiveSummarizer().select(text, self.max_input_chars, segments=self.input_segments)
         )
-        language = "Chinese" if cjk_ratio(text) > 0.3 else "the document's language"
+        language = "Chinese, Japanese or Korean" if is_cjk(text) else "the document's language"
         return self.prompt.format(
             title=title or "(untitled)",
             content=content,
@@ -329,12 +313,12 @@ class LLMSummarizer:
             raise SummaryRejected("empty summary")
         if len(summary) > self.max_chars:
             raise SummaryRejected(f"summary has {len(summary)} characters, limit {self.max_chars}")
-        doc_zh, sum_zh = cjk_ratio(text) > 0.3, cjk_ratio(summary) > 0.3
-        if doc_zh != sum_zh:
+        doc_cjk, sum_cjk = is_cjk(text), is_cjk(summary)
+        if doc_cjk != sum_cjk:
             raise SummaryRejected(
                 "summary is in a different language than the document "
-                f"({'Chinese' if sum_zh else 'Latin script'} vs "
-                f"{'Chinese' if doc_zh else 'Latin script'})"
+                f"({'CJK' if sum_cjk else 'Latin script'} vs "
+                f"{'CJK' if doc_cjk else 'Latin script'})"
             )
         return summary
 

@@ -1,0 +1,495 @@
+"""The summary index: documents -> summaries, chunks and embeddings, kept in two stores.
+
+``SummaryIndex`` is to :class:`RecursiveSummaryRetriever` what
+``VectorStoreIndex`` is to ``VectorIndexRetriever`` upstream: it owns the data
+(one summary store, one chunk store, a record per document), builds it
+(:meth:`from_documents`, :meth:`from_nodes`, :meth:`from_index`,
+:meth:`from_retriever_dict`), updates it (:meth:`add_documents`,
+:meth:`add_nodes`, :meth:`delete_document`), checks its links and persists it
+(:mod:`~llama_index_ext_recursive.recursive.persist`). The retriever holds the
+query settings and searches it; several retrievers may share one index.
+
+Updates prepare everything that can fail (chunking, summarizing, embedding)
+before they change anything, then swap the new nodes in under the write lock
+(:attr:`state_lock`); searches hold the read lock, so they see the index
+before or after an update, never a mix. :attr:`generation` counts the swaps,
+so a retriever rebuilds what it derived from the nodes (BM25 levels) only
+when they changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.indices.utils import embed_nodes
+from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
+from llama_index.core.vector_stores.simple import SimpleVectorStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
+
+from llama_index_ext_recursive.filters import FilterVocabulary
+from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.recursive.build import (
+    BuiltDocuments,
+    DocumentRecord,
+    SummaryEmbedding,
+    attach_embeddings,
+    build_documents,
+    check_new_node_ids,
+    chunk_documents,
+    group_nodes,
+    resolve_transformations,
+)
+from llama_index_ext_recursive.recursive.links import LinkError, check_links
+from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
+from llama_index_ext_recursive.rwlock import ReadWriteLock
+from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
+from llama_index_ext_recursive.stores.numpy_store import vector_index
+from llama_index_ext_recursive.validation import check_vectors, closest, stored_dimension
+
+logger = logging.getLogger(__name__)
+
+
+class SummaryIndex:
+    """One summary store plus one chunk store, and a record per document.
+
+    Build it with :meth:`from_documents`, :meth:`from_nodes`,
+    :meth:`from_index` or :meth:`from_retriever_dict`; search it with
+    :class:`~llama_index_ext_recursive.RecursiveSummaryRetriever`.
+
+    Args:
+        summary_index: index over summary ``IndexNode``s (``index_id`` = document id).
+        chunk_index: index over all chunks (``ref_doc_id`` = document id).
+        documents: per-document records (built by the constructors).
+        retriever_dict: instead of ``chunk_index``: one retriever per document id.
+        embed_model: the model the stores were embedded with (default:
+            argument > ``Settings`` > bundled).
+        doc_id_key: metadata key naming a chunk's document (``None``:
+            ``metadata["doc_id"]`` when present, else the node's ``ref_doc_id``).
+        transformations: how documents added later are chunked (default: our parser).
+        summarizer: summarizer for documents added later.
+        summary_cache: summaries by content, reused by updates and rebuilds.
+        summary_embedding: what summaries added later are routed by
+            (:class:`SummaryEmbedding`); must match how ``summary_index`` was built.
+    """
+
+    def __init__(
+        self,
+        summary_index: VectorStoreIndex,
+        chunk_index: Optional[VectorStoreIndex] = None,
+        documents: Optional[Mapping[str, DocumentRecord]] = None,
+        retriever_dict: Optional[Mapping[str, BaseRetriever]] = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        doc_id_key: Optional[str] = None,
+        transformations: Optional[Sequence[TransformComponent]] = None,
+        summarizer: Optional[Summarizer] = None,
+        summary_cache: Optional[SummaryCache] = None,
+        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
+    ) -> None:
+        if (chunk_index is None) == (retriever_dict is None):
+            raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
+        for doc_id, child in (retriever_dict or {}).items():
+            if not isinstance(child, BaseRetriever):
+                raise TypeError(
+                    f"retriever_dict[{doc_id!r}] is a {type(child).__name__}, not a "
+                    "BaseRetriever: map each document id to a retriever (e.g. index.as_retriever())"
+                )
+        self.summary_index = summary_index
+        self.chunk_index = chunk_index
+        self.retriever_dict: Dict[str, BaseRetriever] = dict(retriever_dict or {})
+        self.embed_model = resolve_embed_model(embed_model)
+        self.doc_id_key = doc_id_key
+        self.transformations = resolve_transformations(None, transformations)
+        self.summarizer = summarizer or ExtractiveSummarizer()
+        self.summary_cache = summary_cache if summary_cache is not None else SummaryCache()
+        self.summary_embedding = SummaryEmbedding(summary_embedding)
+        self.summaries = self._load_summaries()
+        self.documents: Dict[str, DocumentRecord] = dict(documents or {})
+        self.document_keys = self._summary_filter_keys()
+        self.state_lock = ReadWriteLock()
+        self.generation = 0  # bumped by every swap
+        self._update_lock = threading.Lock()
+        self._vocabulary: Optional[FilterVocabulary] = None
+        self.validate_links()
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Iterable[Document],
+        *,
+        node_parser: Any = None,
+        transformations: Optional[Sequence[TransformComponent]] = None,
+        doc_id_key: Optional[str] = None,
+        show_progress: Optional[bool] = None,
+        **kwargs: Any,
+    ) -> "SummaryIndex":
+        """Chunk (``node_parser=`` or ``transformations=``; else an explicitly
+        set ``Settings.transformations``/``node_parser``/``chunk_size``; else
+        :func:`default_node_parser`), summarize and index ``documents``."""
+        steps = resolve_transformations(node_parser, transformations)
+        documents = list(documents)
+        progress = auto_progress(show_progress, len(documents))
+        nodes = chunk_documents(documents, steps, doc_id_key, progress)
+        return cls.from_nodes(
+            nodes, doc_id_key=doc_id_key, show_progress=progress, transformations=steps, **kwargs
+        )
+
+    @classmethod
+    def from_nodes(
+        cls,
+        nodes: Iterable[BaseNode],
+        *,
+        doc_id_key: Optional[str] = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        summarizer: Optional[Summarizer] = None,
+        summary_cache: Optional[SummaryCache] = None,
+        show_progress: Optional[bool] = None,
+        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
+        chunk_vector_store: Optional[BasePydanticVectorStore] = None,
+        summary_vector_store: Optional[BasePydanticVectorStore] = None,
+        transformations: Optional[Sequence[TransformComponent]] = None,
+    ) -> "SummaryIndex":
+        """Index pre-chunked ``nodes`` grouped by document (see ``doc_id_key``);
+        nodes that carry embeddings are not embedded again."""
+        nodes = list(nodes)
+        if not nodes:
+            raise ValueError("no nodes to index: pass at least one node or document")
+        groups = group_nodes(nodes, doc_id_key)
+        progress = auto_progress(show_progress, len(groups))
+        cache = summary_cache if summary_cache is not None else SummaryCache()
+        summarizer = summarizer or ExtractiveSummarizer()
+        built = build_documents(groups, doc_id_key, summarizer, cache, progress)
+        model = resolve_embed_model(embed_model)
+        dim = attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
+        embed_summaries(built, model, dim)
+        return cls(
+            new_index(built.summary_nodes, model, progress, summary_vector_store),
+            new_index(built.chunk_nodes, model, progress, chunk_vector_store),
+            documents=built.records,
+            embed_model=model,
+            doc_id_key=doc_id_key,
+            transformations=transformations,
+            summarizer=summarizer,
+            summary_cache=cache,
+            summary_embedding=summary_embedding,
+        )
+
+    @classmethod
+    def from_index(
+        cls, index: VectorStoreIndex, *, embed_model: Optional[BaseEmbedding] = None, **kwargs: Any
+    ) -> "SummaryIndex":
+        """Build over the chunks of an existing ``VectorStoreIndex``, reusing their
+        stored embeddings (only the summaries are embedded).
+
+        The index's nodes are copied, never changed; documents are told apart
+        by ``ref_doc_id`` (or ``doc_id_key=``). Queries must be embedded by the
+        model the index was built with, so that model is the default.
+        """
+        if not isinstance(index, VectorStoreIndex):
+            raise TypeError(
+                f"from_index expects a VectorStoreIndex, got {type(index).__name__}; "
+                "use from_nodes(...) for nodes"
+            )
+        nodes = list(index.docstore.docs.values())
+        if not nodes:
+            raise ValueError(
+                "the index's docstore holds no nodes (its vector store keeps the text): "
+                "pass the nodes to from_nodes(...) instead"
+            )
+        model = embed_model or getattr(index, "_embed_model", None)
+        return cls.from_nodes(with_stored_embeddings(index, nodes), embed_model=model, **kwargs)
+
+    @classmethod
+    def from_retriever_dict(
+        cls,
+        summary_nodes: Sequence[IndexNode],
+        retriever_dict: Mapping[str, BaseRetriever],
+        embed_model: Optional[BaseEmbedding] = None,
+    ) -> "SummaryIndex":
+        """Upstream ``RecursiveRetriever``'s setup: summary ``IndexNode``s plus
+        ``retriever_dict`` (an ``IndexNode`` whose ``obj`` is a retriever may
+        stand in for its entry)."""
+        retrievers = dict(retriever_dict)
+        plain: List[IndexNode] = []
+        for node in summary_nodes:
+            if not isinstance(node, IndexNode):
+                raise TypeError(
+                    f"summary node {node.node_id!r} is a {type(node).__name__}; "
+                    "summaries must be IndexNodes whose index_id names a document"
+                )
+            if isinstance(node.obj, BaseRetriever):
+                retrievers.setdefault(node.index_id, node.obj)
+            plain.append(IndexNode(**{**node.model_dump(exclude={"obj"}), "obj": None}))
+        model = resolve_embed_model(embed_model)
+        return cls(new_index(plain, model, False), retriever_dict=retrievers, embed_model=model)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def docstore(self):
+        """The chunk docstore (``None`` for a ``retriever_dict`` setup)."""
+        return self.chunk_index.docstore if self.chunk_index is not None else None
+
+    @property
+    def doc_ids(self) -> List[str]:
+        return list(self.retriever_dict) if self.retriever_dict else list(self.documents)
+
+    @property
+    def filter_vocabulary(self) -> FilterVocabulary:
+        """Metadata keys (and value kinds) of the indexed chunks, which filters are
+        checked against; empty for a ``retriever_dict`` setup, whose children
+        check their own."""
+        vocabulary = self._vocabulary
+        if vocabulary is None:
+            vocabulary = FilterVocabulary.from_nodes(
+                self.docstore.docs.values() if self.docstore is not None else []
+            )
+            self._vocabulary = vocabulary
+        return vocabulary
+
+    def _load_summaries(self) -> Dict[str, IndexNode]:
+        docstore = self.summary_index.docstore
+        summaries: Dict[str, IndexNode] = {}
+        for node_id in self.summary_index.index_struct.nodes_dict.values():
+            node = docstore.get_node(node_id)
+            if not isinstance(node, IndexNode):
+                raise LinkError(
+                    f"summary node {node_id!r} is a {type(node).__name__}, not an IndexNode: "
+                    "summaries must name their document with index_id"
+                )
+            summaries[node.index_id] = node
+        return summaries
+
+    def _summary_filter_keys(self) -> set:
+        """Keys that filters may be checked on at the summary level.
+
+        A key qualifies when it is document-level in every document: a key
+        whose value varies between one document's chunks is missing from that
+        summary, and filtering summaries on it would hide matching chunks.
+        """
+        keys = {k for s in self.summaries.values() for k in s.metadata}
+        for record in self.documents.values():
+            keys -= set(record.varying_keys)
+        return keys
+
+    def validate_links(self) -> None:
+        """Check that every ``IndexNode`` resolves and no links form a cycle.
+
+        Raises :class:`LinkError` naming the bad id and the closest known ids.
+        """
+        check_links(self.summaries, self.documents, self.doc_ids, self.docstore)
+
+    # ------------------------------------------------------------------ updates
+    def require_stores(self, action: str) -> VectorStoreIndex:
+        if self.chunk_index is None:
+            raise NotImplementedError(
+                f"{action} needs the chunk store built by from_documents/from_nodes; "
+                "a retriever_dict setup holds opaque retrievers"
+            )
+        return self.chunk_index
+
+    def add_documents(
+        self, documents: Iterable[Document], show_progress: Optional[bool] = None
+    ) -> List[str]:
+        """Add or update documents (chunked as the index was); returns the ids (re)indexed."""
+        self.require_stores("add_documents")
+        nodes = chunk_documents(list(documents), self.transformations, self.doc_id_key)
+        return self.add_nodes(nodes, show_progress=show_progress)
+
+    def add_nodes(self, nodes: Iterable[BaseNode], show_progress: Optional[bool] = None) -> List[str]:
+        """Add or update pre-chunked nodes; unchanged documents are left alone.
+
+        Everything that can fail runs first, on copies; the prepared nodes are
+        then swapped in under the write lock, so a failure leaves the index as it was.
+        """
+        chunk_index = self.require_stores("add_nodes")
+        with self._update_lock:  # one update at a time; readers go on meanwhile
+            groups = group_nodes(list(nodes), self.doc_id_key)
+            current = self.documents  # only updates (serialised here) replace it
+            check_new_node_ids(groups, {c: r.doc_id for r in current.values() for c in r.chunk_ids})
+            progress = auto_progress(show_progress, len(groups))
+            built = build_documents(
+                groups, self.doc_id_key, self.summarizer, self.summary_cache, progress
+            )
+            changed = []
+            for doc_id, record in built.records.items():
+                existing = current.get(doc_id)
+                if existing is not None and existing.content_hash == record.content_hash:
+                    logger.info("document %r unchanged; not re-indexed", doc_id)
+                    continue
+                changed.append(doc_id)
+            if not changed:
+                return []
+            keep = set(changed)
+            built = BuiltDocuments(
+                [s for s in built.summary_nodes if s.index_id in keep],
+                [n for n in built.chunk_nodes if n.ref_doc_id in keep],
+                {d: r for d, r in built.records.items() if d in keep},
+            )
+            dim = attach_embeddings(
+                built,
+                self.embed_model,
+                self.summary_embedding,
+                progress,
+                dim=stored_dimension(chunk_index.vector_store),
+            )
+            embed_summaries(built, self.embed_model, dim)
+            summaries = {**self.summaries, **{s.index_id: s for s in built.summary_nodes}}
+            documents = {**current, **built.records}
+            check_links(
+                summaries, documents, list(documents), self.docstore,
+                {n.node_id: n for n in built.chunk_nodes},
+            )
+            with self.state_lock.writing():
+                self._swap(remove=[current[d] for d in changed if d in current], add=built)
+        return changed
+
+    def delete_document(self, doc_id: str) -> None:
+        """Remove one document's summary and chunks."""
+        self.require_stores("delete_document")
+        with self._update_lock:
+            record = self.documents.get(doc_id)
+            if record is None:
+                raise KeyError(f"no document {doc_id!r} ({closest(doc_id, list(self.documents))})")
+            with self.state_lock.writing():
+                self._swap(remove=[record], add=None)
+
+    def _swap(self, remove: List[DocumentRecord], add: Optional[BuiltDocuments]) -> None:
+        """Replace ``remove``'s nodes by ``add``'s (call under the write lock).
+
+        Only store calls happen here, on nodes already validated and embedded.
+        Should a store still fail (a database connection lost), the removed
+        nodes are put back, so the index keeps its previous state.
+        """
+        chunk_index, summary_index = self.chunk_index, self.summary_index
+        assert chunk_index is not None
+        saved = _saved_nodes(chunk_index, [c for r in remove for c in r.chunk_ids])
+        saved_summaries = _saved_nodes(summary_index, [r.summary_node_id for r in remove])
+        try:
+            for record in remove:
+                chunk_index.delete_nodes(record.chunk_ids, delete_from_docstore=True)
+                summary_index.delete_nodes([record.summary_node_id], delete_from_docstore=True)
+            if add is not None:
+                chunk_index.insert_nodes(add.chunk_nodes)
+                summary_index.insert_nodes(add.summary_nodes)
+        except Exception:
+            logger.exception("update failed in the store; restoring the previous state")
+            if add is not None:
+                _delete_quietly(chunk_index, [n.node_id for n in add.chunk_nodes])
+                _delete_quietly(summary_index, [n.node_id for n in add.summary_nodes])
+            _delete_quietly(chunk_index, [n.node_id for n in saved])
+            _delete_quietly(summary_index, [n.node_id for n in saved_summaries])
+            chunk_index.insert_nodes(saved)
+            summary_index.insert_nodes(saved_summaries)
+            raise
+        removed = {r.doc_id for r in remove}
+        documents = {k: v for k, v in self.documents.items() if k not in removed}
+        summaries = {k: v for k, v in self.summaries.items() if k in documents}
+        if add is not None:
+            documents.update(add.records)
+            summaries.update({s.index_id: s for s in add.summary_nodes})
+        self.documents, self.summaries = documents, summaries
+        self.document_keys = self._summary_filter_keys()
+        if self._vocabulary is not None:
+            self._vocabulary.remove_nodes(saved)
+            if add is not None:
+                self._vocabulary.add_nodes(add.chunk_nodes)
+        self.generation += 1
+
+
+def auto_progress(show_progress: Optional[bool], count: int) -> bool:
+    return count >= 20 if show_progress is None else show_progress
+
+
+def new_index(
+    nodes: Sequence[BaseNode],
+    embed_model: BaseEmbedding,
+    show_progress: bool,
+    vector_store: Optional[BasePydanticVectorStore] = None,
+) -> VectorStoreIndex:
+    """A ``VectorStoreIndex`` over ``nodes`` (already embedded, except ``text`` summaries)."""
+    return vector_index(
+        nodes,
+        embed_model,
+        vector_store=vector_store,
+        docstore=LinearDocumentStore(),  # upstream's is quadratic in a document's chunks
+        show_progress=show_progress,
+        # the docstore keeps every node even when the store keeps text: link
+        # checks, BM25 levels and updates read nodes from it
+        store_nodes_override=True,
+    )
+
+
+def embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding, dim: Optional[int]) -> None:
+    """Embed (and check) summaries that still lack a vector (``SummaryEmbedding.TEXT``)
+    before anything is indexed, so neither a build nor an update's swap calls the model."""
+    todo = [s for s in built.summary_nodes if s.embedding is None]
+    if not todo:
+        return
+    vectors = embed_nodes(todo, embed_model)
+    name = embed_model_name(embed_model)
+    for summary in todo:
+        check_vectors(vectors[summary.node_id], name, f"the summary of {summary.index_id!r}", dim)
+        summary.embedding = vectors[summary.node_id]
+
+
+def _stored_vectors(index: VectorStoreIndex, node_ids: List[str]) -> Dict[str, List[float]]:
+    """The vectors an index's store holds for ``node_ids`` (those it can tell)."""
+    store = index.vector_store
+    if isinstance(store, SimpleVectorStore):
+        table = store.data.embedding_dict
+        return {i: table[i] for i in node_ids if i in table}
+    try:
+        return {n.node_id: n.embedding for n in store.get_nodes(node_ids) if n.embedding is not None}
+    except Exception:  # a store without get_nodes: those nodes are embedded again
+        logger.debug("%s cannot return stored vectors", type(store).__name__, exc_info=True)
+        return {}
+
+
+def with_stored_embeddings(index: VectorStoreIndex, nodes: List[BaseNode]) -> List[BaseNode]:
+    """Copies of an index's nodes carrying the vectors its store holds for them."""
+    vectors = _stored_vectors(index, [n.node_id for n in nodes])
+    missing = [n.node_id for n in nodes if n.node_id not in vectors and n.embedding is None]
+    if missing:
+        logger.warning(
+            "%s holds no vector for %d of %d nodes (e.g. %r); they are embedded again",
+            type(index.vector_store).__name__, len(missing), len(nodes), missing[0],
+        )
+    out = []
+    for node in nodes:
+        copy = node.model_copy()
+        if node.node_id in vectors:
+            copy.embedding = list(vectors[node.node_id])
+        out.append(copy)
+    return out
+
+
+def _saved_nodes(index: VectorStoreIndex, node_ids: List[str]) -> List[BaseNode]:
+    """Copies of indexed nodes with their vectors, to put back if a swap fails."""
+    saved = []
+    store = index.vector_store
+    for node_id in node_ids:
+        node = index.docstore.get_node(node_id, raise_error=False)
+        if node is None:
+            continue
+        copy = node.model_copy()
+        if isinstance(store, SimpleVectorStore):
+            copy.embedding = store.get(node_id)
+        else:
+            try:
+                copy.embedding = store.get_nodes([node_id])[0].embedding
+            except Exception:  # a store without get_nodes: the node is re-embedded
+                copy.embedding = None
+        saved.append(copy)
+    return saved
+
+
+def _delete_quietly(index: VectorStoreIndex, node_ids: List[str]) -> None:
+    try:
+        index.delete_nodes(node_ids, delete_from_docstore=True)
+    except Exception:  # restoring after a failure: absent ids are fine
+        logger.debug("could not delete %d node(s) while restoring", len(node_ids), exc_info=True)

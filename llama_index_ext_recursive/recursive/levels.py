@@ -1,0 +1,213 @@
+"""The searchers of a recursive retriever's two levels, built once per index state.
+
+:func:`build_levels` makes every child retriever a query may use (the dense
+summary and chunk searchers, the BM25 levels, the hybrid searchers of the
+``chunk``/``weighted``/``product`` score modes) from the index and the
+retriever's settings, and calibrates hybrid levels that have no weights yet.
+A retriever builds them on first need and again only after the index changed
+(:attr:`SummaryIndex.generation`), never per query: per-call filters and
+``top_k`` travel in the bundle each child receives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
+
+from llama_index_ext_recursive.recursive.evidence import document_text
+from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
+from llama_index_ext_recursive.retrievers.calibrate import calibrate_children, pseudo_queries
+from llama_index_ext_recursive.retrievers.calibration import Calibration
+from llama_index_ext_recursive.retrievers.hybrid import hybrid_retriever
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+from llama_index_ext_recursive.text import QueryScript
+
+if TYPE_CHECKING:
+    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+
+
+@dataclass
+class Levels:
+    """What one index state is searched with.
+
+    Attributes:
+        generation: the :attr:`SummaryIndex.generation` these were built for.
+        summary_vector: dense search over the summaries (routing vectors).
+        chunk_vector: dense search over all chunks (``None``: ``retriever_dict``).
+        summary_bm25: BM25 over each document's title, metadata, summary and
+            chunks (``None``: that level is vector-only).
+        chunk_bm25: BM25 over the chunks (``None``: vector-only).
+        summary_search: the hybrid or BM25 searcher of ``chunk``/``weighted``/
+            ``product`` modes (``None``: dense only, or ``fused`` mode).
+        chunk_search: likewise for chunks.
+        chunk_doc: chunk id -> document id.
+        link_ids: chunks that are IndexNodes (followed, not ranked).
+        summary_doc: summary node id -> document id.
+    """
+
+    generation: int
+    summary_vector: BackfillVectorRetriever
+    chunk_vector: Optional[BackfillVectorRetriever]
+    summary_bm25: Optional[BaseRetriever]
+    chunk_bm25: Optional[BaseRetriever]
+    summary_search: Optional[BaseRetriever]
+    chunk_search: Optional[BaseRetriever]
+    chunk_doc: Dict[str, str]
+    link_ids: frozenset
+    summary_doc: Dict[str, str]
+
+
+def document_nodes(owner: "RecursiveSummaryRetriever") -> List[IndexNode]:
+    """One node per document for summary-level BM25 (:func:`document_text`:
+    title, document-level metadata, summary, chunks); ids and ``index_id``
+    as the summary's, so hits route."""
+    index = owner.index
+    docstore = index.docstore
+    nodes = []
+    for doc_id, summary in index.summaries.items():
+        record = index.documents.get(doc_id)
+        chunks = []
+        if docstore is not None and record is not None:
+            for chunk_id in record.chunk_ids:
+                chunk = docstore.get_node(chunk_id, raise_error=False)
+                if chunk is not None:
+                    chunks.append(chunk.get_content(metadata_mode=MetadataMode.NONE))
+        title = record.title if record is not None else doc_id
+        nodes.append(
+            IndexNode(
+                id_=summary.node_id,
+                index_id=doc_id,
+                text=document_text(title, summary.metadata, summary.get_content(), chunks),
+                metadata=dict(summary.metadata),
+                excluded_embed_metadata_keys=list(summary.metadata),
+            )
+        )
+    return nodes
+
+
+def build_levels(owner: "RecursiveSummaryRetriever") -> Levels:
+    """Every searcher ``owner`` needs for its index's current state (see :class:`Levels`)."""
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+
+    index = owner.index
+    depth = owner.document_depth(owner.similarity_top_k)
+    chunk_nodes = list(index.docstore.docs.values()) if index.docstore is not None else []
+    summary_vector = _vector(owner, index.summary_index, depth)
+    chunk_vector = (
+        _vector(owner, index.chunk_index, owner.similarity_top_k)
+        if index.chunk_index is not None else None
+    )
+    summary_bm25 = chunk_bm25 = None
+    if owner.summary_mode != LevelMode.VECTOR and index.summaries:
+        summary_bm25 = MultilingualBM25Retriever.from_defaults(
+            nodes=document_nodes(owner),
+            similarity_top_k=depth,
+            metadata_mode=MetadataMode.NONE,  # document_text holds the metadata
+            unknown_filter_key=None,  # checked by the retriever's resolve_call
+        )
+    if owner.chunk_mode != LevelMode.VECTOR and chunk_nodes:
+        chunk_bm25 = MultilingualBM25Retriever.from_defaults(
+            nodes=chunk_nodes, similarity_top_k=owner.similarity_top_k, unknown_filter_key=None
+        )
+    calibration = owner._calibration
+    if "documents" not in calibration and owner.summary_mode == LevelMode.HYBRID and summary_bm25:
+        calibration["documents"] = _calibrate_documents(owner, summary_vector, summary_bm25, chunk_nodes)
+    if "chunks" not in calibration and owner.chunk_mode == LevelMode.HYBRID and chunk_bm25:
+        calibration["chunks"] = calibrate_children(
+            [chunk_vector, chunk_bm25],
+            chunk_nodes,
+            embed_model=index.embed_model,
+            show_progress=owner._show_progress,
+            names=["vector", "bm25"],
+        )
+    summary_search = chunk_search = None
+    if owner.score_mode != ScoreMode.FUSED:
+        summary_search = _hybrid_level(owner, "documents", summary_bm25, depth)
+        chunk_search = _hybrid_level(owner, "chunks", chunk_bm25, owner.similarity_top_k)
+    return Levels(
+        generation=index.generation,
+        summary_vector=summary_vector,
+        chunk_vector=chunk_vector,
+        summary_bm25=summary_bm25,
+        chunk_bm25=chunk_bm25,
+        summary_search=summary_search,
+        chunk_search=chunk_search,
+        chunk_doc={c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
+        link_ids=frozenset(n.node_id for n in chunk_nodes if isinstance(n, IndexNode)),
+        summary_doc={summary.node_id: doc_id for doc_id, summary in index.summaries.items()},
+    )
+
+
+def _vector(owner: "RecursiveSummaryRetriever", store_index, top_k: int) -> BackfillVectorRetriever:
+    return BackfillVectorRetriever(
+        store_index,
+        similarity_top_k=top_k,
+        embed_model=owner.index.embed_model,
+        callback_manager=owner.callback_manager,
+        unknown_filter_key=None,  # checked by the retriever's resolve_call
+    )
+
+
+def _calibrate_documents(
+    owner: "RecursiveSummaryRetriever",
+    dense: BaseRetriever,
+    summary_bm25: BaseRetriever,
+    chunk_nodes: List[BaseNode],
+) -> Calibration:
+    """Weights of the document level, from pseudo-queries cut from each
+    document's chunks (from its summary in a ``retriever_dict`` setup)
+    whose answer is that document."""
+    index = owner.index
+    summary_of = {
+        chunk_id: record.summary_node_id
+        for record in index.documents.values()
+        for chunk_id in record.chunk_ids
+    }
+    source: List[BaseNode] = list(chunk_nodes) or list(index.summaries.values())
+    summary_of.update({s.node_id: s.node_id for s in index.summaries.values()})
+    pairs = {
+        script: [(summary_of[node_id], query) for node_id, query in found if node_id in summary_of]
+        for script, found in pseudo_queries(source).items()
+    }
+    return calibrate_children(
+        [dense, summary_bm25],
+        pairs,
+        embed_model=index.embed_model,
+        show_progress=owner._show_progress,
+        names=["vector", "bm25"],
+    )
+
+
+def _hybrid_level(
+    owner: "RecursiveSummaryRetriever",
+    level: str,
+    bm25: Optional[BaseRetriever],
+    top_k: int,
+) -> Optional[BaseRetriever]:
+    """The level searcher of the ``chunk``/``weighted``/``product`` modes: the
+    level's BM25, or the package's one vector + BM25 hybrid with the level's
+    calibrated weights."""
+    mode = owner.summary_mode if level == "documents" else owner.chunk_mode
+    if mode == LevelMode.VECTOR or bm25 is None:
+        return None
+    if mode == LevelMode.BM25:
+        return bm25
+    index = owner.index
+    weights = owner._calibration.get(level)
+    script_weights = {}
+    if weights is not None:
+        for script in QueryScript:
+            found = weights.weights_for(script.value)
+            if found is not None and any(w > 0 for w in found):
+                script_weights[script] = list(found)
+    return hybrid_retriever(
+        index.summary_index if level == "documents" else index.chunk_index,
+        similarity_top_k=top_k,
+        embed_model=index.embed_model,
+        bm25=bm25,
+        calibrate=False,  # the level's weights were measured above
+        script_weights=script_weights,
+    )

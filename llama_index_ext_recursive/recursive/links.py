@@ -1,0 +1,109 @@
+"""Checks on the links of a summary index: summaries name documents, ``IndexNode``
+chunks point somewhere, and document links form no cycle.
+
+Run at construction and before an update is swapped in, so a broken link is
+refused with the bad id and the closest known ones, not met at query time.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from llama_index.core.schema import BaseNode, IndexNode
+
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.recursive.build import DocumentRecord
+from llama_index_ext_recursive.validation import closest
+
+logger = logging.getLogger(__name__)
+
+
+class LinkError(LlamaIndexExtRecursiveError, ValueError):
+    """An ``IndexNode`` points nowhere, or links form a cycle."""
+
+
+def check_links(
+    summaries: Mapping[str, IndexNode],
+    documents: Mapping[str, DocumentRecord],
+    known: Sequence[str],
+    docstore: Optional[object],
+    pending: Optional[Mapping[str, BaseNode]] = None,
+) -> None:
+    """Check that every summary and ``IndexNode`` resolves and no links form a cycle.
+
+    Args:
+        summaries: summary ``IndexNode`` by document id.
+        documents: per-document records (their chunk ids are checked).
+        known: every document id (the records', or a ``retriever_dict``'s keys).
+        docstore: the chunk docstore (``None``: opaque per-document retrievers,
+            whose links are checked as they are met).
+        pending: new chunks by id of an update not yet swapped in.
+
+    Raises:
+        LinkError: naming the bad id and the closest known ids.
+    """
+    pending = pending or {}
+    known_set = set(known)
+    for doc_id, summary in summaries.items():
+        if doc_id not in known_set:
+            raise LinkError(
+                f"summary {summary.node_id!r} points to index_id {doc_id!r}, which has no "
+                f"chunks or retriever ({closest(doc_id, known)}); fix the index_id or "
+                "add the document"
+            )
+    unreachable = known_set - set(summaries)
+    if unreachable:
+        logger.warning(
+            "%d document(s) have no summary and can never be routed to: %s",
+            len(unreachable),
+            sorted(unreachable)[:10],
+        )
+    if docstore is None:
+        return
+    edges: Dict[str, List[str]] = {}
+    for record in documents.values():
+        for chunk_id in record.chunk_ids:
+            node = pending.get(chunk_id) or docstore.get_node(chunk_id, raise_error=False)
+            if node is None:
+                raise LinkError(
+                    f"document {record.doc_id!r} lists chunk {chunk_id!r}, which is not in "
+                    "the chunk store; rebuild or delete_document() it"
+                )
+            if isinstance(node, IndexNode):
+                target = node.index_id
+                if (
+                    target not in known_set
+                    and target not in pending
+                    and not docstore.document_exists(target)
+                ):
+                    raise LinkError(
+                        f"IndexNode {node.node_id!r} in document {record.doc_id!r} points "
+                        f"to {target!r}, which is neither a document nor a chunk "
+                        f"({closest(target, known)})"
+                    )
+                if target in known_set:
+                    edges.setdefault(record.doc_id, []).append(target)
+    raise_on_cycle(edges)
+
+
+def raise_on_cycle(edges: Dict[str, List[str]]) -> None:
+    """Raise :class:`LinkError` naming the first cycle in a document link graph."""
+    state: Dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(node: str, path: List[str]) -> None:
+        state[node] = 1
+        for nxt in edges.get(node, []):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                raise LinkError(
+                    "IndexNode links form a cycle: " + " -> ".join(cycle)
+                    + "; remove one of these links"
+                )
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for start in list(edges):
+        if start not in state:
+            visit(start, [start])

@@ -1,0 +1,326 @@
+"""Persistence of a summary index and the retriever settings saved with it.
+
+A folder (see :mod:`llama_index_ext_recursive.persist` for its safe layout)
+holds ``summaries/`` and ``chunks/`` (each a LlamaIndex storage context),
+``summary_cache.json``, ``index.json`` (:meth:`SummaryIndex.to_dict`: the
+document records, the embedding model's name, how documents are chunked and
+summarized) and ``config.json`` (the retriever's ``to_dict()``), both in the
+package's ``{"type", "init_parameters"}`` convention (:mod:`~llama_index_ext_recursive.config`).
+Folders of the previous format (one flat ``config.json`` with
+``"format_version": 1``) load as before; the next persist rewrites them.
+
+Every file is checked for its shape and against the others (the records
+against the docstores, each docstore against its vector store), so a damaged
+folder raises :class:`PersistError` naming the file instead of loading an
+index that answers ``[]``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.storage.index_store import SimpleIndexStore
+from llama_index.core.vector_stores.simple import SimpleVectorStore
+
+from llama_index_ext_recursive.config import component_to_dict, write_config
+from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.persist import (
+    NoIndexError,
+    PersistError,
+    load_json_object,
+    load_string_map,
+    read_index,
+    write_index,
+)
+from llama_index_ext_recursive.recursive.build import (
+    DocumentRecord,
+    transformations_config,
+    transformations_from_config,
+)
+from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
+from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
+
+logger = logging.getLogger(__name__)
+
+PERSIST_KIND = "RecursiveSummaryRetriever"  # names the index kind in its folder's manifest
+INDEX_FILE = "index.json"
+LEGACY_FORMAT = 1  # one flat config.json holding the index and the settings
+# settings of the previous format that are the retriever's, not the index's
+LEGACY_SETTINGS = (
+    "similarity_top_k", "num_routed_docs", "score_mode", "score_alpha", "document_weight",
+    "calibration", "filters", "filter_policy", "max_link_depth", "summary_mode", "chunk_mode",
+    "unknown_filter_key",
+)
+
+
+def index_to_dict(index: SummaryIndex) -> Dict[str, Any]:
+    """``index.json``: what a :class:`SummaryIndex` needs besides its stores."""
+    summarizer = index.summarizer
+    return component_to_dict(
+        index,
+        documents={k: v.to_dict() for k, v in index.documents.items()},
+        embed_model=embed_model_name(index.embed_model),
+        summarizer=(
+            summarizer.to_dict() if isinstance(summarizer, ExtractiveSummarizer)
+            else {"type": "custom", "fingerprint": summarizer.fingerprint}
+        ),
+        transformations=transformations_config(index.transformations),
+        doc_id_key=index.doc_id_key,
+        summary_embedding=index.summary_embedding.value,
+    )
+
+
+def persist_index(index: SummaryIndex, persist_dir: Union[str, Path], config: Mapping[str, Any]) -> None:
+    """Write ``index`` and the retriever ``config`` to the index folder ``persist_dir``.
+
+    Raises:
+        PersistError: ``persist_dir`` holds something else; nothing was written.
+        NotImplementedError: the vectors live in an external store.
+    """
+    chunk_index = index.require_stores("persist")
+    for part in (index.summary_index, chunk_index):
+        if not isinstance(part.vector_store, SimpleVectorStore):
+            raise NotImplementedError(
+                f"persist writes the embedded store, but this retriever uses "
+                f"{type(part.vector_store).__name__}, which keeps its own data; rebuild with "
+                "the default store to persist, or keep the external store and rebuild "
+                "the retriever over it"
+            )
+    with write_index(persist_dir, PERSIST_KIND) as staging, index.state_lock.reading():
+        index.summary_index.storage_context.persist(str(staging / "summaries"))
+        chunk_index.storage_context.persist(str(staging / "chunks"))
+        index.summary_cache.save(staging / "summary_cache.json")
+        (staging / INDEX_FILE).write_text(
+            json.dumps(index_to_dict(index), ensure_ascii=False, indent=1), encoding="utf-8"
+        )
+        write_config(staging, config)
+
+
+def load_persisted(
+    persist_dir: Union[str, Path],
+    make: Callable[[SummaryIndex, Dict[str, Any]], Any],
+    embed_model: Optional[BaseEmbedding] = None,
+    summarizer: Optional[Summarizer] = None,
+    transformations: Optional[list] = None,
+) -> Any:
+    """Load the folder at ``persist_dir`` and return ``make(index, retriever settings)``.
+
+    ``make`` runs inside the folder's read, so an invalid setting names ``config.json``.
+    """
+    model: list = []  # resolved once, only when there is an index to load
+
+    def load(root: Path) -> Any:
+        config_path = root / "config.json"
+        raw = load_json_object(config_path)
+        if "init_parameters" in raw:
+            settings = init_parameters_of(raw, config_path)
+            index_path = root / INDEX_FILE
+            stored = init_parameters_of(
+                load_json_object(index_path, ("type", "init_parameters")), index_path,
+                ("documents", "embed_model"),
+            )
+        elif raw.get("format_version") == LEGACY_FORMAT:
+            load_json_object(config_path, ("format_version", "documents", "embed_model"))
+            index_path, stored = config_path, dict(raw)
+            if "node_parser" in stored:
+                stored["transformations"] = [stored.pop("node_parser")]
+            settings = {key: raw[key] for key in LEGACY_SETTINGS if key in raw}
+        else:
+            raise PersistError(
+                f"{config_path} has format_version {raw.get('format_version')!r}; "
+                f"this version reads {LEGACY_FORMAT} and the current format: rebuild the retriever"
+            )
+        if not model:
+            model.append(resolve_embed_model(embed_model))
+        if embed_model_name(model[0]) != stored["embed_model"]:
+            raise PersistError(
+                f"{root} was built with embedding model {stored['embed_model']!r} but "
+                f"{embed_model_name(model[0])!r} is configured; pass embed_model= with the "
+                "model it was built with"
+            )
+        documents = _records(stored["documents"], index_path)
+        summary_index = load_level(root / "summaries", model[0])
+        chunk_index = load_level(root / "chunks", model[0])
+        _check_records(documents, summary_index, chunk_index, root, index_path)
+        cache = SummaryCache()
+        cache.entries = load_string_map(root / "summary_cache.json")
+        try:
+            steps = transformations or transformations_from_config(stored.get("transformations"))
+            index = SummaryIndex(
+                summary_index,
+                chunk_index,
+                documents=documents,
+                embed_model=model[0],
+                doc_id_key=stored.get("doc_id_key"),
+                transformations=steps,
+                summarizer=summarizer or _summarizer(stored.get("summarizer"), root),
+                summary_cache=cache,
+                **({"summary_embedding": stored["summary_embedding"]} if "summary_embedding" in stored else {}),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise PersistError(
+                f"{index_path} holds an invalid setting ({exc}); persist the retriever again"
+            ) from exc
+        try:
+            return make(index, settings)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise PersistError(
+                f"{config_path} holds an invalid setting ({exc}); persist the retriever again"
+            ) from exc
+
+    return read_index(persist_dir, PERSIST_KIND, load)
+
+
+def init_parameters_of(
+    data: Mapping[str, Any], path: Path, required: Tuple[str, ...] = ()
+) -> Dict[str, Any]:
+    """The init parameters of a configuration file, or a :class:`PersistError` naming it."""
+    if not isinstance(data.get("init_parameters"), dict):
+        raise PersistError(f"{path} holds no init_parameters object: it is damaged; persist it again")
+    missing = [key for key in required if key not in data["init_parameters"]]
+    if missing:
+        raise PersistError(f"{path} lacks {missing}: it is damaged; persist the retriever again")
+    return dict(data["init_parameters"])
+
+
+def _summarizer(config: Any, root: Path) -> Optional[Summarizer]:
+    if isinstance(config, dict) and config.get("type") == "extractive":
+        return ExtractiveSummarizer.from_dict(config)
+    logger.warning(
+        "%s was summarized by %s; documents added later will be summarized by "
+        "ExtractiveSummarizer unless you pass summarizer=",
+        root,
+        config,
+    )
+    return None
+
+
+def _records(raw: Any, path: Path) -> Dict[str, DocumentRecord]:
+    documents: Dict[str, DocumentRecord] = {}
+    for doc_id, fields in (raw.items() if isinstance(raw, dict) else [(None, raw)]):
+        try:
+            record = DocumentRecord(**fields)
+            lists = (record.chunk_ids, record.metadata_keys, record.varying_keys)
+            valid = (
+                record.doc_id == doc_id
+                and all(isinstance(v, str) for v in (record.title, record.content_hash))
+                and isinstance(record.summary_node_id, str)
+                and all(isinstance(v, list) and all(isinstance(i, str) for i in v) for v in lists)
+            )
+        except TypeError:
+            valid = False
+        if not valid:
+            raise PersistError(
+                f"{path}: the record of document {doc_id!r} is malformed "
+                f"({str(fields)[:200]}); persist the retriever again"
+            )
+        documents[doc_id] = record
+    return documents
+
+
+def _check_records(
+    documents: Mapping[str, DocumentRecord],
+    summary_index: VectorStoreIndex,
+    chunk_index: VectorStoreIndex,
+    root: Path,
+    path: Path,
+) -> None:
+    chunk_ids = set(chunk_index.docstore.docs)
+    summary_ids = set(summary_index.docstore.docs)
+    for doc_id, record in documents.items():
+        lacking = [c for c in record.chunk_ids if c not in chunk_ids]
+        if lacking:
+            raise PersistError(
+                f"{path} lists chunks {lacking[:3]} of document {doc_id!r} that "
+                f"{root / 'chunks' / 'docstore.json'} lacks: the files come from "
+                "different persists; persist the retriever again"
+            )
+        if record.summary_node_id not in summary_ids:
+            raise PersistError(
+                f"{path} names summary {record.summary_node_id!r} of document "
+                f"{doc_id!r} that {root / 'summaries' / 'docstore.json'} lacks: the files "
+                "come from different persists; persist the retriever again"
+            )
+
+
+def load_level(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
+    """Load one persisted level (``summaries/`` or ``chunks/``), checking its files agree.
+
+    Raises:
+        PersistError: naming the file that is missing, malformed, or lacks
+            nodes another file of the level has.
+    """
+    docstore_path = path / "docstore.json"
+    index_path = path / "index_store.json"
+    vectors_path = path / "default__vector_store.json"
+    docstore = load_json_object(docstore_path, ("docstore/data",))
+    stored = docstore["docstore/data"]
+    if not isinstance(stored, dict) or not all(
+        isinstance(v, dict) and "__data__" in v for v in stored.values()
+    ):
+        raise PersistError(f"{docstore_path} holds no valid nodes: it is damaged; persist it again")
+    structs = load_json_object(index_path, ("index_store/data",))["index_store/data"]
+    try:
+        (struct,) = structs.values()
+        data = struct["__data__"]
+        listed = set((json.loads(data) if isinstance(data, str) else data)["nodes_dict"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise PersistError(
+            f"{index_path} does not hold exactly one vector index: it is damaged; persist it again"
+        ) from None
+    vector_store = NumpyVectorStore.from_persist_path(str(vectors_path))
+    vector_ids = set(vector_store.data.embedding_dict)
+    for lacking, owner, other in (
+        (vector_ids - set(stored), docstore_path, vectors_path),
+        (listed - vector_ids, vectors_path, index_path),
+        (vector_ids - listed, index_path, vectors_path),
+    ):
+        if lacking:
+            raise PersistError(
+                f"{owner} lacks {len(lacking)} nodes that {other.name} has (e.g. "
+                f"{sorted(lacking)[0]!r}): the files come from different persists; persist it again"
+            )
+    try:
+        storage = StorageContext.from_defaults(
+            docstore=LinearDocumentStore.from_dict(docstore),
+            index_store=SimpleIndexStore.from_dict({"index_store/data": structs}),
+            vector_store=vector_store,
+            persist_dir=str(path),
+        )
+        return load_index_from_storage(storage, embed_model=embed_model)
+    except Exception as exc:
+        raise PersistError(f"{path} could not be loaded ({exc!r}); persist it again") from exc
+
+
+def load_summary_cache(persist_dir: Union[str, Path]) -> SummaryCache:
+    """The summaries of the index persisted at ``persist_dir``, for a rebuild to reuse.
+
+    The cache is in memory (``path`` is ``None``): the index's own copy is
+    rewritten by its next persist.
+
+    Args:
+        persist_dir: An index folder, which may not exist yet.
+
+    Returns:
+        The persisted cache, or an empty ``SummaryCache()`` when nothing was
+        persisted at ``persist_dir``.
+
+    Raises:
+        PersistError: ``persist_dir`` holds an index whose files are damaged,
+            or an index of another kind.
+    """
+    cache = SummaryCache()
+    try:
+        cache.entries = read_index(
+            persist_dir, PERSIST_KIND, lambda root: load_string_map(root / "summary_cache.json")
+        )
+    except NoIndexError:
+        pass
+    return cache

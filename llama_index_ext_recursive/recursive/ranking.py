@@ -1,0 +1,292 @@
+"""How one recursive call turns search hits into its ranked results.
+
+Per call, the retriever resolves a :class:`Plan` (bundles, filters, fusion
+weights), then hands hits to the code here: :class:`ChunkEvidenceSet` for the
+``fused`` score mode (id -> score maps from flat and routed searches, ranked
+by :func:`~llama_index_ext_recursive.recursive.evidence.rank_chunks`), and
+:func:`collect` for the ``chunk``/``weighted``/``product`` modes. Both follow
+``IndexNode`` links (:func:`follow_link`), post-check what a search could not
+filter with :func:`~llama_index_ext_recursive.filters.keep_matching` (on the
+filterable metadata, ``ref_doc_id`` included) and build results with
+:func:`~llama_index_ext_recursive.results.explained`, which keeps the parts a
+child attached (a hybrid level's fusion hits).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
+
+from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import MetadataFilters
+
+from llama_index_ext_recursive.filters import keep_matching
+from llama_index_ext_recursive.query import Call
+from llama_index_ext_recursive.recursive.evidence import EQUAL_WEIGHTS, rank_chunks
+from llama_index_ext_recursive.recursive.levels import Levels
+from llama_index_ext_recursive.recursive.links import LinkError
+from llama_index_ext_recursive.recursive.settings import ScoreMode
+from llama_index_ext_recursive.results import ExplainedNodeWithScore, RetrievalExplanation, explained
+from llama_index_ext_recursive.validation import closest
+
+if TYPE_CHECKING:
+    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A document to search, with the score and path that led there."""
+
+    doc_id: str
+    score: Optional[float]
+    summary_node_id: Optional[str]
+    summary_score: Optional[float]
+    path: Tuple[str, ...]
+
+
+@dataclass
+class Plan:
+    """Per-call state: the resolved call, the bundles to pass down, the filters
+    in force at each level and the (dense, lexical) fusion weights of each
+    level for this query's script."""
+
+    call: Call
+    summary_bundle: QueryBundle
+    chunk_bundle: QueryBundle
+    chunk_filters: Optional[MetadataFilters]
+    summary_filters: Optional[MetadataFilters]
+    document_weights: Tuple[float, float] = EQUAL_WEIGHTS
+    chunk_weights: Tuple[float, float] = EQUAL_WEIGHTS
+
+    @property
+    def top_k(self) -> int:
+        return self.call.top_k
+
+
+def combine(owner: "RecursiveSummaryRetriever", parent: Optional[float], child: Optional[float]) -> float:
+    """A chunk's score from its document's and its own (``chunk``/``weighted``/``product``)."""
+    child = 0.0 if child is None else child
+    if parent is None or owner.score_mode == ScoreMode.CHUNK:
+        return child
+    if owner.score_mode == ScoreMode.PRODUCT:
+        return parent * child
+    return owner.score_alpha * parent + (1.0 - owner.score_alpha) * child
+
+
+def follow_link(
+    owner: "RecursiveSummaryRetriever", route: Route, hit: NodeWithScore
+) -> Union[Route, BaseNode, None]:
+    """Resolve an ``IndexNode`` hit to a document to search or a node."""
+    index = owner.index
+    target = hit.node.index_id  # type: ignore[attr-defined]
+    if target in index.summaries or target in index.retriever_dict:
+        if target in route.path:
+            logger.warning("link cycle %s -> %s not followed", " -> ".join(route.path), target)
+            return None
+        if len(route.path) > owner.max_link_depth:
+            logger.warning("link depth %d reached at %s; not followed", owner.max_link_depth, target)
+            return None
+        return Route(
+            target,
+            combine(owner, route.score, hit.score),
+            route.summary_node_id,
+            route.summary_score,
+            route.path + (target,),
+        )
+    if index.docstore is not None:
+        node = index.docstore.get_node(target, raise_error=False)
+        if node is not None:
+            return node
+    raise LinkError(
+        f"IndexNode {hit.node.node_id!r} returned for document {route.doc_id!r} points to "
+        f"{target!r}, which is neither a document nor a chunk "
+        f"({closest(target, index.doc_ids)})"
+    )
+
+
+def collect(
+    owner: "RecursiveSummaryRetriever",
+    routes: List[Route],
+    results: List[List[NodeWithScore]],
+    plan: Plan,
+    best: Dict[str, ExplainedNodeWithScore],
+) -> List[Route]:
+    """Fold one wave of chunk results into ``best``; return links to follow.
+
+    A ``retriever_dict`` child may ignore the filters it is given, and a link
+    target was not searched at all: those hits are post-checked here.
+    """
+    follow: List[Route] = []
+    opaque = owner.index.chunk_index is None
+    for route, hits in zip(routes, results):
+        for hit in hits:
+            if isinstance(hit.node, IndexNode):
+                link = follow_link(owner, route, hit)
+                if isinstance(link, Route):
+                    follow.append(link)
+                    continue
+                if link is None or not keep_matching([NodeWithScore(node=link)], plan.chunk_filters):
+                    continue
+                hit = NodeWithScore(node=link, score=hit.score)
+            elif opaque and not keep_matching([hit], plan.chunk_filters):
+                continue
+            final = combine(owner, route.score, hit.score)
+            current = best.get(hit.node.node_id)
+            if current is not None and current.score >= final:
+                continue
+            best[hit.node.node_id] = explained(
+                hit,
+                score=final,
+                route=RetrievalExplanation(
+                    doc_id=route.doc_id,
+                    summary_node_id=route.summary_node_id,
+                    summary_score=route.summary_score,
+                    chunk_score=hit.score,
+                    final_score=final,
+                    score_mode=owner.score_mode.value,
+                    path=list(route.path),
+                ),
+            )
+    return follow
+
+
+def rank_best(best: Dict[str, ExplainedNodeWithScore], top_k: int) -> List[NodeWithScore]:
+    ranked = sorted(best.values(), key=lambda n: (-(n.score or 0.0), n.node.node_id))
+    return list(ranked[:top_k])
+
+
+class ChunkEvidenceSet:
+    """One ``fused`` call's chunk evidence: the best dense and lexical score of
+    every chunk the flat and routed searches returned, and the documents'
+    routing scores, ranked by :func:`~llama_index_ext_recursive.recursive.evidence.rank_chunks`.
+    Searches hand in ``id -> score`` maps; nodes are fetched for the final top-k
+    (and for ``IndexNode`` links, which are followed instead of ranked)."""
+
+    def __init__(
+        self, owner: "RecursiveSummaryRetriever", levels: Levels, documents: Mapping[str, float]
+    ) -> None:
+        self._owner = owner
+        self._levels = levels
+        assert owner.index.docstore is not None
+        self._docstore = owner.index.docstore
+        self.document_scores: Dict[str, float] = dict(documents)  # fused routing scores
+        self.dense: Dict[str, float] = {}
+        self.lexical: Dict[str, float] = {}
+        self.nodes: Dict[str, BaseNode] = {}  # linked targets, fetched while following
+        self.doc_of: Dict[str, str] = {}
+        self.paths: Dict[str, Tuple[str, ...]] = {}
+        self.linked: set = set()  # nodes reached through an IndexNode: filters checked here
+
+    def _route_of(self, node_id: str) -> Route:
+        doc_id = self._levels.chunk_doc.get(node_id, "")
+        score = self.document_scores.get(doc_id, 0.0)
+        return Route(doc_id, score, self._summary_id(doc_id), score, (doc_id,))
+
+    def _summary_id(self, doc_id: str) -> Optional[str]:
+        summary = self._owner.index.summaries.get(doc_id)
+        return summary.node_id if summary is not None else None
+
+    def add(
+        self, dense: Mapping[str, float], lexical: Mapping[str, float], route: Optional[Route]
+    ) -> List[Route]:
+        """Record scores (of one route, or flat when ``route`` is None); return links to follow."""
+        follow: List[Route] = []
+        links = self._levels.link_ids
+        for scores, hits in ((self.dense, dense), (self.lexical, lexical)):
+            for node_id, score in hits.items():
+                if scores is self.lexical and score <= 0:
+                    continue
+                current = route or self._route_of(node_id)
+                if node_id in links:
+                    node = self._docstore.get_node(node_id, raise_error=False)
+                    if node is None:
+                        continue  # a stale id: the store kept a node the docstore lost
+                    link = follow_link(self._owner, current, NodeWithScore(node=node, score=score))
+                    if isinstance(link, Route):
+                        inherited = current.score or 0.0  # the evidence that led here
+                        self.document_scores.setdefault(link.doc_id, inherited)
+                        follow.append(replace(link, score=self.document_scores[link.doc_id]))
+                        continue
+                    if link is None:
+                        continue
+                    node_id = link.node_id
+                    self.nodes[node_id] = link
+                    self.linked.add(node_id)
+                if node_id not in scores or score > scores[node_id]:
+                    scores[node_id] = score
+                self.doc_of.setdefault(node_id, current.doc_id)
+                self.paths.setdefault(node_id, current.path)
+        return follow
+
+    def add_wave(
+        self, routes: List[Route], dense: Mapping[str, float], lexical: Mapping[str, float]
+    ) -> List[Route]:
+        """Record one wave of routed searches; return the documents links lead to."""
+        slot: Dict[str, int] = {}
+        for i, route in enumerate(routes):
+            slot.setdefault(route.doc_id, i)
+        parts: List[Tuple[Dict[str, float], Dict[str, float]]] = [({}, {}) for _ in routes]
+        chunk_doc = self._levels.chunk_doc
+        for which, hits in ((0, dense), (1, lexical)):
+            for node_id, score in hits.items():
+                i = slot.get(chunk_doc.get(node_id, ""))
+                if i is not None:
+                    parts[i][which][node_id] = score
+        follow: List[Route] = []
+        seen = {r.doc_id for r in routes}
+        for route, (d, l) in zip(routes, parts):
+            for link in self.add(d, l, route):
+                if link.doc_id not in seen:
+                    seen.add(link.doc_id)
+                    follow.append(link)
+        return follow
+
+    def _node(self, node_id: str) -> Optional[BaseNode]:
+        return self.nodes.get(node_id) or self._docstore.get_node(node_id, raise_error=False)
+
+    def ranked(self, plan: Plan) -> List[NodeWithScore]:
+        owner = self._owner
+        if self.linked and plan.chunk_filters is not None:
+            # link targets were not searched, so the filters were not applied to them
+            linked = [NodeWithScore(node=self.nodes[n]) for n in self.linked]
+            kept = {hit.node.node_id for hit in keep_matching(linked, plan.chunk_filters)}
+            for node_id in self.linked - kept:
+                self.dense.pop(node_id, None)
+                self.lexical.pop(node_id, None)
+        ranked = rank_chunks(
+            self.dense,
+            self.lexical,
+            self.doc_of,
+            self.document_scores,
+            plan.chunk_weights,
+            owner.document_weight,
+        )
+        out: List[NodeWithScore] = []
+        for e in ranked:
+            node = self._node(e.node_id)
+            if node is None:
+                logger.debug("chunk %r is in the store but not the docstore; skipped", e.node_id)
+                continue
+            out.append(
+                explained(
+                    NodeWithScore.model_construct(node=node, score=e.final),
+                    route=RetrievalExplanation.model_construct(
+                        doc_id=e.doc_id,
+                        summary_node_id=self._summary_id(e.doc_id),
+                        summary_score=e.document,
+                        chunk_score=e.chunk,
+                        final_score=e.final,
+                        score_mode=ScoreMode.FUSED.value,
+                        path=list(self.paths.get(e.node_id, (e.doc_id,))),
+                        dense_score=e.dense,
+                        lexical_score=e.lexical,
+                        document_weight=owner.document_weight,
+                    ),
+                )
+            )
+            if len(out) == plan.top_k:
+                break
+        return out

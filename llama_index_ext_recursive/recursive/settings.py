@@ -1,0 +1,106 @@
+"""The query settings of a recursive retriever: their choices, defaults and checks.
+
+Kept apart from the retriever so construction paths can check every setting
+(and refuse an unknown keyword) before any chunking, summarizing or embedding.
+"""
+
+from __future__ import annotations
+
+import inspect
+from enum import Enum
+from typing import Any, Callable, Mapping, Sequence
+
+from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy, to_filters
+from llama_index_ext_recursive.recursive.build import SummaryEmbedding
+from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real
+
+DEFAULT_NUM_ROUTED_DOCS = 8  # measured: benchmarks/results/tune_xquad_*_fine.md
+DEFAULT_SCORE_ALPHA = 0.2
+# candidates per routed document and search, in units of the top-k:
+# 2.5 beat 1 on legalbench_contractnli and xquad_zh_fine (benchmarks/recursive_sweep.py)
+ROUTED_POOL_FACTOR = 2.5
+
+
+class ScoreMode(str, Enum):
+    """How a chunk's final score combines its document's and its own score.
+
+    ``fused`` (default): chunks come from a flat search over all chunks and
+    from the routed documents; their dense and lexical scores are fused, and
+    ``document_weight`` times their document's routing score is added
+    (:func:`~llama_index_ext_recursive.recursive.evidence.rank_chunks`), so a chunk
+    is found through its document without losing what flat search finds.
+    ``chunk``: the chunk score alone (routing only selects documents).
+    ``weighted``: ``alpha * summary + (1 - alpha) * chunk``.
+    ``product``: ``summary * chunk``.
+    """
+
+    FUSED = "fused"
+    CHUNK = "chunk"
+    WEIGHTED = "weighted"
+    PRODUCT = "product"
+
+
+class LevelMode(str, Enum):
+    """How one level (summaries or chunks) is searched.
+
+    ``vector``: embeddings (summaries by centroid or text, see
+    :class:`SummaryEmbedding`); ``bm25``: :class:`MultilingualBM25Retriever`
+    (at the summary level over each document's summary plus its chunks);
+    ``hybrid``: both, fused by calibrated weights.
+    """
+
+    VECTOR = "vector"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
+
+
+_COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
+_CHOICE_SETTINGS = {
+    "score_mode": ScoreMode,
+    "filter_policy": FilterPolicy,
+    "summary_mode": LevelMode,
+    "chunk_mode": LevelMode,
+    "summary_embedding": SummaryEmbedding,
+    "unknown_filter_key": UnknownFilterPolicy,
+}
+
+
+def check_settings(**settings: Any) -> None:
+    """Validate whichever retriever settings are given, before any work is done."""
+    for name, minimum in _COUNT_SETTINGS.items():
+        if name in settings:
+            check_count(name, settings[name], minimum)
+    if "score_alpha" in settings:
+        check_real("score_alpha", settings["score_alpha"], 0.0, 1.0)
+    if "document_weight" in settings:
+        check_real("document_weight", settings["document_weight"], 0.0)
+    for name, choices in _CHOICE_SETTINGS.items():
+        value = settings.get(name)
+        if value is not None and value not in {c.value for c in choices} | set(choices):
+            raise ValueError(
+                f"{name} must be one of {[c.value for c in choices]}, got {value!r}"
+            )
+    if "filters" in settings:
+        to_filters(settings["filters"])  # a TypeError now rather than after embedding
+
+
+def check_arguments(
+    targets: Sequence[Callable[..., Any]], kwargs: Mapping[str, Any], where: str
+) -> None:
+    """Refuse a keyword none of ``targets`` accepts (naming the closest valid one
+    across all of them), then check the settings, before any work is done."""
+    known = set()
+    for target in targets:
+        known |= set(inspect.signature(target).parameters)
+    unknown = {k: v for k, v in kwargs.items() if k not in known}
+    if unknown:
+        def accepts_all(**_: Any) -> None: ...
+
+        accepts_all.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)
+                for name in sorted(known - {"self", "cls", "kwargs"})
+            ]
+        )
+        check_kwargs(accepts_all, unknown, where)
+    check_settings(**kwargs)
