@@ -64,7 +64,8 @@ def corpus_nodes(retriever: BaseRetriever) -> List[BaseNode]:
 
     * ``MultilingualBM25Retriever``: its public ``nodes``;
     * upstream ``BM25Retriever``: its public ``corpus`` (metadata dicts, decoded);
-    * ``RecursiveSummaryRetriever``: the chunks of its chunk index;
+    * ``RecursiveSummaryRetriever``: the chunks in its ``index.docstore``
+      (none for a ``retriever_dict`` setup);
     * upstream ``VectorIndexRetriever`` and ``VectorIndexAutoRetriever`` (and
       this package's subclasses): their index's docstore (upstream keeps the
       index in ``_index`` and offers no public accessor);
@@ -76,8 +77,8 @@ def corpus_nodes(retriever: BaseRetriever) -> List[BaseNode]:
     if isinstance(retriever, BM25Retriever):
         return [metadata_dict_to_node(entry) for entry in retriever.corpus or []]
     if isinstance(retriever, RecursiveSummaryRetriever):
-        index = retriever._chunk_index  # no public accessor yet; see the module notes
-        return list(index.docstore.docs.values()) if index is not None else []
+        docstore = retriever.index.docstore  # None for a retriever_dict setup
+        return list(docstore.docs.values()) if docstore is not None else []
     if isinstance(retriever, (VectorIndexRetriever, VectorIndexAutoRetriever)):
         return list(retriever._index.docstore.docs.values())
     if isinstance(retriever, QueryFusionRetriever):

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.persist import PersistError, check_persist_target
-from llama_index_ext_recursive.recursive.retriever import PERSIST_KIND
+from llama_index_ext_recursive.recursive.persist import PERSIST_KIND
 from llama_index_ext_recursive.validation import check_count
 
 PACKAGE = "llama_index_ext_recursive"

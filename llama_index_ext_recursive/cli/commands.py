@@ -21,7 +21,8 @@ from llama_index_ext_recursive.cli.checks import (
 from llama_index_ext_recursive.cli.documents import check_directory, read_documents
 from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
 from llama_index_ext_recursive.query import FilteredQueryBundle
-from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever, load_summary_cache
+from llama_index_ext_recursive.recursive.persist import load_summary_cache
+from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
 
 DEMO_QUESTIONS = 4
