@@ -18,6 +18,10 @@ user's file) is never touched, and a folder that holds no index of ours is
 refused before anything is written. Folders written by the previous release
 (the files at the top level) are recognised by their exact set of entries,
 load as before, and are migrated by the next persist.
+
+One module of ~600 lines on purpose: writing, sealing, locking, verifying and
+cleaning are one protocol whose crash-safety argument has to be read whole;
+split, each part would be correct only by reference to the others.
 """
 
 from __future__ import annotations

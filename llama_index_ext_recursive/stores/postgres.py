@@ -37,6 +37,10 @@ returns handles them:
   ``asyncio.run`` (or from a loop in another thread, as Jupyter runs one)
   fails and breaks the pool for the first loop. The store keeps one async
   engine per event loop.
+
+One module of ~600 lines on purpose: every upstream behaviour above is fixed
+by the engine settings built in :func:`pgvector_store`, and the timeouts, the
+loop-safe async engine and the hybrid retriever all depend on them.
 """
 
 from __future__ import annotations
