@@ -19,16 +19,15 @@ from llama_index_ext_recursive.recursive.build import (
     ChunkedNodes,
     NodeGroups,
     SummaryEmbedding,
-    attach_embeddings,
     build_documents,
     check_new_node_ids,
     chunk_documents,
     default_node_parser,
     group_nodes,
-    node_parser_config,
-    node_parser_from_config,
     windowed_sentence_tokenizer,
 )
+from llama_index_ext_recursive.recursive.persist import node_parser_config, node_parser_from_config
+from llama_index_ext_recursive.recursive.vectors import attach_embeddings
 
 WORDS = "the bee colony queen worker nectar pollen summer hive honey flower season".split()
 

@@ -1,5 +1,11 @@
 """Turn documents (or pre-chunked nodes) into summary nodes plus chunk nodes.
 
+Over 500 lines because it is one policy: how documents are chunked
+(``node_parser``/``transformations``/``Settings``), grouped into documents
+(``doc_id_key``, else ``ref_doc_id``) and summarized, with the input checks
+every construction path and update shares; the vectors are in
+:mod:`~llama_index_ext_recursive.recursive.vectors`.
+
 Every chunk is a copy of the user's node whose ``ref_doc_id`` is its document
 key, so a per-document retriever is just a ``ref_doc_id`` filter on one chunk
 store (a SQL ``WHERE`` on a database store), and every summary is an
@@ -8,8 +14,7 @@ store (a SQL ``WHERE`` on a database store), and every summary is an
 Input hygiene lives here, so ``from_documents``, ``from_nodes``,
 ``add_documents`` and the CLI share one policy: empty and whitespace-only
 documents (and blank nodes) are skipped with one warning that names them,
-duplicate node ids are refused, and embedding vectors are checked before
-anything is indexed.
+duplicate node ids are refused, before anything is indexed.
 """
 
 from __future__ import annotations
@@ -19,9 +24,6 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-import numpy as np
-from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.indices.utils import embed_nodes
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 from llama_index.core import Settings
@@ -43,7 +45,7 @@ from llama_index_ext_recursive.recursive.summarize import (
     SummaryCache,
     content_hash,
 )
-from llama_index_ext_recursive.validation import check_count, check_vectors
+from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
@@ -182,55 +184,6 @@ def resolve_transformations(
                 "(a node parser such as SentenceSplitter(), or an extractor)"
             )
     return list(transformations)
-
-
-def transformations_config(steps: Sequence[TransformComponent]) -> List[Dict[str, Any]]:
-    """JSON-able descriptions of chunking steps, restored by :func:`transformations_from_config`."""
-    return [config for config in (node_parser_config(step) for step in steps) if config is not None]
-
-
-def transformations_from_config(configs: Optional[Sequence[Dict[str, Any]]]) -> Optional[List[TransformComponent]]:
-    """The chunking steps :func:`transformations_config` described (``None``: none could be)."""
-    steps = [step for step in (node_parser_from_config(c) for c in configs or []) if step is not None]
-    return steps or None
-
-
-def node_parser_config(parser: Optional[NodeParser]) -> Optional[Dict[str, Any]]:
-    """A JSON-able description of ``parser`` that :func:`node_parser_from_config` restores."""
-    if parser is None:
-        return None
-    config = parser.to_dict()
-    id_func = config.pop("id_func", None)
-    if isinstance(id_func, dict) and id_func.get("id_func_name") not in (None, "default_id_func"):
-        logger.warning(
-            "node parser %s has a custom id_func, which cannot be persisted; pass "
-            "node_parser= to from_persist_dir to keep it", config.get("class_name")
-        )
-    return config
-
-
-def node_parser_from_config(config: Optional[Dict[str, Any]]) -> Optional[NodeParser]:
-    """Rebuild a LlamaIndex node parser from :func:`node_parser_config` output.
-
-    A ``SentenceSplitter`` gets :func:`windowed_sentence_tokenizer` back (a
-    tokenizer function is not part of the saved settings), so a reloaded index
-    chunks huge documents as the one that was saved.
-    """
-    if config is None:
-        return None
-    import llama_index.core.node_parser as parsers
-
-    parser_class = getattr(parsers, str(config.get("class_name")), None)
-    if parser_class is None:
-        logger.warning(
-            "node parser %r is not one of llama_index.core.node_parser; pass node_parser= "
-            "to from_persist_dir (the default parser is used for new documents)",
-            config.get("class_name"),
-        )
-        return None
-    if parser_class is SentenceSplitter:
-        return parser_class.from_dict(dict(config), chunking_tokenizer_fn=windowed_sentence_tokenizer())
-    return parser_class.from_dict(dict(config))
 
 
 @dataclass
@@ -619,98 +572,3 @@ def build_documents(
             varying_keys=sorted({k for c in doc_chunks for k in c.metadata} - set(metadata)),
         )
     return BuiltDocuments(summaries, chunks, records)
-
-
-def _unit(vector: Sequence[float]) -> np.ndarray:
-    array = np.asarray(vector, dtype=np.float64)
-    norm = np.linalg.norm(array)
-    return array / norm if norm else array
-
-
-def attach_embeddings(
-    built: BuiltDocuments,
-    embed_model: BaseEmbedding,
-    summary_embedding: SummaryEmbedding = SummaryEmbedding.TEXT,
-    show_progress: bool = False,
-    dim: Optional[int] = None,
-) -> Optional[int]:
-    """Embed chunks that lack an embedding, then set each summary's routing vector.
-
-    Works on the builder's own copies; chunks that already carry embeddings
-    are not embedded again. Every vector, computed or supplied with its node,
-    is checked before any is attached: finite, and one dimension for all (and
-    ``dim`` when given), so a NaN from the model or a stray supplied vector is
-    refused, naming the model and the chunk, before anything is indexed.
-
-    Args:
-        built: :func:`build_documents` output.
-        embed_model: the model for chunks without an embedding (and summaries).
-        summary_embedding: what summaries are routed by (:class:`SummaryEmbedding`).
-        show_progress: show the embedding progress bar.
-        dim: the dimension the index already holds (e.g. in ``add_nodes``).
-
-    Returns:
-        The vectors' dimension (``dim`` when there are no chunks).
-
-    Raises:
-        ValueError: a vector is empty, has NaN/inf values or the wrong dimension.
-    """
-    mode = SummaryEmbedding(summary_embedding)
-    model_name = getattr(embed_model, "model_name", None) or type(embed_model).__name__
-    supplied = {c.node_id for c in built.chunk_nodes if c.embedding is not None}
-    vectors = embed_nodes(built.chunk_nodes, embed_model, show_progress=show_progress)
-
-    def chunk(node: BaseNode) -> str:
-        source = "its own embedding, supplied with the node" if node.node_id in supplied else "computed"
-        return f"chunk {node.node_id!r} of document {node.ref_doc_id!r} ({source})"
-
-    dim = _check_embeddings(built.chunk_nodes, vectors, model_name, chunk, dim)
-    texts = (
-        embed_nodes(built.summary_nodes, embed_model, show_progress=show_progress)
-        if mode == SummaryEmbedding.BLEND
-        else {}
-    )
-    if texts:
-        _check_embeddings(
-            built.summary_nodes, texts, model_name, lambda n: f"the summary of {n.index_id!r}", dim
-        )
-    for node in built.chunk_nodes:
-        node.embedding = vectors[node.node_id]
-    if mode == SummaryEmbedding.TEXT:
-        return dim  # summaries are embedded from their text by the index
-    for summary in built.summary_nodes:
-        record = built.records[summary.index_id]
-        centroid = _unit(np.mean([vectors[c] for c in record.chunk_ids], axis=0))
-        if mode == SummaryEmbedding.BLEND:
-            centroid = _unit(centroid + _unit(texts[summary.node_id]))
-        summary.embedding = centroid.tolist()
-    return dim
-
-
-def _check_embeddings(
-    nodes: Sequence[BaseNode],
-    vectors: Mapping[str, Sequence[float]],
-    model_name: str,
-    describe: Callable[[BaseNode], str],
-    dim: Optional[int],
-    block: int = 4096,
-) -> Optional[int]:
-    """:func:`check_vectors` over every node's vector, ``block`` rows at a time.
-
-    The bulk check is one numpy pass per block; only a failing vector is
-    checked alone, so the error names its node.
-    """
-    for node in nodes:
-        vector = vectors[node.node_id]
-        if dim is None and len(vector):
-            dim = len(vector)
-        if not len(vector) or len(vector) != dim:
-            check_vectors(vector, model_name, describe(node), dim=dim)
-    for start in range(0, len(nodes), block):
-        part = nodes[start : start + block]
-        rows = np.asarray([vectors[n.node_id] for n in part], dtype=np.float64)
-        finite = np.isfinite(rows).all(axis=1)
-        if not finite.all():
-            bad = part[int(np.argmin(finite))]
-            check_vectors(vectors[bad.node_id], model_name, describe(bad), dim=dim)
-    return dim

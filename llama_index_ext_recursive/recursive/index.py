@@ -26,18 +26,16 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.indices.utils import embed_nodes
 from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_recursive.filters import FilterVocabulary
-from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
+from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.recursive.build import (
     BuiltDocuments,
     DocumentRecord,
     SummaryEmbedding,
-    attach_embeddings,
     build_documents,
     check_new_node_ids,
     chunk_documents,
@@ -45,11 +43,12 @@ from llama_index_ext_recursive.recursive.build import (
     resolve_transformations,
 )
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
+from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.rwlock import ReadWriteLock
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.validation import check_vectors, closest, stored_dimension
+from llama_index_ext_recursive.validation import closest, stored_dimension
 
 logger = logging.getLogger(__name__)
 
@@ -422,50 +421,6 @@ def new_index(
         # checks, BM25 levels and updates read nodes from it
         store_nodes_override=True,
     )
-
-
-def embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding, dim: Optional[int]) -> None:
-    """Embed (and check) summaries that still lack a vector (``SummaryEmbedding.TEXT``)
-    before anything is indexed, so neither a build nor an update's swap calls the model."""
-    todo = [s for s in built.summary_nodes if s.embedding is None]
-    if not todo:
-        return
-    vectors = embed_nodes(todo, embed_model)
-    name = embed_model_name(embed_model)
-    for summary in todo:
-        check_vectors(vectors[summary.node_id], name, f"the summary of {summary.index_id!r}", dim)
-        summary.embedding = vectors[summary.node_id]
-
-
-def _stored_vectors(index: VectorStoreIndex, node_ids: List[str]) -> Dict[str, List[float]]:
-    """The vectors an index's store holds for ``node_ids`` (those it can tell)."""
-    store = index.vector_store
-    if isinstance(store, SimpleVectorStore):
-        table = store.data.embedding_dict
-        return {i: table[i] for i in node_ids if i in table}
-    try:
-        return {n.node_id: n.embedding for n in store.get_nodes(node_ids) if n.embedding is not None}
-    except Exception:  # a store without get_nodes: those nodes are embedded again
-        logger.debug("%s cannot return stored vectors", type(store).__name__, exc_info=True)
-        return {}
-
-
-def with_stored_embeddings(index: VectorStoreIndex, nodes: List[BaseNode]) -> List[BaseNode]:
-    """Copies of an index's nodes carrying the vectors its store holds for them."""
-    vectors = _stored_vectors(index, [n.node_id for n in nodes])
-    missing = [n.node_id for n in nodes if n.node_id not in vectors and n.embedding is None]
-    if missing:
-        logger.warning(
-            "%s holds no vector for %d of %d nodes (e.g. %r); they are embedded again",
-            type(index.vector_store).__name__, len(missing), len(nodes), missing[0],
-        )
-    out = []
-    for node in nodes:
-        copy = node.model_copy()
-        if node.node_id in vectors:
-            copy.embedding = list(vectors[node.node_id])
-        out.append(copy)
-    return out
 
 
 def _saved_nodes(index: VectorStoreIndex, node_ids: List[str]) -> List[BaseNode]:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.node_parser import NodeParser, SentenceSplitter
+from llama_index.core.schema import TransformComponent
 from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
@@ -37,11 +39,7 @@ from llama_index_ext_recursive.persist import (
     read_index,
     write_index,
 )
-from llama_index_ext_recursive.recursive.build import (
-    DocumentRecord,
-    transformations_config,
-    transformations_from_config,
-)
+from llama_index_ext_recursive.recursive.build import DocumentRecord, windowed_sentence_tokenizer
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
@@ -58,6 +56,55 @@ LEGACY_SETTINGS = (
     "calibration", "filters", "filter_policy", "max_link_depth", "summary_mode", "chunk_mode",
     "unknown_filter_key",
 )
+
+
+def transformations_config(steps: Sequence[TransformComponent]) -> List[Dict[str, Any]]:
+    """JSON-able descriptions of chunking steps, restored by :func:`transformations_from_config`."""
+    return [config for config in (node_parser_config(step) for step in steps) if config is not None]
+
+
+def transformations_from_config(configs: Optional[Sequence[Dict[str, Any]]]) -> Optional[List[TransformComponent]]:
+    """The chunking steps :func:`transformations_config` described (``None``: none could be)."""
+    steps = [step for step in (node_parser_from_config(c) for c in configs or []) if step is not None]
+    return steps or None
+
+
+def node_parser_config(parser: Optional[NodeParser]) -> Optional[Dict[str, Any]]:
+    """A JSON-able description of ``parser`` that :func:`node_parser_from_config` restores."""
+    if parser is None:
+        return None
+    config = parser.to_dict()
+    id_func = config.pop("id_func", None)
+    if isinstance(id_func, dict) and id_func.get("id_func_name") not in (None, "default_id_func"):
+        logger.warning(
+            "node parser %s has a custom id_func, which cannot be persisted; pass "
+            "node_parser= to from_persist_dir to keep it", config.get("class_name")
+        )
+    return config
+
+
+def node_parser_from_config(config: Optional[Dict[str, Any]]) -> Optional[NodeParser]:
+    """Rebuild a LlamaIndex node parser from :func:`node_parser_config` output.
+
+    A ``SentenceSplitter`` gets :func:`windowed_sentence_tokenizer` back (a
+    tokenizer function is not part of the saved settings), so a reloaded index
+    chunks huge documents as the one that was saved.
+    """
+    if config is None:
+        return None
+    import llama_index.core.node_parser as parsers
+
+    parser_class = getattr(parsers, str(config.get("class_name")), None)
+    if parser_class is None:
+        logger.warning(
+            "node parser %r is not one of llama_index.core.node_parser; pass node_parser= "
+            "to from_persist_dir (the default parser is used for new documents)",
+            config.get("class_name"),
+        )
+        return None
+    if parser_class is SentenceSplitter:
+        return parser_class.from_dict(dict(config), chunking_tokenizer_fn=windowed_sentence_tokenizer())
+    return parser_class.from_dict(dict(config))
 
 
 def index_to_dict(index: SummaryIndex) -> Dict[str, Any]:

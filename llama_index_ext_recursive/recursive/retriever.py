@@ -15,6 +15,12 @@ path builds or loads the index and wraps it. Per call, ``_retrieve`` and
 child retrievers of :mod:`~llama_index_ext_recursive.recursive.levels`, built
 once per index state.
 
+The module is a little over 500 lines because the retriever's whole public
+API (five construction paths, configuration, updates and persistence that
+delegate to the index, sync and async entry points, document results) lives
+on one class; the searches themselves are in
+:mod:`~llama_index_ext_recursive.recursive.search`.
+
 Spans: the internal searches (summary and chunk levels, BM25, hybrid levels)
 are parts of one retrieval, so they are called through ``_retrieve``/
 ``_aretrieve`` and emit no span or retrieval event of their own; a query emits
@@ -25,10 +31,7 @@ user's retrievers, are called through ``retrieve``: their spans nest under ours.
 from __future__ import annotations
 
 import asyncio
-import inspect
-import math
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -37,12 +40,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import BaseNode, Document, IndexNode, NodeWithScore, QueryBundle
-from llama_index.core.vector_stores.types import (
-    FilterOperator,
-    MetadataFilter,
-    MetadataFilters,
-    VectorStoreQuery,
-)
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_recursive.config import component_to_dict, init_parameters
 from llama_index_ext_recursive.filters import (
@@ -50,18 +48,13 @@ from llama_index_ext_recursive.filters import (
     FiltersLike,
     FilterVocabulary,
     UnknownFilterPolicy,
-    merge_filters,
     relax_to_keys,
     to_filters,
 )
 from llama_index_ext_recursive.models import embed_model_name
-from llama_index_ext_recursive.query import DEFAULT_TOP_K, as_query_bundle, filters_of, resolve_call
-from llama_index_ext_recursive.recursive.build import ROUTING_KEY, DocumentRecord, resolve_transformations
-from llama_index_ext_recursive.recursive.evidence import (
-    DEFAULT_DOCUMENT_WEIGHT,
-    EQUAL_WEIGHTS,
-    fuse_document_scores,
-)
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, as_query_bundle, resolve_call
+from llama_index_ext_recursive.recursive.build import DocumentRecord
+from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.levels import Levels, build_levels
 from llama_index_ext_recursive.recursive.links import LinkError
@@ -71,33 +64,29 @@ from llama_index_ext_recursive.recursive.persist import (
     load_summary_cache,
     persist_index,
 )
+from llama_index_ext_recursive.recursive import search
 from llama_index_ext_recursive.recursive.ranking import (
-    ChunkEvidenceSet,
     Plan,
-    Route,
     collect,
     rank_best,
 )
 from llama_index_ext_recursive.recursive.settings import (
     DEFAULT_NUM_ROUTED_DOCS,
     DEFAULT_SCORE_ALPHA,
-    ROUTED_POOL_FACTOR,
     LevelMode,
     ScoreMode,
+    calibration_from_config,
     check_arguments,
     check_settings,
+    split_arguments,
 )
-from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore
+from llama_index_ext_recursive.results import DocumentWithScore
 from llama_index_ext_recursive.retrievers.calibration import Calibration
-from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.text import query_script
-from llama_index_ext_recursive.validation import check_vectors, closest, stored_dimension
+from llama_index_ext_recursive.validation import check_vectors, stored_dimension
 
 __all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode", "LinkError", "DEFAULT_TOP_K",
            "PERSIST_KIND", "load_summary_cache"]
-
-_INDEX_BUILD = (SummaryIndex.from_documents, SummaryIndex.from_nodes)
-
 
 class RecursiveSummaryRetriever(BaseRetriever):
     """Route a query to documents by summary, then rank their chunks globally.
@@ -204,7 +193,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         self.filters = to_filters(filters)
         self.filter_policy = FilterPolicy(filter_policy)
         self.max_link_depth = max_link_depth
-        self._calibration: Dict[str, Calibration] = _calibration_from_config(calibration)
+        self._calibration: Dict[str, Calibration] = calibration_from_config(calibration)
         self._show_progress = show_progress
         self._built: Optional[Levels] = None
         self._levels_lock = threading.Lock()
@@ -225,8 +214,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         the index's go to :meth:`SummaryIndex.from_documents`, the rest to the
         constructor.
         """
-        own, settings = _split_arguments(
-            kwargs, "RecursiveSummaryRetriever.from_documents", documents=True
+        own, settings = split_arguments(
+            kwargs, "RecursiveSummaryRetriever.from_documents", cls.__init__, documents=True
         )
         return cls._over(SummaryIndex.from_documents(documents, **own), settings)
 
@@ -242,7 +231,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         into (FAISS, Chroma, PostgreSQL, ...; default :class:`NumpyVectorStore`);
         ``persist`` supports the default store only.
         """
-        own, settings = _split_arguments(kwargs, "RecursiveSummaryRetriever.from_nodes")
+        own, settings = split_arguments(kwargs, "RecursiveSummaryRetriever.from_nodes", cls.__init__)
         return cls._over(SummaryIndex.from_nodes(nodes, **own), settings)
 
     @classmethod
@@ -254,7 +243,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         ``RecursiveSummaryRetriever.from_index(index)``: documents are told
         apart by each node's ``ref_doc_id``.
         """
-        own, settings = _split_arguments(kwargs, "RecursiveSummaryRetriever.from_index")
+        own, settings = split_arguments(kwargs, "RecursiveSummaryRetriever.from_index", cls.__init__)
         return cls._over(SummaryIndex.from_index(index, **own), settings)
 
     @classmethod
@@ -317,7 +306,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         if settings.get("filters"):  # written by MetadataFilters.model_dump
             settings["filters"] = MetadataFilters.model_validate(settings["filters"])
         check_arguments([cls.__init__], settings, f"{cls.__name__} settings")
-        _calibration_from_config(settings.get("calibration"))
+        calibration_from_config(settings.get("calibration"))
         settings.update(overrides)
         return cls(index, **settings)
 
@@ -506,17 +495,17 @@ class RecursiveSummaryRetriever(BaseRetriever):
             plan = self._plan(call, embedding)
             levels = self._levels()
             if self.score_mode == ScoreMode.FUSED:
-                routes, documents = self._route(plan, *self._document_scores(plan, levels))
-                return self._fused_ranking(plan, levels, routes, documents)
-            search = levels.summary_search or levels.summary_vector
-            routes = self._routes(search._retrieve(plan.summary_bundle), plan)
+                routes, documents = search.route(self, plan, *search.document_scores(self, plan, levels))
+                return search.fused_ranking(self, plan, levels, routes, documents)
+            searcher = levels.summary_search or levels.summary_vector
+            routes = search.routes(self, searcher._retrieve(plan.summary_bundle), plan)
             best: Dict[str, Any] = {}
             while routes:
                 if levels.chunk_search is None:
-                    results = [self._retrieve_child(levels, route, plan) for route in routes]
+                    results = [search.retrieve_child(self, levels, route, plan) for route in routes]
                 else:
-                    hits = levels.chunk_search._retrieve(self._wave_bundle(routes, plan))
-                    results = self._split_wave(routes, hits)
+                    hits = levels.chunk_search._retrieve(search.wave_bundle(self, routes, plan))
+                    results = search.split_wave(routes, hits)
                 routes = collect(self, routes, results, plan, best)
             return rank_best(best, plan.top_k)
 
@@ -529,282 +518,24 @@ class RecursiveSummaryRetriever(BaseRetriever):
             levels = self._levels()
             if self.score_mode == ScoreMode.FUSED:
                 flat, found = await asyncio.gather(
-                    self._achunk_scores(plan, levels, plan.chunk_bundle, plan.top_k),
-                    self._adocument_scores(plan, levels),
+                    search.achunk_scores(self, plan, levels, plan.chunk_bundle, plan.top_k),
+                    search.adocument_scores(self, plan, levels),
                 )
-                routes, documents = self._route(plan, *found)
-                return await self._afused_ranking(plan, levels, routes, documents, flat)
-            search = levels.summary_search or levels.summary_vector
-            routes = self._routes(await search._aretrieve(plan.summary_bundle), plan)
+                routes, documents = search.route(self, plan, *found)
+                return await search.afused_ranking(self, plan, levels, routes, documents, flat)
+            searcher = levels.summary_search or levels.summary_vector
+            routes = search.routes(self, await searcher._aretrieve(plan.summary_bundle), plan)
             best: Dict[str, Any] = {}
             while routes:
                 if levels.chunk_search is None:
                     results = list(await asyncio.gather(
-                        *(self._aretrieve_child(levels, route, plan) for route in routes)
+                        *(search.aretrieve_child(self, levels, route, plan) for route in routes)
                     ))
                 else:
-                    hits = await levels.chunk_search._aretrieve(self._wave_bundle(routes, plan))
-                    results = self._split_wave(routes, hits)
+                    hits = await levels.chunk_search._aretrieve(search.wave_bundle(self, routes, plan))
+                    results = search.split_wave(routes, hits)
                 routes = collect(self, routes, results, plan, best)
             return rank_best(best, plan.top_k)
-
-    # ------------------------------------------- chunk / weighted / product modes
-    def _routes(self, summary_hits: List[NodeWithScore], plan: Plan) -> List[Route]:
-        """The top ``num_routed_docs`` documents, and more while they hold fewer
-        than ``top_k`` chunks (a global top-k needs k candidates)."""
-        index = self.index
-        routes: List[Route] = []
-        chunks = 0
-        for hit in summary_hits:
-            if len(routes) >= self.num_routed_docs and (
-                chunks >= plan.top_k or index.chunk_index is None
-            ):
-                break
-            node = hit.node
-            doc_id = node.index_id if isinstance(node, IndexNode) else None
-            if doc_id is None or doc_id not in index.summaries:
-                raise LinkError(
-                    f"summary store returned {node.node_id!r}, which is not a known summary "
-                    "IndexNode; the summary store and the retriever are out of sync"
-                )
-            routes.append(Route(doc_id, hit.score, node.node_id, hit.score, (doc_id,)))
-            record = index.documents.get(doc_id)
-            chunks += len(record.chunk_ids) if record is not None else 0
-        return routes
-
-    def _wave_bundle(self, routes: List[Route], plan: Plan) -> QueryBundle:
-        """One chunk query for a whole wave (or one route): its documents' chunks, plus the filters."""
-        routing = MetadataFilters(
-            filters=[
-                MetadataFilter(
-                    key=ROUTING_KEY,
-                    value=sorted({route.doc_id for route in routes}),
-                    operator=FilterOperator.IN,
-                )
-            ]
-        )
-        return plan.call.child_bundle(
-            filters=merge_filters(routing, plan.chunk_filters), embedding=plan.chunk_bundle.embedding
-        )
-
-    @staticmethod
-    def _split_wave(routes: List[Route], hits: List[NodeWithScore]) -> List[List[NodeWithScore]]:
-        """Hand each hit of a wave query to the (first) route of its document."""
-        slot: Dict[str, int] = {}
-        for i, route in enumerate(routes):
-            slot.setdefault(route.doc_id, i)
-        out: List[List[NodeWithScore]] = [[] for _ in routes]
-        for hit in hits:
-            i = slot.get(hit.node.ref_doc_id or "")
-            if i is not None:
-                out[i].append(hit)
-        return out
-
-    def _child(self, route: Route) -> BaseRetriever:
-        retriever = self.index.retriever_dict.get(route.doc_id)
-        if retriever is None:
-            raise LinkError(
-                f"no retriever for document {route.doc_id!r} "
-                f"({closest(route.doc_id, list(self.index.retriever_dict))})"
-            )
-        return retriever
-
-    @staticmethod
-    def _child_results(route: Route, retriever: BaseRetriever, search) -> List[NodeWithScore]:
-        """A ``retriever_dict`` child's hits; a child that breaks is named."""
-        where = f"retriever_dict[{route.doc_id!r}] ({type(retriever).__name__})"
-        try:
-            hits = search()
-        except TypeError as exc:
-            raise TypeError(f"{where} failed: {exc}; its _retrieve must return a list of NodeWithScore") from exc
-        if not isinstance(hits, list):
-            raise TypeError(f"{where} returned {type(hits).__name__}, not a list of NodeWithScore")
-        return hits
-
-    def _retrieve_child(self, levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
-        if levels.chunk_vector is not None:  # our chunk store: the route is a ref_doc_id filter
-            return levels.chunk_vector._retrieve(self._wave_bundle([route], plan))
-        retriever = self._child(route)  # the user's retriever: its own span, nested under ours
-        return self._child_results(route, retriever, lambda: retriever.retrieve(replace(plan.chunk_bundle)))
-
-    async def _aretrieve_child(self, levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
-        if levels.chunk_vector is not None:
-            return await levels.chunk_vector._aretrieve(self._wave_bundle([route], plan))
-        retriever = self._child(route)
-        try:
-            hits = await retriever.aretrieve(replace(plan.chunk_bundle))
-        except TypeError as exc:
-            hits = exc
-        return self._child_results(route, retriever, lambda: _raise_or(hits))
-
-    # ------------------------------------------------- fused (default) ranking
-    @staticmethod
-    def _summary_doc_ids(levels: Levels, node_ids) -> List[str]:
-        """Document ids of summary node ids; an unknown id means the stores drifted."""
-        by_node = levels.summary_doc
-        out = []
-        for node_id in node_ids:
-            doc_id = by_node.get(node_id)
-            if doc_id is None:
-                raise LinkError(
-                    f"summary store returned {node_id!r}, which is not a known summary "
-                    "IndexNode; the summary store and the retriever are out of sync"
-                )
-            out.append(doc_id)
-        return out
-
-    def _dense_document_scores(self, plan: Plan, levels: Levels) -> Dict[str, float]:
-        """``doc id -> similarity`` of the best documents by routing vector."""
-        store = self.index.summary_index.vector_store
-        bundle = plan.summary_bundle
-        if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
-            found = store.query(
-                VectorStoreQuery(
-                    query_embedding=bundle.embedding,
-                    similarity_top_k=self.document_depth(plan.top_k),
-                    filters=plan.summary_filters,
-                )
-            )
-            ids, scores = found.ids or [], found.similarities or []
-        else:
-            hits = levels.summary_vector._retrieve(bundle)
-            ids, scores = [h.node.node_id for h in hits], [h.score or 0.0 for h in hits]
-        return {d: float(v) for d, v in zip(self._summary_doc_ids(levels, ids), scores)}
-
-    def _lexical_document_scores(self, plan: Plan, levels: Levels) -> Dict[str, float]:
-        """``doc id -> BM25 score`` over each document's title, metadata, summary, chunks."""
-        assert levels.summary_bm25 is not None
-        found = levels.summary_bm25.scores_by_id(plan.summary_bundle, self.document_depth(plan.top_k))
-        return dict(zip(self._summary_doc_ids(levels, found), found.values()))
-
-    def _document_scores(self, plan: Plan, levels: Levels) -> Tuple[Dict[str, float], Dict[str, float]]:
-        weights = plan.document_weights
-        dense = self._dense_document_scores(plan, levels) if weights[0] > 0 else {}
-        use_lexical = weights[1] > 0 and levels.summary_bm25 is not None
-        return dense, self._lexical_document_scores(plan, levels) if use_lexical else {}
-
-    async def _adocument_scores(
-        self, plan: Plan, levels: Levels
-    ) -> Tuple[Dict[str, float], Dict[str, float]]:
-        weights = plan.document_weights
-        if weights[0] > 0 and not isinstance(self.index.summary_index.vector_store, NumpyVectorStore):
-            async def dense_call() -> Dict[str, float]:
-                hits = await levels.summary_vector._aretrieve(plan.summary_bundle)
-                ids = self._summary_doc_ids(levels, (h.node.node_id for h in hits))
-                return {d: float(h.score or 0.0) for d, h in zip(ids, hits)}
-
-            dense = dense_call()
-        elif weights[0] > 0:
-            dense = asyncio.to_thread(self._dense_document_scores, plan, levels)  # numpy: CPU work
-        else:
-            dense = _no_scores()
-        lexical = (
-            asyncio.to_thread(self._lexical_document_scores, plan, levels)
-            if weights[1] > 0 and levels.summary_bm25 is not None
-            else _no_scores()
-        )
-        found = await asyncio.gather(dense, lexical)
-        return found[0], found[1]
-
-    def _route(
-        self, plan: Plan, dense: Dict[str, float], lexical: Dict[str, float]
-    ) -> Tuple[List[Route], Dict[str, float]]:
-        """Fuse the document searches; route to the best documents (and more
-        while they hold fewer than ``top_k`` chunks). Returns the routes and
-        every scored document's fused score."""
-        lexical = {d: v for d, v in lexical.items() if v > 0}
-        fused = fuse_document_scores(dense, lexical, plan.document_weights)
-        routes: List[Route] = []
-        chunks = 0
-        for doc_id in sorted(fused, key=lambda d: (-fused[d], d)):
-            if len(routes) >= self.num_routed_docs and chunks >= plan.top_k:
-                break
-            score = fused[doc_id]
-            routes.append(Route(doc_id, score, self.index.summaries[doc_id].node_id, score, (doc_id,)))
-            record = self.index.documents.get(doc_id)
-            chunks += len(record.chunk_ids) if record is not None else 0
-        return routes, fused
-
-    def _dense_scores(self, levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
-        """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
-
-        The embedded store is asked for ids and scores only (nodes are fetched
-        for the final top-k alone); other stores go through
-        :class:`BackfillVectorRetriever`, which filters what they cannot.
-        """
-        store = self.index.chunk_index.vector_store
-        if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
-            found = store.query(
-                VectorStoreQuery(
-                    query_embedding=bundle.embedding, similarity_top_k=top_k, filters=filters_of(bundle)
-                )
-            )
-            return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
-        hits = levels.chunk_vector._retrieve(replace(bundle, top_k=top_k))
-        return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
-
-    async def _adense_scores(self, levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
-        if isinstance(self.index.chunk_index.vector_store, NumpyVectorStore):
-            return await asyncio.to_thread(self._dense_scores, levels, bundle, top_k)  # numpy: CPU work
-        hits = await levels.chunk_vector._aretrieve(replace(bundle, top_k=top_k))
-        return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
-
-    def _chunk_scores(
-        self, plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
-    ) -> Tuple[Dict[str, float], Dict[str, float]]:
-        """Dense and lexical scores of the best ``top_k`` chunks each ({} where
-        this query's script gives that search weight 0)."""
-        weights = plan.chunk_weights
-        dense = self._dense_scores(levels, bundle, top_k) if weights[0] > 0 else {}
-        lexical = (
-            levels.chunk_bm25.scores_by_id(bundle, top_k)
-            if weights[1] > 0 and levels.chunk_bm25 is not None
-            else {}
-        )
-        return dense, lexical
-
-    async def _achunk_scores(
-        self, plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
-    ) -> Tuple[Dict[str, float], Dict[str, float]]:
-        weights = plan.chunk_weights
-        dense, lexical = await asyncio.gather(
-            self._adense_scores(levels, bundle, top_k) if weights[0] > 0 else _no_scores(),
-            asyncio.to_thread(levels.chunk_bm25.scores_by_id, bundle, top_k)
-            if weights[1] > 0 and levels.chunk_bm25 is not None
-            else _no_scores(),
-        )
-        return dense, lexical
-
-    def _routed_pool(self, routes: List[Route], plan: Plan) -> int:
-        """Chunks a wave keeps per search: ``ROUTED_POOL_FACTOR * top_k`` per
-        routed document, so the named document's clause is a candidate even
-        when every routed document holds a near copy of it."""
-        return math.ceil(ROUTED_POOL_FACTOR * plan.top_k) * min(len(routes), self.num_routed_docs)
-
-    def _fused_ranking(
-        self, plan: Plan, levels: Levels, routes: List[Route], documents: Dict[str, float]
-    ) -> List[NodeWithScore]:
-        evidence = ChunkEvidenceSet(self, levels, documents)
-        evidence.add(*self._chunk_scores(plan, levels, plan.chunk_bundle, plan.top_k), None)
-        while routes:
-            bundle, pool = self._wave_bundle(routes, plan), self._routed_pool(routes, plan)
-            routes = evidence.add_wave(routes, *self._chunk_scores(plan, levels, bundle, pool))
-        return evidence.ranked(plan)
-
-    async def _afused_ranking(
-        self,
-        plan: Plan,
-        levels: Levels,
-        routes: List[Route],
-        documents: Dict[str, float],
-        flat: Tuple[Dict[str, float], Dict[str, float]],
-    ) -> List[NodeWithScore]:
-        evidence = ChunkEvidenceSet(self, levels, documents)
-        evidence.add(*flat, None)
-        while routes:
-            bundle, pool = self._wave_bundle(routes, plan), self._routed_pool(routes, plan)
-            routes = evidence.add_wave(routes, *(await self._achunk_scores(plan, levels, bundle, pool)))
-        return evidence.ranked(plan)
 
     # ------------------------------------------------------ document results
     def retrieve_documents(self, str_or_query_bundle: Union[str, QueryBundle]) -> List[DocumentWithScore]:
@@ -821,8 +552,8 @@ class RecursiveSummaryRetriever(BaseRetriever):
         embedding = self._query_embedding(call.bundle)
         with self.index.state_lock.reading():
             plan = self._plan(call, embedding)
-            dense, lexical = self._document_scores(plan, self._levels())
-            return self._documents_with_scores(self._route(plan, dense, lexical)[1], dense, lexical)
+            dense, lexical = search.document_scores(self, plan, self._levels())
+            return search.documents_with_scores(self, search.route(self, plan, dense, lexical)[1], dense, lexical)
 
     async def aretrieve_documents(
         self, str_or_query_bundle: Union[str, QueryBundle]
@@ -833,79 +564,5 @@ class RecursiveSummaryRetriever(BaseRetriever):
         async with self.index.state_lock.areading():
             await self._aprepare()
             plan = self._plan(call, embedding)
-            dense, lexical = await self._adocument_scores(plan, self._levels())
-            return self._documents_with_scores(self._route(plan, dense, lexical)[1], dense, lexical)
-
-    def _documents_with_scores(
-        self, fused: Dict[str, float], dense: Dict[str, float], lexical: Dict[str, float]
-    ) -> List[DocumentWithScore]:
-        index = self.index
-        order = sorted(fused, key=lambda d: (-fused[d], d))
-        return [
-            DocumentWithScore(
-                node=index.summaries[doc_id],
-                score=fused[doc_id],
-                evidence=DocumentEvidence(
-                    doc_id=doc_id,
-                    title=index.documents[doc_id].title if doc_id in index.documents else doc_id,
-                    rank=rank,
-                    score=fused[doc_id],
-                    dense_score=dense.get(doc_id),
-                    lexical_score=lexical.get(doc_id) or None,
-                ),
-            )
-            for rank, doc_id in enumerate(order, start=1)
-        ]
-
-
-def _raise_or(value: Any) -> Any:
-    if isinstance(value, BaseException):
-        raise value
-    return value
-
-
-async def _no_scores() -> Dict[str, float]:
-    """What a search the query's weights switch off contributes."""
-    return {}
-
-
-def _calibration_from_config(data: Optional[Mapping[str, Any]]) -> Dict[str, Calibration]:
-    """``calibration=`` (as :attr:`RecursiveSummaryRetriever.calibration` gives
-    it) -> one :class:`Calibration` per level; a bad entry names itself."""
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise TypeError(
-            f"calibration must be the mapping RecursiveSummaryRetriever.calibration returns, "
-            f"got {type(data).__name__}"
-        )
-    levels: Dict[str, Calibration] = {}
-    for level, value in data.items():
-        if level not in ("documents", "chunks"):
-            raise ValueError(
-                f"calibration has an unknown level {level!r}; known: 'documents', 'chunks'"
-            )
-        levels[level] = value if isinstance(value, Calibration) else Calibration.from_dict(value)
-    return levels
-
-
-def _split_arguments(
-    kwargs: Mapping[str, Any], where: str, documents: bool = False
-) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """Keywords of the index build and of the constructor, every one checked
-    (an unknown one names the closest valid keyword; ``transformations=`` is
-    checked too) before any chunking, summarizing or embedding."""
-    check_arguments([*_INDEX_BUILD, RecursiveSummaryRetriever.__init__], kwargs, where)
-    index_keys = {"node_parser"}
-    for build in _INDEX_BUILD:
-        index_keys |= set(inspect.signature(build).parameters) - {"kwargs"}
-    own = {k: v for k, v in kwargs.items() if k in index_keys}
-    settings = {k: v for k, v in kwargs.items() if k not in index_keys}
-    if kwargs.get("show_progress") is not None:  # the build's bar, and calibration's
-        settings["show_progress"] = kwargs["show_progress"]
-    steps = resolve_transformations(own.pop("node_parser", None), own.pop("transformations", None))
-    if documents:
-        own["transformations"] = steps
-    elif "node_parser" in kwargs or "transformations" in kwargs:
-        own["transformations"] = steps  # pre-chunked: how documents added later are chunked
-    return own, settings
+            dense, lexical = await search.adocument_scores(self, plan, self._levels())
+            return search.documents_with_scores(self, search.route(self, plan, dense, lexical)[1], dense, lexical)

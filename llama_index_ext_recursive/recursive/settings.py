@@ -1,17 +1,21 @@
 """The query settings of a recursive retriever: their choices, defaults and checks.
 
 Kept apart from the retriever so construction paths can check every setting
-(and refuse an unknown keyword) before any chunking, summarizing or embedding.
+(and refuse an unknown keyword, naming the closest valid one) before any
+chunking, summarizing or embedding, and split a construction's keywords
+between the index build and the retriever (:func:`split_arguments`).
 """
 
 from __future__ import annotations
 
 import inspect
 from enum import Enum
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy, to_filters
-from llama_index_ext_recursive.recursive.build import SummaryEmbedding
+from llama_index_ext_recursive.recursive.build import SummaryEmbedding, resolve_transformations
+from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.retrievers.calibration import Calibration
 from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real
 
 DEFAULT_NUM_ROUTED_DOCS = 8  # measured: benchmarks/results/tune_xquad_*_fine.md
@@ -104,3 +108,46 @@ def check_arguments(
         )
         check_kwargs(accepts_all, unknown, where)
     check_settings(**kwargs)
+
+
+def calibration_from_config(data: Optional[Mapping[str, Any]]) -> Dict[str, Calibration]:
+    """``calibration=`` (as :attr:`RecursiveSummaryRetriever.calibration` gives
+    it) -> one :class:`Calibration` per level; a bad entry names itself."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"calibration must be the mapping RecursiveSummaryRetriever.calibration returns, "
+            f"got {type(data).__name__}"
+        )
+    levels: Dict[str, Calibration] = {}
+    for level, value in data.items():
+        if level not in ("documents", "chunks"):
+            raise ValueError(
+                f"calibration has an unknown level {level!r}; known: 'documents', 'chunks'"
+            )
+        levels[level] = value if isinstance(value, Calibration) else Calibration.from_dict(value)
+    return levels
+
+
+def split_arguments(
+    kwargs: Mapping[str, Any], where: str, constructor: Callable[..., Any], documents: bool = False
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Keywords of the index build and of the constructor, every one checked
+    (an unknown one names the closest valid keyword; ``transformations=`` is
+    checked too) before any chunking, summarizing or embedding."""
+    builds = (SummaryIndex.from_documents, SummaryIndex.from_nodes)
+    check_arguments([*builds, constructor], kwargs, where)
+    index_keys = {"node_parser"}
+    for build in builds:
+        index_keys |= set(inspect.signature(build).parameters) - {"kwargs"}
+    own = {k: v for k, v in kwargs.items() if k in index_keys}
+    settings = {k: v for k, v in kwargs.items() if k not in index_keys}
+    if kwargs.get("show_progress") is not None:  # the build's bar, and calibration's
+        settings["show_progress"] = kwargs["show_progress"]
+    steps = resolve_transformations(own.pop("node_parser", None), own.pop("transformations", None))
+    if documents:
+        own["transformations"] = steps
+    elif "node_parser" in kwargs or "transformations" in kwargs:
+        own["transformations"] = steps  # pre-chunked: how documents added later are chunked
+    return own, settings
