@@ -353,6 +353,11 @@ def test_persist_and_reload_answer_identically(built, name, tmp_path):
     retriever.persist(tmp_path / "index")
     loaded = type(retriever).from_persist_dir(tmp_path / "index")
     assert type(loaded) is type(retriever)
+    # the one configuration convention, and every setting survives
+    config = retriever.to_dict()
+    assert {"type", "init_parameters"} <= set(config)
+    assert config["type"].rsplit(".", 1)[-1] == type(retriever).__name__
+    assert loaded.to_dict() == config
     for bundle in PERSIST_BUNDLES:
         assert_same(loaded.retrieve(bundle()), retriever.retrieve(bundle()))
         assert_same(asyncio.run(loaded.aretrieve(bundle())), retriever.retrieve(bundle()))
