@@ -1,11 +1,10 @@
 """Per-query latency: pgvector_store (timeouts, pre-ping, per-loop engines) vs upstream PGVectorStore.from_params."""
-import asyncio, statistics, sys, time
-sys.path.insert(0, "tests")
+import asyncio, statistics, time
 import numpy as np
 from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.vector_stores.postgres import PGVectorStore
-from pg_server import start_server
+from llama_index_ext_recursive.stores.pgserver import start_server
 from llama_index_ext_recursive.stores.postgres import pgvector_store
 
 N, DIM, QUERIES, ROUNDS = 2000, 64, 200, 3

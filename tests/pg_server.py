@@ -13,9 +13,9 @@ from typing import Iterator
 
 import pytest
 
-from llama_index_ext_recursive.stores.pgserver import PgServer, PgServerError, start_server
+from llama_index_ext_recursive.stores.pgserver import PgServer, start_server
 
-__all__ = ["PgServer", "PgServerError", "pg_server", "start_server"]
+__all__ = ["pg_server"]
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever
 from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, pg_hybrid_retriever, pgvector_store
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
-from pg_server import PgServer, start_server
+from llama_index_ext_recursive.stores.pgserver import PgServer, start_server
 
 K = 10
 

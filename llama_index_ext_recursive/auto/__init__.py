@@ -21,7 +21,8 @@ from llama_index_ext_recursive.auto.report import Repair, SpecError, SpecReport
 from llama_index_ext_recursive.auto.retriever import AutoExplanation, ValidatedAutoRetriever
 from llama_index_ext_recursive.auto.rules import BUILTIN_SYNONYMS, Match, RuleBasedSpecGenerator
 from llama_index_ext_recursive.auto.spec import SpecValidator
-from llama_index_ext_recursive.auto.values import PartialDate, parse_date, parse_operator, resolve_top_k
+from llama_index_ext_recursive.auto.values import PartialDate, parse_date, resolve_top_k
+from llama_index_ext_recursive.filters import parse_operator
 from llama_index_ext_recursive.results import AutoNodeWithScore
 from llama_index_ext_recursive.schema import FieldType, metadata_vocabulary
 

@@ -55,10 +55,10 @@ from llama_index_ext_recursive.auto.values import (
     coerce_value,
     fits,
     parse_number,
-    parse_operator,
     same_value,
     top_k_with_reason,
 )
+from llama_index_ext_recursive.filters import parse_operator
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.schema import (
     LIST_OPS,

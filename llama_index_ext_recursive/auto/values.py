@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Optional, Tuple, Union
 
 from llama_index.core.vector_stores.types import FilterOperator
 
+from llama_index_ext_recursive.filters import parse_operator
 from llama_index_ext_recursive.schema import FieldType
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "fits",
     "parse_date",
     "parse_number",
-    "parse_operator",
     "resolve_top_k",
     "same_value",
     "top_k_with_reason",
@@ -314,66 +314,6 @@ def coerce_value(
     if isinstance(value, float) and not math.isfinite(value):
         return FAIL, op, ""
     return value, op, ""
-
-
-# --------------------------------------------------------------------------- operators
-
-
-_OPERATOR_ALIASES = {
-    **dict.fromkeys(
-        ["=", "===", "eq", "equals", "equal", "equal_to", "equals_to", "is", "exact",
-         "exact_match", "exactly"], Op.EQ),
-    **dict.fromkeys(
-        ["<>", "!==", "ne", "neq", "not_equal", "not_equals", "not_equal_to", "is_not",
-         "isnt", "not", "differs"], Op.NE),
-    **dict.fromkeys(
-        ["gt", "greater", "greater_than", "after", "above", "more_than", "over", "newer_than"],
-        Op.GT),
-    **dict.fromkeys(
-        ["=>", "≥", "gte", "ge", "greater_than_or_equal", "greater_than_or_equal_to",
-         "greater_or_equal", "at_least", "since", "min", "minimum", "from"], Op.GTE),
-    **dict.fromkeys(
-        ["lt", "less", "less_than", "before", "below", "under", "older_than"], Op.LT),
-    **dict.fromkeys(
-        ["=<", "≤", "lte", "le", "less_than_or_equal", "less_than_or_equal_to",
-         "less_or_equal", "at_most", "until", "max", "maximum"], Op.LTE),
-    **dict.fromkeys(["one_of", "any_of", "is_in", "isin", "in_list", "among"], Op.IN),
-    **dict.fromkeys(["not_in", "notin", "none_of", "not_one_of", "not_in_list"], Op.NIN),
-    **dict.fromkeys(["has", "includes", "include", "contain"], Op.CONTAINS),
-    **dict.fromkeys(["like", "match", "matches", "text", "search", "substring"], Op.TEXT_MATCH),
-    **dict.fromkeys(["ilike", "icontains", "imatch", "match_insensitive"], Op.TEXT_MATCH_INSENSITIVE),
-    **dict.fromkeys(["contains_any", "has_any", "overlaps"], Op.ANY),
-    **dict.fromkeys(["contains_all", "has_all"], Op.ALL),
-    **dict.fromkeys(["empty", "is_null", "isnull", "null", "missing", "is_none"], Op.IS_EMPTY),
-}
-
-
-def parse_operator(raw: Any) -> Optional[FilterOperator]:
-    """A ``FilterOperator`` from an LLM's spelling (``"gte"``, ``"="``, ``"not in"``...).
-
-    Returns ``None`` for anything unrecognised, so the caller can drop that
-    one filter instead of the whole spec. A missing operator (``None``) is
-    ``EQ``, as in ``MetadataFilter``.
-    """
-    if raw is None:
-        return Op.EQ
-    if isinstance(raw, Op):
-        return raw
-    if not isinstance(raw, str):
-        return None
-    text = raw.strip()
-    try:
-        return Op(text)
-    except ValueError:
-        pass
-    norm = re.sub(r"[\s\-_]+", "_", text.lower().lstrip("$")).strip("_")
-    if norm in _OPERATOR_ALIASES:
-        return _OPERATOR_ALIASES[norm]
-    try:
-        return Op(norm)
-    except ValueError:
-        pass
-    return Op.__members__.get(norm.upper())
 
 
 # --------------------------------------------------------------------------- top_k
