@@ -124,17 +124,26 @@ def test_a_child_that_ignores_filters_is_post_filtered(lexical):
     assert [h.node.node_id for h in found] == ["bees-0"]
 
 
-def test_hybrid_levels_keep_the_fusion_part(lexical):
+@pytest.mark.parametrize("score_mode", ["chunk", "fused"])
+def test_hybrid_levels_keep_the_fusion_part(lexical, score_mode):
     retriever = RecursiveSummaryRetriever.from_nodes(
-        topic_nodes(), embed_model=lexical, score_mode="chunk", summary_mode="hybrid", chunk_mode="hybrid"
+        topic_nodes(), embed_model=lexical, score_mode=score_mode, summary_mode="hybrid", chunk_mode="hybrid"
     )
     for hits in (retriever.retrieve("queen bee eggs"), asyncio.run(retriever.aretrieve("queen bee eggs"))):
         assert hits
         for hit in hits:
-            assert hit.explanation.route is not None and hit.explanation.route.score_mode == "chunk"
+            assert hit.explanation.route is not None and hit.explanation.route.score_mode == score_mode
             names = {h.retriever_name for h in hit.explanation.fusion}
             assert names and names <= {"vector", "bm25"}
             assert hit.provenance == hit.explanation.fusion
+            if score_mode == "fused":  # the chunk searches' shares add up to the chunk's fused score
+                total = sum(h.contribution for h in hit.explanation.fusion)
+                assert total == pytest.approx(hit.explanation.route.chunk_score)
+
+
+def test_vector_chunks_have_no_fusion_part(lexical):
+    retriever = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=lexical, chunk_mode="vector")
+    assert all(hit.explanation.fusion is None for hit in retriever.retrieve("queen bee eggs"))
 
 
 def test_settings_round_trip_through_to_dict(lexical):

@@ -26,8 +26,9 @@ from llama_index_ext_recursive.query import Call
 from llama_index_ext_recursive.recursive.evidence import EQUAL_WEIGHTS, rank_chunks
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
-from llama_index_ext_recursive.recursive.settings import ScoreMode
-from llama_index_ext_recursive.results import ExplainedNodeWithScore, RetrievalExplanation, explained
+from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
+from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, RetrievalExplanation, explained
+from llama_index_ext_recursive.retrievers.fusion_scores import relative_score_fusion
 from llama_index_ext_recursive.validation import closest
 
 if TYPE_CHECKING:
@@ -247,6 +248,38 @@ class ChunkEvidenceSet:
     def _node(self, node_id: str) -> Optional[BaseNode]:
         return self.nodes.get(node_id) or self._docstore.get_node(node_id, raise_error=False)
 
+    def _fusion_parts(self, plan: Plan):
+        """``node id -> fusion part``: each chunk search's hit behind a chunk, with
+        its rank, raw score and what it added to the chunk's fused score (the
+        parts add up to ``chunk_score``), as a hybrid retriever reports them."""
+        weights = list(plan.chunk_weights)
+        searches = [(0, "vector", self.dense), (1, "bm25", self.lexical)]
+        shares = [
+            relative_score_fusion([scores if i == j else {} for j in range(2)], weights)
+            for i, _, scores in searches
+        ]
+        ranks = [
+            {node_id: r for r, node_id in enumerate(sorted(scores, key=lambda n: (-scores[n], n)), 1)}
+            for _, _, scores in searches
+        ]
+        query = plan.call.bundle.query_str
+
+        def part(node_id: str) -> List[FusionHit]:
+            return [
+                FusionHit(
+                    retriever_index=i,
+                    retriever_name=name,
+                    query_str=query,
+                    rank=ranks[i][node_id],
+                    score=scores[node_id],
+                    contribution=shares[i].get(node_id, 0.0),
+                )
+                for i, name, scores in searches
+                if node_id in scores
+            ]
+
+        return part
+
     def ranked(self, plan: Plan) -> List[NodeWithScore]:
         owner = self._owner
         if self.linked and plan.chunk_filters is not None:
@@ -264,6 +297,7 @@ class ChunkEvidenceSet:
             plan.chunk_weights,
             owner.document_weight,
         )
+        fusion = self._fusion_parts(plan) if owner.chunk_mode == LevelMode.HYBRID else None
         out: List[NodeWithScore] = []
         for e in ranked:
             node = self._node(e.node_id)
@@ -285,6 +319,7 @@ class ChunkEvidenceSet:
                         lexical_score=e.lexical,
                         document_weight=owner.document_weight,
                     ),
+                    fusion=fusion(e.node_id) if fusion is not None else None,
                 )
             )
             if len(out) == plan.top_k:
