@@ -199,3 +199,21 @@ def test_cjk_ratio_counts_characters_and_latin_letters():
     assert cjk_ratio("蜜蜂 bees") == 2 / 6
     assert cjk_ratio("蜜蜂采蜜。") == 1.0 and cjk_ratio("... 123") == 0.0 and cjk_ratio("  ") == 0.0
     assert cjk_ratio("U.S. 3.5 蜜蜂") == 2 / (2 + len("U.S.") + len("3.5"))  # words keep their dots
+
+
+def test_kana_text_is_cjk_for_the_summary_budget_as_for_every_component():
+    """The summarizer reads text.py's one script table: a Japanese document gets the CJK budget."""
+    from llama_index_ext_recursive.text import is_cjk
+
+    text = "みつばちはすばこでくらします。じょおうばちはたまごをうみます。はたらきばちはみつをあつめます。" * 20
+    assert is_cjk(text)
+    summarizer = ExtractiveSummarizer(max_chars=600, max_chars_cjk=60)
+    assert 0 < len(summarizer.summarize("", text)) <= 60
+
+
+def test_llm_summarizer_resolves_its_llm_like_every_component():
+    from llama_index.core import Settings
+    from llama_index.core.llms import MockLLM
+
+    Settings.llm = MockLLM()
+    assert LLMSummarizer().llm is Settings.llm

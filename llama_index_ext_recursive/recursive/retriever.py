@@ -58,12 +58,7 @@ from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.levels import Levels, build_levels
 from llama_index_ext_recursive.recursive.links import LinkError
-from llama_index_ext_recursive.recursive.persist import (
-    PERSIST_KIND,
-    load_persisted,
-    load_summary_cache,
-    persist_index,
-)
+from llama_index_ext_recursive.recursive.persist import load_persisted, persist_index
 from llama_index_ext_recursive.recursive import search
 from llama_index_ext_recursive.recursive.ranking import (
     Plan,
@@ -85,8 +80,10 @@ from llama_index_ext_recursive.retrievers.calibration import Calibration
 from llama_index_ext_recursive.text import query_script
 from llama_index_ext_recursive.validation import check_vectors, stored_dimension
 
-__all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode", "LinkError", "DEFAULT_TOP_K",
-           "PERSIST_KIND", "load_summary_cache"]
+
+# LinkError is defined in links.py; the package __init__ still imports it from here
+__all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode", "LinkError"]
+
 
 class RecursiveSummaryRetriever(BaseRetriever):
     """Route a query to documents by summary, then rank their chunks globally.
