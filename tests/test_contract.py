@@ -4,8 +4,9 @@ Each case runs over every kind in :data:`contract_fixtures.KINDS` (recursive
 with each level mode at each level under both score modes, recursive and
 hybrid ``from_index`` over an upstream app's index, the upstream
 ``retriever_dict`` setup, hybrid, BM25, backfill on the embedded store, on
-FAISS and on upstream's ``SimpleVectorStore``, auto over an index and auto over a recursive retriever), built once per
-module over a six-document corpus with the real bundled model:
+FAISS and on upstream's ``SimpleVectorStore``, auto over an index and auto
+over a recursive retriever), built once per module over a six-document
+corpus with the real bundled model:
 
 1. per-call filters under ``filter_policy="merge"`` and ``"replace"`` with
    construction-time filters; a ``ref_doc_id`` filter;
@@ -295,12 +296,13 @@ def test_an_auto_wrapper_keeps_the_recursive_route(built):
     """Auto over recursive: each hit's route is the inner retriever's, and the auto part is this call's."""
     auto = merged(built, "auto-over-recursive")
     hits = auto.retrieve(FilteredQueryBundle(Q_COLONY, filters={"category": "biology"}))
+    assert hits
     call = hits[0].explanation.auto
     inner = auto.wrapped_retriever.retrieve(
         FilteredQueryBundle(call.search_query, filters=call.filters, top_k=call.top_k)
     )
     by_id = {hit.node.node_id: hit.explanation.route for hit in inner}
-    assert hits and all(hit.explanation.route == by_id[hit.node.node_id] for hit in hits)
+    assert all(hit.explanation.route == by_id[hit.node.node_id] for hit in hits)
     assert all(hit.explanation.auto.query == Q_COLONY for hit in hits)
 
 
@@ -395,9 +397,9 @@ def test_filtered_bundle_through_query_fusion_retriever(built, name, use_async):
     fusion = QueryFusionRetriever(
         [merged(built, name)], llm=MockLLM(), num_queries=1, use_async=use_async, similarity_top_k=10
     )
-    bundle = lambda: FilteredQueryBundle(Q_COLONY, filters={"category": "biology"})  # noqa: E731
-    assert_all(fusion.retrieve(bundle()), biology, "category == biology AND year >= 2019")
-    assert_all(asyncio.run(fusion.aretrieve(bundle())), biology, "category == biology AND year >= 2019")
+    bundle = FilteredQueryBundle(Q_COLONY, filters={"category": "biology"})
+    assert_all(fusion.retrieve(bundle), biology, "category == biology AND year >= 2019")
+    assert_all(asyncio.run(fusion.aretrieve(bundle)), biology, "category == biology AND year >= 2019")
     ref = fusion.retrieve(FilteredQueryBundle(Q_MIXED, filters={"ref_doc_id": "bread"}))
     assert ref and {hit.node.ref_doc_id for hit in ref} == {"bread"}
     assert len(fusion.retrieve(FilteredQueryBundle(Q_BROAD, top_k=2))) == 2
