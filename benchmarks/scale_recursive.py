@@ -286,23 +286,23 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     row["first_query_ms"] = (time.perf_counter() - t0) * 1e3
 
     summary_ret = VectorIndexRetriever(
-        r._summary_index, similarity_top_k=r.num_routed_docs, embed_model=fake
+        r.index.summary_index, similarity_top_k=r.num_routed_docs, embed_model=fake
     )
-    flat = VectorIndexRetriever(r._chunk_index, similarity_top_k=10, embed_model=fake)
+    flat = VectorIndexRetriever(r.index.chunk_index, similarity_top_k=10, embed_model=fake)
     per_doc_ret: Dict[str, VectorIndexRetriever] = {}
 
     def per_doc(doc_id: str) -> VectorIndexRetriever:
         # one per-document chunk search, exactly as _chunk_retriever issues it
         if doc_id not in per_doc_ret:
             per_doc_ret[doc_id] = VectorIndexRetriever(
-                r._chunk_index,
+                r.index.chunk_index,
                 similarity_top_k=r.similarity_top_k,
                 filters=routing_filter(doc_id),
                 embed_model=fake,
             )
         return per_doc_ret[doc_id]
 
-    store = r._chunk_index.vector_store
+    store = r.index.chunk_index.vector_store
     n_rows = len(store._ids)
     postings = store._postings[ROUTING_KEY]
     row.update({k: [] for k in SERIES})
@@ -588,7 +588,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         "summarize s = `build_documents` alone on the same groups (`group_nodes` time is listed "
         "below); index s = build s - group_nodes - summarize s (embedding attachment, docstores, "
         "vector stores). "
-        "flat-numpy = `VectorIndexRetriever(r._chunk_index, similarity_top_k=10)`; "
+        "flat-numpy = `VectorIndexRetriever(r.index.chunk_index, similarity_top_k=10)`; "
         "flat-SimpleVectorStore = `VectorStoreIndex` over the same nodes, default storage context.",
         "",
         "### Breakdown of a recursive query",

@@ -46,6 +46,8 @@ from llama_index.core.schema import IndexNode, MetadataMode, QueryBundle, TextNo
 
 from llama_index_ext_recursive.recursive import retriever as recursive_mod  # noqa: E402
 from llama_index_ext_recursive.models import bundled_embed_model  # noqa: E402
+from llama_index_ext_recursive.recursive import settings as recursive_settings  # noqa: E402
+from llama_index_ext_recursive.recursive.index import SummaryIndex  # noqa: E402
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever  # noqa: E402
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore  # noqa: E402
 
@@ -124,9 +126,9 @@ def summary_index_with(
     vectors: Dict[str, np.ndarray],
 ) -> VectorStoreIndex:
     """A new summary index: copies of base's summary IndexNodes carrying ``vectors[doc_id]``."""
-    docstore = base._summary_index.docstore
+    docstore = base.index.summary_index.docstore
     nodes = []
-    for node_id in base._summary_index.index_struct.nodes_dict.values():
+    for node_id in base.index.summary_index.index_struct.nodes_dict.values():
         node = docstore.get_node(node_id)
         assert isinstance(node, IndexNode)
         copy = node.model_copy(deep=True)
@@ -145,8 +147,8 @@ def representations(
     # Embed the summary texts here (exactly what the index does for a summary without
     # an embedding) rather than reading base's summary store, so the ``text`` row does
     # not depend on which routing vector the library builds by default.
-    docstore = base._summary_index.docstore
-    summaries = [docstore.get_node(i) for i in base._summary_index.index_struct.nodes_dict.values()]
+    docstore = base.index.summary_index.docstore
+    summaries = [docstore.get_node(i) for i in base.index.summary_index.index_struct.nodes_dict.values()]
     embedded = model.get_text_embedding_batch(
         [s.get_content(metadata_mode=MetadataMode.EMBED) for s in summaries]
     )
@@ -301,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     modes: List[Tuple[str, float]] = [("chunk", 0.0), ("product", 0.0)] + [("weighted", a) for a in alphas]
     rows: List[Tuple[str, str, str, str, Dict[str, float], float]] = []
 
-    flat = VectorIndexRetriever(base._chunk_index, similarity_top_k=TOP_K, embed_model=model)
+    flat = VectorIndexRetriever(base.index.chunk_index, similarity_top_k=TOP_K, embed_model=model)
     qids = [qid for qid, _, _ in queries]
     perq: Dict[Tuple[str, str, str, str], np.ndarray] = {}
     run, ms = run_retriever(flat.retrieve, queries)
@@ -313,14 +315,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         for n in ns:
             for mode, alpha in modes:
                 r = RecursiveSummaryRetriever(
-                    indices[rep],
-                    base._chunk_index,
-                    documents=base.documents,
-                    embed_model=model,
+                    SummaryIndex(indices[rep], base.index.chunk_index, documents=base.documents, embed_model=model),
                     similarity_top_k=TOP_K,
                     num_routed_docs=n,
                     score_mode=mode,
-                    score_alpha=alpha if mode == "weighted" else recursive_mod.DEFAULT_SCORE_ALPHA,
+                    score_alpha=alpha if mode == "weighted" else recursive_settings.DEFAULT_SCORE_ALPHA,
                 )
                 run, ms = run_retriever(r.retrieve, queries)
                 m = score(run, qrels, doc_qrels, chunk_doc)
@@ -400,8 +399,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     defaults = (
         "pre-tuning defaults compared against: representation=text, num_routed_docs=5, "
         "score_mode=weighted, score_alpha=0.3; library defaults at run time: "
-        f"num_routed_docs={recursive_mod.DEFAULT_NUM_ROUTED_DOCS}, "
-        f"score_alpha={recursive_mod.DEFAULT_SCORE_ALPHA}, "
+        f"num_routed_docs={recursive_settings.DEFAULT_NUM_ROUTED_DOCS}, "
+        f"score_alpha={recursive_settings.DEFAULT_SCORE_ALPHA}, "
         f"summary_embedding={getattr(lib_rep, 'value', lib_rep)}"
     )
     lib_files = Path(recursive_mod.__file__).parent

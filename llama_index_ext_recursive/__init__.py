@@ -12,8 +12,9 @@ from llama_index_ext_recursive.filters import (
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever, StaleIdError, StalePolicy
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.persist import PersistError
+from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.retriever import (
-    LinkError,
     LevelMode,
     RecursiveSummaryRetriever,
     ScoreMode,
@@ -73,6 +74,7 @@ __all__ = [
     "RecursiveSummaryRetriever",
     "RetrievalExplanation",
     "ScoreMode",
+    "SummaryIndex",
     "Summarizer",
     "SummaryCache",
     "ValidatedAutoRetriever",

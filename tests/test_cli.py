@@ -343,7 +343,7 @@ def test_expected_errors_raised_while_working_are_one_line(monkeypatch, capsys, 
     from llama_index_ext_recursive.eval.data import DatasetError
     from llama_index_ext_recursive.filters import FilterError
     from llama_index_ext_recursive.persist import NoIndexError, PersistError
-    from llama_index_ext_recursive.recursive.retriever import LinkError
+    from llama_index_ext_recursive.recursive.links import LinkError
     from llama_index_ext_recursive.validation import check_count
 
     def failing(args):

@@ -27,6 +27,7 @@ from llama_index_ext_recursive.auto.generator import RuleSpecGenerator, SpecGene
 from llama_index_ext_recursive.auto.llm import LLMSpecGenerator
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
 from llama_index_ext_recursive.auto.spec import SpecValidator
+from llama_index_ext_recursive.corpus import corpus_nodes
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.schema import metadata_vocabulary
 from llama_index_ext_recursive.validation import closest
@@ -76,17 +77,19 @@ def check_vector_keywords(kwargs: Dict[str, Any]) -> None:
 
 
 def _vocabulary_nodes(index: Optional[VectorStoreIndex], retriever: Optional[BaseRetriever]) -> List[BaseNode]:
-    source = index if index is not None else getattr(retriever, "_chunk_index", None)
-    if source is None:
+    if index is not None:
+        nodes = list(index.docstore.docs.values())
+    elif retriever is not None:
+        nodes = corpus_nodes(retriever)
+    else:
         logger.warning(
             "no index to read metadata values from: filter values are not checked and "
             "the rules cannot match value words; pass vocabulary= (metadata_vocabulary(nodes))"
         )
         return []
-    nodes = list(source.docstore.docs.values())
     if not nodes:
         logger.warning(
-            "the index's docstore holds no nodes (a store that keeps text?): filter values "
+            "no nodes to read metadata values from (a store that keeps text?): filter values "
             "are not checked; pass vocabulary= (metadata_vocabulary(nodes))"
         )
     return nodes

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple, Optional, Tuple, Union
 
 from llama_index.core.vector_stores.types import FilterOperator
 
-from llama_index_ext_recursive.filters import parse_operator
 from llama_index_ext_recursive.schema import FieldType
 
 __all__ = [

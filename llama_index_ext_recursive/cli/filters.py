@@ -18,7 +18,7 @@ from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter
 from llama_index_ext_recursive.cli.checks import CliError
 from llama_index_ext_recursive.filters import filterable_metadata, merge_filters, to_filters
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
-from llama_index_ext_recursive.tools import corpus_nodes
+from llama_index_ext_recursive.corpus import corpus_nodes
 
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)

@@ -57,7 +57,6 @@ from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.levels import Levels, build_levels
-from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.persist import load_persisted, persist_index
 from llama_index_ext_recursive.recursive import search
 from llama_index_ext_recursive.recursive.ranking import (
@@ -81,8 +80,7 @@ from llama_index_ext_recursive.text import query_script
 from llama_index_ext_recursive.validation import check_vectors, stored_dimension
 
 
-# LinkError is defined in links.py; the package __init__ still imports it from here
-__all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode", "LinkError"]
+__all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode"]
 
 
 class RecursiveSummaryRetriever(BaseRetriever):
