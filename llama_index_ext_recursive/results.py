@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-from llama_index.core.schema import NodeWithScore
+from llama_index.core.schema import BaseNode, NodeWithScore
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -126,6 +126,18 @@ def explained(
         node=hit.node,
         score=hit.score if score is _UNSET else score,
         explanation=Explanation.model_construct(**parts),
+    )
+
+
+def unexplained(node: BaseNode, score: Optional[float]) -> ExplainedNodeWithScore:
+    """A first-stage hit (vector or BM25 search) that no layer has explained yet.
+
+    Every retriever returns the one result type, so code can read
+    ``hit.explanation`` on any of them; ``model_construct`` because a search
+    builds one per hit per query.
+    """
+    return ExplainedNodeWithScore.model_construct(
+        node=node, score=score, explanation=Explanation.model_construct(route=None, fusion=None, auto=None)
     )
 
 

@@ -134,19 +134,3 @@ def check_kwargs(target: Callable[..., Any], kwargs: Mapping[str, Any], where: s
     for key in kwargs:
         if key not in parameters:
             raise TypeError(f"{where} got an unexpected keyword argument {key!r} ({closest(key, known)})")
-
-
-def stored_dimension(vector_store: Any) -> Optional[int]:
-    """The dimension of the vectors a store holds, when it can tell cheaply.
-
-    ``SimpleVectorStore`` (and our ``NumpyVectorStore``): the first stored
-    vector; FAISS: the index's ``d``; other stores: ``None`` (unchecked).
-    """
-    data = getattr(vector_store, "data", None)
-    embeddings = getattr(data, "embedding_dict", None)
-    if embeddings:
-        return len(next(iter(embeddings.values())))
-    faiss_index = getattr(vector_store, "_faiss_index", None)
-    if faiss_index is not None and getattr(faiss_index, "ntotal", 0):
-        return int(faiss_index.d)
-    return None

@@ -48,7 +48,8 @@ from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, 
 from llama_index_ext_recursive.rwlock import ReadWriteLock
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.validation import closest, stored_dimension
+from llama_index_ext_recursive.retrievers.store_facts import store_dimension
+from llama_index_ext_recursive.validation import closest
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +335,7 @@ class SummaryIndex:
                 self.embed_model,
                 self.summary_embedding,
                 progress,
-                dim=stored_dimension(chunk_index.vector_store),
+                dim=store_dimension(chunk_index.vector_store),
             )
             embed_summaries(built, self.embed_model, dim)
             summaries = {**self.summaries, **{s.index_id: s for s in built.summary_nodes}}

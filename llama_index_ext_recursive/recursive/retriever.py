@@ -77,7 +77,8 @@ from llama_index_ext_recursive.recursive.settings import (
 from llama_index_ext_recursive.results import DocumentWithScore
 from llama_index_ext_recursive.retrievers.calibration import Calibration
 from llama_index_ext_recursive.text import query_script
-from llama_index_ext_recursive.validation import check_vectors, stored_dimension
+from llama_index_ext_recursive.retrievers.store_facts import store_dimension
+from llama_index_ext_recursive.validation import check_vectors
 
 
 __all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode"]
@@ -479,7 +480,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
 
     def _checked_embedding(self, embedding: Optional[List[float]]) -> Optional[List[float]]:
         if embedding is not None:
-            dim = stored_dimension(self.index.summary_index.vector_store)
+            dim = store_dimension(self.index.summary_index.vector_store)
             check_vectors(embedding, embed_model_name(self.index.embed_model), "the query", dim)
         return embedding
 

@@ -40,6 +40,7 @@ from llama_index_ext_recursive.filters import (
 )
 from llama_index_ext_recursive.persist import read_index, write_index
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.results import unexplained
 from llama_index_ext_recursive.retrievers.bm25_persist import (
     read_bm25_files,
     settings_from_config,
@@ -359,7 +360,7 @@ class MultilingualBM25Retriever(BM25Retriever):
 
     def _results(self, call: Call) -> List[NodeWithScore]:
         rows, scores = self._ranked_rows(call, call.top_k)
-        return [NodeWithScore(node=self.nodes[i], score=float(scores[i])) for i in rows]
+        return [unexplained(self.nodes[i], float(scores[i])) for i in rows]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return self._results(self._resolve(query_bundle))

@@ -44,6 +44,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, ObjectType, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilters,
@@ -63,6 +64,7 @@ from llama_index_ext_recursive.filters import (
     to_filters,
 )
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.results import unexplained
 from llama_index_ext_recursive.retrievers.store_facts import (
     chroma_dimension,
     docstore_vocabulary,
@@ -308,10 +310,22 @@ class BackfillVectorRetriever(VectorIndexRetriever):
             query_str=query_str,
             mode=self._vector_store_query_mode,
             alpha=self._alpha,
-            filters=filters if self.filter_in_store else None,
+            filters=filters if self._store_filters(filters) else None,
             sparse_top_k=self._sparse_top_k,
             hybrid_top_k=self._hybrid_top_k,
         )
+
+    def _store_filters(self, filters: Optional[MetadataFilters]) -> bool:
+        """Whether the store applies ``filters`` itself (else they are checked here).
+
+        Upstream's ``SimpleVectorStore`` (the ``VectorStoreIndex`` default)
+        refuses nested trees, which a construction-time filter merged with a
+        per-call OR produces; those are checked here instead.
+        """
+        if not self.filter_in_store:
+            return False
+        nested = filters is not None and any(isinstance(f, MetadataFilters) for f in filters.filters)
+        return not (nested and type(self._vector_store) is SimpleVectorStore)
 
     def _embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
         if query_bundle.embedding is not None or not self._needs_embedding():
@@ -458,11 +472,10 @@ class BackfillVectorRetriever(VectorIndexRetriever):
             pairs = [(pos, by_id[i]) for pos, i in enumerate(node_ids) if i in by_id]
             returned = len(node_ids)
         scores: Sequence[Optional[float]] = result.similarities or []
-        hits = [
-            NodeWithScore(node=node, score=scores[pos] if pos < len(scores) else None)
-            for pos, node in pairs
+        hits: List[NodeWithScore] = [
+            unexplained(node, scores[pos] if pos < len(scores) else None) for pos, node in pairs
         ]
-        if not self.filter_in_store:
+        if not self._store_filters(filters):
             hits = keep_matching(hits, filters)
         return hits, stale, returned < asked
 
