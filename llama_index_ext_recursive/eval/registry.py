@@ -22,10 +22,10 @@ from llama_index.core.retrievers import QueryFusionRetriever, RecursiveRetriever
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, FilteredQueryBundle
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
-from llama_index_ext_recursive.retrievers.fusion_scores import reciprocal_rank_fusion
-from llama_index_ext_recursive.validation import check_count, check_query
+from llama_index_ext_recursive.retrievers.fusion_scores import DEFAULT_RRF_K, reciprocal_rank_fusion
+from llama_index_ext_recursive.validation import check_count, check_query, check_real
 
 
 @dataclass
@@ -257,14 +257,14 @@ class OracleRoutingRetriever(BaseRetriever):
         nodes: Sequence[BaseNode],
         gold_docs: Mapping[str, Sequence[str]],
         embed_model: BaseEmbedding,
-        similarity_top_k: int = 10,
+        similarity_top_k: int = DEFAULT_TOP_K,
         doc_id_key: str = "doc_id",
-        rrf_k: int = 60,
+        rrf_k: float = DEFAULT_RRF_K,
     ) -> None:
         from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
         self._top_k = check_count("similarity_top_k", similarity_top_k)
-        self._rrf_k = check_count("rrf_k", rrf_k)
+        self._rrf_k = check_real("rrf_k", rrf_k, low=0.0)
         self._nodes = list(nodes)
         missing = [n.node_id for n in self._nodes if n.embedding is None][:3]
         if missing:

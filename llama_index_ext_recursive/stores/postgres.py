@@ -64,6 +64,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
+from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
@@ -96,7 +97,6 @@ DEFAULT_HNSW: Dict[str, Any] = {
     "hnsw_dist_method": "vector_cosine_ops",
 }
 ITERATIVE_SCAN_MODES = ("off", "relaxed_order", "strict_order")
-DEFAULT_TOP_K = 10
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_STATEMENT_TIMEOUT = 30.0
 # seconds the client waits past statement_timeout for the server's own cancel
