@@ -46,6 +46,11 @@
 * **Saved like every component:** ``to_dict``/``from_dict`` for the query
   settings, ``persist``/``from_persist_dir`` for settings plus the index
   (:mod:`~llama_index_ext_recursive.auto.saving`).
+
+About 520 lines: the class mirrors upstream's ``VectorIndexAutoRetriever``
+constructor argument by argument, and planning a call (spec, filters, k,
+explanation) is shared by its sync and async paths; construction helpers are
+in :mod:`.construction`, the explanation in :mod:`.explanation`.
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ point only re-fuses the collected score maps (pure functions below, in the
 style of Haystack's ``utils/misc.py``). The result, a :class:`Calibration`,
 round-trips through JSON (:meth:`Calibration.to_dict`), so a saved index is
 not recalibrated when loaded.
+
+About 510 lines: pseudo-query sampling, the grid, the scoring of each grid
+point and the choice rule are one fit whose steps share the sampled queries
+and their embedded vectors; the pure fusion functions are in
+:mod:`.fusion_scores`, the saved result in :mod:`.calibration`.
 """
 
 from __future__ import annotations

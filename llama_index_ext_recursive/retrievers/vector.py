@@ -28,6 +28,11 @@ and fixes those points:
   :class:`~llama_index_ext_recursive.filters.FilterError` (or a warning, by
   ``unknown_filter_key``); a query embedding with NaN/inf or another
   dimension than the index's is refused, naming the model.
+
+About 520 lines: the sync and async searches must widen, fetch and check in
+step, so they stay side by side with the helpers they share; what the
+retriever reads about stores is in :mod:`.store_facts`, saving in
+:mod:`.vector_persist`.
 """
 
 from __future__ import annotations
