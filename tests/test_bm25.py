@@ -150,6 +150,23 @@ def test_default_top_k_and_plain_contract():
     assert ids(results)[0].startswith("solar")
 
 
+async def test_aretrieve_builds_the_filter_vocabulary_off_the_event_loop(monkeypatch):
+    from llama_index_ext_recursive.filters import FilterVocabulary
+
+    retriever = MultilingualBM25Retriever.from_defaults(nodes=topic_nodes())
+    built_on = []
+    original = FilterVocabulary.from_nodes.__func__
+
+    def recording(cls, nodes):
+        built_on.append(threading.get_ident())
+        return original(cls, nodes)
+
+    monkeypatch.setattr(FilterVocabulary, "from_nodes", classmethod(recording))
+    hits = await retriever.aretrieve(FilteredQueryBundle("solar panels", filters={"category": "energy"}))
+    assert built_on and threading.get_ident() not in built_on  # the first call read every node elsewhere
+    assert hits and all(h.node.metadata["category"] == "energy" for h in hits)
+
+
 # -- zero scores, top-k ------------------------------------------------------
 
 

@@ -366,8 +366,8 @@ class MultilingualBM25Retriever(BM25Retriever):
         return self._results(self._resolve(query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        call = self._resolve(query_bundle)  # a clear error before the worker thread starts
-        return await asyncio.to_thread(self._results, call)
+        # resolving may build the filter vocabulary (a pass over every node): off the loop too
+        return await asyncio.to_thread(lambda: self._results(self._resolve(query_bundle)))
 
     # -- configuration and persistence ---------------------------------
     def to_dict(self) -> Dict[str, Any]:
