@@ -4,6 +4,7 @@ from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.models import bundled_embed_model, resolve_embed_model
+from llama_index_ext_recursive.multilingual import MultilingualE5Embedding
 from llama_index_ext_recursive.filters import (
     FilterError,
     FilterPolicy,
@@ -67,6 +68,7 @@ __all__ = [
     "LinkError",
     "LlamaIndexExtRecursiveError",
     "MultilingualBM25Retriever",
+    "MultilingualE5Embedding",
     "MultilingualTokenizer",
     "NumpyVectorStore",
     "PersistError",
