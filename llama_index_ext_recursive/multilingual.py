@@ -77,6 +77,10 @@ class MultilingualE5Embedding(BaseEmbedding):
     def _get_query_embedding(self, query: str) -> List[float]:
         return self._encode([query], is_query=True)[0]
 
+    def _get_query_embeddings(self, queries: List[str]) -> List[List[float]]:
+        """Many queries in one engine call (calibration and evaluation embed hundreds)."""
+        return self._encode(queries, is_query=True)
+
     def _get_text_embedding(self, text: str) -> List[float]:
         return self._encode([text], is_query=False)[0]
 

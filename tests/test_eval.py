@@ -574,6 +574,22 @@ class _Fixed(BaseRetriever):
 
 
 @pytest.mark.integration
+def test_cli_eval_with_the_multilingual_model(tmp_path, capsys):
+    from llama_index_ext_recursive.cli import main
+
+    data = write_sample_dataset(tmp_path / "ds")
+    out, cache = tmp_path / "out.json", tmp_path / "c.sqlite"
+    argv = ["eval", "--data", str(data), "--retrievers", "vector", "--cache", str(cache), "--out", str(out)]
+    assert main(argv + ["--embed-model", "multilingual"]) == 0
+    metrics = json.loads(out.read_text(encoding="utf-8"))["retrievers"]["vector"]["metrics"]
+    assert metrics["doc:Success@10"] >= 0.9 and metrics["nDCG@10"] > 0.5
+    assert main(argv + ["--embed-model", "multilingual"]) == 0
+    assert "Embedded 0 new chunk" in capsys.readouterr().out  # cached
+    # cached under its own name: the default model's run embeds every text anew
+    assert main(argv) == 0
+    assert "Embedded 0 new chunk" not in capsys.readouterr().out
+
+
 def test_cli_eval_on_the_sample_dataset(tmp_path, capsys, real_model):
     from llama_index_ext_recursive.cli import main
 

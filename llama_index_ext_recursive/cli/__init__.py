@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep chunk titles in metadata but out of the embedded (and BM25-indexed) text; "
              "default: embedded, and prepended to the text of flat sets",
     )
+    evaluate.add_argument(
+        "--embed-model", choices=["default", "multilingual"], default="default",
+        help="default: Settings.embed_model or the bundled all-MiniLM-L6-v2; multilingual: the "
+             "bundled multilingual-e5-small (extra [multilingual])",
+    )
     evaluate.set_defaults(func=cmd_eval)
     return parser
 

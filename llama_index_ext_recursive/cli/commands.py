@@ -156,9 +156,17 @@ def cmd_eval(args: argparse.Namespace) -> None:
         f"{dataset.name}: {len(dataset.corpus)} chunks, {len(dataset.queries)} queries"
         + (f" (capped at {max_queries})" if max_queries else "")
     )
+    embed_model = None
+    if args.embed_model == "multilingual":
+        from llama_index_ext_recursive.multilingual import MultilingualE5Embedding
+
+        try:
+            embed_model = MultilingualE5Embedding()
+        except ImportError as exc:
+            raise CliError(str(exc)) from None
     comparison = compare(
         dataset, names, cache_path=cache, k=top_k, concurrency=concurrency, show_progress=True,
-        embed_title=not args.no_embed_title,
+        embed_title=not args.no_embed_title, embed_model=embed_model,
     )
     print(f"chunk titles: {comparison.title_convention}")
     print(
