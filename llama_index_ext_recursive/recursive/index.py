@@ -26,12 +26,12 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
+from llama_index.core.schema import BaseNode, Document, IndexNode, MetadataMode, TransformComponent
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_recursive.filters import FilterVocabulary
-from llama_index_ext_recursive.models import resolve_embed_model
+from llama_index_ext_recursive.models import choose_embed_model, resolve_embed_model
 from llama_index_ext_recursive.recursive.build import (
     BuiltDocuments,
     DocumentRecord,
@@ -75,6 +75,9 @@ class SummaryIndex:
         summary_cache: summaries by content, reused by updates and rebuilds.
         summary_embedding: what summaries added later are routed by
             (:class:`SummaryEmbedding`); must match how ``summary_index`` was built.
+        embedding_choice: which model embedded the stores and why
+            (:meth:`~llama_index_ext_recursive.models.EmbeddingChoice.to_dict`),
+            kept by ``persist``; default: how ``embed_model`` was resolved.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class SummaryIndex:
         summarizer: Optional[Summarizer] = None,
         summary_cache: Optional[SummaryCache] = None,
         summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
+        embedding_choice: Optional[Mapping[str, str]] = None,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
@@ -101,7 +105,9 @@ class SummaryIndex:
         self.summary_index = summary_index
         self.chunk_index = chunk_index
         self.retriever_dict: Dict[str, BaseRetriever] = dict(retriever_dict or {})
-        self.embed_model = resolve_embed_model(embed_model)
+        choice = choose_embed_model(embed_model)
+        self.embed_model = choice.model
+        self.embedding_choice: Dict[str, str] = dict(embedding_choice or choice.to_dict())
         self.doc_id_key = doc_id_key
         self.transformations = resolve_transformations(None, transformations)
         self.summarizer = summarizer or ExtractiveSummarizer()
@@ -164,7 +170,13 @@ class SummaryIndex:
         cache = summary_cache if summary_cache is not None else SummaryCache()
         summarizer = summarizer or ExtractiveSummarizer()
         built = build_documents(groups, doc_id_key, summarizer, cache, progress)
-        model = resolve_embed_model(embed_model)
+        # a corpus none of whose chunks is embedded yet chooses the bundled model by its scripts
+        unembedded = all(node.embedding is None for node in nodes)
+        choice = choose_embed_model(
+            embed_model,
+            texts=[node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes] if unembedded else None,
+        )
+        model = choice.model
         dim = attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
         embed_summaries(built, model, dim)
         return cls(
@@ -177,6 +189,7 @@ class SummaryIndex:
             summarizer=summarizer,
             summary_cache=cache,
             summary_embedding=summary_embedding,
+            embedding_choice=choice.to_dict(),
         )
 
     @classmethod

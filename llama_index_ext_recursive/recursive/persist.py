@@ -114,6 +114,7 @@ def index_to_dict(index: SummaryIndex) -> Dict[str, Any]:
         index,
         documents={k: v.to_dict() for k, v in index.documents.items()},
         embed_model=embed_model_name(index.embed_model),
+        embedding_choice=index.embedding_choice,
         summarizer=(
             summarizer.to_dict() if isinstance(summarizer, ExtractiveSummarizer)
             else {"type": "custom", "fingerprint": summarizer.fingerprint}
@@ -185,7 +186,7 @@ def load_persisted(
                 f"this version reads {LEGACY_FORMAT} and the current format: rebuild the retriever"
             )
         if not model:
-            model.append(resolve_embed_model(embed_model))
+            model.append(resolve_embed_model(embed_model, built_with=stored["embed_model"]))
         if embed_model_name(model[0]) != stored["embed_model"]:
             raise PersistError(
                 f"{root} was built with embedding model {stored['embed_model']!r} but "
@@ -210,6 +211,7 @@ def load_persisted(
                 summarizer=summarizer or _summarizer(stored.get("summarizer"), root),
                 summary_cache=cache,
                 **({"summary_embedding": stored["summary_embedding"]} if "summary_embedding" in stored else {}),
+                embedding_choice=stored.get("embedding_choice"),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PersistError(

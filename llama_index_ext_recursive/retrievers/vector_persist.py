@@ -144,8 +144,8 @@ def read_files(
             f"{folder / 'config.json'} names the vector store {index_info['vector_store']!r}, "
             "which this installation cannot load (is its integration installed?)"
         )
-    model = resolve_embed_model(embed_model)
     saved_model = index_info.get("embed_model")
+    model = resolve_embed_model(embed_model, built_with=saved_model)
     if saved_model is not None and embed_model_name(model) != saved_model:
         logger.warning(
             "%s was persisted with embedding model %r and is loaded with %r: query vectors "

@@ -57,7 +57,7 @@ from fsspec.implementations.local import LocalFileSystem
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 from llama_index.core.vector_stores.types import (
@@ -606,21 +606,26 @@ def vector_index(
     Args:
         nodes: the nodes to index.
         embed_model: the model for nodes without an embedding and for queries
-            (argument > ``Settings.embed_model`` > the bundled model).
+            (argument > ``Settings.embed_model`` > the bundled model chosen for
+            the nodes' scripts when none carries an embedding, see
+            :func:`~llama_index_ext_recursive.models.choose_embed_model`).
         vector_store: another store to fill instead (FAISS, Chroma, PostgreSQL, ...).
         docstore: the docstore to keep the nodes in (default: upstream's).
         show_progress: a progress bar while embedding.
         store_nodes_override: keep every node in the docstore even when the
             store keeps text (as upstream's argument).
     """
+    nodes = list(nodes)
     storage = StorageContext.from_defaults(
         vector_store=vector_store if vector_store is not None else NumpyVectorStore(),
         docstore=docstore,
     )
+    unembedded = bool(nodes) and all(node.embedding is None for node in nodes)
+    texts = [node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes] if unembedded else None
     return VectorStoreIndex(
-        list(nodes),
+        nodes,
         storage_context=storage,
-        embed_model=resolve_embed_model(embed_model),
+        embed_model=resolve_embed_model(embed_model, texts=texts),
         show_progress=show_progress,
         store_nodes_override=store_nodes_override,
     )
