@@ -307,6 +307,67 @@ def test_nodes_embed_the_title_not_the_doc_id(tmp_path):
     assert flat["solar_c0"].text == "Solar Solar panels turn sunlight into electricity."
 
 
+# ---------------------------------------------------------------- queries from another folder
+
+FRENCH = {"q1": "Qui pond les oeufs dans une ruche ?", "q2": "A quoi sert un onduleur ?",
+          "q4": "Que recoltent les abeilles ouvrieres ?"}
+
+
+def _queries_folder(root: Path, queries: dict) -> Path:
+    """A folder holding only queries.jsonl, as a translated query set would."""
+    root.mkdir(parents=True)
+    lines = [json.dumps({"_id": qid, "text": text}, ensure_ascii=False) for qid, text in queries.items()]
+    (root / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def test_queries_from_another_folder_are_matched_by_id(tmp_path):
+    corpus_root = write_dataset(tmp_path / "en")
+    (corpus_root / "queries.jsonl").unlink()  # a folder with only corpus and qrels is enough
+    dataset = BeirDataset.load(corpus_root, queries_from=_queries_folder(tmp_path / "fr", FRENCH))
+    assert dataset.name == "fr->en"
+    assert dataset.queries == FRENCH
+    assert dataset.qrels == {"q1": {"bees_c0": 1}, "q2": {"solar_c1": 1}, "q4": {"bees_c1": 2}}
+    assert dataset.doc_qrels == {"q1": {"bees": 1}, "q2": {"solar": 1}, "q4": {"bees": 1}}
+    assert list(dataset.corpus) == [r["_id"] for r in CORPUS]
+    capped = BeirDataset.load(corpus_root, max_queries=2, queries_from=tmp_path / "fr")
+    assert list(capped.queries) == list(capped.qrels) == list(capped.doc_qrels) == ["q1", "q2"]
+
+
+def test_queries_from_a_folder_with_some_ids_missing_warns_with_the_count(tmp_path, caplog):
+    partial = {qid: FRENCH[qid] for qid in ("q1", "q4")}
+    with caplog.at_level("WARNING", logger="llama_index_ext_recursive.eval.data"):
+        dataset = BeirDataset.load(write_dataset(tmp_path / "en"),
+                                   queries_from=_queries_folder(tmp_path / "fr", partial))
+    assert dataset.queries == partial
+    assert list(dataset.qrels) == list(dataset.doc_qrels) == ["q1", "q4"]
+    [record] = caplog.records
+    assert re.search(r"1 of 3 query ids judged in .*test\.tsv are not in .*fr.*queries\.jsonl "
+                     r"\(e\.g\. 'q2'\): evaluating the other 2", record.getMessage())
+
+
+def test_queries_from_a_folder_sharing_no_query_id_is_refused(tmp_path):
+    other = _queries_folder(tmp_path / "other", {"56be": "Who lays the eggs?", "56bf": "What is an inverter?"})
+    with pytest.raises(DatasetError, match=r"none of the 3 query ids judged in .*test\.tsv \(e\.g\. 'q1'\) "
+                                           r"is in .*other.*queries\.jsonl \(e\.g\. '56be'\): the folders are not parallel"):
+        BeirDataset.load(write_dataset(tmp_path / "en"), queries_from=other)
+
+
+def test_queries_from_a_folder_without_queries_is_refused_naming_it(tmp_path):
+    root = write_dataset(tmp_path / "en")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match=r"queries folder .*empty has no queries\.jsonl; pass as queries_from"):
+        BeirDataset.load(root, queries_from=tmp_path / "empty")
+    with pytest.raises(DatasetError, match=r"queries folder .*nowhere is not a directory"):
+        BeirDataset.load(root, queries_from=tmp_path / "nowhere")
+
+
+def test_queries_from_still_checks_the_corpus_folders_qrels(tmp_path):
+    root = write_dataset(tmp_path / "en", qrels=_replace(QRELS, 2, "q1\tbees_c7\t1"))
+    with pytest.raises(DatasetError, match=r"test\.tsv:2: 'bees_c7' is not in the corpus"):
+        BeirDataset.load(root, queries_from=_queries_folder(tmp_path / "fr", FRENCH))
+
+
 # ---------------------------------------------------------------- sample dataset
 
 
@@ -613,6 +674,57 @@ def test_cli_eval_on_the_sample_dataset(tmp_path, capsys, real_model):
     # the cache is on disk: a second run embeds nothing new
     assert main(argv) == 0
     assert "Embedded 0 new chunk and query texts" in capsys.readouterr().out
+
+
+ZH_PASSAGES = {
+    "tea": "绿茶最好放在冰箱冷藏，并尽量在一年内喝完。",
+    "waste": "大骨头质地坚硬，很多城市要求把它投放到其他垃圾中。",
+    "sun": "太阳能电池板把阳光转化为电能。",
+}
+
+
+def _parallel_folders(tmp_path: Path) -> tuple:
+    """English questions (``en``) and Chinese passages with Chinese questions and qrels (``zh``)."""
+    qrels = ["query-id\tcorpus-id\tscore", "t1\ttea\t1", "w1\twaste\t1"]
+    corpus = [json.dumps({"_id": cid, "text": text}, ensure_ascii=False) for cid, text in ZH_PASSAGES.items()]
+    chinese = [json.dumps({"_id": "t1", "text": "绿茶应该放在哪里？"}, ensure_ascii=False),
+               json.dumps({"_id": "w1", "text": "大骨头扔进哪个垃圾桶？"}, ensure_ascii=False)]
+    zh = write_dataset(tmp_path / "zh", corpus=corpus, queries=chinese, qrels=qrels, doc_qrels=None)
+    en = _queries_folder(tmp_path / "en", {"t1": "Where should I keep green tea?",
+                                           "w1": "Which bin do big bones go in?"})
+    return en, zh
+
+
+@pytest.mark.integration
+def test_cli_eval_english_questions_over_chinese_passages(tmp_path, capsys):
+    from llama_index_ext_recursive.cli import main
+
+    en, zh = _parallel_folders(tmp_path)
+    out = tmp_path / "out.json"
+    assert main(["eval", "--data", str(zh), "--queries-from", str(en), "--retrievers", "vector",
+                 "--embed-model", "multilingual", "--cache", str(tmp_path / "c.sqlite"), "--out", str(out)]) == 0
+    assert "en->zh: 3 chunks, 2 queries" in capsys.readouterr().out
+    figures = json.loads(out.read_text(encoding="utf-8"))
+    assert figures["dataset"] == "en->zh" and figures["queries"] == 2
+    per_query = figures["retrievers"]["vector"]["per_query"]
+    # each English question ranks its Chinese passage first
+    assert {qid: m["Success@1"] for qid, m in per_query.items()} == {"t1": 1.0, "w1": 1.0}
+
+
+def test_cli_eval_queries_from_an_unaligned_folder_fails_before_embedding(tmp_path, capsys):
+    from llama_index_ext_recursive.cli import main
+
+    _, zh = _parallel_folders(tmp_path)
+    other = _queries_folder(tmp_path / "other", {"x1": "Where should I keep green tea?"})
+    cache = tmp_path / "c.sqlite"
+    argv = ["eval", "--data", str(zh), "--retrievers", "vector", "--cache", str(cache)]
+    assert main(argv + ["--queries-from", str(other)]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"error: none of the 2 query ids judged in .*test\.tsv \(e\.g\. 't1'\) is in "
+                        r".*other.*queries\.jsonl \(e\.g\. 'x1'\): the folders are not parallel; .*\n", err)
+    assert main(argv + ["--queries-from", str(tmp_path / "nowhere")]) == 1
+    assert re.fullmatch(r"error: the queries folder .*nowhere is not a directory; .*\n", capsys.readouterr().err)
+    assert not cache.exists()  # refused before the model or the cache was touched
 
 
 def test_cli_eval_unknown_retriever_lists_known_names(tmp_path, capsys):

@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("eval", help="compare retrievers on a BEIR-layout dataset")
     evaluate.add_argument("--data", required=True, help="dataset directory (BEIR layout)")
     evaluate.add_argument(
+        "--queries-from", metavar="DIR",
+        help="take the query texts from this BEIR folder, matched by query id (e.g. the same "
+             "questions in another language); corpus and qrels stay those of --data",
+    )
+    evaluate.add_argument(
         "--retrievers", default="upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive",
         help="comma-separated names from the harness registry",
     )

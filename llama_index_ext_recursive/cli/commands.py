@@ -151,7 +151,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if cache.is_dir():
         raise CliError(f"--cache {cache} is a directory; pass a file such as {cache / 'embeddings.sqlite'}")
     check_creatable("--cache", cache)
-    dataset = BeirDataset.load(args.data, split=args.split, max_queries=max_queries)
+    dataset = BeirDataset.load(
+        args.data, split=args.split, max_queries=max_queries, queries_from=args.queries_from
+    )
     print(
         f"{dataset.name}: {len(dataset.corpus)} chunks, {len(dataset.queries)} queries"
         + (f" (capped at {max_queries})" if max_queries else "")

@@ -4,12 +4,14 @@
 parent document), ``queries.jsonl`` (``_id``, ``text``), ``qrels/<split>.tsv``
 (header, then ``query-id  corpus-id  score``); hierarchical sets also have
 ``documents.jsonl`` and ``qrels/<split>.doc-level.tsv``. Every malformed line
-raises :class:`DatasetError` naming the file and line.
+raises :class:`DatasetError` naming the file and line. The queries may come from
+another folder whose query ids align (cross-lingual evaluation on a parallel set).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,8 @@ from llama_index.core.schema import TextNode
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.validation import check_count
+
+logger = logging.getLogger(__name__)
 
 Qrels = Dict[str, Dict[str, int]]
 
@@ -45,7 +49,11 @@ class BeirDataset:
 
     @classmethod
     def load(
-        cls, path: Union[str, Path], split: str = "test", max_queries: Optional[int] = None
+        cls,
+        path: Union[str, Path],
+        split: str = "test",
+        max_queries: Optional[int] = None,
+        queries_from: Union[str, Path, None] = None,
     ) -> "BeirDataset":
         """Load and validate a dataset directory.
 
@@ -54,27 +62,41 @@ class BeirDataset:
         judgements from outside the dataset; ``max_queries`` is a count, so
         ``-1`` is refused instead of silently dropping the last query.
 
+        ``queries_from`` evaluates one folder's questions against another's
+        corpus, e.g. English questions over Chinese passages in a parallel set
+        such as XQuAD, whose question ids are the same in every language. The
+        judgements stay those of ``path``; only the query texts come from the
+        other folder, matched by id. Judged ids the other folder lacks are
+        dropped with a warning giving their count (a partial translation still
+        evaluates); if none match, the folders are not parallel and loading is
+        refused. The name then says both folders: ``<queries>-><corpus>``.
+
         Args:
-            path: the dataset directory.
+            path: the dataset directory (corpus, qrels and document-level qrels).
             split: qrels file to use (``qrels/<split>.tsv``), e.g. ``"test"`` or ``"dev"``.
             max_queries: keep the first N judged queries (in ``queries.jsonl``
                 order); ``None`` keeps them all.
+            queries_from: a BEIR directory whose ``queries.jsonl`` supplies the
+                query texts instead of ``path``'s (``path`` then needs no
+                ``queries.jsonl``).
 
         Raises:
             ValueError: ``split`` is not a plain name, or ``max_queries`` is not
                 a positive integer (``TypeError`` for bools, floats, strings).
-            DatasetError: a file is missing or malformed (named with its line).
+            DatasetError: a file is missing or malformed (named with its line),
+                or no judged query id of ``path`` is in ``queries_from``.
         """
         check_split(split)
         check_count("max_queries", max_queries, allow_none=True)
         root = Path(path)
         if not root.is_dir():
             raise DatasetError(f"{root} is not a directory with corpus.jsonl, queries.jsonl and qrels/")
-        if not (root / "qrels" / f"{split}.tsv").is_file():
+        qrels_path = root / "qrels" / f"{split}.tsv"
+        if not qrels_path.is_file():
             raise DatasetError(
-                f"{root / 'qrels' / f'{split}.tsv'} is missing; splits in {root / 'qrels'}: "
-                f"{available_splits(root) or 'none'}"
+                f"{qrels_path} is missing; splits in {root / 'qrels'}: {available_splits(root) or 'none'}"
             )
+        source = root if queries_from is None else _queries_folder(Path(queries_from), qrels_path)
         corpus: Dict[str, Dict[str, Any]] = {}
         for where, row in _jsonl(root / "corpus.jsonl"):
             cid = _required_str(row, "_id", where)
@@ -89,12 +111,16 @@ class BeirDataset:
                 "metadata": metadata,
             }
         all_queries: Dict[str, str] = {}
-        for where, row in _jsonl(root / "queries.jsonl"):
+        for where, row in _jsonl(source / "queries.jsonl"):
             qid = _required_str(row, "_id", where)
             if qid in all_queries:
                 raise DatasetError(f"{where}: duplicate query _id {qid!r}")
             all_queries[qid] = _required_str(row, "text", where)
-        qrels = _qrels(root / "qrels" / f"{split}.tsv", all_queries, corpus)
+        # a folder's own qrels must name its own queries; another folder's may lack some
+        own_queries = all_queries if queries_from is None else None
+        qrels = _qrels(qrels_path, own_queries, corpus)
+        if queries_from is not None:
+            _check_aligned(qrels, all_queries, qrels_path, source / "queries.jsonl")
         order = [qid for qid in all_queries if qid in qrels]
         if max_queries is not None:
             order = order[:max_queries]
@@ -102,10 +128,10 @@ class BeirDataset:
         doc_path = root / "qrels" / f"{split}.doc-level.tsv"
         doc_qrels = None
         if doc_path.exists():
-            doc_qrels = _qrels(doc_path, all_queries, None, known_docs=set(doc_of.values()))
+            doc_qrels = _qrels(doc_path, own_queries, None, known_docs=set(doc_of.values()))
             doc_qrels = {q: doc_qrels.get(q, {}) for q in order}
         return cls(
-            name=root.name,
+            name=root.name if queries_from is None else f"{source.name}->{root.name}",
             corpus=corpus,
             queries={qid: all_queries[qid] for qid in order},
             qrels={qid: qrels[qid] for qid in order},
@@ -216,6 +242,35 @@ def available_splits(root: Union[str, Path]) -> List[str]:
     )
 
 
+def _queries_folder(folder: Path, qrels_path: Path) -> Path:
+    """The ``queries_from`` folder, refused unless it holds ``queries.jsonl``."""
+    if not (folder / "queries.jsonl").is_file():
+        what = "has no queries.jsonl" if folder.is_dir() else "is not a directory"
+        raise DatasetError(
+            f"the queries folder {folder} {what}; pass as queries_from (--queries-from) a BEIR "
+            f"folder whose queries.jsonl has the query ids judged in {qrels_path}, e.g. the same "
+            "set in another language"
+        )
+    return folder
+
+
+def _check_aligned(qrels: Qrels, queries: Mapping[str, str], qrels_path: Path, queries_path: Path) -> None:
+    """Refuse qrels none of whose query ids are in ``queries``; warn, with the count, if some are not."""
+    missing = [qid for qid in qrels if qid not in queries]
+    if not missing:
+        return
+    if len(missing) == len(qrels):
+        raise DatasetError(
+            f"none of the {len(qrels)} query ids judged in {qrels_path} (e.g. {missing[0]!r}) is in "
+            f"{queries_path} (e.g. {next(iter(queries), None)!r}): the folders are not parallel; pass "
+            "a queries folder with the same query ids, or write one whose ids are mapped to these"
+        )
+    logger.warning(
+        "%d of %d query ids judged in %s are not in %s (e.g. %r): evaluating the other %d",
+        len(missing), len(qrels), qrels_path, queries_path, missing[0], len(qrels) - len(missing),
+    )
+
+
 def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:
     if not path.is_file():
         raise DatasetError(f"{path} is missing")
@@ -242,7 +297,7 @@ def _required_str(row: Mapping[str, Any], key: str, where: str, allow_empty: boo
 
 def _qrels(
     path: Path,
-    queries: Mapping[str, str],
+    queries: Optional[Mapping[str, str]],
     corpus: Optional[Mapping[str, Any]],
     known_docs: Optional[set] = None,
 ) -> Qrels:
@@ -264,7 +319,7 @@ def _qrels(
                 relevance = int(score)
             except ValueError as exc:
                 raise DatasetError(f"{where}: relevance {score!r} is not an integer") from exc
-            if qid not in queries:
+            if queries is not None and qid not in queries:
                 raise DatasetError(f"{where}: query {qid!r} is not in queries.jsonl")
             known = corpus if corpus is not None else known_docs
             if known is not None and cid not in known:
