@@ -130,11 +130,18 @@ def main() -> None:
     parser.add_argument("--cache", default=".cache/embeddings.sqlite")
     parser.add_argument("--out")
     parser.add_argument("--list-dense", default="summary_text,centroid")
+    parser.add_argument("--embed-model", choices=["default", "multilingual"], default="default",
+                        help="multilingual: the bundled multilingual-e5-small (extra [multilingual])")
     parser.add_argument("--no-embed-title", action="store_true",
                         help="exclude the title from chunk embeddings (the issue's convention)")
     args = parser.parse_args()
     dataset = BeirDataset.load(args.data, max_queries=args.max_queries)
-    model = CachedEmbedding(resolve_embed_model(None), args.cache)
+    if args.embed_model == "multilingual":
+        from llama_index_ext_recursive.models import bundled_multilingual_model
+
+        model = CachedEmbedding(bundled_multilingual_model(), args.cache)
+    else:
+        model = CachedEmbedding(resolve_embed_model(None), args.cache)
     nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
     if args.no_embed_title:
         for n in nodes:
@@ -144,7 +151,7 @@ def main() -> None:
     texts = [dataset.queries[q] for q in qids]
     started = time.perf_counter()
     E = np.asarray(model.get_text_embedding_batch([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]))
-    Q = np.asarray([model.get_query_embedding(t) for t in texts])
+    Q = np.asarray(model._get_query_embeddings(texts))  # one batch (the multilingual model is slow alone)
     doc_ids = sorted({n.metadata["doc_id"] for n in nodes})
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     owner = np.array([doc_index[n.metadata["doc_id"]] for n in nodes])
