@@ -3,6 +3,7 @@
 from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 from llama_index_ext_recursive.recursive.build import DocumentRecord
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.models import bundled_embed_model, resolve_embed_model
 from llama_index_ext_recursive.multilingual import MultilingualE5Embedding
 from llama_index_ext_recursive.filters import (
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackfillVectorRetriever",
+    "CachedEmbedding",
     "StaleIdError",
     "StalePolicy",
     "UnknownFilterPolicy",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from llama_index.core import VectorStoreIndex
@@ -30,6 +31,7 @@ from llama_index.core.schema import BaseNode, Document, IndexNode, MetadataMode,
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached
 from llama_index_ext_recursive.filters import FilterVocabulary
 from llama_index_ext_recursive.models import choose_embed_model, resolve_embed_model
 from llama_index_ext_recursive.recursive.build import (
@@ -136,7 +138,9 @@ class SummaryIndex:
     ) -> "SummaryIndex":
         """Chunk (``node_parser=`` or ``transformations=``; else an explicitly
         set ``Settings.transformations``/``node_parser``/``chunk_size``; else
-        :func:`default_node_parser`), summarize and index ``documents``."""
+        :func:`default_node_parser`), summarize and index ``documents``.
+        Other keywords (``embed_model``, ``embedding_cache``, ...) are
+        :meth:`from_nodes`'s."""
         steps = resolve_transformations(node_parser, transformations)
         documents = list(documents)
         progress = auto_progress(show_progress, len(documents))
@@ -159,24 +163,36 @@ class SummaryIndex:
         chunk_vector_store: Optional[BasePydanticVectorStore] = None,
         summary_vector_store: Optional[BasePydanticVectorStore] = None,
         transformations: Optional[Sequence[TransformComponent]] = None,
+        embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
     ) -> "SummaryIndex":
         """Index pre-chunked ``nodes`` grouped by document (see ``doc_id_key``);
-        nodes that carry embeddings are not embedded again."""
+        nodes that carry embeddings are not embedded again.
+
+        ``embedding_cache``: a SQLite file (e.g. :func:`~llama_index_ext_recursive.embedding_cache.default_cache_path`)
+        or a :class:`~llama_index_ext_recursive.embedding_cache.CachedEmbedding`
+        of the chosen model, so that texts embedded before (by this model, in
+        any index or build) are not embedded again, here and in
+        :meth:`add_documents`/:meth:`add_nodes`. A cache created from a path
+        does not keep queries. The index records the inner model's name, and
+        a persisted index loads back with the plain model.
+        """
         nodes = list(nodes)
         if not nodes:
             raise ValueError("no nodes to index: pass at least one node or document")
         groups = group_nodes(nodes, doc_id_key)
         progress = auto_progress(show_progress, len(groups))
-        cache = summary_cache if summary_cache is not None else SummaryCache()
-        summarizer = summarizer or ExtractiveSummarizer()
-        built = build_documents(groups, doc_id_key, summarizer, cache, progress)
         # a corpus none of whose chunks is embedded yet chooses the bundled model by its scripts
         unembedded = all(node.embedding is None for node in nodes)
         choice = choose_embed_model(
             embed_model,
             texts=[node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes] if unembedded else None,
         )
-        model = choice.model
+        # wrapped before summarizing, so a cache path that is not a cache fails before any work;
+        # the index keeps the wrapper, so updates and their summaries use the cache too
+        model = as_cached(choice.model, embedding_cache)
+        cache = summary_cache if summary_cache is not None else SummaryCache()
+        summarizer = summarizer or ExtractiveSummarizer()
+        built = build_documents(groups, doc_id_key, summarizer, cache, progress)
         dim = attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
         embed_summaries(built, model, dim)
         return cls(
