@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,6 +32,12 @@ class _Untouchable:
     @classmethod
     def from_persist_dir(cls, *args, **kwargs):
         raise AssertionError("the index was loaded although the arguments were bad")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_home(tmp_path, monkeypatch):
+    """Builds cache embeddings under $XDG_CACHE_HOME: never the real home's cache in tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
 
 
 @pytest.fixture
@@ -116,6 +123,8 @@ def test_build_into_a_folder_that_is_missing_or_empty_is_fine_so_far(tmp_path, m
     built = []
 
     class Recorder:
+        index = SimpleNamespace(embedding_choice={"name": "m", "source": "argument", "reason": "r"}, embed_model=None)
+
         @classmethod
         def from_documents(cls, documents, **kwargs):
             built.append([d.doc_id for d in documents])
@@ -426,7 +435,8 @@ def index(tmp_path_factory, real_model):
     (docs / "more.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
     Settings.embed_model = real_model
     try:
-        assert main(["build", str(docs), "--persist", str(root / "idx")]) == 0
+        assert main(["build", str(docs), "--persist", str(root / "idx"),
+                     "--embedding-cache", str(root / "embeddings.sqlite")]) == 0
     finally:
         Settings._embed_model = None
     return root
@@ -455,6 +465,75 @@ def test_build_prints_the_skipped_counts(tmp_path, capsys, real_model):
     (docs / "wasps.md").write_text("Wasps hunt other insects.", encoding="utf-8")
     assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 0
     assert "Reused 1 cached summaries" in capsys.readouterr().out
+
+
+def _embedded(out: str):
+    """(embedded, taken from the cache) as the build prints them."""
+    line = next(line for line in out.splitlines() if line.startswith("Embedded "))
+    words = line.split()
+    return int(words[1]), int(words[3])
+
+
+def test_a_rebuild_of_an_unchanged_folder_embeds_nothing_and_says_which_model_and_why(
+        tmp_path, capsys, real_model):
+    docs = _corpus(tmp_path)
+    (docs / "wasps.md").write_text("Wasps hunt other insects and feed them to their larvae.", encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "first")]) == 0
+    out = capsys.readouterr().out
+    assert ("Embedding model: all-MiniLM-L6-v2 (corpus: 0% of the corpus's texts are "
+            "Chinese/Japanese/Korean (below 10%): the fast English model)") in out
+    embedded, reused = _embedded(out)
+    assert embedded >= 4 and reused == 0  # 2 chunks and 2 summaries at least
+    assert str(tmp_path / "xdg" / "llama-index-ext-recursive" / "embeddings.sqlite") in out
+    for target in ("second", "first"):  # a new folder, then over the earlier index
+        assert main(["build", str(docs), "--persist", str(tmp_path / target)]) == 0
+        assert _embedded(capsys.readouterr().out) == (0, embedded)
+    # a changed document embeds its own texts only
+    (docs / "wasps.md").write_text("Wasps hunt spiders.", encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "first")]) == 0
+    changed, unchanged = _embedded(capsys.readouterr().out)
+    assert 0 < changed < embedded and unchanged > 0
+
+
+def test_adding_a_document_embedded_once_embeds_nothing_new(tmp_path, capsys, real_model):
+    from llama_index_ext_recursive import CachedEmbedding, RecursiveSummaryRetriever
+
+    bees = _corpus(tmp_path)
+    wasps = tmp_path / "wasps"
+    wasps.mkdir()
+    (wasps / "wasps.md").write_text("Wasps hunt other insects.", encoding="utf-8")
+    cache_path = tmp_path / "cache.sqlite"
+    for folder in (bees, wasps):
+        assert main(["build", str(folder), "--persist", str(tmp_path / f"idx-{folder.name}"),
+                     "--embedding-cache", str(cache_path)]) == 0
+    capsys.readouterr()
+    model = CachedEmbedding(real_model, cache_path, cache_queries=False)
+    retriever = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx-wasps", embed_model=model)
+    before = len(model)
+    assert retriever.index.add_documents(read_documents(bees, "doc_id").documents) == ["bees.md"]
+    assert model.computed == 0 and model.reused >= 2 and len(model) == before
+    assert "queen bee" in retriever.retrieve("who lays the eggs?")[0].node.get_content()
+
+
+def test_no_embedding_cache_writes_no_cache(tmp_path, capsys, real_model):
+    docs = _corpus(tmp_path)
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx"), "--no-embedding-cache"]) == 0
+    assert "Embedding cache: off (every text embedded)" in capsys.readouterr().out
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_a_cache_path_that_is_not_a_cache_is_refused_before_any_work(tmp_path, capsys, untouchable):
+    docs = _corpus(tmp_path)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("years of work", encoding="utf-8")
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx"), "--embedding-cache", str(notes)]) == 1
+    assert f"embedding cache {notes} exists and is not a SQLite database" in _error(capsys)
+    assert notes.read_text(encoding="utf-8") == "years of work"
+    assert main(["build", str(docs), "--persist", str(tmp_path / "idx"), "--embedding-cache", str(tmp_path)]) == 1
+    assert "is a folder; pass a file such as" in _error(capsys)
+    with pytest.raises(SystemExit):
+        main(["build", str(docs), "--persist", str(tmp_path / "idx"), "--embedding-cache", "x", "--no-embedding-cache"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flt, expected", [

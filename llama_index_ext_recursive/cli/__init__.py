@@ -39,6 +39,10 @@ Files that are not UTF-8 are skipped with a warning naming them (convert them,
 e.g. with iconv); empty or whitespace-only documents are skipped and counted.
 --persist must be a new or empty folder, or an index written by this command
 (its summaries are then reused): anything else is refused, never overwritten.
+Embeddings are cached (see --embedding-cache), so rebuilding an unchanged
+folder embeds no chunk or summary again (fusion calibration still embeds its
+pseudo-queries); the build prints the embedding model, why it was chosen, and
+how many texts were embedded or taken from the cache.
 """
 
 QUERY_HELP = """\
@@ -65,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--persist", required=True,
                        help="new or empty folder (or an earlier index) to write the index to")
     build.add_argument("--doc-id-key", default="doc_id")
+    caching = build.add_mutually_exclusive_group()
+    caching.add_argument(
+        "--embedding-cache", metavar="PATH",
+        help="SQLite file of embeddings by model and text hash, so an unchanged text is never "
+             "embedded twice (default: $XDG_CACHE_HOME or ~/.cache, then "
+             "llama-index-ext-recursive/embeddings.sqlite); queries are not kept",
+    )
+    caching.add_argument("--no-embedding-cache", action="store_true", help="embed every text")
     build.set_defaults(func=cmd_build)
     query = sub.add_parser("query", help="query a persisted index", description=QUERY_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -20,6 +20,7 @@ from llama_index_ext_recursive.cli.checks import (
 )
 from llama_index_ext_recursive.cli.documents import check_directory, read_documents
 from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding, check_cache_path, default_cache_path
 from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.recursive.persist import load_summary_cache
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
@@ -67,20 +68,47 @@ def cmd_demo(args: argparse.Namespace) -> None:
     _print_results(question, retriever.retrieve(FilteredQueryBundle(question, filters=filters)))
 
 
+def _embedding_cache(args: argparse.Namespace) -> Optional[Path]:
+    """The cache file of ``build`` (``None``: off), checked before any work."""
+    if args.no_embedding_cache:
+        return None
+    if args.embedding_cache is None:
+        path = default_cache_path()
+    else:
+        path = Path(args.embedding_cache).expanduser()
+        check_creatable("--embedding-cache", path)
+    check_cache_path(path)
+    return path
+
+
+def _print_embedding(retriever: RecursiveSummaryRetriever, cache_path: Optional[Path]) -> None:
+    choice = retriever.index.embedding_choice
+    print(f"Embedding model: {choice['name']} ({choice['source']}: {choice['reason']})")
+    model = retriever.index.embed_model
+    if not isinstance(model, CachedEmbedding):
+        print("Embedding cache: off (every text embedded)")
+        return
+    where = model.path if model.path is not None else f"none: {cache_path} failed, see the warning above"
+    print(f"Embedded {model.computed} texts, {model.reused} taken from the cache ({where})")
+
+
 def cmd_build(args: argparse.Namespace) -> None:
     directory, target = Path(args.directory), Path(args.persist)
     if not args.doc_id_key.strip():
         raise CliError("--doc-id-key is empty; pass a metadata key such as doc_id")
     check_directory(directory)
     check_build_target(target, directory)
+    cache_path = _embedding_cache(args)
     corpus = read_documents(directory, args.doc_id_key)
     started = time.perf_counter()
     # rebuilding over an earlier index reuses its summaries of unchanged documents
     cache = load_summary_cache(target)
     retriever = RecursiveSummaryRetriever.from_documents(
-        corpus.documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache
+        corpus.documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache,
+        embedding_cache=cache_path,
     )
     retriever.persist(target)
+    _print_embedding(retriever, cache_path)
     if cache.hits:
         print(f"Reused {cache.hits} cached summaries")
     skipped = [f"{len(v)} {what}" for v, what in ((corpus.empty, "empty"), (corpus.undecodable, "not UTF-8")) if v]
