@@ -338,8 +338,9 @@ def as_cached(model: BaseEmbedding, cache: Union[str, Path, CachedEmbedding, Non
     ``CachedEmbedding`` is used as given (it must wrap a model of ``model``'s
     name); ``None`` keeps ``model``.
 
+    ``cache`` is checked first (:func:`check_embedding_cache`).
+
     Raises:
-        TypeError: ``cache`` is neither a path nor a ``CachedEmbedding``.
         ValueError: the cache wraps another model, or ``model`` is already cached.
     """
     if cache is None:
@@ -356,8 +357,21 @@ def as_cached(model: BaseEmbedding, cache: Union[str, Path, CachedEmbedding, Non
             "embed_model= is already a CachedEmbedding and embedding_cache= names another cache; "
             "pass one of them"
         )
+    return CachedEmbedding(model, cache, cache_queries=False)
+
+
+def check_embedding_cache(cache: Union[str, Path, CachedEmbedding, None]) -> None:
+    """The builders' ``embedding_cache=`` checked before any work: a path
+    (:func:`check_cache_path`), a :class:`CachedEmbedding` or ``None``.
+
+    Raises:
+        TypeError: anything else.
+        EmbeddingCacheError: the path exists and is not an embedding cache.
+    """
+    if cache is None or isinstance(cache, CachedEmbedding):
+        return
     if not isinstance(cache, (str, os.PathLike)):
         raise TypeError(
             f"embedding_cache must be a file path or a CachedEmbedding, got {type(cache).__name__}"
         )
-    return CachedEmbedding(model, cache, cache_queries=False)
+    check_cache_path(cache)

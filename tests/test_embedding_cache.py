@@ -215,8 +215,14 @@ def test_builds_wrap_the_chosen_model_once_and_updates_reuse_the_cache(tmp_path,
     assert again.add_documents([wasps]) == ["wasps"] and again.embed_model.computed == 0
     with pytest.raises(ValueError, match="wraps 'other' but the index is embedded with 'lexical-test'"):
         SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=CachedEmbedding(_model("other")))
+    calls = lexical.calls
     with pytest.raises(TypeError, match="embedding_cache must be a file path or a CachedEmbedding"):
         SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=3)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("years of work", encoding="utf-8")
+    with pytest.raises(EmbeddingCacheError, match="is not a SQLite database"):
+        SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=notes)
+    assert lexical.calls == calls and notes.read_text(encoding="utf-8") == "years of work"
 
 
 def test_a_persisted_index_records_the_inner_model_and_loads_back_without_the_cache(tmp_path, lexical):

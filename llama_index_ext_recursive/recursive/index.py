@@ -31,7 +31,7 @@ from llama_index.core.schema import BaseNode, Document, IndexNode, MetadataMode,
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.filters import FilterVocabulary
 from llama_index_ext_recursive.models import choose_embed_model, resolve_embed_model
 from llama_index_ext_recursive.recursive.build import (
@@ -181,18 +181,18 @@ class SummaryIndex:
             raise ValueError("no nodes to index: pass at least one node or document")
         groups = group_nodes(nodes, doc_id_key)
         progress = auto_progress(show_progress, len(groups))
+        check_embedding_cache(embedding_cache)  # a file that is not a cache fails before any work
+        cache = summary_cache if summary_cache is not None else SummaryCache()
+        summarizer = summarizer or ExtractiveSummarizer()
+        built = build_documents(groups, doc_id_key, summarizer, cache, progress)
         # a corpus none of whose chunks is embedded yet chooses the bundled model by its scripts
         unembedded = all(node.embedding is None for node in nodes)
         choice = choose_embed_model(
             embed_model,
             texts=[node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes] if unembedded else None,
         )
-        # wrapped before summarizing, so a cache path that is not a cache fails before any work;
         # the index keeps the wrapper, so updates and their summaries use the cache too
         model = as_cached(choice.model, embedding_cache)
-        cache = summary_cache if summary_cache is not None else SummaryCache()
-        summarizer = summarizer or ExtractiveSummarizer()
-        built = build_documents(groups, doc_id_key, summarizer, cache, progress)
         dim = attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
         embed_summaries(built, model, dim)
         return cls(
