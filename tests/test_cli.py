@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -479,7 +480,9 @@ def test_a_rebuild_of_an_unchanged_folder_embeds_nothing_and_says_which_model_an
     docs = _corpus(tmp_path)
     (docs / "wasps.md").write_text("Wasps hunt other insects and feed them to their larvae.", encoding="utf-8")
     assert main(["build", str(docs), "--persist", str(tmp_path / "first")]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # the embedding step shows a bar with an estimate of the time left ([elapsed<left, rate])
+    assert re.search(r"Generating embeddings: +\d+%.*\[\d\d:\d\d<\d\d:\d\d", err), err
     assert ("Embedding model: all-MiniLM-L6-v2 (corpus: 0% of the corpus's texts are "
             "Chinese/Japanese/Korean (below 10%): the fast English model)") in out
     embedded, reused = _embedded(out)
