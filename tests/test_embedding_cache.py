@@ -83,7 +83,7 @@ def test_roles_and_model_names_are_kept_apart(tmp_path):
     assert other.texts == ["bees"]  # another model's entry is not this one's
 
 
-def test_queries_are_not_cached_unless_asked_and_builds_never_cache_them(tmp_path, lexical):
+def test_cache_queries_false_passes_queries_through_and_builds_never_cache_them(tmp_path, lexical):
     model = _model()
     cache = CachedEmbedding(model, tmp_path / "c.sqlite", cache_queries=False)
     expected = list(-np.asarray(model._vector("secret question")))
