@@ -45,7 +45,7 @@ from llama_index_ext_recursive.retrievers.calibrate import (
 )
 from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.eval import BeirDataset
-from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.runner import evaluate_retriever
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 

@@ -50,7 +50,7 @@ def main() -> None:
     models = {"all-MiniLM-L6-v2": bundled_embed_model(), "multilingual-e5-small-q4": MultilingualE5Embedding()}
     for model in models.values():
         model.get_text_embedding_batch(["warm-up text"] * 4)
-    print(f"| set | mean chars | model | passages/s | query ms (median of 20) |")
+    print("| set | mean chars | model | passages/s | query ms (median of 20) |")
     print("|---|---:|---|---:|---:|")
     for set_name, batch in sets.items():
         chars = statistics.mean(len(t) for t in batch)

@@ -25,7 +25,7 @@ from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 from llama_index_ext_recursive.models import resolve_embed_model
-from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 
 K = 10

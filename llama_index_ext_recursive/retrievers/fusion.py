@@ -76,6 +76,7 @@ from llama_index_ext_recursive.filters import (
     to_filters,
 )
 from llama_index_ext_recursive.models import resolve_llm
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, FilteredQueryBundle, resolve_call
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
 from llama_index_ext_recursive.retrievers.calibrate import DEFAULT_CALIBRATION_SAMPLES, calibrate_children
@@ -544,11 +545,14 @@ class HybridFusionRetriever(QueryFusionRetriever):
         child_top_k: Optional[int] = None,
         show_progress: bool = False,
         calibrate: bool = True,
+        embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
         **kwargs: Any,
     ) -> "HybridFusionRetriever":
         """A vector (``NumpyVectorStore``) + BM25 hybrid over ``nodes``.
 
-        Nodes that carry embeddings are not embedded again. Each child returns
+        Nodes that carry embeddings are not embedded again, nor are texts
+        ``embedding_cache`` (a SQLite path or a :class:`CachedEmbedding`)
+        holds for the model. Each child returns
         ``child_top_k`` hits (default ``similarity_top_k``). ``mode`` defaults
         to ``relative_score`` here (``HYBRID_MODE``: both children's scores
         are known to be well-behaved similarities). With ``calibrate``
@@ -572,6 +576,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
             nodes,
             embed_model,
             show_progress=show_progress,
+            embedding_cache=embedding_cache,
             similarity_top_k=similarity_top_k,
             child_top_k=child_top_k,
             calibrate=calibrate,

@@ -12,7 +12,8 @@ checks filters are decided once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -20,6 +21,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import BaseNode
 
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.filters import FilterVocabulary, UnknownFilterPolicy
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
@@ -115,6 +117,7 @@ def hybrid_from_nodes(
     embed_model: Optional[BaseEmbedding] = None,
     *,
     show_progress: bool = False,
+    embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
     **options: Any,
 ) -> "HybridFusionRetriever":
     """:func:`hybrid_retriever` over a new :func:`~llama_index_ext_recursive.stores.numpy_store.vector_index`
@@ -124,7 +127,7 @@ def hybrid_from_nodes(
     if not nodes:
         raise ValueError("from_nodes needs at least one node")
     refuse_duplicate_ids(nodes)
-    index = vector_index(nodes, embed_model, show_progress=show_progress)
+    index = vector_index(nodes, embed_model, show_progress=show_progress, embedding_cache=embedding_cache)
     check_node_embeddings(index, embed_model_name(index._embed_model))
     return hybrid_retriever(index, nodes, **options)
 

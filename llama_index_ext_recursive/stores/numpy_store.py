@@ -49,7 +49,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import fsspec
 import numpy as np
@@ -73,6 +73,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.models import resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, write_file_atomically
 from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number, operator_fn
@@ -596,6 +597,7 @@ def vector_index(
     docstore: Optional[BaseDocumentStore] = None,
     show_progress: bool = False,
     store_nodes_override: bool = False,
+    embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
 ) -> VectorStoreIndex:
     """A ``VectorStoreIndex`` over ``nodes`` in a new :class:`NumpyVectorStore`.
 
@@ -614,7 +616,11 @@ def vector_index(
         show_progress: a progress bar while embedding.
         store_nodes_override: keep every node in the docstore even when the
             store keeps text (as upstream's argument).
+        embedding_cache: a SQLite path or a
+            :class:`~llama_index_ext_recursive.embedding_cache.CachedEmbedding`:
+            texts it holds for the model are not embedded again.
     """
+    check_embedding_cache(embedding_cache)
     nodes = list(nodes)
     storage = StorageContext.from_defaults(
         vector_store=vector_store if vector_store is not None else NumpyVectorStore(),
@@ -625,7 +631,7 @@ def vector_index(
     return VectorStoreIndex(
         nodes,
         storage_context=storage,
-        embed_model=resolve_embed_model(embed_model, texts=texts),
+        embed_model=as_cached(resolve_embed_model(embed_model, texts=texts), embedding_cache),
         show_progress=show_progress,
         store_nodes_override=store_nodes_override,
     )
