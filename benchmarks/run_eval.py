@@ -60,6 +60,14 @@ DATASETS: Dict[str, Optional[int]] = {
     "llamaindex_blockchain_solana": None,
     "legalbench_contractnli": None,  # 95 NDAs, 2209 chunks, 977 queries that name their contract
 }
+# cross-lingual runs (issue 14): name -> (corpus folder, queries folder, extra CLI arguments).
+# XQuAD's ids align across languages. The Chinese paragraphs carry their English SQuAD titles,
+# so titles are kept out of the embedded and BM25-indexed text; an English corpus asked in
+# Chinese needs the multilingual model named (the automatic choice reads the corpus only).
+CROSS_LINGUAL: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
+    "xquad_en-to-zh": ("xquad_zh", "xquad_en", ("--no-embed-title",)),
+    "xquad_zh-to-en": ("xquad_en", "xquad_zh", ("--no-embed-title", "--embed-model", "multilingual")),
+}
 
 
 def mem_gib() -> float:
@@ -157,9 +165,11 @@ def parse_time_v(stderr: str) -> Dict[str, object]:
 def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) -> Dict[str, object]:
     out = Path(args.out_dir)
     rel = lambda p: os.path.relpath(p, REPO)  # noqa: E731
+    folder, queries_from, extra = CROSS_LINGUAL.get(dataset, (dataset, None, ()))
     cli = [
         rel(REPO / ".venv" / "bin" / "llama-recursive"), "eval",
-        "--data", str(Path(args.data_root) / dataset),
+        "--data", str(Path(args.data_root) / folder),
+        *(["--queries-from", str(Path(args.data_root) / queries_from)] if queries_from else []),
         "--retrievers", args.retrievers,
         "--cache", rel(Path(args.cache)),
         "--out", rel(out / f"{dataset}.json"),
@@ -167,8 +177,9 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
     ]
     if max_queries is not None:
         cli += ["--max-queries", str(max_queries)]
-    if args.no_embed_title:
+    if args.no_embed_title and "--no-embed-title" not in extra:
         cli += ["--no-embed-title"]
+    cli += list(extra)
     command = ["/usr/bin/time", "-v", *cli]
     shown = " ".join(shlex.quote(c) for c in command) + f" > {rel(out / (dataset + '.md'))}"
     print(f"[run_eval] {shown}", file=sys.stderr, flush=True)
@@ -248,7 +259,8 @@ def write_commands(out: Path) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated; default: all")
+    p.add_argument("--datasets", default=",".join([*DATASETS, *CROSS_LINGUAL]),
+                   help="comma-separated; default: all, the cross-lingual runs included")
     p.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
     p.add_argument("--retrievers", default=RETRIEVERS)
     p.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
@@ -260,15 +272,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     chosen = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    unknown = [d for d in chosen if d not in DATASETS]
+    unknown = [d for d in chosen if d not in DATASETS and d not in CROSS_LINGUAL]
     if unknown:
-        p.error(f"unknown dataset(s) {unknown}; known: {', '.join(DATASETS)}")
+        p.error(f"unknown dataset(s) {unknown}; known: {', '.join([*DATASETS, *CROSS_LINGUAL])}")
     if args.fresh_cache and Path(args.cache).exists():
         Path(args.cache).unlink()
         print(f"[run_eval] deleted {args.cache}", file=sys.stderr)
     failed = 0
     for dataset in chosen:
-        record = run_one(args, dataset, DATASETS[dataset])
+        record = run_one(args, dataset, DATASETS.get(dataset))
         record["machine"] = machine()
         record["invocation"] = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
         with open(out / "runs.jsonl", "a", encoding="utf-8") as handle:
