@@ -54,11 +54,15 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print("Building over the bundled sample corpus (12 documents, English and Chinese)...")
     started = time.perf_counter()
     documents = load_sample_documents()
+    cache_path = default_cache_path()
+    check_cache_path(cache_path)
+    # the build's cache, as `build` uses it: a second demo embeds nothing
     retriever = RecursiveSummaryRetriever.from_documents(
-        documents, similarity_top_k=top_k, show_progress=True
+        documents, similarity_top_k=top_k, show_progress=True, embedding_cache=cache_path
     )
     chunks = sum(len(r.chunk_ids) for r in retriever.documents.values())
     print(f"Built {len(documents)} documents, {chunks} chunks in {time.perf_counter() - started:.1f}s")
+    _print_embedding(retriever, cache_path)
     questions = load_sample_questions()
     english = [q for q in questions if not q["doc_id"].startswith("zh-")]
     chinese = [q for q in questions if q["doc_id"].startswith("zh-")]
