@@ -293,6 +293,13 @@ class CachedEmbedding(BaseEmbedding):
             return self._embed("query", queries)
         return self._cached("query", queries)
 
+    def corpus_query_embeddings(self, queries: List[str]) -> List[List[float]]:
+        """Query-role vectors of texts cut from the corpus (fusion calibration's
+        pseudo-queries), cached whatever ``cache_queries`` says: they are corpus
+        content, not a user's queries, and a rebuild of an unchanged corpus
+        asks for the same ones."""
+        return self._cached("query", list(queries))
+
     def _get_text_embedding(self, text: str) -> List[float]:
         return self._cached("text", [text])[0]
 

@@ -15,9 +15,10 @@ from typing import List
 import numpy as np
 import pytest
 from llama_index.core import Document
+from llama_index.core.schema import TextNode
 from llama_index.core.bridge.pydantic import Field
 
-from llama_index_ext_recursive import CachedEmbedding, RecursiveSummaryRetriever, SummaryIndex
+from llama_index_ext_recursive import CachedEmbedding, HybridFusionRetriever, RecursiveSummaryRetriever, SummaryIndex
 from llama_index_ext_recursive.embedding_cache import EmbeddingCacheError, check_cache_path, default_cache_path
 
 from conftest import LexicalEmbedding
@@ -228,3 +229,33 @@ def test_a_persisted_index_records_the_inner_model_and_loads_back_without_the_ca
     assert loaded.index.embed_model is lexical
     assert loaded.index.embedding_choice == built.index.embedding_choice
     assert built.index.embedding_choice["name"] == "lexical-test"
+
+
+def test_a_rebuild_embeds_nothing_not_even_calibrations_pseudo_queries(tmp_path):
+    """Chunks, summaries and the pseudo-queries that fit the fusion weights all come from the cache."""
+    path = tmp_path / "c.sqlite"
+    docs = [Document(text=f"Topic {i}: the queen bee lays eggs while workers gather nectar in spring.", doc_id=f"d{i}")
+            for i in range(12)]  # enough pseudo-queries to calibrate (MIN_CALIBRATION_SAMPLES)
+    first_model = _model()
+    RecursiveSummaryRetriever.from_documents(docs, embed_model=first_model, embedding_cache=path)
+    assert first_model.queries and first_model.texts  # calibration embedded pseudo-queries the first time
+    second_model = _model()
+    again = RecursiveSummaryRetriever.from_documents(docs, embed_model=second_model, embedding_cache=path)
+    assert second_model.queries == [] and second_model.texts == []
+    assert again.index.embed_model.computed == 0
+    # a user's query is not written to the build cache
+    again.retrieve("Which bee lays eggs?")
+    assert second_model.queries == ["Which bee lays eggs?"]
+    again.retrieve("Which bee lays eggs?")
+    assert second_model.queries == ["Which bee lays eggs?"] * 2
+
+
+def test_a_hybrid_rebuild_embeds_nothing(tmp_path):
+    path = tmp_path / "c.sqlite"
+    nodes = [TextNode(text=f"Note {i} about bees, nectar and hives in the spring.", id_=f"n{i}") for i in range(12)]
+    first = _model()
+    HybridFusionRetriever.from_nodes([n.model_copy() for n in nodes], first, embedding_cache=path)
+    assert first.queries and first.texts
+    model = _model()
+    HybridFusionRetriever.from_nodes([n.model_copy() for n in nodes], model, embedding_cache=path)
+    assert model.queries == [] and model.texts == []

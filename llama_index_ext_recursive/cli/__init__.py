@@ -40,8 +40,8 @@ e.g. with iconv); empty or whitespace-only documents are skipped and counted.
 --persist must be a new or empty folder, or an index written by this command
 (its summaries are then reused): anything else is refused, never overwritten.
 Embeddings are cached (see --embedding-cache), so rebuilding an unchanged
-folder embeds no chunk or summary again (fusion calibration still embeds its
-pseudo-queries); the build prints the embedding model, why it was chosen, and
+folder embeds nothing again (chunks, summaries and the pseudo-queries that fit
+the fusion weights); the build prints the embedding model, why it was chosen, and
 how many texts were embedded or taken from the cache.
 """
 
