@@ -99,3 +99,21 @@ def test_an_english_corpus_is_indexed_with_minilm_and_says_why():
     retriever = RecursiveSummaryRetriever.from_documents(docs, similarity_top_k=1)
     assert retriever.index.embedding_choice["name"] == DEFAULT_MODEL_NAME
     assert "0%" in retriever.index.embedding_choice["reason"]
+
+
+def test_without_the_extra_the_cli_build_of_a_chinese_folder_works_and_names_the_extra(
+    without_multilingual_extra, tmp_path, capsys, monkeypatch
+):
+    from llama_index_ext_recursive.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i, text in enumerate(CHINESE):
+        (folder / f"{i}.txt").write_text(text, encoding="utf-8")
+    assert main(["build", str(folder), "--persist", str(tmp_path / "index")]) == 0
+    out = capsys.readouterr().out
+    assert f"Embedding model: {DEFAULT_MODEL_NAME}" in out
+    assert MULTILINGUAL_EXTRA in out
+    assert main(["query", str(tmp_path / "index"), "绿茶怎么保存？", "--json"]) == 0
+    assert "绿茶" in capsys.readouterr().out  # BM25 still reads Chinese
