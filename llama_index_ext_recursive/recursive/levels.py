@@ -21,7 +21,7 @@ from llama_index_ext_recursive.recursive.evidence import document_text
 from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
 from llama_index_ext_recursive.retrievers.calibrate import calibrate_children, pseudo_queries
 from llama_index_ext_recursive.retrievers.calibration import Calibration
-from llama_index_ext_recursive.retrievers.hybrid import hybrid_retriever
+from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS, HYBRID_NAMES, hybrid_retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.text import QueryScript
 
@@ -121,7 +121,8 @@ def build_levels(owner: "RecursiveSummaryRetriever") -> Levels:
             chunk_nodes,
             embed_model=index.embed_model,
             show_progress=owner._show_progress,
-            names=["vector", "bm25"],
+            names=list(HYBRID_NAMES),
+            absent_script_weights=CROSS_SCRIPT_WEIGHTS,
         )
     summary_search = chunk_search = None
     if owner.score_mode != ScoreMode.FUSED:
@@ -177,7 +178,8 @@ def _calibrate_documents(
         pairs,
         embed_model=index.embed_model,
         show_progress=owner._show_progress,
-        names=["vector", "bm25"],
+        names=list(HYBRID_NAMES),
+        absent_script_weights=CROSS_SCRIPT_WEIGHTS,
     )
 
 

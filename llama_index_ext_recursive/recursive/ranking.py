@@ -23,7 +23,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_recursive.filters import keep_matching
 from llama_index_ext_recursive.query import Call
-from llama_index_ext_recursive.recursive.evidence import EQUAL_WEIGHTS, rank_chunks
+from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS, rank_chunks
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
@@ -61,6 +61,7 @@ class Plan:
     summary_filters: Optional[MetadataFilters]
     document_weights: Tuple[float, float] = EQUAL_WEIGHTS
     chunk_weights: Tuple[float, float] = EQUAL_WEIGHTS
+    document_weight: float = DEFAULT_DOCUMENT_WEIGHT  # fused mode: see RecursiveSummaryRetriever._document_weight
 
     @property
     def top_k(self) -> int:
@@ -295,7 +296,7 @@ class ChunkEvidenceSet:
             self.doc_of,
             self.document_scores,
             plan.chunk_weights,
-            owner.document_weight,
+            plan.document_weight,
         )
         fusion = self._fusion_parts(plan) if owner.chunk_mode == LevelMode.HYBRID else None
         out: List[NodeWithScore] = []
@@ -317,7 +318,7 @@ class ChunkEvidenceSet:
                         path=list(self.paths.get(e.node_id, (e.doc_id,))),
                         dense_score=e.dense,
                         lexical_score=e.lexical,
-                        document_weight=owner.document_weight,
+                        document_weight=plan.document_weight,
                     ),
                     fusion=fusion(e.node_id) if fusion is not None else None,
                 )

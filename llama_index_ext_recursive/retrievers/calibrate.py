@@ -421,6 +421,7 @@ def calibrate_children(
     samples_per_script: int = DEFAULT_CALIBRATION_SAMPLES,
     seed: int = 0,
     fusion: Optional[str] = None,
+    absent_script_weights: Optional[Sequence[float]] = None,
 ) -> Calibration:
     """Fit fusion weights per query script for ``children``.
 
@@ -440,6 +441,11 @@ def calibrate_children(
         samples_per_script: pseudo-queries per script when given nodes.
         seed: the pseudo-query sampling seed when given nodes.
         fusion: the fusion mode name to record.
+        absent_script_weights: the weights for a query script none of the
+            pseudo-queries is in (the corpus has no text in it, as English
+            questions over Chinese passages): nothing can be measured for it,
+            so the caller who knows its children says how to weigh them.
+            ``None``: no entry (the default weights apply).
 
     Returns:
         A :class:`Calibration`; a script with fewer than
@@ -451,6 +457,8 @@ def calibrate_children(
     if len(names) != len(children):
         raise ValueError(f"names has {len(names)} entries for {len(children)} children")
     check_real("tolerance", tolerance, low=0.0)
+    if absent_script_weights is not None:
+        absent_script_weights = check_weights("absent_script_weights", absent_script_weights, len(children))
     pairs_by_script = _pairs_by_script(nodes_or_pairs, samples_per_script, seed)
     measured = {s: p for s, p in pairs_by_script.items() if len(p) >= MIN_CALIBRATION_SAMPLES}
     queries = [query for pairs in measured.values() for _, query in pairs]
@@ -481,6 +489,12 @@ def calibrate_children(
             "fusion calibration %s: %d pseudo-queries, child MRR %s, weights %s (MRR %.3f)",
             script, len(pairs), dict(zip(names, (round(m, 3) for m in child_mrr))), weights, chosen,
         )
+    if absent_script_weights is not None:
+        for script in QueryScript:
+            if script.value not in pairs_by_script:
+                scripts[script.value] = ScriptCalibration(0, [], list(absent_script_weights), [])
+                logger.info("fusion calibration %s: no text in this script, weights %s",
+                            script.value, scripts[script.value].weights)
     return Calibration(scripts=scripts, names=names, fusion=fusion)
 
 

@@ -61,6 +61,12 @@ class Calibration:
 
     VERSION = 1
 
+    def lacks_text_in(self, script: Union[str, QueryScript]) -> bool:
+        """Whether the calibrated nodes had no text at all in ``script`` (zero
+        pseudo-queries: English questions over a Chinese corpus, say)."""
+        entry = self.scripts.get(getattr(script, "value", script))
+        return entry is not None and entry.samples == 0
+
     def weights_for(self, script: Union[str, QueryScript]) -> Optional[List[float]]:
         """The fitted weights for ``script`` (``None``: none fitted)."""
         entry = self.scripts.get(getattr(script, "value", script))

@@ -331,6 +331,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
         samples_per_script: int = DEFAULT_CALIBRATION_SAMPLES,
         seed: int = 0,
         show_progress: Optional[bool] = None,
+        absent_script_weights: Optional[Sequence[float]] = None,
         **removed: Any,
     ) -> Calibration:
         """Fit ``script_weights`` on pseudo-queries cut from ``nodes``.
@@ -353,6 +354,10 @@ class HybridFusionRetriever(QueryFusionRetriever):
             samples_per_script: the most pseudo-queries per script.
             seed: the sampling seed (the same seed gives the same weights).
             show_progress: a progress bar (``None``: from 500 pseudo-queries on).
+            absent_script_weights: the weights for a query script the nodes
+                have no text in (see
+                :func:`~llama_index_ext_recursive.retrievers.calibrate.calibrate_children`);
+                the vector + BM25 assembly passes ``CROSS_SCRIPT_WEIGHTS``.
 
         Raises:
             TypeError: ``min_relative_quality`` (removed: the weights are now
@@ -377,6 +382,7 @@ class HybridFusionRetriever(QueryFusionRetriever):
             samples_per_script=samples_per_script,
             seed=seed,
             fusion=self.mode.value,
+            absent_script_weights=absent_script_weights,
         )
         self.apply_calibration(calibration)
         return calibration
