@@ -13,6 +13,15 @@ calibration ``from_nodes`` performs on the same nodes.
 Usage (repository root)::
 
     .venv/bin/python benchmarks/fusion_sweep.py     # scifact, xquad_en_fine, xquad_zh_fine, cmrc2018 (1000 q)
+
+With the multilingual model, every vector weight from 0 to 1 (issue 14), and English questions over
+the Chinese paragraphs (XQuAD ids align; titles kept out of the embedded and indexed text)::
+
+    .venv/bin/python benchmarks/fusion_sweep.py --datasets xquad_zh_fine,cmrc2018 --embed-model multilingual \
+        --weights 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --out benchmarks/results/fusion_sweep_multilingual.json
+    .venv/bin/python benchmarks/fusion_sweep.py --datasets xquad_zh --queries-from xquad_en --no-embed-title \
+        --embed-model multilingual --weights 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 \
+        --out benchmarks/results/fusion_sweep_en_to_zh.json
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from typing import Dict, List
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_recursive.models import resolve_embed_model
+from llama_index_ext_recursive.models import bundled_embed_model, bundled_multilingual_model
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.eval.runner import score
@@ -48,17 +57,20 @@ class Replay(BaseRetriever):
         return self._lists[query_bundle.query_str][: self._k]
 
 
-def sweep(dataset: BeirDataset, model: CachedEmbedding, child_k: int) -> Dict[str, object]:
-    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
+def sweep(
+    dataset: BeirDataset, model: CachedEmbedding, child_k: int, weights_tried: List[float], embed_title: bool
+) -> Dict[str, object]:
+    nodes = dataset.nodes(title_in_text=embed_title and not dataset.hierarchical, embed_title=embed_title)
     vectors = model.get_text_embedding_batch([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
     for node, vector in zip(nodes, vectors):
         node.embedding = vector
     hybrid = HybridFusionRetriever.from_nodes(nodes, embed_model=model, child_top_k=100)
     vector_child, bm25_child = hybrid._retrievers
     texts = dict(dataset.queries)
+    query_vectors = dict(zip(texts.values(), model._get_query_embeddings(list(texts.values()))))
     stored: List[Dict[str, List[NodeWithScore]]] = [{}, {}]
     for text in texts.values():
-        bundle = QueryBundle(text, embedding=model.get_query_embedding(text))
+        bundle = QueryBundle(text, embedding=query_vectors[text])
         stored[0][text] = vector_child.retrieve(bundle)
         stored[1][text] = bm25_child.retrieve(bundle)
 
@@ -75,7 +87,7 @@ def sweep(dataset: BeirDataset, model: CachedEmbedding, child_k: int) -> Dict[st
         "fixed": {},
     }
     for mode in MODES:
-        for w in WEIGHTS:
+        for w in weights_tried:
             weights = [w, 1.0 - w] if w > 0 else [0.0, 1.0]
             fused = HybridFusionRetriever(
                 [Replay(stored[0], child_k), Replay(stored[1], child_k)],
@@ -92,15 +104,24 @@ def main() -> None:
     parser.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
     parser.add_argument("--child-k", type=int, default=10, help="hits per child fed to fusion")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fusion_sweep.json"))
+    parser.add_argument("--embed-model", choices=["minilm", "multilingual"], default="minilm")
+    parser.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="vector weights to try")
+    parser.add_argument("--queries-from", help="a dataset folder name whose queries are asked (ids aligned)")
+    parser.add_argument("--no-embed-title", action="store_true")
     args = parser.parse_args()
-    model = CachedEmbedding(resolve_embed_model(None), args.cache)
+    weights_tried = [float(w) for w in args.weights.split(",")]
+    base = bundled_multilingual_model() if args.embed_model == "multilingual" else bundled_embed_model()
+    model = CachedEmbedding(base, args.cache)
     reports = []
-    header = "| dataset | vector | bm25 | " + " | ".join(f"{m.split('_')[0]} w={w}" for m in MODES for w in WEIGHTS) + " |"
+    header = "| dataset | vector | bm25 | " + " | ".join(f"{m.split('_')[0]} w={w}" for m in MODES for w in weights_tried) + " |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for name in args.datasets.split(","):
-        dataset = BeirDataset.load(Path(args.data_root) / name, max_queries=DATASETS.get(name))
-        report = sweep(dataset, model, args.child_k)
+        dataset = BeirDataset.load(
+            Path(args.data_root) / name, max_queries=DATASETS.get(name),
+            queries_from=Path(args.data_root) / args.queries_from if args.queries_from else None,
+        )
+        report = sweep(dataset, model, args.child_k, weights_tried, not args.no_embed_title)
         reports.append(report)
         cells = [f"{report['vector']:.3f}", f"{report['bm25']:.3f}"] + [
             f"{value:.3f}" for value in report["fixed"].values()
