@@ -58,7 +58,7 @@ def main() -> None:
                 **({} if weight is None else {"document_weight": weight}),
             )
             if weight is not None:  # the rule off: every query gets document_weight
-                retriever._document_weight = lambda query_str, r=retriever: r.document_weight
+                retriever._document_weight = lambda script, r=retriever: r.document_weight
             result, _ = evaluate_retriever(retriever, dataset, 10, query_vectors)
             cells.append(f"{result.aggregate['nDCG@10']:.4f}")
         print(f"| {queries} -> {corpus} | " + " | ".join(cells) + " |", flush=True)

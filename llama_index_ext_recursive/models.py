@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -37,6 +37,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.llms.utils import LLMType
 from llama_index.core.llms.utils import resolve_llm as upstream_resolve_llm
+from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_ext_recursive.multilingual import MULTILINGUAL_EXTRA, MULTILINGUAL_MODEL_NAME
 from llama_index_ext_recursive.text import is_cjk
@@ -122,6 +123,11 @@ def multilingual_available() -> bool:
     return True
 
 
+def _evenly_spaced(items: Sequence[Any]) -> Sequence[Any]:
+    """At most about ``_SAMPLED_TEXTS`` of ``items``, evenly spaced through them."""
+    return items[:: max(1, len(items) // _SAMPLED_TEXTS)]
+
+
 def cjk_share(texts: Iterable[str]) -> float:
     """Share of ``texts`` that are mostly Chinese, Japanese or Korean (:func:`~.text.is_cjk`).
 
@@ -129,12 +135,25 @@ def cjk_share(texts: Iterable[str]) -> float:
     ``_SAMPLED_CHARS`` characters of each are read, so a large corpus costs
     milliseconds.
     """
-    texts = list(texts)
-    if not texts:
+    sample = _evenly_spaced(list(texts))
+    if not sample:
         return 0.0
-    step = max(1, len(texts) // _SAMPLED_TEXTS)
-    sample = texts[::step]
     return sum(is_cjk(text[:_SAMPLED_CHARS]) for text in sample) / len(sample)
+
+
+def corpus_sample(nodes: Sequence[BaseNode]) -> Optional[List[str]]:
+    """The texts a bundled model is chosen by (``texts=`` of :func:`choose_embed_model`).
+
+    An evenly spaced sample of the nodes' texts, so only the sampled nodes'
+    content is read; ``None`` when there are no nodes or one already carries
+    an embedding (its model is the caller's, not ours to choose).
+    """
+    if not nodes or any(node.embedding is not None for node in nodes):
+        return None
+    return [
+        node.get_content(metadata_mode=MetadataMode.NONE)[:_SAMPLED_CHARS]
+        for node in _evenly_spaced(list(nodes))
+    ]
 
 
 def choose_embed_model(

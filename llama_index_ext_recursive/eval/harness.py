@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode
 
-from llama_index_ext_recursive.models import choose_embed_model
+from llama_index_ext_recursive.models import choose_embed_model, corpus_sample
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever
@@ -138,9 +138,7 @@ def compare(
     title_in_text = embed_title and not dataset.hierarchical
     nodes = dataset.nodes(title_in_text=title_in_text, embed_title=embed_title)
     # no model given: the one the library would choose for this corpus
-    choice = choose_embed_model(
-        embed_model, texts=[n.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
-    )
+    choice = choose_embed_model(embed_model, texts=corpus_sample(nodes))
     model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
         choice.model, cache_path
     )

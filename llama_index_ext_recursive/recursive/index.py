@@ -27,13 +27,13 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, Document, IndexNode, MetadataMode, TransformComponent
+from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.filters import FilterVocabulary
-from llama_index_ext_recursive.models import choose_embed_model, resolve_embed_model
+from llama_index_ext_recursive.models import choose_embed_model, corpus_sample, resolve_embed_model
 from llama_index_ext_recursive.recursive.build import (
     BuiltDocuments,
     DocumentRecord,
@@ -185,12 +185,7 @@ class SummaryIndex:
         cache = summary_cache if summary_cache is not None else SummaryCache()
         summarizer = summarizer or ExtractiveSummarizer()
         built = build_documents(groups, doc_id_key, summarizer, cache, progress)
-        # a corpus none of whose chunks is embedded yet chooses the bundled model by its scripts
-        unembedded = all(node.embedding is None for node in nodes)
-        choice = choose_embed_model(
-            embed_model,
-            texts=[node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes] if unembedded else None,
-        )
+        choice = choose_embed_model(embed_model, texts=corpus_sample(nodes))
         # the index keeps the wrapper, so updates and their summaries use the cache too
         model = as_cached(choice.model, embedding_cache)
         dim = attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)

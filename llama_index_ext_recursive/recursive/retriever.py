@@ -76,7 +76,7 @@ from llama_index_ext_recursive.recursive.settings import (
 )
 from llama_index_ext_recursive.results import DocumentWithScore
 from llama_index_ext_recursive.retrievers.calibration import Calibration
-from llama_index_ext_recursive.text import query_script
+from llama_index_ext_recursive.text import QueryScript, query_script
 from llama_index_ext_recursive.retrievers.store_facts import store_dimension
 from llama_index_ext_recursive.validation import check_vectors
 
@@ -425,19 +425,19 @@ class RecursiveSummaryRetriever(BaseRetriever):
         """Summary candidates per search: spare ones for documents too small to fill the top-k."""
         return self.num_routed_docs + top_k
 
-    def _level_weights(self, level: str, mode: LevelMode, query_str: str) -> Tuple[float, float]:
-        """(dense, lexical) fusion weights of one level for this query's script."""
+    def _level_weights(self, level: str, mode: LevelMode, script: QueryScript) -> Tuple[float, float]:
+        """(dense, lexical) fusion weights of one level for the query's script."""
         if mode == LevelMode.VECTOR:
             return (1.0, 0.0)
         if mode == LevelMode.BM25:
             return (0.0, 1.0)
         calibration = self._calibration.get(level)
-        found = calibration.weights_for(query_script(query_str).value) if calibration else None
+        found = calibration.weights_for(script) if calibration else None
         if not found or not any(w > 0 for w in found):
             return EQUAL_WEIGHTS
         return (float(found[0]), float(found[1]))
 
-    def _document_weight(self, query_str: str) -> float:
+    def _document_weight(self, script: QueryScript) -> float:
         """``document_weight``, except 0 for a query in a script the chunks have no
         text in: routing a question by documents in another language misleads
         more than it helps (XQuAD English->Chinese nDCG@10 0.818 with the
@@ -445,7 +445,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         docs/BENCHMARKS.md, "Cross-lingual"), while its chunks are still found
         by the dense search that reads both."""
         calibration = self._calibration.get("chunks")
-        if calibration is not None and calibration.lacks_text_in(query_script(query_str)):
+        if calibration is not None and calibration.lacks_text_in(script):
             return 0.0
         return self.document_weight
 
@@ -462,6 +462,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
 
     def _plan(self, call, embedding: Optional[List[float]]) -> Plan:
         summary_filters = relax_to_keys(call.filters, self.index.document_keys)
+        script = query_script(call.bundle.query_str)
         return Plan(
             call=call,
             summary_bundle=call.child_bundle(
@@ -472,9 +473,9 @@ class RecursiveSummaryRetriever(BaseRetriever):
             ),
             chunk_filters=call.filters,
             summary_filters=summary_filters,
-            document_weights=self._level_weights("documents", self.summary_mode, call.bundle.query_str),
-            chunk_weights=self._level_weights("chunks", self.chunk_mode, call.bundle.query_str),
-            document_weight=self._document_weight(call.bundle.query_str),
+            document_weights=self._level_weights("documents", self.summary_mode, script),
+            chunk_weights=self._level_weights("chunks", self.chunk_mode, script),
+            document_weight=self._document_weight(script),
         )
 
     def _query_embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:

@@ -57,7 +57,6 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
 from tqdm.auto import tqdm
 
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.retrievers.calibration import Calibration, ScriptCalibration
 from llama_index_ext_recursive.retrievers.fusion_scores import (
@@ -190,9 +189,10 @@ def embed_queries(
     """Query embeddings, ``QUERY_BATCH`` queries per model call, without events.
 
     ``BaseEmbedding`` has no batch API for queries (``get_text_embedding_batch``
-    would skip a model's query instruction, e.g. BGE's or E5's), so: a
-    :class:`~llama_index_ext_recursive.embedding_cache.CachedEmbedding` answers
-    from its cache (these are pseudo-queries cut from the corpus); a model
+    would skip a model's query instruction, e.g. BGE's or E5's), so: a model
+    with ``corpus_query_embeddings(queries)`` (a
+    :class:`~llama_index_ext_recursive.embedding_cache.CachedEmbedding`) answers
+    from its cache, since these are pseudo-queries cut from the corpus; a model
     with a ``_get_query_embeddings(queries)`` method is called with each batch;
     ``HuggingFaceEmbedding`` encodes each batch with its ``"query"`` prompt,
     as its own ``_get_query_embedding`` does one query; any other model is
@@ -225,8 +225,9 @@ def embed_queries(
 
 
 def _query_batch_function(model: BaseEmbedding) -> Optional[Callable[[List[str]], Any]]:
-    if isinstance(model, CachedEmbedding):  # pseudo-queries are corpus text: kept by a build cache
-        return model.corpus_query_embeddings
+    corpus = getattr(model, "corpus_query_embeddings", None)  # a build cache keeps corpus text
+    if callable(corpus):
+        return corpus
     batch = getattr(model, "_get_query_embeddings", None)
     if callable(batch):
         return batch

@@ -57,7 +57,7 @@ from fsspec.implementations.local import LocalFileSystem
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 from llama_index.core.vector_stores.types import (
@@ -74,7 +74,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
-from llama_index_ext_recursive.models import resolve_embed_model
+from llama_index_ext_recursive.models import corpus_sample, resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, write_file_atomically
 from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number, operator_fn
 from llama_index_ext_recursive.stores.numpy_search import answer_query
@@ -626,12 +626,10 @@ def vector_index(
         vector_store=vector_store if vector_store is not None else NumpyVectorStore(),
         docstore=docstore,
     )
-    unembedded = bool(nodes) and all(node.embedding is None for node in nodes)
-    texts = [node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes] if unembedded else None
     return VectorStoreIndex(
         nodes,
         storage_context=storage,
-        embed_model=as_cached(resolve_embed_model(embed_model, texts=texts), embedding_cache),
+        embed_model=as_cached(resolve_embed_model(embed_model, texts=corpus_sample(nodes)), embedding_cache),
         show_progress=show_progress,
         store_nodes_override=store_nodes_override,
     )
