@@ -57,7 +57,97 @@ BUILTIN_SYNONYMS: Dict[str, Tuple[str, ...]] = {
     "交通": ("transport", "transportation"),
     "transportation": ("transport",),
     "园艺": ("gardening",),
+    # countries, nationalities, cuisines (a phrase applies to whichever key holds one of its values)
+    **{phrase: values for values, phrases in (
+        (("thai", "thailand"), ("泰国", "泰式", "泰国菜", "泰餐", "thailand", "thai")),
+        (("italian", "italy"), ("意大利", "意式", "意大利菜", "意餐", "italy", "italian")),
+        (("mexican", "mexico"), ("墨西哥", "墨西哥菜", "mexico", "mexican")),
+        (("french", "france"), ("法国", "法式", "法国菜", "法餐", "france", "french")),
+        (("japanese", "japan"), ("日本", "日式", "日本菜", "日料", "日餐", "japan", "japanese")),
+        (("chinese", "china"), ("中国", "中式", "中餐", "中国菜", "china")),
+        (("korean", "south korea", "korea"), ("韩国", "韩式", "韩国菜", "korea", "korean",
+                                              "south korea", "south korean")),
+        (("indian", "india"), ("印度", "印度菜", "india", "indian")),
+        (("american", "usa", "us", "united states"), ("美国", "美式", "america", "american",
+                                                       "usa", "united states")),
+        (("british", "uk", "united kingdom", "england"), ("英国", "英式", "britain", "british",
+                                                          "uk", "united kingdom")),
+        (("german", "germany"), ("德国", "德式", "germany", "german")),
+        (("spanish", "spain"), ("西班牙", "spain", "spanish")),
+        (("vietnamese", "vietnam"), ("越南", "越南菜", "vietnam", "vietnamese")),
+        (("greek", "greece"), ("希腊", "greece", "greek")),
+        (("hong kong",), ("香港", "港产", "hong kong")),
+        (("taiwan",), ("台湾", "taiwan")),
+    ) for phrase in phrases},
+    # genres and kinds of work
+    "喜剧": ("comedy",), "喜剧片": ("comedy",), "comedies": ("comedy",),
+    "恐怖": ("horror",), "恐怖片": ("horror",), "惊悚": ("thriller",), "惊悚片": ("thriller",),
+    "剧情片": ("drama",), "剧情": ("drama",), "纪录片": ("documentary",), "documentaries": ("documentary",),
+    "动画": ("animation", "animated"), "动画片": ("animation", "animated"), "animated": ("animation",),
+    "科幻": ("sci-fi", "science fiction", "scifi"), "科幻片": ("sci-fi", "science fiction", "scifi"),
+    "science fiction": ("sci-fi", "scifi"), "爱情": ("romance",), "爱情片": ("romance",),
+    "动作片": ("action",), "悬疑": ("mystery",), "悬疑片": ("mystery",), "奇幻": ("fantasy",),
+    "短片": ("short",), "长片": ("feature",), "剧集": ("series",), "电视剧": ("series",),
+    # courses
+    "前菜": ("starter", "appetizer"), "开胃菜": ("appetizer", "starter"), "appetizer": ("starter",),
+    "主菜": ("main", "main course"), "甜点": ("dessert",), "甜品": ("dessert",), "配菜": ("side",),
+    "汤": ("soup",), "沙拉": ("salad",), "早餐": ("breakfast",),
+    # fields of study
+    "自然语言处理": ("nlp", "natural language processing"), "natural language processing": ("nlp",),
+    "计算机视觉": ("vision", "computer vision", "cv"), "computer vision": ("vision", "cv"),
+    "机器人": ("robotics",), "机器人学": ("robotics",), "系统": ("systems",), "安全": ("security",),
+    "理论": ("theory",), "机器学习": ("machine learning", "ml"), "machine learning": ("ml",),
+    "物理": ("physics",), "化学": ("chemistry",), "数学": ("mathematics", "math"), "经济": ("economics",),
+    "医学": ("medicine",), "法律": ("law", "legal"),
+    # kinds of document and their stage
+    "论文": ("paper",), "期刊论文": ("journal article",), "会议论文": ("conference paper",),
+    "技术报告": ("technical report",), "学位论文": ("thesis",), "毕业论文": ("thesis",), "综述": ("survey",),
+    "报告": ("report",), "合同": ("contract",), "发票": ("invoice",), "邮件": ("email",),
+    "新闻": ("news",), "专利": ("patent",), "草稿": ("draft",), "初稿": ("draft",),
+    "预印本": ("preprint",), "终稿": ("final",), "定稿": ("final",), "正式版": ("final",),
+    "已撤稿": ("retracted",), "撤稿": ("retracted",), "评论": ("review",), "影评": ("review",),
 }
+
+# Nouns that name a kind of document (or of thing the documents are), in both
+# languages: next to one, a value word is a facet ("thai 菜谱", "French films").
+KIND_WORDS_EN = {
+    "recipe", "recipes", "dish", "dishes", "film", "films", "movie", "movies", "paper", "papers",
+    "book", "books", "review", "reviews", "contract", "contracts", "invoice", "invoices",
+    "ticket", "tickets", "email", "emails", "product", "products", "episode", "episodes",
+    "song", "songs", "story", "stories", "note", "notes", "thesis", "theses", "preprint", "preprints",
+    "one", "ones", "kind", "kinds", "type", "types", "stuff", "work", "works", "title", "titles",
+}
+KIND_WORDS_ZH = {
+    "菜谱", "食谱", "做法", "菜", "菜品", "菜式", "料理", "电影", "影片", "片子", "片", "论文", "书",
+    "书籍", "评论", "影评", "合同", "发票", "工单", "邮件", "产品", "剧", "作品", "报告", "研究",
+    "成果", "工作", "预印本",
+}
+# English words for a key or its unit, in Chinese: "runtime under 100" / "片长不到100".
+KEY_WORDS_ZH: Dict[str, Tuple[str, ...]] = {
+    "minute": ("分钟", "分"), "minutes": ("分钟", "分"), "hour": ("小时",), "hours": ("小时",),
+    "page": ("页", "页数"), "pages": ("页", "页数"), "citation": ("次引用", "引用", "引用数", "引用量", "被引", "次"),
+    "citations": ("次引用", "引用", "引用数", "引用量", "被引", "次"), "star": ("星",), "stars": ("星",),
+    "serving": ("人份",), "servings": ("人份",), "day": ("天",), "days": ("天",), "word": ("字",),
+    "words": ("字",), "dollar": ("美元", "刀"), "dollars": ("美元", "刀"), "usd": ("美元",),
+    "yuan": ("元", "块"), "rmb": ("元", "块"), "cny": ("元",), "episode": ("集",), "episodes": ("集",),
+    "runtime": ("片长", "时长"), "duration": ("时长",), "length": ("长度", "篇幅", "片长"),
+    "time": ("时间", "用时", "耗时"), "rating": ("评分", "分"), "score": ("评分", "得分", "分"),
+    "price": ("价格", "售价"), "cost": ("费用", "成本"), "budget": ("预算",), "count": ("数量",),
+    "views": ("播放量", "观看次数"), "downloads": ("下载量",), "calories": ("卡路里", "大卡"),
+    # nouns for string keys: next to one, a value is a facet ("泰国菜系", "剧情类型")
+    "cuisine": ("菜系", "风味"), "course": ("菜",), "genre": ("类型", "题材", "类"),
+    "country": ("国家", "地区"), "director": ("导演",), "author": ("作者",), "chef": ("厨师", "大厨"),
+    "format": ("形式", "格式"), "field": ("领域", "方向"), "status": ("状态",), "lab": ("实验室",),
+    "venue": ("会议", "期刊"), "kind": ("类型", "种类"), "type": ("类型",), "category": ("类别", "类"),
+    "language": ("语言",), "region": ("地区",), "department": ("部门",), "team": ("团队",),
+}
+# Words that measure a quantity (a number next to one is read with the key that has it).
+UNIT_WORDS_EN = {
+    "minute", "minutes", "min", "mins", "hour", "hours", "page", "pages", "citation", "citations",
+    "star", "stars", "serving", "servings", "day", "days", "word", "words", "dollar", "dollars",
+    "usd", "yuan", "rmb", "cny", "episode", "episodes", "calories", "kcal", "views", "downloads",
+}
+UNIT_ALIASES = {"min": "minutes", "mins": "minutes", "kcal": "calories"}
 
 # Words that name a document or a result: a value next to one is a facet.
 DOC_NOUNS_EN = {
@@ -89,7 +179,8 @@ FILLER_EN = {
     "describes", "cover", "covers", "mention", "mentions", "discuss", "discusses",
     "there", "those", "these", "their", "its", "much", "many", "can", "could",
     "would", "should", "will", "up", "also", "other", "whatever", "dating", "got",
-    "recent", "latest", "newest", "new", "available", "here",
+    "recent", "latest", "newest", "new", "available", "here", "but", "anything", "everything",
+    "ones", "one", "made", "directed", "produced", "cooked", "released", "set",
 }
 QUESTION_EN = {"how", "why", "when", "where", "who", "whom", "whose", "what", "which"}
 FILLER_ZH = {
@@ -97,7 +188,7 @@ FILLER_ZH = {
     "在", "是", "有", "哪些", "有哪些", "类", "方面", "领域", "发布", "发表", "写", "请",
     "给", "给我", "我", "找", "查", "查找", "搜索", "返回", "只", "只要", "仅", "之间",
     "期间", "一些", "所有", "要", "看", "看看", "显示", "列出", "上", "下", "里面",
-    "以外", "之外", "最新", "近期", "有没有", "是否", "有无",
+    "以外", "之外", "最新", "近期", "有没有", "是否", "有无", "还是", "或是", "由", "做", "的话",
 }
 QUESTION_ZH = ("什么", "如何", "为什么", "怎么", "怎样", "哪", "吗", "呢", "谁", "多少", "几")
 # A Chinese value may be glued to one of these by jieba ("英文版", "生物类").
@@ -106,12 +197,23 @@ ZH_FACET_NEXT = {"类", "方面", "领域", "类别", "相关"}
 ZH_GLUE = FILLER_ZH | set(ZH_SUFFIXES) | {"非", "不是", "除了"}
 # A negation right before a value (fillers allowed between) makes it != / nin.
 NEGATION_EN = re.compile(
-    r"(?<![A-Za-z])(?:not|except(?:\s+for)?|excluding|exclude|without|other\s+than|non|no)"
-    r"(?:\s+|\s*-\s*)(?:(?:in|the|a|an|any|are|is|from|written|published|by|of)\s+)*$",
+    r"(?<![A-Za-z])(?:not|isn't|aren't|wasn't|weren't|don't|doesn't|didn't|never|"
+    r"except(?:\s+for)?|excluding|exclude|without|other\s+than|apart\s+from|anything\s+but|"
+    r"rather\s+than|instead\s+of|non|no)"
+    r"(?:\s+|\s*-\s*)(?:(?:in|the|a|an|any|are|is|be|from|written|published|made|directed|"
+    r"produced|cooked|released|set|by|of|with)\s+)*$",
     re.IGNORECASE,
 )
 LIST_JOINER = re.compile(r"^\s*(?:,|、|，|and|or|nor|和|或|或者|与|及|以及)?\s*(?:or|and)?\s*$", re.IGNORECASE)
-NEGATION_ZH = re.compile(r"(?:非|不是|除了|除|不要|排除|不包括|不含|不包含|不看)\s*$")
+NEGATION_ZH = re.compile(r"(?:非|不是|并非|而非|除了|除|不要|别|排除|不包括|不含|不包含|不看)"
+                         r"\s*(?:由|在|是|于|来自)?\s*$")
+# "泰国菜除外", "除了X以外": a negation after the value
+NEGATION_ZH_AFTER = re.compile(r"^\s*(?:除外|以外|之外)")
+# Words that end the reach of a negation: "not spicy, but thai" negates nothing of "thai"
+CLAUSE_BREAK = re.compile(r"[,.;:!?，。；：！？]|(?<!anything )(?<!nothing )(?<!all )\bbut\b|"
+                          r"\b(?:however|though|although)\b|但是|但|而是|不过",
+                          re.IGNORECASE)
+DISJUNCTION = re.compile(r"(?<![A-Za-z])(?:or|either)(?![A-Za-z])|或者|或是|还是|或", re.IGNORECASE)
 
 NUMBER_WORDS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,

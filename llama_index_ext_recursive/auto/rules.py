@@ -76,13 +76,19 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_recursive.auto.lexicon import (
     BUILTIN_SYNONYMS,
+    CLAUSE_BREAK,
+    DISJUNCTION,
     DOC_NOUNS_EN,
     DOC_NOUNS_ZH,
     FILLER_EN,
     FILLER_ZH,
+    KEY_WORDS_ZH,
+    KIND_WORDS_EN,
+    KIND_WORDS_ZH,
     LIST_JOINER,
     NEGATION_EN,
     NEGATION_ZH,
+    NEGATION_ZH_AFTER,
     NUM_WORD_RE,
     QUESTION_EN,
     QUESTION_ZH,
@@ -92,6 +98,8 @@ from llama_index_ext_recursive.auto.lexicon import (
     parse_count,
     plural_forms,
 )
+from llama_index_ext_recursive.auto.numbers import NumericReader
+from llama_index_ext_recursive.auto.terms import description_synonyms, is_common_word, name_parts
 from llama_index_ext_recursive.auto.years import year_rules
 from llama_index_ext_recursive.schema import FieldType, holds_years
 from llama_index_ext_recursive.text import CJK_CLASS, HAN_CLASS
@@ -103,6 +111,7 @@ __all__ = [
     "BUILTIN_SYNONYMS",
     "Match",
     "RuleBasedSpecGenerator",
+    "RuleReading",
 ]
 
 
@@ -154,7 +163,29 @@ class _Token:
 class _Term:
     key: str
     value: Any
-    rule: str  # "value", "synonym" or "user-synonym"
+    rule: str  # "value", "user-synonym", "description", "name-part" or "synonym" (built-in)
+
+
+# rules whose phrases the caller or the data gave: a rare one is a value wherever it stands
+_SPECIFIC_RULES = {"value", "user-synonym", "description", "name-part"}
+# words that negate what follows, one token each (for negations a value is too far from to be sure)
+_NEGATION_TOKENS_EN = {"not", "isn't", "aren't", "wasn't", "weren't", "don't", "doesn't", "didn't",
+                       "never", "no", "non", "without", "except", "excluding", "exclude"}
+_NEGATION_TOKENS_ZH = {"非", "不是", "并非", "而非", "除了", "除", "不要", "别", "排除", "不包括", "不含",
+                       "不包含", "不看"}
+
+
+@dataclass
+class RuleReading:
+    """What the rules read from one query: the spec, the phrases behind it, and their doubts.
+
+    ``notes`` says, in words, what the rules left out because they were not
+    sure ("not spicy thai": is "thai" negated?), so an explanation can show it.
+    """
+
+    spec: VectorStoreQuerySpec
+    matches: List[Match]
+    notes: List[str]
 
 
 @dataclass(frozen=True)
@@ -218,8 +249,13 @@ class RuleBasedSpecGenerator:
                 f"synonyms for unknown keys {unknown}; vector_store_info has {sorted(self._types)}"
             )
         self._year_key = self._find_year_key()
+        self._doc_en, self._doc_zh = self._document_nouns()
         self._terms: Dict[str, List[_Term]] = {}
+        self._ambiguous: Dict[str, List[str]] = {}
         self._build_terms(synonyms or {})
+        numeric = [m for m in vector_store_info.metadata_info
+                   if self._is_numeric(m.name) and m.name != self._year_key]
+        self._numbers = NumericReader(numeric, {m.name for m in numeric if self._types[m.name].base == "int"})
         self._term_res = self._compile_terms()
         self._explicit_res = self._compile_explicit()
 
@@ -249,6 +285,29 @@ class RuleBasedSpecGenerator:
                 return meta.name
         return None
 
+    def _document_nouns(self) -> Tuple[Set[str], Set[str]]:
+        """Words that make a value next to them a facet: kinds of document, key names, content words.
+
+        "thai 菜谱", "main courses", "French films": besides the built-in kinds
+        of document, the key names ("courses" for ``course``, with their
+        Chinese forms) and the words of ``content_info`` ("Recipes from a
+        cooking site") name what the documents are.
+        """
+        english = set(DOC_NOUNS_EN) | KIND_WORDS_EN
+        chinese = set(DOC_NOUNS_ZH) | KIND_WORDS_ZH
+        words: List[str] = []
+        for key in self._types:
+            words += re.split(r"[\s_\-]+", key.lower())
+        content = self._info.content_info or ""
+        words += [w.lower() for w in re.findall(r"[A-Za-z]{4,}", content) if w.lower() not in FILLER_EN]
+        for word in words:
+            if word and not self._is_numeric(word):
+                english |= plural_forms(word)
+                chinese.update(KEY_WORDS_ZH.get(word, ()))
+        for run in re.findall(f"[{HAN_CLASS}]+", content):
+            chinese.update(w for w in jieba.lcut(run) if len(w) >= 2 and w not in FILLER_ZH)
+        return english, chinese
+
     def _add_term(self, phrase: str, term: _Term) -> None:
         phrase = _norm(phrase)
         forms = {phrase} if _is_cjk_term(phrase) else plural_forms(phrase)
@@ -275,6 +334,14 @@ class RuleBasedSpecGenerator:
                 # raw codes like "en" are too ambiguous as words: only "language=en"
                 if len(value) >= 3 or _is_cjk_term(value):
                     self._add_term(value, _Term(key, value, "value"))
+        for meta in self._info.metadata_info:
+            strings = [v for v in self._vocabulary.get(meta.name, ()) if isinstance(v, str)]
+            for phrase, value in description_synonyms(meta.description or "", strings).items():
+                self._add_term(phrase, _Term(meta.name, value, "description"))
+        for key, values in self._vocabulary.items():
+            for phrase, value in name_parts(values).items():
+                if _norm(phrase) not in self._terms:  # a word of a name never hides a value
+                    self._add_term(phrase, _Term(key, value, "name-part"))
         for phrase, candidates in BUILTIN_SYNONYMS.items():
             for key, values in lowered.items():
                 hit = next((values[c] for c in candidates if c in values), None)
@@ -284,18 +351,18 @@ class RuleBasedSpecGenerator:
             if len(bucket) > 1 and len({t.rule for t in bucket}) == 1:
                 logger.debug("phrase %r names values of several keys %s; ignored", phrase,
                              [t.key for t in bucket])
+                self._ambiguous[phrase] = sorted(t.key for t in bucket)
                 del self._terms[phrase]
 
-    def _compile_terms(self) -> Tuple[Optional[re.Pattern], Optional[re.Pattern]]:
+    def _compile_terms(self) -> Tuple[Optional[re.Pattern], List[int]]:
+        """The Latin-script terms as one regex; the lengths of the CJK terms, longest first."""
         latin = sorted((t for t in self._terms if not _is_cjk_term(t)), key=len, reverse=True)
-        cjk = sorted((t for t in self._terms if _is_cjk_term(t)), key=len, reverse=True)
-        latin_re = cjk_re = None
+        latin_re = None
         if latin:
             body = "|".join(r"[\s-]+".join(map(re.escape, t.split())) for t in latin)
             latin_re = re.compile(rf"(?<![A-Za-z0-9])(?:{body})(?![A-Za-z0-9])", re.IGNORECASE)
-        if cjk:
-            cjk_re = re.compile("|".join(map(re.escape, cjk)))
-        return latin_re, cjk_re
+        cjk_lengths = sorted({len(t) for t in self._terms if _is_cjk_term(t)}, reverse=True)
+        return latin_re, cjk_lengths
 
     def _compile_explicit(self) -> List[Tuple[str, re.Pattern]]:
         """``key=value``, ``key: value``, ``key >= 3``, ``key at least 3`` for every key."""
@@ -340,10 +407,20 @@ class RuleBasedSpecGenerator:
         Args:
             query: the user's question or search, English and/or Chinese.
         """
+        reading = self.read(query)
+        return reading.spec, reading.matches
+
+    def read(self, query: str) -> RuleReading:
+        """The spec, the phrases that produced it, and notes on what the rules were unsure of.
+
+        Args:
+            query: the user's question or search, English and/or Chinese.
+        """
         today = self._today or date.today()
         tokens = self._tokenize(query)
         candidates = self._term_candidates(query, tokens)
         matches: List[Match] = []
+        notes: List[str] = []
         taken: List[Tuple[int, int]] = []
 
         def free(start: int, end: int) -> bool:
@@ -359,36 +436,169 @@ class RuleBasedSpecGenerator:
         for found in self._find_explicit(query):
             if free(found.start, found.end):
                 accept([found])
+        comparisons, number_notes = self._numbers.find(query)
+        notes += number_notes
+        for c in comparisons:
+            if free(c.start, c.end) or any((m.start, m.end) == (c.start, c.end) for m in matches):
+                accept([Match(c.start, c.end, c.text, c.rule, c.key, c.operator, c.value)])
         if self._year_key is not None:
             for group in self._find_years(query, today):
                 if free(group[0].start, group[0].end):
-                    accept(group)
+                    group = self._negate_years(query, group, notes)
+                    taken.append((group[0].start, group[0].end))
+                    if group:
+                        accept(group)
         for cand in candidates:
             if not free(cand.start, cand.end):
                 continue
-            if self._is_facet(query, tokens, cand, candidates):
-                start, operator, rule = cand.start, FilterOperator.EQ, cand.term.rule
-                negation = NEGATION_EN.search(query[:start]) or NEGATION_ZH.search(query[:start])
-                previous = matches[-1] if matches else None
-                if negation and free(negation.start(), start):
-                    start, operator, rule = negation.start(), FilterOperator.NE, f"not-{rule}"
-                elif (previous is not None and previous.key == cand.term.key
-                      and previous.operator == FilterOperator.NE and previous.end <= start
-                      and LIST_JOINER.match(query[previous.end:start])):
-                    operator, rule = FilterOperator.NE, f"not-{rule}"  # "except blogs and manuals"
-                accept([Match(start, cand.end, query[start:cand.end], rule,
-                              cand.term.key, operator, cand.term.value)])
-            else:
+            if not self._is_facet(query, tokens, cand, candidates, taken):
                 logger.debug("%r read as topic, not a %s filter", query[cand.start:cand.end],
                              cand.term.key)
+                continue
+            found = self._value_match(query, tokens, cand, matches, taken, notes)
+            if found is not None:
+                accept([found])
+        matches = self._without_mixed_disjunctions(query, tokens, matches, notes)
+        for phrase, keys in self._ambiguous.items():
+            if re.search(rf"(?<![A-Za-z0-9]){re.escape(phrase)}(?![A-Za-z0-9])", query, re.IGNORECASE):
+                notes.append(f"{phrase!r} names values of several keys ({', '.join(keys)}); no filter from it")
         matches.sort(key=lambda m: (m.start, m.end))
         spec = VectorStoreQuerySpec(
             query=self._remaining(query, tokens, taken),
             filters=self._filters(matches),
             top_k=next((m.value for m in matches if m.key is None), None),
         )
+        for note in notes:
+            logger.info("rule-based spec for %r: %s", query, note)
         logger.debug("spec for %r: %s", query, spec)
-        return spec, matches
+        return RuleReading(spec, matches, notes)
+
+    # ---------------------------------------------------------------- negation
+
+    def _clause_before(self, text: str, start: int) -> Tuple[int, str]:
+        """Where the clause holding ``start`` begins, and its text up to ``start``."""
+        begin = 0
+        for m in CLAUSE_BREAK.finditer(text, 0, start):
+            begin = m.end()
+        return begin, text[begin:start]
+
+    def _value_match(
+        self, text: str, tokens: List[_Token], cand: _Candidate, matches: Sequence[Match],
+        taken: Sequence[Tuple[int, int]], notes: List[str],
+    ) -> Optional[Match]:
+        """The filter a facet value gives: ``==``, ``!=`` when negated, none when unsure."""
+        term = cand.term
+        begin, clause = self._clause_before(text, cand.start)
+        direct = self._direct_negation(clause, tokens, begin, cand.start)
+        previous = next((m for m in reversed(matches) if m.end <= cand.start and m.key is not None), None)
+        if direct is not None and all(e <= begin + direct.start() or s >= cand.start for s, e in taken):
+            start = begin + direct.start()
+            return Match(start, cand.end, text[start:cand.end], f"not-{term.rule}", term.key,
+                         FilterOperator.NE, term.value)
+        if NEGATION_ZH_AFTER.match(text[cand.end:]) and not re.search(r"(?:除了|除)\s*$", clause):
+            return Match(cand.start, cand.end, text[cand.start:cand.end], f"not-{term.rule}", term.key,
+                         FilterOperator.NE, term.value)  # "泰国菜以外的", "甜点除外"
+        if (previous is not None and previous.key == term.key and previous.operator == FilterOperator.NE
+                and LIST_JOINER.match(text[previous.end:cand.start])):
+            return Match(cand.start, cand.end, text[cand.start:cand.end], f"not-{term.rule}", term.key,
+                         FilterOperator.NE, term.value)  # "except blogs and manuals"
+        cue = next((t for t in tokens if begin <= t.start and t.end <= cand.start
+                    and (t.lower in _NEGATION_TOKENS_EN or t.text in _NEGATION_TOKENS_ZH)
+                    and all(t.end <= s or t.start >= e for s, e in taken)), None)
+        if cue is not None:
+            notes.append(f"{text[cand.start:cand.end]!r} follows {cue.text!r} in the same clause, but "
+                         f"words between them leave unclear whether it is negated; no {term.key} filter")
+            return None
+        return Match(cand.start, cand.end, text[cand.start:cand.end], term.rule, term.key,
+                     FilterOperator.EQ, term.value)
+
+    def _direct_negation(
+        self, clause: str, tokens: List[_Token], begin: int, start: int
+    ) -> Optional[re.Match]:
+        """The negation that ends right before ``start``, over function words and document nouns.
+
+        "not italian", "non-thai", "除了泰国菜", "excluding anything by Rossi",
+        "except recipes by Rossi": the words between the negation and the value
+        may only be ones that name nothing ("anything", "by", "recipes").
+        """
+        cut = start
+        for tok in reversed([t for t in tokens if begin <= t.start and t.end <= start][-5:]):
+            direct = NEGATION_EN.search(clause[:cut - begin]) or NEGATION_ZH.search(clause[:cut - begin])
+            if direct is not None:
+                return direct
+            if self._role(tok, ()) not in {"filler", "doc"} or tok.lower in _NEGATION_TOKENS_EN \
+                    or tok.text in _NEGATION_TOKENS_ZH:
+                return None
+            cut = tok.start
+        return NEGATION_EN.search(clause[:cut - begin]) or NEGATION_ZH.search(clause[:cut - begin])
+
+    def _negate_years(self, text: str, group: List[Match], notes: List[str]) -> List[Match]:
+        """A year phrase after "not"/"不是" has the opposite operator; a negated range has no filter."""
+        begin, clause = self._clause_before(text, group[0].start)
+        direct = NEGATION_EN.search(clause) or NEGATION_ZH.search(clause)
+        if direct is None:
+            return group
+        if len(group) > 1:
+            notes.append(f"{group[0].text!r} is negated: outside a range is two alternatives, which "
+                         f"ANDed filters cannot express; no {group[0].key} filter")
+            return []
+        m = group[0]
+        flipped = {FilterOperator.EQ: FilterOperator.NE, FilterOperator.GT: FilterOperator.LTE,
+                   FilterOperator.GTE: FilterOperator.LT, FilterOperator.LT: FilterOperator.GTE,
+                   FilterOperator.LTE: FilterOperator.GT}[m.operator]
+        start = begin + direct.start()
+        return [Match(start, m.end, text[start:m.end], f"not-{m.rule}", m.key, flipped, m.value)]
+
+    # ---------------------------------------------------------------- disjunction
+
+    def _without_mixed_disjunctions(
+        self, text: str, tokens: List[_Token], matches: List[Match], notes: List[str]
+    ) -> List[Match]:
+        """Drop values joined by "or" across keys ("thai recipes or desserts"), with a note.
+
+        ANDed filters can say "thai or mexican" (``in``) but not "thai or
+        dessert"; when the value before an "or" and the one after it belong to
+        different keys, both sides' values are left out rather than ANDed.
+        """
+        values = [m for m in matches if m.rule in _SPECIFIC_RULES | {"synonym"}]
+        dropped: Set[int] = set()
+        for m in DISJUNCTION.finditer(text):
+            left = [v for v in values if v.end <= m.start()]
+            right = [v for v in values if v.start >= m.end()]
+            if not left or not right:
+                continue
+            before, after = left[-1], right[0]
+            if before.key == after.key or not self._only_glue(text, tokens, before.end, after.start):
+                continue
+            side = self._chain(text, tokens, values, values.index(before), -1) + \
+                self._chain(text, tokens, values, values.index(after), 1)
+            dropped.update(id(v) for v in side)
+            notes.append(f"{text[side[0].start if side else before.start:after.end]!r} asks for "
+                         f"one of values of different keys ({before.key}, {after.key}); ANDed "
+                         f"filters cannot say 'or' across keys, so none of them is applied")
+        return [m for m in matches if id(m) not in dropped]
+
+    def _only_glue(self, text: str, tokens: List[_Token], start: int, end: int) -> bool:
+        """Only function words, document nouns and "or" between two positions."""
+        for tok in tokens:
+            if start <= tok.start and tok.end <= end and tok.word:
+                if DISJUNCTION.fullmatch(tok.text) or self._role(tok, ()) in {"doc", "filler", "edge"}:
+                    continue
+                return False
+        return True
+
+    def _chain(self, text: str, tokens: List[_Token], values: List[Match], i: int, step: int) -> List[Match]:
+        """Values next to ``values[i]`` in one direction, joined only by glue words."""
+        chain = [values[i]]
+        j = i + step
+        while 0 <= j < len(values):
+            a, b = (values[j], chain[-1]) if step < 0 else (chain[-1], values[j])
+            joined = text[a.end:b.start]
+            if DISJUNCTION.search(joined) or not self._only_glue(text, tokens, a.end, b.start):
+                break
+            chain.append(values[j])
+            j += step
+        return sorted(chain, key=lambda v: v.start)
 
     # ---------------------------------------------------------------- tokens
 
@@ -406,23 +616,29 @@ class RuleBasedSpecGenerator:
         return tokens
 
     def _term_candidates(self, text: str, tokens: List[_Token]) -> List[_Candidate]:
-        latin_re, cjk_re = self._term_res
+        latin_re, cjk_lengths = self._term_res
         found: List[_Candidate] = []
         if latin_re is not None:
             for m in latin_re.finditer(text):
                 found.extend(self._candidates_for(m.start(), m.end(), _norm(m.group())))
-        if cjk_re is not None:
-            starts = {t.start for t in tokens}
-            ends = {t.end for t in tokens}
-            for m in cjk_re.finditer(text):
-                s, e = m.start(), m.end()
-                # jieba may glue a function word to the value ("关于软件", "英文版", "非中文")
+        starts = {t.start for t in tokens}
+        ends = {t.end for t in tokens}
+        for s in range(len(text)) if cjk_lengths else ():
+            if not _HAS_CJK.match(text[s]):
+                continue
+            # the longest term at s that ends where a word ends; jieba may glue a function
+            # word to the value ("关于软件", "英文版", "非中文")
+            for length in cjk_lengths:
+                e = s + length
+                if text[s:e] not in self._terms:
+                    continue
                 head = next((text[t.start:s] for t in tokens if t.start < s < t.end), "")
                 tail = next((text[e:t.end] for t in tokens if t.start < e < t.end), "")
                 if (s not in starts and head not in ZH_GLUE) or (e not in ends and tail not in ZH_GLUE):
-                    logger.debug("%r inside a longer word; not a value", m.group())
+                    logger.debug("%r inside a longer word; not a value", text[s:e])
                     continue
-                found.extend(self._candidates_for(s, e, m.group()))
+                found.extend(self._candidates_for(s, e, text[s:e]))
+                break
         found.sort(key=lambda c: (c.start, -(c.end - c.start)))
         out: List[_Candidate] = []
         for cand in found:  # longest first at each position, no overlaps
@@ -439,27 +655,38 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- facet or topic
 
-    def _role(self, tok: Optional[_Token], candidates: Sequence[_Candidate]) -> str:
+    def _role(
+        self, tok: Optional[_Token], candidates: Sequence[_Candidate],
+        taken: Sequence[Tuple[int, int]] = (),
+    ) -> str:
         if tok is None or not tok.word:
             return "edge"
-        if any(c.start < tok.end and tok.start < c.end for c in candidates):
-            return "value"
+        if any(c.start < tok.end and tok.start < c.end for c in candidates) or any(
+                s < tok.end and tok.start < e for s, e in taken):
+            return "value"  # a value word, or part of a number, year or count already read
         if tok.cjk:
-            if tok.text in DOC_NOUNS_ZH:
+            if tok.text in self._doc_zh:
                 return "doc"
-            if tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年":
+            if (tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年"
+                    or tok.text in _NEGATION_TOKENS_ZH):
                 return "filler"
             return "content"
-        if tok.lower in DOC_NOUNS_EN:
+        if tok.lower in self._doc_en:
             return "doc"
-        if tok.lower in FILLER_EN or tok.lower in QUESTION_EN:
+        if tok.lower in FILLER_EN or tok.lower in QUESTION_EN or tok.lower in _NEGATION_TOKENS_EN:
             return "filler"
         if tok.text[0].isdigit():
             return "number"
         return "content"
 
+    @staticmethod
+    def _specific(phrase: str, term: _Term) -> bool:
+        """A phrase the data or the caller gave that is not also a common word."""
+        return term.rule in _SPECIFIC_RULES and not is_common_word(_norm(phrase))
+
     def _is_facet(
-        self, text: str, tokens: List[_Token], cand: _Candidate, candidates: Sequence[_Candidate]
+        self, text: str, tokens: List[_Token], cand: _Candidate, candidates: Sequence[_Candidate],
+        taken: Sequence[Tuple[int, int]] = (),
     ) -> bool:
         """Whether a value word names the kind of document wanted (else it is topic)."""
         before = [t for t in tokens if t.end <= cand.start]
@@ -470,7 +697,11 @@ class RuleBasedSpecGenerator:
             return True  # "manual", "blog posts", "博客": the value is itself a kind of document
         prev = before[-1] if before else None
         nxt = after[0] if after else None
-        prev_role, next_role = self._role(prev, candidates), self._role(nxt, candidates)
+        if self._specific(text[cand.start:cand.end], cand.term):
+            # "thai curry", "Miyazaki": a rare word of the data is the value, except as the
+            # head of "X of ..." ("the biology of reefs")
+            return not (nxt is not None and nxt.lower == "of")
+        prev_role, next_role = self._role(prev, candidates, taken), self._role(nxt, candidates, taken)
         if nxt is not None and nxt.lower == "of":
             return False  # "the history of lighthouses"
         if len(before) >= 2 and before[-2].lower == "how" and before[-1].lower in {"much", "many"}:
@@ -480,7 +711,7 @@ class RuleBasedSpecGenerator:
         if next_role == "content":
             return False  # "Chinese tea", "生物多样性"
         if prev is not None and prev.text == "的" and len(before) >= 2:
-            if self._role(before[-2], candidates) == "content":
+            if self._role(before[-2], candidates, taken) == "content":
                 return False  # "灯塔的历史"
         if prev_role == "content":
             return False  # "travel policy", "报销政策"

@@ -1,0 +1,244 @@
+"""Comparisons on numeric keys that are not years, in English and Chinese.
+
+"under 30 minutes", "at least 4 stars", "between 90 and 120 minutes",
+"300 pages or more", "超过 60 分钟", "45分钟以上", "不到15分钟", "30到60分钟之间",
+"评分高于8": a number is read with the key whose *unit* follows it or whose
+*name* comes before it. Units and names come from the schema, not from one
+corpus: the key's name (``minutes``, ``page_count``), the unit words in its
+description ("Runtime in minutes"), and their Chinese forms in
+:data:`~llama_index_ext_recursive.auto.lexicon.KEY_WORDS_ZH`. A unit or name
+that two keys share is nobody's: such a phrase gets a note, not a filter.
+
+Conventions (the same in both languages): more than / over / 超过 -> ``>``;
+at least / N or more / N以上 / 至少 -> ``>=``; less than / under / 不到 -> ``<``;
+at most / up to / within / N以下 / 以内 / 不超过 -> ``<=``; between A and B,
+A-B, A到B之间 -> ``>=`` A and ``<=`` B. "not more than" is ``<=``; a negated
+range ("not between 30 and 60") cannot be ANDed filters and gets a note.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from llama_index.core.vector_stores.types import FilterOperator, MetadataInfo
+
+from llama_index_ext_recursive.auto.lexicon import (
+    KEY_WORDS_ZH,
+    NUM_WORD_RE,
+    UNIT_ALIASES,
+    UNIT_WORDS_EN,
+    ZH_NUM_RE,
+    parse_count,
+    plural_forms,
+)
+
+__all__ = ["NumericComparison", "NumericReader"]
+
+Op = FilterOperator
+_NUMBER = rf"(?:(?<![A-Za-z0-9.])\d+(?:\.\d+)?(?![0-9])|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])|{ZH_NUM_RE})"
+
+# comparison words before the number, longest first within each language
+_BEFORE = {
+    "more than": Op.GT, "greater than": Op.GT, "longer than": Op.GT, "higher than": Op.GT,
+    "over": Op.GT, "above": Op.GT, "exceeding": Op.GT, "in excess of": Op.GT,
+    "at least": Op.GTE, "no less than": Op.GTE, "not less than": Op.GTE, "no fewer than": Op.GTE,
+    "no shorter than": Op.GTE, "not under": Op.GTE, "minimum of": Op.GTE, "a minimum of": Op.GTE,
+    "less than": Op.LT, "fewer than": Op.LT, "shorter than": Op.LT, "lower than": Op.LT,
+    "under": Op.LT, "below": Op.LT, "beneath": Op.LT,
+    "at most": Op.LTE, "no more than": Op.LTE, "not more than": Op.LTE, "no longer than": Op.LTE,
+    "not over": Op.LTE, "no higher than": Op.LTE, "up to": Op.LTE, "within": Op.LTE,
+    "maximum of": Op.LTE, "a maximum of": Op.LTE, "max": Op.LTE,
+    "exactly": Op.EQ,
+    "超过": Op.GT, "多于": Op.GT, "大于": Op.GT, "高于": Op.GT, "长于": Op.GT, "超出": Op.GT,
+    "至少": Op.GTE, "不少于": Op.GTE, "不低于": Op.GTE, "不短于": Op.GTE, "不小于": Op.GTE,
+    "最少": Op.GTE, "起码": Op.GTE,
+    "不到": Op.LT, "少于": Op.LT, "小于": Op.LT, "低于": Op.LT, "短于": Op.LT, "不足": Op.LT,
+    "未满": Op.LT,
+    "最多": Op.LTE, "不超过": Op.LTE, "不多于": Op.LTE, "不高于": Op.LTE, "不长于": Op.LTE,
+    "不大于": Op.LTE, "至多": Op.LTE, "最长": Op.LTE,
+}
+# comparison words after the number (and its unit)
+_AFTER = {
+    "or more": Op.GTE, "or longer": Op.GTE, "or higher": Op.GTE, "or above": Op.GTE,
+    "or over": Op.GTE, "and up": Op.GTE, "and above": Op.GTE, "and over": Op.GTE, "plus": Op.GTE,
+    "+": Op.GTE, "at least": Op.GTE, "or less": Op.LTE, "or fewer": Op.LTE, "or shorter": Op.LTE,
+    "or lower": Op.LTE, "or under": Op.LTE, "and under": Op.LTE, "and below": Op.LTE,
+    "at most": Op.LTE, "max": Op.LTE, "or below": Op.LTE,
+    "及以上": Op.GTE, "或以上": Op.GTE, "以上": Op.GTE, "或更多": Op.GTE, "或更长": Op.GTE,
+    "及以下": Op.LTE, "或以下": Op.LTE, "以下": Op.LTE, "以内": Op.LTE, "之内": Op.LTE,
+    "内": Op.LTE, "或更少": Op.LTE,
+}
+# what "not" does to a comparison
+_NEGATED = {Op.GT: Op.LTE, Op.GTE: Op.LT, Op.LT: Op.GTE, Op.LTE: Op.GT, Op.EQ: Op.NE}
+_NOT_BEFORE = re.compile(r"(?:(?<![A-Za-z])not|不是|并非)\s*$", re.IGNORECASE)
+
+
+def _alternation(phrases: Iterable[str]) -> str:
+    parts = []
+    for phrase in sorted(set(phrases), key=len, reverse=True):
+        body = r"\s*".join(map(re.escape, phrase.split()))
+        parts.append(body if re.search(r"[^\x00-\x7f]", phrase) or not phrase[0].isalnum()
+                     else rf"(?<![A-Za-z]){body}(?![A-Za-z])")
+    return "|".join(parts)
+
+
+def _number(text: str) -> Optional[float]:
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return float(text)
+    count = parse_count(text)
+    return None if count is None else float(count)
+
+
+def _key_words(name: str) -> List[str]:
+    """``page_count`` -> ``["page", "count"]``; ``prepMinutes`` -> ``["prep", "minutes"]``."""
+    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name)
+    return [w.lower() for w in re.split(r"[\s_\-]+", spaced) if w]
+
+
+@dataclass(frozen=True)
+class NumericComparison:
+    """One comparison read from the query: ``key operator value`` over ``[start, end)``."""
+
+    start: int
+    end: int
+    text: str
+    rule: str
+    key: str
+    operator: FilterOperator
+    value: float
+
+
+class NumericReader:
+    """Finds comparisons on numeric keys by their units and names.
+
+    Args:
+        keys: the numeric keys to read (the year key has its own rules),
+            with their declared ``MetadataInfo``.
+        integer_keys: which of them hold integers (their values are ints).
+    """
+
+    def __init__(self, keys: Sequence[MetadataInfo], integer_keys: Set[str]) -> None:
+        self._integer = set(integer_keys)
+        units: Dict[str, Set[str]] = {}
+        names: Dict[str, Set[str]] = {}
+        for meta in keys:
+            unit_forms, name_forms = self._mentions(meta)
+            units[meta.name], names[meta.name] = unit_forms, name_forms
+        shared = self._shared(list(units.values()) + list(names.values()))
+        self.ambiguous = shared  #: phrases that name more than one numeric key
+        self._patterns: List[Tuple[str, re.Pattern]] = []
+        before = _alternation(_BEFORE)
+        after = _alternation(_AFTER)
+        for key in units:
+            unit = _alternation(units[key] - shared)
+            name = _alternation(names[key] - shared)
+            if not unit and not name:
+                continue
+            unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
+            unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
+            name_re = rf"(?:(?P<name>{name})\s*(?:is|of|at|在|为|是)?\s*)" if name else r"(?P<name>(?!))?"
+            self._patterns.append((key, re.compile(
+                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?(?P<a>{_NUMBER})\s*{unit_b}?\s*"
+                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?P<b>{_NUMBER})\s*{unit_re}?(?P<zh_between>\s*之间)?",
+                re.IGNORECASE)))
+            self._patterns.append((key, re.compile(
+                rf"{name_re}?(?P<op>{before})\s*(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE)))
+            self._patterns.append((key, re.compile(
+                rf"{name_re}?(?P<a>{_NUMBER})\s*{unit_re}?\s*(?P<op>{after})", re.IGNORECASE)))
+
+    # ---------------------------------------------------------------- setup
+
+    @staticmethod
+    def _mentions(meta: MetadataInfo) -> Tuple[Set[str], Set[str]]:
+        """(unit phrases, name phrases) of a key, in English and Chinese."""
+        units: Set[str] = set()
+        names: Set[str] = set()
+
+        def add_unit(word: str) -> None:
+            word = UNIT_ALIASES.get(word, word)
+            for form in plural_forms(word):
+                if form in UNIT_WORDS_EN:
+                    units.add(form)
+                units.update(KEY_WORDS_ZH.get(form, ()))
+            units.update(alias for alias, target in UNIT_ALIASES.items() if target in plural_forms(word))
+
+        words = _key_words(meta.name)
+        for word in words:
+            if UNIT_ALIASES.get(word, word) in UNIT_WORDS_EN:
+                add_unit(word)
+            else:
+                names.update(plural_forms(word) if len(words) == 1 else {word})
+                names.update(KEY_WORDS_ZH.get(word, ()))
+        names.add(" ".join(words))
+        description = meta.description or ""
+        for word in re.findall(r"[A-Za-z]+", description):
+            if UNIT_ALIASES.get(word.lower(), word.lower()) in UNIT_WORDS_EN:
+                add_unit(word.lower())
+        for forms in KEY_WORDS_ZH.values():
+            units.update(form for form in forms if len(form) > 1 and form in description)
+        names -= units
+        return units, names
+
+    @staticmethod
+    def _shared(groups: List[Set[str]]) -> Set[str]:
+        seen: Set[str] = set()
+        shared: Set[str] = set()
+        for group in groups:
+            shared |= seen & group
+            seen |= group
+        return shared
+
+    # ---------------------------------------------------------------- reading
+
+    def find(self, text: str) -> Tuple[List[NumericComparison], List[str]]:
+        """The comparisons in ``text`` (longest reading first) and notes on what was left out."""
+        found: List[Tuple[int, int, str, re.Match]] = []
+        for key, pattern in self._patterns:
+            for m in pattern.finditer(text):
+                if not (m.group("name") or m.group("unit") or _group(m, "unit_b")):
+                    continue  # a bare number: nothing says which key it is
+                if _group(m, "sep") in {"and", "和"} and not (m.group("between") or _group(m, "zh_between")):
+                    continue  # "30 and 60 minutes" lists two numbers; "between 30 and 60" is a range
+                found.append((m.start(), m.end(), key, m))
+        found.sort(key=lambda f: (-(f[1] - f[0]), f[0]))
+        taken: List[Tuple[int, int]] = []
+        out: List[NumericComparison] = []
+        notes: List[str] = []
+        for start, end, key, m in found:
+            if any(start < e and s < end for s, e in taken):
+                continue
+            a = _number(m.group("a"))
+            b = _number(m.group("b")) if _group(m, "b") else None
+            if a is None or (_group(m, "b") and b is None):
+                continue
+            taken.append((start, end))
+            negated = bool(_NOT_BEFORE.search(text[:start]))
+            phrase = m.group().strip()
+            if b is not None:
+                if negated:
+                    notes.append(f"{phrase!r} is negated: 'not between' means either side of the "
+                                 f"range, which ANDed filters cannot express; no {key} filter")
+                    continue
+                low, high = sorted((a, b))
+                out += [NumericComparison(start, end, phrase, "number-range", key, Op.GTE, self._value(key, low)),
+                        NumericComparison(start, end, phrase, "number-range", key, Op.LTE, self._value(key, high))]
+                continue
+            table = _BEFORE if m.start("op") < m.start("a") else _AFTER
+            op = table[_lookup(m.group("op"))]
+            out.append(NumericComparison(start, end, phrase, "not-number" if negated else "number", key,
+                                         _NEGATED[op] if negated else op, self._value(key, a)))
+        out.sort(key=lambda c: c.start)
+        return out, notes
+
+    def _value(self, key: str, number: float) -> float:
+        return int(number) if key in self._integer and number.is_integer() else number
+
+
+def _group(m: re.Match, name: str) -> Optional[str]:
+    return m.group(name) if name in m.re.groupindex else None
+
+
+def _lookup(op_text: str) -> str:
+    return " ".join(op_text.lower().split())

@@ -1,0 +1,101 @@
+"""Where the phrases that name a metadata value come from, and how sure each one is.
+
+Besides the value itself and the caller's ``synonyms=``, the rule-based
+generator reads two things every schema has:
+
+- **the key's description**: ``"Course: starter (前菜), main (主菜)"`` or
+  ``"前菜 (starter)"`` gives the phrase in parentheses (or before them) as a
+  synonym of the value next to it;
+- **the values' own shape**: a multi-word name (``"Marco Rossi"``,
+  ``"Google DeepMind"``) is also named by one of its rarer words ("Rossi's
+  desserts", "DeepMind papers").
+
+A phrase that is also a common word ("main", "short", "final", "open";
+:func:`is_common_word`, by its frequency in ``wordfreq``) is matched only where
+the query's context makes it a value; a rare one ("thai", "preprint",
+"Miyazaki") is a value wherever it stands as a word.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import lru_cache
+from typing import Dict, Iterable, List
+
+from llama_index_ext_recursive.text import CJK_CLASS
+
+__all__ = ["COMMON_WORD_ZIPF", "description_synonyms", "is_common_word", "name_parts"]
+
+logger = logging.getLogger(__name__)
+
+#: Zipf frequency (log10 per billion words) from which a word counts as common:
+#: "main" 5.2, "short" 5.3, "italian" 4.7, "drama" 4.7 are; "thai" 4.2,
+#: "dessert" 3.8, "preprint" 2.2 are not (``wordfreq``, English). Chinese
+#: phrases use 5.0: "历史" 5.9 is common, "甜点" 3.7 is not.
+COMMON_WORD_ZIPF = {"en": 4.5, "zh": 5.0}
+# a rarer word of a name stands for the name below this frequency ("Rossi" 3.4, not "Christopher" 4.2)
+NAME_PART_ZIPF = 4.0
+_CJK = re.compile(f"[{CJK_CLASS}]")
+_SPLIT = re.compile(r"\s*(?:[,，、/;；|]|\bor\b|或)\s*")
+
+
+@lru_cache(maxsize=4096)
+def is_common_word(phrase: str) -> bool:
+    """Whether a one-word phrase is frequent enough to have other meanings than the value."""
+    from wordfreq import zipf_frequency  # loads its word lists on first use
+
+    phrase = phrase.strip().lower()
+    if _CJK.search(phrase):
+        return zipf_frequency(phrase, "zh") >= COMMON_WORD_ZIPF["zh"]
+    if len(phrase.split()) != 1:
+        return False  # "south korea", "main course": a phrase is specific
+    return zipf_frequency(phrase, "en") >= COMMON_WORD_ZIPF["en"]
+
+
+def description_synonyms(description: str, values: Iterable[str]) -> Dict[str, str]:
+    """Phrases a key's description gives for its values: ``{phrase: value}``.
+
+    ``"starter (前菜), main (主菜)"`` and ``"前菜 (starter)"`` both give
+    ``前菜 -> starter``; several phrases in one parenthesis are split on commas,
+    slashes and "or".
+    """
+    out: Dict[str, str] = {}
+    if not description:
+        return out
+    for value in sorted(values, key=len, reverse=True):
+        escaped = r"[\s\-]+".join(map(re.escape, value.split()))
+        bound = rf"(?<![A-Za-z0-9]){escaped}(?![A-Za-z0-9])"
+        after = re.finditer(rf"{bound}\s*[(（]\s*([^)）]+?)\s*[)）]", description, re.IGNORECASE)
+        before = re.finditer(rf"([^\s(（),，:：;；]+)\s*[(（]\s*{bound}\s*[)）]", description, re.IGNORECASE)
+        for m in list(after) + list(before):
+            for phrase in _SPLIT.split(m.group(1)):
+                if phrase and phrase.lower() != value.lower() and phrase not in out:
+                    out[phrase] = value
+    return out
+
+
+def name_parts(values: Iterable[str]) -> Dict[str, str]:
+    """Rare words of multi-word names that stand for the whole name: ``{"rossi": "Marco Rossi"}``.
+
+    A value is a name when it has two or more words, each capitalised; a word
+    stands for it when it is rare (``NAME_PART_ZIPF``), at least three letters,
+    and part of no other value.
+    """
+    from wordfreq import zipf_frequency
+
+    names = [v for v in values if isinstance(v, str) and len(v.split()) >= 2
+             and all(w[:1].isupper() for w in v.split())]
+    counts: Dict[str, List[str]] = {}
+    for value in values:
+        if isinstance(value, str):
+            for word in value.split():
+                counts.setdefault(word.lower(), []).append(value)
+    out: Dict[str, str] = {}
+    for name in names:
+        for word in name.split():
+            lowered = word.lower()
+            if (len(lowered) >= 3 and len(counts.get(lowered, ())) == 1
+                    and zipf_frequency(lowered, "en") < NAME_PART_ZIPF):
+                out[lowered] = name
+    return out
