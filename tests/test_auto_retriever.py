@@ -251,10 +251,10 @@ def test_default_empty_query_vector_is_still_honoured():
 
 def test_reject_policy_raises_for_rules_that_cannot_be_validated():
     class Invented(RuleBasedSpecGenerator):
-        def generate_with_matches(self, query):
-            spec, matches = super().generate_with_matches(query)
-            spec.filters.append(F("first_author", "Ann"))
-            return spec, matches
+        def read(self, query):  # the one method every rule-based spec goes through
+            reading = super().read(query)
+            reading.spec.filters.append(F("first_author", "Ann"))
+            return reading
 
     retriever = auto(spec_generator=Invented(INFO, {}, today=TODAY), key_policy="reject")
     with pytest.raises(SpecError, match="first_author"):

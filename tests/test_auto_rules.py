@@ -412,7 +412,7 @@ def test_matches_explain_the_spec() -> None:
     assert [(m.key, m.operator, m.value) for m in matches] == [
         ("language", FilterOperator.EQ, "en"), ("source", FilterOperator.EQ, "blog"),
         ("year", FilterOperator.GTE, 2019), ("year", FilterOperator.LTE, 2021), (None, None, 3)]
-    assert {m.rule for m in matches} == {"synonym", "year-range", "top_k"}
+    assert {m.rule for m in matches} == {"description", "synonym", "year-range", "top_k"}  # "en (English)" in the description
     assert spec.top_k == 3 and spec.query == ""
     assert GEN.generate(query) == spec
 

@@ -55,6 +55,11 @@ class AutoExplanation(BaseModel):
         return list(self.report.repairs)
 
     @property
+    def notes(self) -> List[str]:
+        """What the rules left out because they were unsure, in words (empty for LLM specs)."""
+        return list(getattr(self.report, "notes", ()))
+
+    @property
     def fell_back(self) -> bool:
         """True when an LLM's answers were unusable and the rules wrote the spec."""
         return self.generator == "fallback"
@@ -71,6 +76,8 @@ class AutoExplanation(BaseModel):
             lines.append(f"  applied filters: {_tree_text(self.filters)}")
         for repair in self.report.repairs:
             lines.append(f"  [{repair.kind}] {repair.message}")
+        for note in getattr(self.report, "notes", ()):
+            lines.append(f"  [unsure] {note}")
         return "\n".join(lines)
 
 

@@ -45,11 +45,15 @@ class GenerationReport(SpecReport):
         attempts: each LLM answer with its problems, in order (empty for rules).
         matches: for rule-based specs, the query phrases that became filters
             (``text``, ``rule``, ``key``, ``operator``, ``value``).
+        notes: for rule-based specs, what the rules left out because they were
+            unsure (a negation of unclear reach, "or" across keys, a phrase
+            that names values of two keys), in words.
     """
 
     generator: str = "rules"
     attempts: List[Attempt] = field(default_factory=list)
     matches: List[Dict[str, Any]] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
 
     @property
     def fell_back(self) -> bool:
@@ -62,10 +66,9 @@ class GenerationReport(SpecReport):
             generator=self.generator,
             attempts=[attempt.to_dict() for attempt in self.attempts],
             matches=list(self.matches),
+            notes=list(self.notes),
         )
         return out
-
-
 
 
 @runtime_checkable
@@ -103,13 +106,14 @@ class RuleSpecGenerator:
 
     def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
         """The validated rule-based spec for ``query`` and its report."""
-        spec, matches = self.rules.generate_with_matches(query)
-        validated, report = self.validator.validate(spec)
+        reading = self.rules.read(query)
+        validated, report = self.validator.validate(reading.spec)
         return validated, GenerationReport(
             repairs=list(report.repairs),
             errors=list(report.errors),
             generator="rules",
-            matches=[_match_dict(m) for m in matches],
+            matches=[_match_dict(m) for m in reading.matches],
+            notes=list(reading.notes),
         )
 
     async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:

@@ -325,6 +325,7 @@ class LLMSpecGenerator:
             generator="fallback",
             attempts=attempts,
             matches=list(getattr(report, "matches", [])),
+            notes=list(getattr(report, "notes", [])),
         )
 
     def _after(

@@ -209,6 +209,8 @@ class RuleBasedSpecGenerator:
 
     Drop-in for the spec step of upstream's ``VectorIndexAutoRetriever``; reads
     English and Chinese. See the module docstring for the conventions.
+    Every spec goes through :meth:`read` (``generate`` and
+    ``generate_with_matches`` call it), so a subclass overrides ``read``.
 
     Args:
         vector_store_info: the filterable keys and their types (``str``,
@@ -805,12 +807,20 @@ class RuleBasedSpecGenerator:
                 operator = ops[op_text]
                 if not self._is_numeric(key) and m.group("sym") is None:
                     continue  # "sources not in English" is no source filter
-                value = self._coerce(key, m.group("val").strip("\"'").rstrip("."))
+                end, raw = m.end(), m.group("val").strip("\"'").rstrip(".")
+                if not self._is_numeric(key):  # "chef: Kenji Sato": the longest stored value there
+                    rest = text[m.start("val"):]
+                    longest = max((v for v in self._vocabulary.get(key, ()) if isinstance(v, str)
+                                   and rest.lower().startswith(v.lower())
+                                   and not rest[len(v):len(v) + 1].isalnum()), key=len, default=None)
+                    if longest is not None and len(longest) > len(raw):
+                        end, raw = m.start("val") + len(longest), longest
+                value = self._coerce(key, raw)
                 if value is None:
                     continue
                 if not self._is_numeric(key) and operator not in {FilterOperator.EQ, FilterOperator.NE}:
                     continue
-                out.append(Match(m.start(), m.end(), m.group(), "explicit", key, operator, value))
+                out.append(Match(m.start(), end, text[m.start():end], "explicit", key, operator, value))
         return out
 
     def _coerce(self, key: str, raw: str) -> Any:
