@@ -182,6 +182,12 @@ FILLER_EN = {
     "recent", "latest", "newest", "new", "available", "here", "but", "anything", "everything",
     "ones", "one", "made", "directed", "produced", "cooked", "released", "set",
 }
+# words between a value and the noun they both modify ("French new wave")
+NOUN_MODIFIERS_EN = {"new", "recent", "latest", "newest", "old", "older", "other"}
+# after a value word, a determiner shows the word is a verb ("films that feature a ...")
+DETERMINERS_EN = {"a", "an", "the", "my", "your", "his", "her", "their", "our", "its"}
+# Chinese measure words of a result count ("前5部", "给我3篇")
+ZH_CLASSIFIERS = "个|条|篇|项|份|部|本|首|集"
 QUESTION_EN = {"how", "why", "when", "where", "who", "whom", "whose", "what", "which"}
 FILLER_ZH = {
     "的", "了", "关于", "有关", "相关", "或", "或者", "和", "与", "及", "以及", "中", "里",
@@ -189,6 +195,8 @@ FILLER_ZH = {
     "给", "给我", "我", "找", "查", "查找", "搜索", "返回", "只", "只要", "仅", "之间",
     "期间", "一些", "所有", "要", "看", "看看", "显示", "列出", "上", "下", "里面",
     "以外", "之外", "最新", "近期", "有没有", "是否", "有无", "还是", "或是", "由", "做", "的话",
+    # making and publishing, like "made", "released" in English
+    "拍", "拍摄", "拍的", "出品", "制作", "上映", "出版", "发行", "推出", "推荐",
 }
 QUESTION_ZH = ("什么", "如何", "为什么", "怎么", "怎样", "哪", "吗", "呢", "谁", "多少", "几")
 # A Chinese value may be glued to one of these by jieba ("英文版", "生物类").

@@ -85,14 +85,17 @@ from llama_index_ext_recursive.auto.lexicon import (
     KEY_WORDS_ZH,
     KIND_WORDS_EN,
     KIND_WORDS_ZH,
+    DETERMINERS_EN,
     LIST_JOINER,
     NEGATION_EN,
     NEGATION_ZH,
     NEGATION_ZH_AFTER,
+    NOUN_MODIFIERS_EN,
     NUM_WORD_RE,
     QUESTION_EN,
     QUESTION_ZH,
     ZH_FACET_NEXT,
+    ZH_CLASSIFIERS,
     ZH_GLUE,
     ZH_NUM_RE,
     parse_count,
@@ -460,6 +463,7 @@ class RuleBasedSpecGenerator:
             found = self._value_match(query, tokens, cand, matches, taken, notes)
             if found is not None:
                 accept([found])
+        matches = self._negated_lists(query, matches)
         matches = self._without_mixed_disjunctions(query, tokens, matches, notes)
         for phrase, keys in self._ambiguous.items():
             if re.search(rf"(?<![A-Za-z0-9]){re.escape(phrase)}(?![A-Za-z0-9])", query, re.IGNORECASE):
@@ -533,6 +537,19 @@ class RuleBasedSpecGenerator:
                 return None
             cut = tok.start
         return NEGATION_EN.search(clause[:cut - begin]) or NEGATION_ZH.search(clause[:cut - begin])
+
+    @staticmethod
+    def _negated_lists(text: str, matches: List[Match]) -> List[Match]:
+        """"美国、法国之外": a negation after a list of values negates all of them."""
+        out = list(matches)
+        for i in range(len(out) - 1, 0, -1):
+            cur, prev = out[i], out[i - 1]
+            if (cur.operator == FilterOperator.NE and cur.rule.startswith("not-")
+                    and prev.key == cur.key and prev.operator == FilterOperator.EQ
+                    and prev.end <= cur.start and LIST_JOINER.match(text[prev.end:cur.start])):
+                out[i - 1] = Match(prev.start, prev.end, prev.text, f"not-{prev.rule}", prev.key,
+                                   FilterOperator.NE, prev.value)
+        return out
 
     def _negate_years(self, text: str, group: List[Match], notes: List[str]) -> List[Match]:
         """A year phrase after "not"/"不是" has the opposite operator; a negated range has no filter."""
@@ -629,14 +646,15 @@ class RuleBasedSpecGenerator:
             if not _HAS_CJK.match(text[s]):
                 continue
             # the longest term at s that ends where a word ends; jieba may glue a function
-            # word to the value ("关于软件", "英文版", "非中文")
+            # word or a kind of document to the value ("关于软件", "英文版", "非中文", "恐怖电影")
             for length in cjk_lengths:
                 e = s + length
                 if text[s:e] not in self._terms:
                     continue
                 head = next((text[t.start:s] for t in tokens if t.start < s < t.end), "")
                 tail = next((text[e:t.end] for t in tokens if t.start < e < t.end), "")
-                if (s not in starts and head not in ZH_GLUE) or (e not in ends and tail not in ZH_GLUE):
+                if (s not in starts and head not in ZH_GLUE) or (
+                        e not in ends and tail not in ZH_GLUE and tail not in self._doc_zh):
                     logger.debug("%r inside a longer word; not a value", text[s:e])
                     continue
                 found.extend(self._candidates_for(s, e, text[s:e]))
@@ -699,6 +717,9 @@ class RuleBasedSpecGenerator:
             return True  # "manual", "blog posts", "博客": the value is itself a kind of document
         prev = before[-1] if before else None
         nxt = after[0] if after else None
+        while len(after) > 1 and nxt is not None and nxt.lower in NOUN_MODIFIERS_EN:
+            after = after[1:]
+            nxt = after[0]  # "the French new wave": what "new" modifies decides
         if self._specific(text[cand.start:cand.end], cand.term):
             # "thai curry", "Miyazaki": a rare word of the data is the value, except as the
             # head of "X of ..." ("the biology of reefs")
@@ -706,6 +727,8 @@ class RuleBasedSpecGenerator:
         prev_role, next_role = self._role(prev, candidates, taken), self._role(nxt, candidates, taken)
         if nxt is not None and nxt.lower == "of":
             return False  # "the history of lighthouses"
+        if nxt is not None and nxt.lower in DETERMINERS_EN:
+            return False  # "films that feature a haunted house": a verb, not the value
         if len(before) >= 2 and before[-2].lower == "how" and before[-1].lower in {"much", "many"}:
             return False  # "how much energy"
         if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
@@ -738,9 +761,9 @@ class RuleBasedSpecGenerator:
                 out.append(self._top_k_match(text, m, "top_k"))  # "five blog posts"
         zh_num = rf"(?P<n>\d{{1,3}}|{ZH_NUM_RE})"
         for pattern in (
-            rf"前\s*{zh_num}\s*(?:个|条|篇|项|名|份)",
-            rf"(?:返回|给我|列出|显示|找出?|要)\s*{zh_num}\s*(?:个|条|篇|项|份)",
-            rf"{zh_num}\s*(?:个|条|篇|项|份)\s*(?:结果|文档|文章|资料|条目)",
+            rf"前\s*{zh_num}\s*(?:{ZH_CLASSIFIERS}|名)",
+            rf"(?:返回|给我|列出|显示|找出?|要|推荐)\s*{zh_num}\s*(?:{ZH_CLASSIFIERS})",
+            rf"{zh_num}\s*(?:{ZH_CLASSIFIERS})\s*(?:结果|文档|文章|资料|条目)",
         ):
             out.extend(self._top_k_match(text, m, "top_k") for m in re.finditer(pattern, text))
         out = [m for m in out if m.value and 0 < m.value <= 1000]
