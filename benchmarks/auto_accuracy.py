@@ -82,11 +82,15 @@ RESULTS = REPO / "benchmarks" / "results"
 SAMPLE_INFO = sample_vector_store_info()
 
 TUNING, HELD_OUT = "tuning", "held-out"
+# a held-out set whose misses were then looked at and fixed: in-sample since (its blind figure is in docs)
+TUNED_AFTER_BLIND = "held-out, then tuned"
 # (name, file in llama_index_ext_recursive/sample_data, role); adding a set is one entry here
 LABELLED_SETS: List[Tuple[str, str, str]] = [
     ("sample", "auto_queries.jsonl", TUNING),
     ("recipes", "auto_queries_recipes.json", TUNING),
-    ("films", "auto_queries_films.json", HELD_OUT),
+    ("films", "auto_queries_films.json", TUNED_AFTER_BLIND),
+    ("papers", "auto_queries_papers.json", TUNED_AFTER_BLIND),
+    ("listings", "auto_queries_listings.json", HELD_OUT),
 ]
 
 FilterKey = Tuple[str, str, Any]

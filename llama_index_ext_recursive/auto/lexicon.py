@@ -94,7 +94,7 @@ BUILTIN_SYNONYMS: Dict[str, Tuple[str, ...]] = {
     "汤": ("soup",), "沙拉": ("salad",), "早餐": ("breakfast",),
     # fields of study
     "自然语言处理": ("nlp", "natural language processing"), "natural language processing": ("nlp",),
-    "计算机视觉": ("vision", "computer vision", "cv"), "computer vision": ("vision", "cv"),
+    "计算机视觉": ("vision", "computer vision", "cv"), "视觉": ("vision", "computer vision", "cv"), "computer vision": ("vision", "cv"),
     "机器人": ("robotics",), "机器人学": ("robotics",), "系统": ("systems",), "安全": ("security",),
     "理论": ("theory",), "机器学习": ("machine learning", "ml"), "machine learning": ("ml",),
     "物理": ("physics",), "化学": ("chemistry",), "数学": ("mathematics", "math"), "经济": ("economics",),
@@ -119,14 +119,13 @@ KIND_WORDS_EN = {
 }
 KIND_WORDS_ZH = {
     "菜谱", "食谱", "做法", "菜", "菜品", "菜式", "料理", "电影", "影片", "片子", "片", "论文", "书",
-    "书籍", "评论", "影评", "合同", "发票", "工单", "邮件", "产品", "剧", "作品", "报告", "研究",
-    "成果", "工作", "预印本",
+    "书籍", "评论", "影评", "合同", "发票", "工单", "邮件", "产品", "剧", "作品", "报告", "预印本",
 }
 # English words for a key or its unit, in Chinese: "runtime under 100" / "片长不到100".
 KEY_WORDS_ZH: Dict[str, Tuple[str, ...]] = {
     "minute": ("分钟", "分"), "minutes": ("分钟", "分"), "hour": ("小时",), "hours": ("小时",),
-    "page": ("页", "页数"), "pages": ("页", "页数"), "citation": ("次引用", "引用", "引用数", "引用量", "被引", "次"),
-    "citations": ("次引用", "引用", "引用数", "引用量", "被引", "次"), "star": ("星",), "stars": ("星",),
+    "page": ("页", "页数"), "pages": ("页", "页数"), "citation": ("次引用", "引用", "引用数", "引用量", "被引", "被引用", "引用次数", "被引次数", "被引用次数", "次"),
+    "citations": ("次引用", "引用", "引用数", "引用量", "被引", "被引用", "引用次数", "被引次数", "被引用次数", "次"), "star": ("星",), "stars": ("星",),
     "serving": ("人份",), "servings": ("人份",), "day": ("天",), "days": ("天",), "word": ("字",),
     "words": ("字",), "dollar": ("美元", "刀"), "dollars": ("美元", "刀"), "usd": ("美元",),
     "yuan": ("元", "块"), "rmb": ("元", "块"), "cny": ("元",), "episode": ("集",), "episodes": ("集",),
@@ -201,7 +200,7 @@ FILLER_ZH = {
 QUESTION_ZH = ("什么", "如何", "为什么", "怎么", "怎样", "哪", "吗", "呢", "谁", "多少", "几")
 # A Chinese value may be glued to one of these by jieba ("英文版", "生物类").
 ZH_SUFFIXES = ("类", "版", "方面", "领域", "类别")
-ZH_FACET_NEXT = {"类", "方面", "领域", "类别", "相关"}
+ZH_FACET_NEXT = {"类", "方面", "领域", "类别", "相关", "版"}
 ZH_GLUE = FILLER_ZH | set(ZH_SUFFIXES) | {"非", "不是", "除了"}
 # A negation right before a value (fillers allowed between) makes it != / nin.
 NEGATION_EN = re.compile(
@@ -263,12 +262,16 @@ def plural_forms(term: str) -> Set[str]:
     if not last.isalpha() or len(last) < 3:
         return forms
     prefix = f"{head} " if head else ""
-    if last.endswith("y") and last[-2] not in "aeiou":
+    if last.endswith("sis"):
+        forms.add(prefix + last[:-3] + "ses")  # thesis -> theses, analysis -> analyses
+    elif last.endswith("y") and last[-2] not in "aeiou":
         forms.add(prefix + last[:-1] + "ies")
     elif last.endswith(("s", "x", "ch", "sh")):
         forms.add(prefix + last + "es")
     else:
         forms.add(prefix + last + "s")
+    if last.endswith("ses") and len(last) > 4:
+        forms.add(prefix + last[:-3] + "sis")
     if last.endswith("ies") and len(last) > 4:
         forms.add(prefix + last[:-3] + "y")
     elif last.endswith("s") and not last.endswith("ss") and len(last) > 4:

@@ -133,7 +133,8 @@ class NumericReader:
         after = _alternation(_AFTER)
         for key in units:
             unit = _alternation(units[key] - shared)
-            name = _alternation(names[key] - shared)
+            # a key is named before its number by its name or its unit ("被引用次数在50到200之间")
+            name = _alternation((names[key] | units[key]) - shared)
             if not unit and not name:
                 continue
             unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
@@ -147,6 +148,8 @@ class NumericReader:
                 rf"{name_re}?(?P<op>{before})\s*(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE)))
             self._patterns.append((key, re.compile(
                 rf"{name_re}?(?P<a>{_NUMBER})\s*{unit_re}?\s*(?P<op>{after})", re.IGNORECASE)))
+            self._patterns.append((key, re.compile(  # "10+ citations"
+                rf"{name_re}?(?P<a>{_NUMBER})\s*(?P<op>\+)\s*{unit_re}", re.IGNORECASE)))
 
     # ---------------------------------------------------------------- setup
 

@@ -653,7 +653,10 @@ class RuleBasedSpecGenerator:
                     continue
                 head = next((text[t.start:s] for t in tokens if t.start < s < t.end), "")
                 tail = next((text[e:t.end] for t in tokens if t.start < e < t.end), "")
-                if (s not in starts and head not in ZH_GLUE) or (
+                given = any(t.rule in {"value", "user-synonym"} for t in self._terms[text[s:e]])
+                if given:
+                    pass  # the index's own value, or the caller's phrase: matched inside any word
+                elif (s not in starts and head not in ZH_GLUE) or (
                         e not in ends and tail not in ZH_GLUE and tail not in self._doc_zh):
                     logger.debug("%r inside a longer word; not a value", text[s:e])
                     continue
