@@ -550,3 +550,176 @@ def test_every_cjk_range_of_the_script_table_is_cjk_for_the_rules(low: int, high
         (token,) = RuleBasedSpecGenerator._tokenize(char)
         assert token.cjk and _is_cjk_term(char), hex(ord(char))
 
+
+
+# -------------------- any schema (issue 15): a recipes schema unlike the sample corpus's
+
+RECIPE_INFO = VectorStoreInfo(
+    content_info="Recipes from a cooking site",
+    metadata_info=[
+        MetadataInfo(name="cuisine", type="str", description="The cuisine of the recipe"),
+        MetadataInfo(name="course", type="str", description="Course: starter (前菜), main (主菜), dessert (甜点)"),
+        MetadataInfo(name="minutes", type="int", description="Total preparation time in minutes"),
+        MetadataInfo(name="rating", type="float", description="Average rating"),
+        MetadataInfo(name="year", type="int", description="Year the recipe was published"),
+        MetadataInfo(name="chef", type="str", description="The chef who wrote the recipe"),
+    ],
+)
+RECIPE_VOCAB = {
+    "cuisine": {"italian", "thai", "mexican", "french"},
+    "course": {"starter", "main", "dessert"},
+    "minutes": {10, 30, 60},
+    "rating": {3.5, 4.5},
+    "year": {2021, 2023, 2024},
+    "chef": {"Marco Rossi", "Ana Lima"},
+}
+RECIPES = RuleBasedSpecGenerator(RECIPE_INFO, RECIPE_VOCAB, today=date(2026, 3, 1))
+
+
+def recipe_filters(query: str) -> set:
+    return {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
+            for f in RECIPES.generate(query).filters}
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("2024 年 thai 菜谱", {("year", "==", 2024), ("cuisine", "==", "thai")}),
+        ("2024年thai菜谱", {("year", "==", 2024), ("cuisine", "==", "thai")}),
+        ("mexican 前菜", {("cuisine", "==", "mexican"), ("course", "==", "starter")}),
+        ("有没有 french 的甜点", {("cuisine", "==", "french"), ("course", "==", "dessert")}),
+    ],
+)
+def test_latin_values_are_matched_inside_chinese_text(query: str, expected: set) -> None:
+    assert recipe_filters(query) == expected
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("ready in under 30 minutes", {("minutes", "<", 30)}),
+        ("dishes taking at least 45 minutes", {("minutes", ">=", 45)}),
+        ("at most twenty minutes", {("minutes", "<=", 20)}),
+        ("recipes with 60 minutes or more", {("minutes", ">=", 60)}),
+        ("between 30 and 60 minutes", {("minutes", ">=", 30), ("minutes", "<=", 60)}),
+        ("15-25 minutes", {("minutes", ">=", 15), ("minutes", "<=", 25)}),
+        ("not more than 30 minutes", {("minutes", "<=", 30)}),
+        ("rating above 4.5", {("rating", ">", 4.5)}),
+        ("超过 60 分钟的菜", {("minutes", ">", 60)}),
+        ("45分钟以上", {("minutes", ">=", 45)}),
+        ("20分钟以下", {("minutes", "<=", 20)}),
+        ("三十分钟以内", {("minutes", "<=", 30)}),
+        ("不到15分钟", {("minutes", "<", 15)}),
+        ("30到60分钟之间", {("minutes", ">=", 30), ("minutes", "<=", 60)}),
+        ("评分不低于4", {("rating", ">=", 4.0)}),
+        ("30 and 60 minutes", set()),  # two numbers, not a range
+        ("a 5 minute dessert", {("course", "==", "dessert")}),  # a size, not a comparison
+    ],
+)
+def test_comparisons_on_a_numeric_key_that_is_not_a_year(query: str, expected: set) -> None:
+    assert recipe_filters(query) == expected
+
+
+def test_integer_keys_get_integers_and_float_keys_floats() -> None:
+    (minutes,) = RECIPES.generate("under 30 minutes").filters
+    (rating,) = RECIPES.generate("rating above 4").filters
+    assert type(minutes.value) is int and type(rating.value) is float
+
+
+def test_a_unit_two_keys_share_names_neither() -> None:
+    info = VectorStoreInfo(content_info="tasks", metadata_info=[
+        MetadataInfo(name="prep_minutes", type="int", description="preparation time"),
+        MetadataInfo(name="cook_minutes", type="int", description="cooking time")])
+    gen = RuleBasedSpecGenerator(info, {})
+    assert gen.generate("under 30 minutes").filters == []
+    assert [(f.key, f.operator.value, f.value) for f in gen.generate("cook under 30").filters] == [
+        ("cook_minutes", "<", 30)]
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("desserts that are not italian", {("course", "==", "dessert"), ("cuisine", "!=", "italian")}),
+        ("recipes that aren't thai or mexican", {("cuisine", "nin", ("thai", "mexican"))}),
+        ("anything except thai and mexican", {("cuisine", "nin", ("thai", "mexican"))}),
+        ("anything but thai", {("cuisine", "!=", "thai")}),
+        ("non-italian mains", {("cuisine", "!=", "italian"), ("course", "==", "main")}),
+        ("mains, excluding anything by Rossi", {("course", "==", "main"), ("chef", "!=", "Marco Rossi")}),
+        ("recipes not from 2021", {("year", "!=", 2021)}),
+        ("mains not before 2023", {("course", "==", "main"), ("year", ">=", 2023)}),
+        ("不是意大利菜的甜点", {("cuisine", "!=", "italian"), ("course", "==", "dessert")}),
+        ("除了泰国菜以外的主菜", {("cuisine", "!=", "thai"), ("course", "==", "main")}),
+        ("意大利、法国之外的甜点", {("cuisine", "nin", ("italian", "french")), ("course", "==", "dessert")}),
+        ("不是2021年的菜谱", {("year", "!=", 2021)}),
+        ("mexican or thai, but not desserts", {("cuisine", "in", ("mexican", "thai")),
+                                               ("course", "!=", "dessert")}),
+    ],
+)
+def test_negation_gives_the_excluding_filter(query: str, expected: set) -> None:
+    assert recipe_filters(query) == expected
+
+
+@pytest.mark.parametrize(
+    "query,unsure",
+    [
+        ("not spicy thai food", "thai"),  # "not spicy" or "not thai"?
+        ("recipes not between 2021 and 2023", "2021"),  # outside a range: two alternatives
+        ("recipes not between 30 and 60 minutes", "30"),
+    ],
+)
+def test_a_negation_of_unclear_reach_gives_no_filter_and_says_so(query: str, unsure: str) -> None:
+    reading = RECIPES.read(query)
+    assert reading.spec.filters == []
+    assert any(unsure in note for note in reading.notes)
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("thai or mexican starters", {("cuisine", "in", ("thai", "mexican")), ("course", "==", "starter")}),
+        ("泰国菜或墨西哥菜", {("cuisine", "in", ("thai", "mexican"))}),
+        ("甜点或者主菜", {("course", "in", ("dessert", "main"))}),
+        ("desserts by Lima or Rossi", {("course", "==", "dessert"),
+                                       ("chef", "in", ("Ana Lima", "Marco Rossi"))}),
+    ],
+)
+def test_disjunction_of_one_key_gives_in(query: str, expected: set) -> None:
+    assert recipe_filters(query) == expected
+
+
+def test_or_across_keys_gives_no_filter_and_says_so() -> None:
+    reading = RECIPES.read("thai recipes or desserts")
+    assert reading.spec.filters == []
+    assert any("cuisine" in note and "course" in note for note in reading.notes)
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("main courses from 2023", {("course", "==", "main"), ("year", "==", 2023)}),
+        ("italian mains", {("cuisine", "==", "italian"), ("course", "==", "main")}),
+        ("what is the main ingredient of pesto?", set()),
+        ("the main reason bread goes stale", set()),
+        ("thai curry", {("cuisine", "==", "thai")}),  # a rare word of the data is the value
+    ],
+)
+def test_a_value_that_is_a_common_word_needs_a_value_context(query: str, expected: set) -> None:
+    assert recipe_filters(query) == expected
+
+
+def test_value_phrases_come_from_descriptions_names_and_the_lexicon() -> None:
+    assert recipe_filters("甜点") == {("course", "==", "dessert")}  # "dessert (甜点)" in the description
+    assert recipe_filters("Rossi's desserts") == {("chef", "==", "Marco Rossi"), ("course", "==", "dessert")}
+    assert recipe_filters("chef: Ana Lima") == {("chef", "==", "Ana Lima")}
+    assert recipe_filters("墨西哥菜谱") == {("cuisine", "==", "mexican")}  # built-in bilingual lexicon
+    custom = RuleBasedSpecGenerator(RECIPE_INFO, RECIPE_VOCAB, synonyms={"cuisine": {"泰餐馆风味": "thai"}})
+    assert [(f.key, f.value) for f in custom.generate("泰餐馆风味的主菜").filters] == [
+        ("cuisine", "thai"), ("course", "main")]
+
+
+def test_unsure_notes_reach_the_report() -> None:
+    from llama_index_ext_recursive.auto import RuleSpecGenerator, SpecValidator
+
+    gen = RuleSpecGenerator(RECIPES, SpecValidator(RECIPE_INFO, RECIPE_VOCAB))
+    spec, report = gen.generate("thai recipes or desserts")
+    assert spec.filters == [] and report.notes and report.to_dict()["notes"] == report.notes

@@ -41,13 +41,28 @@ Conventions (all relative to ``today``; years are calendar years):
 - ``key=value``, ``key: value``, ``key >= 3``, ``rating above 4`` work for
   every declared key.
 
+Any schema, not one corpus's:
+
+- Every string value in the vocabulary is matched in text of any script
+  ("2024年thai菜谱"); phrases for values come from ``synonyms``, the key
+  descriptions and name parts (:mod:`~llama_index_ext_recursive.auto.terms`),
+  and a small bilingual lexicon. A value that is also a common word ("main",
+  "short") needs a value context ("main courses"); a rare one does not.
+- Every other numeric key gets comparisons and ranges by its unit or name
+  (:mod:`~llama_index_ext_recursive.auto.numbers`).
+- A negation right before a value (over function words: "excluding anything
+  by Rossi"), or a list of them, or "之外" after it, gives ``!=``/``nin``; a
+  year or number after "not" gets the opposite comparison. A negation further
+  away in the same clause ("not spicy thai food"), "or" across two keys, and a
+  negated range give no filter and a note (:class:`RuleReading`).
+
 The words are in :mod:`~llama_index_ext_recursive.auto.lexicon`, the year
 expressions in :mod:`~llama_index_ext_recursive.auto.years`, the reading of
 declared types in :mod:`~llama_index_ext_recursive.schema`. This module is
-about 690 lines because what remains is one matcher: its passes (counts,
-explicit ``key op value``, years, value words, facet-or-topic, the leftover
-query text) claim spans of the same token list in priority order, and each
-pass decides by what the others claimed.
+long because what remains is one matcher: its passes (counts, explicit
+``key op value``, numbers, years, value words, facet-or-topic, negation,
+disjunction, the leftover query text) claim spans of the same token list in
+priority order, and each pass decides by what the others claimed.
 """
 
 from __future__ import annotations
@@ -449,8 +464,9 @@ class RuleBasedSpecGenerator:
         if self._year_key is not None:
             for group in self._find_years(query, today):
                 if free(group[0].start, group[0].end):
+                    span = (group[0].start, group[0].end)
                     group = self._negate_years(query, group, notes)
-                    taken.append((group[0].start, group[0].end))
+                    taken.append(span)  # read, even when a negated range gives no filter
                     if group:
                         accept(group)
         for cand in candidates:
