@@ -90,7 +90,8 @@ LABELLED_SETS: List[Tuple[str, str, str]] = [
     ("recipes", "auto_queries_recipes.json", TUNING),
     ("films", "auto_queries_films.json", TUNED_AFTER_BLIND),
     ("papers", "auto_queries_papers.json", TUNED_AFTER_BLIND),
-    ("listings", "auto_queries_listings.json", HELD_OUT),
+    ("listings", "auto_queries_listings.json", TUNED_AFTER_BLIND),
+    ("jobs", "auto_queries_jobs.json", HELD_OUT),
 ]
 
 FilterKey = Tuple[str, str, Any]

@@ -106,6 +106,17 @@ BUILTIN_SYNONYMS: Dict[str, Tuple[str, ...]] = {
     "新闻": ("news",), "专利": ("patent",), "草稿": ("draft",), "初稿": ("draft",),
     "预印本": ("preprint",), "终稿": ("final",), "定稿": ("final",), "正式版": ("final",),
     "已撤稿": ("retracted",), "撤稿": ("retracted",), "评论": ("review",), "影评": ("review",),
+    # kinds of home
+    "flat": ("apartment", "flat"), "公寓": ("apartment", "flat"), "别墅": ("villa",),
+    "单间": ("room",), "开间": ("studio",), "一居室": ("studio", "one-bedroom"),
+    # the state of a listing
+    "可租": ("available",), "待租": ("available",), "在售": ("available",), "空置": ("available",),
+    "可用": ("available",), "已预订": ("reserved",), "已预定": ("reserved",), "预订中": ("reserved",),
+    "已租": ("let", "rented"), "已出租": ("let", "rented"), "租出去": ("let", "rented"),
+    "已租出": ("let", "rented"), "rented": ("let",), "已售": ("sold",), "售出": ("sold",),
+    # levels and places of work
+    "初级": ("junior", "entry"), "中级": ("mid", "intermediate"), "高级": ("senior",),
+    "资深": ("senior",), "远程": ("remote",), "remotely": ("remote",), "在家办公": ("remote",),
 }
 
 # Nouns that name a kind of document (or of thing the documents are), in both
@@ -116,10 +127,14 @@ KIND_WORDS_EN = {
     "ticket", "tickets", "email", "emails", "product", "products", "episode", "episodes",
     "song", "songs", "story", "stories", "note", "notes", "thesis", "theses", "preprint", "preprints",
     "one", "ones", "kind", "kinds", "type", "types", "stuff", "work", "works", "title", "titles",
+    "listing", "listings", "property", "properties", "home", "homes", "rental", "rentals",
+    "job", "jobs", "posting", "postings", "position", "positions", "opening", "openings",
+    "vacancy", "vacancies", "course", "courses", "event", "events", "place", "places",
 }
 KIND_WORDS_ZH = {
     "菜谱", "食谱", "做法", "菜", "菜品", "菜式", "料理", "电影", "影片", "片子", "片", "论文", "书",
     "书籍", "评论", "影评", "合同", "发票", "工单", "邮件", "产品", "剧", "作品", "报告", "预印本",
+    "房源", "房子", "房屋", "住房", "职位", "岗位", "工作", "招聘", "活动", "课程",
 }
 # English words for a key or its unit, in Chinese: "runtime under 100" / "片长不到100".
 KEY_WORDS_ZH: Dict[str, Tuple[str, ...]] = {
@@ -133,6 +148,9 @@ KEY_WORDS_ZH: Dict[str, Tuple[str, ...]] = {
     "time": ("时间", "用时", "耗时"), "rating": ("评分", "分"), "score": ("评分", "得分", "分"),
     "price": ("价格", "售价"), "cost": ("费用", "成本"), "budget": ("预算",), "count": ("数量",),
     "views": ("播放量", "观看次数"), "downloads": ("下载量",), "calories": ("卡路里", "大卡"),
+    "year": ("年",), "years": ("年",), "rent": ("租金", "月租", "房租"), "salary": ("薪资", "薪水", "工资", "月薪", "年薪"),
+    "pay": ("薪资", "工资"), "experience": ("经验", "工作经验"), "bedrooms": ("居室", "卧室", "室"),
+    "bedroom": ("居室", "卧室", "室"), "area": ("面积",), "age": ("年龄",), "size": ("大小", "面积"),
     # nouns for string keys: next to one, a value is a facet ("泰国菜系", "剧情类型")
     "cuisine": ("菜系", "风味"), "course": ("菜",), "genre": ("类型", "题材", "类"),
     "country": ("国家", "地区"), "director": ("导演",), "author": ("作者",), "chef": ("厨师", "大厨"),
@@ -145,8 +163,22 @@ UNIT_WORDS_EN = {
     "minute", "minutes", "min", "mins", "hour", "hours", "page", "pages", "citation", "citations",
     "star", "stars", "serving", "servings", "day", "days", "word", "words", "dollar", "dollars",
     "usd", "yuan", "rmb", "cny", "episode", "episodes", "calories", "kcal", "views", "downloads",
+    "euro", "euros", "eur", "bedroom", "bedrooms", "year", "years",
 }
 UNIT_ALIASES = {"min": "minutes", "mins": "minutes", "kcal": "calories"}
+# a key whose name says "per period" takes the period as its unit: "6000 a month" for monthly_rent
+PERIOD_UNITS = {
+    "monthly": ("a month", "per month", "/month", "/mo", "a mo", "每月", "每个月", "一个月", "/月"),
+    "weekly": ("a week", "per week", "/week", "每周"),
+    "daily": ("a day", "per day", "/day", "每天", "每日"),
+    "nightly": ("a night", "per night", "/night", "每晚"),
+    "yearly": ("a year", "per year", "/year", "每年"), "annual": ("a year", "per year", "/year", "每年"),
+    "hourly": ("an hour", "per hour", "/hour", "/hr", "每小时"),
+}
+# currency symbols written before the number, by the unit they stand for
+CURRENCY_PREFIXES = {"yuan": ("¥", "￥", "rmb"), "cny": ("¥", "￥", "rmb"), "rmb": ("¥", "￥", "rmb"),
+                     "dollar": ("$", "usd"), "dollars": ("$", "usd"), "usd": ("$",),
+                     "euro": ("€",), "euros": ("€",), "eur": ("€",)}
 
 # Words that name a document or a result: a value next to one is a facet.
 DOC_NOUNS_EN = {
@@ -180,11 +212,16 @@ FILLER_EN = {
     "would", "should", "will", "up", "also", "other", "whatever", "dating", "got",
     "recent", "latest", "newest", "new", "available", "here", "but", "anything", "everything",
     "ones", "one", "made", "directed", "produced", "cooked", "released", "set",
+    "near", "around", "at", "into", "within", "per", "via", "across", "than", "as", "like",
+    "yet", "already", "still", "currently", "right", "now",
 }
 # words between a value and the noun they both modify ("French new wave")
 NOUN_MODIFIERS_EN = {"new", "recent", "latest", "newest", "old", "older", "other"}
 # after a value word, a determiner shows the word is a verb ("films that feature a ...")
-DETERMINERS_EN = {"a", "an", "the", "my", "your", "his", "her", "their", "our", "its"}
+DETERMINERS_EN = {"a", "an", "the", "my", "your", "his", "her", "their", "our", "its",
+                  "me", "us", "you", "him", "them", "it"}
+# after "the X", a verb of being shows X is one thing talked about ("the room was smaller")
+COPULAS_EN = {"is", "was", "are", "were", "has", "had", "looks", "looked", "seems", "seemed"}
 # Chinese measure words of a result count ("前5部", "给我3篇")
 ZH_CLASSIFIERS = "个|条|篇|项|份|部|本|首|集"
 QUESTION_EN = {"how", "why", "when", "where", "who", "whom", "whose", "what", "which"}
@@ -195,7 +232,7 @@ FILLER_ZH = {
     "期间", "一些", "所有", "要", "看", "看看", "显示", "列出", "上", "下", "里面",
     "以外", "之外", "最新", "近期", "有没有", "是否", "有无", "还是", "或是", "由", "做", "的话",
     # making and publishing, like "made", "released" in English
-    "拍", "拍摄", "拍的", "出品", "制作", "上映", "出版", "发行", "推出", "推荐",
+    "拍", "拍摄", "拍的", "出品", "制作", "上映", "出版", "发行", "推出", "推荐", "还有", "其他", "其它",
 }
 QUESTION_ZH = ("什么", "如何", "为什么", "怎么", "怎样", "哪", "吗", "呢", "谁", "多少", "几")
 # A Chinese value may be glued to one of these by jieba ("英文版", "生物类").
@@ -220,7 +257,7 @@ NEGATION_ZH_AFTER = re.compile(r"^\s*(?:除外|以外|之外)")
 CLAUSE_BREAK = re.compile(r"[,.;:!?，。；：！？]|(?<!anything )(?<!nothing )(?<!all )\bbut\b|"
                           r"\b(?:however|though|although)\b|但是|但|而是|不过",
                           re.IGNORECASE)
-DISJUNCTION = re.compile(r"(?<![A-Za-z])(?:or|either)(?![A-Za-z])|或者|或是|还是|或", re.IGNORECASE)
+DISJUNCTION = re.compile(r"(?<![A-Za-z])(?:or|either)(?![A-Za-z])|或者|或是|还是|要么|或", re.IGNORECASE)
 
 NUMBER_WORDS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,

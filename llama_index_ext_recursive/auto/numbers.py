@@ -25,8 +25,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from llama_index.core.vector_stores.types import FilterOperator, MetadataInfo
 
 from llama_index_ext_recursive.auto.lexicon import (
+    CURRENCY_PREFIXES,
     KEY_WORDS_ZH,
     NUM_WORD_RE,
+    PERIOD_UNITS,
     UNIT_ALIASES,
     UNIT_WORDS_EN,
     ZH_NUM_RE,
@@ -131,25 +133,35 @@ class NumericReader:
         self._patterns: List[Tuple[str, re.Pattern]] = []
         before = _alternation(_BEFORE)
         after = _alternation(_AFTER)
+        # with one numeric key, "at most 3500" can only be about it (said in a note)
+        self._only_key = keys[0].name if len(keys) == 1 else None
+        self._bare = re.compile(
+            rf"(?:(?P<between>between)\s+|在\s*)?(?P<a>{_NUMBER})\s*(?P<sep>and|to|-|–|~|～|到|至)\s*"
+            rf"(?P<b>{_NUMBER})(?P<zh_between>\s*之间)?(?!\s*[年%])"
+            rf"|(?P<op>{before})\s*(?P<c>{_NUMBER})(?!\s*[年%])", re.IGNORECASE)
         for key in units:
             unit = _alternation(units[key] - shared)
             # a key is named before its number by its name or its unit ("被引用次数在50到200之间")
             name = _alternation((names[key] | units[key]) - shared)
             if not unit and not name:
                 continue
+            prefix = _alternation(self._prefixes(units[key]) - shared)
+            # "¥6000", "$50": a currency symbol before the number says which key as a unit does
+            pre = rf"(?P<pre>{prefix})?\s*" if prefix else r"(?P<pre>(?!))?"
             unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
             unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
             name_re = rf"(?:(?P<name>{name})\s*(?:is|of|at|在|为|是)?\s*)" if name else r"(?P<name>(?!))?"
             self._patterns.append((key, re.compile(
-                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?(?P<a>{_NUMBER})\s*{unit_b}?\s*"
-                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?P<b>{_NUMBER})\s*{unit_re}?(?P<zh_between>\s*之间)?",
+                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?{pre}(?P<a>{_NUMBER})\s*{unit_b}?\s*"
+                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?:{prefix or '(?!)'})?\s*(?P<b>{_NUMBER})\s*{unit_re}?"
+                rf"(?P<zh_between>\s*之间)?",
                 re.IGNORECASE)))
             self._patterns.append((key, re.compile(
-                rf"{name_re}?(?P<op>{before})\s*(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE)))
+                rf"{name_re}?(?P<op>{before})\s*{pre}(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE)))
             self._patterns.append((key, re.compile(
-                rf"{name_re}?(?P<a>{_NUMBER})\s*{unit_re}?\s*(?P<op>{after})", re.IGNORECASE)))
+                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*{unit_re}?\s*(?P<op>{after})", re.IGNORECASE)))
             self._patterns.append((key, re.compile(  # "10+ citations"
-                rf"{name_re}?(?P<a>{_NUMBER})\s*(?P<op>\+)\s*{unit_re}", re.IGNORECASE)))
+                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?P<op>\+)\s*{unit_re}", re.IGNORECASE)))
 
     # ---------------------------------------------------------------- setup
 
@@ -171,6 +183,8 @@ class NumericReader:
         for word in words:
             if UNIT_ALIASES.get(word, word) in UNIT_WORDS_EN:
                 add_unit(word)
+            elif word in PERIOD_UNITS:
+                units.update(PERIOD_UNITS[word])  # monthly_rent: "6000 a month", "每月6000"
             else:
                 names.update(plural_forms(word) if len(words) == 1 else {word})
                 names.update(KEY_WORDS_ZH.get(word, ()))
@@ -183,6 +197,11 @@ class NumericReader:
             units.update(form for form in forms if len(form) > 1 and form in description)
         names -= units
         return units, names
+
+    @staticmethod
+    def _prefixes(units: Set[str]) -> Set[str]:
+        """Currency symbols that stand before the number for a key measured in that currency."""
+        return {symbol for unit in units for symbol in CURRENCY_PREFIXES.get(unit, ())}
 
     @staticmethod
     def _shared(groups: List[Set[str]]) -> Set[str]:
@@ -200,7 +219,7 @@ class NumericReader:
         found: List[Tuple[int, int, str, re.Match]] = []
         for key, pattern in self._patterns:
             for m in pattern.finditer(text):
-                if not (m.group("name") or m.group("unit") or _group(m, "unit_b")):
+                if not (m.group("name") or m.group("unit") or _group(m, "unit_b") or m.group("pre")):
                     continue  # a bare number: nothing says which key it is
                 if _group(m, "sep") in {"and", "和"} and not (m.group("between") or _group(m, "zh_between")):
                     continue  # "30 and 60 minutes" lists two numbers; "between 30 and 60" is a range
@@ -232,6 +251,34 @@ class NumericReader:
             op = table[_lookup(m.group("op"))]
             out.append(NumericComparison(start, end, phrase, "not-number" if negated else "number", key,
                                          _NEGATED[op] if negated else op, self._value(key, a)))
+        if self._only_key is not None:
+            for m in self._bare.finditer(text):
+                if any(m.start() < e and s < m.end() for s, e in taken):
+                    continue
+                numbers = [g for g in (m.group("a"), m.group("b"), m.group("c")) if g]
+                values = [_number(g) for g in numbers]
+                if None in values or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
+                    continue  # "before 2020", "2019-2021" are years, read by the year rules
+                if m.group("a") and m.group("sep") in {"and"} and not m.group("between"):
+                    continue
+                if m.group("a") and not (m.group("between") or m.group("zh_between")):
+                    continue  # a bare "3-5" is too weak without "between" or 之间
+                key = self._only_key
+                negated = bool(_NOT_BEFORE.search(text[:m.start()]))
+                if m.group("a"):
+                    if negated:
+                        continue
+                    low, high = sorted(values)
+                    out += [NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key, Op.GTE,
+                                              self._value(key, low)),
+                            NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key, Op.LTE,
+                                              self._value(key, high))]
+                else:
+                    op = _BEFORE[_lookup(m.group("op"))]
+                    out.append(NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key,
+                                                 _NEGATED[op] if negated else op, self._value(key, values[0])))
+                taken.append((m.start(), m.end()))
+                notes.append(f"{m.group().strip()!r} names no unit or key; read as {key}, the only numeric key")
         out.sort(key=lambda c: c.start)
         return out, notes
 

@@ -85,6 +85,7 @@ import jieba
 from llama_index.core.vector_stores.types import (
     FilterOperator,
     MetadataFilter,
+    MetadataInfo,
     VectorStoreInfo,
     VectorStoreQuerySpec,
 )
@@ -100,6 +101,7 @@ from llama_index_ext_recursive.auto.lexicon import (
     KEY_WORDS_ZH,
     KIND_WORDS_EN,
     KIND_WORDS_ZH,
+    COPULAS_EN,
     DETERMINERS_EN,
     LIST_JOINER,
     NEGATION_EN,
@@ -117,7 +119,13 @@ from llama_index_ext_recursive.auto.lexicon import (
     plural_forms,
 )
 from llama_index_ext_recursive.auto.numbers import NumericReader
-from llama_index_ext_recursive.auto.terms import description_synonyms, is_common_word, name_parts
+from llama_index_ext_recursive.auto.terms import (
+    description_synonyms,
+    is_common_word,
+    name_parts,
+    pinyin_of,
+    pinyin_values,
+)
 from llama_index_ext_recursive.auto.years import year_rules
 from llama_index_ext_recursive.schema import FieldType, holds_years
 from llama_index_ext_recursive.text import CJK_CLASS, HAN_CLASS
@@ -185,7 +193,7 @@ class _Term:
 
 
 # rules whose phrases the caller or the data gave: a rare one is a value wherever it stands
-_SPECIFIC_RULES = {"value", "user-synonym", "description", "name-part"}
+_SPECIFIC_RULES = {"value", "user-synonym", "description", "name-part", "pinyin"}
 # words that negate what follows, one token each (for negations a value is too far from to be sure)
 _NEGATION_TOKENS_EN = {"not", "isn't", "aren't", "wasn't", "weren't", "don't", "doesn't", "didn't",
                        "never", "no", "non", "without", "except", "excluding", "exclude"}
@@ -293,15 +301,26 @@ class RuleBasedSpecGenerator:
         return key in self._types and self._types[key].is_list
 
     def _find_year_key(self) -> Optional[str]:
+        """The key that holds calendar years: named so, and not holding small numbers.
+
+        "Years of experience required" names years too; its values (0-20) say
+        it is a count, so a key whose values are calendar years comes first.
+        """
         numeric = [m for m in self._info.metadata_info if self._is_numeric(m.name)]
-        for meta in numeric:
-            if holds_years(meta):
-                return meta.name
-        for meta in numeric:
+
+        def calendar(meta: MetadataInfo) -> Optional[bool]:
             values = self._vocabulary.get(meta.name) or set()
-            if values and all(
-                isinstance(v, int) and not isinstance(v, bool) and 1000 <= v <= 2999 for v in values
-            ):
+            if not values:
+                return None
+            return all(isinstance(v, int) and not isinstance(v, bool) and 1000 <= v <= 2999 for v in values)
+
+        named = [m for m in numeric if holds_years(m)]
+        for wanted in (True, None):
+            for meta in named:
+                if calendar(meta) is wanted:
+                    return meta.name
+        for meta in numeric:
+            if calendar(meta):
                 return meta.name
         return None
 
@@ -362,6 +381,10 @@ class RuleBasedSpecGenerator:
             for phrase, value in name_parts(values).items():
                 if _norm(phrase) not in self._terms:  # a word of a name never hides a value
                     self._add_term(phrase, _Term(key, value, "name-part"))
+        self._pinyin: Dict[str, List[_Term]] = {}
+        for key, values in self._vocabulary.items():
+            for letters, value in pinyin_values(values).items():
+                self._pinyin.setdefault(letters, []).append(_Term(key, value, "pinyin"))
         for phrase, candidates in BUILTIN_SYNONYMS.items():
             for key, values in lowered.items():
                 hit = next((values[c] for c in candidates if c in values), None)
@@ -477,6 +500,14 @@ class RuleBasedSpecGenerator:
                              cand.term.key)
                 continue
             found = self._value_match(query, tokens, cand, matches, taken, notes)
+            head_of = next((m for m in matches if m.key == found.key and m.end <= cand.start
+                            and m.operator == found.operator and not query[m.end:cand.start].strip(" -")),
+                           None) if found is not None else None
+            if head_of is not None:  # "studio apartments": the first value says which kind
+                logger.debug("%r after %r of the same key: the noun they share, no filter", found.text,
+                             head_of.text)
+                taken.append((cand.start, cand.end))
+                continue
             if found is not None:
                 accept([found])
         matches = self._negated_lists(query, matches)
@@ -678,12 +709,33 @@ class RuleBasedSpecGenerator:
                     continue
                 found.extend(self._candidates_for(s, e, text[s:e]))
                 break
+        found.extend(self._pinyin_candidates(tokens, found))
         found.sort(key=lambda c: (c.start, -(c.end - c.start)))
         out: List[_Candidate] = []
         for cand in found:  # longest first at each position, no overlaps
             if out and cand.start < out[-1].end:
                 continue
             out.append(cand)
+        return out
+
+    def _pinyin_candidates(self, tokens: List[_Token], found: Sequence[_Candidate]) -> List[_Candidate]:
+        """Chinese words (one to three jieba tokens, two characters or more) read as a pinyin value."""
+        if not self._pinyin:
+            return []
+        out: List[_Candidate] = []
+        for i, first in enumerate(tokens):
+            if not first.cjk:
+                continue
+            for j in range(i, min(i + 3, len(tokens))):
+                if not tokens[j].cjk or tokens[j].text in FILLER_ZH:
+                    break
+                start, end = first.start, tokens[j].end
+                if end - start < 2 or any(c.start < end and start < c.end for c in found):
+                    continue
+                word = "".join(t.text for t in tokens[i:j + 1])
+                bucket = self._pinyin.get(pinyin_of(word), [])
+                if len(bucket) == 1:  # a reading two keys share names neither
+                    out.append(_Candidate(start, end, bucket[0]))
         return out
 
     def _candidates_for(self, start: int, end: int, phrase: str) -> List[_Candidate]:
@@ -721,6 +773,8 @@ class RuleBasedSpecGenerator:
     @staticmethod
     def _specific(phrase: str, term: _Term) -> bool:
         """A phrase the data or the caller gave that is not also a common word."""
+        if term.rule == "pinyin":
+            return True  # the stored value was rare to begin with (pinyin_values)
         return term.rule in _SPECIFIC_RULES and not is_common_word(_norm(phrase))
 
     def _is_facet(
@@ -748,6 +802,8 @@ class RuleBasedSpecGenerator:
             return False  # "the history of lighthouses"
         if nxt is not None and nxt.lower in DETERMINERS_EN:
             return False  # "films that feature a haunted house": a verb, not the value
+        if prev is not None and prev.lower == "the" and nxt is not None and nxt.lower in COPULAS_EN:
+            return False  # "the room was smaller": one thing talked about, not a kind asked for
         if len(before) >= 2 and before[-2].lower == "how" and before[-1].lower in {"much", "many"}:
             return False  # "how much energy"
         if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
@@ -775,6 +831,11 @@ class RuleBasedSpecGenerator:
                 out.append(self._top_k_match(text, m, "top_k"))
         for m in re.finditer(rf"\b{num}\s+(?:{results})\b", text, re.I):
             out.append(self._top_k_match(text, m, "top_k"))
+        request = r"(?:give|show|find|get|list|fetch|return|send|recommend)\s+(?:me\s+|us\s+)?"
+        for m in re.finditer(rf"\b{request}{num}\b", text, re.I):
+            after = [t for t in tokens if t.start >= m.end()]
+            if after and self._role(after[0], candidates) in {"doc", "value"}:
+                out.append(self._top_k_match(text, m, "top_k"))  # "give me 3 listings"
         for m in re.finditer(rf"\b{num}\b", text, re.I):
             if m.group("n").lower() != "one" and self._counts_documents(tokens, m.end(), candidates):
                 out.append(self._top_k_match(text, m, "top_k"))  # "five blog posts"

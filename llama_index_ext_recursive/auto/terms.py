@@ -8,7 +8,9 @@ generator reads two things every schema has:
   synonym of the value next to it;
 - **the values' own shape**: a multi-word name (``"Marco Rossi"``,
   ``"Google DeepMind"``) is also named by one of its rarer words ("Rossi's
-  desserts", "DeepMind papers").
+  desserts", "DeepMind papers"); a value stored in pinyin (``"shanghai"``,
+  ``"Wo Ai Wo Jia"``) is named by the Chinese word that reads so (上海,
+  我爱我家; :func:`pinyin_of`, by ``pypinyin``).
 
 A phrase that is also a common word ("main", "short", "final", "open";
 :func:`is_common_word`, by its frequency in ``wordfreq``) is matched only where
@@ -25,7 +27,14 @@ from typing import Dict, Iterable, List
 
 from llama_index_ext_recursive.text import CJK_CLASS
 
-__all__ = ["COMMON_WORD_ZIPF", "description_synonyms", "is_common_word", "name_parts"]
+__all__ = [
+    "COMMON_WORD_ZIPF",
+    "description_synonyms",
+    "is_common_word",
+    "name_parts",
+    "pinyin_of",
+    "pinyin_values",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -99,3 +108,28 @@ def name_parts(values: Iterable[str]) -> Dict[str, str]:
                     and zipf_frequency(lowered, "en") < NAME_PART_ZIPF):
                 out[lowered] = name
     return out
+
+
+def pinyin_values(values: Iterable[str]) -> Dict[str, str]:
+    """Values that may be stored in pinyin, by their letters: ``{"shanghai": "shanghai"}``.
+
+    Every rare Latin-script value of four letters or more is a candidate; a
+    Chinese word names it only when its whole reading is exactly those letters
+    (:func:`pinyin_of`), which English words almost never are.
+    """
+    out: Dict[str, str] = {}
+    for value in values:
+        if not isinstance(value, str) or _CJK.search(value):
+            continue
+        letters = re.sub(r"[\s\-'’]+", "", value.lower())
+        if len(letters) >= 4 and letters.isalpha() and letters.isascii() and not is_common_word(value):
+            out.setdefault(letters, value)
+    return out
+
+
+@lru_cache(maxsize=8192)
+def pinyin_of(word: str) -> str:
+    """The toneless pinyin of a Chinese word, as one run of letters (上海 -> ``"shanghai"``)."""
+    from pypinyin import lazy_pinyin  # loads its dictionaries on first use
+
+    return "".join(lazy_pinyin(word)).lower()
