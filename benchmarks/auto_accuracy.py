@@ -91,7 +91,7 @@ LABELLED_SETS: List[Tuple[str, str, str]] = [
     ("films", "auto_queries_films.json", TUNED_AFTER_BLIND),
     ("papers", "auto_queries_papers.json", TUNED_AFTER_BLIND),
     ("listings", "auto_queries_listings.json", TUNED_AFTER_BLIND),
-    ("jobs", "auto_queries_jobs.json", HELD_OUT),
+    ("jobs", "auto_queries_jobs.json", TUNED_AFTER_BLIND),
 ]
 
 FilterKey = Tuple[str, str, Any]

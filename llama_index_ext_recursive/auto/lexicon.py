@@ -117,6 +117,14 @@ BUILTIN_SYNONYMS: Dict[str, Tuple[str, ...]] = {
     # levels and places of work
     "初级": ("junior", "entry"), "中级": ("mid", "intermediate"), "高级": ("senior",),
     "资深": ("senior",), "远程": ("remote",), "remotely": ("remote",), "在家办公": ("remote",),
+    # functions of a job or a team
+    "工程": ("engineering",), "工程师": ("engineering", "engineer"), "研发": ("engineering", "r&d"),
+    "开发": ("engineering", "development"), "设计": ("design",), "设计师": ("design", "designer"),
+    "市场": ("marketing",), "营销": ("marketing",), "市场营销": ("marketing",), "销售": ("sales",),
+    "数据": ("data",), "数据分析": ("data", "analytics"), "客服": ("support", "customer service"),
+    "客户支持": ("support",), "技术支持": ("support",), "财务": ("finance",), "金融": ("finance",),
+    "人力资源": ("hr", "human resources"), "人事": ("hr", "human resources"), "法务": ("legal",),
+    "运营": ("operations", "ops"), "产品": ("product",),
 }
 
 # Nouns that name a kind of document (or of thing the documents are), in both
@@ -130,11 +138,12 @@ KIND_WORDS_EN = {
     "listing", "listings", "property", "properties", "home", "homes", "rental", "rentals",
     "job", "jobs", "posting", "postings", "position", "positions", "opening", "openings",
     "vacancy", "vacancies", "course", "courses", "event", "events", "place", "places",
+    "hire", "hires", "role", "roles", "team", "teams",
 }
 KIND_WORDS_ZH = {
     "菜谱", "食谱", "做法", "菜", "菜品", "菜式", "料理", "电影", "影片", "片子", "片", "论文", "书",
     "书籍", "评论", "影评", "合同", "发票", "工单", "邮件", "产品", "剧", "作品", "报告", "预印本",
-    "房源", "房子", "房屋", "住房", "职位", "岗位", "工作", "招聘", "活动", "课程",
+    "房源", "房子", "房屋", "住房", "职位", "岗位", "岗", "工作", "招聘", "活动", "课程",
 }
 # English words for a key or its unit, in Chinese: "runtime under 100" / "片长不到100".
 KEY_WORDS_ZH: Dict[str, Tuple[str, ...]] = {
@@ -232,7 +241,7 @@ FILLER_ZH = {
     "期间", "一些", "所有", "要", "看", "看看", "显示", "列出", "上", "下", "里面",
     "以外", "之外", "最新", "近期", "有没有", "是否", "有无", "还是", "或是", "由", "做", "的话",
     # making and publishing, like "made", "released" in English
-    "拍", "拍摄", "拍的", "出品", "制作", "上映", "出版", "发行", "推出", "推荐", "还有", "其他", "其它",
+    "拍", "拍摄", "拍的", "出品", "制作", "上映", "出版", "发行", "推出", "推荐", "还有", "其他", "其它", "任何",
 }
 QUESTION_ZH = ("什么", "如何", "为什么", "怎么", "怎样", "哪", "吗", "呢", "谁", "多少", "几")
 # A Chinese value may be glued to one of these by jieba ("英文版", "生物类").

@@ -703,8 +703,9 @@ class RuleBasedSpecGenerator:
                 given = any(t.rule in {"value", "user-synonym"} for t in self._terms[text[s:e]])
                 if given:
                     pass  # the index's own value, or the caller's phrase: matched inside any word
-                elif (s not in starts and head not in ZH_GLUE) or (
-                        e not in ends and tail not in ZH_GLUE and tail not in self._doc_zh):
+                elif (s not in starts and head not in ZH_GLUE and head not in self._terms) or (
+                        e not in ends and tail not in ZH_GLUE and tail not in self._doc_zh
+                        and tail not in self._terms):  # "高级工程师": two values in one word
                     logger.debug("%r inside a longer word; not a value", text[s:e])
                     continue
                 found.extend(self._candidates_for(s, e, text[s:e]))
