@@ -723,3 +723,86 @@ def test_unsure_notes_reach_the_report() -> None:
     gen = RuleSpecGenerator(RECIPES, SpecValidator(RECIPE_INFO, RECIPE_VOCAB))
     spec, report = gen.generate("thai recipes or desserts")
     assert spec.filters == [] and report.notes and report.to_dict()["notes"] == report.notes
+
+
+# -------------------- values in pinyin, money and periods, one numeric key, the year key
+
+RENT_INFO = VectorStoreInfo(
+    content_info="Rental listings",
+    metadata_info=[
+        MetadataInfo(name="city", type="str", description="City of the property"),
+        MetadataInfo(name="property_type", type="str", description="apartment, studio or villa"),
+        MetadataInfo(name="agency", type="str", description="Letting agency"),
+        MetadataInfo(name="year_built", type="int", description="Year the building was completed"),
+        MetadataInfo(name="monthly_rent", type="int", description="Monthly rent in yuan"),
+    ],
+)
+RENT_VOCAB = {"city": {"shanghai", "beijing", "hangzhou"}, "property_type": {"apartment", "studio", "villa"},
+              "agency": {"Wo Ai Wo Jia", "Ziroom"}, "year_built": {2005, 2015, 2020},
+              "monthly_rent": {3000, 6000}}
+RENT = RuleBasedSpecGenerator(RENT_INFO, RENT_VOCAB, today=date(2026, 6, 15))
+
+
+def rent_filters(query: str) -> set:
+    return {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
+            for f in RENT.generate(query).filters}
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("上海的别墅", {("city", "==", "shanghai"), ("property_type", "==", "villa")}),
+        ("杭州或者北京的公寓", {("city", "in", ("hangzhou", "beijing")), ("property_type", "==", "apartment")}),
+        ("我爱我家的房源", {("agency", "==", "Wo Ai Wo Jia")}),
+        ("除了上海和北京", {("city", "nin", ("shanghai", "beijing"))}),
+    ],
+)
+def test_chinese_words_match_values_stored_in_pinyin(query: str, expected: set) -> None:
+    assert rent_filters(query) == expected
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("apartments under 6000 a month", {("property_type", "==", "apartment"), ("monthly_rent", "<", 6000)}),
+        ("studios under ¥5000", {("property_type", "==", "studio"), ("monthly_rent", "<", 5000)}),
+        ("月租3000以下", {("monthly_rent", "<=", 3000)}),
+        ("租金最多3500", {("monthly_rent", "<=", 3500)}),
+        ("built before 2015", {("year_built", "<", 2015)}),  # a year, not a rent
+    ],
+)
+def test_a_key_named_per_period_or_in_a_currency_reads_its_numbers(query: str, expected: set) -> None:
+    assert rent_filters(query) == expected
+
+
+def test_with_one_numeric_key_a_bare_comparison_is_read_for_it_and_noted() -> None:
+    reading = RENT.read("studios for at most 3500")
+    assert [(f.key, f.operator.value, f.value) for f in reading.spec.filters] == [
+        ("property_type", "==", "studio"), ("monthly_rent", "<=", 3500)]
+    assert any("monthly_rent" in note for note in reading.notes)
+    assert RECIPES.read("dishes for at most 3500").spec.filters == []  # minutes or rating? unsaid
+
+
+def test_the_year_key_holds_calendar_years_not_years_of_experience() -> None:
+    info = VectorStoreInfo(content_info="Job postings", metadata_info=[
+        MetadataInfo(name="experience_years", type="int", description="Minimum years of experience"),
+        MetadataInfo(name="year", type="int", description="Year the job was posted")])
+    gen = RuleBasedSpecGenerator(info, {"experience_years": {0, 2, 5}, "year": {2023, 2024}},
+                                 today=date(2026, 6, 15))
+    assert gen.year_key == "year"
+    assert [(f.key, f.operator.value, f.value) for f in gen.generate("jobs since 2024 needing 5+ years").filters] \
+        == [("year", ">=", 2024), ("experience_years", ">=", 5)]
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("studio apartments in shanghai", {("property_type", "==", "studio"), ("city", "==", "shanghai")}),
+        ("the villa was smaller than the photos", set()),
+        ("give me 3 listings in beijing", {("city", "==", "beijing")}),
+    ],
+)
+def test_compounds_subjects_and_counts(query: str, expected: set) -> None:
+    assert rent_filters(query) == expected
+    if query.startswith("give me 3"):
+        assert RENT.generate(query).top_k == 3

@@ -720,15 +720,15 @@ class RuleBasedSpecGenerator:
         return out
 
     def _pinyin_candidates(self, tokens: List[_Token], found: Sequence[_Candidate]) -> List[_Candidate]:
-        """Chinese words (one to three jieba tokens, two characters or more) read as a pinyin value."""
+        """Chinese words (one to four jieba tokens, two characters or more) read as a pinyin value."""
         if not self._pinyin:
             return []
         out: List[_Candidate] = []
         for i, first in enumerate(tokens):
             if not first.cjk:
                 continue
-            for j in range(i, min(i + 3, len(tokens))):
-                if not tokens[j].cjk or tokens[j].text in FILLER_ZH:
+            for j in range(i, min(i + 4, len(tokens))):
+                if not tokens[j].cjk:
                     break
                 start, end = first.start, tokens[j].end
                 if end - start < 2 or any(c.start < end and start < c.end for c in found):
@@ -794,6 +794,8 @@ class RuleBasedSpecGenerator:
         while len(after) > 1 and nxt is not None and nxt.lower in NOUN_MODIFIERS_EN:
             after = after[1:]
             nxt = after[0]  # "the French new wave": what "new" modifies decides
+        if prev is not None and prev.lower == "the" and nxt is not None and nxt.lower in COPULAS_EN:
+            return False  # "the room was smaller": one thing talked about, not a kind asked for
         if self._specific(text[cand.start:cand.end], cand.term):
             # "thai curry", "Miyazaki": a rare word of the data is the value, except as the
             # head of "X of ..." ("the biology of reefs")
@@ -803,8 +805,6 @@ class RuleBasedSpecGenerator:
             return False  # "the history of lighthouses"
         if nxt is not None and nxt.lower in DETERMINERS_EN:
             return False  # "films that feature a haunted house": a verb, not the value
-        if prev is not None and prev.lower == "the" and nxt is not None and nxt.lower in COPULAS_EN:
-            return False  # "the room was smaller": one thing talked about, not a kind asked for
         if len(before) >= 2 and before[-2].lower == "how" and before[-1].lower in {"much", "many"}:
             return False  # "how much energy"
         if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
