@@ -92,6 +92,8 @@ LABELLED_SETS: List[Tuple[str, str, str]] = [
     ("papers", "auto_queries_papers.json", TUNED_AFTER_BLIND),
     ("listings", "auto_queries_listings.json", TUNED_AFTER_BLIND),
     ("jobs", "auto_queries_jobs.json", TUNED_AFTER_BLIND),
+    ("music", "auto_queries_music.json", HELD_OUT),
+    ("tickets", "auto_queries_tickets.json", HELD_OUT),
 ]
 
 FilterKey = Tuple[str, str, Any]

@@ -48,8 +48,10 @@ Any schema, not one corpus's:
   descriptions and name parts (:mod:`~llama_index_ext_recursive.auto.terms`),
   and a small bilingual lexicon. A value that is also a common word ("main",
   "short") needs a value context ("main courses"); a rare one does not.
+- Chinese words match values stored in pinyin (上海 -> ``shanghai``).
 - Every other numeric key gets comparisons and ranges by its unit or name
-  (:mod:`~llama_index_ext_recursive.auto.numbers`).
+  (:mod:`~llama_index_ext_recursive.auto.numbers`); with a single such key a
+  bare "at most 3500" is read for it, with a note.
 - A negation right before a value (over function words: "excluding anything
   by Rossi"), or a list of them, or "之外" after it, gives ``!=``/``nin``; a
   year or number after "not" gets the opposite comparison. A negation further
