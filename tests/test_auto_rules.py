@@ -576,9 +576,14 @@ RECIPE_VOCAB = {
 RECIPES = RuleBasedSpecGenerator(RECIPE_INFO, RECIPE_VOCAB, today=date(2026, 3, 1))
 
 
-def recipe_filters(query: str) -> set:
+def filters_of(gen: RuleBasedSpecGenerator, query: str) -> set:
+    """The spec's filters as ``(key, operator, value)`` triples, lists as tuples."""
     return {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
-            for f in RECIPES.generate(query).filters}
+            for f in gen.generate(query).filters}
+
+
+def recipe_filters(query: str) -> set:
+    return filters_of(RECIPES, query)
 
 
 @pytest.mark.parametrize(
@@ -744,8 +749,7 @@ RENT = RuleBasedSpecGenerator(RENT_INFO, RENT_VOCAB, today=date(2026, 6, 15))
 
 
 def rent_filters(query: str) -> set:
-    return {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
-            for f in RENT.generate(query).filters}
+    return filters_of(RENT, query)
 
 
 @pytest.mark.parametrize(
