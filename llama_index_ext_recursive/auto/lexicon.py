@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Dict, Optional, Set, Tuple
 
+from llama_index.core.vector_stores.types import FilterOperator
+
 # Built-in synonyms: phrase -> candidate canonical values, first one present in
 # the key's vocabulary wins (so "Chinese" works whether the index stores "zh",
 # "zh-cn" or "chinese"). A phrase applies to whichever key holds that value.
@@ -231,6 +233,33 @@ DETERMINERS_EN = {"a", "an", "the", "my", "your", "his", "her", "their", "our", 
                   "me", "us", "you", "him", "them", "it"}
 # after "the X", a verb of being shows X is one thing talked about ("the room was smaller")
 COPULAS_EN = {"is", "was", "are", "were", "has", "had", "looks", "looked", "seems", "seemed"}
+# comparison words before a number ("under 30", "超过60"): the numeric rules and "key op value" read these
+COMPARISON_BEFORE = {
+    "more than": FilterOperator.GT, "greater than": FilterOperator.GT, "longer than": FilterOperator.GT, "higher than": FilterOperator.GT,
+    "over": FilterOperator.GT, "above": FilterOperator.GT, "exceeding": FilterOperator.GT, "in excess of": FilterOperator.GT,
+    "at least": FilterOperator.GTE, "no less than": FilterOperator.GTE, "not less than": FilterOperator.GTE, "no fewer than": FilterOperator.GTE,
+    "no shorter than": FilterOperator.GTE, "not under": FilterOperator.GTE, "minimum of": FilterOperator.GTE, "a minimum of": FilterOperator.GTE,
+    "less than": FilterOperator.LT, "fewer than": FilterOperator.LT, "shorter than": FilterOperator.LT, "lower than": FilterOperator.LT,
+    "under": FilterOperator.LT, "below": FilterOperator.LT, "beneath": FilterOperator.LT,
+    "at most": FilterOperator.LTE, "no more than": FilterOperator.LTE, "not more than": FilterOperator.LTE, "no longer than": FilterOperator.LTE,
+    "not over": FilterOperator.LTE, "no higher than": FilterOperator.LTE, "up to": FilterOperator.LTE, "within": FilterOperator.LTE,
+    "maximum of": FilterOperator.LTE, "a maximum of": FilterOperator.LTE, "max": FilterOperator.LTE,
+    "exactly": FilterOperator.EQ,
+    "大于等于": FilterOperator.GTE, "小于等于": FilterOperator.LTE,
+    "超过": FilterOperator.GT, "多于": FilterOperator.GT, "大于": FilterOperator.GT, "高于": FilterOperator.GT, "长于": FilterOperator.GT, "超出": FilterOperator.GT,
+    "至少": FilterOperator.GTE, "不少于": FilterOperator.GTE, "不低于": FilterOperator.GTE, "不短于": FilterOperator.GTE, "不小于": FilterOperator.GTE,
+    "最少": FilterOperator.GTE, "起码": FilterOperator.GTE,
+    "不到": FilterOperator.LT, "少于": FilterOperator.LT, "小于": FilterOperator.LT, "低于": FilterOperator.LT, "短于": FilterOperator.LT, "不足": FilterOperator.LT,
+    "未满": FilterOperator.LT,
+    "最多": FilterOperator.LTE, "不超过": FilterOperator.LTE, "不多于": FilterOperator.LTE, "不高于": FilterOperator.LTE, "不长于": FilterOperator.LTE,
+    "不大于": FilterOperator.LTE, "至多": FilterOperator.LTE, "最长": FilterOperator.LTE,
+}
+# what a negation does to a comparison ("not before 2020" is ">= 2020", "not from 2021" is "!= 2021")
+NEGATED_OPERATOR = {
+    FilterOperator.EQ: FilterOperator.NE, FilterOperator.GT: FilterOperator.LTE,
+    FilterOperator.GTE: FilterOperator.LT, FilterOperator.LT: FilterOperator.GTE,
+    FilterOperator.LTE: FilterOperator.GT,
+}
 # Chinese measure words of a result count ("前5部", "给我3篇")
 ZH_CLASSIFIERS = "个|条|篇|项|份|部|本|首|集"
 QUESTION_EN = {"how", "why", "when", "where", "who", "whom", "whose", "what", "which"}
@@ -258,6 +287,11 @@ NEGATION_EN = re.compile(
     re.IGNORECASE,
 )
 LIST_JOINER = re.compile(r"^\s*(?:,|、|，|and|or|nor|和|或|或者|与|及|以及)?\s*(?:or|and)?\s*$", re.IGNORECASE)
+# the same negations one token each, for a negation too far from a value to be sure of
+NEGATION_TOKENS_EN = {"not", "isn't", "aren't", "wasn't", "weren't", "don't", "doesn't", "didn't",
+                      "never", "no", "non", "without", "except", "excluding", "exclude"}
+NEGATION_TOKENS_ZH = {"非", "不是", "并非", "而非", "除了", "除", "不要", "别", "排除", "不包括", "不含",
+                      "不包含", "不看"}
 NEGATION_ZH = re.compile(r"(?:非|不是|并非|而非|除了|除|不要|别|排除|不包括|不含|不包含|不看)"
                          r"\s*(?:由|在|是|于|来自)?\s*$")
 # "泰国菜除外", "除了X以外": a negation after the value

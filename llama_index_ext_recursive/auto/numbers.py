@@ -25,8 +25,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from llama_index.core.vector_stores.types import FilterOperator, MetadataInfo
 
 from llama_index_ext_recursive.auto.lexicon import (
+    COMPARISON_BEFORE,
     CURRENCY_PREFIXES,
     KEY_WORDS_ZH,
+    NEGATED_OPERATOR,
     NUM_WORD_RE,
     PERIOD_UNITS,
     UNIT_ALIASES,
@@ -41,26 +43,6 @@ __all__ = ["NumericComparison", "NumericReader"]
 Op = FilterOperator
 _NUMBER = rf"(?:(?<![A-Za-z0-9.])\d+(?:\.\d+)?(?![0-9])|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])|{ZH_NUM_RE})"
 
-# comparison words before the number, longest first within each language
-_BEFORE = {
-    "more than": Op.GT, "greater than": Op.GT, "longer than": Op.GT, "higher than": Op.GT,
-    "over": Op.GT, "above": Op.GT, "exceeding": Op.GT, "in excess of": Op.GT,
-    "at least": Op.GTE, "no less than": Op.GTE, "not less than": Op.GTE, "no fewer than": Op.GTE,
-    "no shorter than": Op.GTE, "not under": Op.GTE, "minimum of": Op.GTE, "a minimum of": Op.GTE,
-    "less than": Op.LT, "fewer than": Op.LT, "shorter than": Op.LT, "lower than": Op.LT,
-    "under": Op.LT, "below": Op.LT, "beneath": Op.LT,
-    "at most": Op.LTE, "no more than": Op.LTE, "not more than": Op.LTE, "no longer than": Op.LTE,
-    "not over": Op.LTE, "no higher than": Op.LTE, "up to": Op.LTE, "within": Op.LTE,
-    "maximum of": Op.LTE, "a maximum of": Op.LTE, "max": Op.LTE,
-    "exactly": Op.EQ,
-    "超过": Op.GT, "多于": Op.GT, "大于": Op.GT, "高于": Op.GT, "长于": Op.GT, "超出": Op.GT,
-    "至少": Op.GTE, "不少于": Op.GTE, "不低于": Op.GTE, "不短于": Op.GTE, "不小于": Op.GTE,
-    "最少": Op.GTE, "起码": Op.GTE,
-    "不到": Op.LT, "少于": Op.LT, "小于": Op.LT, "低于": Op.LT, "短于": Op.LT, "不足": Op.LT,
-    "未满": Op.LT,
-    "最多": Op.LTE, "不超过": Op.LTE, "不多于": Op.LTE, "不高于": Op.LTE, "不长于": Op.LTE,
-    "不大于": Op.LTE, "至多": Op.LTE, "最长": Op.LTE,
-}
 # comparison words after the number (and its unit)
 _AFTER = {
     "or more": Op.GTE, "or longer": Op.GTE, "or higher": Op.GTE, "or above": Op.GTE,
@@ -72,9 +54,7 @@ _AFTER = {
     "及以下": Op.LTE, "或以下": Op.LTE, "以下": Op.LTE, "以内": Op.LTE, "之内": Op.LTE,
     "内": Op.LTE, "或更少": Op.LTE,
 }
-# what "not" does to a comparison
-_NEGATED = {Op.GT: Op.LTE, Op.GTE: Op.LT, Op.LT: Op.GTE, Op.LTE: Op.GT, Op.EQ: Op.NE}
-_NOT_BEFORE = re.compile(r"(?:(?<![A-Za-z])not|不是|并非)\s*$", re.IGNORECASE)
+_NOTCOMPARISON_BEFORE = re.compile(r"(?:(?<![A-Za-z])not|不是|并非)\s*$", re.IGNORECASE)
 
 
 def _alternation(phrases: Iterable[str]) -> str:
@@ -131,7 +111,7 @@ class NumericReader:
         shared = self._shared(list(units.values()) + list(names.values()))
         self.ambiguous = shared  #: phrases that name more than one numeric key
         self._patterns: List[Tuple[str, re.Pattern]] = []
-        before = _alternation(_BEFORE)
+        before = _alternation(COMPARISON_BEFORE)
         after = _alternation(_AFTER)
         # with one numeric key, "at most 3500" can only be about it (said in a note)
         self._only_key = keys[0].name if len(keys) == 1 else None
@@ -236,7 +216,7 @@ class NumericReader:
             if a is None or (_group(m, "b") and b is None):
                 continue
             taken.append((start, end))
-            negated = bool(_NOT_BEFORE.search(text[:start]))
+            negated = bool(_NOTCOMPARISON_BEFORE.search(text[:start]))
             phrase = m.group().strip()
             if b is not None:
                 if negated:
@@ -247,10 +227,10 @@ class NumericReader:
                 out += [NumericComparison(start, end, phrase, "number-range", key, Op.GTE, self._value(key, low)),
                         NumericComparison(start, end, phrase, "number-range", key, Op.LTE, self._value(key, high))]
                 continue
-            table = _BEFORE if m.start("op") < m.start("a") else _AFTER
+            table = COMPARISON_BEFORE if m.start("op") < m.start("a") else _AFTER
             op = table[_lookup(m.group("op"))]
             out.append(NumericComparison(start, end, phrase, "not-number" if negated else "number", key,
-                                         _NEGATED[op] if negated else op, self._value(key, a)))
+                                         NEGATED_OPERATOR[op] if negated else op, self._value(key, a)))
         if self._only_key is not None:
             for m in self._bare.finditer(text):
                 if any(m.start() < e and s < m.end() for s, e in taken):
@@ -264,7 +244,7 @@ class NumericReader:
                 if m.group("a") and not (m.group("between") or m.group("zh_between")):
                     continue  # a bare "3-5" is too weak without "between" or 之间
                 key = self._only_key
-                negated = bool(_NOT_BEFORE.search(text[:m.start()]))
+                negated = bool(_NOTCOMPARISON_BEFORE.search(text[:m.start()]))
                 if m.group("a"):
                     if negated:
                         continue
@@ -274,9 +254,9 @@ class NumericReader:
                             NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key, Op.LTE,
                                               self._value(key, high))]
                 else:
-                    op = _BEFORE[_lookup(m.group("op"))]
+                    op = COMPARISON_BEFORE[_lookup(m.group("op"))]
                     out.append(NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key,
-                                                 _NEGATED[op] if negated else op, self._value(key, values[0])))
+                                                 NEGATED_OPERATOR[op] if negated else op, self._value(key, values[0])))
                 taken.append((m.start(), m.end()))
                 notes.append(f"{m.group().strip()!r} names no unit or key; read as {key}, the only numeric key")
         out.sort(key=lambda c: c.start)

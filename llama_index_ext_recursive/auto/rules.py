@@ -95,6 +95,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_recursive.auto.lexicon import (
     BUILTIN_SYNONYMS,
     CLAUSE_BREAK,
+    COMPARISON_BEFORE,
     DISJUNCTION,
     DOC_NOUNS_EN,
     DOC_NOUNS_ZH,
@@ -106,7 +107,10 @@ from llama_index_ext_recursive.auto.lexicon import (
     COPULAS_EN,
     DETERMINERS_EN,
     LIST_JOINER,
+    NEGATED_OPERATOR,
     NEGATION_EN,
+    NEGATION_TOKENS_EN,
+    NEGATION_TOKENS_ZH,
     NEGATION_ZH,
     NEGATION_ZH_AFTER,
     NOUN_MODIFIERS_EN,
@@ -194,13 +198,17 @@ class _Term:
     rule: str  # "value", "user-synonym", "description", "name-part" or "synonym" (built-in)
 
 
+# "key op value": symbols, the comparison words of the numeric rules, and a few for equality
+_EXPLICIT_WORDS = {**COMPARISON_BEFORE, "not": FilterOperator.NE, "equal to": FilterOperator.EQ,
+                   "等于": FilterOperator.EQ, "为": FilterOperator.EQ}
+_EXPLICIT_OPERATORS = {
+    ">=": FilterOperator.GTE, "<=": FilterOperator.LTE, "!=": FilterOperator.NE, "==": FilterOperator.EQ,
+    "=": FilterOperator.EQ, ":": FilterOperator.EQ, ">": FilterOperator.GT, "<": FilterOperator.LT,
+    **_EXPLICIT_WORDS,
+}
+
 # rules whose phrases the caller or the data gave: a rare one is a value wherever it stands
 _SPECIFIC_RULES = {"value", "user-synonym", "description", "name-part", "pinyin"}
-# words that negate what follows, one token each (for negations a value is too far from to be sure)
-_NEGATION_TOKENS_EN = {"not", "isn't", "aren't", "wasn't", "weren't", "don't", "doesn't", "didn't",
-                       "never", "no", "non", "without", "except", "excluding", "exclude"}
-_NEGATION_TOKENS_ZH = {"非", "不是", "并非", "而非", "除了", "除", "不要", "别", "排除", "不包括", "不含",
-                       "不包含", "不看"}
 
 
 @dataclass
@@ -287,6 +295,10 @@ class RuleBasedSpecGenerator:
                    if self._is_numeric(m.name) and m.name != self._year_key]
         self._numbers = NumericReader(numeric, {m.name for m in numeric if self._types[m.name].base == "int"})
         self._term_res = self._compile_terms()
+        self._ambiguous_re = re.compile(
+            "|".join(rf"(?<![A-Za-z0-9]){re.escape(p)}(?![A-Za-z0-9])"
+                     for p in sorted(self._ambiguous, key=len, reverse=True)), re.IGNORECASE,
+        ) if self._ambiguous else None
         self._explicit_res = self._compile_explicit()
 
     # ---------------------------------------------------------------- setup
@@ -418,9 +430,8 @@ class RuleBasedSpecGenerator:
                 names |= {"年份", "发布年份", "出版年份", "年度"}
             names = sorted(names, key=len, reverse=True)
             name = "|".join(r"[\s_-]+".join(map(re.escape, n.split())) for n in names)
-            words = (r"at\s+least|at\s+most|more\s+than|less\s+than|greater\s+than|fewer\s+than|"
-                     r"over|above|under|below|exactly|equal\s+to|not|大于等于|小于等于|大于|小于|"
-                     r"不少于|不多于|不低于|不高于|不超过|超过|至少|最多|高于|低于|等于|为")
+            words = "|".join(r"\s+".join(map(re.escape, w.split()))
+                             for w in sorted(_EXPLICIT_WORDS, key=len, reverse=True))
             out.append((key, re.compile(
                 rf"(?<![A-Za-z0-9])(?:{name})s?\s*(?:(?P<sym>>=|<=|!=|==|=|>|<|:)|(?:is\s+)?(?P<word>{words}))"
                 r"\s*(?P<val>\"[^\"]*\"|'[^']*'|-?\d+(?:\.\d+)?(?![0-9A-Za-z])|[^\s,;，；。?？]+)",
@@ -483,9 +494,13 @@ class RuleBasedSpecGenerator:
                 accept([found])
         comparisons, number_notes = self._numbers.find(query)
         notes += number_notes
-        for c in comparisons:
-            if free(c.start, c.end) or any((m.start, m.end) == (c.start, c.end) for m in matches):
-                accept([Match(c.start, c.end, c.text, c.rule, c.key, c.operator, c.value)])
+        spans: Dict[Tuple[int, int], List[Match]] = {}
+        for c in comparisons:  # a range is two comparisons over one span
+            spans.setdefault((c.start, c.end), []).append(
+                Match(c.start, c.end, c.text, c.rule, c.key, c.operator, c.value))
+        for (start, end), group in spans.items():
+            if free(start, end):
+                accept(group)
         if self._year_key is not None:
             for group in self._find_years(query, today):
                 if free(group[0].start, group[0].end):
@@ -514,9 +529,9 @@ class RuleBasedSpecGenerator:
                 accept([found])
         matches = self._negated_lists(query, matches)
         matches = self._without_mixed_disjunctions(query, tokens, matches, notes)
-        for phrase, keys in self._ambiguous.items():
-            if re.search(rf"(?<![A-Za-z0-9]){re.escape(phrase)}(?![A-Za-z0-9])", query, re.IGNORECASE):
-                notes.append(f"{phrase!r} names values of several keys ({', '.join(keys)}); no filter from it")
+        for m in self._ambiguous_re.finditer(query) if self._ambiguous_re is not None else ():
+            keys = self._ambiguous[_norm(m.group())]
+            notes.append(f"{m.group()!r} names values of several keys ({', '.join(keys)}); no filter from it")
         matches.sort(key=lambda m: (m.start, m.end))
         spec = VectorStoreQuerySpec(
             query=self._remaining(query, tokens, taken),
@@ -558,7 +573,7 @@ class RuleBasedSpecGenerator:
             return Match(cand.start, cand.end, text[cand.start:cand.end], f"not-{term.rule}", term.key,
                          FilterOperator.NE, term.value)  # "except blogs and manuals"
         cue = next((t for t in tokens if begin <= t.start and t.end <= cand.start
-                    and (t.lower in _NEGATION_TOKENS_EN or t.text in _NEGATION_TOKENS_ZH)
+                    and (t.lower in NEGATION_TOKENS_EN or t.text in NEGATION_TOKENS_ZH)
                     and all(t.end <= s or t.start >= e for s, e in taken)), None)
         if cue is not None:
             notes.append(f"{text[cand.start:cand.end]!r} follows {cue.text!r} in the same clause, but "
@@ -581,8 +596,8 @@ class RuleBasedSpecGenerator:
             direct = NEGATION_EN.search(clause[:cut - begin]) or NEGATION_ZH.search(clause[:cut - begin])
             if direct is not None:
                 return direct
-            if self._role(tok, ()) not in {"filler", "doc"} or tok.lower in _NEGATION_TOKENS_EN \
-                    or tok.text in _NEGATION_TOKENS_ZH:
+            if self._role(tok, ()) not in {"filler", "doc"} or tok.lower in NEGATION_TOKENS_EN \
+                    or tok.text in NEGATION_TOKENS_ZH:
                 return None
             cut = tok.start
         return NEGATION_EN.search(clause[:cut - begin]) or NEGATION_ZH.search(clause[:cut - begin])
@@ -611,11 +626,9 @@ class RuleBasedSpecGenerator:
                          f"ANDed filters cannot express; no {group[0].key} filter")
             return []
         m = group[0]
-        flipped = {FilterOperator.EQ: FilterOperator.NE, FilterOperator.GT: FilterOperator.LTE,
-                   FilterOperator.GTE: FilterOperator.LT, FilterOperator.LT: FilterOperator.GTE,
-                   FilterOperator.LTE: FilterOperator.GT}[m.operator]
         start = begin + direct.start()
-        return [Match(start, m.end, text[start:m.end], f"not-{m.rule}", m.key, flipped, m.value)]
+        return [Match(start, m.end, text[start:m.end], f"not-{m.rule}", m.key,
+                      NEGATED_OPERATOR[m.operator], m.value)]
 
     # ---------------------------------------------------------------- disjunction
 
@@ -636,7 +649,7 @@ class RuleBasedSpecGenerator:
             if not left or not right:
                 continue
             before, after = left[-1], right[0]
-            if before.key == after.key or not self._only_glue(text, tokens, before.end, after.start):
+            if before.key == after.key or not self._only_glue(tokens, before.end, after.start):
                 continue
             side = self._chain(text, tokens, values, values.index(before), -1) + \
                 self._chain(text, tokens, values, values.index(after), 1)
@@ -646,7 +659,7 @@ class RuleBasedSpecGenerator:
                          f"filters cannot say 'or' across keys, so none of them is applied")
         return [m for m in matches if id(m) not in dropped]
 
-    def _only_glue(self, text: str, tokens: List[_Token], start: int, end: int) -> bool:
+    def _only_glue(self, tokens: List[_Token], start: int, end: int) -> bool:
         """Only function words, document nouns and "or" between two positions."""
         for tok in tokens:
             if start <= tok.start and tok.end <= end and tok.word:
@@ -662,7 +675,7 @@ class RuleBasedSpecGenerator:
         while 0 <= j < len(values):
             a, b = (values[j], chain[-1]) if step < 0 else (chain[-1], values[j])
             joined = text[a.end:b.start]
-            if DISJUNCTION.search(joined) or not self._only_glue(text, tokens, a.end, b.start):
+            if DISJUNCTION.search(joined) or not self._only_glue(tokens, a.end, b.start):
                 break
             chain.append(values[j])
             j += step
@@ -762,12 +775,12 @@ class RuleBasedSpecGenerator:
             if tok.text in self._doc_zh:
                 return "doc"
             if (tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年"
-                    or tok.text in _NEGATION_TOKENS_ZH):
+                    or tok.text in NEGATION_TOKENS_ZH):
                 return "filler"
             return "content"
         if tok.lower in self._doc_en:
             return "doc"
-        if tok.lower in FILLER_EN or tok.lower in QUESTION_EN or tok.lower in _NEGATION_TOKENS_EN:
+        if tok.lower in FILLER_EN or tok.lower in QUESTION_EN or tok.lower in NEGATION_TOKENS_EN:
             return "filler"
         if tok.text[0].isdigit():
             return "number"
@@ -889,23 +902,7 @@ class RuleBasedSpecGenerator:
     # ---------------------------------------------------------------- explicit key ops
 
     def _find_explicit(self, text: str) -> List[Match]:
-        ops = {
-            ">=": FilterOperator.GTE, "<=": FilterOperator.LTE, "!=": FilterOperator.NE,
-            "==": FilterOperator.EQ, "=": FilterOperator.EQ, ":": FilterOperator.EQ,
-            ">": FilterOperator.GT, "<": FilterOperator.LT,
-            "at least": FilterOperator.GTE, "at most": FilterOperator.LTE,
-            "more than": FilterOperator.GT, "greater than": FilterOperator.GT,
-            "over": FilterOperator.GT, "above": FilterOperator.GT, "exceeding": FilterOperator.GT,
-            "less than": FilterOperator.LT, "fewer than": FilterOperator.LT,
-            "under": FilterOperator.LT, "below": FilterOperator.LT,
-            "exactly": FilterOperator.EQ, "equal to": FilterOperator.EQ, "not": FilterOperator.NE,
-            "大于等于": FilterOperator.GTE, "小于等于": FilterOperator.LTE, "大于": FilterOperator.GT,
-            "小于": FilterOperator.LT, "不少于": FilterOperator.GTE, "不多于": FilterOperator.LTE,
-            "不低于": FilterOperator.GTE, "不高于": FilterOperator.LTE,
-            "不超过": FilterOperator.LTE, "超过": FilterOperator.GT, "至少": FilterOperator.GTE,
-            "最多": FilterOperator.LTE, "高于": FilterOperator.GT, "低于": FilterOperator.LT,
-            "等于": FilterOperator.EQ, "为": FilterOperator.EQ,
-        }
+        ops = _EXPLICIT_OPERATORS
         out = []
         for key, pattern in self._explicit_res:
             for m in pattern.finditer(text):
