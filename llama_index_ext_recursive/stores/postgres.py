@@ -59,6 +59,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 from llama_index.core import VectorStoreIndex
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.vector_stores.types import (
+    MetadataFilter,
+    MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryMode,
     VectorStoreQueryResult,
@@ -68,6 +70,7 @@ from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
+from llama_index_ext_recursive.stores.pg_filters import filter_clause
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.validation import check_real
 
@@ -362,6 +365,15 @@ class _PGVectorStore(PGVectorStore):
         self._engine.dispose()
         await self._async_engines.dispose()
 
+    def _recursively_apply_filters(self, filters: MetadataFilters) -> Any:
+        """Every WHERE clause upstream builds from filters (queries, text search,
+        ``get_nodes``, ``delete_nodes``) comes from here: bound parameters only
+        (:mod:`~llama_index_ext_recursive.stores.pg_filters`)."""
+        return filter_clause(self._table_class.metadata_, filters)
+
+    def _build_filter_clause(self, filter_: MetadataFilter) -> Any:
+        return filter_clause(self._table_class.metadata_, MetadataFilters(filters=[filter_]))
+
     def _sorted(self, query: VectorStoreQuery, result: VectorStoreQueryResult) -> VectorStoreQueryResult:
         if not self._resort or query.mode != VectorStoreQueryMode.DEFAULT or not result.similarities:
             return result
@@ -605,7 +617,8 @@ def pg_hybrid_retriever(
     if not isinstance(store, _PGVectorStore):
         logger.warning(
             "pg_hybrid_retriever: this PGVectorStore was not built by pgvector_store, so it has no "
-            "client-side timeout (a hung server blocks retrieve), fails the first query after a "
+            "client-side timeout (a hung server blocks retrieve), pastes metadata filter values into SQL "
+            "text (a filter value taken from a user can run SQL), fails the first query after a "
             "server restart, and its async calls work from one event loop only; build it with "
             "llama_index_ext_recursive.stores.postgres.pgvector_store(...)"
         )
