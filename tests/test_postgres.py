@@ -359,11 +359,11 @@ async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_defaul
     assert on_pg.documents == reference.documents
     assert pg_server.execute(f"SELECT count(*) FROM data_{store.table_name}") == [(9,)]
 
-    statements: List[str] = []
+    statements: List[tuple] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
         if "data_" in statement and "SELECT" in statement.upper():
-            statements.append(statement)
+            statements.append((statement, list(parameters.values()) if isinstance(parameters, dict) else []))
 
     event.listen(store.client, "before_cursor_execute", capture)
     try:
@@ -386,16 +386,19 @@ async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_defaul
         await summaries.close()
 
     # every routed document's chunks were selected in SQL by a WHERE on ref_doc_id
-    # (the fused default asks for all routed documents at once: IN (...))
+    # (the fused default asks for all routed documents at once: IN (...)), keys and
+    # values bound as parameters, never in the SQL text
     routed = {
         doc: [
-            s for s in statements
-            if re.search(rf"WHERE.*metadata_->>'ref_doc_id' (= '{doc}'|IN \([^)]*'{doc}')", s, re.S)
+            (s, params) for s, params in statements
+            if re.search(r"WHERE.*->> %\(\w+\)s\) (= %\(\w+\)s|IN \()", s, re.S)
+            and "ref_doc_id" in params and doc in params
         ]
         for doc in ("bees", "solar", "bread")
     }
     assert all(routed.values()), statements
-    assert any("metadata_->>'category' = 'energy'" in s for s in routed["solar"])
+    assert any("category" in params and "energy" in params for _, params in routed["solar"])
+    assert not any("'ref_doc_id'" in s or "'energy'" in s for s, _ in statements)
 
 
 # -------------------------------------------------------------------- faults
