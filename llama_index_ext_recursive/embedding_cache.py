@@ -36,6 +36,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from llama_index_ext_recursive.async_embedding import ThreadedAsyncEmbedding
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.model_identity import ModelMismatchError, model_identity
 from llama_index_ext_recursive.models import embed_model_name
 
 logger = logging.getLogger(__name__)
@@ -134,8 +135,12 @@ def _open(path: Path) -> sqlite3.Connection:
 class CachedEmbedding(ThreadedAsyncEmbedding):
     """A ``BaseEmbedding`` that answers from a cache and embeds only misses.
 
-    Entries are keyed by the sha256 of the model's name, the role (query or
-    text) and the text, so roles and models never share a vector. Thread-safe
+    Entries are keyed by the sha256 of the model's identity (class, name,
+    dimension and its answers to probe strings:
+    :func:`~llama_index_ext_recursive.model_identity.model_identity`), the role
+    (query or text) and the text, so roles and models never share a vector, even
+    two models of one name. The dimension is known before any cached vector is
+    used, and a stored vector of another length is never returned. Thread-safe
     (one lock around the cache); async calls run in a worker thread.
 
     Args:
@@ -160,6 +165,7 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
     _db: Optional[sqlite3.Connection] = PrivateAttr(default=None)
     _memory: Dict[str, np.ndarray] = PrivateAttr(default_factory=dict)
     _dim: Optional[int] = PrivateAttr(default=None)
+    _identity: str = PrivateAttr()
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(
@@ -175,6 +181,9 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
             cache_queries=cache_queries,
         )
         self._model = model
+        identity = model_identity(model)
+        self._identity = identity.cache_key()
+        self._dim = identity.dim
         if path is not None:
             self._path = Path(path).expanduser()
             try:
@@ -210,7 +219,7 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
         self._db = None
 
     def _key(self, kind: str, text: str) -> str:
-        return hashlib.sha256(f"{self.model_name}\x00{kind}\x00{text}".encode()).hexdigest()
+        return hashlib.sha256(f"{self._identity}\x00{kind}\x00{text}".encode()).hexdigest()
 
     def _valid(self, vector: np.ndarray) -> bool:
         """A stored vector is used only if it is the model's dimension and finite."""
@@ -334,7 +343,7 @@ def as_cached(model: BaseEmbedding, cache: Union[str, Path, CachedEmbedding, Non
 
     A path gets a :class:`CachedEmbedding` that does not keep queries; a
     ``CachedEmbedding`` is used as given (it must wrap a model of ``model``'s
-    name); ``None`` keeps ``model``.
+    identity); ``None`` keeps ``model``.
 
     ``cache`` is checked first (:func:`check_embedding_cache`).
 
@@ -344,10 +353,11 @@ def as_cached(model: BaseEmbedding, cache: Union[str, Path, CachedEmbedding, Non
     if cache is None:
         return model
     if isinstance(cache, CachedEmbedding):
-        if cache.model_name != embed_model_name(model):
-            raise ValueError(
-                f"embedding_cache wraps {cache.model_name!r} but the index is embedded with "
-                f"{embed_model_name(model)!r}; pass a cache path, or a CachedEmbedding of that model"
+        if not model_identity(cache).same_model(model_identity(model)):
+            raise ModelMismatchError(
+                f"embedding_cache wraps {model_identity(cache).describe()} but the index is embedded "
+                f"with {model_identity(model).describe()}; pass a cache path, or a CachedEmbedding of "
+                "that model"
             )
         return cache
     if isinstance(model, CachedEmbedding):

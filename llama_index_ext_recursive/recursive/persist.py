@@ -30,6 +30,7 @@ from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
 from llama_index_ext_recursive.config import component_to_dict, write_config
+from llama_index_ext_recursive.model_identity import ModelIdentity, ModelMismatchError, check_same_model, model_identity
 from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.persist import (
     NoIndexError,
@@ -114,6 +115,7 @@ def index_to_dict(index: SummaryIndex) -> Dict[str, Any]:
         index,
         documents={k: v.to_dict() for k, v in index.documents.items()},
         embed_model=embed_model_name(index.embed_model),
+        embed_model_identity=model_identity(index.embed_model).to_dict(),
         embedding_choice=index.embedding_choice,
         summarizer=(
             summarizer.to_dict() if isinstance(summarizer, ExtractiveSummarizer)
@@ -187,12 +189,11 @@ def load_persisted(
             )
         if not model:
             model.append(resolve_embed_model(embed_model, built_with=stored["embed_model"]))
-        if embed_model_name(model[0]) != stored["embed_model"]:
-            raise PersistError(
-                f"{root} was built with embedding model {stored['embed_model']!r} but "
-                f"{embed_model_name(model[0])!r} is configured; pass embed_model= with the "
-                "model it was built with"
-            )
+        saved = ModelIdentity.from_dict(stored.get("embed_model_identity"), stored["embed_model"])
+        try:
+            check_same_model(saved, model[0], str(root))
+        except ModelMismatchError as exc:
+            raise PersistError(str(exc)) from exc
         documents = _records(stored["documents"], index_path)
         summary_index = load_level(root / "summaries", model[0])
         chunk_index = load_level(root / "chunks", model[0])

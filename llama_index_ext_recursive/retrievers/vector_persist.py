@@ -23,6 +23,7 @@ from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
 from llama_index_ext_recursive.config import component_to_dict, init_parameters, read_config, type_name, write_config
+from llama_index_ext_recursive.model_identity import ModelIdentity, ModelMismatchError, check_same_model, model_identity
 from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, read_index, write_index
 
@@ -72,6 +73,7 @@ def vector_to_dict(retriever: "BackfillVectorRetriever") -> Dict[str, Any]:
         "index_id": retriever._index.index_id,
         "vector_store": type_name(type(retriever._vector_store)),
         "embed_model": embed_model_name(retriever._embed_model),
+        "embed_model_identity": model_identity(retriever._embed_model).to_dict(),
     }
     return data
 
@@ -146,11 +148,12 @@ def read_files(
         )
     saved_model = index_info.get("embed_model")
     model = resolve_embed_model(embed_model, built_with=saved_model)
-    if saved_model is not None and embed_model_name(model) != saved_model:
-        logger.warning(
-            "%s was persisted with embedding model %r and is loaded with %r: query vectors "
-            "may not match the stored ones", folder, saved_model, embed_model_name(model),
-        )
+    if saved_model is not None:
+        saved = ModelIdentity.from_dict(index_info.get("embed_model_identity"), saved_model)
+        try:
+            check_same_model(saved, model, str(folder))
+        except ModelMismatchError as exc:
+            raise PersistError(str(exc)) from exc
     try:
         store = store_kind.from_persist_dir(str(folder))  # type: ignore[attr-defined]
         storage = StorageContext.from_defaults(persist_dir=str(folder), vector_store=store)
