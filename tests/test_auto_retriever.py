@@ -13,7 +13,7 @@ from datetime import date
 from typing import Any, List
 
 import pytest
-from llama_index.core import Settings, StorageContext, VectorStoreIndex
+from llama_index.core import MockEmbedding, Settings, StorageContext, VectorStoreIndex
 from llama_index.core.indices.vector_store.retrievers.auto_retriever.auto_retriever import (
     VectorIndexAutoRetriever,
 )
@@ -525,11 +525,12 @@ def test_persist_and_reload_answer_identically(tmp_path):
     assert answers(ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=EMBED)) == answers(original)
 
 
-def test_reload_with_another_embedding_model_says_so(tmp_path, caplog):
+def test_reload_with_another_embedding_model_is_refused(tmp_path):
     auto().persist(tmp_path / "auto")
-    with caplog.at_level("WARNING"):
-        ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=LexicalEmbedding(model_name="other"))
-    assert "'lexical-test'" in caplog.text and "'other'" in caplog.text
+    # the same vectors under another name load; other vectors are refused, naming both models
+    assert ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=LexicalEmbedding(model_name="other"))
+    with pytest.raises(PersistError, match="built with embedding model 'lexical-test' .* but 'unknown'"):
+        ValidatedAutoRetriever.from_persist_dir(tmp_path / "auto", embed_model=MockEmbedding(embed_dim=64))
 
 
 def test_a_store_that_keeps_its_own_data_is_refused_before_anything_is_written(tmp_path):
