@@ -11,8 +11,10 @@ it can correct instead of an exception that ends the run.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -88,23 +90,83 @@ def one_line(value: Any) -> str:
     return _LINE_BREAKING.sub(" ", str(value)).strip()
 
 
+# characters JSON leaves as they are but str.splitlines breaks on (or that are controls)
+# and the brackets of a citation marker, so no id holds an "[n]"
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\[\]]")
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+#: One passage line: ``[n] (chunk "id", score s, via summary of "doc") title: text``.
+CITATION = re.compile(
+    rf"^\[(\d+)\] \(chunk ({_QUOTED})(?:, score ([^,)]+))?(?:, via summary of ({_QUOTED}))?\) "
+)
+
+
+def quoted(value: Any) -> str:
+    """``value`` as a JSON string on one line: its exact text, no quote inside it ends it,
+    and its brackets are ``\\u005b``/``\\u005d``."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(str(value), ensure_ascii=False))
+
+
+def escaped(value: Any) -> str:
+    """Free text (a title, a passage) on one line, with ``[`` and ``]`` escaped.
+
+    A document's text can hold ``[2] Notice (chunk x, score 0.99)``; with its
+    brackets escaped (``\\[2\\]``) no line holds an unescaped ``[n]`` but the
+    passage's own, at its start.
+    """
+    return one_line(value).replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
+@dataclass(frozen=True)
+class Citation:
+    """One passage line of the tool's output, read back (:func:`parse_passages`).
+
+    Attributes:
+        number: its ``[n]``.
+        chunk_id: the node id, exactly.
+        score: the score as printed (two decimals), or ``None``.
+        via: the document whose summary routed the search, or ``None``.
+        passage: the rest of the line (title and text, brackets escaped).
+    """
+
+    number: int
+    chunk_id: str
+    score: Optional[float]
+    via: Optional[str]
+    passage: str
+
+
+def parse_passages(text: str) -> List[Citation]:
+    """The citations of the tool's output, one per passage line; for apps that check
+    what a model cites against what was retrieved. Nothing inside a title, id or
+    text can add or change one: ids are JSON strings and free text has its
+    brackets escaped (:func:`escaped`)."""
+    found = []
+    for line in text.splitlines():
+        match = CITATION.match(line)
+        if match:
+            number, chunk, score, via = match.groups()
+            found.append(Citation(int(number), json.loads(chunk), float(score) if score else None,
+                                  json.loads(via) if via else None, line[match.end():]))
+    return found
+
+
 def _passage(i: int, hit: NodeWithScore) -> str:
     node = hit.node
     meta = node.metadata
     title = next(
-        (one_line(v) for v in (meta.get("title"), meta.get("doc_id"), node.ref_doc_id, node.node_id)
+        (escaped(v) for v in (meta.get("title"), meta.get("doc_id"), node.ref_doc_id, node.node_id)
          if v is not None and one_line(v)),
         "untitled",
     )
-    cite = [f"chunk {one_line(node.node_id)}"]
+    cite = [f"chunk {quoted(node.node_id)}"]
     if hit.score is not None:
         cite.append(f"score {hit.score:.2f}")
     route = getattr(getattr(hit, "explanation", None), "route", None)
     routed = getattr(route, "doc_id", None)
     if routed:
-        cite.append(f"via summary of {one_line(routed)}")
-    text = one_line(node.get_content(metadata_mode=MetadataMode.NONE))
-    return f"[{i}] {title} ({', '.join(cite)}): {text}"
+        cite.append(f"via summary of {quoted(routed)}")
+    text = escaped(node.get_content(metadata_mode=MetadataMode.NONE))
+    return f"[{i}] ({', '.join(cite)}) {title}: {text}"
 
 
 def _fit(candidates: Sequence[str], room: int) -> str:
@@ -412,8 +474,8 @@ def as_retrieval_tool(
 
     if description is None:
         description = (
-            "Search the knowledge base. Returns numbered passages, each cited as "
-            "[n] title (chunk id, score). Cite them in your answer. "
+            "Search the knowledge base. Returns numbered passages, one per line: "
+            "[n] (chunk \"id\", score s) title: text. Cite them as [n] in your answer. "
             "Arguments: query (what to look for); top_k (optional, how many passages)"
         )
         if fn is search:
