@@ -310,6 +310,11 @@ NUMBER_WORDS = {
 ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5,
               "六": 6, "七": 7, "八": 8, "九": 9}
 NUM_WORD_RE = "|".join(sorted(NUMBER_WORDS, key=len, reverse=True))
+# what a magnitude after a number multiplies it by (3万, 1.5亿, 5k, 2M, two million)
+MAGNITUDES = {
+    "万": 1e4, "亿": 1e8, "千": 1e3, "百万": 1e6, "千万": 1e7, "万亿": 1e12,
+    "k": 1e3, "K": 1e3, "M": 1e6, "thousand": 1e3, "million": 1e6, "billion": 1e9,
+}
 ZH_NUM_RE = "[零〇一二两三四五六七八九十百]+"
 
 

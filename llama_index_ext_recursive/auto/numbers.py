@@ -18,6 +18,7 @@ range ("not between 30 and 60") cannot be ANDed filters and gets a note.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -28,6 +29,7 @@ from llama_index_ext_recursive.auto.lexicon import (
     COMPARISON_BEFORE,
     CURRENCY_PREFIXES,
     KEY_WORDS_ZH,
+    MAGNITUDES,
     NEGATED_OPERATOR,
     NUM_WORD_RE,
     PERIOD_UNITS,
@@ -38,10 +40,24 @@ from llama_index_ext_recursive.auto.lexicon import (
     plural_forms,
 )
 
-__all__ = ["NumericComparison", "NumericReader"]
+__all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number"]
 
 Op = FilterOperator
-_NUMBER = rf"(?:(?<![A-Za-z0-9.])\d+(?:\.\d+)?(?![0-9])|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])|{ZH_NUM_RE})"
+# digits with optional thousands separators, decimals and exponent: 30, 1,000,000, 1.5, 1e3
+_DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?"
+# a magnitude after the number: 3万, 1.5亿, 5k, 2M, 2 million (not 5 km, 5 min)
+_MAGNITUDE = (
+    rf"(?:\s*(?:{'|'.join(sorted((m for m in MAGNITUDES if not m.isascii()), key=len, reverse=True))})"
+    r"|(?:k|K|M)(?![A-Za-z])|\s+(?:thousand|million|billion)(?![A-Za-z]))"
+)
+_NUMBER = (
+    rf"(?:(?<![A-Za-z0-9.,]){_DIGITS}(?![0-9]){_MAGNITUDE}?"
+    rf"|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])|{ZH_NUM_RE}{_MAGNITUDE}?)"
+)
+#: a written number with its magnitude, for other rules' patterns ("rent < 3万", "pages >= 1,000")
+NUMBER_TEXT = rf"-?{_DIGITS}{_MAGNITUDE}?"
+# beyond this a float no longer holds every integer exactly: no filter, a note
+LARGEST_NUMBER = 2.0**53
 
 # comparison words after the number (and its unit)
 _AFTER = {
@@ -66,11 +82,27 @@ def _alternation(phrases: Iterable[str]) -> str:
     return "|".join(parts)
 
 
-def _number(text: str) -> Optional[float]:
-    if re.fullmatch(r"\d+(?:\.\d+)?", text):
-        return float(text)
+def parse_number(text: str) -> Optional[float]:
+    """A number as a query writes it: ``30``, ``1,000,000``, ``1.5万``, ``5k``, ``1e3``, ``三万``,
+    ``two million``. ``None``: not a number; ``inf`` or beyond :data:`LARGEST_NUMBER`
+    in magnitude: a number no filter can hold (:func:`in_range`)."""
+    text = text.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    text = text.lstrip("-")
+    multiplier = sign
+    for suffix in sorted(MAGNITUDES, key=len, reverse=True):
+        if text.endswith(suffix) and text[: -len(suffix)].strip():
+            text, multiplier = text[: -len(suffix)].strip(), MAGNITUDES[suffix]
+            break
+    if re.fullmatch(_DIGITS, text):
+        return float(text.replace(",", "")) * multiplier
     count = parse_count(text)
-    return None if count is None else float(count)
+    return None if count is None else float(count) * multiplier
+
+
+def in_range(number: float) -> bool:
+    """Whether a filter can compare with ``number`` (finite, integers exact)."""
+    return math.isfinite(number) and abs(number) <= LARGEST_NUMBER
 
 
 def _key_words(name: str) -> List[str]:
@@ -211,11 +243,15 @@ class NumericReader:
         for start, end, key, m in found:
             if any(start < e and s < end for s, e in taken):
                 continue
-            a = _number(m.group("a"))
-            b = _number(m.group("b")) if _group(m, "b") else None
+            a = parse_number(m.group("a"))
+            b = parse_number(m.group("b")) if _group(m, "b") else None
             if a is None or (_group(m, "b") and b is None):
                 continue
             taken.append((start, end))
+            if not all(in_range(v) for v in (a, b) if v is not None):
+                notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; "
+                             f"no {key} filter")
+                continue
             negated = bool(_NOTCOMPARISON_BEFORE.search(text[:start]))
             phrase = m.group().strip()
             if b is not None:
@@ -236,9 +272,13 @@ class NumericReader:
                 if any(m.start() < e and s < m.end() for s, e in taken):
                     continue
                 numbers = [g for g in (m.group("a"), m.group("b"), m.group("c")) if g]
-                values = [_number(g) for g in numbers]
+                values = [parse_number(g) for g in numbers]
                 if None in values or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
                     continue  # "before 2020", "2019-2021" are years, read by the year rules
+                if not all(in_range(v) for v in values):
+                    taken.append((m.start(), m.end()))
+                    notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; no filter")
+                    continue
                 if m.group("a") and m.group("sep") in {"and"} and not m.group("between"):
                     continue
                 if m.group("a") and not (m.group("between") or m.group("zh_between")):

@@ -124,7 +124,7 @@ from llama_index_ext_recursive.auto.lexicon import (
     parse_count,
     plural_forms,
 )
-from llama_index_ext_recursive.auto.numbers import NumericReader
+from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number
 from llama_index_ext_recursive.auto.terms import (
     description_synonyms,
     is_common_word,
@@ -238,6 +238,10 @@ def _is_cjk_term(term: str) -> bool:
 def _norm(phrase: str) -> str:
     """Lower case, runs of spaces and hyphens as one space: the lookup form of a phrase."""
     return " ".join(re.split(r"[\s\-]+", phrase.lower().strip()))
+
+
+#: Characters of a query the rules read for filters and top_k (the rest is searched as text).
+MAX_RULE_CHARS = 1000
 
 
 class RuleBasedSpecGenerator:
@@ -434,7 +438,7 @@ class RuleBasedSpecGenerator:
                              for w in sorted(_EXPLICIT_WORDS, key=len, reverse=True))
             out.append((key, re.compile(
                 rf"(?<![A-Za-z0-9])(?:{name})s?\s*(?:(?P<sym>>=|<=|!=|==|=|>|<|:)|(?:is\s+)?(?P<word>{words}))"
-                r"\s*(?P<val>\"[^\"]*\"|'[^']*'|-?\d+(?:\.\d+)?(?![0-9A-Za-z])|[^\s,;，；。?？]+)",
+                rf"\s*(?P<val>\"[^\"]*\"|'[^']*'|{NUMBER_TEXT}(?![0-9A-Za-z])|[^\s,;，；。?？]+)",
                 re.IGNORECASE,
             )))
         return out
@@ -473,10 +477,11 @@ class RuleBasedSpecGenerator:
             query: the user's question or search, English and/or Chinese.
         """
         today = self._today or date.today()
+        notes: List[str] = []
+        query, unread = self._bounded(query, notes)
         tokens = self._tokenize(query)
         candidates = self._term_candidates(query, tokens)
         matches: List[Match] = []
-        notes: List[str] = []
         taken: List[Tuple[int, int]] = []
 
         def free(start: int, end: int) -> bool:
@@ -489,7 +494,7 @@ class RuleBasedSpecGenerator:
         for found in self._find_top_k(query, tokens, candidates):
             if free(found.start, found.end) and not any(m.key is None for m in matches):
                 accept([found])
-        for found in self._find_explicit(query):
+        for found in self._find_explicit(query, notes):
             if free(found.start, found.end):
                 accept([found])
         comparisons, number_notes = self._numbers.find(query)
@@ -534,14 +539,35 @@ class RuleBasedSpecGenerator:
             notes.append(f"{m.group()!r} names values of several keys ({', '.join(keys)}); no filter from it")
         matches.sort(key=lambda m: (m.start, m.end))
         spec = VectorStoreQuerySpec(
-            query=self._remaining(query, tokens, taken),
+            query=self._remaining(query, tokens, taken) + unread,
             filters=self._filters(matches),
             top_k=next((m.value for m in matches if m.key is None), None),
         )
         for note in notes:
-            logger.info("rule-based spec for %r: %s", query, note)
-        logger.debug("spec for %r: %s", query, spec)
+            logger.info("rule-based spec for %r: %s", query[:200], note)
+        logger.debug("spec for %r: %s", query[:200], spec)
         return RuleReading(spec, matches, notes)
+
+    @staticmethod
+    def _bounded(query: str, notes: List[str]) -> Tuple[str, str]:
+        """(the part the rules read, the rest): at most :data:`MAX_RULE_CHARS` characters are read.
+
+        Some rules look back over the clause before each phrase, so reading grows
+        faster than the text; a question is a few hundred characters, and a
+        crafted one of 100 kB must not stall the app that passes it in. The
+        rest is kept in the spec's query text, searched but not read for filters.
+        """
+        if len(query) <= MAX_RULE_CHARS:
+            return query, ""
+        cut = MAX_RULE_CHARS
+        space = query.rfind(" ", MAX_RULE_CHARS - 200, MAX_RULE_CHARS)
+        if space > 0:
+            cut = space  # not inside a word or number
+        notes.append(
+            f"the query has {len(query)} characters; filters and top_k are read from its first {cut} "
+            "only, and the rest is searched as text"
+        )
+        return query[:cut], query[cut:]
 
     # ---------------------------------------------------------------- negation
 
@@ -739,6 +765,9 @@ class RuleBasedSpecGenerator:
         if not self._pinyin:
             return []
         out: List[_Candidate] = []
+        covered = bytearray(tokens[-1].end if tokens else 0)  # characters inside a found candidate
+        for c in found:
+            covered[c.start:c.end] = b"\x01" * (c.end - c.start)
         for i, first in enumerate(tokens):
             if not first.cjk:
                 continue
@@ -746,7 +775,7 @@ class RuleBasedSpecGenerator:
                 if not tokens[j].cjk:
                     break
                 start, end = first.start, tokens[j].end
-                if end - start < 2 or any(c.start < end and start < c.end for c in found):
+                if end - start < 2 or any(covered[start:end]):
                     continue
                 word = "".join(t.text for t in tokens[i:j + 1])
                 bucket = self._pinyin.get(pinyin_of(word), [])
@@ -901,7 +930,7 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- explicit key ops
 
-    def _find_explicit(self, text: str) -> List[Match]:
+    def _find_explicit(self, text: str, notes: List[str]) -> List[Match]:
         ops = _EXPLICIT_OPERATORS
         out = []
         for key, pattern in self._explicit_res:
@@ -920,6 +949,10 @@ class RuleBasedSpecGenerator:
                         end, raw = m.start("val") + len(longest), longest
                 value = self._coerce(key, raw)
                 if value is None:
+                    number = parse_number(raw) if self._is_numeric(key) else None
+                    if number is not None:  # a number, but none a filter can hold
+                        notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; "
+                                     f"no {key} filter")
                     continue
                 if not self._is_numeric(key) and operator not in {FilterOperator.EQ, FilterOperator.NE}:
                     continue
@@ -928,11 +961,11 @@ class RuleBasedSpecGenerator:
 
     def _coerce(self, key: str, raw: str) -> Any:
         kind = self._types[key]
-        try:
-            if kind.is_numeric:
-                return int(raw) if kind.base == "int" else float(raw)
-        except ValueError:
-            return None
+        if kind.is_numeric:  # "rent < 3万", "pages >= 1,000"; nothing for what no filter can hold
+            number = parse_number(raw)
+            if number is None or not in_range(number):
+                return None
+            return int(number) if kind.base == "int" and number.is_integer() else number
         for value in self._vocabulary.get(key, ()):
             if isinstance(value, str) and value.lower() == raw.lower():
                 return value

@@ -1,0 +1,119 @@
+"""How long the auto-retriever rules take on crafted long queries (issue 23).
+
+An app that passes user text to ``RuleBasedSpecGenerator`` must not be stalled
+by a query built to be slow: repeated years, values, counts, negations, ranges,
+long digit runs and Chinese runs, at 1, 10 and 100 kB. Each query runs once
+(after one warm-up of the generator on a normal query) with a time limit; the
+report is the seconds per query and the worst, against a normal query.
+
+Usage::
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/hostile_parsing.py [--sizes 1000,10000,100000] [--limit 60]
+
+Figures: docs/BENCHMARKS.md, "Hostile input: rule parsing time (issue 23)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from datetime import date
+
+from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
+
+from llama_index_ext_recursive import load_sample_documents
+from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
+from llama_index_ext_recursive.sample import sample_vector_store_info
+from llama_index_ext_recursive.schema import metadata_vocabulary
+
+# one unit of each crafted query; repeated to the size asked
+UNITS = {
+    "years": "2019 ",
+    "year ranges": "between 2019 and 2021 ",
+    "negated years": "not from 2020 ",
+    "values": "biology food travel ",
+    "negated values": "not biology ",
+    "or lists": "biology or food or ",
+    "counts": "top 5 ",
+    "numbers": "under 30 minutes ",
+    "number ranges": "between 1.5万 and 2万 yuan ",
+    "digits": "1",
+    "thousands": "1,000,",
+    "exponents": "1e3",
+    "negations": "not ",
+    "chinese values": "生物 ",
+    "chinese run": "关于蜜蜂的文章",
+    "chinese negations": "不是 ",
+    "chinese counts": "前5部",
+    "key ops": "year >= ",
+    "punctuation": "'\"(),;:-",
+}
+NORMAL = "biology articles in English from 2021, top 3"
+NORMAL_ZH = "2021年以后的生物文章，前3篇"
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):  # noqa: ARG001
+    raise Timeout
+
+
+def generators():
+    docs = load_sample_documents()
+    sample = RuleBasedSpecGenerator(sample_vector_store_info(), metadata_vocabulary(docs), today=date(2026, 6, 1))
+    rent_info = VectorStoreInfo(content_info="Rental listings", metadata_info=[
+        MetadataInfo(name="city", type="str", description="City of the property"),
+        MetadataInfo(name="monthly_rent", type="int", description="Monthly rent in yuan"),
+        MetadataInfo(name="minutes", type="int", description="Commute in minutes"),
+    ])
+    rent = RuleBasedSpecGenerator(rent_info, {"city": {"shanghai", "beijing"}, "monthly_rent": {3000, 6000},
+                                              "minutes": {10, 40}}, today=date(2026, 6, 1))
+    return {"sample": sample, "numeric": rent}
+
+
+def timed(generator, query: str, limit: int) -> float:
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(limit)
+    start = time.perf_counter()
+    try:
+        generator.read(query)
+        return time.perf_counter() - start
+    except Timeout:
+        return float("inf")
+    finally:
+        signal.alarm(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--limit", type=int, default=60, help="seconds before a query counts as hung")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    gens = generators()
+    for gen in gens.values():  # warm up: compiled patterns, and jieba's dictionary for Chinese
+        gen.read(NORMAL)
+        gen.read(NORMAL_ZH)
+    normal = min(timed(gens["sample"], NORMAL, args.limit) for _ in range(20))
+    print(f"normal query: {normal * 1000:.2f} ms")
+    worst = {size: (0.0, "") for size in sizes}
+    print(f"{'unit':<20}" + "".join(f"{size // 1000:>8} kB" for size in sizes) + "  (seconds, worse generator)")
+    for name, unit in UNITS.items():
+        row = []
+        for size in sizes:
+            query = (unit * (size // len(unit) + 1))[:size]
+            seconds = max(timed(gen, query, args.limit) for gen in gens.values())
+            row.append(seconds)
+            if seconds > worst[size][0]:
+                worst[size] = (seconds, name)
+        print(f"{name:<20}" + "".join(f"{s:>11.3f}" if s != float("inf") else f"{'>' + str(args.limit):>11}"
+                                      for s in row))
+    for size, (seconds, name) in worst.items():
+        print(f"worst at {size // 1000} kB: {seconds:.3f} s ({name})")
+
+
+if __name__ == "__main__":
+    main()
