@@ -8,12 +8,14 @@ nested trees by delegating each leaf to upstream (identical leaf semantics).
 
 from __future__ import annotations
 
+import datetime
 import logging
 import numbers
 import re
 from enum import Enum
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Union
 
+from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
     FilterCondition,
@@ -127,7 +129,7 @@ def parse_operator(raw: Any) -> Optional[FilterOperator]:
 def _leaf(key: str, value: Any) -> MetadataFilter:
     if not isinstance(value, Mapping):
         operator = FilterOperator.IN if isinstance(value, list) else FilterOperator.EQ
-        return MetadataFilter(key=key, value=value, operator=operator)
+        return _metadata_filter(key, value, operator)
     unknown = set(value) - {"op", "operator", "value"}
     if unknown or "value" not in value and value.get("op", value.get("operator")) != "is_empty":
         raise ValueError(
@@ -141,7 +143,20 @@ def _leaf(key: str, value: Any) -> MetadataFilter:
             f"filter {key!r}: unknown operator {op!r}; use one of "
             f"{sorted(o.value for o in FilterOperator)}"
         )
-    return MetadataFilter(key=key, value=value.get("value"), operator=operator)
+    return _metadata_filter(key, value.get("value"), operator)
+
+
+def _metadata_filter(key: str, value: Any, operator: FilterOperator) -> MetadataFilter:
+    """A ``MetadataFilter``, or an error naming the key and the value's type (not pydantic's six)."""
+    try:
+        return MetadataFilter(key=key, value=value, operator=operator)
+    except ValidationError:
+        hint = " (e.g. value.isoformat(): ISO dates compare correctly as strings)" if isinstance(
+            value, (datetime.date, datetime.time)) else ""
+        raise ValueError(
+            f"filter {key!r}: a value must be a string, a number or a list of them, got "
+            f"{type(value).__name__} {value!r}; convert it{hint}"
+        ) from None
 
 
 def merge_filters(
@@ -338,6 +353,10 @@ def _value_kind(value: Any) -> Optional[str]:
     return "string"
 
 
+# operators upstream defines for list-valued metadata (CONTAINS: holds the value; ANY/ALL: some/all of them)
+_LIST_OPERATORS = frozenset({FilterOperator.CONTAINS, FilterOperator.ANY, FilterOperator.ALL})
+
+
 class FilterVocabulary:
     """The metadata keys of an index and the kinds of value each holds.
 
@@ -415,7 +434,23 @@ class FilterVocabulary:
                     )
                 continue
             held = held_kinds[item.key]
-            if "list" in held or item.operator in (FilterOperator.IS_EMPTY,):
+            if item.operator == FilterOperator.IS_EMPTY:
+                continue
+            if item.value is None:
+                out.append(
+                    f"filter {item.key}=None matches nothing (a filter compares values, and no node "
+                    f"stores None); drop the filter, or pass a value {item.key!r} holds "
+                    f"(e.g. {self._examples.get(item.key)!r})"
+                )
+                continue
+            if set(held) == {"list"} and item.operator not in _LIST_OPERATORS:
+                out.append(
+                    f"filter {item.key} {item.operator.value} {item.value!r} compares whole lists, but "
+                    f"{item.key!r} holds lists in this index (e.g. {self._examples.get(item.key)!r}); "
+                    f'use {{"op": "contains", "value": v}} for one element, or "any"/"all" with a list'
+                )
+                continue
+            if "list" in held:
                 continue
             values = item.value if isinstance(item.value, list) else [item.value]
             for value in values:

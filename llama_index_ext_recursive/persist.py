@@ -279,11 +279,23 @@ def _manifest_problem(manifest: Any) -> Optional[str]:
     return None
 
 
+def _harmless(path: Path) -> bool:
+    """A file people or desktops put in any folder: a dotfile or a README."""
+    return path.is_file() and not path.is_symlink() and (
+        path.name.startswith(".") or path.name.lower().startswith("readme"))
+
+
 def _legacy_kind(root: Path, names: List[str]) -> Optional[str]:
-    """The kind of a previous-release index whose entries are exactly ``names``."""
+    """The kind of a previous-release index whose entries are ``names``.
+
+    Besides the layout's own entries, the folder may hold what people and
+    desktops add to a folder (``.DS_Store``, ``.gitkeep``, ``README.md``); those
+    are kept by every later persist (only the layout's entries are retired).
+    """
     present = set(names)
     for kind, layout in LEGACY_LAYOUTS.items():
-        if present != layout.entries:
+        extra = present - layout.entries
+        if not layout.entries <= present or not all(_harmless(root / n) for n in extra):
             continue
         if not all((root / n).is_file() and not (root / n).is_symlink() for n in layout.files):
             continue

@@ -12,15 +12,15 @@ import difflib
 import inspect
 import math
 import numbers
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
 
 from llama_index.core.schema import QueryBundle
 
 
 def closest(name: str, known: Iterable[str]) -> str:
     """``"did you mean 'x'?"`` for the known name closest to ``name``, or a list."""
-    known = sorted(set(known))
-    match = difflib.get_close_matches(name, known, n=1)
+    known = sorted({str(k) for k in known})  # ids may be ints: compared as they print
+    match = difflib.get_close_matches(str(name), known, n=1)
     if match:
         return f"did you mean {match[0]!r}?"
     return f"known: {known[:10]}" if known else "none are known"
@@ -79,6 +79,12 @@ def check_query(query_bundle: QueryBundle) -> None:
     A blank string embeds to an arbitrary vector and matches nothing lexically,
     so any hit it returned would be noise.
     """
+    if isinstance(query_bundle, (bytes, bytearray)):
+        raise TypeError(
+            "the query is bytes, not text: decode it first, e.g. retrieve(query.decode('utf-8'))"
+        )
+    if not isinstance(query_bundle, QueryBundle):
+        raise TypeError(f"the query must be a string or a QueryBundle, got {type(query_bundle).__name__}")
     if query_bundle.embedding is not None:
         return
     text = query_bundle.query_str
@@ -89,6 +95,32 @@ def check_query(query_bundle: QueryBundle) -> None:
             f"the query is empty ({text!r}): pass a question with at least one "
             "non-space character"
         )
+    _check_unicode("the query", text)
+    strs = query_bundle.custom_embedding_strs
+    if strs is not None:
+        if not strs:
+            raise ValueError(
+                "custom_embedding_strs is an empty list, so there is nothing to embed: pass None "
+                "(the query text is embedded) or at least one string"
+            )
+        for position, item in enumerate(strs):
+            if not isinstance(item, str) or not item.strip():
+                raise ValueError(
+                    f"custom_embedding_strs[{position}] is {item!r}: each must be a non-blank string"
+                )
+            _check_unicode(f"custom_embedding_strs[{position}]", item)
+
+
+def _check_unicode(what: str, text: str) -> None:
+    """Refuse a lone surrogate (``"\\ud800"``): not Unicode text, so no model, store or file can take it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} holds {text[exc.start]!r} at position {exc.start}, a lone surrogate that is not "
+            "valid Unicode text (often a wrongly decoded file or JSON); decode the text correctly "
+            "or remove it"
+        ) from None
 
 
 def check_vectors(
@@ -134,3 +166,52 @@ def check_kwargs(target: Callable[..., Any], kwargs: Mapping[str, Any], where: s
     for key in kwargs:
         if key not in parameters:
             raise TypeError(f"{where} got an unexpected keyword argument {key!r} ({closest(key, known)})")
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def json_metadata(metadata: Mapping[str, Any], owner: str) -> Dict[str, Any]:
+    """``metadata`` as a persisted index and every filter will see it, checked before any work.
+
+    NumPy scalars (``np.int64``, ``np.float32``, ``np.bool_``: what pandas hands
+    out) become the Python numbers they hold; a value JSON cannot hold (a
+    datetime, a Decimal, a set, an object) is refused naming the key, the owner
+    and the fix, instead of failing after chunking and embedding, or comparing
+    differently before and after a reload.
+
+    Args:
+        metadata: a document's or node's metadata (not modified).
+        owner: what it belongs to, for the error (``"document 'x'"``).
+    """
+    return {str(key) if isinstance(key, str) else _bad_key(key, owner): _json_value(value, key, owner)
+            for key, value in metadata.items()}
+
+
+def _bad_key(key: Any, owner: str) -> str:
+    raise TypeError(f"{owner}: metadata key {key!r} is a {type(key).__name__}; metadata keys must be strings")
+
+
+def _json_value(value: Any, key: str, owner: str) -> Any:
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, key, owner) for v in value]
+    if isinstance(value, dict):
+        return {str(k) if isinstance(k, str) else _bad_key(k, owner): _json_value(v, key, owner)
+                for k, v in value.items()}
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", None) == 0:
+        return _json_value(item(), key, owner)  # a NumPy scalar: the Python number it holds
+    fix = {
+        "datetime": "store value.isoformat() (ISO dates compare correctly as strings)",
+        "date": "store value.isoformat() (ISO dates compare correctly as strings)",
+        "Decimal": "store float(value) or str(value)",
+        "set": "store sorted(value) (a list)",
+        "frozenset": "store sorted(value) (a list)",
+        "ndarray": "store value.tolist()",
+    }.get(type(value).__name__, "store a string, a number, a bool or a list of them")
+    raise TypeError(
+        f"{owner}: metadata[{key!r}] is a {type(value).__name__} ({value!r}), which an index cannot "
+        f"store or filter on as it is; {fix}"
+    )

@@ -30,6 +30,7 @@ from llama_index_ext_recursive.eval import (
     score,
 )
 from llama_index_ext_recursive.eval.registry import parse_names
+from llama_index_ext_recursive.model_identity import PROBES
 from llama_index_ext_recursive.sample import _relevant_chunks, load_sample_questions
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -42,11 +43,13 @@ class CountingEmbedding(LexicalEmbedding):
     texts: List[str] = Field(default_factory=list)
 
     def _get_query_embedding(self, query: str) -> List[float]:
-        self.queries.append(query)
+        if query not in PROBES:  # the model-identity probes, embedded once per instance
+            self.queries.append(query)
         return self._vector(query)
 
     def _get_text_embedding(self, text: str) -> List[float]:
-        self.texts.append(text)
+        if text not in PROBES:
+            self.texts.append(text)
         return self._vector(text)
 
 

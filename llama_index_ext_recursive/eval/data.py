@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -106,7 +107,7 @@ class BeirDataset:
             if not isinstance(metadata, dict):
                 raise DatasetError(f"{where}: metadata must be an object")
             corpus[cid] = {
-                "title": str(row.get("title") or ""),
+                "title": _optional_str(row, "title", where),
                 "text": _required_str(row, "text", where, allow_empty=True),
                 "metadata": metadata,
             }
@@ -274,25 +275,51 @@ def _check_aligned(qrels: Qrels, queries: Mapping[str, str], qrels_path: Path, q
 def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:
     if not path.is_file():
         raise DatasetError(f"{path} is missing")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict):
+            raise DatasetError(f"{where}: expected a JSON object")
+        yield where, row
+
+
+def _lines(path: Path) -> Iterator[Tuple[int, str]]:
+    """Numbered lines of a UTF-8 file; bytes that are not UTF-8 are named (line and byte), not a bare
+    ``UnicodeDecodeError``."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise DatasetError(f"{where}: expected a JSON object")
-            yield where, row
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(
+                    f"{path}:{number}: byte {exc.start} of the line ({raw[exc.start:exc.start + 1]!r}) is "
+                    "not UTF-8; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from None
 
 
 def _required_str(row: Mapping[str, Any], key: str, where: str, allow_empty: bool = False) -> str:
+    """A string field; an integer id is its digits. Anything else is refused, not turned into text."""
     value = row.get(key)
     if value is None or (not allow_empty and value == ""):
         raise DatasetError(f"{where}: missing {key!r}")
-    return str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and key == "_id":
+        return str(value)
+    if not isinstance(value, str):
+        raise DatasetError(
+            f"{where}: {key!r} is a {type(value).__name__} ({str(value)[:60]!r}), not a string; "
+            "fix the file (BEIR layout: string fields)"
+        )
+    return value
+
+
+def _optional_str(row: Mapping[str, Any], key: str, where: str) -> str:
+    value = row.get(key)
+    return "" if value is None else _required_str(row, key, where, allow_empty=True)
 
 
 def _qrels(
@@ -304,25 +331,28 @@ def _qrels(
     if not path.is_file():
         raise DatasetError(f"{path} is missing")
     qrels: Qrels = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").split("\t")
-            where = f"{path}:{number}"
-            if number == 1 and parts[0] == "query-id":
-                continue
-            if len(parts) != 3:
-                raise DatasetError(f"{where}: expected 3 tab-separated columns, got {len(parts)}")
-            qid, cid, score = parts
-            try:
-                relevance = int(score)
-            except ValueError as exc:
-                raise DatasetError(f"{where}: relevance {score!r} is not an integer") from exc
-            if queries is not None and qid not in queries:
-                raise DatasetError(f"{where}: query {qid!r} is not in queries.jsonl")
-            known = corpus if corpus is not None else known_docs
-            if known is not None and cid not in known:
-                raise DatasetError(f"{where}: {cid!r} is not in the corpus")
-            qrels.setdefault(qid, {})[cid] = relevance
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        parts = line.rstrip("\n").split("\t")
+        where = f"{path}:{number}"
+        if number == 1 and parts[0] == "query-id":
+            continue
+        if len(parts) != 3:
+            raise DatasetError(f"{where}: expected 3 tab-separated columns, got {len(parts)}")
+        qid, cid, score = parts
+        if not re.fullmatch(r"-?\d+", score.strip()):
+            raise DatasetError(f"{where}: relevance {score!r} is not an integer")
+        relevance = int(score)
+        if cid in qrels.get(qid, {}) and qrels[qid][cid] != relevance:
+            raise DatasetError(
+                f"{where}: query {qid!r} judges {cid!r} again, {relevance} after {qrels[qid][cid]}; "
+                "keep one line per pair"
+            )
+        if queries is not None and qid not in queries:
+            raise DatasetError(f"{where}: query {qid!r} is not in queries.jsonl")
+        known = corpus if corpus is not None else known_docs
+        if known is not None and cid not in known:
+            raise DatasetError(f"{where}: {cid!r} is not in the corpus")
+        qrels.setdefault(qid, {})[cid] = relevance
     return qrels

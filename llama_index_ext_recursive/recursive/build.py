@@ -45,7 +45,7 @@ from llama_index_ext_recursive.recursive.summarize import (
     SummaryCache,
     content_hash,
 )
-from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.validation import check_count, json_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -317,6 +317,7 @@ def chunk_documents(
             continue
         copy = document.model_copy(deep=True)
         copy.id_ = key
+        copy.metadata = json_metadata(copy.metadata, f"document {key!r}")
         copy.metadata[doc_id_key] = key
         keyed.append(copy)
     steps = [node_parser] if isinstance(node_parser, NodeParser) else resolve_transformations(
@@ -422,6 +423,7 @@ def group_nodes(
             blank.setdefault(key, []).append(node.node_id)
             continue
         copy = _own_copy(node)
+        copy.metadata = json_metadata(copy.metadata, f"node {node.node_id!r}")
         original = node.ref_doc_id
         if original is not None and original != key:
             copy.metadata[ORIGINAL_REF_KEY] = original

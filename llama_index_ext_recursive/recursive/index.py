@@ -367,18 +367,36 @@ class SummaryIndex:
             check_links(
                 summaries, documents, list(documents), self.docstore,
                 {n.node_id: n for n in built.chunk_nodes},
+                removed={c for d in changed if d in current for c in current[d].chunk_ids},
             )
             with self.state_lock.writing():
                 self._swap(remove=[current[d] for d in changed if d in current], add=built)
         return changed
 
     def delete_document(self, doc_id: str) -> None:
-        """Remove one document's summary and chunks."""
+        """Remove one document's summary and chunks.
+
+        An integer id is the document whose id it prints as: ids read from
+        metadata (``doc_id=5``) are kept as strings.
+        """
         self.require_stores("delete_document")
+        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+            doc_id = str(doc_id)
+        if not isinstance(doc_id, str):
+            raise TypeError(f"doc_id must be a string, got {type(doc_id).__name__} {doc_id!r}")
         with self._update_lock:
             record = self.documents.get(doc_id)
             if record is None:
                 raise KeyError(f"no document {doc_id!r} ({closest(doc_id, list(self.documents))})")
+            rest = {d: r for d, r in self.documents.items() if d != doc_id}
+            try:  # a link left pointing at it would fail every later update and query
+                check_links({d: s for d, s in self.summaries.items() if d != doc_id}, rest, list(rest),
+                            self.docstore, removed=set(record.chunk_ids))
+            except LinkError as exc:
+                raise LinkError(
+                    f"deleting document {doc_id!r} would leave a link pointing nowhere: {exc}; delete or "
+                    "update the linking document first (or delete both)"
+                ) from None
             with self.state_lock.writing():
                 self._swap(remove=[record], add=None)
 

@@ -8,7 +8,7 @@ refused with the bad id and the closest known ones, not met at query time.
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Collection, Dict, List, Mapping, Optional, Sequence
 
 from llama_index.core.schema import BaseNode, IndexNode
 
@@ -29,6 +29,7 @@ def check_links(
     known: Sequence[str],
     docstore: Optional[object],
     pending: Optional[Mapping[str, BaseNode]] = None,
+    removed: Collection[str] = (),
 ) -> None:
     """Check that every summary and ``IndexNode`` resolves and no links form a cycle.
 
@@ -39,6 +40,8 @@ def check_links(
         docstore: the chunk docstore (``None``: opaque per-document retrievers,
             whose links are checked as they are met).
         pending: new chunks by id of an update not yet swapped in.
+        removed: chunk ids the update or delete takes out of the docstore: a link
+            to one of them would point nowhere once it is swapped in.
 
     Raises:
         LinkError: naming the bad id and the closest known ids.
@@ -75,7 +78,7 @@ def check_links(
                 if (
                     target not in known_set
                     and target not in pending
-                    and not docstore.document_exists(target)
+                    and (target in removed or not docstore.document_exists(target))
                 ):
                     raise LinkError(
                         f"IndexNode {node.node_id!r} in document {record.doc_id!r} points "

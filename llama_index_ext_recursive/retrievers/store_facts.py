@@ -107,6 +107,20 @@ def store_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
     return None
 
 
+def store_size(vector_store: BasePydanticVectorStore) -> Optional[int]:
+    """How many vectors a store holds, where it says so cheaply (``None``: unknown).
+
+    A search never needs more rows than that: FAISS allocates ``k`` rows per
+    query, so ``top_k=10**9`` would otherwise fail with a ``MemoryError``.
+    """
+    faiss_index = getattr(vector_store, "_faiss_index", None)
+    if faiss_index is not None and isinstance(getattr(faiss_index, "ntotal", None), int):
+        return faiss_index.ntotal
+    if isinstance(vector_store, SimpleVectorStore):  # NumpyVectorStore included
+        return len(vector_store.data.embedding_dict)
+    return None
+
+
 def is_chroma(vector_store: BasePydanticVectorStore) -> bool:
     try:
         from llama_index.vector_stores.chroma import ChromaVectorStore

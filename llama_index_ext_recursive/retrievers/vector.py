@@ -75,6 +75,7 @@ from llama_index_ext_recursive.retrievers.store_facts import (
     docstore_vocabulary,
     is_chroma,
     store_dimension,
+    store_size,
 )
 from llama_index_ext_recursive.validation import check_count, check_real, check_vectors
 
@@ -307,9 +308,10 @@ class BackfillVectorRetriever(VectorIndexRetriever):
     ) -> VectorStoreQuery:
         # node_ids only when the caller restricts them: as_retriever's list of
         # nodes_dict values is empty over a rebuilt index and returns nothing
+        size = store_size(self._vector_store)
         return VectorStoreQuery(
             query_embedding=embedding,
-            similarity_top_k=top_k,
+            similarity_top_k=max(1, min(top_k, size)) if size is not None else top_k,
             node_ids=self._node_ids,
             doc_ids=self._doc_ids,
             query_str=query_str,

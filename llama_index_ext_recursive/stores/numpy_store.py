@@ -78,6 +78,7 @@ from llama_index_ext_recursive.models import corpus_sample, resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, write_file_atomically
 from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number, operator_fn
 from llama_index_ext_recursive.stores.numpy_search import answer_query
+from llama_index_ext_recursive.validation import check_count
 
 _VECTORISED = frozenset({
     FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN,
@@ -570,6 +571,8 @@ class NumpyVectorStore(SimpleVectorStore):
 
     # ------------------------------------------------------------- queries
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        if query.similarity_top_k is not None:
+            check_count("similarity_top_k", query.similarity_top_k, minimum=0)  # 0: all, as upstream
         if query.mode != VectorStoreQueryMode.DEFAULT:
             return super().query(query, **kwargs)
         data = self.data
