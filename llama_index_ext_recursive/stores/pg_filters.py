@@ -1,38 +1,51 @@
-"""Metadata filters as PostgreSQL WHERE clauses in which every value and every key is a bound parameter.
+"""Metadata filters as PostgreSQL WHERE clauses, every key and value a bound parameter.
 
-Upstream ``PGVectorStore._build_filter_clause`` pastes filter values and keys
-into SQL text (``text(f"metadata_->>'{key}' = '{value}'")``): a value such as
-``x'; DELETE FROM ...`` runs as SQL, ``en' OR '1'='1`` returns other tenants'
-rows, and ordinary data breaks the statement (``children's books``; a value
-holding `` :draft`` is read as a bind parameter). :func:`filter_clause` builds
-the same clauses from SQLAlchemy constructs instead: ``metadata_ -> :key``,
-``metadata_ ->> :key`` and the values as bind parameters, so nothing a user
-gives becomes SQL text.
+Upstream ``PGVectorStore._build_filter_clause`` pastes filter keys and values
+into SQL text, so a value such as ``x'; DELETE FROM data_chunks; SELECT 1
+WHERE '1'='0`` runs a second statement, ``en' OR '1'='1`` returns other
+tenants' rows, and ordinary data breaks the query (``children's books`` is a
+syntax error; `` :draft`` an unbound parameter). :func:`where_clause` builds
+the same filters from SQLAlchemy constructs instead: the key goes into
+``metadata_ ->> :key`` and the value into a bind parameter, for every
+operator and nested ``AND`` / ``OR`` / ``NOT``, so nothing a user gives ever
+becomes SQL text.
 
-Semantics follow upstream's, except where upstream's are a bug:
+Semantics follow upstream (text comparison of ``metadata_ ->> key`` for
+strings, a ``float`` cast for numbers, ``@>`` for ``contains``, ``?|`` /
+``?&`` for ``any`` / ``all``) except where upstream was wrong or differed from
+LlamaIndex's own in-memory filters (``build_metadata_filter_fn``), which the
+package's other stores use:
 
-* ``EQ``/``NE``/``GT``/``GTE``/``LT``/``LTE`` with a number compare numbers
-  (upstream casts every row's value with ``::float``, so one row holding text
-  under that key fails the whole query; here rows whose value is not a JSON
-  number simply do not match). With a string they compare text, as upstream
-  does (upstream also compares a numeric-looking string as a number).
-* ``IN``/``NIN`` compare the value's text (``->>``) with the values' JSON text;
-  an empty list matches nothing (``IN``) or every row holding the key
-  (``NIN``) instead of a syntax error.
-* ``CONTAINS`` asks whether the stored JSON array holds the value as JSON
-  (a number matches a number; upstream always quotes it as a string).
-* ``TEXT_MATCH``/``TEXT_MATCH_INSENSITIVE`` match the value as a literal
-  substring: ``%``, ``_`` and ``\\`` in it are escaped.
-* ``NOT`` negates the AND of its filters (upstream refuses the condition).
+* A number is compared with the rows holding a number under its key (a
+  ``float`` cast of those rows only); upstream cast every row and failed on
+  the first one holding text. A string is compared as text with
+  ``metadata_ ->> key``, as upstream (so ``"5"`` also matches a stored ``5``),
+  where upstream turned any string that parses as a float (``"5"``, ``"nan"``,
+  a document id ``"123"``) into that failing numeric comparison. The type
+  check costs a second JSON lookup per row for numbers only
+  (``benchmarks/postgres_filters.py``).
+* ``!=``, ``nin`` and ``NOT`` match rows that lack the key, as in memory
+  (upstream: SQL ``NULL`` dropped them).
+* ``text_match`` is a substring match: ``%`` and ``_`` in the value are
+  literal characters, not ``LIKE`` wildcards.
+* ``contains`` finds numbers in stored lists (upstream wrapped every value in
+  quotes, so only strings matched), and so do ``any`` / ``all``.
+* ``is_empty`` matches a missing key, ``null``, ``""`` and ``[]`` (upstream:
+  missing or ``null`` only), as LlamaIndex documents it.
+* ``NOT`` is supported (upstream raised); an empty filter list filters nothing.
 
-PostgreSQL text cannot hold the NUL character; a value or key holding one is
-refused with :class:`PostgresFilterError` instead of a driver error.
+Values PostgreSQL cannot hold (a NUL character, a lone surrogate), ``None``,
+``NaN`` and values of the wrong shape for their operator raise
+:class:`~llama_index_ext_recursive.filters.FilterError` naming the key and the
+value, instead of a driver error or an empty result.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any, Sequence
+import math
+import numbers
+import reprlib
+from typing import Any, Iterable, List, Sequence
 
 from llama_index.core.vector_stores.types import (
     FilterCondition,
@@ -40,101 +53,243 @@ from llama_index.core.vector_stores.types import (
     MetadataFilter,
     MetadataFilters,
 )
-from sqlalchemy import Float, and_, bindparam, case, cast, false, func, not_, or_, true
+from sqlalchemy import Float, and_, case, cast, false, func, literal, or_, true
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TEXT
 from sqlalchemy.sql.elements import ColumnElement
 
-from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.filters import FilterError
 
-_COMPARISONS = {
-    FilterOperator.EQ: "__eq__",
-    FilterOperator.NE: "__ne__",
-    FilterOperator.GT: "__gt__",
-    FilterOperator.GTE: "__ge__",
-    FilterOperator.LT: "__lt__",
-    FilterOperator.LTE: "__le__",
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = 80
+_SHORT.maxother = 80
+_show = _SHORT.repr  # keys and values in messages: a 100 kB value is shown by its ends
+
+_ORDER = {
+    FilterOperator.GT: lambda a, b: a > b,
+    FilterOperator.GTE: lambda a, b: a >= b,
+    FilterOperator.LT: lambda a, b: a < b,
+    FilterOperator.LTE: lambda a, b: a <= b,
 }
 
 
-class PostgresFilterError(LlamaIndexExtRecursiveError, ValueError):
-    """A metadata filter PostgreSQL cannot evaluate (a NUL character, an unknown operator)."""
+def sql_text(what: str, value: Any) -> str:
+    """``value`` if PostgreSQL can hold it as text, else a :class:`FilterError` naming it.
 
-
-def filter_clause(metadata: Any, filters: MetadataFilters) -> ColumnElement:
-    """The WHERE clause of ``filters`` (nested, AND/OR/NOT) over the ``metadata_`` column.
+    PostgreSQL text cannot contain NUL, and the drivers cannot encode a lone
+    surrogate; both would otherwise fail inside the driver with a message
+    that names neither the key nor the value.
 
     Args:
-        metadata: the table's ``metadata_`` column (JSON or JSONB).
-        filters: the filters; values and keys become bind parameters.
+        what: how the error names the value (``"filter key"``, ``"node id"``...).
+        value: the string to check.
     """
-    doc = cast(metadata, JSONB)
-    parts = [
-        filter_clause(metadata, item) if isinstance(item, MetadataFilters) else _one(doc, item)
-        for item in filters.filters
-    ]
-    condition = filters.condition or FilterCondition.AND
-    if condition == FilterCondition.AND:
-        return and_(true(), *parts)
-    if condition == FilterCondition.OR:
-        return or_(false(), *parts)
-    if condition == FilterCondition.NOT:
-        return not_(and_(true(), *parts))
-    raise PostgresFilterError(f"unknown filter condition {condition!r}; use 'and', 'or' or 'not'")
+    if not isinstance(value, str):
+        raise FilterError(f"{what} {_show(value)} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise FilterError(
+            f"{what} {_show(value)} contains a NUL character (\\x00) at position "
+            f"{value.index(chr(0))}; PostgreSQL text cannot hold it, so no stored value can match: remove it"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise FilterError(
+            f"{what} {_show(value)} is not valid Unicode (a lone surrogate at position "
+            f"{exc.start}); PostgreSQL stores UTF-8 only: decode the text properly"
+        ) from None
+    return value
 
 
-def _one(doc: Any, item: MetadataFilter) -> ColumnElement:
-    key, op, value = item.key, item.operator, item.value
-    _check_text(key, key, "key")
-    json_value = doc.op("->")(bindparam(None, key, type_=TEXT))
-    text_value = doc.op("->>")(bindparam(None, key, type_=TEXT))
-    if op == FilterOperator.IS_EMPTY:
-        return text_value.is_(None)
-    if op in (FilterOperator.IN, FilterOperator.NIN):
-        values = [_json_text(key, v) for v in _as_list(key, op, value)]
-        clause = text_value.in_(values)
-        # upstream's NOT IN: rows without the key do not match
-        return clause if op == FilterOperator.IN else and_(text_value.is_not(None), not_(clause))
-    if op in (FilterOperator.ANY, FilterOperator.ALL):
-        values = [_json_text(key, v) for v in _as_list(key, op, value)]
-        array = bindparam(None, values, type_=ARRAY(TEXT))
-        return json_value.op("?|" if op == FilterOperator.ANY else "?&")(array)
-    if op == FilterOperator.CONTAINS:
-        _check_text(key, value, "value")
-        return json_value.op("@>")(bindparam(None, [value], type_=JSONB))
-    if op in (FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE):
-        _check_text(key, value, "value")
-        pattern = "%" + str(value).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        match = text_value.ilike if op == FilterOperator.TEXT_MATCH_INSENSITIVE else text_value.like
-        return match(bindparam(None, pattern, type_=TEXT), escape="\\")
-    if op in _COMPARISONS:
-        compare = _COMPARISONS[op]
-        if isinstance(value, (int, float)):
-            number = case((func.jsonb_typeof(json_value) == "number", cast(text_value, Float)))
-            return getattr(number, compare)(bindparam(None, float(value), type_=Float))
-        _check_text(key, value, "value")
-        return getattr(text_value, compare)(bindparam(None, str(value), type_=TEXT))
-    raise PostgresFilterError(f"filter on {key!r}: operator {op!r} is not supported by the PostgreSQL store")
+def sql_ids(what: str, ids: Iterable[Any]) -> List[str]:
+    """Node or document ids checked by :func:`sql_text` (they are matched as text).
+
+    Args:
+        what: how an error names an id.
+        ids: the ids.
+    """
+    return [sql_text(what, i) for i in ids]
 
 
-def _as_list(key: str, op: FilterOperator, value: Any) -> Sequence[Any]:
-    if isinstance(value, (list, tuple)):
-        return value
-    raise PostgresFilterError(
-        f"filter on {key!r}: operator {op.value!r} takes a list of values, got {type(value).__name__}; "
-        f"pass a list, e.g. [{value!r}]"
-    )
+def where_clause(table: Any, filters: MetadataFilters, *, jsonb: bool) -> ColumnElement[bool]:
+    """A WHERE clause for ``filters`` on a ``PGVectorStore`` table, keys and values bound.
+
+    Args:
+        table: the store's table class (its ``metadata_`` column holds the metadata).
+        filters: the filter tree, nested ``MetadataFilters`` included.
+        jsonb: whether ``metadata_`` is ``JSONB`` (``use_jsonb=True``) rather than ``JSON``.
+    """
+    return _Builder(table.metadata_, jsonb).tree(filters)
 
 
-def _json_text(key: str, value: Any) -> str:
-    """A value as ``->>`` shows it when stored: strings as themselves, others as JSON."""
-    _check_text(key, value, "value")
-    return value if isinstance(value, str) else json.dumps(value)
+class _Builder:
+    def __init__(self, column: Any, jsonb: bool) -> None:
+        self.column = column
+        self.prefix = "jsonb_" if jsonb else "json_"
 
-
-def _check_text(key: str, value: Any, what: str) -> None:
-    if isinstance(value, str) and "\x00" in value:
-        raise PostgresFilterError(
-            f"filter on {key!r}: the {what} holds a NUL character (\\x00), which PostgreSQL text cannot "
-            "store, so no row can match it; remove the NUL character"
+    def tree(self, filters: MetadataFilters) -> ColumnElement[bool]:
+        condition = filters.condition or FilterCondition.AND
+        if not filters.filters:
+            return true()
+        parts = [self.tree(f) if isinstance(f, MetadataFilters) else self.leaf(f) for f in filters.filters]
+        if condition == FilterCondition.AND:
+            return and_(*parts)
+        if condition == FilterCondition.OR:
+            return or_(*parts)
+        if condition == FilterCondition.NOT:
+            return _negated(or_(*parts))
+        raise FilterError(
+            f"unknown filter condition {condition!r}; use one of {[c.value for c in FilterCondition]}"
         )
 
+    # ------------------------------------------------------------ pieces
+
+    def _fn(self, name: str) -> Any:
+        """``json_<name>`` or ``jsonb_<name>``, as the column's type needs."""
+        return getattr(func, self.prefix + name)
+
+    def _field(self, key: str) -> Any:
+        return self.column[key]  # metadata_ -> :key
+
+    def _text(self, key: str) -> Any:
+        return self.column[key].astext  # metadata_ ->> :key
+
+    def _typeof(self, key: str) -> Any:
+        return self._fn("typeof")(self._field(key))
+
+    def _jsonb(self, key: str) -> Any:
+        return cast(self.column, JSONB)[key]
+
+    def _number(self, key: str) -> Any:
+        # CASE, not AND: PostgreSQL may evaluate a cast before a guard beside it
+        return case((self._typeof(key) == "number", cast(self._text(key), Float)), else_=None)
+
+    # ------------------------------------------------------------- leaves
+
+    def leaf(self, f: MetadataFilter) -> ColumnElement[bool]:
+        key = sql_text("filter key", f.key)
+        op, value = f.operator, f.value
+        if op == FilterOperator.IS_EMPTY:
+            return self._is_empty(key)
+        if value is None:
+            raise FilterError(
+                f"filter {_show(key)} {op.value} None matches nothing; to select nodes without "
+                f"{_show(key)} use the operator 'is_empty'"
+            )
+        if op == FilterOperator.EQ:
+            return self._equals(key, value)
+        if op == FilterOperator.NE:
+            return _negated(self._equals(key, value))
+        if op in (FilterOperator.IN, FilterOperator.NIN):
+            found = self._one_of(key, _listed(key, op, value))
+            return found if op == FilterOperator.IN else _negated(found)
+        if op in _ORDER:
+            return self._ordered(key, op, value)
+        if op in (FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE):
+            if not isinstance(value, str):
+                raise FilterError(
+                    f"filter {_show(key)} {op.value} {_show(value)}: {op.value} matches a substring "
+                    f"of text, so its value must be a string"
+                )
+            text = self._text(key)
+            value = sql_text(f"filter {_show(key)} value", value)
+            matched = (
+                text.contains(value, autoescape=True)
+                if op == FilterOperator.TEXT_MATCH
+                else text.icontains(value, autoescape=True)
+            )
+            return matched
+        if op == FilterOperator.CONTAINS:
+            if isinstance(value, (list, tuple)):
+                raise FilterError(
+                    f"filter {_show(key)} contains {_show(value)}: contains takes one value; "
+                    f"for several use the operator 'all' or 'any'"
+                )
+            return self._jsonb(key).contains([self._scalar(key, value)])
+        if op in (FilterOperator.ANY, FilterOperator.ALL):
+            return self._any_all(key, op, _listed(key, op, value))
+        raise FilterError(
+            f"filter {_show(key)}: operator {op!r} is not supported on PostgreSQL; use one of "
+            f"{[o.value for o in FilterOperator]}"
+        )
+
+    def _scalar(self, key: str, value: Any) -> Any:
+        """A string, finite number or boolean, checked; anything else is a :class:`FilterError`."""
+        if isinstance(value, str):
+            return sql_text(f"filter {_show(key)} value", value)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:
+                number = math.nan
+            if math.isnan(number):
+                raise FilterError(
+                    f"filter {_show(key)} value {_show(value)} is not a number PostgreSQL can "
+                    f"compare (NaN, or beyond the range of a double); pass a finite number"
+                )
+            return value
+        raise FilterError(
+            f"filter {_show(key)} value {_show(value)} is a {type(value).__name__}; filters "
+            f"take strings, numbers or lists of them"
+        )
+
+    def _equals(self, key: str, value: Any) -> ColumnElement[bool]:
+        value = self._scalar(key, value)
+        if isinstance(value, str):
+            # as upstream: one JSON lookup per row, and the store's index on
+            # metadata_ ->> 'ref_doc_id' serves routed documents
+            return self._text(key) == value
+        return self._number(key) == float(value)
+
+    def _one_of(self, key: str, values: Sequence[Any]) -> ColumnElement[bool]:
+        strings = [v for v in values if isinstance(v, str)]
+        parts = [self._equals(key, v) for v in values if not isinstance(v, str)]
+        if strings:
+            strings = [sql_text(f"filter {_show(key)} value", v) for v in strings]
+            parts.insert(0, self._text(key).in_(strings))
+        return or_(false(), *parts)
+
+    def _ordered(self, key: str, op: FilterOperator, value: Any) -> ColumnElement[bool]:
+        value = self._scalar(key, value)
+        compare = _ORDER[op]
+        if isinstance(value, str):
+            return compare(self._text(key), value)
+        return compare(self._number(key), float(value))
+
+    def _any_all(self, key: str, op: FilterOperator, values: Sequence[Any]) -> ColumnElement[bool]:
+        values = [self._scalar(key, v) for v in values]
+        field = self._jsonb(key)
+        strings = [v for v in values if isinstance(v, str)]
+        others = [v for v in values if not isinstance(v, str)]
+        if op == FilterOperator.ANY:
+            parts = [field.contains([v]) for v in others]
+            if strings:
+                parts.insert(0, field.has_any(literal(strings, ARRAY(TEXT))))
+            return or_(false(), *parts)
+        parts = [field.contains(others)] if others else []
+        if strings:
+            parts.insert(0, field.has_all(literal(strings, ARRAY(TEXT))))
+        return and_(true(), *parts)
+
+    def _is_empty(self, key: str) -> ColumnElement[bool]:
+        kind = self._typeof(key)
+        empty_list = case((kind == "array", self._fn("array_length")(self._field(key))), else_=None) == 0
+        return or_(self._text(key).is_(None), and_(kind == "string", self._text(key) == ""), empty_list)
+
+
+def _negated(clause: ColumnElement[bool]) -> ColumnElement[bool]:
+    """``NOT clause`` that also holds where ``clause`` is NULL (a missing key), as in memory."""
+    return clause.is_not(true())
+
+
+def _listed(key: str, op: FilterOperator, value: Any) -> List[Any]:
+    if not isinstance(value, (list, tuple)):
+        raise FilterError(
+            f"filter {_show(key)} {op.value} {_show(value)}: {op.value} takes a list of values, "
+            f"e.g. [{_show(value)}]"
+        )
+    if any(v is None for v in value):
+        raise FilterError(
+            f"filter {_show(key)} {op.value} {_show(value)}: None matches nothing; to select nodes "
+            f"without {_show(key)} use the operator 'is_empty'"
+        )
+    return list(value)

@@ -38,7 +38,17 @@ returns handles them:
   fails and breaks the pool for the first loop. The store keeps one async
   engine per event loop.
 
-One module of ~600 lines on purpose: every upstream behaviour above is fixed
+And one makes it unsafe: upstream pastes metadata filter keys and values
+into SQL text, so a filter value can run SQL of its own or return other
+tenants' rows, and ordinary values (``children's books``, `` :draft``) break
+the query. The store builds its WHERE clauses with
+:func:`~llama_index_ext_recursive.stores.pg_filters.where_clause`, which binds
+every key and value (its docstring lists where its semantics differ from
+upstream's), checks ids and query settings before they reach the driver, and
+:func:`pgvector_store` refuses table, schema and text search configuration
+names that are not plain identifiers, since upstream writes them into DDL.
+
+One module of ~650 lines on purpose: every upstream behaviour above is fixed
 by the engine settings built in :func:`pgvector_store`, and the timeouts, the
 loop-safe async engine and the hybrid retriever all depend on them.
 """
@@ -49,6 +59,7 @@ import asyncio
 import itertools
 import logging
 import math
+import re
 import socket
 import threading
 import time
@@ -58,6 +69,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import (
     MetadataFilter,
     MetadataFilters,
@@ -70,9 +82,9 @@ from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
-from llama_index_ext_recursive.stores.pg_filters import filter_clause
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-from llama_index_ext_recursive.validation import check_real
+from llama_index_ext_recursive.stores.pg_filters import sql_ids, sql_text, where_clause
+from llama_index_ext_recursive.validation import check_count, check_real
 
 try:
     import psycopg2
@@ -100,6 +112,11 @@ DEFAULT_HNSW: Dict[str, Any] = {
     "hnsw_dist_method": "vector_cosine_ops",
 }
 ITERATIVE_SCAN_MODES = ("off", "relaxed_order", "strict_order")
+HNSW_DIST_METHODS = tuple(
+    f"{kind}_{dist}_ops" for kind in ("vector", "halfvec") for dist in ("cosine", "l2", "ip", "l1")
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUALIFIED_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_STATEMENT_TIMEOUT = 30.0
 # seconds the client waits past statement_timeout for the server's own cancel
@@ -365,15 +382,6 @@ class _PGVectorStore(PGVectorStore):
         self._engine.dispose()
         await self._async_engines.dispose()
 
-    def _recursively_apply_filters(self, filters: MetadataFilters) -> Any:
-        """Every WHERE clause upstream builds from filters (queries, text search,
-        ``get_nodes``, ``delete_nodes``) comes from here: bound parameters only
-        (:mod:`~llama_index_ext_recursive.stores.pg_filters`)."""
-        return filter_clause(self._table_class.metadata_, filters)
-
-    def _build_filter_clause(self, filter_: MetadataFilter) -> Any:
-        return filter_clause(self._table_class.metadata_, MetadataFilters(filters=[filter_]))
-
     def _sorted(self, query: VectorStoreQuery, result: VectorStoreQueryResult) -> VectorStoreQueryResult:
         if not self._resort or query.mode != VectorStoreQueryMode.DEFAULT or not result.similarities:
             return result
@@ -387,7 +395,53 @@ class _PGVectorStore(PGVectorStore):
             ids=[result.ids[i] for i in order] if result.ids is not None else None,
         )
 
+    def _build_filter_clause(self, filter_: MetadataFilter) -> Any:
+        """One filter as SQL with its key and value bound (upstream pastes both into SQL text)."""
+        return self._recursively_apply_filters(MetadataFilters(filters=[filter_]))
+
+    def _recursively_apply_filters(self, filters: MetadataFilters) -> Any:
+        """The WHERE clause of every query, text search, ``get_nodes`` and ``delete_nodes``.
+
+        Upstream's builder pastes keys and values into SQL text (SQL injection,
+        and syntax errors on ordinary values such as ``children's``);
+        :func:`~llama_index_ext_recursive.stores.pg_filters.where_clause` binds them.
+        """
+        return where_clause(self._table_class, filters, jsonb=self.use_jsonb)
+
+    # Upstream binds ids already; a NUL, a lone surrogate or a non-string id
+    # would still fail inside the driver, naming neither the id nor the fix.
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        super().delete(sql_text("document id", ref_doc_id), **delete_kwargs)
+
+    async def adelete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        await super().adelete(sql_text("document id", ref_doc_id), **delete_kwargs)
+
+    def delete_nodes(
+        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
+    ) -> None:
+        ids = None if node_ids is None else sql_ids("node id", node_ids)
+        super().delete_nodes(ids, filters, **delete_kwargs)
+
+    async def adelete_nodes(
+        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
+    ) -> None:
+        ids = None if node_ids is None else sql_ids("node id", node_ids)
+        await super().adelete_nodes(ids, filters, **delete_kwargs)
+
+    def get_nodes(
+        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
+    ) -> List[BaseNode]:
+        return super().get_nodes(None if node_ids is None else sql_ids("node id", node_ids), filters)
+
+    async def aget_nodes(
+        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
+    ) -> List[BaseNode]:
+        return await super().aget_nodes(None if node_ids is None else sql_ids("node id", node_ids), filters)
+
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        # upstream's async query writes it into a SET statement as text
+        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
         return self._sorted(query, super().query(query, **kwargs))
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
@@ -398,6 +452,7 @@ class _PGVectorStore(PGVectorStore):
         connection the pool opened before, so the retry gets a new one. Only
         reads are retried: a write may have happened before the connection died.
         """
+        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
         try:
             result = await super().aquery(query, **kwargs)
         except DBAPIError as exc:
@@ -406,6 +461,17 @@ class _PGVectorStore(PGVectorStore):
             logger.warning("PostgreSQL connection lost (%s); retrying the query on a new connection", exc.orig)
             result = await super().aquery(query, **kwargs)
         return self._sorted(query, result)
+
+
+def _identifier(name: str, value: Any, pattern: "re.Pattern[str]" = _IDENTIFIER) -> str:
+    """``value`` if it is a plain SQL identifier; PGVectorStore writes it into DDL unquoted."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(
+            f"{name} must be a plain SQL identifier (ASCII letters, digits and _, not starting "
+            f"with a digit), got {value!r}: PGVectorStore writes it into CREATE TABLE and "
+            f"CREATE INDEX statements unquoted"
+        )
+    return value
 
 
 def _hnsw_kwargs(hnsw: Union[bool, Dict[str, Any], None]) -> Optional[Dict[str, Any]]:
@@ -418,7 +484,15 @@ def _hnsw_kwargs(hnsw: Union[bool, Dict[str, Any], None]) -> Optional[Dict[str, 
         if unknown:
             raise ValueError(f"unknown hnsw keys {sorted(unknown)}; known: {sorted(DEFAULT_HNSW)}")
         # a copy: PGVectorStore pops keys from the dict it is given
-        return {**DEFAULT_HNSW, **hnsw}
+        settings = {**DEFAULT_HNSW, **hnsw}
+        # PGVectorStore writes these into CREATE INDEX and SET statements as text
+        for key in ("hnsw_m", "hnsw_ef_construction", "hnsw_ef_search"):
+            check_count(key, settings[key])
+        if settings["hnsw_dist_method"] not in HNSW_DIST_METHODS:
+            raise ValueError(
+                f"hnsw_dist_method must be one of {HNSW_DIST_METHODS}, got {settings['hnsw_dist_method']!r}"
+            )
+        return settings
     raise TypeError(f"hnsw must be a bool or a dict of HNSW settings, got {type(hnsw).__name__}")
 
 
@@ -492,8 +566,12 @@ def pgvector_store(
         **kwargs: passed to ``PGVectorStore`` (``use_jsonb``, ``indexed_metadata_keys``, ...).
 
     Raises:
-        ValueError: an unknown ``iterative_scan`` or ``hnsw`` key, or a timeout
-            that is not positive and finite.
+        ValueError: an unknown ``iterative_scan`` or ``hnsw`` key or distance
+            method, a timeout that is not positive and finite, or a
+            ``table_name``, ``schema_name`` or ``text_search_config`` that is
+            not a plain SQL identifier (``PGVectorStore`` writes them into DDL
+            unquoted).
+        TypeError: an HNSW setting that is not a positive integer.
     """
     if iterative_scan is not None and iterative_scan not in ITERATIVE_SCAN_MODES:
         raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCAN_MODES} or None, got {iterative_scan!r}")
@@ -563,10 +641,10 @@ def pgvector_store(
         # kept for display only: the engines above are what connects (password hidden)
         connection_string=sync_url.render_as_string(hide_password=True),
         async_connection_string=async_url.render_as_string(hide_password=True),
-        table_name=table_name,
-        schema_name=schema_name,
+        table_name=_identifier("table_name", table_name),
+        schema_name=_identifier("schema_name", schema_name),
         hybrid_search=hybrid_search,
-        text_search_config=text_search_config,
+        text_search_config=_identifier("text_search_config", text_search_config, _QUALIFIED_IDENTIFIER),
         embed_dim=embed_dim,
         hnsw_kwargs=_hnsw_kwargs(hnsw),
         **kwargs,
@@ -617,8 +695,7 @@ def pg_hybrid_retriever(
     if not isinstance(store, _PGVectorStore):
         logger.warning(
             "pg_hybrid_retriever: this PGVectorStore was not built by pgvector_store, so it has no "
-            "client-side timeout (a hung server blocks retrieve), pastes metadata filter values into SQL "
-            "text (a filter value taken from a user can run SQL), fails the first query after a "
+            "client-side timeout (a hung server blocks retrieve), fails the first query after a "
             "server restart, and its async calls work from one event loop only; build it with "
             "llama_index_ext_recursive.stores.postgres.pgvector_store(...)"
         )
