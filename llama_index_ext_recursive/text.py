@@ -36,30 +36,18 @@ class Script(str, Enum):
     OTHER = "other"
 
 
-_TABLE = ((Script.HAN, HAN_RANGES), (Script.KANA, KANA_RANGES), (Script.HANGUL, HANGUL_RANGES))
-
-
-def script_of(char: str) -> Script:
-    """The :class:`Script` of one character."""
-    code = ord(char)
-    for script, ranges in _TABLE:
-        for low, high in ranges:
-            if low <= code <= high:
-                return script
-    return Script.OTHER
-
-
 def script_runs(text: str) -> Iterable[Tuple[Script, str]]:
-    """Split ``text`` into maximal runs of one script class, in order."""
-    start, current = 0, None
-    for i, char in enumerate(text):
-        kind = script_of(char)
-        if kind != current:
-            if current is not None:
-                yield current, text[start:i]
-            start, current = i, kind
-    if current is not None:
-        yield current, text[start:]
+    """Split ``text`` into maximal runs of one script class, in order.
+
+    One regex pass (:data:`_RUNS`): BM25 tokenizes every chunk through this,
+    and a per-character loop cost 13 of 18 seconds of re-indexing 3000 chunks.
+    """
+    if CJK_CHARACTER.search(text) is None:  # most chunks of most corpora: one run
+        if text:
+            yield Script.OTHER, text
+        return
+    for match in _RUNS.finditer(text):
+        yield _RUN_SCRIPTS[match.lastindex - 1], match.group()
 
 
 def character_class(ranges: Sequence[Tuple[int, int]]) -> str:
@@ -74,6 +62,12 @@ HAN_CLASS = character_class(HAN_RANGES)
 CJK_CLASS = character_class(HAN_RANGES + KANA_RANGES + HANGUL_RANGES)
 CJK_CHARACTER = re.compile(f"[{CJK_CLASS}]")
 LATIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./]*")
+# maximal runs of one script, in the order of _RUN_SCRIPTS
+_RUNS = re.compile(
+    f"([{character_class(HAN_RANGES)}]+)|([{character_class(KANA_RANGES)}]+)"
+    f"|([{character_class(HANGUL_RANGES)}]+)|([^{CJK_CLASS}]+)"
+)
+_RUN_SCRIPTS = (Script.HAN, Script.KANA, Script.HANGUL, Script.OTHER)
 
 
 def cjk_ratio(text: str) -> float:

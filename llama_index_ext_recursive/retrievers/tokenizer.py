@@ -156,12 +156,19 @@ class MultilingualTokenizer:
     def _latin(self, run: str) -> List[str]:
         tokens: List[str] = []
         for token in LATIN_TOKEN.findall(run):
-            parts = _LATIN_PART.findall(token) if self.split_compounds else []
-            tokens.extend([token, *parts] if len(parts) > 1 else [token])
-        tokens = [t for t in tokens if t not in self.stopwords]
+            # only a token holding a joiner (C57BL/6, e-mail) has parts; most are plain words
+            parts = _LATIN_PART.findall(token) if self.split_compounds and not token.isalnum() else ()
+            if len(parts) > 1:
+                tokens.extend([token, *parts])
+            else:
+                tokens.append(token)
+        stopwords = self.stopwords
+        tokens = [t for t in tokens if t not in stopwords]
         if not self.stem:
             return tokens
-        return [self.stemmer.stemWord(t) if t.isalpha() else t for t in tokens]
+        words = [t for t in tokens if t.isalpha()]
+        stems = iter(self.stemmer.stemWords(words))  # one call for the run, not one per word
+        return [next(stems) if t.isalpha() else t for t in tokens]
 
     def _han(self, run: str) -> List[str]:
         if self.language in _BIGRAM_HAN:
