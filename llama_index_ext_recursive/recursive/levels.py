@@ -4,19 +4,22 @@
 summary and chunk searchers, the BM25 levels, the hybrid searchers of the
 ``chunk``/``weighted``/``product`` score modes) from the index and the
 retriever's settings, and calibrates hybrid levels that have no weights yet.
-A retriever builds them on first need and again only after the index changed
-(:attr:`SummaryIndex.generation`), never per query: per-call filters and
-``top_k`` travel in the bundle each child receives.
+A retriever builds them on first need; after the index changed
+(:attr:`SummaryIndex.generation`) it updates them with the changed documents
+only (:func:`levels_for`), never per query: per-call filters and ``top_k``
+travel in the bundle each child receives.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, cast
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 
+from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.evidence import document_text
 from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
 from llama_index_ext_recursive.retrievers.calibrate import calibrate_children, pseudo_queries
@@ -27,6 +30,10 @@ from llama_index_ext_recursive.text import QueryScript
 
 if TYPE_CHECKING:
     from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+
+
+# a change to more than this share of the documents rebuilds the levels instead of updating them
+UPDATE_SHARE = 0.1
 
 
 @dataclass
@@ -46,6 +53,9 @@ class Levels:
         chunk_doc: chunk id -> document id.
         link_ids: chunks that are IndexNodes (followed, not ranked).
         summary_doc: summary node id -> document id.
+        records: the index's document records these were built from (the
+            index replaces its records on every update, so comparing them by
+            identity tells which documents changed since).
     """
 
     generation: int
@@ -58,16 +68,18 @@ class Levels:
     chunk_doc: Dict[str, str]
     link_ids: frozenset
     summary_doc: Dict[str, str]
+    records: Mapping[str, DocumentRecord]
 
 
-def document_nodes(owner: "RecursiveSummaryRetriever") -> List[IndexNode]:
+def document_nodes(owner: "RecursiveSummaryRetriever", doc_ids: Optional[Iterable[str]] = None) -> List[IndexNode]:
     """One node per document for summary-level BM25 (:func:`document_text`:
     title, document-level metadata, summary, chunks); ids and ``index_id``
-    as the summary's, so hits route."""
+    as the summary's, so hits route. ``doc_ids``: only these (default: all)."""
     index = owner.index
     docstore = index.docstore
     nodes = []
-    for doc_id, summary in index.summaries.items():
+    for doc_id in index.summaries if doc_ids is None else doc_ids:
+        summary = index.summaries[doc_id]
         record = index.documents.get(doc_id)
         chunks = []
         if docstore is not None and record is not None:
@@ -86,6 +98,61 @@ def document_nodes(owner: "RecursiveSummaryRetriever") -> List[IndexNode]:
             )
         )
     return nodes
+
+
+def levels_for(owner: "RecursiveSummaryRetriever", previous: Optional[Levels]) -> Levels:
+    """The levels of the index's current state: ``previous`` brought up to date
+    when few documents changed since it was built (:func:`updated_levels`), else
+    built anew (:func:`build_levels`)."""
+    if previous is not None:
+        updated = updated_levels(owner, previous)
+        if updated is not None:
+            return updated
+    return build_levels(owner)
+
+
+def updated_levels(owner: "RecursiveSummaryRetriever", previous: Levels) -> Optional[Levels]:
+    """``previous`` with the documents changed since it was built re-indexed, and
+    nothing else: the BM25 levels take the changed documents' nodes
+    (:meth:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever.with_changes`),
+    the id maps are edited, the cheap wrappers are made again. ``None`` when a
+    full build is due: more than :data:`UPDATE_SHARE` of the documents changed,
+    or a level has no BM25 of the package's own."""
+    index = owner.index
+    before, now = previous.records, index.documents
+    changed = [d for d in set(before) | set(now) if before.get(d) is not now.get(d)]
+    if not changed:
+        return dataclasses.replace(previous, generation=index.generation, records=now)
+    if len(changed) > UPDATE_SHARE * max(len(now), 1) or index.docstore is None:
+        return None
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+
+    for bm25 in (previous.summary_bm25, previous.chunk_bm25):
+        if bm25 is not None and not isinstance(bm25, MultilingualBM25Retriever):
+            return None
+    gone_chunks = [c for d in changed if d in before for c in before[d].chunk_ids]
+    gone_summaries = [before[d].summary_node_id for d in changed if d in before]
+    kept = [d for d in changed if d in now]
+    new_chunks = [n for n in index.docstore.get_nodes([c for d in kept for c in now[d].chunk_ids])]
+    summary_bm25, chunk_bm25 = previous.summary_bm25, previous.chunk_bm25
+    if summary_bm25 is not None:
+        summary_bm25 = cast(MultilingualBM25Retriever, summary_bm25).with_changes(
+            document_nodes(owner, [d for d in kept if d in index.summaries]), gone_summaries
+        )
+    if chunk_bm25 is not None:
+        chunk_bm25 = cast(MultilingualBM25Retriever, chunk_bm25).with_changes(new_chunks, gone_chunks)
+    chunk_doc = dict(previous.chunk_doc)
+    for chunk_id in gone_chunks:
+        chunk_doc.pop(chunk_id, None)
+    chunk_doc.update({c: d for d in kept for c in now[d].chunk_ids})
+    summary_doc = {k: v for k, v in previous.summary_doc.items() if k not in set(gone_summaries)}
+    summary_doc.update({index.summaries[d].node_id: d for d in kept if d in index.summaries})
+    links = (previous.link_ids - set(gone_chunks)) | {n.node_id for n in new_chunks if isinstance(n, IndexNode)}
+    depth = owner.document_depth(owner.similarity_top_k)
+    summary_vector = _vector(owner, index.summary_index, depth)
+    chunk_vector = _vector(owner, index.chunk_index, owner.similarity_top_k) if index.chunk_index is not None else None
+    return _assemble(owner, summary_bm25, chunk_bm25, depth, summary_vector, chunk_vector,
+                     chunk_doc, frozenset(links), summary_doc)
 
 
 def build_levels(owner: "RecursiveSummaryRetriever") -> Levels:
@@ -124,6 +191,27 @@ def build_levels(owner: "RecursiveSummaryRetriever") -> Levels:
             names=list(HYBRID_NAMES),
             absent_script_weights=CROSS_SCRIPT_WEIGHTS,
         )
+    return _assemble(
+        owner, summary_bm25, chunk_bm25, depth, summary_vector, chunk_vector,
+        chunk_doc={c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
+        link_ids=frozenset(n.node_id for n in chunk_nodes if isinstance(n, IndexNode)),
+        summary_doc={summary.node_id: doc_id for doc_id, summary in index.summaries.items()},
+    )
+
+
+def _assemble(
+    owner: "RecursiveSummaryRetriever",
+    summary_bm25: Optional[BaseRetriever],
+    chunk_bm25: Optional[BaseRetriever],
+    depth: int,
+    summary_vector: BackfillVectorRetriever,
+    chunk_vector: Optional[BackfillVectorRetriever],
+    chunk_doc: Dict[str, str],
+    link_ids: frozenset,
+    summary_doc: Dict[str, str],
+) -> Levels:
+    """The levels around given searchers; the hybrid searchers are wrappers, made each time."""
+    index = owner.index
     summary_search = chunk_search = None
     if owner.score_mode != ScoreMode.FUSED:
         summary_search = _hybrid_level(owner, "documents", summary_bm25, depth)
@@ -136,9 +224,10 @@ def build_levels(owner: "RecursiveSummaryRetriever") -> Levels:
         chunk_bm25=chunk_bm25,
         summary_search=summary_search,
         chunk_search=chunk_search,
-        chunk_doc={c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
-        link_ids=frozenset(n.node_id for n in chunk_nodes if isinstance(n, IndexNode)),
-        summary_doc={summary.node_id: doc_id for doc_id, summary in index.summaries.items()},
+        chunk_doc=chunk_doc,
+        link_ids=link_ids,
+        summary_doc=summary_doc,
+        records=index.documents,
     )
 
 

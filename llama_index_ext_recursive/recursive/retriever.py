@@ -56,7 +56,7 @@ from llama_index_ext_recursive.query import DEFAULT_TOP_K, as_query_bundle, reso
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
-from llama_index_ext_recursive.recursive.levels import Levels, build_levels
+from llama_index_ext_recursive.recursive.levels import Levels, levels_for
 from llama_index_ext_recursive.recursive.persist import load_persisted, persist_index
 from llama_index_ext_recursive.recursive import search
 from llama_index_ext_recursive.recursive.ranking import (
@@ -411,7 +411,7 @@ class RecursiveSummaryRetriever(BaseRetriever):
         with self._levels_lock:
             built = self._built
             if built is None or built.generation != self.index.generation:
-                built = self._built = build_levels(self)
+                built = self._built = levels_for(self, built)
                 self.index.filter_vocabulary  # built alongside: resolve_call reads it every call
             return built
 
