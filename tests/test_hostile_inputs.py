@@ -196,3 +196,13 @@ def test_a_previous_release_folder_with_desktop_files_and_a_readme_loads_and_kee
     assert (legacy / ".DS_Store").read_bytes() == b"\x00\x00\x00\x01Bud1"
     assert RecursiveSummaryRetriever.from_persist_dir(legacy, embed_model=lexical).retrieve("bees")
     shutil.rmtree(tmp_path / "idx")
+
+
+def test_two_summaries_with_one_index_id_are_refused_naming_both(lexical):
+    from llama_index.core import VectorStoreIndex as Index
+
+    child = Index([TextNode(id_="c", text="bees dance")], embed_model=lexical).as_retriever()
+    summaries = [IndexNode(id_="s1", text="About bees", index_id="bees"),
+                 IndexNode(id_="s2", text="Also bees", index_id="bees")]
+    with pytest.raises(LinkError, match="'s1' and 's2' both have index_id 'bees'"):
+        RecursiveSummaryRetriever.from_retriever_dict(summaries, {"bees": child}, embed_model=lexical)

@@ -285,6 +285,12 @@ class SummaryIndex:
                     f"summary node {node_id!r} is a {type(node).__name__}, not an IndexNode: "
                     "summaries must name their document with index_id"
                 )
+            other = summaries.get(node.index_id)
+            if other is not None:  # one would silently replace the other
+                raise LinkError(
+                    f"summary nodes {other.node_id!r} and {node.node_id!r} both have index_id "
+                    f"{node.index_id!r}: give each document one summary (merge them, or fix the index_id)"
+                )
             summaries[node.index_id] = node
         return summaries
 
