@@ -39,6 +39,7 @@ from llama_index_ext_recursive.auto.lexicon import (
     parse_count,
     plural_forms,
 )
+from llama_index_ext_recursive.auto.spans import Spans
 
 __all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number"]
 
@@ -237,22 +238,22 @@ class NumericReader:
                     continue  # "30 and 60 minutes" lists two numbers; "between 30 and 60" is a range
                 found.append((m.start(), m.end(), key, m))
         found.sort(key=lambda f: (-(f[1] - f[0]), f[0]))
-        taken: List[Tuple[int, int]] = []
+        taken = Spans()
         out: List[NumericComparison] = []
         notes: List[str] = []
         for start, end, key, m in found:
-            if any(start < e and s < end for s, e in taken):
+            if taken.overlaps(start, end):
                 continue
             a = parse_number(m.group("a"))
             b = parse_number(m.group("b")) if _group(m, "b") else None
             if a is None or (_group(m, "b") and b is None):
                 continue
-            taken.append((start, end))
+            taken.add(start, end)
             if not all(in_range(v) for v in (a, b) if v is not None):
                 notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; "
                              f"no {key} filter")
                 continue
-            negated = bool(_NOTCOMPARISON_BEFORE.search(text[:start]))
+            negated = _negated(text, start)
             phrase = m.group().strip()
             if b is not None:
                 if negated:
@@ -269,14 +270,14 @@ class NumericReader:
                                          NEGATED_OPERATOR[op] if negated else op, self._value(key, a)))
         if self._only_key is not None:
             for m in self._bare.finditer(text):
-                if any(m.start() < e and s < m.end() for s, e in taken):
+                if taken.overlaps(m.start(), m.end()):
                     continue
                 numbers = [g for g in (m.group("a"), m.group("b"), m.group("c")) if g]
                 values = [parse_number(g) for g in numbers]
                 if None in values or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
                     continue  # "before 2020", "2019-2021" are years, read by the year rules
                 if not all(in_range(v) for v in values):
-                    taken.append((m.start(), m.end()))
+                    taken.add(m.start(), m.end())
                     notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; no filter")
                     continue
                 if m.group("a") and m.group("sep") in {"and"} and not m.group("between"):
@@ -284,7 +285,7 @@ class NumericReader:
                 if m.group("a") and not (m.group("between") or m.group("zh_between")):
                     continue  # a bare "3-5" is too weak without "between" or 之间
                 key = self._only_key
-                negated = bool(_NOTCOMPARISON_BEFORE.search(text[:m.start()]))
+                negated = _negated(text, m.start())
                 if m.group("a"):
                     if negated:
                         continue
@@ -297,13 +298,18 @@ class NumericReader:
                     op = COMPARISON_BEFORE[_lookup(m.group("op"))]
                     out.append(NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key,
                                                  NEGATED_OPERATOR[op] if negated else op, self._value(key, values[0])))
-                taken.append((m.start(), m.end()))
+                taken.add(m.start(), m.end())
                 notes.append(f"{m.group().strip()!r} names no unit or key; read as {key}, the only numeric key")
         out.sort(key=lambda c: c.start)
         return out, notes
 
     def _value(self, key: str, number: float) -> float:
         return int(number) if key in self._integer and number.is_integer() else number
+
+
+def _negated(text: str, start: int) -> bool:
+    """Whether "not"/"不是" stands right before ``start`` (looked for in the few characters before it)."""
+    return _NOTCOMPARISON_BEFORE.search(text, max(0, start - 20), start) is not None
 
 
 def _group(m: re.Match, name: str) -> Optional[str]:
