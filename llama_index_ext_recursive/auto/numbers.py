@@ -160,19 +160,19 @@ class NumericReader:
                 continue
             prefix = _alternation(self._prefixes(units[key]) - shared)
             # "¥6000", "$50": a currency symbol before the number says which key as a unit does
-            pre = rf"(?P<pre>{prefix})?\s*" if prefix else r"(?P<pre>(?!))?"
+            pre = rf"(?:(?P<pre>{prefix})\s*)?" if prefix else r"(?P<pre>(?!))?"
             unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
             unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
-            name_re = rf"(?:(?P<name>{name})\s*(?:is|of|at|在|为|是)?\s*)" if name else r"(?P<name>(?!))?"
+            name_re = rf"(?:(?P<name>{name})\s*(?:(?:is|of|at|在|为|是)\s*)?)" if name else r"(?P<name>(?!))?"
             self._patterns.append((key, re.compile(
-                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?{pre}(?P<a>{_NUMBER})\s*{unit_b}?\s*"
-                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?:{prefix or '(?!)'})?\s*(?P<b>{_NUMBER})\s*{unit_re}?"
+                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?{pre}(?P<a>{_NUMBER})\s*(?:{unit_b}\s*)?"
+                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?:(?:{prefix or '(?!)'})\s*)?(?P<b>{_NUMBER})\s*{unit_re}?"
                 rf"(?P<zh_between>\s*之间)?",
                 re.IGNORECASE)))
             self._patterns.append((key, re.compile(
                 rf"{name_re}?(?P<op>{before})\s*{pre}(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE)))
             self._patterns.append((key, re.compile(
-                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*{unit_re}?\s*(?P<op>{after})", re.IGNORECASE)))
+                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?:{unit_re}\s*)?(?P<op>{after})", re.IGNORECASE)))
             self._patterns.append((key, re.compile(  # "10+ citations"
                 rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?P<op>\+)\s*{unit_re}", re.IGNORECASE)))
 
