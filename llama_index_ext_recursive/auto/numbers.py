@@ -35,13 +35,14 @@ from llama_index_ext_recursive.auto.lexicon import (
     PERIOD_UNITS,
     UNIT_ALIASES,
     UNIT_WORDS_EN,
+    ZH_DIGITS,
     ZH_NUM_RE,
     parse_count,
     plural_forms,
 )
 from llama_index_ext_recursive.auto.spans import Spans
 
-__all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number"]
+__all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number", "range_note"]
 
 Op = FilterOperator
 # digits with optional thousands separators, decimals and exponent: 30, 1,000,000, 1.5, 1e3
@@ -51,14 +52,23 @@ _MAGNITUDE = (
     rf"(?:\s*(?:{'|'.join(sorted((m for m in MAGNITUDES if not m.isascii()), key=len, reverse=True))})"
     r"|(?:k|K|M)(?![A-Za-z])|\s+(?:thousand|million|billion)(?![A-Za-z]))"
 )
+# "2万5", "2万5千" and "两万五" are 25,000, "3千5" 3,500: one digit after 万 or 千 counts the next lower unit
+_ZH_DIGITS = "".join(ZH_DIGITS)
+_TAIL = rf"(?:(?<=[万千])[0-9{_ZH_DIGITS}][千百]?(?![0-9.,{_ZH_DIGITS}十百千万亿]))?"
+_TAIL_TEXT = re.compile(rf"(?P<head>.+[万千])(?P<digit>[0-9{_ZH_DIGITS}])(?P<unit>[千百]?)")
+_NEXT_UNIT = {"万": ("千", 1e3), "千": ("百", 1e2)}  # the unit below, and what it counts
+# "1,5" or "12,50" is no thousands separator (a list, or a decimal comma): not read as 1 or 12
 _NUMBER = (
-    rf"(?:(?<![A-Za-z0-9.,]){_DIGITS}(?![0-9]){_MAGNITUDE}?"
-    rf"|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])|{ZH_NUM_RE}{_MAGNITUDE}?)"
+    rf"(?:(?<![A-Za-z0-9.,]){_DIGITS}(?![0-9]|,\d)(?:{_MAGNITUDE}{_TAIL})?"
+    rf"|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])(?:\s+(?:thousand|million|billion)(?![A-Za-z]))?"
+    rf"|{ZH_NUM_RE}(?:{_MAGNITUDE}{_TAIL})?)"
 )
 #: a written number with its magnitude, for other rules' patterns ("rent < 3万", "pages >= 1,000")
-NUMBER_TEXT = rf"-?{_DIGITS}{_MAGNITUDE}?"
-# beyond this a float no longer holds every integer exactly: no filter, a note
+NUMBER_TEXT = rf"-?{_DIGITS}(?![0-9]|,\d)(?:{_MAGNITUDE}{_TAIL})?"
+# from here on a float no longer holds every integer exactly (2**53 + 1 reads as 2**53): no filter, a note
 LARGEST_NUMBER = 2.0**53
+# what a query may write for a number no filter can compare with ("rent < inf")
+_NOT_FINITE = {"inf": math.inf, "infinity": math.inf, "nan": math.nan}
 
 # comparison words after the number (and its unit)
 _AFTER = {
@@ -84,26 +94,50 @@ def _alternation(phrases: Iterable[str]) -> str:
 
 
 def parse_number(text: str) -> Optional[float]:
-    """A number as a query writes it: ``30``, ``1,000,000``, ``1.5万``, ``5k``, ``1e3``, ``三万``,
-    ``two million``. ``None``: not a number; ``inf`` or beyond :data:`LARGEST_NUMBER`
-    in magnitude: a number no filter can hold (:func:`in_range`)."""
+    """A number as a query writes it: ``30``, ``1,000,000``, ``1.5万``, ``2万5``, ``5k``, ``1e3``,
+    ``三万``, ``two million``, ``-5k``.
+
+    ``None``: not a number (``1,5`` is none: a list or a decimal comma, not
+    fifteen). ``inf``, ``nan`` or from :data:`LARGEST_NUMBER` on in magnitude:
+    a number no filter can compare with exactly (:func:`in_range` says so).
+
+    Args:
+        text: the number's text, as the patterns of this module find it.
+    """
     text = text.strip()
     sign = -1.0 if text.startswith("-") else 1.0
-    text = text.lstrip("-")
-    multiplier = sign
+    text = text.lstrip("-").strip()
+    if text.lower() in _NOT_FINITE:
+        return sign * _NOT_FINITE[text.lower()]
+    multiplier, tail = sign, 0.0
+    split = _TAIL_TEXT.fullmatch(text)
+    if split is not None:  # "2万5" and "2万5千": 2万 + 5千; "2万5百" is no number
+        unit, counts = _NEXT_UNIT[split.group("head")[-1]]
+        if split.group("unit") not in ("", unit):
+            return None
+        digit = split.group("digit")
+        tail, text = float(ZH_DIGITS.get(digit, digit)) * counts, split.group("head")
     for suffix in sorted(MAGNITUDES, key=len, reverse=True):
         if text.endswith(suffix) and text[: -len(suffix)].strip():
-            text, multiplier = text[: -len(suffix)].strip(), MAGNITUDES[suffix]
+            text, multiplier = text[: -len(suffix)].strip(), sign * MAGNITUDES[suffix]
             break
+    if tail and multiplier == sign:
+        return None  # a digit after something other than 万 or 千
     if re.fullmatch(_DIGITS, text):
-        return float(text.replace(",", "")) * multiplier
+        return float(text.replace(",", "")) * multiplier + sign * tail
     count = parse_count(text)
-    return None if count is None else float(count) * multiplier
+    return None if count is None else float(count) * multiplier + sign * tail
 
 
 def in_range(number: float) -> bool:
-    """Whether a filter can compare with ``number`` (finite, integers exact)."""
-    return math.isfinite(number) and abs(number) <= LARGEST_NUMBER
+    """Whether a filter can compare with ``number``: finite, and below 2**53 where integers are exact."""
+    return math.isfinite(number) and abs(number) < LARGEST_NUMBER
+
+
+def range_note(phrase: str, key: Optional[str]) -> str:
+    """The note for a phrase whose number no filter can compare with (:func:`in_range`)."""
+    return (f"{phrase!r} holds a number no filter can compare exactly (infinite, not a number, or "
+            f"2**53 or more); no {key + ' ' if key else ''}filter")
 
 
 def _key_words(name: str) -> List[str]:
@@ -250,8 +284,7 @@ class NumericReader:
                 continue
             taken.add(start, end)
             if not all(in_range(v) for v in (a, b) if v is not None):
-                notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; "
-                             f"no {key} filter")
+                notes.append(range_note(m.group().strip(), key))
                 continue
             negated = _negated(text, start)
             phrase = m.group().strip()
@@ -278,7 +311,7 @@ class NumericReader:
                     continue  # "before 2020", "2019-2021" are years, read by the year rules
                 if not all(in_range(v) for v in values):
                     taken.add(m.start(), m.end())
-                    notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; no filter")
+                    notes.append(range_note(m.group().strip(), None))
                     continue
                 if m.group("a") and m.group("sep") in {"and"} and not m.group("between"):
                     continue

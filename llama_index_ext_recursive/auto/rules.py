@@ -125,7 +125,7 @@ from llama_index_ext_recursive.auto.lexicon import (
     parse_count,
     plural_forms,
 )
-from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number
+from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number, range_note
 from llama_index_ext_recursive.auto.spans import Spans, TokenIndex
 from llama_index_ext_recursive.auto.terms import (
     description_synonyms,
@@ -243,7 +243,7 @@ def _norm(phrase: str) -> str:
 
 
 #: Characters of a query the rules read for filters and top_k (the rest is searched as text).
-MAX_RULE_CHARS = 1000
+MAX_RULE_CHARS = 10_000
 # How far before a value a negation is looked for ("except anything published by the" is 33).
 _NEGATION_REACH = 100
 # How long the text joining two listed values can be ("blogs, and manuals", "美国、法国").
@@ -598,10 +598,12 @@ class RuleBasedSpecGenerator:
     def _bounded(query: str, notes: List[str]) -> Tuple[str, str]:
         """(the part the rules read, the rest): at most :data:`MAX_RULE_CHARS` characters are read.
 
-        Some rules look back over the clause before each phrase, so reading grows
-        faster than the text; a question is a few hundred characters, and a
-        crafted one of 100 kB must not stall the app that passes it in. The
-        rest is kept in the spec's query text, searched but not read for filters.
+        Reading is linear in the query's length (claimed spans and neighbouring
+        tokens are found by bisection, negations in a window before each value),
+        but at some 10 microseconds a character, with jieba segmenting Chinese,
+        a crafted 100 kB query would still take a second or two. A question is a
+        few hundred characters; a pasted page of 10,000 is read whole. The rest
+        is kept in the spec's query text, searched but not read for filters.
         """
         if len(query) <= MAX_RULE_CHARS:
             return query, ""
@@ -1036,8 +1038,7 @@ class RuleBasedSpecGenerator:
                 if value is None:
                     number = parse_number(raw) if self._is_numeric(key) else None
                     if number is not None:  # a number, but none a filter can hold
-                        notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; "
-                                     f"no {key} filter")
+                        notes.append(range_note(m.group().strip(), key))
                     continue
                 if not self._is_numeric(key) and operator not in {FilterOperator.EQ, FilterOperator.NE}:
                     continue
