@@ -248,9 +248,9 @@ MAX_RULE_CHARS = 10_000
 _NEGATION_REACH = 100
 # How long the text joining two listed values can be ("blogs, and manuals", "美国、法国").
 _JOINER_REACH = 24
-# "除了泰国菜以外": the 以外 after the value belongs to the 除了 before it
 # How many noun modifiers after a value are skipped to the noun they modify ("French new wave").
 _MODIFIER_REACH = 3
+# "除了泰国菜以外": the 以外 after the value belongs to the 除了 before it
 _EXCEPT_BEFORE = re.compile(r"(?:除了|除)\s*$")
 
 
@@ -600,8 +600,8 @@ class RuleBasedSpecGenerator:
 
         Reading is linear in the query's length (claimed spans and neighbouring
         tokens are found by bisection, negations in a window before each value),
-        but at some 10 microseconds a character, with jieba segmenting Chinese,
-        a crafted 100 kB query would still take a second or two. A question is a
+        but at up to 36 microseconds a character (Chinese, with jieba) a crafted
+        100 kB query would still take seconds. A question is a
         few hundred characters; a pasted page of 10,000 is read whole. The rest
         is kept in the spec's query text, searched but not read for filters.
         """
@@ -642,7 +642,7 @@ class RuleBasedSpecGenerator:
 
     def _value_match(
         self, text: str, tokens: TokenIndex, cand: _Candidate, ends: Dict[int, List[Match]],
-        taken: Spans, clauses: List[int], cues: "_Cues", notes: List[str],
+        taken: Spans, clauses: List[int], cues: _Cues, notes: List[str],
     ) -> Optional[Match]:
         """The filter a facet value gives: ``==``, ``!=`` when negated, none when unsure."""
         term = cand.term
