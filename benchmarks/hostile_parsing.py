@@ -2,13 +2,16 @@
 
 An app that passes user text to ``RuleBasedSpecGenerator`` must not be stalled
 by a query built to be slow: repeated years, values, counts, negations, ranges,
-long digit runs and Chinese runs, at 1, 10 and 100 kB. Each query runs once
-(after one warm-up of the generator on a normal query) with a time limit; the
-report is the seconds per query and the worst, against a normal query.
+long digit runs, Chinese runs and runs of spaces, at 1, 10 and 100 kB. Each
+query runs once (after one warm-up of the generator on a normal query) with a
+time limit; the report is the seconds per query and the worst, against a
+normal query. ``--read-all`` lifts ``MAX_RULE_CHARS`` so the rules read every
+character: the cost of the rules themselves, which should grow in proportion
+to the query's length.
 
 Usage::
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/hostile_parsing.py [--sizes 1000,10000,100000] [--limit 60]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/hostile_parsing.py [--sizes 1000,10000,100000] [--limit 60] [--read-all]
 
 Figures: docs/BENCHMARKS.md, "Hostile input: rule parsing time (issue 23)".
 """
@@ -23,6 +26,7 @@ from datetime import date
 from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
 
 from llama_index_ext_recursive import load_sample_documents
+from llama_index_ext_recursive.auto import rules
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
 from llama_index_ext_recursive.sample import sample_vector_store_info
 from llama_index_ext_recursive.schema import metadata_vocabulary
@@ -48,6 +52,13 @@ UNITS = {
     "chinese counts": "前5部",
     "key ops": "year >= ",
     "punctuation": "'\"(),;:-",
+    "spaces": " ",
+    "key op values": "monthly_rent < 3万 ",
+    "chinese not-values": "不是生物 ",
+    "chinese ranges": "在1到2之间",
+    "filler": "the ",
+    "of phrases": "the history of food ",
+    "requests": "give me 3 ",
 }
 NORMAL = "biology articles in English from 2021, top 3"
 NORMAL_ZH = "2021年以后的生物文章，前3篇"
@@ -91,7 +102,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--limit", type=int, default=60, help="seconds before a query counts as hung")
+    parser.add_argument("--read-all", action="store_true",
+                        help="read every character for filters (lift MAX_RULE_CHARS): the rules' own cost")
     args = parser.parse_args()
+    if args.read_all:
+        rules.MAX_RULE_CHARS = max(int(s) for s in args.sizes.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     gens = generators()
     for gen in gens.values():  # warm up: compiled patterns, and jieba's dictionary for Chinese

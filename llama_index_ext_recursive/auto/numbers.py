@@ -35,12 +35,14 @@ from llama_index_ext_recursive.auto.lexicon import (
     PERIOD_UNITS,
     UNIT_ALIASES,
     UNIT_WORDS_EN,
+    ZH_DIGITS,
     ZH_NUM_RE,
     parse_count,
     plural_forms,
 )
+from llama_index_ext_recursive.auto.spans import Spans
 
-__all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number"]
+__all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number", "range_note"]
 
 Op = FilterOperator
 # digits with optional thousands separators, decimals and exponent: 30, 1,000,000, 1.5, 1e3
@@ -50,14 +52,23 @@ _MAGNITUDE = (
     rf"(?:\s*(?:{'|'.join(sorted((m for m in MAGNITUDES if not m.isascii()), key=len, reverse=True))})"
     r"|(?:k|K|M)(?![A-Za-z])|\s+(?:thousand|million|billion)(?![A-Za-z]))"
 )
+# "2万5", "2万5千" and "两万五" are 25,000, "3千5" 3,500: one digit after 万 or 千 counts the next lower unit
+_ZH_DIGITS = "".join(ZH_DIGITS)
+_TAIL = rf"(?:(?<=[万千])[0-9{_ZH_DIGITS}][千百]?(?![0-9.,{_ZH_DIGITS}十百千万亿]))?"
+_TAIL_TEXT = re.compile(rf"(?P<head>.+[万千])(?P<digit>[0-9{_ZH_DIGITS}])(?P<unit>[千百]?)")
+_NEXT_UNIT = {"万": ("千", 1e3), "千": ("百", 1e2)}  # the unit below, and what it counts
+# "1,5" or "12,50" is no thousands separator (a list, or a decimal comma): not read as 1 or 12
 _NUMBER = (
-    rf"(?:(?<![A-Za-z0-9.,]){_DIGITS}(?![0-9]){_MAGNITUDE}?"
-    rf"|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])|{ZH_NUM_RE}{_MAGNITUDE}?)"
+    rf"(?:(?<![A-Za-z0-9.,]){_DIGITS}(?![0-9]|,\d)(?:{_MAGNITUDE}{_TAIL})?"
+    rf"|(?<![A-Za-z])(?:{NUM_WORD_RE})(?![A-Za-z])(?:\s+(?:thousand|million|billion)(?![A-Za-z]))?"
+    rf"|{ZH_NUM_RE}(?:{_MAGNITUDE}{_TAIL})?)"
 )
 #: a written number with its magnitude, for other rules' patterns ("rent < 3万", "pages >= 1,000")
-NUMBER_TEXT = rf"-?{_DIGITS}{_MAGNITUDE}?"
-# beyond this a float no longer holds every integer exactly: no filter, a note
+NUMBER_TEXT = rf"-?{_DIGITS}(?![0-9]|,\d)(?:{_MAGNITUDE}{_TAIL})?"
+# from here on a float no longer holds every integer exactly (2**53 + 1 reads as 2**53): no filter, a note
 LARGEST_NUMBER = 2.0**53
+# what a query may write for a number no filter can compare with ("rent < inf")
+_NOT_FINITE = {"inf": math.inf, "infinity": math.inf, "nan": math.nan}
 
 # comparison words after the number (and its unit)
 _AFTER = {
@@ -83,26 +94,50 @@ def _alternation(phrases: Iterable[str]) -> str:
 
 
 def parse_number(text: str) -> Optional[float]:
-    """A number as a query writes it: ``30``, ``1,000,000``, ``1.5万``, ``5k``, ``1e3``, ``三万``,
-    ``two million``. ``None``: not a number; ``inf`` or beyond :data:`LARGEST_NUMBER`
-    in magnitude: a number no filter can hold (:func:`in_range`)."""
+    """A number as a query writes it: ``30``, ``1,000,000``, ``1.5万``, ``2万5``, ``5k``, ``1e3``,
+    ``三万``, ``two million``, ``-5k``.
+
+    ``None``: not a number (``1,5`` is none: a list or a decimal comma, not
+    fifteen). ``inf``, ``nan`` or from :data:`LARGEST_NUMBER` on in magnitude:
+    a number no filter can compare with exactly (:func:`in_range` says so).
+
+    Args:
+        text: the number's text, as the patterns of this module find it.
+    """
     text = text.strip()
     sign = -1.0 if text.startswith("-") else 1.0
-    text = text.lstrip("-")
-    multiplier = sign
+    text = text.lstrip("-").strip()
+    if text.lower() in _NOT_FINITE:
+        return sign * _NOT_FINITE[text.lower()]
+    multiplier, tail = sign, 0.0
+    split = _TAIL_TEXT.fullmatch(text)
+    if split is not None:  # "2万5" and "2万5千": 2万 + 5千; "2万5百" is no number
+        unit, counts = _NEXT_UNIT[split.group("head")[-1]]
+        if split.group("unit") not in ("", unit):
+            return None
+        digit = split.group("digit")
+        tail, text = float(ZH_DIGITS.get(digit, digit)) * counts, split.group("head")
     for suffix in sorted(MAGNITUDES, key=len, reverse=True):
         if text.endswith(suffix) and text[: -len(suffix)].strip():
-            text, multiplier = text[: -len(suffix)].strip(), MAGNITUDES[suffix]
+            text, multiplier = text[: -len(suffix)].strip(), sign * MAGNITUDES[suffix]
             break
+    if tail and multiplier == sign:
+        return None  # a digit after something other than 万 or 千
     if re.fullmatch(_DIGITS, text):
-        return float(text.replace(",", "")) * multiplier
+        return float(text.replace(",", "")) * multiplier + sign * tail
     count = parse_count(text)
-    return None if count is None else float(count) * multiplier
+    return None if count is None else float(count) * multiplier + sign * tail
 
 
 def in_range(number: float) -> bool:
-    """Whether a filter can compare with ``number`` (finite, integers exact)."""
-    return math.isfinite(number) and abs(number) <= LARGEST_NUMBER
+    """Whether a filter can compare with ``number``: finite, and below 2**53 where integers are exact."""
+    return math.isfinite(number) and abs(number) < LARGEST_NUMBER
+
+
+def range_note(phrase: str, key: Optional[str]) -> str:
+    """The note for a phrase whose number no filter can compare with (:func:`in_range`)."""
+    return (f"{phrase!r} holds a number no filter can compare exactly (infinite, not a number, or "
+            f"2**53 or more); no {key + ' ' if key else ''}filter")
 
 
 def _key_words(name: str) -> List[str]:
@@ -159,19 +194,19 @@ class NumericReader:
                 continue
             prefix = _alternation(self._prefixes(units[key]) - shared)
             # "¥6000", "$50": a currency symbol before the number says which key as a unit does
-            pre = rf"(?P<pre>{prefix})?\s*" if prefix else r"(?P<pre>(?!))?"
+            pre = rf"(?:(?P<pre>{prefix})\s*)?" if prefix else r"(?P<pre>(?!))?"
             unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
             unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
-            name_re = rf"(?:(?P<name>{name})\s*(?:is|of|at|在|为|是)?\s*)" if name else r"(?P<name>(?!))?"
+            name_re = rf"(?:(?P<name>{name})\s*(?:(?:is|of|at|在|为|是)\s*)?)" if name else r"(?P<name>(?!))?"
             self._patterns.append((key, re.compile(
-                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?{pre}(?P<a>{_NUMBER})\s*{unit_b}?\s*"
-                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?:{prefix or '(?!)'})?\s*(?P<b>{_NUMBER})\s*{unit_re}?"
+                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?{pre}(?P<a>{_NUMBER})\s*(?:{unit_b}\s*)?"
+                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?:(?:{prefix or '(?!)'})\s*)?(?P<b>{_NUMBER})\s*{unit_re}?"
                 rf"(?P<zh_between>\s*之间)?",
                 re.IGNORECASE)))
             self._patterns.append((key, re.compile(
                 rf"{name_re}?(?P<op>{before})\s*{pre}(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE)))
             self._patterns.append((key, re.compile(
-                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*{unit_re}?\s*(?P<op>{after})", re.IGNORECASE)))
+                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?:{unit_re}\s*)?(?P<op>{after})", re.IGNORECASE)))
             self._patterns.append((key, re.compile(  # "10+ citations"
                 rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?P<op>\+)\s*{unit_re}", re.IGNORECASE)))
 
@@ -237,22 +272,21 @@ class NumericReader:
                     continue  # "30 and 60 minutes" lists two numbers; "between 30 and 60" is a range
                 found.append((m.start(), m.end(), key, m))
         found.sort(key=lambda f: (-(f[1] - f[0]), f[0]))
-        taken: List[Tuple[int, int]] = []
+        taken = Spans()
         out: List[NumericComparison] = []
         notes: List[str] = []
         for start, end, key, m in found:
-            if any(start < e and s < end for s, e in taken):
+            if taken.overlaps(start, end):
                 continue
             a = parse_number(m.group("a"))
             b = parse_number(m.group("b")) if _group(m, "b") else None
             if a is None or (_group(m, "b") and b is None):
                 continue
-            taken.append((start, end))
+            taken.add(start, end)
             if not all(in_range(v) for v in (a, b) if v is not None):
-                notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; "
-                             f"no {key} filter")
+                notes.append(range_note(m.group().strip(), key))
                 continue
-            negated = bool(_NOTCOMPARISON_BEFORE.search(text[:start]))
+            negated = _negated(text, start)
             phrase = m.group().strip()
             if b is not None:
                 if negated:
@@ -269,22 +303,22 @@ class NumericReader:
                                          NEGATED_OPERATOR[op] if negated else op, self._value(key, a)))
         if self._only_key is not None:
             for m in self._bare.finditer(text):
-                if any(m.start() < e and s < m.end() for s, e in taken):
+                if taken.overlaps(m.start(), m.end()):
                     continue
                 numbers = [g for g in (m.group("a"), m.group("b"), m.group("c")) if g]
                 values = [parse_number(g) for g in numbers]
                 if None in values or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
                     continue  # "before 2020", "2019-2021" are years, read by the year rules
                 if not all(in_range(v) for v in values):
-                    taken.append((m.start(), m.end()))
-                    notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; no filter")
+                    taken.add(m.start(), m.end())
+                    notes.append(range_note(m.group().strip(), None))
                     continue
                 if m.group("a") and m.group("sep") in {"and"} and not m.group("between"):
                     continue
                 if m.group("a") and not (m.group("between") or m.group("zh_between")):
                     continue  # a bare "3-5" is too weak without "between" or 之间
                 key = self._only_key
-                negated = bool(_NOTCOMPARISON_BEFORE.search(text[:m.start()]))
+                negated = _negated(text, m.start())
                 if m.group("a"):
                     if negated:
                         continue
@@ -297,13 +331,18 @@ class NumericReader:
                     op = COMPARISON_BEFORE[_lookup(m.group("op"))]
                     out.append(NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key,
                                                  NEGATED_OPERATOR[op] if negated else op, self._value(key, values[0])))
-                taken.append((m.start(), m.end()))
+                taken.add(m.start(), m.end())
                 notes.append(f"{m.group().strip()!r} names no unit or key; read as {key}, the only numeric key")
         out.sort(key=lambda c: c.start)
         return out, notes
 
     def _value(self, key: str, number: float) -> float:
         return int(number) if key in self._integer and number.is_integer() else number
+
+
+def _negated(text: str, start: int) -> bool:
+    """Whether "not"/"不是" stands right before ``start`` (looked for in the few characters before it)."""
+    return _NOTCOMPARISON_BEFORE.search(text, max(0, start - 20), start) is not None
 
 
 def _group(m: re.Match, name: str) -> Optional[str]:

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import logging
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import date
 from typing import (
@@ -124,7 +125,8 @@ from llama_index_ext_recursive.auto.lexicon import (
     parse_count,
     plural_forms,
 )
-from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number
+from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number, range_note
+from llama_index_ext_recursive.auto.spans import Spans, TokenIndex
 from llama_index_ext_recursive.auto.terms import (
     description_synonyms,
     is_common_word,
@@ -241,7 +243,46 @@ def _norm(phrase: str) -> str:
 
 
 #: Characters of a query the rules read for filters and top_k (the rest is searched as text).
-MAX_RULE_CHARS = 1000
+MAX_RULE_CHARS = 10_000
+# How far before a value a negation is looked for ("except anything published by the" is 33).
+_NEGATION_REACH = 100
+# How long the text joining two listed values can be ("blogs, and manuals", "美国、法国").
+_JOINER_REACH = 24
+# How many noun modifiers after a value are skipped to the noun they modify ("French new wave").
+_MODIFIER_REACH = 3
+# "除了泰国菜以外": the 以外 after the value belongs to the 除了 before it
+_EXCEPT_BEFORE = re.compile(r"(?:除了|除)\s*$")
+
+
+def _joined(text: str, start: int, end: int) -> bool:
+    """Only a list joiner (a comma, "and", "or", 、, 和 ...) between two positions."""
+    return end - start <= _JOINER_REACH and LIST_JOINER.match(text[start:end]) is not None
+
+
+class _Cues:
+    """The negation words of a query ("not", "不是") no rule has claimed, for a note.
+
+    "not spicy thai food": a negation earlier in the clause than the word
+    before a value leaves the value unsure. Claimed spans stay claimed, so a
+    cue found claimed is dropped for good and each is looked at once.
+
+    Args:
+        tokens: the query's tokens.
+    """
+
+    def __init__(self, tokens: Sequence[_Token]) -> None:
+        self._cues = [t for t in tokens if t.lower in NEGATION_TOKENS_EN or t.text in NEGATION_TOKENS_ZH]
+        self._starts = [t.start for t in self._cues]
+
+    def first_free(self, begin: int, end: int, taken: Spans) -> Optional[_Token]:
+        """The first unclaimed negation wholly inside ``[begin, end)``."""
+        i = bisect_left(self._starts, begin)
+        while i < len(self._cues) and self._cues[i].end <= end:
+            cue = self._cues[i]
+            if not taken.overlaps(cue.start, cue.end):
+                return cue
+            del self._cues[i], self._starts[i]
+        return None
 
 
 class RuleBasedSpecGenerator:
@@ -304,6 +345,9 @@ class RuleBasedSpecGenerator:
                      for p in sorted(self._ambiguous, key=len, reverse=True)), re.IGNORECASE,
         ) if self._ambiguous else None
         self._explicit_res = self._compile_explicit()
+        # the longest stored string per key: how far "chef: Kenji Sato" can reach
+        self._longest = {key: max((len(v) for v in values if isinstance(v, str)), default=0)
+                         for key, values in self._vocabulary.items()}
 
     # ---------------------------------------------------------------- setup
 
@@ -479,23 +523,25 @@ class RuleBasedSpecGenerator:
         today = self._today or date.today()
         notes: List[str] = []
         query, unread = self._bounded(query, notes)
-        tokens = self._tokenize(query)
+        tokens = TokenIndex(self._tokenize(query))
         candidates = self._term_candidates(query, tokens)
+        values = Spans((c.start, c.end) for c in candidates)
         matches: List[Match] = []
-        taken: List[Tuple[int, int]] = []
-
-        def free(start: int, end: int) -> bool:
-            return all(end <= s or start >= e for s, e in taken)
+        taken = Spans()
+        ends: Dict[int, List[Match]] = {}  # matches by where they end, for "studio apartments"
 
         def accept(found: Sequence[Match]) -> None:
             matches.extend(found)
-            taken.extend({(m.start, m.end) for m in found})
+            for m in found:
+                taken.add(m.start, m.end)
+                ends.setdefault(m.end, []).append(m)
 
-        for found in self._find_top_k(query, tokens, candidates):
-            if free(found.start, found.end) and not any(m.key is None for m in matches):
+        for found in self._find_top_k(query, tokens, values):
+            if not taken.overlaps(found.start, found.end):
                 accept([found])
+                break  # one count per query: the first
         for found in self._find_explicit(query, notes):
-            if free(found.start, found.end):
+            if not taken.overlaps(found.start, found.end):
                 accept([found])
         comparisons, number_notes = self._numbers.find(query)
         notes += number_notes
@@ -504,31 +550,31 @@ class RuleBasedSpecGenerator:
             spans.setdefault((c.start, c.end), []).append(
                 Match(c.start, c.end, c.text, c.rule, c.key, c.operator, c.value))
         for (start, end), group in spans.items():
-            if free(start, end):
+            if not taken.overlaps(start, end):
                 accept(group)
+        clauses = self._clause_starts(query)
         if self._year_key is not None:
             for group in self._find_years(query, today):
-                if free(group[0].start, group[0].end):
+                if not taken.overlaps(group[0].start, group[0].end):
                     span = (group[0].start, group[0].end)
-                    group = self._negate_years(query, group, notes)
-                    taken.append(span)  # read, even when a negated range gives no filter
+                    group = self._negate_years(query, group, clauses, notes)
+                    taken.add(*span)  # read, even when a negated range gives no filter
                     if group:
                         accept(group)
+        cues = _Cues(tokens.tokens)
         for cand in candidates:
-            if not free(cand.start, cand.end):
+            if taken.overlaps(cand.start, cand.end):
                 continue
-            if not self._is_facet(query, tokens, cand, candidates, taken):
+            if not self._is_facet(query, tokens, cand, values, taken):
                 logger.debug("%r read as topic, not a %s filter", query[cand.start:cand.end],
                              cand.term.key)
                 continue
-            found = self._value_match(query, tokens, cand, matches, taken, notes)
-            head_of = next((m for m in matches if m.key == found.key and m.end <= cand.start
-                            and m.operator == found.operator and not query[m.end:cand.start].strip(" -")),
-                           None) if found is not None else None
+            found = self._value_match(query, tokens, cand, ends, taken, clauses, cues, notes)
+            head_of = self._head_of(query, found, cand, ends) if found is not None else None
             if head_of is not None:  # "studio apartments": the first value says which kind
                 logger.debug("%r after %r of the same key: the noun they share, no filter", found.text,
                              head_of.text)
-                taken.append((cand.start, cand.end))
+                taken.add(cand.start, cand.end)
                 continue
             if found is not None:
                 accept([found])
@@ -552,10 +598,12 @@ class RuleBasedSpecGenerator:
     def _bounded(query: str, notes: List[str]) -> Tuple[str, str]:
         """(the part the rules read, the rest): at most :data:`MAX_RULE_CHARS` characters are read.
 
-        Some rules look back over the clause before each phrase, so reading grows
-        faster than the text; a question is a few hundred characters, and a
-        crafted one of 100 kB must not stall the app that passes it in. The
-        rest is kept in the spec's query text, searched but not read for filters.
+        Reading is linear in the query's length (claimed spans and neighbouring
+        tokens are found by bisection, negations in a window before each value),
+        but at up to 36 microseconds a character (Chinese, with jieba) a crafted
+        100 kB query would still take seconds. A question is a
+        few hundred characters; a pasted page of 10,000 is read whole. The rest
+        is kept in the spec's query text, searched but not read for filters.
         """
         if len(query) <= MAX_RULE_CHARS:
             return query, ""
@@ -571,36 +619,48 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- negation
 
-    def _clause_before(self, text: str, start: int) -> Tuple[int, str]:
-        """Where the clause holding ``start`` begins, and its text up to ``start``."""
-        begin = 0
-        for m in CLAUSE_BREAK.finditer(text, 0, start):
-            begin = m.end()
-        return begin, text[begin:start]
+    @staticmethod
+    def _clause_starts(text: str) -> List[int]:
+        """Where each clause of ``text`` begins (after a comma, "but", 但是 ...), in order."""
+        return [0] + [m.end() for m in CLAUSE_BREAK.finditer(text)]
+
+    @staticmethod
+    def _clause_start(clauses: List[int], start: int) -> int:
+        """Where the clause holding ``start`` begins (one of :meth:`_clause_starts`)."""
+        return clauses[bisect_right(clauses, start) - 1]
+
+    @staticmethod
+    def _negation_before(text: str, begin: int, end: int) -> Optional[re.Match]:
+        """The negation ending right before ``end`` (over function words), not before ``begin``.
+
+        Only the last :data:`_NEGATION_REACH` characters are searched: a
+        negation is a few words, and searching the whole clause for every
+        value made a long clause cost the square of its length.
+        """
+        lo = max(begin, end - _NEGATION_REACH)
+        return NEGATION_EN.search(text, lo, end) or NEGATION_ZH.search(text, lo, end)
 
     def _value_match(
-        self, text: str, tokens: List[_Token], cand: _Candidate, matches: Sequence[Match],
-        taken: Sequence[Tuple[int, int]], notes: List[str],
+        self, text: str, tokens: TokenIndex, cand: _Candidate, ends: Dict[int, List[Match]],
+        taken: Spans, clauses: List[int], cues: _Cues, notes: List[str],
     ) -> Optional[Match]:
         """The filter a facet value gives: ``==``, ``!=`` when negated, none when unsure."""
         term = cand.term
-        begin, clause = self._clause_before(text, cand.start)
-        direct = self._direct_negation(clause, tokens, begin, cand.start)
-        previous = next((m for m in reversed(matches) if m.end <= cand.start and m.key is not None), None)
-        if direct is not None and all(e <= begin + direct.start() or s >= cand.start for s, e in taken):
-            start = begin + direct.start()
+        begin = self._clause_start(clauses, cand.start)
+        direct = self._direct_negation(text, tokens, begin, cand.start)
+        if direct is not None and not taken.overlaps(direct.start(), cand.start):
+            start = direct.start()
             return Match(start, cand.end, text[start:cand.end], f"not-{term.rule}", term.key,
                          FilterOperator.NE, term.value)
-        if NEGATION_ZH_AFTER.match(text[cand.end:]) and not re.search(r"(?:除了|除)\s*$", clause):
+        if (NEGATION_ZH_AFTER.match(text[cand.end:cand.end + _JOINER_REACH])
+                and not _EXCEPT_BEFORE.search(text, max(begin, cand.start - _JOINER_REACH), cand.start)):
             return Match(cand.start, cand.end, text[cand.start:cand.end], f"not-{term.rule}", term.key,
                          FilterOperator.NE, term.value)  # "泰国菜以外的", "甜点除外"
-        if (previous is not None and previous.key == term.key and previous.operator == FilterOperator.NE
-                and LIST_JOINER.match(text[previous.end:cand.start])):
+        previous = self._joined_before(text, cand.start, ends)
+        if previous is not None and previous.key == term.key and previous.operator == FilterOperator.NE:
             return Match(cand.start, cand.end, text[cand.start:cand.end], f"not-{term.rule}", term.key,
                          FilterOperator.NE, term.value)  # "except blogs and manuals"
-        cue = next((t for t in tokens if begin <= t.start and t.end <= cand.start
-                    and (t.lower in NEGATION_TOKENS_EN or t.text in NEGATION_TOKENS_ZH)
-                    and all(t.end <= s or t.start >= e for s, e in taken)), None)
+        cue = cues.first_free(begin, cand.start, taken)
         if cue is not None:
             notes.append(f"{text[cand.start:cand.end]!r} follows {cue.text!r} in the same clause, but "
                          f"words between them leave unclear whether it is negated; no {term.key} filter")
@@ -608,8 +668,29 @@ class RuleBasedSpecGenerator:
         return Match(cand.start, cand.end, text[cand.start:cand.end], term.rule, term.key,
                      FilterOperator.EQ, term.value)
 
+    @staticmethod
+    def _joined_before(text: str, start: int, ends: Dict[int, List[Match]]) -> Optional[Match]:
+        """The filter match nearest before ``start`` with only a list joiner between ("blogs and")."""
+        for end in range(start, max(start - _JOINER_REACH, 0) - 1, -1):
+            found = [m for m in ends.get(end, ()) if m.key is not None]
+            if found:
+                return found[-1] if _joined(text, end, start) else None
+        return None
+
+    @staticmethod
+    def _head_of(text: str, found: Match, cand: _Candidate, ends: Dict[int, List[Match]]) -> Optional[Match]:
+        """A match of the same key and operator right before ``cand`` (only spaces or hyphens between)."""
+        pos = cand.start
+        while pos > 0 and text[pos - 1] in " -":
+            pos -= 1
+        for end in range(pos, cand.start + 1):
+            for m in ends.get(end, ()):
+                if m.key == found.key and m.operator == found.operator:
+                    return m
+        return None
+
     def _direct_negation(
-        self, clause: str, tokens: List[_Token], begin: int, start: int
+        self, text: str, tokens: TokenIndex, begin: int, start: int
     ) -> Optional[re.Match]:
         """The negation that ends right before ``start``, over function words and document nouns.
 
@@ -618,15 +699,17 @@ class RuleBasedSpecGenerator:
         may only be ones that name nothing ("anything", "by", "recipes").
         """
         cut = start
-        for tok in reversed([t for t in tokens if begin <= t.start and t.end <= start][-5:]):
-            direct = NEGATION_EN.search(clause[:cut - begin]) or NEGATION_ZH.search(clause[:cut - begin])
+        last = tokens.ending_by(start)
+        first = max(tokens.starting_from(begin), last - 5)
+        for tok in reversed(tokens.tokens[first:last]):
+            direct = self._negation_before(text, begin, cut)
             if direct is not None:
                 return direct
-            if self._role(tok, ()) not in {"filler", "doc"} or tok.lower in NEGATION_TOKENS_EN \
+            if self._role(tok) not in {"filler", "doc"} or tok.lower in NEGATION_TOKENS_EN \
                     or tok.text in NEGATION_TOKENS_ZH:
                 return None
             cut = tok.start
-        return NEGATION_EN.search(clause[:cut - begin]) or NEGATION_ZH.search(clause[:cut - begin])
+        return self._negation_before(text, begin, cut)
 
     @staticmethod
     def _negated_lists(text: str, matches: List[Match]) -> List[Match]:
@@ -636,15 +719,15 @@ class RuleBasedSpecGenerator:
             cur, prev = out[i], out[i - 1]
             if (cur.operator == FilterOperator.NE and cur.rule.startswith("not-")
                     and prev.key == cur.key and prev.operator == FilterOperator.EQ
-                    and prev.end <= cur.start and LIST_JOINER.match(text[prev.end:cur.start])):
+                    and prev.end <= cur.start and _joined(text, prev.end, cur.start)):
                 out[i - 1] = Match(prev.start, prev.end, prev.text, f"not-{prev.rule}", prev.key,
                                    FilterOperator.NE, prev.value)
         return out
 
-    def _negate_years(self, text: str, group: List[Match], notes: List[str]) -> List[Match]:
+    def _negate_years(self, text: str, group: List[Match], clauses: List[int], notes: List[str]) -> List[Match]:
         """A year phrase after "not"/"不是" has the opposite operator; a negated range has no filter."""
-        begin, clause = self._clause_before(text, group[0].start)
-        direct = NEGATION_EN.search(clause) or NEGATION_ZH.search(clause)
+        begin = self._clause_start(clauses, group[0].start)
+        direct = self._negation_before(text, begin, group[0].start)
         if direct is None:
             return group
         if len(group) > 1:
@@ -652,14 +735,14 @@ class RuleBasedSpecGenerator:
                          f"ANDed filters cannot express; no {group[0].key} filter")
             return []
         m = group[0]
-        start = begin + direct.start()
+        start = direct.start()
         return [Match(start, m.end, text[start:m.end], f"not-{m.rule}", m.key,
                       NEGATED_OPERATOR[m.operator], m.value)]
 
     # ---------------------------------------------------------------- disjunction
 
     def _without_mixed_disjunctions(
-        self, text: str, tokens: List[_Token], matches: List[Match], notes: List[str]
+        self, text: str, tokens: TokenIndex, matches: List[Match], notes: List[str]
     ) -> List[Match]:
         """Drop values joined by "or" across keys ("thai recipes or desserts"), with a note.
 
@@ -667,41 +750,44 @@ class RuleBasedSpecGenerator:
         dessert"; when the value before an "or" and the one after it belong to
         different keys, both sides' values are left out rather than ANDed.
         """
-        values = [m for m in matches if m.rule in _SPECIFIC_RULES | {"synonym"}]
+        values = sorted((m for m in matches if m.rule in _SPECIFIC_RULES | {"synonym"}),
+                        key=lambda m: (m.start, m.end))  # value matches do not overlap
+        starts = [v.start for v in values]
+        ends = [v.end for v in values]
         dropped: Set[int] = set()
         for m in DISJUNCTION.finditer(text):
-            left = [v for v in values if v.end <= m.start()]
-            right = [v for v in values if v.start >= m.end()]
-            if not left or not right:
+            i, j = bisect_right(ends, m.start()) - 1, bisect_left(starts, m.end())
+            if i < 0 or j >= len(values):
                 continue
-            before, after = left[-1], right[0]
+            before, after = values[i], values[j]
             if before.key == after.key or not self._only_glue(tokens, before.end, after.start):
                 continue
-            side = self._chain(text, tokens, values, values.index(before), -1) + \
-                self._chain(text, tokens, values, values.index(after), 1)
+            side = self._chain(text, tokens, values, i, -1) + self._chain(text, tokens, values, j, 1)
             dropped.update(id(v) for v in side)
             notes.append(f"{text[side[0].start if side else before.start:after.end]!r} asks for "
                          f"one of values of different keys ({before.key}, {after.key}); ANDed "
                          f"filters cannot say 'or' across keys, so none of them is applied")
         return [m for m in matches if id(m) not in dropped]
 
-    def _only_glue(self, tokens: List[_Token], start: int, end: int) -> bool:
+    def _only_glue(self, tokens: TokenIndex, start: int, end: int) -> bool:
         """Only function words, document nouns and "or" between two positions."""
-        for tok in tokens:
-            if start <= tok.start and tok.end <= end and tok.word:
-                if DISJUNCTION.fullmatch(tok.text) or self._role(tok, ()) in {"doc", "filler", "edge"}:
+        for i in range(tokens.starting_from(start), len(tokens.tokens)):
+            tok = tokens.tokens[i]
+            if tok.end > end:
+                break
+            if tok.word:
+                if DISJUNCTION.fullmatch(tok.text) or self._role(tok) in {"doc", "filler", "edge"}:
                     continue
                 return False
         return True
 
-    def _chain(self, text: str, tokens: List[_Token], values: List[Match], i: int, step: int) -> List[Match]:
+    def _chain(self, text: str, tokens: TokenIndex, values: List[Match], i: int, step: int) -> List[Match]:
         """Values next to ``values[i]`` in one direction, joined only by glue words."""
         chain = [values[i]]
         j = i + step
         while 0 <= j < len(values):
             a, b = (values[j], chain[-1]) if step < 0 else (chain[-1], values[j])
-            joined = text[a.end:b.start]
-            if DISJUNCTION.search(joined) or not self._only_glue(tokens, a.end, b.start):
+            if DISJUNCTION.search(text, a.end, b.start) or not self._only_glue(tokens, a.end, b.start):
                 break
             chain.append(values[j])
             j += step
@@ -722,14 +808,14 @@ class RuleBasedSpecGenerator:
                 tokens.append(_Token(m.start(), m.end(), m.group()))
         return tokens
 
-    def _term_candidates(self, text: str, tokens: List[_Token]) -> List[_Candidate]:
+    def _term_candidates(self, text: str, tokens: TokenIndex) -> List[_Candidate]:
         latin_re, cjk_lengths = self._term_res
         found: List[_Candidate] = []
         if latin_re is not None:
             for m in latin_re.finditer(text):
                 found.extend(self._candidates_for(m.start(), m.end(), _norm(m.group())))
-        starts = {t.start for t in tokens}
-        ends = {t.end for t in tokens}
+        starts = {t.start for t in tokens.tokens}
+        ends = {t.end for t in tokens.tokens}
         for s in range(len(text)) if cjk_lengths else ():
             if not _HAS_CJK.match(text[s]):
                 continue
@@ -739,8 +825,9 @@ class RuleBasedSpecGenerator:
                 e = s + length
                 if text[s:e] not in self._terms:
                     continue
-                head = next((text[t.start:s] for t in tokens if t.start < s < t.end), "")
-                tail = next((text[e:t.end] for t in tokens if t.start < e < t.end), "")
+                around_s, around_e = tokens.around(s), tokens.around(e)
+                head = text[around_s.start:s] if around_s is not None else ""
+                tail = text[e:around_e.end] if around_e is not None else ""
                 given = any(t.rule in {"value", "user-synonym"} for t in self._terms[text[s:e]])
                 if given:
                     pass  # the index's own value, or the caller's phrase: matched inside any word
@@ -751,7 +838,7 @@ class RuleBasedSpecGenerator:
                     continue
                 found.extend(self._candidates_for(s, e, text[s:e]))
                 break
-        found.extend(self._pinyin_candidates(tokens, found))
+        found.extend(self._pinyin_candidates(tokens.tokens, found))
         found.sort(key=lambda c: (c.start, -(c.end - c.start)))
         out: List[_Candidate] = []
         for cand in found:  # longest first at each position, no overlaps
@@ -791,14 +878,18 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- facet or topic
 
-    def _role(
-        self, tok: Optional[_Token], candidates: Sequence[_Candidate],
-        taken: Sequence[Tuple[int, int]] = (),
-    ) -> str:
+    def _role(self, tok: Optional[_Token], values: Optional[Spans] = None, taken: Optional[Spans] = None) -> str:
+        """What a token is to the value next to it: edge, value, doc, filler, number or content.
+
+        Args:
+            tok: the token (``None``: the query's start or end).
+            values: the spans of the value words found in the query.
+            taken: the spans other rules read (numbers, years, counts).
+        """
         if tok is None or not tok.word:
             return "edge"
-        if any(c.start < tok.end and tok.start < c.end for c in candidates) or any(
-                s < tok.end and tok.start < e for s, e in taken):
+        if (values is not None and values.overlaps(tok.start, tok.end)) or (
+                taken is not None and taken.overlaps(tok.start, tok.end)):
             return "value"  # a value word, or part of a number, year or count already read
         if tok.cjk:
             if tok.text in self._doc_zh:
@@ -823,40 +914,40 @@ class RuleBasedSpecGenerator:
         return term.rule in _SPECIFIC_RULES and not is_common_word(_norm(phrase))
 
     def _is_facet(
-        self, text: str, tokens: List[_Token], cand: _Candidate, candidates: Sequence[_Candidate],
-        taken: Sequence[Tuple[int, int]] = (),
+        self, text: str, tokens: TokenIndex, cand: _Candidate, values: Spans, taken: Optional[Spans] = None,
     ) -> bool:
         """Whether a value word names the kind of document wanted (else it is topic)."""
-        before = [t for t in tokens if t.end <= cand.start]
-        after = [t for t in tokens if t.start >= cand.end]
-        inside = [t for t in tokens if cand.start <= t.start and t.end <= cand.end]
+        toks = tokens.tokens
+        before = tokens.ending_by(cand.start)  # toks[:before] end before the value
+        after = tokens.starting_from(cand.end)  # toks[after:] start after it
+        inside = tokens.between(cand.start, cand.end)
         last = inside[-1].lower if inside else text[cand.start:cand.end].lower()
         if last in DOC_NOUNS_EN or last in DOC_NOUNS_ZH:
             return True  # "manual", "blog posts", "博客": the value is itself a kind of document
-        prev = before[-1] if before else None
-        nxt = after[0] if after else None
-        while len(after) > 1 and nxt is not None and nxt.lower in NOUN_MODIFIERS_EN:
-            after = after[1:]
-            nxt = after[0]  # "the French new wave": what "new" modifies decides
+        prev = toks[before - 1] if before else None
+        skipped = 0
+        while after + 1 < len(toks) and toks[after].lower in NOUN_MODIFIERS_EN and skipped < _MODIFIER_REACH:
+            after, skipped = after + 1, skipped + 1  # "the French new wave": what "new" modifies decides
+        nxt = toks[after] if after < len(toks) else None
         if prev is not None and prev.lower == "the" and nxt is not None and nxt.lower in COPULAS_EN:
             return False  # "the room was smaller": one thing talked about, not a kind asked for
         if self._specific(text[cand.start:cand.end], cand.term):
             # "thai curry", "Miyazaki": a rare word of the data is the value, except as the
             # head of "X of ..." ("the biology of reefs")
             return not (nxt is not None and nxt.lower == "of")
-        prev_role, next_role = self._role(prev, candidates, taken), self._role(nxt, candidates, taken)
+        prev_role, next_role = self._role(prev, values, taken), self._role(nxt, values, taken)
         if nxt is not None and nxt.lower == "of":
             return False  # "the history of lighthouses"
         if nxt is not None and nxt.lower in DETERMINERS_EN:
             return False  # "films that feature a haunted house": a verb, not the value
-        if len(before) >= 2 and before[-2].lower == "how" and before[-1].lower in {"much", "many"}:
+        if before >= 2 and toks[before - 2].lower == "how" and toks[before - 1].lower in {"much", "many"}:
             return False  # "how much energy"
         if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
             return True  # "food articles", "English blog posts", "生物类"
         if next_role == "content":
             return False  # "Chinese tea", "生物多样性"
-        if prev is not None and prev.text == "的" and len(before) >= 2:
-            if self._role(before[-2], candidates, taken) == "content":
+        if prev is not None and prev.text == "的" and before >= 2:
+            if self._role(toks[before - 2], values, taken) == "content":
                 return False  # "灯塔的历史"
         if prev_role == "content":
             return False  # "travel policy", "报销政策"
@@ -864,25 +955,23 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- top_k
 
-    def _find_top_k(
-        self, text: str, tokens: List[_Token], candidates: Sequence[_Candidate]
-    ) -> List[Match]:
+    def _find_top_k(self, text: str, tokens: TokenIndex, values: Spans) -> List[Match]:
         num = rf"(?P<n>\d{{1,3}}|{NUM_WORD_RE})"
         results = (r"results?|hits|matches|passages|chunks|documents|docs|articles|entries|posts|"
                    r"sources|items|records|pages")
         out: List[Match] = []
         for m in re.finditer(rf"\b(?:top|first|best)(?:\s+|\s*-\s*){num}\b(?:\s+(?:{results})\b)?", text, re.I):
-            if self._top_k_followed_ok(text, tokens, m.end(), candidates):
+            if self._top_k_followed_ok(tokens, m.end(), values):
                 out.append(self._top_k_match(text, m, "top_k"))
         for m in re.finditer(rf"\b{num}\s+(?:{results})\b", text, re.I):
             out.append(self._top_k_match(text, m, "top_k"))
         request = r"(?:give|show|find|get|list|fetch|return|send|recommend)\s+(?:me\s+|us\s+)?"
         for m in re.finditer(rf"\b{request}{num}\b", text, re.I):
-            after = [t for t in tokens if t.start >= m.end()]
-            if after and self._role(after[0], candidates) in {"doc", "value"}:
+            i = tokens.starting_from(m.end())
+            if i < len(tokens.tokens) and self._role(tokens.tokens[i], values) in {"doc", "value"}:
                 out.append(self._top_k_match(text, m, "top_k"))  # "give me 3 listings"
         for m in re.finditer(rf"\b{num}\b", text, re.I):
-            if m.group("n").lower() != "one" and self._counts_documents(tokens, m.end(), candidates):
+            if m.group("n").lower() != "one" and self._counts_documents(tokens, m.end(), values):
                 out.append(self._top_k_match(text, m, "top_k"))  # "five blog posts"
         zh_num = rf"(?P<n>\d{{1,3}}|{ZH_NUM_RE})"
         for pattern in (
@@ -895,16 +984,15 @@ class RuleBasedSpecGenerator:
         out.sort(key=lambda m: m.start)
         return out
 
-    def _counts_documents(
-        self, tokens: List[_Token], end: int, candidates: Sequence[_Candidate]
-    ) -> bool:
+    def _counts_documents(self, tokens: TokenIndex, end: int, values: Spans) -> bool:
         """A number followed by values naming a kind of document: "3 English blog posts"."""
-        after = [t for t in tokens if t.start >= end][:4]
+        first = tokens.starting_from(end)
+        after = tokens.tokens[first:first + 4]
         for i, tok in enumerate(after):
-            role = self._role(tok, candidates)
+            role = self._role(tok, values)
             if role != "value":
                 return i > 0 and role == "doc"
-            last_value = i + 1 == len(after) or self._role(after[i + 1], candidates) != "value"
+            last_value = i + 1 == len(after) or self._role(after[i + 1], values) != "value"
             if tok.lower in DOC_NOUNS_EN and last_value:
                 return True
         return False
@@ -914,17 +1002,16 @@ class RuleBasedSpecGenerator:
         return Match(m.start(), m.end(), text[m.start():m.end()], rule, None, None,
                      parse_count(m.group("n")))
 
-    def _top_k_followed_ok(
-        self, text: str, tokens: List[_Token], end: int, candidates: Sequence[_Candidate]
-    ) -> bool:
+    def _top_k_followed_ok(self, tokens: TokenIndex, end: int, values: Spans) -> bool:
         """"top 5 about X" counts results; "top 10 mistakes runners make" does not."""
-        after = [t for t in tokens if t.start >= end]
+        first = tokens.starting_from(end)
+        after = tokens.tokens[first:first + 3]
         if not after or not after[0].word or after[0].lower in FILLER_EN:
             return True
-        for tok in after[:3]:
+        for tok in after:
             if not tok.word:
                 break
-            if self._role(tok, candidates) in {"doc", "value"}:
+            if self._role(tok, values) in {"doc", "value"}:
                 return True
         return False
 
@@ -941,7 +1028,7 @@ class RuleBasedSpecGenerator:
                     continue  # "sources not in English" is no source filter
                 end, raw = m.end(), m.group("val").strip("\"'").rstrip(".")
                 if not self._is_numeric(key):  # "chef: Kenji Sato": the longest stored value there
-                    rest = text[m.start("val"):]
+                    rest = text[m.start("val"):m.start("val") + self._longest.get(key, 0) + 1]
                     longest = max((v for v in self._vocabulary.get(key, ()) if isinstance(v, str)
                                    and rest.lower().startswith(v.lower())
                                    and not rest[len(v):len(v) + 1].isalnum()), key=len, default=None)
@@ -951,8 +1038,7 @@ class RuleBasedSpecGenerator:
                 if value is None:
                     number = parse_number(raw) if self._is_numeric(key) else None
                     if number is not None:  # a number, but none a filter can hold
-                        notes.append(f"{m.group().strip()!r} holds a number too large to compare exactly; "
-                                     f"no {key} filter")
+                        notes.append(range_note(m.group().strip(), key))
                     continue
                 if not self._is_numeric(key) and operator not in {FilterOperator.EQ, FilterOperator.NE}:
                     continue
@@ -985,19 +1071,19 @@ class RuleBasedSpecGenerator:
 
     def _find_years(self, text: str, today: date) -> List[List[Match]]:
         key = self._year_key
-        taken: List[Tuple[int, int]] = []
+        taken = Spans()
         groups: List[List[Match]] = []
         for rule, pattern, handler in year_rules(today):
             for m in re.finditer(pattern, text, re.IGNORECASE):
-                if any(m.start() < e and s < m.end() for s, e in taken):
+                if taken.overlaps(m.start(), m.end()):
                     continue
                 conds = handler(m)
                 years = [int(m.group(g)) for g in ("a", "b") if g in m.re.groupindex and m.group(g)]
                 if not conds or any(not self._plausible(y, today) for y in years):
                     logger.debug("%r: year outside the index's range, read as topic", m.group())
-                    taken.append((m.start(), m.end()))  # neither a filter nor a shorter match
+                    taken.add(m.start(), m.end())  # neither a filter nor a shorter match
                     continue
-                taken.append((m.start(), m.end()))
+                taken.add(m.start(), m.end())
                 groups.append([Match(m.start(), m.end(), m.group(), rule, key, op, value)
                                for op, value in conds])
         return groups
@@ -1035,24 +1121,23 @@ class RuleBasedSpecGenerator:
         return filters
 
     @staticmethod
-    def _remaining(text: str, tokens: List[_Token], taken: Sequence[Tuple[int, int]]) -> str:
+    def _remaining(text: str, index: TokenIndex, taken: Spans) -> str:
         """The query minus matched phrases and the filler next to them."""
         if not taken:
             return text.strip()
-        removed = [any(t.start < e and s < t.end for s, e in taken) for t in tokens]
+        tokens = index.tokens
+        removed = [taken.overlaps(t.start, t.end) for t in tokens]
 
         def filler(t: _Token) -> bool:
             return t.text in FILLER_ZH or t.text in DOC_NOUNS_ZH if t.cjk else (
                 t.lower in FILLER_EN or t.lower in DOC_NOUNS_EN)
 
-        changed = True
-        while changed:
-            changed = False
-            for i, tok in enumerate(tokens):
-                if removed[i] or not filler(tok):
-                    continue
-                if (i > 0 and removed[i - 1]) or (i + 1 < len(tokens) and removed[i + 1]):
-                    removed[i] = changed = True
+        # filler touching a removed token goes, and so on along a run of filler: a run
+        # with a removed token on its left goes in the forward sweep, on its right in the backward one
+        for order, side in ((range(len(tokens)), -1), (range(len(tokens) - 1, -1, -1), 1)):
+            for i in order:
+                if not removed[i] and 0 <= i + side < len(tokens) and removed[i + side] and filler(tokens[i]):
+                    removed[i] = True
         for order in (range(len(tokens)), range(len(tokens) - 1, -1, -1)):
             for i in order:  # then filler at either end: "...的结果", "what ..."
                 if removed[i] or not tokens[i].word:

@@ -50,7 +50,9 @@ def year_rules(today: date) -> List[Tuple[str, str, YearHandler]]:
 
     n_en = rf"(?P<n>\d{{1,2}}|{NUM_WORD_RE})"
     n_zh = rf"(?P<n>\d{{1,2}}|{ZH_NUM_RE})"
-    yr = r"\s*年?"  # optional 年 after a year
+    # optional 年 after a year; no pattern has two \s* with only optional text between, which
+    # made a long run of spaces cost the square of its length
+    yr = r"(?:\s*年)?"
     GT, GTE, LT, LTE = FilterOperator.GT, FilterOperator.GTE, FilterOperator.LT, FilterOperator.LTE
     return [
         # ranges
@@ -90,9 +92,9 @@ def year_rules(today: date) -> List[Tuple[str, str, YearHandler]]:
         ("year-compare", rf"\b(?:starting|beginning)(?:\s+(?:in|from))?\s+{YA}", fixed(GTE)),
         ("year-compare", rf"{YA}\s+onwards?\b", fixed(GTE)),
         ("year-compare", rf"\bsince\s+{YA}", fixed(GTE)),
-        ("year-compare", rf"\b(?:after|later\s+than|newer\s+than|more\s+recent\s+than|post)\s*-?\s*{YA}",
+        ("year-compare", rf"\b(?:after|later\s+than|newer\s+than|more\s+recent\s+than|post)\s*(?:-\s*)?{YA}",
          fixed(GT)),
-        ("year-compare", rf"\b(?:before|earlier\s+than|older\s+than|prior\s+to|pre)\s*-?\s*{YA}", fixed(LT)),
+        ("year-compare", rf"\b(?:before|earlier\s+than|older\s+than|prior\s+to|pre)\s*(?:-\s*)?{YA}", fixed(LT)),
         ("year-compare", rf"\b(?:up\s+(?:un)?til|up\s+to|until|till|through|thru)\s+{YA}", fixed(LTE)),
         ("year-compare", rf"不早于\s*{YA}{yr}", fixed(GTE)),
         ("year-compare", rf"不晚于\s*{YA}{yr}", fixed(LTE)),
@@ -100,7 +102,7 @@ def year_rules(today: date) -> List[Tuple[str, str, YearHandler]]:
         ("year-compare", rf"早于\s*{YA}{yr}", fixed(LT)),
         ("year-compare", rf"{YA}{yr}\s*(?:及|或)(?:以后|之后)", fixed(GTE)),
         ("year-compare", rf"{YA}{yr}\s*(?:及|或)(?:以前|之前)", fixed(LTE)),
-        ("year-compare", rf"(?:自从?|从)?\s*{YA}{yr}\s*(?:以后|之后|以来|起|开始|后)", fixed(GTE)),
+        ("year-compare", rf"(?:(?:自从?|从)\s*)?{YA}{yr}\s*(?:以后|之后|以来|起|开始|后)", fixed(GTE)),
         ("year-compare", rf"{YA}{yr}\s*(?:以前|之前|前)", fixed(LT)),
         ("year-compare", rf"(?:截至|截止到?|直到|到)\s*{YA}{yr}\s*(?:为止|底)?", fixed(LTE)),
         # equality: "in 2023", "from 2023", "2023年", a bare year
