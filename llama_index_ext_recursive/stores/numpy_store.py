@@ -30,9 +30,11 @@ How exactness is kept:
   only on rows the rest of the filter has not excluded. Nested
   ``MetadataFilters`` are supported (upstream rejects them).
 
-Known difference: where upstream raises ``TypeError`` for some row (e.g.
-``GT`` between a string and a number), this store raises only if that row is
-evaluated, i.e. not when other conditions already excluded it.
+Known difference: where upstream raises ``TypeError`` for a row whose value
+the operator cannot take (``GT`` between a string and a number, ``CONTAINS``
+on a number, ``TEXT_MATCH`` on a number), that row does not match here, as in
+every evaluator of the package (:func:`~llama_index_ext_recursive.filters.operator_fn`):
+a key holding numbers and a few strings can still be filtered by number.
 
 The query arithmetic is in :mod:`.numpy_search`, the metadata columns in
 :mod:`.numpy_columns`. This module stays above 500 lines because the row
@@ -76,7 +78,8 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.models import corpus_sample, resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, write_file_atomically
-from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number, operator_fn
+from llama_index_ext_recursive.filters import operator_fn
+from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number
 from llama_index_ext_recursive.stores.numpy_search import answer_query
 from llama_index_ext_recursive.validation import check_count
 
