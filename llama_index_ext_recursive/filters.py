@@ -460,7 +460,7 @@ def _can_match(operator: FilterOperator, value: Any, held: str) -> bool:
         return held == "string" and kinds == {"string"}
     if operator in (FilterOperator.IN, FilterOperator.NIN) and not isinstance(value, list):
         return held == "string" and kinds == {"string"}  # upstream: a substring of the value
-    return held in kinds or held == "list" and isinstance(value, list)
+    return held in kinds
 
 
 def _upstream_raises(operator: FilterOperator, value: Any) -> bool:

@@ -81,7 +81,7 @@ from llama_index_ext_recursive.persist import PersistError, write_file_atomicall
 from llama_index_ext_recursive.filters import operator_fn
 from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number
 from llama_index_ext_recursive.stores.numpy_search import answer_query
-from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.validation import check_count, json_nodes
 
 _VECTORISED = frozenset({
     FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN,
@@ -466,6 +466,10 @@ class NumpyVectorStore(SimpleVectorStore):
             state.rebuild(self.data)
 
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> List[str]:
+        """Add ``nodes`` (with embeddings); NumPy scalars in metadata are stored as the
+        Python numbers they hold (upstream fails on them without naming the key), and a
+        value JSON cannot hold is refused naming node, key and fix (:func:`json_nodes`)."""
+        nodes = json_nodes(nodes)
         state = self._state
         with state.lock:
             self._synced(state)
@@ -627,7 +631,7 @@ def vector_index(
             texts it holds for the model are not embedded again.
     """
     check_embedding_cache(embedding_cache)
-    nodes = list(nodes)
+    nodes = json_nodes(nodes)  # before anything is embedded
     storage = StorageContext.from_defaults(
         vector_store=vector_store if vector_store is not None else NumpyVectorStore(),
         docstore=docstore,
