@@ -440,7 +440,6 @@ def _value_kind(value: Any) -> Optional[str]:
 
 # operators upstream defines for list-valued metadata (CONTAINS: holds the value; ANY/ALL: some/all of them)
 _LIST_OPERATORS = frozenset({FilterOperator.CONTAINS, FilterOperator.ANY, FilterOperator.ALL})
-_ORDER_OPERATORS = frozenset({FilterOperator.GT, FilterOperator.GTE, FilterOperator.LT, FilterOperator.LTE})
 _TEXT_OPERATORS = frozenset({FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE})
 
 
@@ -479,7 +478,8 @@ def _kind_fix(operator: FilterOperator, held: Set[str]) -> str:
     if operator in _LIST_OPERATORS:
         return 'use "==" or "in" (contains/any/all apply to lists and to strings)'
     if "list" in held:
-        return f'use {{"op": "contains", "value": v}} for an element of the lists, or pass a {"/".join(sorted(held - {"list"}))}'
+        others = "/".join(sorted(held - {"list"}))
+        return f'use {{"op": "contains", "value": v}} for an element of the lists, or pass a {others}'
     if operator in _TEXT_OPERATORS:
         return "text_match compares strings: pass a string, on a key holding strings"
     return f"pass a {'/'.join(sorted(held))}"
