@@ -3,7 +3,15 @@
 Upstream's in-memory filter function (``build_metadata_filter_fn``) rejects
 nested ``MetadataFilters``; every retriever here needs nesting to combine
 construction-time, per-call and routing filters, so this module evaluates
-nested trees by delegating each leaf to upstream (identical leaf semantics).
+nested trees itself. Each leaf has upstream's semantics (:func:`operator_fn`:
+``contains`` is membership in a list or a substring, ``any``/``all`` test a
+list's elements, a missing key matches only ``!=``, ``nin`` and
+``is_empty``), with one difference: where upstream raises ``TypeError`` for a
+row whose value the operator cannot take (``"five" > 4`` on a key holding
+numbers and strings, ``contains`` on a number), that row does not match, as
+in MongoDB's type-bracketed comparisons. A filter that can match no row that
+way is refused beforehand by :class:`FilterVocabulary`, naming the key, the
+types it holds and the fix.
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ from llama_index.core.vector_stores.types import (
     MetadataFilter,
     MetadataFilters,
 )
-from llama_index.core.vector_stores.utils import build_metadata_filter_fn
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.validation import closest
@@ -130,14 +137,14 @@ def _leaf(key: str, value: Any) -> MetadataFilter:
     if not isinstance(value, Mapping):
         operator = FilterOperator.IN if isinstance(value, list) else FilterOperator.EQ
         return _metadata_filter(key, value, operator)
+    op = value.get("op", value.get("operator", "=="))
+    operator = parse_operator(op)
     unknown = set(value) - {"op", "operator", "value"}
-    if unknown or "value" not in value and value.get("op", value.get("operator")) != "is_empty":
+    if unknown or "value" not in value and operator != FilterOperator.IS_EMPTY:
         raise ValueError(
             f"filter {key!r}: {dict(value)!r} is not an operator filter; write "
             f'{{"op": ">=", "value": 2021}} (keys "op" and "value")'
         )
-    op = value.get("op", value.get("operator", "=="))
-    operator = parse_operator(op)
     if operator is None:
         raise ValueError(
             f"filter {key!r}: unknown operator {op!r}; use one of "
@@ -151,6 +158,19 @@ def _metadata_filter(key: str, value: Any, operator: FilterOperator) -> Metadata
     try:
         return MetadataFilter(key=key, value=value, operator=operator)
     except ValidationError:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, bool) for v in items):
+            raise ValueError(
+                f"filter {key!r}: {value!r} holds a bool, which a filter value cannot be; pass 1 "
+                "or 0 (a bool in metadata equals 1 or 0)"
+            ) from None
+        if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+            raise ValueError(
+                f"filter {key!r}: the list {value!r} mixes strings and numbers, and a filter list "
+                "holds one type; pass one filter per type joined by OR: MetadataFilters(filters=["
+                f"MetadataFilter(key={key!r}, operator='in', value=[...numbers]), MetadataFilter("
+                f"key={key!r}, operator='in', value=[...strings])], condition='or')"
+            ) from None
         hint = " (e.g. value.isoformat(): ISO dates compare correctly as strings)" if isinstance(
             value, (datetime.date, datetime.time)) else ""
         raise ValueError(
@@ -188,20 +208,81 @@ def apply_policy(
     return merge_filters(configured, per_call)
 
 
+def _untyped(test: Callable[[Any], Any], otherwise: bool) -> Callable[[Any], bool]:
+    """``test``, answering ``otherwise`` for a value of a type it cannot take (see the module)."""
+
+    def apply(value: Any) -> bool:
+        try:
+            return bool(test(value))
+        except TypeError:
+            return otherwise
+
+    return apply
+
+
+def operator_fn(operator: FilterOperator, value: Any) -> Callable[[Any], bool]:
+    """Upstream's ``_process_filter_match`` for one operator and a metadata value that is not None.
+
+    The one definition of what each operator means, for every in-memory
+    evaluator (:func:`metadata_matcher`, ``NumpyVectorStore``); a metadata
+    value of a type the operator cannot take does not match (``nin``: is not
+    in) instead of raising ``TypeError`` (see the module).
+    """
+    if operator == FilterOperator.EQ:
+        return lambda v: v == value
+    if operator == FilterOperator.NE:
+        return lambda v: v != value
+    if operator == FilterOperator.GT:
+        return _untyped(lambda v: v > value, False)
+    if operator == FilterOperator.GTE:
+        return _untyped(lambda v: v >= value, False)
+    if operator == FilterOperator.LT:
+        return _untyped(lambda v: v < value, False)
+    if operator == FilterOperator.LTE:
+        return _untyped(lambda v: v <= value, False)
+    if operator == FilterOperator.IN:
+        return _untyped(lambda v: v in value, False)
+    if operator == FilterOperator.NIN:
+        return _untyped(lambda v: v not in value, True)
+    if operator == FilterOperator.CONTAINS:
+        return _untyped(lambda v: value in v, False)
+    if operator == FilterOperator.TEXT_MATCH:
+        return lambda v: isinstance(v, str) and isinstance(value, str) and value in v
+    if operator == FilterOperator.TEXT_MATCH_INSENSITIVE:
+        return lambda v: isinstance(v, str) and isinstance(value, str) and value.lower() in v.lower()
+    if operator == FilterOperator.ALL:
+        return _untyped(lambda v: all(val in v for val in value), False)
+    if operator == FilterOperator.ANY:
+        return _untyped(lambda v: any(val in v for val in value), False)
+    if operator == FilterOperator.IS_EMPTY:
+        return lambda v: v == "" or v == []
+    raise ValueError(f"Invalid operator: {operator}")
+
+
+def _leaf_matcher(item: MetadataFilter) -> Callable[[Mapping[str, Any]], bool]:
+    """One leaf as upstream reads it: a missing or None value passes only ``!=``, ``nin``, ``is_empty``."""
+    key, test = item.key, operator_fn(item.operator, item.value)
+    missing = item.operator in (FilterOperator.NE, FilterOperator.NIN, FilterOperator.IS_EMPTY)
+
+    def match(metadata: Mapping[str, Any]) -> bool:
+        value = metadata.get(key)
+        return missing if value is None else test(value)
+
+    return match
+
+
 def metadata_matcher(
     filters: Optional[MetadataFilters],
 ) -> Callable[[Mapping[str, Any]], bool]:
     """Compile a (possibly nested) filter tree into ``metadata -> bool``, once.
 
-    Each leaf is evaluated by upstream's own filter function, so operators
-    behave exactly as in ``SimpleVectorStore``.
+    Leaves mean what they mean in ``SimpleVectorStore`` (:func:`operator_fn`),
+    except that a value of a type the operator cannot take does not match.
     """
     if filters is None or not filters.filters:
         return lambda _: True
     parts = [
-        metadata_matcher(item)
-        if isinstance(item, MetadataFilters)
-        else build_metadata_filter_fn(lambda metadata: metadata, MetadataFilters(filters=[item]))
+        metadata_matcher(item) if isinstance(item, MetadataFilters) else _leaf_matcher(item)
         for item in filters.filters
     ]
     condition = filters.condition or FilterCondition.AND
@@ -344,17 +425,64 @@ class UnknownFilterPolicy(str, Enum):
 
 
 def _value_kind(value: Any) -> Optional[str]:
+    """``"number"`` (bool included: filters compare it as 1/0), ``"string"``, ``"list"``,
+    or the type's name for anything else (``"datetime"``, ``"dict"``)."""
     if value is None:
         return None
     if isinstance(value, (list, tuple, set)):
         return "list"
-    if isinstance(value, numbers.Number):  # bool included: filters compare it as 1/0
+    if isinstance(value, numbers.Number):
         return "number"
-    return "string"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__
 
 
 # operators upstream defines for list-valued metadata (CONTAINS: holds the value; ANY/ALL: some/all of them)
 _LIST_OPERATORS = frozenset({FilterOperator.CONTAINS, FilterOperator.ANY, FilterOperator.ALL})
+_TEXT_OPERATORS = frozenset({FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE})
+
+
+def _can_match(operator: FilterOperator, value: Any, held: str) -> bool:
+    """Whether ``operator`` with the filter ``value`` can match a stored value of kind ``held``.
+
+    Equality, ``in`` and comparisons need the same kind on both sides;
+    ``contains``/``any``/``all`` need a list, or a string holding the
+    string(s) as substrings; ``text_match`` needs strings.
+    """
+    if isinstance(value, list) and not value:
+        return True  # "in []": matches nothing, as written
+    kinds = {_value_kind(v) for v in value} if isinstance(value, list) else {_value_kind(value)}
+    if operator in _LIST_OPERATORS:
+        return held == "list" or held == "string" and kinds == {"string"}
+    if operator in _TEXT_OPERATORS:
+        return held == "string" and kinds == {"string"}
+    if operator in (FilterOperator.IN, FilterOperator.NIN) and not isinstance(value, list):
+        return held == "string" and kinds == {"string"}  # upstream: a substring of the value
+    return held in kinds
+
+
+def _upstream_raises(operator: FilterOperator, value: Any) -> bool:
+    """Whether upstream's evaluator raises ``TypeError`` (where :func:`operator_fn`
+    does not match) for a stored value this operator cannot take: all but
+    equality and ``in`` over a list, which compare with ``==``."""
+    return not (operator in (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IS_EMPTY)
+                or operator in (FilterOperator.IN, FilterOperator.NIN) and isinstance(value, list))
+
+
+def _kind_fix(operator: FilterOperator, held: Set[str]) -> str:
+    """How to write a filter that can match a key holding ``held`` kinds."""
+    if held & {"datetime", "date", "time"}:
+        return ("a filter value cannot be a date, so store dates as value.isoformat() strings in the "
+                "metadata (ISO dates compare correctly as strings) and filter with strings")
+    if operator in _LIST_OPERATORS:
+        return 'use "==" or "in" (contains/any/all apply to lists and to strings)'
+    if "list" in held:
+        others = "/".join(sorted(held - {"list"}))
+        return f'use {{"op": "contains", "value": v}} for an element of the lists, or pass a {others}'
+    if operator in _TEXT_OPERATORS:
+        return "text_match compares strings: pass a string, on a key holding strings"
+    return f"pass a {'/'.join(sorted(held))}"
 
 
 class FilterVocabulary:
@@ -437,11 +565,7 @@ class FilterVocabulary:
             if item.operator == FilterOperator.IS_EMPTY:
                 continue
             if item.value is None:
-                out.append(
-                    f"filter {item.key}=None matches nothing (a filter compares values, and no node "
-                    f"stores None); drop the filter, or pass a value {item.key!r} holds "
-                    f"(e.g. {self._examples.get(item.key)!r})"
-                )
+                out.append(self._none_problem(item))
                 continue
             if set(held) == {"list"} and item.operator not in _LIST_OPERATORS:
                 out.append(
@@ -450,20 +574,59 @@ class FilterVocabulary:
                     f'use {{"op": "contains", "value": v}} for one element, or "any"/"all" with a list'
                 )
                 continue
-            if "list" in held:
-                continue
-            values = item.value if isinstance(item.value, list) else [item.value]
-            for value in values:
-                kind = _value_kind(value)
-                if kind is not None and kind != "list" and kind not in held:
-                    example = self._examples.get(item.key)
-                    out.append(
-                        f"filter {item.key}={value!r} is a {kind}, but {item.key!r} holds "
-                        f"{'/'.join(sorted(held))} values in this index (e.g. {example!r}); "
-                        f"pass a {'/'.join(sorted(held))}"
-                    )
-                    break
+            if not any(_can_match(item.operator, item.value, kind) for kind in held):
+                values = item.value if isinstance(item.value, list) else [item.value]
+                given = "/".join(sorted({str(_value_kind(v)) for v in values}))
+                stored = "/".join(sorted(held))
+                if set(given.split("/")) <= set(held):  # the operator, not the value, is wrong
+                    problem = (f"filter {item.key} {item.operator.value} {item.value!r} cannot match: "
+                               f"{item.key!r} holds {stored} values")
+                else:
+                    shown = f"={item.value!r}" if item.operator == FilterOperator.EQ else (
+                        f" {item.operator.value} {item.value!r}")
+                    problem = f"filter {item.key}{shown} is a {given}, but {item.key!r} holds {stored} values"
+                out.append(
+                    f"{problem} in this index (e.g. {self._examples.get(item.key)!r}); "
+                    f"{_kind_fix(item.operator, set(held))}"
+                )
         return out
+
+    def _none_problem(self, item: MetadataFilter) -> str:
+        """Why a None filter value is refused: it matches nothing (or, negated, everything)."""
+        key, example = item.key, self._examples.get(item.key)
+        empty = f'{{{key!r}: {{"op": "is_empty"}}}}'
+        if item.operator in (FilterOperator.NE, FilterOperator.NIN):
+            return (
+                f"filter {key} {item.operator.value} None matches every node (no node stores None); "
+                f"for nodes that have a {key!r}, use MetadataFilters(filters=[MetadataFilter(key={key!r}, "
+                "operator='is_empty')], condition='not'), or drop the filter"
+            )
+        return (
+            f"filter {key}=None matches nothing (a filter compares values, and no node stores None); "
+            f"for nodes without a {key!r} use {empty}, else drop the filter or pass a value {key!r} "
+            f"holds (e.g. {example!r})"
+        )
+
+    def needs_own_evaluation(self, filters: Optional[MetadataFilters]) -> bool:
+        """Whether upstream's evaluator would raise ``TypeError`` on some indexed node.
+
+        True when a leaf's key holds a kind of value its operator cannot take
+        (``"five" > 4`` on a key holding numbers and strings): upstream raises
+        where :func:`metadata_matcher` lets that node not match, so a
+        retriever over upstream's ``SimpleVectorStore`` evaluates such
+        filters itself.
+        """
+        if filters is None:
+            return False
+        for item in filters.filters:
+            if isinstance(item, MetadataFilters):
+                if self.needs_own_evaluation(item):
+                    return True
+            elif _upstream_raises(item.operator, item.value) and not all(
+                _can_match(item.operator, item.value, kind) for kind in self._counts.get(item.key, ())
+            ):
+                return True
+        return False
 
     def check(
         self,

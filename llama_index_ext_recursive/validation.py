@@ -12,9 +12,9 @@ import difflib
 import inspect
 import math
 import numbers
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from llama_index.core.schema import QueryBundle
+from llama_index.core.schema import BaseNode, QueryBundle
 
 
 def closest(name: str, known: Iterable[str]) -> str:
@@ -188,12 +188,48 @@ def json_metadata(metadata: Mapping[str, Any], owner: str) -> Dict[str, Any]:
             for key, value in metadata.items()}
 
 
+def json_nodes(nodes: Iterable[BaseNode]) -> List[BaseNode]:
+    """``nodes`` with :func:`json_metadata`, checked before anything is embedded or indexed.
+
+    A node whose metadata is already plain JSON is kept as it is; one holding
+    NumPy scalars or tuples is replaced by a copy holding the Python values
+    (the caller's node is not changed), so every store, BM25 and the filters
+    see the same numbers. A value no index can hold is refused, naming the
+    node, its document, the key and the fix.
+
+    Args:
+        nodes: the nodes about to be indexed.
+    """
+    out: List[BaseNode] = []
+    for node in nodes:
+        if _plain(node.metadata):
+            out.append(node)
+            continue
+        ref = node.ref_doc_id
+        owner = f"node {node.node_id!r}" + (f" of document {ref!r}" if ref is not None else "")
+        copy = node.model_copy()
+        copy.metadata = json_metadata(node.metadata, owner)
+        out.append(copy)
+    return out
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is JSON as it is (what :func:`json_metadata` returns unchanged)."""
+    if isinstance(value, _JSON_SCALARS) and type(value).__module__ != "numpy":
+        return True
+    if type(value) is list:
+        return all(_plain(v) for v in value)
+    if type(value) is dict:
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
 def _bad_key(key: Any, owner: str) -> str:
     raise TypeError(f"{owner}: metadata key {key!r} is a {type(key).__name__}; metadata keys must be strings")
 
 
 def _json_value(value: Any, key: str, owner: str) -> Any:
-    if isinstance(value, _JSON_SCALARS):
+    if isinstance(value, _JSON_SCALARS) and type(value).__module__ != "numpy":
         return value
     if isinstance(value, (list, tuple)):
         return [_json_value(v, key, owner) for v in value]

@@ -527,15 +527,14 @@ filter_trees = st.recursive(
 
 def leaf_can_match(leaf: MetadataFilter, rows: List[dict]) -> bool:
     """The stated rule: the key exists (or is a store key), and every value's
-    kind is one the key holds (any kind matches a key holding lists and other
-    values; a key holding only lists is matched by contains/any/all alone)."""
+    kind is one the key holds (a key holding only lists is matched by
+    contains/any/all alone; on a key holding lists and other values, equality,
+    in and comparisons can match only the other values)."""
     held = {kind(row[leaf.key]) for row in rows if leaf.key in row}
     if not held:
         return leaf.key in STORE_KEYS
     if held == {"list"}:
         return leaf.operator in (FilterOperator.CONTAINS, FilterOperator.ANY, FilterOperator.ALL)
-    if "list" in held:
-        return True
     values = leaf.value if isinstance(leaf.value, list) else [leaf.value]
     return all(kind(v) in held for v in values)
 

@@ -56,7 +56,7 @@ from llama_index_ext_recursive.retrievers.tokenizer import (
     LATIN_TOKEN,
     MultilingualTokenizer,
 )
-from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.validation import check_count, json_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class MultilingualBM25Retriever(BM25Retriever):
         object_map: Optional[dict] = None,
     ) -> None:
         check_count("similarity_top_k", similarity_top_k)
-        nodes = list(nodes or [])
+        nodes = json_nodes(nodes or [])  # filters see plain numbers; bad metadata named before tokenizing
         if not nodes:
             raise ValueError("MultilingualBM25Retriever needs at least one node to index")
         refuse_duplicate_ids(nodes)

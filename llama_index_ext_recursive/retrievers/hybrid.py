@@ -29,7 +29,7 @@ from llama_index_ext_recursive.retrievers.fusion_scores import DEFAULT_RRF_K
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real, check_vectors, check_weights
+from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real, check_vectors, check_weights, json_nodes
 
 if TYPE_CHECKING:
     from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
@@ -128,7 +128,7 @@ def hybrid_from_nodes(
     """:func:`hybrid_retriever` over a new :func:`~llama_index_ext_recursive.stores.numpy_store.vector_index`
     of ``nodes`` (nodes carrying embeddings are not embedded again); node
     vectors with NaN/inf or of two dimensions are refused, naming the node."""
-    nodes = list(nodes)
+    nodes = json_nodes(nodes)  # once, before embedding: both children then index the same values
     if not nodes:
         raise ValueError("from_nodes needs at least one node")
     refuse_duplicate_ids(nodes)

@@ -327,12 +327,17 @@ class BackfillVectorRetriever(VectorIndexRetriever):
 
         Upstream's ``SimpleVectorStore`` (the ``VectorStoreIndex`` default)
         refuses nested trees, which a construction-time filter merged with a
-        per-call OR produces; those are checked here instead.
+        per-call OR produces, and raises ``TypeError`` on a node whose value
+        the operator cannot take (``"five" > 4`` on a key holding numbers and
+        strings), where every other evaluator here lets that node not match;
+        those filters are checked here instead.
         """
         if not self.filter_in_store:
             return False
-        nested = filters is not None and any(isinstance(f, MetadataFilters) for f in filters.filters)
-        return not (nested and type(self._vector_store) is SimpleVectorStore)
+        if filters is None or type(self._vector_store) is not SimpleVectorStore:
+            return True
+        nested = any(isinstance(f, MetadataFilters) for f in filters.filters)
+        return not (nested or self.filter_vocabulary.needs_own_evaluation(filters))
 
     def _embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
         if query_bundle.embedding is not None or not self._needs_embedding():

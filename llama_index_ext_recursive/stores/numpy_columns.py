@@ -2,17 +2,17 @@
 
 One :class:`MetadataColumn` per metadata key: its value per row and the
 indexes derived from it on first use (rows per value for ``EQ``/``IN``, a
-float64 array for numeric comparisons); :func:`operator_fn` is upstream's
-per-value operator semantics for everything the columns do not vectorise.
+float64 array for numeric comparisons); everything the columns do not
+vectorise is evaluated per value by
+:func:`~llama_index_ext_recursive.filters.operator_fn`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
-from llama_index.core.vector_stores.types import FilterOperator
 
 PLAIN = frozenset({str, int, float, bool})  # hash-consistent with ==
 EXACT_INT = 2**53  # ints up to this convert to float64 exactly
@@ -22,47 +22,6 @@ EMPTY_ROWS = np.empty(0, dtype=np.int64)
 def exact_number(value: Any) -> bool:
     kind = type(value)
     return kind is float or kind is bool or (kind is int and -EXACT_INT <= value <= EXACT_INT)
-
-
-def operator_fn(operator: FilterOperator, value: Any) -> Callable[[Any], Any]:
-    """Upstream's ``_process_filter_match`` for one operator, metadata value not None."""
-    if operator == FilterOperator.EQ:
-        return lambda v: v == value
-    if operator == FilterOperator.NE:
-        return lambda v: v != value
-    if operator == FilterOperator.GT:
-        return lambda v: v > value
-    if operator == FilterOperator.GTE:
-        return lambda v: v >= value
-    if operator == FilterOperator.LT:
-        return lambda v: v < value
-    if operator == FilterOperator.LTE:
-        return lambda v: v <= value
-    if operator == FilterOperator.IN:
-        return lambda v: v in value
-    if operator == FilterOperator.NIN:
-        return lambda v: v not in value
-    if operator == FilterOperator.CONTAINS:
-        return lambda v: value in v
-    if operator in (FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE):
-        insensitive = operator == FilterOperator.TEXT_MATCH_INSENSITIVE
-
-        def text_match(v: Any) -> bool:
-            if isinstance(value, str) and isinstance(v, str):
-                return value.lower() in v.lower() if insensitive else value in v
-            raise TypeError(
-                "Both metadata_value and value should be strings to be used with a "
-                f"{'TEXT_MATCH_INSENSITIVE' if insensitive else 'TEXT_MATCH'} filter"
-            )
-
-        return text_match
-    if operator == FilterOperator.ALL:
-        return lambda v: all(val in v for val in value)
-    if operator == FilterOperator.ANY:
-        return lambda v: any(val in v for val in value)
-    if operator == FilterOperator.IS_EMPTY:
-        return lambda v: v == "" or v == []
-    raise ValueError(f"Invalid operator: {operator}")
 
 
 class MetadataColumn:

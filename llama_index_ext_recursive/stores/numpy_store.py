@@ -30,9 +30,11 @@ How exactness is kept:
   only on rows the rest of the filter has not excluded. Nested
   ``MetadataFilters`` are supported (upstream rejects them).
 
-Known difference: where upstream raises ``TypeError`` for some row (e.g.
-``GT`` between a string and a number), this store raises only if that row is
-evaluated, i.e. not when other conditions already excluded it.
+Known difference: where upstream raises ``TypeError`` for a row whose value
+the operator cannot take (``GT`` between a string and a number, ``CONTAINS``
+on a number, ``TEXT_MATCH`` on a number), that row does not match here, as in
+every evaluator of the package (:func:`~llama_index_ext_recursive.filters.operator_fn`):
+a key holding numbers and a few strings can still be filtered by number.
 
 The query arithmetic is in :mod:`.numpy_search`, the metadata columns in
 :mod:`.numpy_columns`. This module stays above 500 lines because the row
@@ -76,9 +78,10 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.models import corpus_sample, resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, write_file_atomically
-from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number, operator_fn
+from llama_index_ext_recursive.filters import operator_fn
+from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number
 from llama_index_ext_recursive.stores.numpy_search import answer_query
-from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.validation import check_count, json_nodes
 
 _VECTORISED = frozenset({
     FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN,
@@ -463,6 +466,10 @@ class NumpyVectorStore(SimpleVectorStore):
             state.rebuild(self.data)
 
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> List[str]:
+        """Add ``nodes`` (with embeddings); NumPy scalars in metadata are stored as the
+        Python numbers they hold (upstream fails on them without naming the key), and a
+        value JSON cannot hold is refused naming node, key and fix (:func:`json_nodes`)."""
+        nodes = json_nodes(nodes)
         state = self._state
         with state.lock:
             self._synced(state)
@@ -624,7 +631,7 @@ def vector_index(
             texts it holds for the model are not embedded again.
     """
     check_embedding_cache(embedding_cache)
-    nodes = list(nodes)
+    nodes = json_nodes(nodes)  # before anything is embedded
     storage = StorageContext.from_defaults(
         vector_store=vector_store if vector_store is not None else NumpyVectorStore(),
         docstore=docstore,
