@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
-from typing import Any, Iterable, List, Sequence
+from typing import Any, Iterable, List, Optional, Sequence
 
 from llama_index.core.vector_stores.types import (
     FilterCondition,
@@ -103,11 +103,54 @@ def sql_text(what: str, value: Any) -> str:
 def sql_ids(what: str, ids: Iterable[Any]) -> List[str]:
     """Node or document ids checked by :func:`sql_text` (they are matched as text).
 
+    A single string is refused: iterated, its characters would be taken as
+    ids, and ``delete_nodes(node_ids="doc-1")`` would delete nothing, silently.
+
     Args:
         what: how an error names an id.
         ids: the ids.
     """
+    if isinstance(ids, (str, bytes)):
+        raise FilterError(f"{what}s must be a list of ids, got the string {_show(ids)}: pass [{_show(ids)}]")
     return [sql_text(what, i) for i in ids]
+
+
+class ScopedFilters(MetadataFilters):
+    """Filters plus the node ids a query is limited to.
+
+    Node ids live in the table's ``node_id`` column, not in the metadata a
+    :class:`~llama_index.core.vector_stores.types.MetadataFilter` can name, so
+    they travel beside the filter tree to :func:`where_clause`.
+    """
+
+    node_ids: Optional[List[str]] = None
+
+
+def scoped_filters(
+    filters: Optional[MetadataFilters], node_ids: Optional[Sequence[Any]], doc_ids: Optional[Sequence[Any]]
+) -> Optional[MetadataFilters]:
+    """``filters`` limited to ``node_ids`` and to the documents ``doc_ids``.
+
+    Upstream ``PGVectorStore`` ignores a query's ``node_ids`` and ``doc_ids``,
+    so a retriever scoped to some documents returned every document's rows.
+    Document ids are matched on ``ref_doc_id`` (what the store writes from
+    each node's SOURCE relationship, and what its index serves). ``None`` or
+    an empty list limits nothing, as in LlamaIndex's other remote stores:
+    ``VectorStoreIndex.as_retriever`` passes ``node_ids=[]`` for a store that
+    holds the text, meaning every node.
+
+    Args:
+        filters: the query's metadata filters.
+        node_ids: the query's ``node_ids``.
+        doc_ids: the query's ``doc_ids``.
+    """
+    if not node_ids and not doc_ids:
+        return filters
+    items: List[Any] = [] if filters is None else [filters]
+    if doc_ids:
+        documents = sql_ids("document id", doc_ids)
+        items.append(MetadataFilter(key="ref_doc_id", operator=FilterOperator.IN, value=documents))
+    return ScopedFilters(filters=items, node_ids=sql_ids("node id", node_ids) if node_ids else None)
 
 
 def where_clause(table: Any, filters: MetadataFilters, *, jsonb: bool) -> ColumnElement[bool]:
@@ -115,10 +158,13 @@ def where_clause(table: Any, filters: MetadataFilters, *, jsonb: bool) -> Column
 
     Args:
         table: the store's table class (its ``metadata_`` column holds the metadata).
-        filters: the filter tree, nested ``MetadataFilters`` included.
+        filters: the filter tree, nested ``MetadataFilters`` included; a
+            :class:`ScopedFilters` also limits the rows to its ``node_ids``.
         jsonb: whether ``metadata_`` is ``JSONB`` (``use_jsonb=True``) rather than ``JSON``.
     """
-    return _Builder(table.metadata_, jsonb).tree(filters)
+    clause = _Builder(table.metadata_, jsonb).tree(filters)
+    node_ids = getattr(filters, "node_ids", None)
+    return clause if node_ids is None else and_(clause, table.node_id.in_(node_ids))
 
 
 class _Builder:

@@ -56,6 +56,7 @@ loop-safe async engine and the hybrid retriever all depend on them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import math
@@ -83,18 +84,19 @@ from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-from llama_index_ext_recursive.stores.pg_filters import sql_ids, sql_text, where_clause
+from llama_index_ext_recursive.stores.pg_filters import scoped_filters, sql_ids, sql_text, where_clause
 from llama_index_ext_recursive.validation import check_count, check_real
 
 try:
     import psycopg2
     import psycopg2.extensions
     from llama_index.vector_stores.postgres import PGVectorStore
-    from sqlalchemy import create_engine, event
+    from sqlalchemy import create_engine, desc, event, func, select, type_coerce
     from sqlalchemy.engine import URL, Engine, ExceptionContext
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
     from sqlalchemy.orm import sessionmaker
+    from sqlalchemy.types import UserDefinedType
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "llama_index_ext_recursive.stores.postgres needs llama-index-vector-stores-postgres: "
@@ -410,6 +412,8 @@ class _PGVectorStore(PGVectorStore):
 
     # Upstream binds ids already; a NUL, a lone surrogate or a non-string id
     # would still fail inside the driver, naming neither the id nor the fix.
+    # An empty id list selects no node (upstream: every node, since it tests
+    # the list's truth; delete_nodes([], filters) deleted by the filters alone).
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         super().delete(sql_text("document id", ref_doc_id), **delete_kwargs)
@@ -421,27 +425,81 @@ class _PGVectorStore(PGVectorStore):
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
     ) -> None:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
-        super().delete_nodes(ids, filters, **delete_kwargs)
+        if ids != []:
+            super().delete_nodes(ids, filters, **delete_kwargs)
 
     async def adelete_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
     ) -> None:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
-        await super().adelete_nodes(ids, filters, **delete_kwargs)
+        if ids != []:
+            await super().adelete_nodes(ids, filters, **delete_kwargs)
 
     def get_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
     ) -> List[BaseNode]:
-        return super().get_nodes(None if node_ids is None else sql_ids("node id", node_ids), filters)
+        ids = None if node_ids is None else sql_ids("node id", node_ids)
+        return [] if ids == [] else super().get_nodes(ids, filters)
 
     async def aget_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
     ) -> List[BaseNode]:
-        return await super().aget_nodes(None if node_ids is None else sql_ids("node id", node_ids), filters)
+        ids = None if node_ids is None else sql_ids("node id", node_ids)
+        return [] if ids == [] else await super().aget_nodes(ids, filters)
+
+    def _build_sparse_query(
+        self,
+        query_str: Optional[str],
+        limit: int,
+        metadata_filters: Optional[MetadataFilters] = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Upstream's text search (``ts_rank``, words OR'ed) with the words as a balanced tree.
+
+        Upstream ORs the words in a chain, which the server evaluates
+        recursively: a query of ~20,000 words (a pasted document, or a hostile
+        one) failed with "stack depth limit exceeded". The tree groups them
+        pairwise (depth log2 of the number of words) and drops repeated words;
+        ``ts_rank`` and the matching rows are the same, since PostgreSQL
+        counts each distinct word once whatever the grouping. The query text
+        is a bound parameter, and every character that means something in a
+        ``tsquery`` is removed first, as upstream does.
+        """
+        if query_str is None:
+            raise ValueError("query_str must be specified for a sparse vector query.")
+        table = self._table_class
+        ts_query = func.to_tsquery(type_coerce(self.text_search_config, _RegConfig), _or_tree(query_str))
+        stmt = (
+            select(
+                table.id,
+                table.node_id,
+                table.text,
+                table.metadata_,
+                func.ts_rank(table.text_search_tsv, ts_query).label("rank"),
+            )
+            .where(table.text_search_tsv.op("@@")(ts_query))
+            .order_by(desc("rank"))
+        )
+        if self._customize_query_fn is not None:
+            stmt = self._customize_query_fn(stmt, table, **kwargs)
+        return self._apply_filters_and_limit(stmt, limit, metadata_filters)
+
+    def _checked(self, query: VectorStoreQuery, kwargs: Dict[str, Any]) -> VectorStoreQuery:
+        """``query`` with its ``node_ids`` and ``doc_ids`` in its filters, its counts checked.
+
+        Upstream ignores ``node_ids`` and ``doc_ids`` (a retriever scoped to
+        some documents got every document's rows), writes ``hnsw_ef_search``
+        into a SET statement as text in async queries, and sends a negative
+        ``top_k`` to the server as a LIMIT it refuses.
+        """
+        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
+        check_count("similarity_top_k", query.similarity_top_k, minimum=0, allow_none=True)
+        check_count("sparse_top_k", query.sparse_top_k, minimum=0, allow_none=True)
+        filters = scoped_filters(query.filters, query.node_ids, query.doc_ids)
+        return query if filters is query.filters else dataclasses.replace(query, filters=filters)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        # upstream's async query writes it into a SET statement as text
-        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
+        query = self._checked(query, kwargs)
         return self._sorted(query, super().query(query, **kwargs))
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
@@ -452,7 +510,7 @@ class _PGVectorStore(PGVectorStore):
         connection the pool opened before, so the retry gets a new one. Only
         reads are retried: a write may have happened before the connection died.
         """
-        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
+        query = self._checked(query, kwargs)
         try:
             result = await super().aquery(query, **kwargs)
         except DBAPIError as exc:
@@ -461,6 +519,30 @@ class _PGVectorStore(PGVectorStore):
             logger.warning("PostgreSQL connection lost (%s); retrying the query on a new connection", exc.orig)
             result = await super().aquery(query, **kwargs)
         return self._sorted(query, result)
+
+
+class _RegConfig(UserDefinedType):
+    """PostgreSQL's ``regconfig``: the text search configuration, as upstream passes it."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "regconfig"
+
+
+# upstream's reading of a text search query: runs of anything but word
+# characters (a period inside a word excepted) separate words; this drops every
+# tsquery operator (& | ! <-> : * ( ) and quotes)
+_TS_SEPARATORS = re.compile(r"(?!\b\.\b)\W+")
+
+
+def _or_tree(query_str: str) -> str:
+    """The distinct words of ``query_str`` OR'ed as a balanced ``tsquery`` (``(a|b)|(c|d)``)."""
+    words = list(dict.fromkeys(_TS_SEPARATORS.sub(" ", query_str).split()))
+    while len(words) > 1:
+        pairs = [f"({words[i]}|{words[i + 1]})" for i in range(0, len(words) - 1, 2)]
+        words = pairs + words[len(pairs) * 2:]
+    return words[0] if words else ""
 
 
 def _identifier(name: str, value: Any, pattern: "re.Pattern[str]" = _IDENTIFIER) -> str:
