@@ -447,6 +447,27 @@ class _PGVectorStore(PGVectorStore):
         ids = None if node_ids is None else sql_ids("node id", node_ids)
         return [] if ids == [] else await super().aget_nodes(ids, filters)
 
+    def _get_query_session_settings(self, **kwargs: Any) -> List[Tuple[str, Dict[str, Any]]]:
+        """Upstream's index settings for MMR queries, with values bound through ``set_config``.
+
+        Upstream sends ``SET hnsw.ef_search = :value``; PostgreSQL cannot take a
+        parameter in ``SET``, so with asyncpg (which binds on the server) every
+        async MMR query on an HNSW store failed with a syntax error.
+
+        Args:
+            **kwargs: the query's keyword arguments (``ivfflat_probes``, ``hnsw_ef_search``).
+        """
+        settings: List[Tuple[str, Dict[str, Any]]] = []
+        probes = check_count("ivfflat_probes", kwargs.get("ivfflat_probes"), allow_none=True)
+        if probes:
+            settings.append(("SELECT set_config('ivfflat.probes', :value, false)", {"value": str(probes)}))
+        if self.hnsw_kwargs:
+            ef_search = kwargs.get("hnsw_ef_search") or self.hnsw_kwargs["hnsw_ef_search"]
+            settings.append(("SELECT set_config('hnsw.ef_search', :value, false)", {"value": str(ef_search)}))
+        if settings:
+            settings.append(("SET LOCAL enable_bitmapscan = off", {}))
+        return settings
+
     def _build_sparse_query(
         self,
         query_str: Optional[str],
