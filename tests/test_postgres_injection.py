@@ -31,7 +31,7 @@ from llama_index_ext_recursive import FilteredQueryBundle
 from llama_index_ext_recursive.filters import FilterError
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.stores.pgserver import PgServer
-from llama_index_ext_recursive.stores.postgres import pgvector_store
+from llama_index_ext_recursive.stores.postgres import UnstorableNodeError, pgvector_store
 
 DIM = 4
 OP = FilterOperator
@@ -592,3 +592,42 @@ def test_text_search_ranks_as_upstream_does(pg_server, table, store):
             assert ours.ids and sorted(zip(ours.ids, ours.similarities)) == sorted(zip(theirs.ids, theirs.similarities))
     finally:
         plain.client.dispose()
+
+
+# ------------------------------------------------------------ adding nodes
+
+def _bad_node(**fields) -> TextNode:
+    node = TextNode(id_=fields.pop("id_", "bad"), text=fields.pop("text", "fine"), embedding=[1.0, 0.0, 0.0, 0.0])
+    node.metadata = fields.pop("metadata", {})
+    if "doc" in fields:
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=fields.pop("doc"))
+    return node
+
+
+UNSTORABLE = {
+    "nul in text": (_bad_node(text="bee\x00hive"), r"node 'bad': text 'bee\\x00hive' contains a NUL character \(\\x00\) at position 3"),
+    "nul in id": (_bad_node(id_="b\x00d"), r"node 'b\\x00d': id 'b\\x00d' contains a NUL"),
+    "nul in document id": (_bad_node(doc="doc\x00"), r"node 'bad': document id 'doc\\x00' contains a NUL"),
+    "nul in metadata value": (_bad_node(metadata={"k": "v\x00"}), r"node 'bad': metadata\['k'\] 'v\\x00' contains a NUL"),
+    "nul in metadata key": (_bad_node(metadata={"k\x00": 1}), r"node 'bad': metadata key 'k\\x00' contains a NUL"),
+    "nul in a nested list": (
+        _bad_node(metadata={"tags": ["ok", {"deep": "x\x00"}]}),
+        r"node 'bad': metadata\['tags'\]\[1\]\['deep'\] 'x\\x00' contains a NUL",
+    ),
+    "surrogate in text": (_bad_node(text="bee\ud800"), r"node 'bad': text 'bee\\ud800' is not valid Unicode \(a lone surrogate at position 3\)"),
+    "surrogate in metadata": (_bad_node(metadata={"k": "\udcff"}), r"node 'bad': metadata\['k'\] .* lone surrogate at position 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSTORABLE))
+async def test_a_node_postgres_cannot_store_is_named_and_nothing_is_added(pg_server, table, store, case):
+    bad, message = UNSTORABLE[case]
+    good = _bad_node(id_="good-before-bad")
+    with pytest.raises(UnstorableNodeError, match=message):
+        store.add([good, bad])
+    try:
+        with pytest.raises(UnstorableNodeError, match=message):
+            await store.async_add([good, bad])
+    finally:
+        await store.close()
+    assert _rows(pg_server, store) == len(table[1])  # the batch is one transaction

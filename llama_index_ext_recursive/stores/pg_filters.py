@@ -45,8 +45,9 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Type
 
+from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -57,6 +58,7 @@ from sqlalchemy import Float, and_, case, cast, false, func, literal, or_, true
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TEXT
 from sqlalchemy.sql.elements import ColumnElement
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import FilterError
 
 _SHORT = reprlib.Repr()
@@ -72,32 +74,76 @@ _ORDER = {
 }
 
 
-def sql_text(what: str, value: Any) -> str:
-    """``value`` if PostgreSQL can hold it as text, else a :class:`FilterError` naming it.
+class UnstorableNodeError(LlamaIndexExtRecursiveError, ValueError):
+    """A node holds text PostgreSQL cannot store (a NUL character, a lone surrogate).
 
-    PostgreSQL text cannot contain NUL, and the drivers cannot encode a lone
-    surrogate; both would otherwise fail inside the driver with a message
-    that names neither the key nor the value.
+    Raised by the store's ``add`` naming the node, the field and the position;
+    nothing of the batch was added (it is one transaction).
+    """
+
+
+def sql_text(what: str, value: Any, error: Type[ValueError] = FilterError) -> str:
+    """``value`` if PostgreSQL can hold it as text, else ``error`` naming it.
+
+    PostgreSQL text and JSON cannot contain NUL, and the drivers cannot encode
+    a lone surrogate; both would otherwise fail inside the driver with a
+    message that names neither the key nor the value.
 
     Args:
         what: how the error names the value (``"filter key"``, ``"node id"``...).
         value: the string to check.
+        error: the exception to raise (:class:`FilterError` for what a query
+            gives, :class:`UnstorableNodeError` for what ``add`` is given).
     """
     if not isinstance(value, str):
-        raise FilterError(f"{what} {_show(value)} must be a string, got {type(value).__name__}")
+        raise error(f"{what} {_show(value)} must be a string, got {type(value).__name__}")
     if "\x00" in value:
-        raise FilterError(
+        raise error(
             f"{what} {_show(value)} contains a NUL character (\\x00) at position "
-            f"{value.index(chr(0))}; PostgreSQL text cannot hold it, so no stored value can match: remove it"
+            f"{value.index(chr(0))}, which PostgreSQL text cannot hold: remove it"
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise FilterError(
+        raise error(
             f"{what} {_show(value)} is not valid Unicode (a lone surrogate at position "
             f"{exc.start}); PostgreSQL stores UTF-8 only: decode the text properly"
         ) from None
     return value
+
+
+def check_storable(nodes: Iterable[BaseNode]) -> None:
+    """Raise :class:`UnstorableNodeError` for the first text of ``nodes`` PostgreSQL cannot hold.
+
+    Run after the driver refused a batch, to say which node and where: every
+    string the store writes from a node (its id, text, document id, metadata
+    keys and values at any depth) is checked.
+
+    Args:
+        nodes: the nodes given to ``add``.
+    """
+    for node in nodes:
+        owner = f"node {_show(node.node_id)}:"
+        strings = [("id", node.node_id), ("text", node.get_content()), ("document id", node.ref_doc_id)]
+        strings += _metadata_strings(node.metadata, "metadata")
+        for where, value in strings:
+            if value is not None:
+                sql_text(f"{owner} {where}", value, error=UnstorableNodeError)
+
+
+def _metadata_strings(value: Any, path: str) -> List[Tuple[str, Any]]:
+    """``(path, string)`` for every key and string value in ``value``, nested ones included."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        found: List[Tuple[str, Any]] = []
+        for key, item in value.items():
+            found += _metadata_strings(key, f"{path} key")
+            found += _metadata_strings(item, f"{path}[{_show(key)}]")
+        return found
+    if isinstance(value, (list, tuple)):
+        return [pair for i, item in enumerate(value) for pair in _metadata_strings(item, f"{path}[{i}]")]
+    return []
 
 
 def sql_ids(what: str, ids: Iterable[Any]) -> List[str]:

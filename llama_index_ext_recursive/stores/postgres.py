@@ -84,7 +84,14 @@ from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-from llama_index_ext_recursive.stores.pg_filters import scoped_filters, sql_ids, sql_text, where_clause
+from llama_index_ext_recursive.stores.pg_filters import (
+    UnstorableNodeError,
+    check_storable,
+    scoped_filters,
+    sql_ids,
+    sql_text,
+    where_clause,
+)
 from llama_index_ext_recursive.validation import check_count, check_real
 
 try:
@@ -409,6 +416,39 @@ class _PGVectorStore(PGVectorStore):
         :func:`~llama_index_ext_recursive.stores.pg_filters.where_clause` binds them.
         """
         return where_clause(self._table_class, filters, jsonb=self.use_jsonb)
+
+    def add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:
+        """Add ``nodes``; a node PostgreSQL cannot store is named (the driver named none).
+
+        Checked only once the driver has refused the batch (one transaction,
+        so nothing was added): a successful add costs nothing more.
+
+        Args:
+            nodes: the nodes, with their embeddings.
+            **add_kwargs: passed to ``PGVectorStore.add``.
+
+        Raises:
+            UnstorableNodeError: a node's id, text, document id or metadata
+                holds a NUL character or a lone surrogate; names which and where.
+        """
+        try:
+            return super().add(nodes, **add_kwargs)
+        except (ValueError, DBAPIError):  # psycopg2: ValueError on NUL, UnicodeEncodeError
+            check_storable(nodes)
+            raise
+
+    async def async_add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:
+        """Add ``nodes``; a node PostgreSQL cannot store is named, as by :meth:`add`.
+
+        Args:
+            nodes: the nodes, with their embeddings.
+            **add_kwargs: passed to ``PGVectorStore.async_add``.
+        """
+        try:
+            return await super().async_add(nodes, **add_kwargs)
+        except (ValueError, DBAPIError):
+            check_storable(nodes)
+            raise
 
     # Upstream binds ids already; a NUL, a lone surrogate or a non-string id
     # would still fail inside the driver, naming neither the id nor the fix.
