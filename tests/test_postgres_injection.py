@@ -457,6 +457,9 @@ async def test_recursive_retriever_routes_hostile_document_ids_as_the_in_memory_
         ("hnsw", {"hnsw_dist_method": "vector_cosine_ops); DROP TABLE x; --"}, ValueError, "hnsw_dist_method"),
         ("hnsw", {"hnsw_m": "16) WITH (x"}, TypeError, "hnsw_m must be an integer"),
         ("hnsw", {"hnsw_ef_search": 0}, ValueError, "hnsw_ef_search must be >= 1, got 0"),
+        # upstream logged the failed CREATE TABLE, then every call failed: "relation does not exist"
+        ("table_name", "t" * 45, ValueError, f"make the name 'data_{'t' * 45}_embedding_idx', 64 characters"),
+        ("indexed_metadata_keys", {("k" * 60, "text")}, ValueError, "PostgreSQL names hold at most 63"),
     ],
 )
 def test_names_and_settings_written_into_ddl_are_checked(pg_server, setting, value, error, message):
@@ -631,3 +634,24 @@ async def test_a_node_postgres_cannot_store_is_named_and_nothing_is_added(pg_ser
     finally:
         await store.close()
     assert _rows(pg_server, store) == len(table[1])  # the batch is one transaction
+
+
+def test_hostile_indexed_metadata_keys_are_quoted_in_ddl(pg_server):
+    """PGVectorStore writes indexed keys into CREATE INDEX; SQLAlchemy quotes them as literals."""
+    pg_server.execute("CREATE TABLE IF NOT EXISTS victim (i int)")
+    keys = ["it's %s :x", "x')); DROP TABLE victim; --"]
+    store = pgvector_store(
+        **pg_server.params(), table_name=pg_server.table_name("ddl"), embed_dim=DIM,
+        indexed_metadata_keys={(k, "text") for k in keys} | {(keys[1], "text[]")},
+    )
+    try:
+        store.add([_bad_node(id_="n", metadata={keys[0]: "a'b", keys[1]: ["v"]})])
+        for key, value, op in ((keys[0], "a'b", OP.EQ), (keys[1], "v", OP.CONTAINS)):
+            filters = MetadataFilters(filters=[_leaf(key, value, op)])
+            assert store.query(_query(filters)).ids == ["n"]
+        indexes = pg_server.execute(f"SELECT indexname FROM pg_indexes WHERE tablename = 'data_{store.table_name}'")
+        assert sorted(sum(key in row[0] for row in indexes) for key in keys) == [1, 2]
+        assert _rows(pg_server, store) == 1
+        assert pg_server.execute("SELECT count(*) FROM victim") == [(0,)]
+    finally:
+        store.client.dispose()

@@ -125,6 +125,7 @@ HNSW_DIST_METHODS = tuple(
     f"{kind}_{dist}_ops" for kind in ("vector", "halfvec") for dist in ("cosine", "l2", "ip", "l1")
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_NAME = 63  # PostgreSQL's NAMEDATALEN - 1
 _QUALIFIED_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_STATEMENT_TIMEOUT = 30.0
@@ -617,6 +618,28 @@ def _identifier(name: str, value: Any, pattern: "re.Pattern[str]" = _IDENTIFIER)
     return value
 
 
+def _names_fit(table_name: str, hnsw: bool, indexed_metadata_keys: Any) -> None:
+    """Refuse a table or index name longer than PostgreSQL's 63 characters.
+
+    ``PGVectorStore`` derives them from ``table_name`` and the
+    ``indexed_metadata_keys``; SQLAlchemy refuses a longer one when the table
+    is created, which upstream only logs, so every later call failed with
+    "relation does not exist".
+    """
+    base = table_name.lower()  # as PGVectorStore names the table
+    names = [f"data_{base}", f"{base}_idx_1"] + ([f"data_{base}_embedding_idx"] if hnsw else [])
+    for key, pg_type in indexed_metadata_keys or ():
+        suffix = "gin" if pg_type == "text[]" else str(pg_type).replace(" ", "_")
+        names.append(f"{base}_idx_{key}_{suffix}")
+    for name in names:
+        if len(name) > _MAX_NAME:
+            raise ValueError(
+                f"table_name {table_name!r} and indexed_metadata_keys make the name {name!r}, "
+                f"{len(name)} characters; PostgreSQL names hold at most {_MAX_NAME}: use a shorter "
+                f"table_name (or metadata key)"
+            )
+
+
 def _hnsw_kwargs(hnsw: Union[bool, Dict[str, Any], None]) -> Optional[Dict[str, Any]]:
     if hnsw is None or hnsw is False:
         return None
@@ -713,11 +736,13 @@ def pgvector_store(
             method, a timeout that is not positive and finite, or a
             ``table_name``, ``schema_name`` or ``text_search_config`` that is
             not a plain SQL identifier (``PGVectorStore`` writes them into DDL
-            unquoted).
+            unquoted), or a table or index name from ``table_name`` and
+            ``indexed_metadata_keys`` beyond PostgreSQL's 63 characters.
         TypeError: an HNSW setting that is not a positive integer.
     """
     if iterative_scan is not None and iterative_scan not in ITERATIVE_SCAN_MODES:
         raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCAN_MODES} or None, got {iterative_scan!r}")
+    _names_fit(_identifier("table_name", table_name), bool(hnsw), kwargs.get("indexed_metadata_keys"))
     timeouts = _Timeouts(
         address=f"{host}:{port}",
         connect=check_real("connect_timeout", connect_timeout, low=0.001),
