@@ -33,8 +33,11 @@ package's other stores use:
 * ``is_empty`` matches a missing key, ``null``, ``""`` and ``[]`` (upstream:
   missing or ``null`` only), as LlamaIndex documents it.
 * ``NOT`` is supported (upstream raised); an empty filter list filters nothing.
+* A query's ``node_ids`` and ``doc_ids`` limit its rows (:func:`scoped_filters`;
+  upstream ignored both).
 
-Values PostgreSQL cannot hold (a NUL character, a lone surrogate), ``None``,
+Values PostgreSQL cannot hold (a NUL character, a lone surrogate: :func:`sql_text`,
+which also checks ids, and :func:`check_storable` for the nodes ``add`` is given), ``None``,
 ``NaN`` and values of the wrong shape for their operator raise
 :class:`~llama_index_ext_recursive.filters.FilterError` naming the key and the
 value, instead of a driver error or an empty result.

@@ -38,19 +38,36 @@ returns handles them:
   fails and breaks the pool for the first loop. The store keeps one async
   engine per event loop.
 
-And one makes it unsafe: upstream pastes metadata filter keys and values
-into SQL text, so a filter value can run SQL of its own or return other
-tenants' rows, and ordinary values (``children's books``, `` :draft``) break
-the query. The store builds its WHERE clauses with
-:func:`~llama_index_ext_recursive.stores.pg_filters.where_clause`, which binds
-every key and value (its docstring lists where its semantics differ from
-upstream's), checks ids and query settings before they reach the driver, and
-:func:`pgvector_store` refuses table, schema and text search configuration
-names that are not plain identifiers, since upstream writes them into DDL.
+And some make it unsafe or wrong on hostile or merely unusual input:
 
-One module of ~650 lines on purpose: every upstream behaviour above is fixed
-by the engine settings built in :func:`pgvector_store`, and the timeouts, the
-loop-safe async engine and the hybrid retriever all depend on them.
+* Upstream pastes metadata filter keys and values into SQL text, so a filter
+  value can run SQL of its own or return other tenants' rows, and ordinary
+  values (``children's books``, `` :draft``) break the query. The store
+  builds its WHERE clauses with
+  :func:`~llama_index_ext_recursive.stores.pg_filters.where_clause`, which
+  binds every key and value (its docstring lists where its semantics differ
+  from upstream's), and checks ids and query settings before they reach the
+  driver; :func:`pgvector_store` refuses table, schema and text search
+  configuration names that are not plain identifiers, or longer than
+  PostgreSQL's 63 characters, since upstream writes them into DDL.
+* Upstream ignores a query's ``node_ids`` and ``doc_ids``, so a retriever
+  scoped to some documents got every document's rows; here they are bound
+  ``IN`` clauses (an empty list limits nothing, as ``as_retriever`` needs).
+  ``get_nodes`` and ``delete_nodes`` take an empty id list as no node
+  (upstream: every node).
+* Text search ORs the query's words in a chain that the server evaluates
+  recursively, so ~20,000 words overflowed its stack; here they are a
+  balanced tree (same rows, same ``ts_rank``).
+* Async MMR queries on an HNSW store sent ``SET hnsw.ef_search = $1``, a
+  syntax error; settings go through ``set_config`` with bound values.
+* A NUL character or lone surrogate in a node failed ``add`` inside the
+  driver; :class:`~llama_index_ext_recursive.stores.pg_filters.UnstorableNodeError`
+  names the node, the field and the position.
+
+One module of ~900 lines on purpose: the store's overrides run on the
+engines :func:`pgvector_store` builds, and the timeouts, the loop-safe async
+engine and the hybrid retriever all depend on them; the filter clause builder,
+which needs none of them, is :mod:`~llama_index_ext_recursive.stores.pg_filters`.
 """
 
 from __future__ import annotations
