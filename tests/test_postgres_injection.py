@@ -472,6 +472,8 @@ def test_query_time_ef_search_is_checked(store):
     query = _query(MetadataFilters(filters=[]))
     with pytest.raises(TypeError, match="hnsw_ef_search must be an integer"):
         store.query(query, hnsw_ef_search="40; DROP TABLE x")
+    with pytest.raises(TypeError, match="ivfflat_probes must be an integer"):
+        store.query(query, ivfflat_probes="1'; DROP TABLE x; --")
     assert store.query(query, hnsw_ef_search=80).ids
 
 

@@ -568,10 +568,12 @@ class _PGVectorStore(PGVectorStore):
 
         Upstream ignores ``node_ids`` and ``doc_ids`` (a retriever scoped to
         some documents got every document's rows), writes ``hnsw_ef_search``
-        into a SET statement as text in async queries, and sends a negative
-        ``top_k`` to the server as a LIMIT it refuses.
+        into a SET statement as text in async queries (and ``ivfflat_probes``
+        into one the server refuses for anything but a count), and sends a
+        negative ``top_k`` to the server as a LIMIT it refuses.
         """
-        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
+        for setting in ("hnsw_ef_search", "ivfflat_probes"):
+            check_count(setting, kwargs.get(setting), allow_none=True)
         check_count("similarity_top_k", query.similarity_top_k, minimum=0, allow_none=True)
         check_count("sparse_top_k", query.sparse_top_k, minimum=0, allow_none=True)
         filters = scoped_filters(query.filters, query.node_ids, query.doc_ids)
