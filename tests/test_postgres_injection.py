@@ -31,7 +31,7 @@ from llama_index_ext_recursive import FilteredQueryBundle
 from llama_index_ext_recursive.filters import FilterError
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.stores.pgserver import PgServer
-from llama_index_ext_recursive.stores.postgres import UnstorableNodeError, pgvector_store
+from llama_index_ext_recursive.stores.postgres import TextQueryTooLongError, UnstorableNodeError, pgvector_store
 
 DIM = 4
 OP = FilterOperator
@@ -460,6 +460,7 @@ async def test_recursive_retriever_routes_hostile_document_ids_as_the_in_memory_
         # upstream logged the failed CREATE TABLE, then every call failed: "relation does not exist"
         ("table_name", "t" * 45, ValueError, f"make the name 'data_{'t' * 45}_embedding_idx', 64 characters"),
         ("indexed_metadata_keys", {("k" * 60, "text")}, ValueError, "PostgreSQL names hold at most 63"),
+        ("max_text_query_words", 0, ValueError, "max_text_query_words must be >= 1, got 0"),
     ],
 )
 def test_names_and_settings_written_into_ddl_are_checked(pg_server, setting, value, error, message):
@@ -570,17 +571,42 @@ LONG_QUERIES = {
 
 @pytest.mark.parametrize("case", list(LONG_QUERIES))
 async def test_a_100_kb_text_query_ranks_as_its_distinct_words_do(pg_server, table, store, case):
+    """The balanced tree: no stack overflow at any length, once the word limit allows it."""
+    unlimited = pgvector_store(
+        **pg_server.params(), table_name=table[0], embed_dim=DIM, hybrid_search=True, max_text_query_words=20_000
+    )
     short = VectorStoreQuery(query_str="honey", similarity_top_k=100, mode=VectorStoreQueryMode.TEXT_SEARCH)
     long = dataclasses.replace(short, query_str=LONG_QUERIES[case])
     assert len(long.query_str) > 90_000
     expected = store.query(short)
     assert sorted(expected.ids) == sorted(n.node_id for n in table[1] if n.metadata["n"] % 2)
     try:
-        for got in (store.query(long), await store.aquery(long)):
+        for got in (unlimited.query(long), await unlimited.aquery(long)):
             assert sorted(got.ids) == sorted(expected.ids)
             if case == "one word repeated":  # the same tsquery, so the same ts_rank
                 # (asyncpg reads a real at full float32 precision, psycopg2 its shortest text form)
                 assert got.similarities == pytest.approx(expected.similarities, rel=1e-6)
+    finally:
+        await unlimited.close()
+
+
+@pytest.mark.parametrize("mode", [VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID])
+async def test_a_text_query_of_more_distinct_words_than_the_limit_is_refused(table, store, mode):
+    """Each word costs a lookup in every matching row: 16,000 of them held a connection past 30 s."""
+    def query(text: str) -> VectorStoreQuery:
+        return VectorStoreQuery(query_str=text, query_embedding=[1.0, 0, 0, 0], similarity_top_k=100, mode=mode)
+
+    at_limit = query("honey " + " ".join(f"w{i}x" for i in range(255)) + " honey")
+    over = query(LONG_QUERIES["distinct words"])
+    message = r"the text search query has 17,001 distinct words \('honey w0x.*'\); at most 256 are searched"
+    try:
+        assert "acme-1" in store.query(at_limit).ids
+        assert "acme-1" in (await store.aquery(at_limit)).ids
+        assert "acme-1" in store.query(query(LONG_QUERIES["one word repeated"])).ids  # one distinct word
+        with pytest.raises(TextQueryTooLongError, match=message):
+            store.query(over)
+        with pytest.raises(TextQueryTooLongError, match="max_text_query_words"):
+            await store.aquery(over)
     finally:
         await store.close()
 

@@ -67,7 +67,7 @@ from llama_index_ext_recursive.filters import FilterError
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = 80
 _SHORT.maxother = 80
-_show = _SHORT.repr  # keys and values in messages: a 100 kB value is shown by its ends
+shown = _SHORT.repr  # keys and values in messages: a 100 kB value is shown by its ends
 
 _ORDER = {
     FilterOperator.GT: lambda a, b: a > b,
@@ -99,17 +99,17 @@ def sql_text(what: str, value: Any, error: Type[ValueError] = FilterError) -> st
             gives, :class:`UnstorableNodeError` for what ``add`` is given).
     """
     if not isinstance(value, str):
-        raise error(f"{what} {_show(value)} must be a string, got {type(value).__name__}")
+        raise error(f"{what} {shown(value)} must be a string, got {type(value).__name__}")
     if "\x00" in value:
         raise error(
-            f"{what} {_show(value)} contains a NUL character (\\x00) at position "
+            f"{what} {shown(value)} contains a NUL character (\\x00) at position "
             f"{value.index(chr(0))}, which PostgreSQL text cannot hold: remove it"
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise error(
-            f"{what} {_show(value)} is not valid Unicode (a lone surrogate at position "
+            f"{what} {shown(value)} is not valid Unicode (a lone surrogate at position "
             f"{exc.start}); PostgreSQL stores UTF-8 only: decode the text properly"
         ) from None
     return value
@@ -126,7 +126,7 @@ def check_storable(nodes: Iterable[BaseNode]) -> None:
         nodes: the nodes given to ``add``.
     """
     for node in nodes:
-        owner = f"node {_show(node.node_id)}:"
+        owner = f"node {shown(node.node_id)}:"
         strings = [("id", node.node_id), ("text", node.get_content()), ("document id", node.ref_doc_id)]
         strings += _metadata_strings(node.metadata, "metadata")
         for where, value in strings:
@@ -142,7 +142,7 @@ def _metadata_strings(value: Any, path: str) -> List[Tuple[str, Any]]:
         found: List[Tuple[str, Any]] = []
         for key, item in value.items():
             found += _metadata_strings(key, f"{path} key")
-            found += _metadata_strings(item, f"{path}[{_show(key)}]")
+            found += _metadata_strings(item, f"{path}[{shown(key)}]")
         return found
     if isinstance(value, (list, tuple)):
         return [pair for i, item in enumerate(value) for pair in _metadata_strings(item, f"{path}[{i}]")]
@@ -160,7 +160,7 @@ def sql_ids(what: str, ids: Iterable[Any]) -> List[str]:
         ids: the ids.
     """
     if isinstance(ids, (str, bytes)):
-        raise FilterError(f"{what}s must be a list of ids, got the string {_show(ids)}: pass [{_show(ids)}]")
+        raise FilterError(f"{what}s must be a list of ids, got the string {shown(ids)}: pass [{shown(ids)}]")
     return [sql_text(what, i) for i in ids]
 
 
@@ -267,8 +267,8 @@ class _Builder:
             return self._is_empty(key)
         if value is None:
             raise FilterError(
-                f"filter {_show(key)} {op.value} None matches nothing; to select nodes without "
-                f"{_show(key)} use the operator 'is_empty'"
+                f"filter {shown(key)} {op.value} None matches nothing; to select nodes without "
+                f"{shown(key)} use the operator 'is_empty'"
             )
         if op == FilterOperator.EQ:
             return self._equals(key, value)
@@ -282,11 +282,11 @@ class _Builder:
         if op in (FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE):
             if not isinstance(value, str):
                 raise FilterError(
-                    f"filter {_show(key)} {op.value} {_show(value)}: {op.value} matches a substring "
+                    f"filter {shown(key)} {op.value} {shown(value)}: {op.value} matches a substring "
                     f"of text, so its value must be a string"
                 )
             text = self._text(key)
-            value = sql_text(f"filter {_show(key)} value", value)
+            value = sql_text(f"filter {shown(key)} value", value)
             matched = (
                 text.contains(value, autoescape=True)
                 if op == FilterOperator.TEXT_MATCH
@@ -296,21 +296,21 @@ class _Builder:
         if op == FilterOperator.CONTAINS:
             if isinstance(value, (list, tuple)):
                 raise FilterError(
-                    f"filter {_show(key)} contains {_show(value)}: contains takes one value; "
+                    f"filter {shown(key)} contains {shown(value)}: contains takes one value; "
                     f"for several use the operator 'all' or 'any'"
                 )
             return self._jsonb(key).contains([self._scalar(key, value)])
         if op in (FilterOperator.ANY, FilterOperator.ALL):
             return self._any_all(key, op, _listed(key, op, value))
         raise FilterError(
-            f"filter {_show(key)}: operator {op!r} is not supported on PostgreSQL; use one of "
+            f"filter {shown(key)}: operator {op!r} is not supported on PostgreSQL; use one of "
             f"{[o.value for o in FilterOperator]}"
         )
 
     def _scalar(self, key: str, value: Any) -> Any:
         """A string, finite number or boolean, checked; anything else is a :class:`FilterError`."""
         if isinstance(value, str):
-            return sql_text(f"filter {_show(key)} value", value)
+            return sql_text(f"filter {shown(key)} value", value)
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             try:
                 number = float(value)
@@ -318,12 +318,12 @@ class _Builder:
                 number = math.nan
             if math.isnan(number):
                 raise FilterError(
-                    f"filter {_show(key)} value {_show(value)} is not a number PostgreSQL can "
+                    f"filter {shown(key)} value {shown(value)} is not a number PostgreSQL can "
                     f"compare (NaN, or beyond the range of a double); pass a finite number"
                 )
             return value
         raise FilterError(
-            f"filter {_show(key)} value {_show(value)} is a {type(value).__name__}; filters "
+            f"filter {shown(key)} value {shown(value)} is a {type(value).__name__}; filters "
             f"take strings, numbers or lists of them"
         )
 
@@ -339,7 +339,7 @@ class _Builder:
         strings = [v for v in values if isinstance(v, str)]
         parts = [self._equals(key, v) for v in values if not isinstance(v, str)]
         if strings:
-            strings = [sql_text(f"filter {_show(key)} value", v) for v in strings]
+            strings = [sql_text(f"filter {shown(key)} value", v) for v in strings]
             parts.insert(0, self._text(key).in_(strings))
         return or_(false(), *parts)
 
@@ -379,12 +379,12 @@ def _negated(clause: ColumnElement[bool]) -> ColumnElement[bool]:
 def _listed(key: str, op: FilterOperator, value: Any) -> List[Any]:
     if not isinstance(value, (list, tuple)):
         raise FilterError(
-            f"filter {_show(key)} {op.value} {_show(value)}: {op.value} takes a list of values, "
-            f"e.g. [{_show(value)}]"
+            f"filter {shown(key)} {op.value} {shown(value)}: {op.value} takes a list of values, "
+            f"e.g. [{shown(value)}]"
         )
     if any(v is None for v in value):
         raise FilterError(
-            f"filter {_show(key)} {op.value} {_show(value)}: None matches nothing; to select nodes "
-            f"without {_show(key)} use the operator 'is_empty'"
+            f"filter {shown(key)} {op.value} {shown(value)}: None matches nothing; to select nodes "
+            f"without {shown(key)} use the operator 'is_empty'"
         )
     return list(value)

@@ -106,6 +106,7 @@ from llama_index_ext_recursive.stores.pg_filters import (
     check_storable,
     scoped_filters,
     sql_ids,
+    shown,
     sql_text,
     where_clause,
 )
@@ -145,6 +146,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_NAME = 63  # PostgreSQL's NAMEDATALEN - 1
 _QUALIFIED_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 DEFAULT_CONNECT_TIMEOUT = 10.0
+# 256 words: 0.6 s of ts_rank on 20,000 rows (benchmarks/postgres_text_search.py);
+# a typed question holds a few dozen
+DEFAULT_MAX_TEXT_QUERY_WORDS = 256
 DEFAULT_STATEMENT_TIMEOUT = 30.0
 # seconds the client waits past statement_timeout for the server's own cancel
 # (which keeps the connection usable) before it gives up on the connection
@@ -173,6 +177,10 @@ class PostgresTimeoutError(LlamaIndexExtRecursiveError, TimeoutError):
             f"the server may be hung, unreachable or overloaded. The call can be retried; "
             f"to allow longer, pass pgvector_store(..., {setting}=<seconds>)"
         )
+
+
+class TextQueryTooLongError(LlamaIndexExtRecursiveError, ValueError):
+    """A text search query holds more distinct words than ``max_text_query_words``."""
 
 
 @dataclass(frozen=True)
@@ -388,12 +396,22 @@ class _PGVectorStore(PGVectorStore):
 
     _async_engines: _LoopEngines = PrivateAttr()
     _resort: bool = PrivateAttr(default=False)
+    _max_text_query_words: int = PrivateAttr(default=0)
 
-    def __init__(self, *, engine: Engine, async_engines: _LoopEngines, resort: bool, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        async_engines: _LoopEngines,
+        resort: bool,
+        max_text_query_words: int,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._engine = engine
         self._async_engines = async_engines
         self._resort = resort
+        self._max_text_query_words = max_text_query_words
 
     @classmethod
     def class_name(cls) -> str:
@@ -543,11 +561,25 @@ class _PGVectorStore(PGVectorStore):
         counts each distinct word once whatever the grouping. The query text
         is a bound parameter, and every character that means something in a
         ``tsquery`` is removed first, as upstream does.
+
+        Each word costs a lookup in every row that matches any of them (1,000
+        words took 4.3 s on 20,000 rows, upstream's chain 4.7 s:
+        ``benchmarks/postgres_text_search.py``), so a query of more than
+        ``max_text_query_words`` distinct words is refused rather than left to
+        hold a connection until ``statement_timeout``.
         """
         if query_str is None:
             raise ValueError("query_str must be specified for a sparse vector query.")
+        words = _ts_words(query_str)
+        if len(words) > self._max_text_query_words:
+            raise TextQueryTooLongError(
+                f"the text search query has {len(words):,} distinct words ({shown(query_str)}); "
+                f"at most {self._max_text_query_words} are searched, since each costs a lookup in "
+                f"every matching row: shorten the query, or raise "
+                f"pgvector_store(..., max_text_query_words=...)"
+            )
         table = self._table_class
-        ts_query = func.to_tsquery(type_coerce(self.text_search_config, _RegConfig), _or_tree(query_str))
+        ts_query = func.to_tsquery(type_coerce(self.text_search_config, _RegConfig), _or_tree(words))
         stmt = (
             select(
                 table.id,
@@ -617,9 +649,13 @@ class _RegConfig(UserDefinedType):
 _TS_SEPARATORS = re.compile(r"(?!\b\.\b)\W+")
 
 
-def _or_tree(query_str: str) -> str:
-    """The distinct words of ``query_str`` OR'ed as a balanced ``tsquery`` (``(a|b)|(c|d)``)."""
-    words = list(dict.fromkeys(_TS_SEPARATORS.sub(" ", query_str).split()))
+def _ts_words(query_str: str) -> List[str]:
+    """The distinct words of a text search query, in order, as upstream reads them."""
+    return list(dict.fromkeys(_TS_SEPARATORS.sub(" ", query_str).split()))
+
+
+def _or_tree(words: List[str]) -> str:
+    """``words`` OR'ed as a balanced ``tsquery`` (``(a|b)|(c|d)``)."""
     while len(words) > 1:
         pairs = [f"({words[i]}|{words[i + 1]})" for i in range(0, len(words) - 1, 2)]
         words = pairs + words[len(pairs) * 2:]
@@ -698,6 +734,7 @@ def pgvector_store(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
     create_engine_kwargs: Optional[Dict[str, Any]] = None,
+    max_text_query_words: int = DEFAULT_MAX_TEXT_QUERY_WORDS,
     **kwargs: Any,
 ) -> PGVectorStore:
     """A ``PGVectorStore`` whose HNSW queries with metadata filters return k rows,
@@ -748,6 +785,11 @@ def pgvector_store(
         create_engine_kwargs: extra keyword arguments for both engines (pool
             size, echo, ``pool_pre_ping``, ...); ``connect_args`` go to both
             drivers (the timeouts above take precedence over theirs).
+        max_text_query_words: most distinct words a text search query
+            (``text_search`` / ``hybrid`` mode, :func:`pg_hybrid_retriever`)
+            may hold (default 256); each costs a lookup in every matching
+            row, so a pasted document would hold a connection for seconds to
+            minutes. More raise :class:`TextQueryTooLongError`.
         **kwargs: passed to ``PGVectorStore`` (``use_jsonb``, ``indexed_metadata_keys``, ...).
 
     Raises:
@@ -825,6 +867,7 @@ def pgvector_store(
         engine=engine,
         async_engines=_LoopEngines(make_async_engine),
         resort=iterative_scan == "relaxed_order",
+        max_text_query_words=check_count("max_text_query_words", max_text_query_words),
         # kept for display only: the engines above are what connects (password hidden)
         connection_string=sync_url.render_as_string(hide_password=True),
         async_connection_string=async_url.render_as_string(hide_password=True),
