@@ -899,6 +899,8 @@ def pg_hybrid_retriever(
     weighted reciprocal rank fusion. Per-call filters
     (:class:`~llama_index_ext_recursive.filters.FilteredQueryBundle`) reach
     both children as SQL WHERE clauses and are enforced on the fused list.
+    A query of more distinct words than the store's ``max_text_query_words``
+    (default 256) raises :class:`TextQueryTooLongError` from the text child.
 
     Args:
         index: a ``VectorStoreIndex`` over a ``PGVectorStore`` built with
