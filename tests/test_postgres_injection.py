@@ -9,9 +9,11 @@ text sent to the server (only in its bound parameters).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Dict, List
 
 import pytest
+from llama_index.core import MockEmbedding, VectorStoreIndex
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     FilterCondition,
@@ -21,6 +23,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
     VectorStoreQueryMode,
 )
+from llama_index.vector_stores.postgres import PGVectorStore
 from sqlalchemy import event
 
 from conftest import topic_nodes
@@ -28,7 +31,7 @@ from llama_index_ext_recursive import FilteredQueryBundle
 from llama_index_ext_recursive.filters import FilterError
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.stores.pgserver import PgServer
-from llama_index_ext_recursive.stores.postgres import pgvector_store
+from llama_index_ext_recursive.stores.postgres import TextQueryTooLongError, UnstorableNodeError, pgvector_store
 
 DIM = 4
 OP = FilterOperator
@@ -454,6 +457,10 @@ async def test_recursive_retriever_routes_hostile_document_ids_as_the_in_memory_
         ("hnsw", {"hnsw_dist_method": "vector_cosine_ops); DROP TABLE x; --"}, ValueError, "hnsw_dist_method"),
         ("hnsw", {"hnsw_m": "16) WITH (x"}, TypeError, "hnsw_m must be an integer"),
         ("hnsw", {"hnsw_ef_search": 0}, ValueError, "hnsw_ef_search must be >= 1, got 0"),
+        # upstream logged the failed CREATE TABLE, then every call failed: "relation does not exist"
+        ("table_name", "t" * 45, ValueError, f"make the name 'data_{'t' * 45}_embedding_idx', 64 characters"),
+        ("indexed_metadata_keys", {("k" * 60, "text")}, ValueError, "PostgreSQL names hold at most 63"),
+        ("max_text_query_words", 0, ValueError, "max_text_query_words must be >= 1, got 0"),
     ],
 )
 def test_names_and_settings_written_into_ddl_are_checked(pg_server, setting, value, error, message):
@@ -466,4 +473,213 @@ def test_query_time_ef_search_is_checked(store):
     query = _query(MetadataFilters(filters=[]))
     with pytest.raises(TypeError, match="hnsw_ef_search must be an integer"):
         store.query(query, hnsw_ef_search="40; DROP TABLE x")
+    with pytest.raises(TypeError, match="ivfflat_probes must be an integer"):
+        store.query(query, ivfflat_probes="1'; DROP TABLE x; --")
     assert store.query(query, hnsw_ef_search=80).ids
+
+
+# ------------------------------------------------------- node_ids and doc_ids
+
+SCOPES = {
+    # hostile document ids: only acme's rows carry them (globex's documents are "globex i")
+    "doc ids": (dict(doc_ids=[HOSTILE[1], HOSTILE[3], "absent"]), lambda n: n.metadata["label"] in HOSTILE[1:4:2]),
+    "node ids": (dict(node_ids=["globex-2", "acme-5", "' OR '1'='1"]), lambda n: n.node_id in ("globex-2", "acme-5")),
+    "both": (dict(doc_ids=[HOSTILE[1]], node_ids=["acme-1", "acme-2"]), lambda n: n.node_id == "acme-1"),
+    # as_retriever passes node_ids=[] for a store holding the text, meaning every node
+    "empty lists": (dict(doc_ids=[], node_ids=[]), lambda n: True),
+}
+MODES = {
+    "default": dict(query_embedding=[1.0, 0.0, 0.0, 0.0]),
+    "text_search": dict(query_str="honey electricity", mode=VectorStoreQueryMode.TEXT_SEARCH),
+    "hybrid": dict(query_str="honey electricity", query_embedding=[1.0, 0.0, 0.0, 0.0], mode=VectorStoreQueryMode.HYBRID),
+    "mmr": dict(query_embedding=[1.0, 0.0, 0.0, 0.0], mode=VectorStoreQueryMode.MMR),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("scope", list(SCOPES))
+async def test_query_keeps_to_its_node_ids_and_doc_ids_sync_and_async(pg_server, table, store, sql_sent, scope, mode):
+    """Upstream ignored both, so a retriever scoped to some documents got every tenant's rows."""
+    _, nodes = table
+    ids, keep = SCOPES[scope]
+    query = VectorStoreQuery(similarity_top_k=100, **ids, **MODES[mode])
+    expected = sorted(n.node_id for n in nodes if keep(n))
+    try:
+        assert sorted(store.query(query).ids) == expected
+        assert sorted((await store.aquery(query)).ids) == expected
+        # with filters too: the scope and the filters both hold
+        acme = dataclasses.replace(query, filters=MetadataFilters(filters=[_leaf("tenant", "acme")]))
+        assert sorted(store.query(acme).ids) == [i for i in expected if i.startswith("acme")]
+    finally:
+        await store.close()
+    assert _rows(pg_server, store) == len(nodes)
+    assert not [s for s in sql_sent if "OR '1'='1" in s or "bumble" in s]
+
+
+async def test_retriever_scoped_to_documents_returns_only_theirs(table, store):
+    index = VectorStoreIndex.from_vector_store(store, embed_model=MockEmbedding(embed_dim=DIM))
+    retriever = index.as_retriever(similarity_top_k=100, doc_ids=[HOSTILE[0], HOSTILE[1]])
+    expected = ["acme-0", "acme-1"]
+    try:
+        assert sorted(h.node.node_id for h in retriever.retrieve("anything")) == expected
+        assert sorted(h.node.node_id for h in await retriever.aretrieve("anything")) == expected
+        assert len(index.as_retriever(similarity_top_k=100).retrieve("anything")) == len(table[1])
+    finally:
+        await store.close()
+
+
+async def test_an_empty_id_list_is_no_node_and_a_string_is_refused(pg_server, table, store):
+    _, nodes = table
+    acme = MetadataFilters(filters=[_leaf("tenant", "acme")])
+    try:
+        assert store.get_nodes(node_ids=[]) == [] == await store.aget_nodes(node_ids=[], filters=acme)
+        store.delete_nodes(node_ids=[], filters=acme)  # upstream: deleted every acme row
+        await store.adelete_nodes(node_ids=[], filters=acme)
+        assert _rows(pg_server, store) == len(nodes)
+        for call in (
+            lambda: store.delete_nodes(node_ids="acme-1"),
+            lambda: store.get_nodes(node_ids="acme-1"),
+            lambda: store.query(VectorStoreQuery(query_embedding=[1.0, 0, 0, 0], node_ids="acme-1")),
+        ):
+            with pytest.raises(FilterError, match=r"node ids must be a list of ids, got the string 'acme-1': pass \['acme-1'\]"):
+                call()
+        with pytest.raises(FilterError, match=r"document id 7 must be a string, got int"):
+            store.query(VectorStoreQuery(query_embedding=[1.0, 0, 0, 0], doc_ids=["ok", 7]))
+    finally:
+        await store.close()
+    assert _rows(pg_server, store) == len(nodes)
+
+
+@pytest.mark.parametrize("top_k, error", [(-1, ValueError), (1.5, TypeError), ("5", TypeError)])
+def test_a_top_k_the_server_would_refuse_is_a_clear_error(store, top_k, error):
+    with pytest.raises(error, match="similarity_top_k must be"):
+        store.query(VectorStoreQuery(query_embedding=[1.0, 0, 0, 0], similarity_top_k=top_k))
+    with pytest.raises(error, match="sparse_top_k must be"):
+        store.query(VectorStoreQuery(query_str="honey", mode=VectorStoreQueryMode.TEXT_SEARCH, sparse_top_k=top_k))
+    assert store.query(VectorStoreQuery(query_embedding=[1.0, 0, 0, 0], similarity_top_k=0)).ids == []
+
+
+# ---------------------------------------------------------- long text queries
+
+LONG_QUERIES = {
+    # ~100 kB each; upstream chained the words and the server's stack overflowed
+    "one word repeated": "honey " * 17_000,
+    "distinct words": "honey " + " ".join(f"w{i}x" for i in range(17_000)),
+    "operators between words": "honey " + " & ".join(f"!w{i}:*" for i in range(12_000)),
+}
+
+
+@pytest.mark.parametrize("case", list(LONG_QUERIES))
+async def test_a_100_kb_text_query_ranks_as_its_distinct_words_do(pg_server, table, store, case):
+    """The balanced tree: no stack overflow at any length, once the word limit allows it."""
+    unlimited = pgvector_store(
+        **pg_server.params(), table_name=table[0], embed_dim=DIM, hybrid_search=True, max_text_query_words=20_000
+    )
+    short = VectorStoreQuery(query_str="honey", similarity_top_k=100, mode=VectorStoreQueryMode.TEXT_SEARCH)
+    long = dataclasses.replace(short, query_str=LONG_QUERIES[case])
+    assert len(long.query_str) > 90_000
+    expected = store.query(short)
+    assert sorted(expected.ids) == sorted(n.node_id for n in table[1] if n.metadata["n"] % 2)
+    try:
+        for got in (unlimited.query(long), await unlimited.aquery(long)):
+            assert sorted(got.ids) == sorted(expected.ids)
+            if case == "one word repeated":  # the same tsquery, so the same ts_rank
+                # (asyncpg reads a real at full float32 precision, psycopg2 its shortest text form)
+                assert got.similarities == pytest.approx(expected.similarities, rel=1e-6)
+    finally:
+        await unlimited.close()
+
+
+@pytest.mark.parametrize("mode", [VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID])
+async def test_a_text_query_of_more_distinct_words_than_the_limit_is_refused(table, store, mode):
+    """Each word costs a lookup in every matching row: 16,000 of them held a connection past 30 s."""
+    def query(text: str) -> VectorStoreQuery:
+        return VectorStoreQuery(query_str=text, query_embedding=[1.0, 0, 0, 0], similarity_top_k=100, mode=mode)
+
+    at_limit = query("honey " + " ".join(f"w{i}x" for i in range(255)) + " honey")
+    over = query(LONG_QUERIES["distinct words"])
+    message = r"the text search query has 17,001 distinct words \('honey w0x.*'\); at most 256 are searched"
+    try:
+        assert "acme-1" in store.query(at_limit).ids
+        assert "acme-1" in (await store.aquery(at_limit)).ids
+        assert "acme-1" in store.query(query(LONG_QUERIES["one word repeated"])).ids  # one distinct word
+        with pytest.raises(TextQueryTooLongError, match=message):
+            store.query(over)
+        with pytest.raises(TextQueryTooLongError, match="max_text_query_words"):
+            await store.aquery(over)
+    finally:
+        await store.close()
+
+
+def test_text_search_ranks_as_upstream_does(pg_server, table, store):
+    """The balanced OR tree ranks exactly as upstream's chain of the same words."""
+    plain = PGVectorStore.from_params(
+        **pg_server.params(), table_name=table[0], embed_dim=DIM, hybrid_search=True
+    )
+    try:
+        for text in ("worker bees honey", "solar panels make honey electricity acme globex", "bees bees make"):
+            query = VectorStoreQuery(query_str=text, similarity_top_k=100, mode=VectorStoreQueryMode.TEXT_SEARCH)
+            ours, theirs = store.query(query), plain.query(query)
+            assert ours.ids and sorted(zip(ours.ids, ours.similarities)) == sorted(zip(theirs.ids, theirs.similarities))
+    finally:
+        plain.client.dispose()
+
+
+# ------------------------------------------------------------ adding nodes
+
+def _bad_node(**fields) -> TextNode:
+    node = TextNode(id_=fields.pop("id_", "bad"), text=fields.pop("text", "fine"), embedding=[1.0, 0.0, 0.0, 0.0])
+    node.metadata = fields.pop("metadata", {})
+    if "doc" in fields:
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=fields.pop("doc"))
+    return node
+
+
+UNSTORABLE = {
+    "nul in text": (_bad_node(text="bee\x00hive"), r"node 'bad': text 'bee\\x00hive' contains a NUL character \(\\x00\) at position 3"),
+    "nul in id": (_bad_node(id_="b\x00d"), r"node 'b\\x00d': id 'b\\x00d' contains a NUL"),
+    "nul in document id": (_bad_node(doc="doc\x00"), r"node 'bad': document id 'doc\\x00' contains a NUL"),
+    "nul in metadata value": (_bad_node(metadata={"k": "v\x00"}), r"node 'bad': metadata\['k'\] 'v\\x00' contains a NUL"),
+    "nul in metadata key": (_bad_node(metadata={"k\x00": 1}), r"node 'bad': metadata key 'k\\x00' contains a NUL"),
+    "nul in a nested list": (
+        _bad_node(metadata={"tags": ["ok", {"deep": "x\x00"}]}),
+        r"node 'bad': metadata\['tags'\]\[1\]\['deep'\] 'x\\x00' contains a NUL",
+    ),
+    "surrogate in text": (_bad_node(text="bee\ud800"), r"node 'bad': text 'bee\\ud800' is not valid Unicode \(a lone surrogate at position 3\)"),
+    "surrogate in metadata": (_bad_node(metadata={"k": "\udcff"}), r"node 'bad': metadata\['k'\] .* lone surrogate at position 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSTORABLE))
+async def test_a_node_postgres_cannot_store_is_named_and_nothing_is_added(pg_server, table, store, case):
+    bad, message = UNSTORABLE[case]
+    good = _bad_node(id_="good-before-bad")
+    with pytest.raises(UnstorableNodeError, match=message):
+        store.add([good, bad])
+    try:
+        with pytest.raises(UnstorableNodeError, match=message):
+            await store.async_add([good, bad])
+    finally:
+        await store.close()
+    assert _rows(pg_server, store) == len(table[1])  # the batch is one transaction
+
+
+def test_hostile_indexed_metadata_keys_are_quoted_in_ddl(pg_server):
+    """PGVectorStore writes indexed keys into CREATE INDEX; SQLAlchemy quotes them as literals."""
+    pg_server.execute("CREATE TABLE IF NOT EXISTS victim (i int)")
+    keys = ["it's %s :x", "x')); DROP TABLE victim; --"]
+    store = pgvector_store(
+        **pg_server.params(), table_name=pg_server.table_name("ddl"), embed_dim=DIM,
+        indexed_metadata_keys={(k, "text") for k in keys} | {(keys[1], "text[]")},
+    )
+    try:
+        store.add([_bad_node(id_="n", metadata={keys[0]: "a'b", keys[1]: ["v"]})])
+        for key, value, op in ((keys[0], "a'b", OP.EQ), (keys[1], "v", OP.CONTAINS)):
+            filters = MetadataFilters(filters=[_leaf(key, value, op)])
+            assert store.query(_query(filters)).ids == ["n"]
+        indexes = pg_server.execute(f"SELECT indexname FROM pg_indexes WHERE tablename = 'data_{store.table_name}'")
+        assert sorted(sum(key in row[0] for row in indexes) for key in keys) == [1, 2]
+        assert _rows(pg_server, store) == 1
+        assert pg_server.execute("SELECT count(*) FROM victim") == [(0,)]
+    finally:
+        store.client.dispose()

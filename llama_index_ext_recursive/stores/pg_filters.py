@@ -33,8 +33,11 @@ package's other stores use:
 * ``is_empty`` matches a missing key, ``null``, ``""`` and ``[]`` (upstream:
   missing or ``null`` only), as LlamaIndex documents it.
 * ``NOT`` is supported (upstream raised); an empty filter list filters nothing.
+* A query's ``node_ids`` and ``doc_ids`` limit its rows (:func:`scoped_filters`;
+  upstream ignored both).
 
-Values PostgreSQL cannot hold (a NUL character, a lone surrogate), ``None``,
+Values PostgreSQL cannot hold (a NUL character, a lone surrogate: :func:`sql_text`,
+which also checks ids, and :func:`check_storable` for the nodes ``add`` is given), ``None``,
 ``NaN`` and values of the wrong shape for their operator raise
 :class:`~llama_index_ext_recursive.filters.FilterError` naming the key and the
 value, instead of a driver error or an empty result.
@@ -45,8 +48,9 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
-from typing import Any, Iterable, List, Sequence
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Type
 
+from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -57,12 +61,13 @@ from sqlalchemy import Float, and_, case, cast, false, func, literal, or_, true
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TEXT
 from sqlalchemy.sql.elements import ColumnElement
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import FilterError
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = 80
 _SHORT.maxother = 80
-_show = _SHORT.repr  # keys and values in messages: a 100 kB value is shown by its ends
+shown = _SHORT.repr  # keys and values in messages: a 100 kB value is shown by its ends
 
 _ORDER = {
     FilterOperator.GT: lambda a, b: a > b,
@@ -72,42 +77,129 @@ _ORDER = {
 }
 
 
-def sql_text(what: str, value: Any) -> str:
-    """``value`` if PostgreSQL can hold it as text, else a :class:`FilterError` naming it.
+class UnstorableNodeError(LlamaIndexExtRecursiveError, ValueError):
+    """A node holds text PostgreSQL cannot store (a NUL character, a lone surrogate).
 
-    PostgreSQL text cannot contain NUL, and the drivers cannot encode a lone
-    surrogate; both would otherwise fail inside the driver with a message
-    that names neither the key nor the value.
+    Raised by the store's ``add`` naming the node, the field and the position;
+    nothing of the batch was added (it is one transaction).
+    """
+
+
+def sql_text(what: str, value: Any, error: Type[ValueError] = FilterError) -> str:
+    """``value`` if PostgreSQL can hold it as text, else ``error`` naming it.
+
+    PostgreSQL text and JSON cannot contain NUL, and the drivers cannot encode
+    a lone surrogate; both would otherwise fail inside the driver with a
+    message that names neither the key nor the value.
 
     Args:
         what: how the error names the value (``"filter key"``, ``"node id"``...).
         value: the string to check.
+        error: the exception to raise (:class:`FilterError` for what a query
+            gives, :class:`UnstorableNodeError` for what ``add`` is given).
     """
     if not isinstance(value, str):
-        raise FilterError(f"{what} {_show(value)} must be a string, got {type(value).__name__}")
+        raise error(f"{what} {shown(value)} must be a string, got {type(value).__name__}")
     if "\x00" in value:
-        raise FilterError(
-            f"{what} {_show(value)} contains a NUL character (\\x00) at position "
-            f"{value.index(chr(0))}; PostgreSQL text cannot hold it, so no stored value can match: remove it"
+        raise error(
+            f"{what} {shown(value)} contains a NUL character (\\x00) at position "
+            f"{value.index(chr(0))}, which PostgreSQL text cannot hold: remove it"
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise FilterError(
-            f"{what} {_show(value)} is not valid Unicode (a lone surrogate at position "
+        raise error(
+            f"{what} {shown(value)} is not valid Unicode (a lone surrogate at position "
             f"{exc.start}); PostgreSQL stores UTF-8 only: decode the text properly"
         ) from None
     return value
 
 
+def check_storable(nodes: Iterable[BaseNode]) -> None:
+    """Raise :class:`UnstorableNodeError` for the first text of ``nodes`` PostgreSQL cannot hold.
+
+    Run after the driver refused a batch, to say which node and where: every
+    string the store writes from a node (its id, text, document id, metadata
+    keys and values at any depth) is checked.
+
+    Args:
+        nodes: the nodes given to ``add``.
+    """
+    for node in nodes:
+        owner = f"node {shown(node.node_id)}:"
+        strings = [("id", node.node_id), ("text", node.get_content()), ("document id", node.ref_doc_id)]
+        strings += _metadata_strings(node.metadata, "metadata")
+        for where, value in strings:
+            if value is not None:
+                sql_text(f"{owner} {where}", value, error=UnstorableNodeError)
+
+
+def _metadata_strings(value: Any, path: str) -> List[Tuple[str, Any]]:
+    """``(path, string)`` for every key and string value in ``value``, nested ones included."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        found: List[Tuple[str, Any]] = []
+        for key, item in value.items():
+            found += _metadata_strings(key, f"{path} key")
+            found += _metadata_strings(item, f"{path}[{shown(key)}]")
+        return found
+    if isinstance(value, (list, tuple)):
+        return [pair for i, item in enumerate(value) for pair in _metadata_strings(item, f"{path}[{i}]")]
+    return []
+
+
 def sql_ids(what: str, ids: Iterable[Any]) -> List[str]:
     """Node or document ids checked by :func:`sql_text` (they are matched as text).
+
+    A single string is refused: iterated, its characters would be taken as
+    ids, and ``delete_nodes(node_ids="doc-1")`` would delete nothing, silently.
 
     Args:
         what: how an error names an id.
         ids: the ids.
     """
+    if isinstance(ids, (str, bytes)):
+        raise FilterError(f"{what}s must be a list of ids, got the string {shown(ids)}: pass [{shown(ids)}]")
     return [sql_text(what, i) for i in ids]
+
+
+class ScopedFilters(MetadataFilters):
+    """Filters plus the node ids a query is limited to.
+
+    Node ids live in the table's ``node_id`` column, not in the metadata a
+    :class:`~llama_index.core.vector_stores.types.MetadataFilter` can name, so
+    they travel beside the filter tree to :func:`where_clause`.
+    """
+
+    node_ids: Optional[List[str]] = None
+
+
+def scoped_filters(
+    filters: Optional[MetadataFilters], node_ids: Optional[Sequence[Any]], doc_ids: Optional[Sequence[Any]]
+) -> Optional[MetadataFilters]:
+    """``filters`` limited to ``node_ids`` and to the documents ``doc_ids``.
+
+    Upstream ``PGVectorStore`` ignores a query's ``node_ids`` and ``doc_ids``,
+    so a retriever scoped to some documents returned every document's rows.
+    Document ids are matched on ``ref_doc_id`` (what the store writes from
+    each node's SOURCE relationship, and what its index serves). ``None`` or
+    an empty list limits nothing, as in LlamaIndex's other remote stores:
+    ``VectorStoreIndex.as_retriever`` passes ``node_ids=[]`` for a store that
+    holds the text, meaning every node.
+
+    Args:
+        filters: the query's metadata filters.
+        node_ids: the query's ``node_ids``.
+        doc_ids: the query's ``doc_ids``.
+    """
+    if not node_ids and not doc_ids:
+        return filters
+    items: List[Any] = [] if filters is None else [filters]
+    if doc_ids:
+        documents = sql_ids("document id", doc_ids)
+        items.append(MetadataFilter(key="ref_doc_id", operator=FilterOperator.IN, value=documents))
+    return ScopedFilters(filters=items, node_ids=sql_ids("node id", node_ids) if node_ids else None)
 
 
 def where_clause(table: Any, filters: MetadataFilters, *, jsonb: bool) -> ColumnElement[bool]:
@@ -115,10 +207,13 @@ def where_clause(table: Any, filters: MetadataFilters, *, jsonb: bool) -> Column
 
     Args:
         table: the store's table class (its ``metadata_`` column holds the metadata).
-        filters: the filter tree, nested ``MetadataFilters`` included.
+        filters: the filter tree, nested ``MetadataFilters`` included; a
+            :class:`ScopedFilters` also limits the rows to its ``node_ids``.
         jsonb: whether ``metadata_`` is ``JSONB`` (``use_jsonb=True``) rather than ``JSON``.
     """
-    return _Builder(table.metadata_, jsonb).tree(filters)
+    clause = _Builder(table.metadata_, jsonb).tree(filters)
+    node_ids = getattr(filters, "node_ids", None)
+    return clause if node_ids is None else and_(clause, table.node_id.in_(node_ids))
 
 
 class _Builder:
@@ -172,8 +267,8 @@ class _Builder:
             return self._is_empty(key)
         if value is None:
             raise FilterError(
-                f"filter {_show(key)} {op.value} None matches nothing; to select nodes without "
-                f"{_show(key)} use the operator 'is_empty'"
+                f"filter {shown(key)} {op.value} None matches nothing; to select nodes without "
+                f"{shown(key)} use the operator 'is_empty'"
             )
         if op == FilterOperator.EQ:
             return self._equals(key, value)
@@ -187,11 +282,11 @@ class _Builder:
         if op in (FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE):
             if not isinstance(value, str):
                 raise FilterError(
-                    f"filter {_show(key)} {op.value} {_show(value)}: {op.value} matches a substring "
+                    f"filter {shown(key)} {op.value} {shown(value)}: {op.value} matches a substring "
                     f"of text, so its value must be a string"
                 )
             text = self._text(key)
-            value = sql_text(f"filter {_show(key)} value", value)
+            value = sql_text(f"filter {shown(key)} value", value)
             matched = (
                 text.contains(value, autoescape=True)
                 if op == FilterOperator.TEXT_MATCH
@@ -201,21 +296,21 @@ class _Builder:
         if op == FilterOperator.CONTAINS:
             if isinstance(value, (list, tuple)):
                 raise FilterError(
-                    f"filter {_show(key)} contains {_show(value)}: contains takes one value; "
+                    f"filter {shown(key)} contains {shown(value)}: contains takes one value; "
                     f"for several use the operator 'all' or 'any'"
                 )
             return self._jsonb(key).contains([self._scalar(key, value)])
         if op in (FilterOperator.ANY, FilterOperator.ALL):
             return self._any_all(key, op, _listed(key, op, value))
         raise FilterError(
-            f"filter {_show(key)}: operator {op!r} is not supported on PostgreSQL; use one of "
+            f"filter {shown(key)}: operator {op!r} is not supported on PostgreSQL; use one of "
             f"{[o.value for o in FilterOperator]}"
         )
 
     def _scalar(self, key: str, value: Any) -> Any:
         """A string, finite number or boolean, checked; anything else is a :class:`FilterError`."""
         if isinstance(value, str):
-            return sql_text(f"filter {_show(key)} value", value)
+            return sql_text(f"filter {shown(key)} value", value)
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             try:
                 number = float(value)
@@ -223,12 +318,12 @@ class _Builder:
                 number = math.nan
             if math.isnan(number):
                 raise FilterError(
-                    f"filter {_show(key)} value {_show(value)} is not a number PostgreSQL can "
+                    f"filter {shown(key)} value {shown(value)} is not a number PostgreSQL can "
                     f"compare (NaN, or beyond the range of a double); pass a finite number"
                 )
             return value
         raise FilterError(
-            f"filter {_show(key)} value {_show(value)} is a {type(value).__name__}; filters "
+            f"filter {shown(key)} value {shown(value)} is a {type(value).__name__}; filters "
             f"take strings, numbers or lists of them"
         )
 
@@ -244,7 +339,7 @@ class _Builder:
         strings = [v for v in values if isinstance(v, str)]
         parts = [self._equals(key, v) for v in values if not isinstance(v, str)]
         if strings:
-            strings = [sql_text(f"filter {_show(key)} value", v) for v in strings]
+            strings = [sql_text(f"filter {shown(key)} value", v) for v in strings]
             parts.insert(0, self._text(key).in_(strings))
         return or_(false(), *parts)
 
@@ -284,12 +379,12 @@ def _negated(clause: ColumnElement[bool]) -> ColumnElement[bool]:
 def _listed(key: str, op: FilterOperator, value: Any) -> List[Any]:
     if not isinstance(value, (list, tuple)):
         raise FilterError(
-            f"filter {_show(key)} {op.value} {_show(value)}: {op.value} takes a list of values, "
-            f"e.g. [{_show(value)}]"
+            f"filter {shown(key)} {op.value} {shown(value)}: {op.value} takes a list of values, "
+            f"e.g. [{shown(value)}]"
         )
     if any(v is None for v in value):
         raise FilterError(
-            f"filter {_show(key)} {op.value} {_show(value)}: None matches nothing; to select nodes "
-            f"without {_show(key)} use the operator 'is_empty'"
+            f"filter {shown(key)} {op.value} {shown(value)}: None matches nothing; to select nodes "
+            f"without {shown(key)} use the operator 'is_empty'"
         )
     return list(value)

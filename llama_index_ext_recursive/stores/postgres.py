@@ -38,24 +38,42 @@ returns handles them:
   fails and breaks the pool for the first loop. The store keeps one async
   engine per event loop.
 
-And one makes it unsafe: upstream pastes metadata filter keys and values
-into SQL text, so a filter value can run SQL of its own or return other
-tenants' rows, and ordinary values (``children's books``, `` :draft``) break
-the query. The store builds its WHERE clauses with
-:func:`~llama_index_ext_recursive.stores.pg_filters.where_clause`, which binds
-every key and value (its docstring lists where its semantics differ from
-upstream's), checks ids and query settings before they reach the driver, and
-:func:`pgvector_store` refuses table, schema and text search configuration
-names that are not plain identifiers, since upstream writes them into DDL.
+And some make it unsafe or wrong on hostile or merely unusual input:
 
-One module of ~650 lines on purpose: every upstream behaviour above is fixed
-by the engine settings built in :func:`pgvector_store`, and the timeouts, the
-loop-safe async engine and the hybrid retriever all depend on them.
+* Upstream pastes metadata filter keys and values into SQL text, so a filter
+  value can run SQL of its own or return other tenants' rows, and ordinary
+  values (``children's books``, `` :draft``) break the query. The store
+  builds its WHERE clauses with
+  :func:`~llama_index_ext_recursive.stores.pg_filters.where_clause`, which
+  binds every key and value (its docstring lists where its semantics differ
+  from upstream's), and checks ids and query settings before they reach the
+  driver; :func:`pgvector_store` refuses table, schema and text search
+  configuration names that are not plain identifiers, or longer than
+  PostgreSQL's 63 characters, since upstream writes them into DDL.
+* Upstream ignores a query's ``node_ids`` and ``doc_ids``, so a retriever
+  scoped to some documents got every document's rows; here they are bound
+  ``IN`` clauses (an empty list limits nothing, as ``as_retriever`` needs).
+  ``get_nodes`` and ``delete_nodes`` take an empty id list as no node
+  (upstream: every node).
+* Text search ORs the query's words in a chain that the server evaluates
+  recursively, so ~20,000 words overflowed its stack; here they are a
+  balanced tree (same rows, same ``ts_rank``).
+* Async MMR queries on an HNSW store sent ``SET hnsw.ef_search = $1``, a
+  syntax error; settings go through ``set_config`` with bound values.
+* A NUL character or lone surrogate in a node failed ``add`` inside the
+  driver; :class:`~llama_index_ext_recursive.stores.pg_filters.UnstorableNodeError`
+  names the node, the field and the position.
+
+One module of ~900 lines on purpose: the store's overrides run on the
+engines :func:`pgvector_store` builds, and the timeouts, the loop-safe async
+engine and the hybrid retriever all depend on them; the filter clause builder,
+which needs none of them, is :mod:`~llama_index_ext_recursive.stores.pg_filters`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import math
@@ -83,18 +101,27 @@ from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-from llama_index_ext_recursive.stores.pg_filters import sql_ids, sql_text, where_clause
+from llama_index_ext_recursive.stores.pg_filters import (
+    UnstorableNodeError,
+    check_storable,
+    scoped_filters,
+    sql_ids,
+    shown,
+    sql_text,
+    where_clause,
+)
 from llama_index_ext_recursive.validation import check_count, check_real
 
 try:
     import psycopg2
     import psycopg2.extensions
     from llama_index.vector_stores.postgres import PGVectorStore
-    from sqlalchemy import create_engine, event
+    from sqlalchemy import create_engine, desc, event, func, select, type_coerce
     from sqlalchemy.engine import URL, Engine, ExceptionContext
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
     from sqlalchemy.orm import sessionmaker
+    from sqlalchemy.types import UserDefinedType
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "llama_index_ext_recursive.stores.postgres needs llama-index-vector-stores-postgres: "
@@ -116,8 +143,12 @@ HNSW_DIST_METHODS = tuple(
     f"{kind}_{dist}_ops" for kind in ("vector", "halfvec") for dist in ("cosine", "l2", "ip", "l1")
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_NAME = 63  # PostgreSQL's NAMEDATALEN - 1
 _QUALIFIED_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 DEFAULT_CONNECT_TIMEOUT = 10.0
+# 256 words: 0.6 s of ts_rank on 20,000 rows (benchmarks/postgres_text_search.py);
+# a typed question holds a few dozen
+DEFAULT_MAX_TEXT_QUERY_WORDS = 256
 DEFAULT_STATEMENT_TIMEOUT = 30.0
 # seconds the client waits past statement_timeout for the server's own cancel
 # (which keeps the connection usable) before it gives up on the connection
@@ -146,6 +177,10 @@ class PostgresTimeoutError(LlamaIndexExtRecursiveError, TimeoutError):
             f"the server may be hung, unreachable or overloaded. The call can be retried; "
             f"to allow longer, pass pgvector_store(..., {setting}=<seconds>)"
         )
+
+
+class TextQueryTooLongError(LlamaIndexExtRecursiveError, ValueError):
+    """A text search query holds more distinct words than ``max_text_query_words``."""
 
 
 @dataclass(frozen=True)
@@ -361,12 +396,22 @@ class _PGVectorStore(PGVectorStore):
 
     _async_engines: _LoopEngines = PrivateAttr()
     _resort: bool = PrivateAttr(default=False)
+    _max_text_query_words: int = PrivateAttr(default=0)
 
-    def __init__(self, *, engine: Engine, async_engines: _LoopEngines, resort: bool, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        async_engines: _LoopEngines,
+        resort: bool,
+        max_text_query_words: int,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._engine = engine
         self._async_engines = async_engines
         self._resort = resort
+        self._max_text_query_words = max_text_query_words
 
     @classmethod
     def class_name(cls) -> str:
@@ -408,8 +453,43 @@ class _PGVectorStore(PGVectorStore):
         """
         return where_clause(self._table_class, filters, jsonb=self.use_jsonb)
 
+    def add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:
+        """Add ``nodes``; a node PostgreSQL cannot store is named (the driver named none).
+
+        Checked only once the driver has refused the batch (one transaction,
+        so nothing was added): a successful add costs nothing more.
+
+        Args:
+            nodes: the nodes, with their embeddings.
+            **add_kwargs: passed to ``PGVectorStore.add``.
+
+        Raises:
+            UnstorableNodeError: a node's id, text, document id or metadata
+                holds a NUL character or a lone surrogate; names which and where.
+        """
+        try:
+            return super().add(nodes, **add_kwargs)
+        except (ValueError, DBAPIError):  # psycopg2: ValueError on NUL, UnicodeEncodeError
+            check_storable(nodes)
+            raise
+
+    async def async_add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:
+        """Add ``nodes``; a node PostgreSQL cannot store is named, as by :meth:`add`.
+
+        Args:
+            nodes: the nodes, with their embeddings.
+            **add_kwargs: passed to ``PGVectorStore.async_add``.
+        """
+        try:
+            return await super().async_add(nodes, **add_kwargs)
+        except (ValueError, DBAPIError):
+            check_storable(nodes)
+            raise
+
     # Upstream binds ids already; a NUL, a lone surrogate or a non-string id
     # would still fail inside the driver, naming neither the id nor the fix.
+    # An empty id list selects no node (upstream: every node, since it tests
+    # the list's truth; delete_nodes([], filters) deleted by the filters alone).
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         super().delete(sql_text("document id", ref_doc_id), **delete_kwargs)
@@ -421,27 +501,118 @@ class _PGVectorStore(PGVectorStore):
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
     ) -> None:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
-        super().delete_nodes(ids, filters, **delete_kwargs)
+        if ids != []:
+            super().delete_nodes(ids, filters, **delete_kwargs)
 
     async def adelete_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
     ) -> None:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
-        await super().adelete_nodes(ids, filters, **delete_kwargs)
+        if ids != []:
+            await super().adelete_nodes(ids, filters, **delete_kwargs)
 
     def get_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
     ) -> List[BaseNode]:
-        return super().get_nodes(None if node_ids is None else sql_ids("node id", node_ids), filters)
+        ids = None if node_ids is None else sql_ids("node id", node_ids)
+        return [] if ids == [] else super().get_nodes(ids, filters)
 
     async def aget_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
     ) -> List[BaseNode]:
-        return await super().aget_nodes(None if node_ids is None else sql_ids("node id", node_ids), filters)
+        ids = None if node_ids is None else sql_ids("node id", node_ids)
+        return [] if ids == [] else await super().aget_nodes(ids, filters)
+
+    def _get_query_session_settings(self, **kwargs: Any) -> List[Tuple[str, Dict[str, Any]]]:
+        """Upstream's index settings for MMR queries, with values bound through ``set_config``.
+
+        Upstream sends ``SET hnsw.ef_search = :value``; PostgreSQL cannot take a
+        parameter in ``SET``, so with asyncpg (which binds on the server) every
+        async MMR query on an HNSW store failed with a syntax error.
+
+        Args:
+            **kwargs: the query's keyword arguments (``ivfflat_probes``, ``hnsw_ef_search``).
+        """
+        settings: List[Tuple[str, Dict[str, Any]]] = []
+        probes = check_count("ivfflat_probes", kwargs.get("ivfflat_probes"), allow_none=True)
+        if probes:
+            settings.append(("SELECT set_config('ivfflat.probes', :value, false)", {"value": str(probes)}))
+        if self.hnsw_kwargs:
+            ef_search = kwargs.get("hnsw_ef_search") or self.hnsw_kwargs["hnsw_ef_search"]
+            settings.append(("SELECT set_config('hnsw.ef_search', :value, false)", {"value": str(ef_search)}))
+        if settings:
+            settings.append(("SET LOCAL enable_bitmapscan = off", {}))
+        return settings
+
+    def _build_sparse_query(
+        self,
+        query_str: Optional[str],
+        limit: int,
+        metadata_filters: Optional[MetadataFilters] = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Upstream's text search (``ts_rank``, words OR'ed) with the words as a balanced tree.
+
+        Upstream ORs the words in a chain, which the server evaluates
+        recursively: a query of ~20,000 words (a pasted document, or a hostile
+        one) failed with "stack depth limit exceeded". The tree groups them
+        pairwise (depth log2 of the number of words) and drops repeated words;
+        ``ts_rank`` and the matching rows are the same, since PostgreSQL
+        counts each distinct word once whatever the grouping. The query text
+        is a bound parameter, and every character that means something in a
+        ``tsquery`` is removed first, as upstream does.
+
+        Each word costs a lookup in every row that matches any of them (1,000
+        words took 4.3 s on 20,000 rows, upstream's chain 4.7 s:
+        ``benchmarks/postgres_text_search.py``), so a query of more than
+        ``max_text_query_words`` distinct words is refused rather than left to
+        hold a connection until ``statement_timeout``.
+        """
+        if query_str is None:
+            raise ValueError("query_str must be specified for a sparse vector query.")
+        words = _ts_words(query_str)
+        if len(words) > self._max_text_query_words:
+            raise TextQueryTooLongError(
+                f"the text search query has {len(words):,} distinct words ({shown(query_str)}); "
+                f"at most {self._max_text_query_words} are searched, since each costs a lookup in "
+                f"every matching row: shorten the query, or raise "
+                f"pgvector_store(..., max_text_query_words=...)"
+            )
+        table = self._table_class
+        ts_query = func.to_tsquery(type_coerce(self.text_search_config, _RegConfig), _or_tree(words))
+        stmt = (
+            select(
+                table.id,
+                table.node_id,
+                table.text,
+                table.metadata_,
+                func.ts_rank(table.text_search_tsv, ts_query).label("rank"),
+            )
+            .where(table.text_search_tsv.op("@@")(ts_query))
+            .order_by(desc("rank"))
+        )
+        if self._customize_query_fn is not None:
+            stmt = self._customize_query_fn(stmt, table, **kwargs)
+        return self._apply_filters_and_limit(stmt, limit, metadata_filters)
+
+    def _checked(self, query: VectorStoreQuery, kwargs: Dict[str, Any]) -> VectorStoreQuery:
+        """``query`` with its ``node_ids`` and ``doc_ids`` in its filters, its counts checked.
+
+        Upstream ignores ``node_ids`` and ``doc_ids`` (a retriever scoped to
+        some documents got every document's rows), writes ``hnsw_ef_search``
+        into a SET statement as text in async queries (and ``ivfflat_probes``
+        into one the server refuses for anything but a count), and sends a
+        negative ``top_k`` to the server as a LIMIT it refuses.
+        """
+        for setting in ("hnsw_ef_search", "ivfflat_probes"):
+            check_count(setting, kwargs.get(setting), allow_none=True)
+        check_count("similarity_top_k", query.similarity_top_k, minimum=0, allow_none=True)
+        check_count("sparse_top_k", query.sparse_top_k, minimum=0, allow_none=True)
+        filters = scoped_filters(query.filters, query.node_ids, query.doc_ids)
+        return query if filters is query.filters else dataclasses.replace(query, filters=filters)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        # upstream's async query writes it into a SET statement as text
-        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
+        query = self._checked(query, kwargs)
         return self._sorted(query, super().query(query, **kwargs))
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
@@ -452,7 +623,7 @@ class _PGVectorStore(PGVectorStore):
         connection the pool opened before, so the retry gets a new one. Only
         reads are retried: a write may have happened before the connection died.
         """
-        check_count("hnsw_ef_search", kwargs.get("hnsw_ef_search"), allow_none=True)
+        query = self._checked(query, kwargs)
         try:
             result = await super().aquery(query, **kwargs)
         except DBAPIError as exc:
@@ -461,6 +632,34 @@ class _PGVectorStore(PGVectorStore):
             logger.warning("PostgreSQL connection lost (%s); retrying the query on a new connection", exc.orig)
             result = await super().aquery(query, **kwargs)
         return self._sorted(query, result)
+
+
+class _RegConfig(UserDefinedType):
+    """PostgreSQL's ``regconfig``: the text search configuration, as upstream passes it."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "regconfig"
+
+
+# upstream's reading of a text search query: runs of anything but word
+# characters (a period inside a word excepted) separate words; this drops every
+# tsquery operator (& | ! <-> : * ( ) and quotes)
+_TS_SEPARATORS = re.compile(r"(?!\b\.\b)\W+")
+
+
+def _ts_words(query_str: str) -> List[str]:
+    """The distinct words of a text search query, in order, as upstream reads them."""
+    return list(dict.fromkeys(_TS_SEPARATORS.sub(" ", query_str).split()))
+
+
+def _or_tree(words: List[str]) -> str:
+    """``words`` OR'ed as a balanced ``tsquery`` (``(a|b)|(c|d)``)."""
+    while len(words) > 1:
+        pairs = [f"({words[i]}|{words[i + 1]})" for i in range(0, len(words) - 1, 2)]
+        words = pairs + words[len(pairs) * 2:]
+    return words[0] if words else ""
 
 
 def _identifier(name: str, value: Any, pattern: "re.Pattern[str]" = _IDENTIFIER) -> str:
@@ -472,6 +671,28 @@ def _identifier(name: str, value: Any, pattern: "re.Pattern[str]" = _IDENTIFIER)
             f"CREATE INDEX statements unquoted"
         )
     return value
+
+
+def _names_fit(table_name: str, hnsw: bool, indexed_metadata_keys: Any) -> None:
+    """Refuse a table or index name longer than PostgreSQL's 63 characters.
+
+    ``PGVectorStore`` derives them from ``table_name`` and the
+    ``indexed_metadata_keys``; SQLAlchemy refuses a longer one when the table
+    is created, which upstream only logs, so every later call failed with
+    "relation does not exist".
+    """
+    base = table_name.lower()  # as PGVectorStore names the table
+    names = [f"data_{base}", f"{base}_idx_1"] + ([f"data_{base}_embedding_idx"] if hnsw else [])
+    for key, pg_type in indexed_metadata_keys or ():
+        suffix = "gin" if pg_type == "text[]" else str(pg_type).replace(" ", "_")
+        names.append(f"{base}_idx_{key}_{suffix}")
+    for name in names:
+        if len(name) > _MAX_NAME:
+            raise ValueError(
+                f"table_name {table_name!r} and indexed_metadata_keys make the name {name!r}, "
+                f"{len(name)} characters; PostgreSQL names hold at most {_MAX_NAME}: use a shorter "
+                f"table_name (or metadata key)"
+            )
 
 
 def _hnsw_kwargs(hnsw: Union[bool, Dict[str, Any], None]) -> Optional[Dict[str, Any]]:
@@ -513,6 +734,7 @@ def pgvector_store(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
     create_engine_kwargs: Optional[Dict[str, Any]] = None,
+    max_text_query_words: int = DEFAULT_MAX_TEXT_QUERY_WORDS,
     **kwargs: Any,
 ) -> PGVectorStore:
     """A ``PGVectorStore`` whose HNSW queries with metadata filters return k rows,
@@ -563,6 +785,11 @@ def pgvector_store(
         create_engine_kwargs: extra keyword arguments for both engines (pool
             size, echo, ``pool_pre_ping``, ...); ``connect_args`` go to both
             drivers (the timeouts above take precedence over theirs).
+        max_text_query_words: most distinct words a text search query
+            (``text_search`` / ``hybrid`` mode, :func:`pg_hybrid_retriever`)
+            may hold (default 256); each costs a lookup in every matching
+            row, so a pasted document would hold a connection for seconds to
+            minutes. More raise :class:`TextQueryTooLongError`.
         **kwargs: passed to ``PGVectorStore`` (``use_jsonb``, ``indexed_metadata_keys``, ...).
 
     Raises:
@@ -570,11 +797,13 @@ def pgvector_store(
             method, a timeout that is not positive and finite, or a
             ``table_name``, ``schema_name`` or ``text_search_config`` that is
             not a plain SQL identifier (``PGVectorStore`` writes them into DDL
-            unquoted).
+            unquoted), or a table or index name from ``table_name`` and
+            ``indexed_metadata_keys`` beyond PostgreSQL's 63 characters.
         TypeError: an HNSW setting that is not a positive integer.
     """
     if iterative_scan is not None and iterative_scan not in ITERATIVE_SCAN_MODES:
         raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCAN_MODES} or None, got {iterative_scan!r}")
+    _names_fit(_identifier("table_name", table_name), bool(hnsw), kwargs.get("indexed_metadata_keys"))
     timeouts = _Timeouts(
         address=f"{host}:{port}",
         connect=check_real("connect_timeout", connect_timeout, low=0.001),
@@ -638,6 +867,7 @@ def pgvector_store(
         engine=engine,
         async_engines=_LoopEngines(make_async_engine),
         resort=iterative_scan == "relaxed_order",
+        max_text_query_words=check_count("max_text_query_words", max_text_query_words),
         # kept for display only: the engines above are what connects (password hidden)
         connection_string=sync_url.render_as_string(hide_password=True),
         async_connection_string=async_url.render_as_string(hide_password=True),
@@ -669,6 +899,8 @@ def pg_hybrid_retriever(
     weighted reciprocal rank fusion. Per-call filters
     (:class:`~llama_index_ext_recursive.filters.FilteredQueryBundle`) reach
     both children as SQL WHERE clauses and are enforced on the fused list.
+    A query of more distinct words than the store's ``max_text_query_words``
+    (default 256) raises :class:`TextQueryTooLongError` from the text child.
 
     Args:
         index: a ``VectorStoreIndex`` over a ``PGVectorStore`` built with
