@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -80,6 +80,10 @@ class SummaryIndex:
         embedding_choice: which model embedded the stores and why
             (:meth:`~llama_index_ext_recursive.models.EmbeddingChoice.to_dict`),
             kept by ``persist``; default: how ``embed_model`` was resolved.
+        loaded: the stores were read back from a persisted index rather than
+            built from the caller's nodes: a link that already points nowhere
+            there (a previous release let a delete leave one) is logged and
+            not followed, so the index still loads and can be fixed by an update.
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class SummaryIndex:
         summary_cache: Optional[SummaryCache] = None,
         summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
         embedding_choice: Optional[Mapping[str, str]] = None,
+        loaded: bool = False,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
@@ -122,7 +127,7 @@ class SummaryIndex:
         self.generation = 0  # bumped by every swap
         self._update_lock = threading.Lock()
         self._vocabulary: Optional[FilterVocabulary] = None
-        self.validate_links()
+        self.validate_links(changed=() if loaded else None)
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -306,12 +311,16 @@ class SummaryIndex:
             keys -= set(record.varying_keys)
         return keys
 
-    def validate_links(self) -> None:
+    def validate_links(self, changed: Optional[Collection[str]] = None) -> None:
         """Check that every ``IndexNode`` resolves and no links form a cycle.
 
         Raises :class:`LinkError` naming the bad id and the closest known ids.
+
+        Args:
+            changed: ``None`` checks every link strictly; ``()`` only logs links
+                that point nowhere (see :func:`~.links.check_links`).
         """
-        check_links(self.summaries, self.documents, self.doc_ids, self.docstore)
+        check_links(self.summaries, self.documents, self.doc_ids, self.docstore, changed=changed)
 
     # ------------------------------------------------------------------ updates
     def require_stores(self, action: str) -> VectorStoreIndex:
@@ -370,11 +379,21 @@ class SummaryIndex:
             embed_summaries(built, self.embed_model, dim)
             summaries = {**self.summaries, **{s.index_id: s for s in built.summary_nodes}}
             documents = {**current, **built.records}
-            check_links(
-                summaries, documents, list(documents), self.docstore,
-                {n.node_id: n for n in built.chunk_nodes},
-                removed={c for d in changed if d in current for c in current[d].chunk_ids},
-            )
+            replaced = [d for d in changed if d in current]
+            try:
+                check_links(
+                    summaries, documents, list(documents), self.docstore,
+                    {n.node_id: n for n in built.chunk_nodes},
+                    removed={c for d in replaced for c in current[d].chunk_ids}, changed=changed,
+                )
+            except LinkError as exc:
+                if not replaced:
+                    raise
+                raise LinkError(
+                    f"after updating document(s) {replaced}: {exc}; if it pointed to a chunk of the "
+                    "old version, keep that chunk id in the new version or update the linking "
+                    "document in the same call"
+                ) from None
             with self.state_lock.writing():
                 self._swap(remove=[current[d] for d in changed if d in current], add=built)
         return changed
@@ -397,7 +416,7 @@ class SummaryIndex:
             rest = {d: r for d, r in self.documents.items() if d != doc_id}
             try:  # a link left pointing at it would fail every later update and query
                 check_links({d: s for d, s in self.summaries.items() if d != doc_id}, rest, list(rest),
-                            self.docstore, removed=set(record.chunk_ids))
+                            self.docstore, removed={doc_id, *record.chunk_ids}, changed=())
             except LinkError as exc:
                 raise LinkError(
                     f"deleting document {doc_id!r} would leave a link pointing nowhere: {exc}; delete or "
