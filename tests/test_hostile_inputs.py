@@ -138,6 +138,20 @@ def test_closest_suggests_among_integer_ids():
     assert closest(5, [4, "5", 50]) == "did you mean '5'?"
 
 
+def test_integer_retriever_dict_keys_route_to_the_string_index_id(lexical):
+    from llama_index.core import VectorStoreIndex as Index
+
+    bees = Index([TextNode(id_="c", text="bees dance")], embed_model=lexical).as_retriever()
+    ants = Index([TextNode(id_="c2", text="ants march")], embed_model=lexical).as_retriever()
+    summaries = [IndexNode(id_="s5", text="About bees", index_id="5"), IndexNode(id_="s6", text="About ants", index_id="6")]
+    retriever = RecursiveSummaryRetriever.from_retriever_dict(summaries, {5: bees, 6: ants}, embed_model=lexical)
+    assert retriever.retrieve("ants march")[0].node.node_id == "c2"
+    with pytest.raises(ValueError, match="retriever_dict keys 5 and '5' both name document '5': keep one"):
+        RecursiveSummaryRetriever.from_retriever_dict(summaries, {5: bees, "5": bees, 6: ants}, embed_model=lexical)
+    with pytest.raises(TypeError, match=r"retriever_dict key \(5,\) is a tuple: keys are document ids"):
+        RecursiveSummaryRetriever.from_retriever_dict(summaries, {(5,): bees}, embed_model=lexical)
+
+
 def test_a_delete_that_would_leave_a_link_pointing_nowhere_is_refused_and_adds_keep_working(lexical):
     nodes = [TextNode(id_="a", text="bees dance", metadata={"doc_id": "d1"}),
              IndexNode(id_="link", text="see the ants", index_id="d2", metadata={"doc_id": "d1"}),

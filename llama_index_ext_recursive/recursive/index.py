@@ -103,15 +103,9 @@ class SummaryIndex:
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
-        for doc_id, child in (retriever_dict or {}).items():
-            if not isinstance(child, BaseRetriever):
-                raise TypeError(
-                    f"retriever_dict[{doc_id!r}] is a {type(child).__name__}, not a "
-                    "BaseRetriever: map each document id to a retriever (e.g. index.as_retriever())"
-                )
         self.summary_index = summary_index
         self.chunk_index = chunk_index
-        self.retriever_dict: Dict[str, BaseRetriever] = dict(retriever_dict or {})
+        self.retriever_dict: Dict[str, BaseRetriever] = checked_retriever_dict(retriever_dict or {})
         choice = choose_embed_model(embed_model)
         self.embed_model = choice.model
         self.embedding_choice: Dict[str, str] = dict(embedding_choice or choice.to_dict())
@@ -243,7 +237,7 @@ class SummaryIndex:
         """Upstream ``RecursiveRetriever``'s setup: summary ``IndexNode``s plus
         ``retriever_dict`` (an ``IndexNode`` whose ``obj`` is a retriever may
         stand in for its entry)."""
-        retrievers = dict(retriever_dict)
+        retrievers = checked_retriever_dict(retriever_dict)
         plain: List[IndexNode] = []
         for node in summary_nodes:
             if not isinstance(node, IndexNode):
@@ -466,6 +460,43 @@ class SummaryIndex:
             if add is not None:
                 self._vocabulary.add_nodes(add.chunk_nodes)
         self.generation += 1
+
+
+def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> Dict[str, BaseRetriever]:
+    """``retriever_dict`` keyed by document ids as ``IndexNode.index_id`` holds them: strings.
+
+    ``{5: retriever}`` could never be routed to (an ``index_id`` is always a
+    string, ``"5"``), and the error then suggested ``'5'`` for ``'5'``; an
+    integer key is its digits, as :meth:`delete_document` reads an integer id.
+
+    Args:
+        retriever_dict: document id -> the retriever over that document's chunks.
+
+    Raises:
+        TypeError: a key that is not a string or an integer, or a value that is
+            not a retriever.
+        ValueError: two keys that name one document (``5`` and ``"5"``).
+    """
+    checked: Dict[str, BaseRetriever] = {}
+    given: Dict[str, Any] = {}
+    for key, child in retriever_dict.items():
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise TypeError(
+                f"retriever_dict key {key!r} is a {type(key).__name__}: keys are document ids, "
+                "strings as in IndexNode.index_id"
+            )
+        if not isinstance(child, BaseRetriever):
+            raise TypeError(
+                f"retriever_dict[{key!r}] is a {type(child).__name__}, not a "
+                "BaseRetriever: map each document id to a retriever (e.g. index.as_retriever())"
+            )
+        doc_id = str(key)
+        if doc_id in checked:
+            raise ValueError(
+                f"retriever_dict keys {given[doc_id]!r} and {key!r} both name document {doc_id!r}: keep one"
+            )
+        checked[doc_id], given[doc_id] = child, key
+    return checked
 
 
 def auto_progress(show_progress: Optional[bool], count: int) -> bool:
