@@ -199,7 +199,7 @@ def test_a_link_an_earlier_release_left_pointing_nowhere_blocks_no_update_or_loa
         index._swap(remove=[index.documents["d2"]], add=None)
     with caplog.at_level(logging.WARNING):
         assert retriever.add_documents([Document(text="Wasps hunt.", doc_id="d3")]) == ["d3"]
-        assert [h.node.node_id for h in retriever.retrieve("see the ants chunk")][0] == "a"
+        assert "a" in [h.node.node_id for h in retriever.retrieve("see the ants chunk")]
         retriever.persist(tmp_path / "idx")
         loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx", embed_model=lexical)
         assert sorted(loaded.documents) == ["d1", "d3"]
@@ -254,6 +254,14 @@ def _beir(tmp_path, corpus_rows, qrels="query-id\tcorpus-id\tscore\nq1\tc1\t1\n"
         ([{"_id": "c1", "text": "x"}], "q1\tc1\t1.5\n", None, r"test.tsv:1: relevance '1.5' is not an integer"),
         ([{"_id": "c1", "text": "x"}], "q1\tc1\t1\nq1\tc1\t2\n", None, r"test.tsv:2: query 'q1' judges 'c1' again"),
         (None, None, b'{"_id": "c1", "text": "caf\xe9"}\n', r"corpus.jsonl:1: byte 26 .* is not UTF-8"),
+        ([{"_id": "c1", "text": "x"}], "q1\tc1\t\u0661\n", None, r"test.tsv:1: relevance '\u0661' is not an integer"),
+        (None, None, b'{"_id": "c1", "text": "x", "_id": "c2"}\n', r"corpus.jsonl:1: key '_id' is given twice"),
+        ([{"_id": "c1", "text": "x", "metadata": {"doc_id": None}}], None, None,
+         r"corpus.jsonl:1: metadata: missing 'doc_id'"),
+        ([{"_id": "c1", "text": "x", "metadata": {"doc_id": ["d"]}}], None, None,
+         r"corpus.jsonl:1: metadata: 'doc_id' is a list"),
+        (None, None, b'{"_id": "c1", "text": "bad \\ud800 escape"}\n',
+         r"corpus.jsonl:1: 'text' holds '\\ud800' at position 4, a lone surrogate"),
     ],
 )
 def test_the_beir_loader_refuses_bad_values_by_file_and_line(tmp_path, rows, qrels, raw, message):
