@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Union
 
-from llama_index.core.schema import QueryBundle
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_recursive.filters import (
@@ -54,14 +55,39 @@ class FilteredQueryBundle(QueryBundle):
 
 
 def as_query_bundle(str_or_query_bundle: Union[str, QueryBundle]) -> QueryBundle:
-    """What ``BaseRetriever.retrieve`` accepts, as a bundle, with a clear error otherwise."""
+    """What ``BaseRetriever.retrieve`` accepts, as a checked bundle (:func:`check_query`):
+    bytes, a blank query or text that is not Unicode get an error naming the fix."""
     if isinstance(str_or_query_bundle, str):
-        return QueryBundle(str_or_query_bundle)
-    if isinstance(str_or_query_bundle, QueryBundle):
-        return str_or_query_bundle
-    raise TypeError(
-        f"expected a query string or QueryBundle, got {type(str_or_query_bundle).__name__}"
-    )
+        str_or_query_bundle = QueryBundle(str_or_query_bundle)
+    check_query(str_or_query_bundle)
+    return str_or_query_bundle
+
+
+def _unspanned(method: Any) -> Any:
+    """Mark ``method`` as already instrumented: LlamaIndex's span mixin then leaves it
+    alone, so a query keeps the one span of upstream's ``retrieve`` it wraps."""
+    setattr(method, "__dispatcher_span_decorated__", True)
+    return method
+
+
+class QueryCheckingRetriever(BaseRetriever):
+    """Checks the query before upstream's ``retrieve``/``aretrieve`` touch it.
+
+    Upstream reads ``.query_str`` of anything that is not a ``str`` (for its
+    callback event) before ``_retrieve`` runs, so ``retrieve(b"...")`` failed
+    with ``AttributeError: 'bytes' object has no attribute 'query_str'`` in
+    every retriever. Each public retriever of this package puts this class
+    first among its bases; ``_retrieve`` still checks (via :func:`resolve_call`)
+    for callers that reach it directly, as ``QueryFusionRetriever`` does.
+    """
+
+    @_unspanned
+    def retrieve(self, str_or_query_bundle: QueryType) -> List[NodeWithScore]:
+        return super().retrieve(as_query_bundle(str_or_query_bundle))
+
+    @_unspanned
+    async def aretrieve(self, str_or_query_bundle: QueryType) -> List[NodeWithScore]:
+        return await super().aretrieve(as_query_bundle(str_or_query_bundle))
 
 
 def filters_of(query_bundle: QueryBundle) -> Optional[MetadataFilters]:

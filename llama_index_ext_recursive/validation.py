@@ -95,7 +95,7 @@ def check_query(query_bundle: QueryBundle) -> None:
             f"the query is empty ({text!r}): pass a question with at least one "
             "non-space character"
         )
-    _check_unicode("the query", text)
+    check_unicode("the query", text)
     strs = query_bundle.custom_embedding_strs
     if strs is not None:
         if not strs:
@@ -108,10 +108,10 @@ def check_query(query_bundle: QueryBundle) -> None:
                 raise ValueError(
                     f"custom_embedding_strs[{position}] is {item!r}: each must be a non-blank string"
                 )
-            _check_unicode(f"custom_embedding_strs[{position}]", item)
+            check_unicode(f"custom_embedding_strs[{position}]", item)
 
 
-def _check_unicode(what: str, text: str) -> None:
+def check_unicode(what: str, text: str) -> None:
     """Refuse a lone surrogate (``"\\ud800"``): not Unicode text, so no model, store or file can take it."""
     try:
         text.encode("utf-8")

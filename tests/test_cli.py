@@ -7,6 +7,7 @@ that fails if touched.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -156,6 +157,7 @@ def test_reading_skips_hidden_undecodable_and_empty_files(tmp_path, capsys):
     (docs / ".draft.txt").write_text("hidden draft", encoding="utf-8")
     (docs / "sub").mkdir()
     (docs / "sub" / "latin1.txt").write_bytes("café crème".encode("latin-1"))
+    (docs / "sub" / "bom-latin1.md").write_bytes(codecs.BOM_UTF8 + "ok\ncafé".encode("latin-1"))
     (docs / "sub" / "bom.txt").write_bytes("\ufeffWith a byte order mark.".encode("utf-8"))
     (docs / "empty.md").write_text("", encoding="utf-8")
     (docs / "blank.txt").write_text(" \n\t\n", encoding="utf-8")
@@ -173,11 +175,14 @@ def test_reading_skips_hidden_undecodable_and_empty_files(tmp_path, capsys):
     assert corpus.documents[1].text == "one\u2028line separator inside a string"
     assert corpus.documents[2].metadata == {"year": 2020, "doc_id": "7", "title": "Seven"}
     assert corpus.empty == [str(docs / "blank.txt"), str(docs / "empty.md"), f"{docs / 'rows.jsonl'}:2 (ws)"]
-    assert corpus.undecodable == [str(docs / "bad.jsonl"), str(docs / "sub" / "latin1.txt")]
+    assert corpus.undecodable == [str(docs / "bad.jsonl"), str(docs / "sub" / "bom-latin1.md"),
+                                  str(docs / "sub" / "latin1.txt")]
     assert corpus.hidden == 2
     err = capsys.readouterr().err
-    assert f"warning: {docs / 'bad.jsonl'}:2: not UTF-8 (byte 0xff); skipped" in err
-    assert f"warning: {docs / 'sub' / 'latin1.txt'}:1: not UTF-8 (byte 0xe9); skipped" in err
+    assert f"warning: {docs / 'bad.jsonl'}:2: not UTF-8 (byte 0xff at offset 58); skipped" in err
+    assert f"warning: {docs / 'sub' / 'latin1.txt'}:1: not UTF-8 (byte 0xe9 at offset 3); skipped" in err
+    # the offset counts the byte order mark (utf-8-sig counted from after it, and named the wrong byte)
+    assert f"warning: {docs / 'sub' / 'bom-latin1.md'}:2: not UTF-8 (byte 0xe9 at offset 9); skipped" in err
     assert "warning: skipped 3 empty or whitespace-only documents" in err
 
 

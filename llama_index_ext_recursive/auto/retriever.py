@@ -108,6 +108,7 @@ from llama_index_ext_recursive.query import (
     DEFAULT_TOP_K,
     Call,
     FilteredQueryBundle,
+    QueryCheckingRetriever,
     as_query_bundle,
     resolve_call,
     top_k_of,
@@ -145,7 +146,7 @@ class _PlannedBundle(FilteredQueryBundle):
     plan: Optional[_Plan] = None
 
 
-class ValidatedAutoRetriever(VectorIndexAutoRetriever):
+class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
     """Auto-retrieval with validated specs, with or without an LLM.
 
     Arguments as upstream's ``VectorIndexAutoRetriever`` (``index``,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
@@ -45,11 +46,14 @@ def _visible_files(directory: Path, corpus: Corpus) -> Iterator[Path]:
 def _decode(path: Path, corpus: Corpus) -> Optional[str]:
     """The file's text (UTF-8, a leading BOM dropped), or ``None`` with a warning if it is not UTF-8."""
     data = path.read_bytes()
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        reason = (f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); skipped. Convert it, "
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as exc:  # utf-8-sig would count its offset after the BOM
+        start = bom + exc.start
+        line = data[:start].count(b"\n") + 1
+        reason = (f"{path}:{line}: not UTF-8 (byte 0x{data[start]:02x} at offset {start}); "
+                  "skipped. Convert it, "
                   f"e.g. iconv -f latin1 -t utf-8 {path} > {path.with_suffix('.utf8' + path.suffix)}")
         print(f"warning: {reason}", file=sys.stderr)
         corpus.undecodable.append(str(path))

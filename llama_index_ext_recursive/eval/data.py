@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from llama_index.core.schema import TextNode
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
-from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.validation import check_count, check_unicode
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ class BeirDataset:
             )
         source = root if queries_from is None else _queries_folder(Path(queries_from), qrels_path)
         corpus: Dict[str, Dict[str, Any]] = {}
+        doc_of: Dict[str, str] = {}
         for where, row in _jsonl(root / "corpus.jsonl"):
             cid = _required_str(row, "_id", where)
             if cid in corpus:
@@ -111,6 +112,7 @@ class BeirDataset:
                 "text": _required_str(row, "text", where, allow_empty=True),
                 "metadata": metadata,
             }
+            doc_of[cid] = _required_str(metadata, "doc_id", f"{where}: metadata", default=cid)
         all_queries: Dict[str, str] = {}
         for where, row in _jsonl(source / "queries.jsonl"):
             qid = _required_str(row, "_id", where)
@@ -125,7 +127,6 @@ class BeirDataset:
         order = [qid for qid in all_queries if qid in qrels]
         if max_queries is not None:
             order = order[:max_queries]
-        doc_of = {cid: str(item["metadata"].get("doc_id", cid)) for cid, item in corpus.items()}
         doc_path = root / "qrels" / f"{split}.doc-level.tsv"
         doc_qrels = None
         if doc_path.exists():
@@ -280,7 +281,7 @@ def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:
             continue
         where = f"{path}:{number}"
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=lambda pairs: _unique_keys(pairs, where))
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from exc
         if not isinstance(row, dict):
@@ -302,18 +303,43 @@ def _lines(path: Path) -> Iterator[Tuple[int, str]]:
                 ) from None
 
 
-def _required_str(row: Mapping[str, Any], key: str, where: str, allow_empty: bool = False) -> str:
-    """A string field; an integer id is its digits. Anything else is refused, not turned into text."""
+def _unique_keys(pairs: List[Tuple[str, Any]], where: str) -> Dict[str, Any]:
+    """A JSON object whose keys are each given once: ``json.loads`` keeps the last of
+    two ``"_id"``s without a word, so which one the file meant is asked, not guessed."""
+    row: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in row:
+            raise DatasetError(f"{where}: key {key!r} is given twice ({row[key]!r:.40} and {value!r:.40}); keep one")
+        row[key] = value
+    return row
+
+
+def _required_str(
+    row: Mapping[str, Any], key: str, where: str, allow_empty: bool = False, default: Optional[str] = None
+) -> str:
+    """A string field; an id (``_id``, ``doc_id``) given as an integer is its digits. Anything
+    else, and a JSON escape that is not text (``"\\ud800"``), is refused, not turned into text.
+
+    Args:
+        default: the value of an absent field (``None``: an absent field is an error);
+            a field given as ``null`` is an error either way.
+    """
+    if key not in row and default is not None:
+        return default
     value = row.get(key)
     if value is None or (not allow_empty and value == ""):
         raise DatasetError(f"{where}: missing {key!r}")
-    if isinstance(value, int) and not isinstance(value, bool) and key == "_id":
+    if isinstance(value, int) and not isinstance(value, bool) and key in ("_id", "doc_id"):
         return str(value)
     if not isinstance(value, str):
         raise DatasetError(
             f"{where}: {key!r} is a {type(value).__name__} ({str(value)[:60]!r}), not a string; "
             "fix the file (BEIR layout: string fields)"
         )
+    try:
+        check_unicode(f"{where}: {key!r}", value)
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
     return value
 
 
@@ -341,7 +367,7 @@ def _qrels(
         if len(parts) != 3:
             raise DatasetError(f"{where}: expected 3 tab-separated columns, got {len(parts)}")
         qid, cid, score = parts
-        if not re.fullmatch(r"-?\d+", score.strip()):
+        if not re.fullmatch(r"-?[0-9]+", score.strip()):  # \d would take "١" (Arabic one) as 1
             raise DatasetError(f"{where}: relevance {score!r} is not an integer")
         relevance = int(score)
         if cid in qrels.get(qid, {}) and qrels[qid][cid] != relevance:

@@ -19,6 +19,7 @@ duplicate node ids are refused, before anything is indexed.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -531,6 +532,23 @@ def _title(doc_id: str, chunks: Sequence[BaseNode]) -> str:
     return doc_id
 
 
+def version_hash(text: str, chunks: Sequence[BaseNode]) -> str:
+    """What an update compares to tell whether a document changed.
+
+    The text alone missed a change of metadata (``year`` 2020 -> 2021) or of
+    a link's target: the update was skipped as "unchanged" and filters kept
+    answering with the old values. Chunk ids are left out: a splitter may
+    number chunks afresh on every run, and an unchanged document must not be
+    re-embedded for that.
+
+    Args:
+        text: the document's chunk texts joined.
+        chunks: its chunks (their metadata and ``IndexNode`` targets count).
+    """
+    structure = [[c.metadata, getattr(c, "index_id", None)] for c in chunks]
+    return content_hash(text + "\x00" + json.dumps(structure, sort_keys=True, default=repr))
+
+
 def build_documents(
     groups: Dict[str, List[BaseNode]],
     doc_id_key: Optional[str] = None,
@@ -567,7 +585,7 @@ def build_documents(
         records[doc_id] = DocumentRecord(
             doc_id=doc_id,
             title=title,
-            content_hash=content_hash(text),
+            content_hash=version_hash(text, doc_chunks),
             chunk_ids=[c.node_id for c in doc_chunks],
             summary_node_id=summary.node_id,
             metadata_keys=sorted(metadata),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -80,6 +80,10 @@ class SummaryIndex:
         embedding_choice: which model embedded the stores and why
             (:meth:`~llama_index_ext_recursive.models.EmbeddingChoice.to_dict`),
             kept by ``persist``; default: how ``embed_model`` was resolved.
+        loaded: the stores were read back from a persisted index rather than
+            built from the caller's nodes: a link that already points nowhere
+            there (a previous release let a delete leave one) is logged and
+            not followed, so the index still loads and can be fixed by an update.
     """
 
     def __init__(
@@ -95,18 +99,13 @@ class SummaryIndex:
         summary_cache: Optional[SummaryCache] = None,
         summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
         embedding_choice: Optional[Mapping[str, str]] = None,
+        loaded: bool = False,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
-        for doc_id, child in (retriever_dict or {}).items():
-            if not isinstance(child, BaseRetriever):
-                raise TypeError(
-                    f"retriever_dict[{doc_id!r}] is a {type(child).__name__}, not a "
-                    "BaseRetriever: map each document id to a retriever (e.g. index.as_retriever())"
-                )
         self.summary_index = summary_index
         self.chunk_index = chunk_index
-        self.retriever_dict: Dict[str, BaseRetriever] = dict(retriever_dict or {})
+        self.retriever_dict: Dict[str, BaseRetriever] = checked_retriever_dict(retriever_dict or {})
         choice = choose_embed_model(embed_model)
         self.embed_model = choice.model
         self.embedding_choice: Dict[str, str] = dict(embedding_choice or choice.to_dict())
@@ -122,7 +121,7 @@ class SummaryIndex:
         self.generation = 0  # bumped by every swap
         self._update_lock = threading.Lock()
         self._vocabulary: Optional[FilterVocabulary] = None
-        self.validate_links()
+        self.validate_links(changed=() if loaded else None)
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -238,7 +237,7 @@ class SummaryIndex:
         """Upstream ``RecursiveRetriever``'s setup: summary ``IndexNode``s plus
         ``retriever_dict`` (an ``IndexNode`` whose ``obj`` is a retriever may
         stand in for its entry)."""
-        retrievers = dict(retriever_dict)
+        retrievers = checked_retriever_dict(retriever_dict)
         plain: List[IndexNode] = []
         for node in summary_nodes:
             if not isinstance(node, IndexNode):
@@ -306,12 +305,16 @@ class SummaryIndex:
             keys -= set(record.varying_keys)
         return keys
 
-    def validate_links(self) -> None:
+    def validate_links(self, changed: Optional[Collection[str]] = None) -> None:
         """Check that every ``IndexNode`` resolves and no links form a cycle.
 
         Raises :class:`LinkError` naming the bad id and the closest known ids.
+
+        Args:
+            changed: ``None`` checks every link strictly; ``()`` only logs links
+                that point nowhere (see :func:`~.links.check_links`).
         """
-        check_links(self.summaries, self.documents, self.doc_ids, self.docstore)
+        check_links(self.summaries, self.documents, self.doc_ids, self.docstore, changed=changed)
 
     # ------------------------------------------------------------------ updates
     def require_stores(self, action: str) -> VectorStoreIndex:
@@ -370,11 +373,21 @@ class SummaryIndex:
             embed_summaries(built, self.embed_model, dim)
             summaries = {**self.summaries, **{s.index_id: s for s in built.summary_nodes}}
             documents = {**current, **built.records}
-            check_links(
-                summaries, documents, list(documents), self.docstore,
-                {n.node_id: n for n in built.chunk_nodes},
-                removed={c for d in changed if d in current for c in current[d].chunk_ids},
-            )
+            replaced = [d for d in changed if d in current]
+            try:
+                check_links(
+                    summaries, documents, list(documents), self.docstore,
+                    {n.node_id: n for n in built.chunk_nodes},
+                    removed={c for d in replaced for c in current[d].chunk_ids}, changed=changed,
+                )
+            except LinkError as exc:
+                if not replaced:
+                    raise
+                raise LinkError(
+                    f"after updating document(s) {replaced}: {exc}; if it pointed to a chunk of the "
+                    "old version, keep that chunk id in the new version or update the linking "
+                    "document in the same call"
+                ) from None
             with self.state_lock.writing():
                 self._swap(remove=[current[d] for d in changed if d in current], add=built)
         return changed
@@ -397,7 +410,7 @@ class SummaryIndex:
             rest = {d: r for d, r in self.documents.items() if d != doc_id}
             try:  # a link left pointing at it would fail every later update and query
                 check_links({d: s for d, s in self.summaries.items() if d != doc_id}, rest, list(rest),
-                            self.docstore, removed=set(record.chunk_ids))
+                            self.docstore, removed={doc_id, *record.chunk_ids}, changed=())
             except LinkError as exc:
                 raise LinkError(
                     f"deleting document {doc_id!r} would leave a link pointing nowhere: {exc}; delete or "
@@ -447,6 +460,43 @@ class SummaryIndex:
             if add is not None:
                 self._vocabulary.add_nodes(add.chunk_nodes)
         self.generation += 1
+
+
+def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> Dict[str, BaseRetriever]:
+    """``retriever_dict`` keyed by document ids as ``IndexNode.index_id`` holds them: strings.
+
+    ``{5: retriever}`` could never be routed to (an ``index_id`` is always a
+    string, ``"5"``), and the error then suggested ``'5'`` for ``'5'``; an
+    integer key is its digits, as :meth:`delete_document` reads an integer id.
+
+    Args:
+        retriever_dict: document id -> the retriever over that document's chunks.
+
+    Raises:
+        TypeError: a key that is not a string or an integer, or a value that is
+            not a retriever.
+        ValueError: two keys that name one document (``5`` and ``"5"``).
+    """
+    checked: Dict[str, BaseRetriever] = {}
+    given: Dict[str, Any] = {}
+    for key, child in retriever_dict.items():
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise TypeError(
+                f"retriever_dict key {key!r} is a {type(key).__name__}: keys are document ids, "
+                "strings as in IndexNode.index_id"
+            )
+        if not isinstance(child, BaseRetriever):
+            raise TypeError(
+                f"retriever_dict[{key!r}] is a {type(child).__name__}, not a "
+                "BaseRetriever: map each document id to a retriever (e.g. index.as_retriever())"
+            )
+        doc_id = str(key)
+        if doc_id in checked:
+            raise ValueError(
+                f"retriever_dict keys {given[doc_id]!r} and {key!r} both name document {doc_id!r}: keep one"
+            )
+        checked[doc_id], given[doc_id] = child, key
+    return checked
 
 
 def auto_progress(show_progress: Optional[bool], count: int) -> bool:

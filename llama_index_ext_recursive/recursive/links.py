@@ -30,6 +30,7 @@ def check_links(
     docstore: Optional[object],
     pending: Optional[Mapping[str, BaseNode]] = None,
     removed: Collection[str] = (),
+    changed: Optional[Collection[str]] = None,
 ) -> None:
     """Check that every summary and ``IndexNode`` resolves and no links form a cycle.
 
@@ -42,11 +43,18 @@ def check_links(
         pending: new chunks by id of an update not yet swapped in.
         removed: chunk ids the update or delete takes out of the docstore: a link
             to one of them would point nowhere once it is swapped in.
+        changed: the documents the operation adds or replaces; ``None``: every
+            document is new (a build), ``()``: none (a load). A link that already
+            pointed nowhere before the operation, in a document it does not
+            touch (an index a previous release let a delete break), is logged
+            as a warning naming it and the fix, so it cannot block every later
+            update; links the operation adds or breaks are errors.
 
     Raises:
         LinkError: naming the bad id and the closest known ids.
     """
     pending = pending or {}
+    stale: List[str] = []
     known_set = set(known)
     for doc_id, summary in summaries.items():
         if doc_id not in known_set:
@@ -80,13 +88,21 @@ def check_links(
                     and target not in pending
                     and (target in removed or not docstore.document_exists(target))
                 ):
-                    raise LinkError(
+                    problem = (
                         f"IndexNode {node.node_id!r} in document {record.doc_id!r} points "
                         f"to {target!r}, which is neither a document nor a chunk "
                         f"({closest(target, known)})"
                     )
+                    if changed is None or record.doc_id in changed or target in removed:
+                        raise LinkError(problem)
+                    stale.append(problem)
                 if target in known_set:
                     edges.setdefault(record.doc_id, []).append(target)
+    if stale:
+        logger.warning(
+            "%d link(s) already pointed nowhere and are not followed: %s; update or delete the "
+            "linking document to fix", len(stale), "; ".join(stale[:5]),
+        )
     raise_on_cycle(edges)
 
 

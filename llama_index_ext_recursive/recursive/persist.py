@@ -213,6 +213,7 @@ def load_persisted(
                 summary_cache=cache,
                 **({"summary_embedding": stored["summary_embedding"]} if "summary_embedding" in stored else {}),
                 embedding_choice=stored.get("embedding_choice"),
+                loaded=True,
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PersistError(

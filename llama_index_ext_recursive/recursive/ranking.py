@@ -102,6 +102,11 @@ def follow_link(
         node = index.docstore.get_node(target, raise_error=False)
         if node is not None:
             return node
+        # builds and updates refuse such a link, so an index loaded from a previous
+        # release's folder holds it (validate_links warned at load): nothing to follow
+        logger.warning("IndexNode %r of document %r points to %r, which no longer exists; not followed",
+                       hit.node.node_id, route.doc_id, target)
+        return None
     raise LinkError(
         f"IndexNode {hit.node.node_id!r} returned for document {route.doc_id!r} points to "
         f"{target!r}, which is neither a document nor a chunk "

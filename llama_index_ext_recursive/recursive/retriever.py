@@ -52,7 +52,7 @@ from llama_index_ext_recursive.filters import (
     to_filters,
 )
 from llama_index_ext_recursive.models import embed_model_name
-from llama_index_ext_recursive.query import DEFAULT_TOP_K, as_query_bundle, resolve_call
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, QueryCheckingRetriever, as_query_bundle, resolve_call
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
@@ -84,7 +84,7 @@ from llama_index_ext_recursive.validation import check_vectors
 __all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode"]
 
 
-class RecursiveSummaryRetriever(BaseRetriever):
+class RecursiveSummaryRetriever(QueryCheckingRetriever):
     """Route a query to documents by summary, then rank their chunks globally.
 
     Build it with :meth:`from_documents`, :meth:`from_nodes` or

@@ -42,7 +42,7 @@ from llama_index_ext_recursive.filters import (
     to_filters,
 )
 from llama_index_ext_recursive.persist import read_index, write_index
-from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import unexplained
 from llama_index_ext_recursive.retrievers.bm25_persist import (
     read_bm25_files,
@@ -88,7 +88,7 @@ COMPACT_SHARE = 0.1
 _NO_TOKEN = "\x00"  # stands in for the words of a corpus that has none
 
 
-class MultilingualBM25Retriever(BM25Retriever):
+class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
     """BM25 over :class:`MultilingualTokenizer` tokens, with per-call filters and top-k.
 
     Differences from upstream ``BM25Retriever``: CJK text is tokenized; nodes

@@ -77,7 +77,7 @@ from llama_index_ext_recursive.filters import (
 )
 from llama_index_ext_recursive.models import resolve_llm
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
-from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, FilteredQueryBundle, resolve_call
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, FilteredQueryBundle, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
 from llama_index_ext_recursive.retrievers.calibrate import DEFAULT_CALIBRATION_SAMPLES, calibrate_children
 from llama_index_ext_recursive.retrievers.calibration import Calibration
@@ -113,7 +113,7 @@ class ScoreDirection(str, Enum):
 _Results = Dict[Tuple[int, int], List[NodeWithScore]]
 
 
-class HybridFusionRetriever(QueryFusionRetriever):
+class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
     """Fuse several retrievers' results (e.g. BM25 + vector), offline by default.
 
     Constructor-compatible with ``QueryFusionRetriever``; differences in

@@ -68,7 +68,7 @@ from llama_index_ext_recursive.filters import (
     keep_matching,
     to_filters,
 )
-from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, resolve_call
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import unexplained
 from llama_index_ext_recursive.retrievers.store_facts import (
     chroma_dimension,
@@ -108,7 +108,7 @@ def _has_native_aquery(vector_store: BasePydanticVectorStore) -> bool:
     return type(vector_store).aquery is not BasePydanticVectorStore.aquery
 
 
-class BackfillVectorRetriever(VectorIndexRetriever):
+class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
     """A ``VectorIndexRetriever`` that survives stale ids and filters anywhere.
 
     Args:
