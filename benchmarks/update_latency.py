@@ -10,7 +10,10 @@ the nodes (BM25 over documents and over chunks) are brought up to date.
 
 Usage::
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/update_latency.py [--docs 20000] [--chunks 3]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/update_latency.py [--docs 20000] [--chunks 5]
+
+Run it with ``PYTHONPATH=<another checkout>`` to measure that checkout's code (the
+first line printed names the code measured).
 
 Figures: docs/BENCHMARKS.md, "Updates: the first query after a one-document change (issue 23)".
 """
@@ -22,9 +25,11 @@ import hashlib
 import logging
 import statistics
 import time
+from pathlib import Path
 from typing import Iterator, List
 
 import numpy as np
+import llama_index_ext_recursive
 from llama_index.core import Document
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
@@ -67,16 +72,17 @@ def documents(count: int, chunks: int, start: int = 0, seed: int = 0) -> Iterato
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=20_000)
-    parser.add_argument("--chunks", type=int, default=3)
+    parser.add_argument("--chunks", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     logging.getLogger("llama_index_ext_recursive").setLevel(logging.WARNING)
     model = HashedWords(model_name="hashed-words")
     start = time.perf_counter()
     retriever = RecursiveSummaryRetriever.from_documents(
-        list(documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5
+        list(documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5, show_progress=False
     )
     retriever.retrieve("term1 term20 term300")
+    print(f"code measured: {Path(llama_index_ext_recursive.__file__).parent}")
     print(f"{args.docs} documents, {sum(len(r.chunk_ids) for r in retriever.index.documents.values())} chunks: "
           f"built and first query in {time.perf_counter() - start:.1f} s")
     steady = []
@@ -89,7 +95,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         new = next(documents(1, args.chunks, start=args.docs + repeat, seed=1000 + repeat))
         t = time.perf_counter()
-        retriever.add_documents([new])
+        retriever.add_documents([new], show_progress=False)
         update = time.perf_counter() - t
         t = time.perf_counter()
         hits = retriever.retrieve(new.text.split()[5] + " " + new.text.split()[9])

@@ -14,6 +14,7 @@ from llama_index.core import Document
 from llama_index.core.schema import QueryBundle, TextNode
 
 from llama_index_ext_recursive import MultilingualBM25Retriever, RecursiveSummaryRetriever
+from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.retrievers.bm25 import COMPACT_SHARE
 from llama_index_ext_recursive.retrievers.bm25_terms import index_tokens
 
@@ -92,6 +93,23 @@ def test_updates_give_exactly_a_fresh_builds_scores_and_leave_the_original_as_it
     assert updated.retrieve("fresh")[0].node.node_id == "x-new"  # a word only the delta holds
     for query in QUERIES:
         assert [(h.node.node_id, h.score) for h in asyncio.run(updated.aretrieve(query))] == _ranking(updated, query)
+
+
+def test_filters_read_before_an_update_see_the_added_nodes_and_never_the_removed(base):
+    """The equality postings (a routed document's filter) are carried over, not rebuilt."""
+    nodes = [TextNode(id_=f"t{i}", text=f"w1 w{i % 7}", metadata={"group": f"g{i % 3}"}) for i in range(60)]
+    first = _fresh(nodes)
+    query = FilteredQueryBundle("w1 w2", filters={"group": "g1"})
+    first.scores_by_id(query, top_k=100)  # builds the postings of "group"
+    added = [TextNode(id_="t-new", text="w1 w2 w2", metadata={"group": "g1"}),
+             TextNode(id_="t-other", text="w1 w2 w2", metadata={"group": "g9"})]
+    updated = first.with_changes(added, ["t1", "t4"])
+    assert "group" in updated._postings_cache  # carried over
+    fresh = _fresh([n for n in nodes if n.node_id not in ("t1", "t4")] + added)
+    for filters in ({"group": "g1"}, {"group": "g9"}, {"group": "g0"}):
+        bundle = FilteredQueryBundle("w1 w2", filters=filters)
+        assert updated.scores_by_id(bundle, top_k=100) == fresh.scores_by_id(bundle, top_k=100)
+    assert "t-new" in updated.scores_by_id(query, top_k=100) and "t1" not in updated.scores_by_id(query, top_k=100)
 
 
 def test_segments_past_the_share_are_merged_from_the_kept_frequencies(base):

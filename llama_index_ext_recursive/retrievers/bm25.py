@@ -254,10 +254,30 @@ class MultilingualBM25Retriever(BM25Retriever):
         if terms.changes() > COMPACT_SHARE * terms.main_rows:
             return self._with_index(_live(nodes, terms), *terms.compacted())
         new = self._with_index(nodes, self.bm25, terms)
+        new._postings_cache = self._postings_with(add)
         new._row_of = {**row_of, **{n.node_id: len(self.nodes) + i for i, n in enumerate(add)}}
         for node_id in remove:
             del new._row_of[node_id]
         return new
+
+    def _postings_with(self, add: List[BaseNode]) -> Dict[str, Optional[Dict[Any, np.ndarray]]]:
+        """The posting lists built so far with ``add`` appended as the next rows
+        (a removed row may stay listed: it scores 0, so it is never returned)."""
+        cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
+        for key, postings in self._postings_cache.items():
+            if postings is None:
+                cache[key] = None
+                continue
+            try:
+                added = _value_rows(add, key, len(self.nodes))
+            except TypeError:
+                cache[key] = None
+                continue
+            merged = dict(postings)
+            for value, rows in added.items():
+                merged[value] = np.concatenate([merged.get(value, _NO_ROWS), np.asarray(rows, dtype=np.int64)])
+            cache[key] = merged
+        return cache
 
     def _rows(self) -> Dict[str, int]:
         """Row of each live node id (built once, carried over by :meth:`with_changes`)."""
@@ -388,13 +408,8 @@ class MultilingualBM25Retriever(BM25Retriever):
         """``value -> rows`` for ``key``, built once (``None`` if a value is unhashable)."""
         cache = self._postings_cache
         if key not in cache:
-            lists: Dict[Any, List[int]] = {}
             try:
-                for row, node in enumerate(self.nodes):
-                    value = filterable_metadata(node).get(key)
-                    if value is not None:
-                        lists.setdefault(value, []).append(row)
-                cache[key] = {v: np.asarray(r, dtype=np.int64) for v, r in lists.items()}
+                cache[key] = {v: np.asarray(r, dtype=np.int64) for v, r in _value_rows(self.nodes, key, 0).items()}
             except TypeError:  # a list or dict value: equality cannot use an index
                 cache[key] = None
         return cache[key]
@@ -559,6 +574,20 @@ class MultilingualBM25Retriever(BM25Retriever):
         """Load what :meth:`write_files` wrote into ``folder`` (or a previous
         release's ``retriever.json`` layout)."""
         return read_bm25_files(cls, folder, overrides)
+
+
+def _value_rows(nodes: Sequence[BaseNode], key: str, first: int) -> Dict[Any, List[int]]:
+    """``value -> rows`` of ``key`` over ``nodes`` numbered from ``first``.
+
+    Raises:
+        TypeError: a value is unhashable (a list or dict: no posting list can hold it).
+    """
+    lists: Dict[Any, List[int]] = {}
+    for row, node in enumerate(nodes, start=first):
+        value = filterable_metadata(node).get(key)
+        if value is not None:
+            lists.setdefault(value, []).append(row)
+    return lists
 
 
 def _live(nodes: List[BaseNode], terms: Terms) -> List[BaseNode]:
