@@ -234,3 +234,16 @@ def test_the_recursive_retriever_updates_its_levels_with_the_changed_documents_o
         assert [(h.node.node_id, h.score) for h in loaded.retrieve(query)] == [
             (h.node.node_id, h.score) for h in retriever.retrieve(query)
         ]
+
+
+def test_term_statistics_of_another_format_or_shape_are_refused_naming_the_file(base, tmp_path):
+    from llama_index_ext_recursive.persist import PersistError
+
+    base.write_files(tmp_path)
+    (tmp_path / "terms.index.json").write_text('{"format_version": 3}', encoding="utf-8")
+    with pytest.raises(PersistError, match="terms.index.json has format_version 3; this version reads 2"):
+        MultilingualBM25Retriever.read_files(tmp_path)
+    (tmp_path / "terms.index.json").write_text('{"format_version": 2}', encoding="utf-8")
+    np.save(tmp_path / "tf.csc.index.npy", base.terms.tf[:-1])
+    with pytest.raises(PersistError, match="tf.csc.index.npy and lengths.index.npy do not match"):
+        MultilingualBM25Retriever.read_files(tmp_path)

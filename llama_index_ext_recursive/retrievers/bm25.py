@@ -279,6 +279,13 @@ class MultilingualBM25Retriever(BM25Retriever):
             cache[key] = merged
         return cache
 
+    @property
+    def terms(self) -> Optional[Terms]:
+        """The term statistics under the bm25s index, with the segments of the
+        updates since (``None``: not known, for an index loaded from a folder
+        written before terms format 2)."""
+        return self._terms
+
     def _rows(self) -> Dict[str, int]:
         """Row of each live node id (built once, carried over by :meth:`with_changes`)."""
         if self._row_of is None:

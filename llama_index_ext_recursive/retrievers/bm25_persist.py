@@ -30,7 +30,7 @@ from llama_index_ext_recursive.config import CONFIG_FILE, init_parameters, read_
 from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy
 from llama_index_ext_recursive.persist import PersistError, load_json, load_json_object
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
-from llama_index_ext_recursive.retrievers.bm25_terms import Terms
+from llama_index_ext_recursive.retrievers.bm25_terms import METHOD, Terms
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
@@ -54,7 +54,7 @@ def write_bm25_files(retriever: "MultilingualBM25Retriever", folder: Path, **kwa
     """Write the bm25s index, its term statistics, the nodes and ``config.json``
     into ``folder`` (``retriever`` has no segments: see ``write_files``)."""
     retriever.bm25.save(str(folder), show_progress=False, **kwargs)
-    terms = retriever._terms
+    terms = retriever.terms
     if terms is not None:
         np.save(folder / TF_FILE, terms.tf, allow_pickle=False)
         np.save(folder / LENGTHS_FILE, terms.lengths, allow_pickle=False)
@@ -191,7 +191,8 @@ def _load_terms(folder: Path, bm25: bm25s.BM25) -> Terms:
     tf, lengths = arrays
     scores = bm25.scores
     if (
-        tf.dtype.kind != "i" or lengths.dtype.kind != "i" or tf.shape != np.shape(scores["data"])
+        (bm25.method, bm25.idf_method) != (METHOD, METHOD)  # the scoring Terms reproduces
+        or tf.dtype.kind != "i" or lengths.dtype.kind != "i" or tf.shape != np.shape(scores["data"])
         or lengths.shape != (scores["num_docs"],) or (tf.size and int(tf.min()) < 1)
         or (lengths.size and int(lengths.min()) < 0)
     ):
