@@ -74,15 +74,18 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=20_000)
     parser.add_argument("--chunks", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--score-mode", default="fused", help="the retriever's score_mode (fused, chunk, weighted, product)")
     args = parser.parse_args()
     logging.getLogger("llama_index_ext_recursive").setLevel(logging.WARNING)
     model = HashedWords(model_name="hashed-words")
     start = time.perf_counter()
     retriever = RecursiveSummaryRetriever.from_documents(
-        list(documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5, show_progress=False
+        list(documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5, show_progress=False,
+        score_mode=args.score_mode,
     )
     retriever.retrieve("term1 term20 term300")
     print(f"code measured: {Path(llama_index_ext_recursive.__file__).parent}")
+    print(f"score_mode={args.score_mode}")
     print(f"{args.docs} documents, {sum(len(r.chunk_ids) for r in retriever.index.documents.values())} chunks: "
           f"built and first query in {time.perf_counter() - start:.1f} s")
     steady = []

@@ -110,6 +110,24 @@ def test_filters_read_before_an_update_see_the_added_nodes_and_never_the_removed
         bundle = FilteredQueryBundle("w1 w2", filters=filters)
         assert updated.scores_by_id(bundle, top_k=100) == fresh.scores_by_id(bundle, top_k=100)
     assert "t-new" in updated.scores_by_id(query, top_k=100) and "t1" not in updated.scores_by_id(query, top_k=100)
+    # the keys filters are checked against follow the update too (counted, not re-read from every node)
+    assert updated.filter_vocabulary.keys == fresh.filter_vocabulary.keys
+
+
+@pytest.mark.parametrize("read_before", [True, False])
+def test_a_key_only_removed_nodes_held_is_unknown_afterwards(read_before):
+    """Whether the filter vocabulary was built before the update (then carried over)
+    or after it (then read from the live nodes only)."""
+    from llama_index_ext_recursive.filters import FilterError
+
+    nodes = [TextNode(id_=f"k{i}", text="w1 w2", metadata={"group": "g"}) for i in range(30)]
+    nodes[3].metadata["rare"] = "yes"
+    first = _fresh(nodes)
+    if read_before:
+        assert "rare" in first.filter_vocabulary.keys
+    updated = first.with_changes([], ["k3"])
+    with pytest.raises(FilterError, match="rare"):
+        updated.retrieve(FilteredQueryBundle("w1", filters={"rare": "yes"}))
 
 
 def test_segments_past_the_share_are_merged_from_the_kept_frequencies(base):

@@ -255,6 +255,10 @@ class MultilingualBM25Retriever(BM25Retriever):
             return self._with_index(_live(nodes, terms), *terms.compacted())
         new = self._with_index(nodes, self.bm25, terms)
         new._postings_cache = self._postings_with(add)
+        if self._vocabulary is not None:  # kept up to date by its counts instead of read from every node
+            vocabulary = new._vocabulary = copy.deepcopy(self._vocabulary)
+            vocabulary.remove_nodes([self.nodes[row_of[node_id]] for node_id in remove])
+            vocabulary.add_nodes(add)
         new._row_of = {**row_of, **{n.node_id: len(self.nodes) + i for i, n in enumerate(add)}}
         for node_id in remove:
             del new._row_of[node_id]
@@ -446,9 +450,10 @@ class MultilingualBM25Retriever(BM25Retriever):
 
     @property
     def filter_vocabulary(self) -> FilterVocabulary:
-        """Metadata keys (and value kinds) of the indexed nodes, which filters are checked against."""
+        """Metadata keys (and value kinds) of the indexed nodes (removed ones
+        excluded), which filters are checked against; shared, not to be changed."""
         if self._vocabulary is None:
-            self._vocabulary = FilterVocabulary.from_nodes(self.nodes)
+            self._vocabulary = FilterVocabulary.from_nodes(_live(self.nodes, self._terms) if self._terms else self.nodes)
         return self._vocabulary
 
     def _resolve(self, query_bundle: QueryBundle) -> Call:
