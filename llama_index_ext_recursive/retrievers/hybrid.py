@@ -111,12 +111,10 @@ def hybrid_retriever(
         [vector, bm25], similarity_top_k=similarity_top_k, child_top_k=child_top_k, **kwargs
     )
     if bm25_nodes and check_filters:
-        from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
-
         # the package's BM25 keeps its nodes' vocabulary (up to date across its updates)
+        kept = getattr(bm25, "filter_vocabulary", None)
         hybrid.filter_vocabulary = (
-            bm25.filter_vocabulary if isinstance(bm25, MultilingualBM25Retriever)
-            else FilterVocabulary.from_nodes(bm25_nodes)
+            kept if isinstance(kept, FilterVocabulary) else FilterVocabulary.from_nodes(bm25_nodes)
         )
     if calibrate and not explicit and bm25_nodes:
         hybrid.calibrate(bm25_nodes, absent_script_weights=CROSS_SCRIPT_WEIGHTS)
