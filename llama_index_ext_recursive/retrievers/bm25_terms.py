@@ -78,8 +78,13 @@ class Terms:
 
     # -- updates -------------------------------------------------------
     def with_rows(self, added: Sequence[List[str]], removed: Sequence[int]) -> "Terms":
-        """These statistics with rows ``removed`` marked dead and ``added`` (token
-        lists) appended as delta rows. Cost: the added tokens and the delta."""
+        """These statistics with rows ``removed`` marked dead and ``added`` appended
+        as delta rows. Cost: the added tokens and the delta, never the main segment.
+
+        Args:
+            added: the token list of each added row.
+            removed: rows (live ones) to mark removed.
+        """
         extra = self.extra
         tokens: List[int] = []
         rows: List[int] = []
@@ -137,7 +142,12 @@ class Terms:
     # -- scoring -------------------------------------------------------
     def scores(self, bm25: bm25s.BM25, query_tokens: Sequence[str]) -> np.ndarray:
         """Scores of every row (dead ones 0) for ``query_tokens``, with the live
-        rows' statistics: bm25s' ``get_scores`` on a fresh build, bit for bit."""
+        rows' statistics: bm25s' ``get_scores`` on a fresh build, bit for bit.
+
+        Args:
+            bm25: the main segment's index (its method, ``k1``, ``b`` and ``delta``).
+            query_tokens: the query's tokens, repeats included (each one counts, as in bm25s).
+        """
         dead = self.dead
         live_rows = len(self.lengths) - (0 if dead is None else int(dead.sum()))
         live_length = int(self.lengths.sum() if dead is None else self.lengths[~dead].sum())
@@ -178,7 +188,15 @@ def posting_scores(
     bm25: bm25s.BM25, idf: np.ndarray, tf: np.ndarray, lengths: np.ndarray, average: np.float64
 ) -> np.ndarray:
     """bm25s' stored score of postings: float32 idf times the float64 term-frequency
-    part (as ``_build_scores_and_indices_for_matrix`` computes it), as float32."""
+    part (as ``_build_scores_and_indices_for_matrix`` computes it), as float32.
+
+    Args:
+        bm25: the index whose method and parameters score.
+        idf: the float32 idf of each posting's token (or one for all).
+        tf: term frequency of each posting.
+        lengths: token count of each posting's row.
+        average: the average row length (float64, as ``np.mean`` gives it).
+    """
     tfc = _select_tfc_scorer(bm25.method)(
         tf_array=tf.astype(np.float32), l_d=lengths.astype(np.float64), l_avg=average,
         k1=bm25.k1, b=bm25.b, delta=bm25.delta,
@@ -188,7 +206,11 @@ def posting_scores(
 
 def count_tokens(corpus_tokens: Sequence[List[str]]) -> Tuple[Dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vocabulary (first-seen order) and the postings of ``corpus_tokens``:
-    token ids, rows and term frequencies sorted by token then row, and row lengths."""
+    token ids, rows and term frequencies sorted by token then row, and row lengths.
+
+    Args:
+        corpus_tokens: the token list of each row.
+    """
     vocab: Dict[str, int] = {}
     flat = [vocab.setdefault(token, len(vocab)) for tokens in corpus_tokens for token in tokens]
     lengths = np.fromiter((len(tokens) for tokens in corpus_tokens), dtype=_INT, count=len(corpus_tokens))
@@ -199,14 +221,25 @@ def count_tokens(corpus_tokens: Sequence[List[str]]) -> Tuple[Dict[str, int], np
 
 
 def index_tokens(corpus_tokens: Sequence[List[str]]) -> Tuple[bm25s.BM25, Terms]:
-    """The bm25s index of ``corpus_tokens`` (as ``bm25s.BM25().index`` builds it) and its :class:`Terms`."""
+    """The bm25s index of ``corpus_tokens`` (as ``bm25s.BM25().index`` builds it) and its :class:`Terms`.
+
+    Args:
+        corpus_tokens: the token list of each row.
+    """
     return build_index(*count_tokens(corpus_tokens))
 
 
 def build_index(
     vocab: Dict[str, int], tokens: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray
 ) -> Tuple[bm25s.BM25, Terms]:
-    """A bm25s index from postings sorted by token then row (bm25s' CSC order)."""
+    """A bm25s index from postings sorted by token then row (bm25s' CSC order),
+    and its :class:`Terms`: one function for a fresh build and a merge of segments.
+
+    Args:
+        vocab: token -> id (ids ``0..len(vocab)-1``).
+        tokens, rows, tf: the postings' token ids, rows and term frequencies.
+        lengths: token count of each row.
+    """
     bm25 = bm25s.BM25(method=METHOD)
     n_rows, n_tokens = len(lengths), len(vocab)
     indptr = np.zeros(n_tokens + 1, dtype=np.int64)
