@@ -21,7 +21,6 @@ built by :func:`index_tokens` in vectorised NumPy: the same scores as
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
