@@ -10,7 +10,10 @@ the nodes (BM25 over documents and over chunks) are brought up to date.
 
 Usage::
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/update_latency.py [--docs 20000] [--chunks 3]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/update_latency.py [--docs 20000] [--chunks 4] [--index-dir DIR]
+
+Run it with ``PYTHONPATH=<another checkout>`` to measure that checkout's code (the
+first line printed names the code measured).
 
 Figures: docs/BENCHMARKS.md, "Updates: the first query after a one-document change (issue 23)".
 """
@@ -22,9 +25,11 @@ import hashlib
 import logging
 import statistics
 import time
+from pathlib import Path
 from typing import Iterator, List
 
 import numpy as np
+import llama_index_ext_recursive
 from llama_index.core import Document
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
@@ -67,18 +72,33 @@ def documents(count: int, chunks: int, start: int = 0, seed: int = 0) -> Iterato
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=20_000)
-    parser.add_argument("--chunks", type=int, default=3)
+    parser.add_argument("--chunks", type=int, default=4, help="paragraphs per document (4: about 6 chunks)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--index-dir", type=Path, default=None,
+                        help="load the index persisted here, or build it and persist it here: "
+                             "one build measured by two checkouts")
+    parser.add_argument("--score-mode", default="fused", help="the retriever's score_mode (fused, chunk, weighted, product)")
     args = parser.parse_args()
     logging.getLogger("llama_index_ext_recursive").setLevel(logging.WARNING)
     model = HashedWords(model_name="hashed-words")
+    print(f"code measured: {Path(llama_index_ext_recursive.__file__).parent}", flush=True)
     start = time.perf_counter()
-    retriever = RecursiveSummaryRetriever.from_documents(
-        list(documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5
-    )
+    if args.index_dir is not None and args.index_dir.exists():
+        retriever = RecursiveSummaryRetriever.from_persist_dir(args.index_dir, embed_model=model)
+        how = f"loaded from {args.index_dir}"
+    else:
+        retriever = RecursiveSummaryRetriever.from_documents(
+            list(documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5, show_progress=False,
+            score_mode=args.score_mode,
+        )
+        how = "built"
+        if args.index_dir is not None:
+            retriever.persist(args.index_dir)
     retriever.retrieve("term1 term20 term300")
-    print(f"{args.docs} documents, {sum(len(r.chunk_ids) for r in retriever.index.documents.values())} chunks: "
-          f"built and first query in {time.perf_counter() - start:.1f} s")
+    print(f"score_mode={retriever.score_mode}")
+    print(f"{len(retriever.index.documents)} documents, "
+          f"{sum(len(r.chunk_ids) for r in retriever.index.documents.values())} chunks: "
+          f"{how}, with the first query, in {time.perf_counter() - start:.1f} s", flush=True)
     steady = []
     for _ in range(5):
         t = time.perf_counter()
@@ -89,7 +109,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         new = next(documents(1, args.chunks, start=args.docs + repeat, seed=1000 + repeat))
         t = time.perf_counter()
-        retriever.add_documents([new])
+        retriever.add_documents([new], show_progress=False)
         update = time.perf_counter() - t
         t = time.perf_counter()
         hits = retriever.retrieve(new.text.split()[5] + " " + new.text.split()[9])

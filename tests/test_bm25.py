@@ -303,8 +303,11 @@ def test_load_missing_or_corrupted_dir_raises_clear_error(tmp_path):
 
 def _previous_release_files(folder, retriever):
     """Turn a persisted generation into what the previous release wrote: its
-    settings in ``retriever.json`` (format_version 1) instead of ``config.json``."""
+    settings in ``retriever.json`` (format_version 1) instead of ``config.json``,
+    and no term statistics (terms format 2 came later)."""
     (folder / "config.json").unlink()
+    for name in ("terms.index.json", "tf.csc.index.npy", "lengths.index.npy"):
+        (folder / name).unlink()
     settings = {"format_version": 1, **retriever.get_persist_args()}
     del settings["filter_policy"]  # the previous release had no filter_policy
     (folder / "retriever.json").write_text(json.dumps(settings), encoding="utf-8")

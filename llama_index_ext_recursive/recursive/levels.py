@@ -145,7 +145,8 @@ def updated_levels(owner: "RecursiveSummaryRetriever", previous: Levels) -> Opti
     for chunk_id in gone_chunks:
         chunk_doc.pop(chunk_id, None)
     chunk_doc.update({c: d for d in kept for c in now[d].chunk_ids})
-    summary_doc = {k: v for k, v in previous.summary_doc.items() if k not in set(gone_summaries)}
+    gone = set(gone_summaries)
+    summary_doc = {k: v for k, v in previous.summary_doc.items() if k not in gone}
     summary_doc.update({index.summaries[d].node_id: d for d in kept if d in index.summaries})
     links = (previous.link_ids - set(gone_chunks)) | {n.node_id for n in new_chunks if isinstance(n, IndexNode)}
     depth = owner.document_depth(owner.similarity_top_k)

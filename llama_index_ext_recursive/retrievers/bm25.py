@@ -15,13 +15,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 import bm25s
 import numpy as np
-from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
@@ -49,6 +47,7 @@ from llama_index_ext_recursive.retrievers.bm25_persist import (
     settings_from_config,
     write_bm25_files,
 )
+from llama_index_ext_recursive.retrievers.bm25_terms import Terms, index_tokens
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.tokenizer import (
     CHINESE_STOPWORDS,
@@ -82,8 +81,8 @@ _quiet_bm25s()
 PERSIST_KIND = "MultilingualBM25Retriever"  # names the index kind in its folder's manifest
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
-# updates kept as a delta and removed rows (with_changes) until they pass this share
-# of the indexed rows; then everything is indexed again (exact scores, a full pass)
+# added and removed rows (with_changes) are kept as segments until they pass this
+# share of the main segment's rows; then the segments are merged into one bm25s index
 COMPACT_SHARE = 0.1
 _NO_TOKEN = "\x00"  # stands in for the words of a corpus that has none
 
@@ -118,6 +117,9 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         callback_manager: LlamaIndex callback manager.
         verbose: Log per-query details.
         existing_bm25: A prebuilt ``bm25s.BM25`` over ``nodes`` (used when loading).
+        existing_terms: The term statistics of ``existing_bm25``
+            (:class:`~llama_index_ext_recursive.retrievers.bm25_terms.Terms`),
+            which let it be updated without tokenising every node again.
         objects, object_map: as upstream (``IndexNode`` objects for recursive retrieval).
     """
 
@@ -132,6 +134,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
         existing_bm25: Optional[bm25s.BM25] = None,
+        existing_terms: Optional[Terms] = None,
         unknown_filter_key: Optional[Union[UnknownFilterPolicy, str]] = UnknownFilterPolicy.RAISE,
         filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
         objects: Optional[List[IndexNode]] = None,
@@ -146,7 +149,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         policy = FilterPolicy(filter_policy)
         tokenizer = tokenizer or MultilingualTokenizer(language=language)
         metadata_mode = MetadataMode(metadata_mode)
-        bm25, average_length = self._index_nodes(nodes, tokenizer, metadata_mode, existing_bm25)
+        bm25, terms = self._index_nodes(nodes, tokenizer, metadata_mode, existing_bm25, existing_terms)
         # The parent is given the index built here, so it tokenizes nothing;
         # it would lower similarity_top_k (with a warning) to the node count,
         # which this class never does, hence the min() and the reset below.
@@ -171,13 +174,9 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         self._vocabulary: Optional[FilterVocabulary] = None
         self._postings_cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
         self._last_scores: Optional[Tuple[Tuple[str, ...], np.ndarray]] = None
-        # segments (see with_changes): the bm25s index covers the first _main_rows
-        # nodes; later rows are a delta scored with its statistics; _dead marks removed rows
-        self._main_rows = len(nodes)
-        self._average_length = average_length
-        self._delta: List[Counter] = []
-        self._delta_lengths = np.zeros(0, dtype=np.float64)
-        self._dead: Optional[np.ndarray] = None
+        # what the bm25s index was computed from, and the segments added and
+        # removed since (with_changes); None: not known (a previous release's folder)
+        self._terms: Optional[Terms] = terms
         self._row_of: Optional[Dict[str, int]] = None
         self._base_mask = self._mask(self.filters)
         if self._base_mask is not None and not self._base_mask.any():
@@ -189,38 +188,45 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         tokenizer: MultilingualTokenizer,
         metadata_mode: MetadataMode,
         existing_bm25: Optional[bm25s.BM25],
-    ) -> Tuple[bm25s.BM25, Optional[float]]:
-        """The bm25s index of ``nodes`` (``existing_bm25`` when given, checked) and
-        the average token count it was built with (``None``: not known)."""
+        existing_terms: Optional[Terms],
+    ) -> Tuple[bm25s.BM25, Optional[Terms]]:
+        """The bm25s index of ``nodes`` and its term statistics (``existing_bm25``
+        and ``existing_terms`` when given, checked)."""
         if existing_bm25 is not None:
             num_docs = int(existing_bm25.scores.get("num_docs", -1))
             if num_docs != len(nodes):
                 raise ValueError(
                     f"existing_bm25 indexes {num_docs} documents but {len(nodes)} nodes were given"
                 )
-            return existing_bm25, None
+            if existing_terms is not None and (
+                existing_terms.changed
+                or len(existing_terms.lengths) != num_docs
+                or existing_terms.vocab != existing_bm25.vocab_dict
+            ):
+                raise ValueError("existing_terms are not the term statistics of existing_bm25")
+            return existing_bm25, existing_terms
         corpus_tokens = [tokenizer(node.get_content(metadata_mode=metadata_mode)) for node in nodes]
         if not any(corpus_tokens):
             # bm25s cannot index a corpus without a single token (only
             # stopwords or punctuation); no query tokenizes to this one
             logger.warning("none of the %d nodes has an indexable word; BM25 finds nothing", len(nodes))
             corpus_tokens = [[_NO_TOKEN] for _ in corpus_tokens]
-        bm25 = bm25s.BM25()
-        bm25.index(corpus_tokens, show_progress=False)
-        return bm25, float(np.mean([len(t) for t in corpus_tokens]))
+        return index_tokens(corpus_tokens)
 
-    # -- updates: a delta segment and removed rows, compacted by a rebuild --
+    # -- updates: segments (a delta and tombstones), merged past a share --
     def with_changes(self, add: Sequence[BaseNode], remove: Iterable[str]) -> "MultilingualBM25Retriever":
         """A retriever over these nodes without ``remove`` (node ids) and with ``add``.
 
         This one is not changed (a query may be reading it). The new one shares
-        its bm25s index: removed rows are masked, and added nodes form a delta
-        scored with the index's statistics (bm25s' own idf and term-frequency
-        formulas), as Lucene scores a new segment before a merge. Cost: the
-        added nodes' tokens, not the corpus's. Once the delta and the removed
-        rows pass :data:`COMPACT_SHARE` of the index, or the index's average
-        length is not known (a loaded index), everything is indexed again,
-        which gives exactly the scores of a fresh build.
+        its bm25s index as the main segment: removed rows become tombstones and
+        the added nodes a delta segment (:class:`~llama_index_ext_recursive.retrievers.bm25_terms.Terms`),
+        scored with the statistics of the live rows, so its scores are those of
+        a fresh build on its nodes, exactly. Cost: tokenising the added nodes;
+        once the segments pass :data:`COMPACT_SHARE` of the main segment they
+        are merged into one bm25s index from the kept term frequencies
+        (no node is tokenised again). A retriever loaded from a previous
+        release's folder, which holds no term frequencies, is indexed again
+        from its nodes at its first change.
 
         Raises:
             ValueError: an id to remove is not indexed here, or an added id is.
@@ -234,40 +240,78 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         clash = [n.node_id for n in add if n.node_id in row_of and n.node_id not in remove]
         if clash:
             raise ValueError(f"node ids {clash[:5]} are indexed already; remove them in the same change")
-        dead = np.zeros(len(self.nodes) + len(add), dtype=bool)
-        if self._dead is not None:
-            dead[: len(self._dead)] = self._dead
-        dead[[row_of[node_id] for node_id in remove]] = True
-        changed = len(self._delta) + len(add) + int(dead.sum())
-        if self._average_length is None or changed > COMPACT_SHARE * self._main_rows:
-            live = [n for row, n in enumerate(self.nodes) if not dead[row]] + add
-            return self._rebuilt(live)
-        new = copy.copy(self)
-        new.nodes = self.nodes + add
-        counts = [Counter(self.tokenizer(n.get_content(metadata_mode=self.metadata_mode))) for n in add]
-        new._delta = self._delta + counts
-        new._delta_lengths = np.concatenate(
-            [self._delta_lengths, np.array([sum(c.values()) for c in counts], dtype=np.float64)]
+        terms = self._terms
+        if terms is None or _NO_TOKEN in terms.vocab:
+            # no statistics to update (an old folder), or a corpus that had no word at all
+            logger.info("BM25: indexing %d nodes again from their text", len(row_of) - len(remove) + len(add))
+            # (such a retriever has no segments: every change of it is a rebuild)
+            return self._rebuilt([n for n in self.nodes if n.node_id not in remove] + add)
+        terms = terms.with_rows(
+            [self.tokenizer(n.get_content(metadata_mode=self.metadata_mode)) for n in add],
+            [row_of[node_id] for node_id in remove],
         )
-        new._dead = dead if dead.any() else None
+        nodes = self.nodes + add
+        if terms.changes() > COMPACT_SHARE * terms.main_rows:
+            return self._with_index(_live(nodes, terms), *terms.compacted())
+        new = self._with_index(nodes, self.bm25, terms)
+        new._postings_cache = self._postings_with(add)
+        if self._vocabulary is not None:  # kept up to date by its counts instead of read from every node
+            vocabulary = new._vocabulary = copy.deepcopy(self._vocabulary)
+            vocabulary.remove_nodes([self.nodes[row_of[node_id]] for node_id in remove])
+            vocabulary.add_nodes(add)
         new._row_of = {**row_of, **{n.node_id: len(self.nodes) + i for i, n in enumerate(add)}}
         for node_id in remove:
             del new._row_of[node_id]
+        return new
+
+    def _postings_with(self, add: List[BaseNode]) -> Dict[str, Optional[Dict[Any, np.ndarray]]]:
+        """The posting lists built so far with ``add`` appended as the next rows
+        (a removed row may stay listed: it scores 0, so it is never returned)."""
+        cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
+        for key, postings in self._postings_cache.items():
+            if postings is None:
+                cache[key] = None
+                continue
+            try:
+                added = _value_rows(add, key, len(self.nodes))
+            except TypeError:
+                cache[key] = None
+                continue
+            merged = dict(postings)
+            for value, rows in added.items():
+                merged[value] = np.concatenate([merged.get(value, _NO_ROWS), np.asarray(rows, dtype=np.int64)])
+            cache[key] = merged
+        return cache
+
+    @property
+    def terms(self) -> Optional[Terms]:
+        """The term statistics under the bm25s index, with the segments of the
+        updates since (``None``: not known, for an index loaded from a folder
+        written before terms format 2)."""
+        return self._terms
+
+    def _rows(self) -> Dict[str, int]:
+        """Row of each live node id (built once, carried over by :meth:`with_changes`)."""
+        if self._row_of is None:
+            dead = None if self._terms is None else self._terms.dead
+            self._row_of = {n.node_id: row for row, n in enumerate(self.nodes) if dead is None or not dead[row]}
+        return self._row_of
+
+    def _with_index(self, nodes: List[BaseNode], bm25: bm25s.BM25, terms: Terms) -> "MultilingualBM25Retriever":
+        """A copy of this retriever over ``nodes`` (rows of ``terms``), with the caches derived from nodes reset."""
+        new = copy.copy(self)
+        new.nodes = nodes
+        new.bm25 = bm25
+        new._terms = terms
+        new._row_of = None
         new._vocabulary = None
         new._postings_cache = {}
         new._last_scores = None
         new._base_mask = new._mask(new.filters)
         return new
 
-    def _rows(self) -> Dict[str, int]:
-        """Row of each live node id (built once, carried over by :meth:`with_changes`)."""
-        if self._row_of is None:
-            dead = self._dead
-            self._row_of = {n.node_id: row for row, n in enumerate(self.nodes) if dead is None or not dead[row]}
-        return self._row_of
-
     def _rebuilt(self, nodes: List[BaseNode]) -> "MultilingualBM25Retriever":
-        """A fresh index over ``nodes`` with these settings (compaction)."""
+        """A fresh index over ``nodes`` with these settings, tokenising them."""
         return type(self)(
             nodes=nodes,
             similarity_top_k=self.similarity_top_k,
@@ -280,30 +324,12 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         )
 
     def compacted(self) -> "MultilingualBM25Retriever":
-        """This retriever with its delta and removed rows indexed again (itself when it has none)."""
-        if not self._delta and self._dead is None:
+        """This retriever with its segments merged into one bm25s index (itself when
+        it has none): the same scores, from the kept term frequencies."""
+        terms = self._terms
+        if terms is None or not terms.changed:
             return self
-        return self._rebuilt([n for row, n in enumerate(self.nodes) if self._dead is None or not self._dead[row]])
-
-    def _delta_scores(self, query_tokens: List[str]) -> np.ndarray:
-        """BM25 scores of the delta rows with the index's statistics and bm25s' formulas."""
-        bm25 = self.bm25
-        idf_of = _select_idf_scorer(getattr(bm25, "idf_method", None) or bm25.method)
-        tfc_of = _select_tfc_scorer(bm25.method)
-        indptr = bm25.scores["indptr"]
-        vocabulary = bm25.vocab_dict
-        scores = np.zeros(len(self._delta), dtype=np.float64)
-        for token in query_tokens:
-            tf = np.array([counts.get(token, 0) for counts in self._delta], dtype=np.float64)
-            if not tf.any():
-                continue
-            token_id = vocabulary.get(token)
-            df = 0 if token_id is None else int(indptr[token_id + 1] - indptr[token_id])
-            idf = idf_of(df, self._main_rows)
-            part = idf * tfc_of(tf, l_d=self._delta_lengths, l_avg=self._average_length, k1=bm25.k1, b=bm25.b,
-                                delta=bm25.delta)
-            scores += np.where(tf > 0, part, 0.0)
-        return scores.astype(np.float32)
+        return self._with_index(_live(self.nodes, terms), *terms.compacted())
 
     @classmethod
     def from_defaults(  # type: ignore[override]
@@ -393,13 +419,8 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         """``value -> rows`` for ``key``, built once (``None`` if a value is unhashable)."""
         cache = self._postings_cache
         if key not in cache:
-            lists: Dict[Any, List[int]] = {}
             try:
-                for row, node in enumerate(self.nodes):
-                    value = filterable_metadata(node).get(key)
-                    if value is not None:
-                        lists.setdefault(value, []).append(row)
-                cache[key] = {v: np.asarray(r, dtype=np.int64) for v, r in lists.items()}
+                cache[key] = {v: np.asarray(r, dtype=np.int64) for v, r in _value_rows(self.nodes, key, 0).items()}
             except TypeError:  # a list or dict value: equality cannot use an index
                 cache[key] = None
         return cache[key]
@@ -414,24 +435,25 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         last = self._last_scores  # one tuple, read and replaced atomically
         if last is not None and last[0] == key:
             return last[1]
-        ids = self.bm25.get_tokens_ids(query_tokens)
-        if not ids:
-            scores = np.zeros(self._main_rows, dtype=np.float32)
+        terms = self._terms
+        if terms is not None and terms.changed:
+            scores = terms.scores(self.bm25, query_tokens)  # segments: live statistics, removed rows 0
         else:
-            scores = np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)
-        if self._delta:
-            scores = np.concatenate([scores, self._delta_scores(query_tokens)])
-        if self._dead is not None:
-            scores = np.where(self._dead, np.float32(0), scores)  # removed rows never match
+            ids = self.bm25.get_tokens_ids(query_tokens)
+            if not ids:
+                scores = np.zeros(len(self.nodes), dtype=np.float32)
+            else:
+                scores = np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)
         scores.setflags(write=False)  # shared by callers: nobody may modify it
         self._last_scores = (key, scores)
         return scores
 
     @property
     def filter_vocabulary(self) -> FilterVocabulary:
-        """Metadata keys (and value kinds) of the indexed nodes, which filters are checked against."""
+        """Metadata keys (and value kinds) of the indexed nodes (removed ones
+        excluded), which filters are checked against; shared, not to be changed."""
         if self._vocabulary is None:
-            self._vocabulary = FilterVocabulary.from_nodes(self.nodes)
+            self._vocabulary = FilterVocabulary.from_nodes(_live(self.nodes, self._terms) if self._terms else self.nodes)
         return self._vocabulary
 
     def _resolve(self, query_bundle: QueryBundle) -> Call:
@@ -537,7 +559,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
     def write_files(self, folder: Path, **kwargs: Any) -> None:
         """Write this retriever's files into ``folder`` (for a component that
         persists it inside its own index folder, as the hybrid does); a
-        retriever with updates (:meth:`with_changes`) writes its compacted index."""
+        retriever with updates (:meth:`with_changes`) writes its segments merged."""
         write_bm25_files(self.compacted(), folder, **kwargs)
 
     @classmethod
@@ -564,6 +586,26 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         """Load what :meth:`write_files` wrote into ``folder`` (or a previous
         release's ``retriever.json`` layout)."""
         return read_bm25_files(cls, folder, overrides)
+
+
+def _value_rows(nodes: Sequence[BaseNode], key: str, first: int) -> Dict[Any, List[int]]:
+    """``value -> rows`` of ``key`` over ``nodes`` numbered from ``first``.
+
+    Raises:
+        TypeError: a value is unhashable (a list or dict: no posting list can hold it).
+    """
+    lists: Dict[Any, List[int]] = {}
+    for row, node in enumerate(nodes, start=first):
+        value = filterable_metadata(node).get(key)
+        if value is not None:
+            lists.setdefault(value, []).append(row)
+    return lists
+
+
+def _live(nodes: List[BaseNode], terms: Terms) -> List[BaseNode]:
+    """``nodes`` without the rows ``terms`` marks removed (the rows of a compacted index)."""
+    dead = terms.dead
+    return list(nodes) if dead is None else [n for row, n in enumerate(nodes) if not dead[row]]
 
 
 __all__ = [

@@ -1,9 +1,15 @@
 """Saving a :class:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever`.
 
-A folder holds bm25s's own index files, the nodes (``nodes.json``) and the
+A folder holds bm25s's own index files, the nodes (``nodes.json``), the
 settings as ``config.json`` in the package's configuration convention
-(:mod:`llama_index_ext_recursive.config`). Folders of the previous releases,
-whose settings are in ``retriever.json`` (``format_version`` 1), still load.
+(:mod:`llama_index_ext_recursive.config`) and, since terms format 2, the term
+frequencies and row lengths the index was computed from (``terms.index.json``
+naming the format, ``tf.csc.index.npy``, ``lengths.index.npy``), so that a
+loaded retriever is updated without tokenising its nodes again
+(:class:`~llama_index_ext_recursive.retrievers.bm25_terms.Terms`; a retriever
+with segments is written merged). Folders without them (format 1) still load,
+and are indexed again from their nodes at their first change; so do folders of
+older releases, whose settings are in ``retriever.json`` (``format_version`` 1).
 Every file is checked for its shape and against the others, and a damaged
 one is named in the :class:`~llama_index_ext_recursive.persist.PersistError`.
 """
@@ -24,6 +30,7 @@ from llama_index_ext_recursive.config import CONFIG_FILE, init_parameters, read_
 from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy
 from llama_index_ext_recursive.persist import PersistError, load_json, load_json_object
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
+from llama_index_ext_recursive.retrievers.bm25_terms import METHOD, Terms
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
@@ -37,11 +44,21 @@ NODES_FILE = "nodes.json"
 BM25_PARAMS_FILE = "params.index.json"
 BM25_VOCAB_FILE = "vocab.index.json"
 BM25_MATRIX_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
+TERMS_FILE = "terms.index.json"  # {"format_version": 2}: the two files below are present
+TERMS_FORMAT_VERSION = 2
+TF_FILE = "tf.csc.index.npy"  # term frequency of each posting, aligned with data.csc.index.npy
+LENGTHS_FILE = "lengths.index.npy"  # token count of each row
 
 
 def write_bm25_files(retriever: "MultilingualBM25Retriever", folder: Path, **kwargs: Any) -> None:
-    """Write the bm25s index, the nodes and ``config.json`` into ``folder``."""
+    """Write the bm25s index, its term statistics, the nodes and ``config.json``
+    into ``folder`` (``retriever`` has no segments: see ``write_files``)."""
     retriever.bm25.save(str(folder), show_progress=False, **kwargs)
+    terms = retriever.terms
+    if terms is not None:
+        np.save(folder / TF_FILE, terms.tf, allow_pickle=False)
+        np.save(folder / LENGTHS_FILE, terms.lengths, allow_pickle=False)
+        (folder / TERMS_FILE).write_text(json.dumps({"format_version": TERMS_FORMAT_VERSION}), encoding="utf-8")
     (folder / NODES_FILE).write_text(
         json.dumps([doc_to_json(node) for node in retriever.nodes], ensure_ascii=False),
         encoding="utf-8",
@@ -79,7 +96,8 @@ def read_bm25_files(
     except ValueError as exc:
         raise PersistError(f"{nodes_path} is damaged: {exc}") from exc
     bm25 = _load_bm25(folder, len(nodes), nodes_path)
-    return cls(nodes=nodes, existing_bm25=bm25, **{**settings, **overrides})
+    terms = _load_terms(folder, bm25) if (folder / TERMS_FILE).exists() else None
+    return cls(nodes=nodes, existing_bm25=bm25, existing_terms=terms, **{**settings, **overrides})
 
 
 def settings_from_config(parameters: Dict[str, Any]) -> Dict[str, Any]:
@@ -153,3 +171,35 @@ def _load_bm25(folder: Path, num_nodes: int, nodes_path: Path) -> bm25s.BM25:
             f"{vocab_path.name} and {nodes_path.name}; persist the retriever again"
         )
     return bm25
+
+
+def _load_terms(folder: Path, bm25: bm25s.BM25) -> Terms:
+    """The term statistics beside the bm25s index in ``folder``, checked against it."""
+    path = folder / TERMS_FILE
+    version = load_json_object(path, ("format_version",))["format_version"]
+    if version != TERMS_FORMAT_VERSION:
+        raise PersistError(
+            f"{path} has format_version {version!r}; this version reads {TERMS_FORMAT_VERSION}: "
+            "upgrade the package, or persist the retriever again with this one"
+        )
+    arrays = []
+    for name in (TF_FILE, LENGTHS_FILE):
+        try:
+            arrays.append(np.load(folder / name, allow_pickle=False))
+        except (OSError, ValueError) as exc:
+            raise PersistError(f"{folder / name} is missing or damaged ({exc}); persist the retriever again") from exc
+    tf, lengths = arrays
+    scores = bm25.scores
+    if (
+        (bm25.method, bm25.idf_method) != (METHOD, METHOD)  # the scoring Terms reproduces
+        or tf.dtype.kind != "i" or lengths.dtype.kind != "i" or tf.shape != np.shape(scores["data"])
+        or lengths.shape != (scores["num_docs"],) or (tf.size and int(tf.min()) < 1)
+        or (lengths.size and int(lengths.min()) < 0)
+    ):
+        raise PersistError(
+            f"{folder}: {TF_FILE} and {LENGTHS_FILE} do not match the BM25 matrix files; persist the retriever again"
+        )
+    return Terms(
+        vocab=bm25.vocab_dict, indptr=np.asarray(scores["indptr"]), rows=np.asarray(scores["indices"]),
+        tf=tf, lengths=lengths, main_rows=int(scores["num_docs"]), extra={},
+    )

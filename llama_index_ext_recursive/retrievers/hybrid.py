@@ -111,7 +111,11 @@ def hybrid_retriever(
         [vector, bm25], similarity_top_k=similarity_top_k, child_top_k=child_top_k, **kwargs
     )
     if bm25_nodes and check_filters:
-        hybrid.filter_vocabulary = FilterVocabulary.from_nodes(bm25_nodes)
+        # the package's BM25 keeps its nodes' vocabulary (up to date across its updates)
+        kept = getattr(bm25, "filter_vocabulary", None)
+        hybrid.filter_vocabulary = (
+            kept if isinstance(kept, FilterVocabulary) else FilterVocabulary.from_nodes(bm25_nodes)
+        )
     if calibrate and not explicit and bm25_nodes:
         hybrid.calibrate(bm25_nodes, absent_script_weights=CROSS_SCRIPT_WEIGHTS)
     return hybrid
