@@ -151,7 +151,7 @@ def test_retrieve_sync_equals_async(contracts):
 
 
 def test_retrieve_documents_refuses_what_is_not_a_query(contracts):
-    with pytest.raises(TypeError, match="query string or QueryBundle"):
+    with pytest.raises(TypeError, match="the query must be a string or a QueryBundle, got int"):
         contracts.retrieve_documents(42)
     with pytest.raises(ValueError):
         contracts.retrieve_documents("   ")
