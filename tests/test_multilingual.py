@@ -15,7 +15,8 @@ from llama_index_ext_recursive.stores.numpy_store import vector_index
 
 @pytest.fixture(scope="module")
 def e5() -> MultilingualE5Embedding:
-    return MultilingualE5Embedding()
+    """The engine itself: every call reaches it (nothing remembered)."""
+    return MultilingualE5Embedding(memo_size=0)
 
 
 def cosine(a, b) -> float:
@@ -81,7 +82,43 @@ def test_an_english_question_finds_the_chinese_passage(e5):
     assert [h.node.node_id for h in retriever.retrieve("Which bin do big bones go in?")] == ["waste"]
 
 
+def test_remembered_vectors_are_the_engines_and_spare_its_calls(e5):
+    remembering = MultilingualE5Embedding(memo_size=3)
+    asked = []
+    original = remembering._model.encode
+
+    def recording(texts, is_query):
+        asked.append((list(texts), is_query))
+        return original(texts, is_query)
+
+    remembering._model.encode = recording
+    texts = ["绿茶最好放在冰箱里保存。", "Solar panels turn light into electricity.", "x"]
+    first = remembering.get_text_embedding_batch(texts)
+    again = remembering.get_text_embedding_batch([texts[2], texts[0], texts[0]])
+    assert asked == [(texts, False)]  # the second batch was remembered whole
+    assert again == [first[2], first[0], first[0]]
+    assert np.allclose(first, e5.get_text_embedding_batch(texts), atol=1e-6)
+    # a query of the same text is another role: the engine is asked
+    assert not np.allclose(remembering.get_query_embedding(texts[2]), first[2])
+    assert asked[-1] == ([texts[2]], True)
+    # four texts remembered at most three: the least recently used ("Solar panels") went first
+    remembering.get_text_embedding(texts[1])
+    assert asked[-1] == ([texts[1]], False)
+
+
+def test_memo_size_zero_remembers_nothing():
+    forgetful = MultilingualE5Embedding(memo_size=0)
+    calls = []
+    original = forgetful._model.encode
+    forgetful._model.encode = lambda texts, is_query: calls.append(texts) or original(texts, is_query)
+    forgetful.get_text_embedding("x")
+    forgetful.get_text_embedding("x")
+    assert calls == [["x"], ["x"]]
+
+
 def test_the_model_name_is_recorded_and_bad_arguments_are_refused(e5):
     assert e5.model_name == MULTILINGUAL_MODEL_NAME
     with pytest.raises(ValueError, match="num_threads"):
         MultilingualE5Embedding(num_threads=0)
+    with pytest.raises(ValueError, match="memo_size"):
+        MultilingualE5Embedding(memo_size=-1)
