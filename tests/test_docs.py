@@ -3,8 +3,10 @@
 The convention (stated in each page and checked here): a block runs as pasted
 into a fresh Python session, unless its first line is ``# continued from
 above``, in which case it runs in the session of the block before it on the
-same page (as a reader pastes the two one after the other). Each page runs in
-its own interpreter, in an empty scratch folder, with the repository's package
+same page (as a reader pastes the two one after the other). The pages run one
+after the other in one interpreter (the imports and bundled models loaded
+once), each in its own empty scratch folder and with LlamaIndex's ``Settings``
+reset to a fresh session's, with the repository's package
 importable but not ``tests/``, no API key in the environment and the Hugging
 Face hub offline: what a newcomer with ``pip install
 'llama-index-ext-recursive[local,eval,faiss]'`` has.
@@ -32,20 +34,32 @@ CONTINUED = "# continued from above"
 REAL_MODEL = {"01-recursive", "02-bm25-and-hybrid", "03-stores", "04-auto-retrieval", "05-evaluation",
               "06-agent-tool"}
 
-# runs in the page's interpreter: each block in a fresh namespace unless it continues the previous one
+# runs every selected page in one interpreter (imports and the bundled models are loaded once): each
+# page in its own scratch folder and with LlamaIndex's Settings as a fresh session has them, each block
+# in a fresh namespace unless it continues the previous one; a page's failure is recorded and the next
+# page runs
 _RUNNER = """
-import json, sys, traceback
-blocks, report = json.loads(sys.argv[1]), sys.argv[2]
-namespace = None
-for block in blocks:
-    if not block["continued"]:
-        namespace = {"__name__": "__main__"}
-    try:
-        exec(compile(block["source"], block["label"], "exec"), namespace)
-    except BaseException:
-        with open(report, "w", encoding="utf-8") as out:
-            json.dump({"label": block["label"], "source": block["source"], "error": traceback.format_exc()}, out)
-        sys.exit(1)
+import copy, json, os, sys, time, traceback
+from llama_index.core import Settings
+pages, report = json.loads(sys.argv[1]), sys.argv[2]
+fresh_settings = copy.copy(vars(Settings))
+results = {}
+for page in pages:
+    os.chdir(page["cwd"])
+    vars(Settings).clear()
+    vars(Settings).update(fresh_settings)
+    namespace, started, failure = None, time.perf_counter(), None
+    for block in page["blocks"]:
+        if not block["continued"]:
+            namespace = {"__name__": "__main__"}
+        try:
+            exec(compile(block["source"], block["label"], "exec"), namespace)
+        except BaseException:
+            failure = {"label": block["label"], "source": block["source"], "error": traceback.format_exc()}
+            break
+    results[page["name"]] = {"failure": failure, "seconds": round(time.perf_counter() - started, 1)}
+    with open(report, "w", encoding="utf-8") as out:
+        json.dump(results, out)
 """
 
 
@@ -59,8 +73,8 @@ def _offline_env() -> Dict[str, str]:
     return env
 
 
-def run_page(path: Path, tmp_path: Path) -> None:
-    """Run a page's blocks by the convention above, failing with the block's source and traceback."""
+def page_blocks(path: Path) -> List[dict]:
+    """A page's blocks for the runner, checked against the convention above."""
     blocks: List[dict] = []
     for number, source in enumerate(python_blocks(path), start=1):
         continued = source.startswith(CONTINUED)
@@ -69,18 +83,47 @@ def run_page(path: Path, tmp_path: Path) -> None:
             f"{path.name}[block {number}] imports from tests/, which an installed copy does not have"
         )
         blocks.append({"label": f"{path.name}[block {number}]", "source": source, "continued": continued})
-    report = tmp_path / "failure.json"
-    scratch = tmp_path / "cwd"
-    scratch.mkdir()
+    return blocks
+
+
+def run_pages(paths: List[Path], scratch: Path) -> Dict[str, dict]:
+    """Run the pages one after the other in one fresh interpreter; each page's outcome by file name."""
+    pages = []
+    for path in paths:
+        cwd = scratch / path.stem
+        cwd.mkdir()
+        pages.append({"name": path.name, "cwd": str(cwd), "blocks": page_blocks(path)})
+    report = scratch / "report.json"
     done = subprocess.run(
-        [sys.executable, "-c", _RUNNER, json.dumps(blocks), str(report)],
+        [sys.executable, "-c", _RUNNER, json.dumps(pages), str(report)],
         cwd=scratch, env=_offline_env(), capture_output=True, text=True, timeout=1800,
     )
-    if done.returncode:
-        failure = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+    results = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+    for page in pages:  # the interpreter died: the page it was in and those after it say so
+        results.setdefault(page["name"], {"failure": {"label": page["name"], "source": "", "error": done.stderr[-4000:]}})
+    return results
+
+
+@pytest.fixture(scope="session")
+def executed_pages(request, tmp_path_factory) -> Dict[str, dict]:
+    """Every page a selected test asks for, run once in one interpreter."""
+    wanted = []
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if item.originalname == "test_docs_page_executes" and callspec is not None:
+            wanted.append(callspec.params["path"])
+        elif item.name == "test_readme_python_blocks_run_as_pasted":
+            wanted.append(ROOT / "README.md")
+    paths = [p for p in dict.fromkeys(wanted) if python_blocks(p)]
+    return run_pages(paths, tmp_path_factory.mktemp("pages"))
+
+
+def check_page(path: Path, executed: Dict[str, dict]) -> None:
+    """Fail with the failing block's source and traceback."""
+    failure = executed[path.name]["failure"]
+    if failure:
         pytest.fail(
-            f"{failure.get('label', path.name)} failed\n--- source ---\n{failure.get('source', '')}"
-            f"--- error ---\n{failure.get('error', done.stderr[-4000:])}",
+            f"{failure['label']} failed\n--- source ---\n{failure['source']}--- error ---\n{failure['error']}",
             pytrace=False,
         )
 
@@ -95,8 +138,8 @@ def test_guide_pages_exist():
 
 
 @pytest.mark.parametrize("path", [_param(p) for p in DOCS if python_blocks(p)])
-def test_docs_page_executes(path, tmp_path):
-    run_page(path, tmp_path)
+def test_docs_page_executes(path, executed_pages):
+    check_page(path, executed_pages)
 
 
 def test_every_guide_page_has_code():
@@ -135,8 +178,8 @@ def test_pain_points_cite_existing_tests():
 
 
 @pytest.mark.integration
-def test_readme_python_blocks_run_as_pasted(tmp_path):
-    run_page(ROOT / "README.md", tmp_path)
+def test_readme_python_blocks_run_as_pasted(executed_pages):
+    check_page(ROOT / "README.md", executed_pages)
 
 
 def test_readme_names_the_install_steps():

@@ -1,13 +1,22 @@
-"""Every notebook under notebooks/ executes offline, top to bottom."""
+"""Every notebook under notebooks/ executes offline, top to bottom.
+
+The notebooks run one after the other in one Jupyter kernel (a real one, with
+its running event loop), so the imports and the bundled models load once: before
+each notebook the kernel's namespace is reset (``%reset -f``), its working
+folder is the notebook's own empty scratch folder and LlamaIndex's ``Settings``
+are a fresh session's, so a notebook that leans on another's names fails.
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Dict
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 # what each notebook's last cell must show: proof that it ran to the end
 LAST_OUTPUT = {
@@ -41,11 +50,66 @@ def test_notebooks_import_nothing_from_tests(path):
     assert "sys.path" not in code and '"tests"' not in code, path.name
 
 
+# run once in the kernel: a fresh session's LlamaIndex Settings, kept where %reset cannot clear them
+_REMEMBER_SETTINGS = """import copy, sys, types
+from llama_index.core import Settings
+kept = types.ModuleType("_fresh_kernel")
+kept.settings = copy.copy(vars(Settings))
+sys.modules[kept.__name__] = kept
+"""
+# run before each notebook: what a fresh kernel started in the notebook's folder has
+_FRESH_SESSION = """%reset -f
+import os as _os, sys as _sys
+from llama_index.core import Settings as _Settings
+vars(_Settings).clear()
+vars(_Settings).update(_sys.modules["_fresh_kernel"].settings)
+_os.chdir({folder!r})
+del _os, _sys, _Settings
+"""
+
+
+def _run_in_kernel(client: NotebookClient, notebook, code: str) -> None:
+    """Run ``code`` as a cell that belongs to no notebook."""
+    client.nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    client.execute_cell(client.nb.cells[0], 0)
+    client.nb = notebook
+
+
+@pytest.fixture(scope="session")
+def executed_notebooks(request, tmp_path_factory) -> Dict[str, object]:
+    """Every notebook a selected test asks for, executed once in one kernel: the notebook or its error."""
+    wanted = [item.callspec.params["path"] for item in request.session.items if item.originalname == "test_notebook_executes"]
+    results: Dict[str, object] = {}
+    if not wanted:
+        return results
+    scratch = tmp_path_factory.mktemp("notebooks")
+    client = NotebookClient(nbformat.v4.new_notebook(), timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(scratch)}})
+    with client.setup_kernel():
+        _run_in_kernel(client, client.nb, _REMEMBER_SETTINGS)
+        for path in dict.fromkeys(wanted):
+            notebook = nbformat.read(path, as_version=4)
+            folder = scratch / path.stem
+            folder.mkdir()
+            try:
+                _run_in_kernel(client, notebook, _FRESH_SESSION.format(folder=str(folder)))
+                for index, cell in enumerate(notebook.cells):
+                    client.execute_cell(cell, index)
+                results[path.stem] = notebook
+            except CellExecutionError as error:
+                results[path.stem] = error
+            except DeadKernelError as error:  # the notebooks after it cannot run in this kernel
+                results.update({p.stem: error for p in wanted if p.stem not in results})
+                break
+    return results
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(path, tmp_path):
-    notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+def test_notebook_executes(path, executed_notebooks):
+    notebook = executed_notebooks[path.stem]
+    if isinstance(notebook, Exception):
+        pytest.fail(f"{path.name}: {notebook}", pytrace=False)
     errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     assert LAST_OUTPUT[path.stem] in str(notebook.cells[-1].outputs[-1])
