@@ -148,3 +148,24 @@ def real_model(name: str = "minilm", cache: Union[str, Path, None] = DEFAULT_CAC
 
     return CachedEmbedding(model, cache)
 
+
+
+def equal_calibration(retriever_class: type) -> Dict[str, object]:
+    """Keyword arguments fixing equal vector and BM25 weights, for a recursive retriever over a topic corpus.
+
+    Calibration fits the fusion weights on pseudo-queries cut from the corpus;
+    :class:`TopicEmbedding` cannot embed those meaningfully, so the fit would drop
+    every dense search. Equal weights make every search run, as on real text.
+    Empty for a version of the package without calibration (before/after runs).
+    """
+    import inspect
+
+    if "calibration" not in inspect.signature(retriever_class.__init__).parameters:
+        return {}
+    try:
+        from llama_index_ext_recursive.retrievers.calibration import Calibration, ScriptCalibration
+    except ImportError:  # older layout
+        from llama_index_ext_recursive.retrievers.calibrate import Calibration, ScriptCalibration
+
+    equal = Calibration({"latin": ScriptCalibration(0, [], [0.5, 0.5], [])}, ["vector", "bm25"])
+    return {"calibration": {"documents": equal, "chunks": equal}}

@@ -36,6 +36,19 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
+class Stopwatch:
+    """Wall seconds since it was made (or restarted): for spans that are not one call."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self._started = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self._started
+
+
 def seconds(action: Callable[[], Any]) -> float:
     """Wall seconds of one call of ``action``."""
     started = time.perf_counter()

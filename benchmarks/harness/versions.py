@@ -8,19 +8,18 @@ machine in the same session. Two ways are used, both here:
   (:func:`extract_package`); the run then says which copy it imported
   (:func:`package_dir`), since a stale ``PYTHONPATH`` silently measures the
   wrong code;
-- one older module, loaded beside the current package under another name
-  (:func:`old_module`), for comparing a single function in one process.
+- the older package imported beside the current one under another name
+  (:func:`old_package`), for comparing one class or function in one process.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Optional
 
 from harness import REPO
 
@@ -48,26 +47,19 @@ def extract_package(rev: str, into: str) -> str:
     return into
 
 
-def old_source(rev: str, path: str) -> str:
-    """The text of ``path`` (relative to the repository) as of ``rev``."""
-    return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True,
-                          capture_output=True, text=True).stdout
+def old_package(rev: str, module: str = "") -> ModuleType:
+    """The package as of ``rev`` (or its ``module``, e.g. ``"fusion"``), imported beside the current one.
 
-
-def old_module(rev: str, path: str, patch: Optional[Callable[[str], str]] = None) -> ModuleType:
-    """The module at ``path`` as of ``rev``, imported as ``old_<stem>_<rev>`` beside the current package.
-
-    ``patch`` may rewrite the source first (e.g. drop an import the old module
-    needs from a sibling that has moved since).
+    The old copy is extracted and renamed ``llama_index_ext_recursive_<rev>``
+    (its own imports rewritten to match), so its modules import their old
+    siblings, not the current package's, whose layout has moved since.
     """
-    source = old_source(rev, path)
-    if patch is not None:
-        source = patch(source)
-    name = f"old_{Path(path).stem}_{rev}"
-    file = Path(tempfile.mkdtemp(prefix="bench-old-")) / f"{name}.py"
-    file.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    name = f"{PACKAGE}_{rev}"
+    if name not in sys.modules:
+        root = Path(tempfile.mkdtemp(prefix="bench-old-"))
+        extract_package(rev, str(root))
+        (root / PACKAGE).rename(root / name)
+        for path in (root / name).rglob("*.py"):
+            path.write_text(path.read_text(encoding="utf-8").replace(PACKAGE, name), encoding="utf-8")
+        sys.path.insert(0, str(root))
+    return importlib.import_module(f"{name}.{module}" if module else name)
