@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import List, Optional
 
-from harness import REPO, cli, data
+from harness import cli, data
 from harness.memory import run_child
 from harness.report import Table
+from harness.versions import llama_recursive
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -28,9 +28,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     cli.add_data(p)
     p.add_argument("--n", type=int, default=40, help="passages to build from")
     args = p.parse_args(argv)
-    command = str(REPO / ".venv" / "bin" / "llama-recursive")
-    if not Path(command).exists():  # a worktree without its own venv: the one running this script
-        command = str(Path(sys.executable).parent / "llama-recursive")
+    command = str(llama_recursive())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "docs"
         folder.mkdir()

@@ -63,3 +63,9 @@ def old_package(rev: str, module: str = "") -> ModuleType:
             path.write_text(path.read_text(encoding="utf-8").replace(PACKAGE, name), encoding="utf-8")
         sys.path.insert(0, str(root))
     return importlib.import_module(f"{name}.{module}" if module else name)
+
+
+def llama_recursive() -> Path:
+    """The ``llama-recursive`` command to run: the repository's ``.venv``'s, else the one beside this Python."""
+    here = REPO / ".venv" / "bin" / "llama-recursive"
+    return here if here.exists() else Path(sys.executable).parent / "llama-recursive"
