@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any, Dict, List, Optional
 
-from harness import RESULTS, cli, data
+from harness import RESULTS, cli, data, timing
 from harness.models import real_model
 from harness.versions import old_package
 from llama_index.core.callbacks import CallbackManager
@@ -83,9 +82,9 @@ def counted(fn, managers: List[CallbackManager]):
     for manager in managers:
         manager.add_handler(callbacks)
     try:
-        started = time.perf_counter()
+        clock = timing.Stopwatch()
         value = fn()
-        seconds = time.perf_counter() - started
+        seconds = clock.seconds()
     finally:
         root.event_handlers.remove(events)
         for manager in managers:

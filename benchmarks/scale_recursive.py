@@ -87,13 +87,12 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
 
     # summarization alone (same steps from_nodes runs before indexing)
     gc.collect()
-    t0 = time.perf_counter()
+    clock = timing.Stopwatch()
     groups = group_nodes(nodes, "doc_id")
-    t1 = time.perf_counter()
+    row["group_s"] = clock.seconds()
+    clock.restart()
     built = build_documents(groups, "doc_id", ExtractiveSummarizer(), SummaryCache(), False)
-    t2 = time.perf_counter()
-    row["group_s"] = t1 - t0
-    row["summarize_s"] = t2 - t1
+    row["summarize_s"] = clock.seconds()
     # sanity: every summary starts with its doc id, so the fake model maps it
     # to the topic when summaries are embedded from text (summary_embedding=text)
     misses = sum(1 for s in built.summary_nodes if not s.text.startswith(f"{s.index_id}. "))
@@ -102,7 +101,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     gc.collect()
 
     fake.calls = 0
-    t0 = time.perf_counter()
+    clock.restart()
     # the topic model cannot embed calibration's pseudo-queries: fixed equal weights, every search runs
     extra = equal_calibration(RecursiveSummaryRetriever)
     if args.summary_embedding:
@@ -111,7 +110,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
         nodes, doc_id_key="doc_id", embed_model=fake, similarity_top_k=10, show_progress=False,
         **extra,
     )
-    row["build_s"] = time.perf_counter() - t0
+    row["build_s"] = clock.seconds()
     row["index_s"] = row["build_s"] - row["group_s"] - row["summarize_s"]
     row["embed_calls"] = fake.calls
     row["rss_mb"] = memory.peak_rss_mib()
@@ -125,9 +124,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     queries, targets = corpus.document_queries(args.queries, args.query_noise)
 
     # cold first query (NumpyVectorStore builds its matrix and postings lazily)
-    t0 = time.perf_counter()
-    r.retrieve(QueryBundle(query_str="q", embedding=queries[0]))
-    row["first_query_ms"] = (time.perf_counter() - t0) * 1e3
+    row["first_query_ms"] = timing.seconds(lambda: r.retrieve(QueryBundle(query_str="q", embedding=queries[0]))) * 1e3
 
     summary_ret = VectorIndexRetriever(
         r.index.summary_index, similarity_top_k=r.num_routed_docs, embed_model=fake
@@ -255,9 +252,9 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
 
     if n_docs in args.svs_docs:
         svs_queries = queries[: args.svs_queries]
-        t0 = time.perf_counter()
+        clock.restart()
         upstream = VectorStoreIndex(nodes, embed_model=fake, show_progress=False)
-        row["svs_build_s"] = time.perf_counter() - t0
+        row["svs_build_s"] = clock.seconds()
         svs = VectorIndexRetriever(upstream, similarity_top_k=10, embed_model=fake)
         row["svs"] = time_calls(svs.retrieve, svs_queries, warmup=1)
         row["svs_n"] = len(svs_queries)
@@ -269,7 +266,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
             same += a == b
         row["svs_same_top10"] = f"{same}/5"
         del upstream, svs
-    del r, nodes
+    del nodes  # the retriever goes with this frame
     gc.collect()
     return row
 

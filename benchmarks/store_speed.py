@@ -151,11 +151,11 @@ class StoreBench(Bench):
     def __init__(self, name, kind, modes, make: Callable[[], Any], nodes, slow=False, ids_of=None,
                  batch: Optional[int] = None) -> None:
         super().__init__(name, kind, modes, slow)
-        t0 = time.perf_counter()
+        clock = timing.Stopwatch()
         self.store = make()
         for start in range(0, len(nodes), batch or len(nodes)):
             self.store.add(nodes[start : start + (batch or len(nodes))])
-        self.build_s = time.perf_counter() - t0
+        self.build_s = clock.seconds()
         self.ids_of = ids_of
 
     def query(self, vsq, rows):
@@ -171,11 +171,11 @@ class NumpyBaseline(Bench):
 
     def __init__(self, name, dtype, nodes, ids, k) -> None:
         super().__init__(name, "exact" if dtype == np.float64 else "exact (float32)", MODES)
-        t0 = time.perf_counter()
+        clock = timing.Stopwatch()
         m = np.array([node.embedding for node in nodes], dtype=np.float64)
         m /= np.linalg.norm(m, axis=1, keepdims=True)
         self.matrix = np.ascontiguousarray(m, dtype=dtype)
-        self.build_s = time.perf_counter() - t0
+        self.build_s = clock.seconds()
         self.ids, self.k, self.dtype = ids, k, dtype
 
     def query(self, vsq, rows):
@@ -305,11 +305,11 @@ def pg_hnsw(server, exact: StoreBench, dim: int) -> Bench:
     server.execute(f"CREATE TABLE data_{table} (LIKE data_{exact.table} INCLUDING ALL)")
     server.execute(f"INSERT INTO data_{table} SELECT * FROM data_{exact.table}")
     server.execute(f"ANALYZE data_{table}")
-    t0 = time.perf_counter()
+    clock = timing.Stopwatch()
     store = PGVectorStore.from_params(**server.params(), table_name=table, embed_dim=dim,
                                       hnsw_kwargs=dict(HNSW))
     store._initialize()  # CREATE INDEX ... USING hnsw on the filled table
-    index_s = time.perf_counter() - t0
+    index_s = clock.seconds()
     bench.store = store
     bench.build_s = exact.build_s + index_s
     bench.note = f"add {exact.build_s:.1f} s + index {index_s:.1f} s"
@@ -362,25 +362,19 @@ def time_group(stores: List[Bench], n: int, ids, matrix, queries, args, rows, ch
                 for s in fast[shift:] + fast[:shift]:
                     for vsq in vsqs[-2:]:  # wake this library's threads, untimed
                         s.query(vsq, filt_rows)
-                    for i in block.tolist():
-                        t0 = time.perf_counter()
-                        out = s.query(vsqs[i], filt_rows)
-                        lat[s.name].append((time.perf_counter() - t0) * 1e3)
-                        got[s.name][i] = out
+                    answers: list = []
+                    lat[s.name] += timing.latencies_ms(lambda vsq, s=s: s.query(vsq, filt_rows),
+                                                       [vsqs[i] for i in block], results=answers)
+                    got[s.name].update(zip(block.tolist(), answers))
             for s in active:
                 if not s.slow:
                     continue
                 print(f"[store_speed] {n} nodes, filter {mode}: {s.name} ...", file=sys.stderr, flush=True)
-                spent = 0.0
-                for i, vsq in enumerate(vsqs):
-                    t0 = time.perf_counter()
-                    out = s.query(vsq, filt_rows)
-                    ms = (time.perf_counter() - t0) * 1e3
-                    lat[s.name].append(ms)
-                    got[s.name][i] = out
-                    spent += ms / 1e3
-                    if spent > args.slow_budget_s and len(lat[s.name]) >= args.min_queries:
-                        break
+                answers = []
+                lat[s.name] += timing.latencies_ms(lambda vsq, s=s: s.query(vsq, filt_rows), vsqs,
+                                                   budget_s=args.slow_budget_s, min_calls=args.min_queries,
+                                                   results=answers)
+                got[s.name].update(enumerate(answers))
         finally:
             gc.enable()
         for s in active:
