@@ -10,7 +10,7 @@ many and its absence is reported, not fatal.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator, Optional, Tuple
 
 
@@ -26,26 +26,18 @@ def server() -> Iterator[Any]:
 @contextmanager
 def optional_server() -> Iterator[Tuple[Optional[Any], str]]:
     """Yield ``(server, description)``, or ``(None, why not)`` when it cannot start."""
+    stack = ExitStack()
     try:
         from llama_index_ext_recursive.stores.pgserver import start_server
-    except Exception as exc:  # noqa: BLE001 - reported in the results
-        yield None, f"llama_index_ext_recursive.stores.pgserver not importable: {exc!r}"
-        return
-    manager = start_server()
-    try:
-        running = manager.__enter__()
+
+        running: Optional[Any] = stack.enter_context(start_server())
+        note = f"{versions(running)} (stores/pgserver.py start_server())"
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException as exc:  # noqa: BLE001 - a failed start is reported
-        yield None, f"PostgreSQL did not start: {exc!r}"[:300]
-        return
-    try:
-        yield running, f"{versions(running)} (stores/pgserver.py start_server())"
-    except BaseException as exc:
-        if not manager.__exit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        manager.__exit__(None, None, None)
+    except BaseException as exc:  # noqa: BLE001 - a missing wheel or a failed start is reported
+        running, note = None, f"PostgreSQL did not start: {exc!r}"[:300]
+    with stack:
+        yield running, note
 
 
 def versions(running: Any) -> str:
