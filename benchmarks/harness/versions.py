@@ -14,7 +14,9 @@ machine in the same session. Two ways are used, both here:
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +59,7 @@ def old_package(rev: str, module: str = "") -> ModuleType:
     name = f"{PACKAGE}_{rev}"
     if name not in sys.modules:
         root = Path(tempfile.mkdtemp(prefix="bench-old-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
         extract_package(rev, str(root))
         (root / PACKAGE).rename(root / name)
         for path in (root / name).rglob("*.py"):
