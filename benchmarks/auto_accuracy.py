@@ -54,16 +54,16 @@ Usage (repository root)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import re
 from dataclasses import dataclass
 from datetime import date
 from importlib import resources
-from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
+from harness import RESULTS, cli
+from harness.report import Table, write
 from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
 from llama_index.core.indices.vector_store.retrievers.auto_retriever.output_parser import (
     VectorStoreQueryOutputParser,
@@ -75,9 +75,6 @@ from llama_index_ext_recursive.auto.llm import LLMSpecGenerator
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
 from llama_index_ext_recursive.auto import FieldType, SpecValidator, metadata_vocabulary, resolve_top_k
 from llama_index_ext_recursive.sample import load_sample_documents, sample_vector_store_info
-
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
 
 SAMPLE_INFO = sample_vector_store_info()
 
@@ -443,9 +440,9 @@ def evaluate_llm(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     return results
 
 
-def _cells(s: Dict[str, Any]) -> str:
-    return (f"{s['n']} | {s['filter_accuracy']:.3f} ({s['filters']}) | {s['top_k_accuracy']:.3f} | "
-            f"{s['spec_accuracy']:.3f} | {s['wrong_polarity']} |")
+def _cells(s: Dict[str, Any]) -> Tuple[Any, ...]:
+    return (s["n"], f"{s['filter_accuracy']:.3f} ({s['filters']})", f"{s['top_k_accuracy']:.3f}",
+            f"{s['spec_accuracy']:.3f}", s["wrong_polarity"])
 
 
 SAMPLE_SPLIT_NOTE = [
@@ -475,14 +472,13 @@ def markdown(result: Dict[str, Any], held_out_misses: bool = True) -> str:
         "",
         "## Filter-set exact match by labelled set",
         "",
-        "| set | role | n | zh n | filters exact | top_k exact | wrong-polarity queries |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        Table(["set", "role", "n", "zh n", "filters exact", "top_k exact", "wrong-polarity queries"],
+              align="llrrrrr").render(
+            (name, res["role"], s["n"], res["summary"].get("zh", {"n": 0})["n"],
+             f"{s['filter_accuracy']:.3f} ({s['filters']})", f"{s['top_k_accuracy']:.3f}", s["wrong_polarity"])
+            for name, res in sets.items() for s in [res["summary"]["overall"]]
+        ),
     ]
-    for name, res in sets.items():
-        s = res["summary"]["overall"]
-        zh = res["summary"].get("zh", {"n": 0})["n"]
-        lines.append(f"| {name} | {res['role']} | {s['n']} | {zh} | {s['filter_accuracy']:.3f} ({s['filters']}) | "
-                     f"{s['top_k_accuracy']:.3f} | {s['wrong_polarity']} |")
     if result.get("absent"):
         lines += ["", "Not scored (file absent): " + ", ".join(f"`{n}`" for n in result["absent"]) + "."]
     for name, res in sets.items():
@@ -493,14 +489,12 @@ def markdown(result: Dict[str, Any], held_out_misses: bool = True) -> str:
             f"`{res['file']}`" + (f": {res['description']}" if res["description"] else "")
             + (f" Reference date {res['today']}." if res["today"] else ""),
             "",
-            "| queries | n | filters exact | top_k exact | both | wrong-polarity |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         summary = res["summary"]
         rest = sorted(g for g in summary if g.startswith(("split:", "tag:")))
-        for group in ["overall", "en", "zh"] + rest:
-            if group in summary:
-                lines.append(f"| {group} | {_cells(summary[group])}")
+        lines.append(Table(["queries", "n", "filters exact", "top_k exact", "both", "wrong-polarity"]).render(
+            (group, *_cells(summary[group])) for group in ["overall", "en", "zh"] + rest if group in summary
+        ))
         if name == "sample":
             lines += [""] + SAMPLE_SPLIT_NOTE
     lines += ["", "## Misses"]
@@ -543,23 +537,21 @@ def llm_markdown(llm: Dict[str, Any]) -> List[str]:
         "real LLM. The unparseable rows are scored on the rule-based fallback, whose accuracy on this set",
         "is in-sample (see above), so that row is optimistic for other corpora.",
         "",
-        "| configuration | queries | n | filters exact | unfiltered | fallbacks | LLM calls / query |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        Table(["configuration", "queries", "n", "filters exact", "unfiltered", "fallbacks", "LLM calls / query"],
+              align="llrrrrr").render(
+            (name, group, s["n"], f"{s['filter_accuracy']:.3f} ({s['filters']})", s["unfiltered"], s["fallback"],
+             f"{s['calls_per_query']:.2f}")
+            for name, res in llm.items() for group in ("overall", "en", "zh")
+            for s in [res["summary"].get(group)] if s
+        ),
     ]
-    for name, res in llm.items():
-        for group in ("overall", "en", "zh"):
-            s = res["summary"].get(group)
-            if s:
-                lines.append(f"| {name} | {group} | {s['n']} | {s['filter_accuracy']:.3f} ({s['filters']}) | "
-                             f"{s['unfiltered']} | {s['fallback']} | {s['calls_per_query']:.2f} |")
+    first = next(iter(llm.values()))["summary"]
     lines += ["", "Filters exact by mistake kind:", "",
-              "| mistake | n | " + " | ".join(llm) + " |",
-              "| --- | ---: | " + " | ".join("---:" for _ in llm) + " |"]
-    for mistake in MISTAKES:
-        group = f"mistake:{mistake}"
-        n = next(iter(llm.values()))["summary"][group]["n"]
-        cells = [f"{res['summary'][group]['filter_accuracy']:.3f}" for res in llm.values()]
-        lines.append(f"| {mistake} | {n} | " + " | ".join(cells) + " |")
+              Table(["mistake", "n", *llm]).render(
+                  (mistake, first[f"mistake:{mistake}"]["n"],
+                   *(f"{res['summary'][f'mistake:{mistake}']['filter_accuracy']:.3f}" for res in llm.values()))
+                  for mistake in MISTAKES
+              )]
     default = list(llm)[-1]
     lines += ["", f"## Misses of `{default}` ({len(llm[default]['misses'])})", ""]
     if not llm[default]["misses"]:
@@ -570,13 +562,13 @@ def llm_markdown(llm: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--no-write", action="store_true", help="print only, write no result files")
-    parser.add_argument("--set", action="append", dest="sets", metavar="NAME",
-                        choices=[name for name, _, _ in LABELLED_SETS],
-                        help="score only this labelled set (repeatable; default: all)")
-    args = parser.parse_args()
+def main(argv: Optional[List[str]] = None) -> None:
+    p = cli.parser(__doc__)
+    p.add_argument("--no-write", action="store_true", help="print only, write no result files")
+    p.add_argument("--set", action="append", dest="sets", metavar="NAME",
+                   choices=[name for name, _, _ in LABELLED_SETS],
+                   help="score only this labelled set (repeatable; default: all)")
+    args = p.parse_args(argv)
     # every drop and fallback is logged as a warning; the report lists them instead
     logging.getLogger("llama_index_ext_recursive").setLevel(logging.ERROR)
     result: Dict[str, Any] = {"sets": {}, "absent": []}
@@ -592,10 +584,7 @@ def main() -> None:
             result["llm"] = evaluate_llm(labelled.rows)
     print(markdown(result, held_out_misses=False))
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "auto_accuracy.json").write_text(
-            json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-        (RESULTS / "auto_accuracy.md").write_text(markdown(result), encoding="utf-8")
+        write(RESULTS / "auto_accuracy.md", markdown(result), result)
 
 
 if __name__ == "__main__":

@@ -11,46 +11,41 @@ multilingual model for ``xquad_zh``).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import List, Optional
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import cli, data
+from harness.memory import run_child
+from harness.report import Table
+from harness.versions import llama_recursive
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--n", type=int, default=40)
-    args = parser.parse_args()
-    cli = str(REPO / ".venv" / "bin" / "llama-recursive")
+def main(argv: Optional[List[str]] = None) -> None:
+    p = cli.parser(__doc__)
+    cli.add_data(p)
+    p.add_argument("--n", type=int, default=40, help="passages to build from")
+    args = p.parse_args(argv)
+    command = str(llama_recursive())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "docs"
         folder.mkdir()
-        with open(Path(args.data) / "corpus.jsonl", encoding="utf-8") as corpus:
-            for i, line in zip(range(args.n), corpus):
-                (folder / f"{i:04d}.txt").write_text(json.loads(line)["text"], encoding="utf-8")
+        for i, text in enumerate(data.first_texts(args.data, args.n)):
+            (folder / f"{i:04d}.txt").write_text(text, encoding="utf-8")
         cache = Path(tmp) / "embeddings.sqlite"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        print("| build | wall s | embedded | from the cache | model |")
-        print("|---|---:|---:|---:|---|")
+        table = Table(["build", "wall s", "embedded", "from the cache", "model"], align="lrrrl")
+        print(table.header())
         for run in ("first", "rebuild"):
-            started = time.perf_counter()
-            out = subprocess.run(
-                [cli, "build", str(folder), "--persist", str(Path(tmp) / run), "--embedding-cache", str(cache)],
-                capture_output=True, text=True, env=env, check=True,
-            ).stdout
-            wall = time.perf_counter() - started
-            counts = re.search(r"Embedded (\d+) texts, (\d+) taken from the cache", out)
-            model = re.search(r"Embedding model: (\S+)", out)
-            print(f"| {run} | {wall:.1f} | {counts.group(1)} | {counts.group(2)} | {model.group(1)} |", flush=True)
+            done = run_child([command, "build", str(folder), "--persist", str(Path(tmp) / run),
+                              "--embedding-cache", str(cache)], env=os.environ)
+            if done.returncode != 0:
+                raise SystemExit(f"llama-recursive build failed:\n{done.stderr[-3000:]}")
+            counts = re.search(r"Embedded (\d+) texts, (\d+) taken from the cache", done.stdout)
+            model = re.search(r"Embedding model: (\S+)", done.stdout)
+            print(table.row(run, f"{done.wall_s:.1f}", counts.group(1), counts.group(2), model.group(1)), flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -19,57 +19,20 @@ query embeddings batched, so nothing is embedded twice.
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import logging
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from harness import RESULTS, cli, data, timing
+from harness.models import real_model
+from harness.versions import old_package
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.callbacks.base_handler import BaseCallbackHandler
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.schema import MetadataMode
 
-from llama_index_ext_recursive.retrievers.calibrate import (
-    DEFAULT_TOLERANCE,
-    collect_child_results,
-    embed_queries,
-    fit_weights,
-    pseudo_queries,
-    relative_score_fusion,
-)
-from llama_index_ext_recursive.models import resolve_embed_model
-from llama_index_ext_recursive.eval import BeirDataset
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding
-from llama_index_ext_recursive.eval.runner import evaluate_retriever
-from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data"
 MAX_QUERIES = {"cmrc2018": 1000}
 METRIC = "nDCG@10"
-
-
-class BatchedCache(CachedEmbedding):
-    """The harness cache, with query embeddings looked up and computed in batches."""
-
-    def _get_query_embeddings(self, queries: List[str]) -> List[List[float]]:
-        with self._lock:
-            keys = [self._key("query", q) for q in queries]
-            found = self._lookup(keys)
-            todo = {k: q for k, q in zip(keys, queries) if k not in found}
-            if todo:
-                vectors = embed_queries(self._model, list(todo.values()))
-                self.computed += len(todo)
-                new = {k: [float(x) for x in v] for k, v in zip(todo, vectors)}
-                self._store(new)
-                found.update(self._lookup(list(new)))
-            return [found[k] for k in keys]
 
 
 class Counter(BaseEventHandler):
@@ -102,21 +65,9 @@ class CallbackCounter(BaseCallbackHandler):
         pass
 
 
-def old_fusion_module(ref: str):
-    source = subprocess.run(
-        ["git", "show", f"{ref}:llama_index_ext_recursive/fusion.py"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout
-    path = Path("/tmp") / f"old_fusion_{ref}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"old_fusion_{ref}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def ndcg(retriever, dataset, query_vectors) -> float:
+    from llama_index_ext_recursive.eval.runner import evaluate_retriever
+
     result, _ = evaluate_retriever(retriever, dataset, 10, query_vectors)
     return result.aggregate[METRIC]
 
@@ -131,9 +82,9 @@ def counted(fn, managers: List[CallbackManager]):
     for manager in managers:
         manager.add_handler(callbacks)
     try:
-        started = time.perf_counter()
+        clock = timing.Stopwatch()
         value = fn()
-        seconds = time.perf_counter() - started
+        seconds = clock.seconds()
     finally:
         root.event_handlers.remove(events)
         for manager in managers:
@@ -141,17 +92,21 @@ def counted(fn, managers: List[CallbackManager]):
     return value, seconds, events.count + callbacks.count
 
 
-def run(name: str, convention: str, model, old, tolerances: List[float], ref: str) -> Dict[str, Any]:
-    dataset = BeirDataset.load(DATA / name, max_queries=MAX_QUERIES.get(name))
-    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
-    if convention == "excluded":
-        for node in nodes:
-            node.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys) + ["title"]
-    vectors = model.get_text_embedding_batch([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
-    for node, vector in zip(nodes, vectors):
-        node.embedding = vector
-    qids = list(dataset.queries)
-    query_vectors = dict(zip(qids, model._get_query_embeddings([dataset.queries[q] for q in qids])))
+def run(name: str, convention: str, model, old, tolerances: List[float], root: str,
+        max_queries: Optional[int]) -> Dict[str, Any]:
+    from llama_index_ext_recursive.retrievers.calibrate import (
+        DEFAULT_TOLERANCE,
+        collect_child_results,
+        fit_weights,
+        pseudo_queries,
+        relative_score_fusion,
+    )
+    from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+
+    dataset = data.load(name, root=root, max_queries=max_queries or MAX_QUERIES.get(name))
+    nodes = data.embed_nodes(dataset, model, embed_title=convention != "excluded")
+    query_vectors = data.query_vectors(dataset, model)
+    qids = list(query_vectors)
 
     base = HybridFusionRetriever.from_nodes(nodes, embed_model=model, calibrate=False)
     vector, bm25 = base._retrievers
@@ -198,25 +153,26 @@ def run(name: str, convention: str, model, old, tolerances: List[float], ref: st
     return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", default="xquad_en_fine,xquad_zh_fine,scifact,cmrc2018,legalbench_contractnli")
-    parser.add_argument("--conventions", default="embedded,excluded")
-    parser.add_argument("--tolerances", default="0,0.005,0.01,0.02,0.05")
-    parser.add_argument("--old-ref", default="9b2d52e", help="commit whose fusion.py has the old switch")
-    parser.add_argument("--cache", default=str(ROOT / ".cache" / "embeddings.sqlite"))
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "calibration.json"))
-    args = parser.parse_args()
+def main(argv: Optional[List[str]] = None) -> None:
+    p = cli.parser(__doc__)
+    cli.add_datasets(p, "xquad_en_fine,xquad_zh_fine,scifact,cmrc2018,legalbench_contractnli")
+    cli.add_data_root(p)
+    p.add_argument("--conventions", default="embedded,excluded")
+    p.add_argument("--tolerances", type=cli.csv(float), default=[0.0, 0.005, 0.01, 0.02, 0.05])
+    p.add_argument("--old-ref", default="9b2d52e", help="commit whose fusion.py has the old switch")
+    cli.add_cache(p)
+    cli.add_max_queries(p)
+    cli.add_out(p, RESULTS / "calibration.json")
+    args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("bm25s").setLevel(logging.ERROR)
-    model = BatchedCache(resolve_embed_model(None), args.cache)
-    old = old_fusion_module(args.old_ref)
-    tolerances = [float(t) for t in args.tolerances.split(",")]
-    out = Path(args.out)
+    model = real_model("minilm", args.cache)
+    old = old_package(args.old_ref, "fusion")
+    out = args.out
     rows = json.loads(out.read_text()) if out.exists() else []
-    for name in args.datasets.split(","):
-        for convention in args.conventions.split(","):
-            row = run(name, convention, model, old, tolerances, args.old_ref)
+    for name in cli.csv()(args.datasets):
+        for convention in cli.csv()(args.conventions):
+            row = run(name, convention, model, old, args.tolerances, args.data_root, args.max_queries)
             rows = [r for r in rows if (r["dataset"], r["convention"]) != (name, convention)] + [row]
             out.write_text(json.dumps(rows, indent=1))
             best = max(row["vector"], row["bm25"])
@@ -229,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -4,67 +4,48 @@ Readers share a read lock; an update holds the write lock only while it swaps
 prepared nodes in (issue 11). This measures what that costs a reader: the
 same queries are timed alone, then while a writer thread keeps updating one
 document (``add_nodes`` of a changed version, then ``delete_document``), with
-pre-computed embeddings so the writer's cost is the update itself, not the
-embedding model competing for the two cores.
+pre-computed embeddings (through the shared cache) so the writer's cost is
+the update itself, not the embedding model competing for the two cores.
 
 Usage::
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/concurrent_writer.py \
         --data ../shared/data/xquad_en_fine --queries 300 --rounds 3
 
-Writes ``benchmarks/results/concurrent_writer.md``.
+Writes ``benchmarks/results/concurrent_writer.md`` (``--out``).
 """
 
 from __future__ import annotations
 
-import argparse
 import platform
 import statistics
 import threading
-import time
-from pathlib import Path
-from typing import List
+from typing import List, Optional
 
-from llama_index.core.schema import QueryBundle
-
-from llama_index_ext_recursive import RecursiveSummaryRetriever, bundled_embed_model
-from llama_index_ext_recursive.eval import BeirDataset
-
-RESULTS = Path(__file__).parent / "results" / "concurrent_writer.md"
+from harness import RESULTS, cli, data, timing
+from harness.models import real_model
+from harness.report import Table, write
 
 
-def timed(retriever: RecursiveSummaryRetriever, bundles: List[QueryBundle]) -> List[float]:
-    out = []
-    for bundle in bundles:
-        start = time.perf_counter()
-        retriever.retrieve(bundle)
-        out.append((time.perf_counter() - start) * 1000)
-    return out
+def main(argv: Optional[List[str]] = None) -> None:
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
 
+    p = cli.parser(__doc__)
+    cli.add_data(p, required=False, default="../shared/data/xquad_en_fine")
+    p.add_argument("--queries", type=int, default=300)
+    cli.add_rounds(p)
+    cli.add_cache(p)
+    cli.add_out(p, RESULTS / "concurrent_writer.md")
+    args = p.parse_args(argv)
 
-def pct(values: List[float], q: float) -> float:
-    return statistics.quantiles(values, n=100)[int(q) - 1]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="../shared/data/xquad_en_fine")
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-
-    dataset = BeirDataset.load(args.data)
-    model = bundled_embed_model()
-    nodes = dataset.nodes()
-    vectors = model.get_text_embedding_batch([n.get_content() for n in nodes], show_progress=True)
-    for node, vector in zip(nodes, vectors):
-        node.embedding = vector
+    dataset = data.load(args.data, max_queries=args.queries)
+    model = real_model("minilm", args.cache)
+    nodes = data.embed_nodes(dataset, model, show_progress=True)
     retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=model, similarity_top_k=10)
-    queries = list(dataset.queries.values())[: args.queries]
-    bundles = [
-        QueryBundle(query_str=q, embedding=e)
-        for q, e in zip(queries, model.get_text_embedding_batch(queries))
-    ]
+    bundles = data.query_bundles(dataset, model)
+
+    def timed(items) -> List[float]:
+        return timing.latencies_ms(retriever.retrieve, items)
 
     # the writer's document: a copy of one document under a new id, pre-embedded
     first_doc = nodes[0].metadata["doc_id"]
@@ -96,28 +77,28 @@ def main() -> None:
 
         thread = threading.Thread(target=writer)
         thread.start()
-        start = time.perf_counter()
-        values = timed(retriever, bundles)
-        elapsed = time.perf_counter() - start
+        clock = timing.Stopwatch()
+        values = timed(bundles)
+        elapsed = clock.seconds()
         stop.set()
         thread.join()
         return values, count[0] / elapsed
 
-    timed(retriever, bundles[:50])  # warm up
+    timed(bundles[:50])  # warm up
     conditions = {"no writer": [], "writer, 2 updates/s": [], "writer flat out": []}
     rates = {name: [] for name in conditions}
     for _ in range(args.rounds):
-        conditions["no writer"] += timed(retriever, bundles)
+        conditions["no writer"] += timed(bundles)
         for name, pause in (("writer, 2 updates/s", 1.0), ("writer flat out", 0.0)):
             values, rate = with_writer(pause)
             conditions[name] += values
             rates[name].append(rate)
     alone = conditions["no writer"]
+    p50, p95 = (lambda v: timing.percentile(v, 50)), (lambda v: timing.percentile(v, 95))
     lines = [
         "# Retrieval latency with a concurrent writer",
         "",
-        f"Command: `HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/concurrent_writer.py --data {args.data} "
-        f"--queries {args.queries} --rounds {args.rounds}`",
+        f"Command: `HF_HUB_OFFLINE=1 {cli.command(argv, __file__)}`",
         "",
         f"{len(nodes)} chunks in {len(retriever.documents)} documents, all-MiniLM-L6-v2 vectors computed "
         f"up front; {len(alone)} timed `retrieve` calls per condition (queries pre-embedded), "
@@ -125,19 +106,16 @@ def main() -> None:
         f"{len(template)}-chunk document or its `delete_document`, in a thread of the same process. "
         f"{platform.processor() or platform.machine()}, 2 cores, one run.",
         "",
-        "| condition | updates/s done | p50 ms | p95 ms | mean ms | p50 ratio | p95 ratio |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        Table(["condition", "updates/s done", "p50 ms", "p95 ms", "mean ms", "p50 ratio", "p95 ratio"]).render(
+            (name, f"{statistics.mean(rates[name]):.1f}" if rates[name] else "0", f"{p50(values):.2f}",
+             f"{p95(values):.2f}", f"{statistics.mean(values):.2f}", f"{p50(values) / p50(alone):.2f}x",
+             f"{p95(values) / p95(alone):.2f}x")
+            for name, values in conditions.items()
+        ),
     ]
-    for name, values in conditions.items():
-        rate = f"{statistics.mean(rates[name]):.1f}" if rates[name] else "0"
-        lines.append(
-            f"| {name} | {rate} | {statistics.median(values):.2f} | {pct(values, 95):.2f} | "
-            f"{statistics.mean(values):.2f} | {statistics.median(values) / statistics.median(alone):.2f}x | "
-            f"{pct(values, 95) / pct(alone, 95):.2f}x |"
-        )
-    lines.append("")
-    RESULTS.write_text("\n".join(lines), encoding="utf-8")
-    print("\n".join(lines))
+    text = "\n".join(lines)
+    print(text)
+    write(args.out, text)
 
 
 if __name__ == "__main__":

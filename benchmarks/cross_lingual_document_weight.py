@@ -13,44 +13,34 @@ runner (ir-measures); embeddings from ``.cache/embeddings.sqlite``.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-from pathlib import Path
+from typing import List, Optional
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from harness import cli, data
+from harness.models import real_model
+from harness.report import Table
 
-from llama_index.core.schema import MetadataMode  # noqa: E402
-
-from llama_index_ext_recursive import RecursiveSummaryRetriever  # noqa: E402
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding  # noqa: E402
-from llama_index_ext_recursive.eval import BeirDataset  # noqa: E402
-from llama_index_ext_recursive.eval.runner import evaluate_retriever  # noqa: E402
-from llama_index_ext_recursive.models import bundled_multilingual_model  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 PAIRS = (("xquad_en", "xquad_zh"), ("xquad_zh", "xquad_en"))  # (queries, corpus)
 WEIGHTS = (1.0, 0.5, 0.25, 0.0)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
-    parser.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
-    args = parser.parse_args()
+def main(argv: Optional[List[str]] = None) -> None:
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
+    from llama_index_ext_recursive.eval.runner import evaluate_retriever
+
+    p = cli.parser(__doc__)
+    cli.add_data_root(p)
+    cli.add_cache(p)
+    cli.add_max_queries(p)
+    args = p.parse_args(argv)
     logging.disable(logging.WARNING)
-    model = CachedEmbedding(bundled_multilingual_model(), args.cache)
-    print("| queries -> corpus | " + " | ".join(f"rule off, document_weight={w}" for w in WEIGHTS)
-          + " | rule on (default) |")
-    print("|---|" + "---:|" * (len(WEIGHTS) + 1))
+    model = real_model("multilingual", args.cache)
+    table = Table(["queries -> corpus", *(f"rule off, document_weight={w}" for w in WEIGHTS), "rule on (default)"])
+    print(table.header())
     for queries, corpus in PAIRS:
-        root = Path(args.data_root)
-        dataset = BeirDataset.load(root / corpus, queries_from=root / queries)
-        nodes = dataset.nodes(title_in_text=False, embed_title=False)
-        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-        for node, vector in zip(nodes, model.get_text_embedding_batch(texts)):
-            node.embedding = vector
-        query_vectors = dict(zip(dataset.queries, model._get_query_embeddings(list(dataset.queries.values()))))
+        dataset = data.load(corpus, root=args.data_root, queries_from=queries, max_queries=args.max_queries)
+        nodes = data.embed_nodes(dataset, model, title_in_text=False, embed_title=False)
+        query_vectors = data.query_vectors(dataset, model)
         cells = []
         for weight in [*WEIGHTS, None]:
             retriever = RecursiveSummaryRetriever.from_nodes(
@@ -61,7 +51,7 @@ def main() -> None:
                 retriever._document_weight = lambda script, r=retriever: r.document_weight
             result, _ = evaluate_retriever(retriever, dataset, 10, query_vectors)
             cells.append(f"{result.aggregate['nDCG@10']:.4f}")
-        print(f"| {queries} -> {corpus} | " + " | ".join(cells) + " |", flush=True)
+        print(table.row(f"{queries} -> {corpus}", *cells), flush=True)
 
 
 if __name__ == "__main__":

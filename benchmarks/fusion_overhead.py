@@ -27,34 +27,22 @@ Usage (repository root)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import time
-from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-from llama_index.core import VectorStoreIndex
-from llama_index.core.llms import MockLLM
-from llama_index.core.retrievers import QueryFusionRetriever
-from llama_index.core.schema import MetadataMode, QueryBundle
-from llama_index.retrievers.bm25 import BM25Retriever
-
-from llama_index_ext_recursive.models import resolve_embed_model
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding
-from llama_index_ext_recursive.eval.data import BeirDataset
-from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-
-REPO = Path(__file__).resolve().parent.parent
+from harness import RESULTS, cli, data, timing
+from harness.models import real_model
 
 
-def measure(dataset: BeirDataset, model: CachedEmbedding, rounds: int) -> Dict[str, object]:
-    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
-    vectors = model.get_text_embedding_batch(
-        [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-    )
-    for node, vector in zip(nodes, vectors):
-        node.embedding = vector
+def measure(dataset, model, rounds: int) -> Dict[str, object]:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.retrievers import QueryFusionRetriever
+    from llama_index.retrievers.bm25 import BM25Retriever
+    from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+
+    nodes = data.embed_nodes(dataset, model)
     hybrid = HybridFusionRetriever.from_nodes(nodes, embed_model=model)
     vector_child, bm25_child = hybrid._retrievers
     upstream_vector = VectorStoreIndex(nodes, embed_model=model).as_retriever(similarity_top_k=10)
@@ -63,57 +51,40 @@ def measure(dataset: BeirDataset, model: CachedEmbedding, rounds: int) -> Dict[s
         [upstream_vector, upstream_bm25], llm=MockLLM(), num_queries=1,
         mode="reciprocal_rerank", similarity_top_k=10, use_async=False,
     )
-    contestants = (
-        ("vector", vector_child), ("bm25", bm25_child), ("hybrid", hybrid),
-        ("upstream_vector", upstream_vector), ("upstream_bm25", upstream_bm25),
-        ("upstream_fusion", upstream),
-    )
-    bundles, single_child = [], 0
-    for text in dataset.queries.values():
-        if all(w > 0 for w in hybrid.weights_for(text)):
-            bundles.append(QueryBundle(text, embedding=model.get_query_embedding(text)))
-        else:
-            single_child += 1
-    timings: Dict[str, List[float]] = {name: [] for name, _ in contestants}
-    for bundle in bundles[:3]:  # warm-up
-        for _, retriever in contestants:
-            retriever.retrieve(bundle)
-    for _ in range(rounds):
-        for turn, bundle in enumerate(bundles):
-            shift = turn % len(contestants)
-            for name, retriever in contestants[shift:] + contestants[:shift]:
-                started = time.perf_counter()
-                retriever.retrieve(bundle)
-                timings[name].append((time.perf_counter() - started) * 1000)
+    contestants = {
+        "vector": vector_child, "bm25": bm25_child, "hybrid": hybrid,
+        "upstream_vector": upstream_vector, "upstream_bm25": upstream_bm25, "upstream_fusion": upstream,
+    }
+    bundles = [b for b in data.query_bundles(dataset, model) if all(w > 0 for w in hybrid.weights_for(b.query_str))]
+    timings = timing.interleaved_calls({name: r.retrieve for name, r in contestants.items()}, bundles, rounds,
+                                       warmup=3)
     mean = {name: statistics.fmean(values) for name, values in timings.items()}
     return {
         "dataset": dataset.name,
         "corpus": len(nodes),
         "queries_timed": len(bundles),
-        "queries_single_child": single_child,
+        "queries_single_child": len(dataset.queries) - len(bundles),
         "rounds": rounds,
-        "median_ms": {name: statistics.median(values) for name, values in timings.items()},
+        "median_ms": {name: timing.median(values) for name, values in timings.items()},
         "mean_ms": mean,
         "overhead": mean["hybrid"] / (mean["vector"] + mean["bm25"]),
-        "upstream_overhead": mean["upstream_fusion"]
-        / (mean["upstream_vector"] + mean["upstream_bm25"]),
+        "upstream_overhead": mean["upstream_fusion"] / (mean["upstream_vector"] + mean["upstream_bm25"]),
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--datasets", default="scifact,xquad_en_fine")
-    parser.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
-    parser.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
-    parser.add_argument("--max-queries", type=int, default=None)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fusion_overhead.json"))
-    args = parser.parse_args()
-    model = CachedEmbedding(resolve_embed_model(None), args.cache)
+def main(argv: Optional[List[str]] = None) -> None:
+    p = cli.parser(__doc__)
+    cli.add_datasets(p, "scifact,xquad_en_fine")
+    cli.add_data_root(p)
+    cli.add_cache(p)
+    cli.add_max_queries(p)
+    cli.add_rounds(p)
+    cli.add_out(p, RESULTS / "fusion_overhead.json")
+    args = p.parse_args(argv)
+    model = real_model("minilm", args.cache)
     reports = []
-    for name in args.datasets.split(","):
-        dataset = BeirDataset.load(Path(args.data_root) / name, max_queries=args.max_queries)
-        report = measure(dataset, model, args.rounds)
+    for name in cli.csv()(args.datasets):
+        report = measure(data.load(name, root=args.data_root, max_queries=args.max_queries), model, args.rounds)
         reports.append(report)
         med, mean = report["median_ms"], report["mean_ms"]
         print(
@@ -124,7 +95,7 @@ def main() -> None:
             f"upstream: {mean['upstream_vector']:.2f} + {mean['upstream_bm25']:.2f} -> "
             f"{mean['upstream_fusion']:.2f}, overhead x{report['upstream_overhead']:.3f}"
         )
-    Path(args.out).write_text(json.dumps(reports, indent=1), encoding="utf-8")
+    args.out.write_text(json.dumps(reports, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -26,21 +26,15 @@ the Chinese paragraphs (XQuAD ids align; titles kept out of the embedded and ind
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
+from harness import RESULTS, cli, data
+from harness.models import real_model
+from harness.report import Table
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_recursive.models import bundled_embed_model, bundled_multilingual_model
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding
-from llama_index_ext_recursive.eval.data import BeirDataset
-from llama_index_ext_recursive.eval.runner import score
-from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-
-REPO = Path(__file__).resolve().parent.parent
 WEIGHTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5]
 MODES = ["reciprocal_rerank", "relative_score"]
 DATASETS = {"scifact": None, "xquad_en_fine": None, "xquad_zh_fine": None, "cmrc2018": 1000}
@@ -57,22 +51,19 @@ class Replay(BaseRetriever):
         return self._lists[query_bundle.query_str][: self._k]
 
 
-def sweep(
-    dataset: BeirDataset, model: CachedEmbedding, child_k: int, weights_tried: List[float], embed_title: bool
-) -> Dict[str, object]:
-    nodes = dataset.nodes(title_in_text=embed_title and not dataset.hierarchical, embed_title=embed_title)
-    vectors = model.get_text_embedding_batch([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
-    for node, vector in zip(nodes, vectors):
-        node.embedding = vector
+def sweep(dataset, model, child_k: int, weights_tried: List[float], embed_title: bool) -> Dict[str, object]:
+    from llama_index_ext_recursive.eval.runner import score
+    from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+
+    nodes = data.embed_nodes(dataset, model, title_in_text=embed_title and not dataset.hierarchical,
+                             embed_title=embed_title)
     hybrid = HybridFusionRetriever.from_nodes(nodes, embed_model=model, child_top_k=100)
     vector_child, bm25_child = hybrid._retrievers
     texts = dict(dataset.queries)
-    query_vectors = dict(zip(texts.values(), model._get_query_embeddings(list(texts.values()))))
     stored: List[Dict[str, List[NodeWithScore]]] = [{}, {}]
-    for text in texts.values():
-        bundle = QueryBundle(text, embedding=query_vectors[text])
-        stored[0][text] = vector_child.retrieve(bundle)
-        stored[1][text] = bm25_child.retrieve(bundle)
+    for bundle in data.query_bundles(dataset, model):
+        stored[0][bundle.query_str] = vector_child.retrieve(bundle)
+        stored[1][bundle.query_str] = bm25_child.retrieve(bundle)
 
     def ndcg(retriever: BaseRetriever) -> float:
         run = {qid: [n.node.node_id for n in retriever.retrieve(text)] for qid, text in texts.items()}
@@ -97,37 +88,34 @@ def sweep(
     return report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--datasets", default=",".join(DATASETS))
-    parser.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
-    parser.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
-    parser.add_argument("--child-k", type=int, default=10, help="hits per child fed to fusion")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fusion_sweep.json"))
-    parser.add_argument("--embed-model", choices=["minilm", "multilingual"], default="minilm")
-    parser.add_argument("--weights", default=",".join(map(str, WEIGHTS)), help="vector weights to try")
-    parser.add_argument("--queries-from", help="a dataset folder name whose queries are asked (ids aligned)")
-    parser.add_argument("--no-embed-title", action="store_true")
-    args = parser.parse_args()
-    weights_tried = [float(w) for w in args.weights.split(",")]
-    base = bundled_multilingual_model() if args.embed_model == "multilingual" else bundled_embed_model()
-    model = CachedEmbedding(base, args.cache)
+def main(argv: Optional[List[str]] = None) -> None:
+    p = cli.parser(__doc__)
+    cli.add_datasets(p, ",".join(DATASETS))
+    cli.add_data_root(p)
+    cli.add_cache(p)
+    p.add_argument("--child-k", type=int, default=10, help="hits per child fed to fusion")
+    cli.add_out(p, RESULTS / "fusion_sweep.json")
+    cli.add_embed_model(p)
+    p.add_argument("--weights", type=cli.csv(float), default=WEIGHTS, help="vector weights to try")
+    p.add_argument("--queries-from", help="a dataset folder name whose queries are asked (ids aligned)")
+    p.add_argument("--no-embed-title", action="store_true")
+    p.add_argument("--max-queries", type=int, default=None, help="cap every dataset at N queries "
+                   "(default: all, cmrc2018 1000)")
+    args = p.parse_args(argv)
+    model = real_model(args.embed_model, args.cache)
     reports = []
-    header = "| dataset | vector | bm25 | " + " | ".join(f"{m.split('_')[0]} w={w}" for m in MODES for w in weights_tried) + " |"
-    print(header)
-    print("|" + "---|" * (header.count("|") - 1))
-    for name in args.datasets.split(","):
-        dataset = BeirDataset.load(
-            Path(args.data_root) / name, max_queries=DATASETS.get(name),
-            queries_from=Path(args.data_root) / args.queries_from if args.queries_from else None,
-        )
-        report = sweep(dataset, model, args.child_k, weights_tried, not args.no_embed_title)
+    table = Table(["dataset", "vector", "bm25", *(f"{m.split('_')[0]} w={w}" for m in MODES for w in args.weights)])
+    print(table.header())
+    for name in cli.csv()(args.datasets):
+        dataset = data.load(name, root=args.data_root, max_queries=args.max_queries or DATASETS.get(name),
+                            queries_from=args.queries_from)
+        report = sweep(dataset, model, args.child_k, args.weights, not args.no_embed_title)
         reports.append(report)
         cells = [f"{report['vector']:.3f}", f"{report['bm25']:.3f}"] + [
             f"{value:.3f}" for value in report["fixed"].values()
         ]
-        print(f"| {name} | " + " | ".join(cells) + " |")
-    Path(args.out).write_text(json.dumps(reports, indent=1), encoding="utf-8")
+        print(table.row(name, *cells), flush=True)
+    args.out.write_text(json.dumps(reports, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -18,18 +18,12 @@ Figures: docs/BENCHMARKS.md, "Hostile input: rule parsing time (issue 23)".
 
 from __future__ import annotations
 
-import argparse
-import signal
-import time
 from datetime import date
+from typing import List, Optional
 
+from harness import cli, timing
+from harness.report import Table
 from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
-
-from llama_index_ext_recursive import load_sample_documents
-from llama_index_ext_recursive.auto import rules
-from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
-from llama_index_ext_recursive.sample import sample_vector_store_info
-from llama_index_ext_recursive.schema import metadata_vocabulary
 
 # one unit of each crafted query; repeated to the size asked
 UNITS = {
@@ -64,15 +58,12 @@ NORMAL = "biology articles in English from 2021, top 3"
 NORMAL_ZH = "2021年以后的生物文章，前3篇"
 
 
-class Timeout(Exception):
-    pass
-
-
-def _alarm(signum, frame):  # noqa: ARG001
-    raise Timeout
-
-
 def generators():
+    from llama_index_ext_recursive import load_sample_documents
+    from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
+    from llama_index_ext_recursive.sample import sample_vector_store_info
+    from llama_index_ext_recursive.schema import metadata_vocabulary
+
     docs = load_sample_documents()
     sample = RuleBasedSpecGenerator(sample_vector_store_info(), metadata_vocabulary(docs), today=date(2026, 6, 1))
     rent_info = VectorStoreInfo(content_info="Rental listings", metadata_info=[
@@ -85,47 +76,40 @@ def generators():
     return {"sample": sample, "numeric": rent}
 
 
-def timed(generator, query: str, limit: int) -> float:
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(limit)
-    start = time.perf_counter()
-    try:
-        generator.read(query)
-        return time.perf_counter() - start
-    except Timeout:
-        return float("inf")
-    finally:
-        signal.alarm(0)
+def main(argv: Optional[List[str]] = None) -> None:
+    from llama_index_ext_recursive.auto import rules
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--limit", type=int, default=60, help="seconds before a query counts as hung")
-    parser.add_argument("--read-all", action="store_true",
-                        help="read every character for filters (lift MAX_RULE_CHARS): the rules' own cost")
-    args = parser.parse_args()
+    p = cli.parser(__doc__)
+    p.add_argument("--sizes", type=cli.csv(int), default=[1000, 10000, 100000])
+    p.add_argument("--limit", type=int, default=60, help="seconds before a query counts as hung")
+    p.add_argument("--read-all", action="store_true",
+                   help="read every character for filters (lift MAX_RULE_CHARS): the rules' own cost")
+    args = p.parse_args(argv)
     if args.read_all:
-        rules.MAX_RULE_CHARS = max(int(s) for s in args.sizes.split(","))
-    sizes = [int(s) for s in args.sizes.split(",")]
+        rules.MAX_RULE_CHARS = max(args.sizes)
     gens = generators()
     for gen in gens.values():  # warm up: compiled patterns, and jieba's dictionary for Chinese
         gen.read(NORMAL)
         gen.read(NORMAL_ZH)
-    normal = min(timed(gens["sample"], NORMAL, args.limit) for _ in range(20))
+
+    def timed(generator, query: str) -> float:
+        return timing.limited_seconds(lambda: generator.read(query), args.limit)
+
+    normal = min(timed(gens["sample"], NORMAL) for _ in range(20))
     print(f"normal query: {normal * 1000:.2f} ms")
-    worst = {size: (0.0, "") for size in sizes}
-    print(f"{'unit':<20}" + "".join(f"{size // 1000:>8} kB" for size in sizes) + "  (seconds, worse generator)")
+    worst = {size: (0.0, "") for size in args.sizes}
+    table = Table(["unit", *(f"{size // 1000} kB" for size in args.sizes)])
+    print("seconds, the worse generator's; > limit: hung")
+    print(table.header())
     for name, unit in UNITS.items():
         row = []
-        for size in sizes:
+        for size in args.sizes:
             query = (unit * (size // len(unit) + 1))[:size]
-            seconds = max(timed(gen, query, args.limit) for gen in gens.values())
-            row.append(seconds)
+            seconds = max(timed(gen, query) for gen in gens.values())
+            row.append(f"{seconds:.3f}" if seconds != float("inf") else f"> {args.limit}")
             if seconds > worst[size][0]:
                 worst[size] = (seconds, name)
-        print(f"{name:<20}" + "".join(f"{s:>11.3f}" if s != float("inf") else f"{'>' + str(args.limit):>11}"
-                                      for s in row))
+        print(table.row(name, *row), flush=True)
     for size, (seconds, name) in worst.items():
         print(f"worst at {size // 1000} kB: {seconds:.3f} s ({name})")
 

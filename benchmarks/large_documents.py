@@ -2,11 +2,12 @@
 
 Each case runs in a fresh subprocess limited to ``--memory-gib`` (6) GiB of
 address space (``RLIMIT_AS``) and ``--timeout`` seconds, so the old dense
-summarizer fails with ``MemoryError`` instead of taking the machine down. Peak
-RSS is the child's own ``ru_maxrss``, reported as each stage ends (and when it
-fails).
+summarizer fails with ``MemoryError`` instead of taking the machine down. A
+case's peak RSS is the child's ``ru_maxrss`` as the parent reads it from
+``wait4`` (``harness.memory``), so a case killed at its time limit has one too;
+the child also reports its peak so far as each stage ends (and when it fails).
 
-Documents (deterministic, ASCII, so characters = bytes):
+Documents (``harness.corpus.large_text``: deterministic, ASCII, so characters = bytes):
 
 * ``prose``: sentences of the bundled English sample corpus, shuffled with
   ``random.Random(0)`` and grouped into paragraphs of 4-8 sentences separated by
@@ -59,148 +60,50 @@ difference starts at an exact tie between two sentences:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
-import random
-import re
-import resource
-import subprocess
 import sys
 import tempfile
-import time
-import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "llama_index_ext_recursive" / "sample_data" / "corpus.jsonl"
-SHARED = ROOT.parent / "shared" / "data"
+from harness import RESULTS, cli, memory, timing
+from harness.corpus import large_text
+from harness.data import DATA_ROOT
+from harness.models import hashed_words, real_model
+from harness.report import Table, write
+from harness.versions import extract_package, head, old_package
+
 MB = 1_000_000
 
 
-# ------------------------------------------------------------------ documents
-def sample_sentences() -> List[str]:
-    sentences = []
-    for line in CORPUS.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["doc_id"].startswith("zh-"):
-            continue
-        for paragraph in row["text"].split("\n"):
-            if paragraph.strip() and not paragraph.startswith("#"):
-                sentences.extend(s for s in re.split(r"(?<=[.!?])\s+", paragraph.strip()) if s)
-    return sentences
-
-
-def prose(size: int, one_line: bool) -> str:
-    rng = random.Random(0)
-    pool = sample_sentences()
-    parts: List[str] = []
-    total = 0
-    while total < size:
-        rng.shuffle(pool)
-        for start in range(0, len(pool), 6):
-            paragraph = " ".join(pool[start : start + rng.randint(4, 8)])
-            parts.append(paragraph)
-            total += len(paragraph) + 2
-            if total >= size:
-                break
-    return (" " if one_line else "\n\n").join(parts)[:size]
-
-
-def code(size: int) -> str:
-    rng = random.Random(0)
-    verbs = "load parse compute render fetch store merge split check format update build".split()
-    nouns = "user order item record invoice token session cache queue report batch node".split()
-    parts: List[str] = []
-    total = 0
-    i = 0
-    while total < size:
-        verb, noun, other = rng.choice(verbs), rng.choice(nouns), rng.choice(nouns)
-        block = (
-            f"def {verb}_{noun}_{i}(request, limit={rng.randint(1, 500)}):\n"
-            f'    """{verb.capitalize()} the {noun} of a request (see {other}.{rng.choice(verbs)})."""\n'
-            f"    {noun}s = request.{other}_{rng.randint(0, 999)}.get(\"{noun}\", [])\n"
-            f"    total = sum(x.value * {rng.random():.3f} for x in {noun}s[:limit])\n"
-            f"    if total > {rng.randint(0, 10_000)}:  # {rng.choice(verbs)} before {rng.choice(verbs)}\n"
-            f"        return {rng.choice(verbs)}_{other}(total, retries={rng.randint(0, 9)})\n"
-            f"    return None\n\n\n"
-        )
-        parts.append(block)
-        total += len(block)
-        i += 1
-    return "".join(parts)[:size]
-
-
-def words(size: int) -> str:
-    rng = random.Random(0)
-    letters = "etaoinshrdlcumwfgypbvkjxqz"
-    vocabulary = ["".join(rng.choices(letters, k=rng.randint(3, 10))) for _ in range(200_000)]
-    paragraphs: List[str] = []
-    total = 0
-    while total < size:
-        sentences = [" ".join(rng.choices(vocabulary, k=rng.randint(5, 20))).capitalize() + "."
-                     for _ in range(rng.randint(4, 8))]
-        paragraphs.append(" ".join(sentences))
-        total += len(paragraphs[-1]) + 2
-    return "\n\n".join(paragraphs)[:size]
-
-
-def terse(size: int) -> str:
-    rng = random.Random(0)
-    vocabulary = sorted({w.lower() for s in sample_sentences() for w in re.findall(r"[A-Za-z]+", s)})
-    parts: List[str] = []
-    total = 0
-    while total < size:
-        parts.append(" ".join(rng.choices(vocabulary, k=rng.randint(2, 6))).capitalize() + ".")
-        total += len(parts[-1]) + 1
-    return " ".join(parts)[:size]
-
-
-def document_text(kind: str, size: int) -> str:
-    if kind == "terse":
-        return terse(size)
-    if kind == "code":
-        return code(size)
-    if kind == "words":
-        return words(size)
-    return prose(size, one_line=kind == "oneline")
-
-
 # ------------------------------------------------------------------ child
-def hash_embedding():
-    """Deterministic hashed bag of words, 384 dimensions: costs far less than a model."""
-    import numpy as np
-    from llama_index.core.base.embeddings.base import BaseEmbedding
-
-    class HashEmbedding(BaseEmbedding):
-        def _vector(self, text: str) -> List[float]:
-            vector = np.zeros(384)
-            for word in re.findall(r"\w+", text.lower()):
-                vector[zlib.crc32(word.encode()) % 384] += 1.0
-            norm = np.linalg.norm(vector)
-            return (vector / norm if norm else vector + 1 / np.sqrt(384)).tolist()
-
-        def _get_query_embedding(self, query: str) -> List[float]:
-            return self._vector(query)
-
-        def _get_text_embedding(self, text: str) -> List[float]:
-            return self._vector(text)
-
-        async def _aget_query_embedding(self, query: str) -> List[float]:
-            return self._vector(query)
-
-    return HashEmbedding(model_name="hash-384", embed_batch_size=256)
-
-
 def emit(event: Dict[str, Any]) -> None:
-    event["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    event["peak_rss_mib"] = round(memory.peak_rss_mib())
     print(json.dumps(event), flush=True)
 
 
+def module_with(attribute: str, *names: str):
+    """The first of the modules ``names`` that defines ``attribute``: the package's layout
+    moves between the revisions measured (``recursive.py`` became ``recursive/...``)."""
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, attribute):
+            return module
+    raise ImportError(f"none of {names} defines {attribute}")
+
+
+PIPELINE = ("llama_index_ext_recursive.recursive.index", "llama_index_ext_recursive.recursive.retriever",
+            "llama_index_ext_recursive.recursive")
+
+
 def child(args: argparse.Namespace) -> None:
-    limit = int(args.memory_gib * 2**30)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    text = document_text(args.kind, args.mb * MB)
+    memory.limit_address_space(args.memory_gib)
+    text = large_text(args.kind, args.mb * MB)
     import llama_index_ext_recursive as package
 
     if args.source and not Path(package.__file__).resolve().is_relative_to(Path(args.source).resolve()):
@@ -212,27 +115,22 @@ def child(args: argparse.Namespace) -> None:
     stage = {"name": "import"}
     try:
         if args.task == "summarize":
-            from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer
-
+            summarizer = module_with("ExtractiveSummarizer", "llama_index_ext_recursive.recursive.summarize",
+                                     "llama_index_ext_recursive.summarize").ExtractiveSummarizer()
             stage["name"] = "summarizing"
-            started = time.perf_counter()
-            summary = ExtractiveSummarizer().summarize(args.kind, text)
-            emit({"stage": "summarizing", "seconds": time.perf_counter() - started, "summary": summary[:160]})
+            clock = timing.Stopwatch()
+            summary = summarizer.summarize(args.kind, text)
+            emit({"stage": "summarizing", "seconds": clock.seconds(), "summary": summary[:160]})
         elif args.task == "embed":
             from llama_index.core.schema import MetadataMode
 
-            from llama_index_ext_recursive.recursive.build import chunk_documents
-            from llama_index_ext_recursive.models import bundled_embed_model
-
             stage["name"] = "chunking"
-            nodes = chunk_documents([document])
-            model = bundled_embed_model()
+            nodes = module_with("chunk_documents", *PIPELINE).chunk_documents([document])
+            model = real_model("minilm", cache=None)
             model.get_text_embedding_batch(["warm up"])
             stage["name"] = "embedding"
             texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes[: args.real_chunks]]
-            started = time.perf_counter()
-            model.get_text_embedding_batch(texts)
-            seconds = time.perf_counter() - started
+            seconds = timing.seconds(lambda: model.get_text_embedding_batch(texts))
             emit({"stage": "embedding", "seconds": seconds, "chunks": len(texts), "all_chunks": len(nodes),
                   "projected_seconds": seconds / len(texts) * len(nodes)})
         else:
@@ -243,43 +141,40 @@ def child(args: argparse.Namespace) -> None:
 
 
 def build(document, stage: Dict[str, str]) -> None:
-    from llama_index_ext_recursive.recursive import retriever as recursive
+    """Build one retriever, each step of the pipeline timed by wrapping the function the build calls."""
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
 
+    pipeline = module_with("chunk_documents", *PIPELINE)
     stages = {
         "chunk_documents": "chunking",
         "group_nodes": "grouping",
         "build_documents": "summarizing",
         "attach_embeddings": "embedding",
+        "new_index": "indexing",
         "_new_index": "indexing",
     }
     for name, label in stages.items():
-        original = getattr(recursive, name)
+        original = getattr(pipeline, name, None)
+        if original is None:
+            continue
 
         def timed(*a, _original=original, _label=label, **kw):
             stage["name"] = _label
-            started = time.perf_counter()
+            clock = timing.Stopwatch()
             result = _original(*a, **kw)
-            emit({"stage": _label, "seconds": time.perf_counter() - started})
+            emit({"stage": _label, "seconds": clock.seconds()})
             return result
 
-        setattr(recursive, name, timed)
-    started = time.perf_counter()
-    retriever = recursive.RecursiveSummaryRetriever.from_documents([document], embed_model=hash_embedding())
+        setattr(pipeline, name, timed)
+    clock = timing.Stopwatch()
+    retriever = RecursiveSummaryRetriever.from_documents([document], embed_model=hashed_words(384))
     record = next(iter(retriever.documents.values()))
-    summary = retriever._summaries[record.doc_id].text
-    emit({"stage": "total", "seconds": time.perf_counter() - started, "chunks": len(record.chunk_ids),
-          "summary": summary[:160]})
+    summaries = getattr(getattr(retriever, "index", None), "summaries", None) or getattr(retriever, "_summaries", {})
+    summary = summaries[record.doc_id].text if record.doc_id in summaries else ""
+    emit({"stage": "total", "seconds": clock.seconds(), "chunks": len(record.chunk_ids), "summary": summary[:160]})
 
 
 # ------------------------------------------------------------------ parent
-def extract(rev: str, into: str) -> str:
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "llama_index_ext_recursive"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    return into
-
-
 def run_case(task: str, kind: str, mb: int, source: Optional[str], args: argparse.Namespace) -> Dict[str, Any]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     if source:
@@ -288,24 +183,19 @@ def run_case(task: str, kind: str, mb: int, source: Optional[str], args: argpars
                "--memory-gib", str(args.memory_gib), "--real-chunks", str(args.real_chunks)]
     if source:
         command += ["--source", source]
-    started = time.perf_counter()
-    try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout)
-        out, error = done.stdout, None
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        error = f"timeout after {args.timeout:.0f} s"
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    done = memory.run_child(command, env=env, timeout=args.timeout)
+    error = f"timeout after {args.timeout:.0f} s" if done.timed_out else None
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     result: Dict[str, Any] = {"task": task, "kind": kind, "mb": mb, "version": "before" if source else "after",
-                              "wall_seconds": round(time.perf_counter() - started, 1), "events": events}
+                              "wall_seconds": round(done.wall_s, 1), "events": events}
     failed = [e for e in events if "error" in e]
     if error or failed:
         last = events[-1]["stage"] if events else "start"
         result["error"] = failed[0]["error"] if failed else f"{error} (last stage finished: {last})"
         result["failed_stage"] = failed[0]["stage"] if failed else last
-        if not events and not error:
-            result["error"] = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
-    result["peak_rss_mib"] = max((e["peak_rss_mib"] for e in events), default=None)
+    elif done.returncode != 0 and not events:
+        result["error"] = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
+    result["peak_rss_mib"] = round(done.peak_rss_mib)  # the kernel's, for the whole child
     print(json.dumps({k: v for k, v in result.items() if k != "events"}), flush=True)
     return result
 
@@ -322,55 +212,55 @@ def report(results: List[Dict[str, Any]], args: argparse.Namespace, out: Path) -
         "",
         "Commands: " + "; ".join(f"`python benchmarks/large_documents.py {c}`" for c in commands),
         "",
-        f"Before = package at `{args.before_rev}`; after = working tree at "
-        f"`{subprocess.run(['git', '-C', str(ROOT), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}`. "
+        f"Before = package at `{args.before_rev}`; after = working tree at `{head()}`. "
         f"Every case in a fresh subprocess with RLIMIT_AS = {args.memory_gib:g} GiB and a "
-        f"{args.timeout:.0f} s timeout; peak RSS = the child's ru_maxrss. Embedding in `build` rows is a cheap "
+        f"{args.timeout:.0f} s timeout; peak RSS = the child's ru_maxrss (from wait4). Embedding in `build` rows is a cheap "
         "deterministic hashed bag-of-words (384 dims), **not** the bundled model (see the last table). "
         "Times are indicative: the machine's 2 cores are shared with four other engineers.",
         "",
         "## Build: `RecursiveSummaryRetriever.from_documents([doc])`",
         "",
-        "| document | version | result | chunks | total s | chunking s | summarizing s | embedding s | indexing s | peak RSS MiB |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def document(r: Dict[str, Any]) -> str:
+        return f"{r['kind']} {r['mb']} MB"
+
+    builds = []
     for r in (r for r in results if r["task"] == "build"):
         total = next((e for e in r["events"] if e.get("stage") == "total"), {})
         outcome = f"fails: {r['error']} (in {r['failed_stage']})" if "error" in r else "ok"
-        lines.append(
-            f"| {r['kind']} {r['mb']} MB | {r['version']} | {outcome} | {total.get('chunks', '-')} | "
-            f"{stage_seconds(r, 'total')} | {stage_seconds(r, 'chunking')} | {stage_seconds(r, 'summarizing')} | "
-            f"{stage_seconds(r, 'embedding')} | {stage_seconds(r, 'indexing')} | {r['peak_rss_mib']} |"
-        )
-    lines += ["", "## Summarizer alone: `ExtractiveSummarizer().summarize(title, text)`", "",
-              "| document | version | result | seconds | peak RSS MiB | summary (start) |", "|---|---|---|---:|---:|---|"]
+        builds.append((document(r), r["version"], outcome, total.get("chunks", "-"),
+                       *(stage_seconds(r, s) for s in ("total", "chunking", "summarizing", "embedding", "indexing")),
+                       r["peak_rss_mib"]))
+    lines.append(Table(["document", "version", "result", "chunks", "total s", "chunking s", "summarizing s",
+                        "embedding s", "indexing s", "peak RSS MiB"], align="lllrrrrrrr").render(builds))
+    summaries = []
     for r in (r for r in results if r["task"] == "summarize"):
         event = next((e for e in r["events"] if e.get("stage") == "summarizing" and "seconds" in e), {})
         outcome = f"fails: {r['error']}" if "error" in r else "ok"
         summary = event.get("summary", "").replace("|", "\\|").replace("\n", " ")[:90]
-        lines.append(f"| {r['kind']} {r['mb']} MB | {r['version']} | {outcome} | {stage_seconds(r, 'summarizing')} | "
-                     f"{r['peak_rss_mib']} | {summary} |")
-    embeds = [r for r in results if r["task"] == "embed"]
+        summaries.append((document(r), r["version"], outcome, stage_seconds(r, "summarizing"), r["peak_rss_mib"],
+                          summary))
+    lines += ["", "## Summarizer alone: `ExtractiveSummarizer().summarize(title, text)`", "",
+              Table(["document", "version", "result", "seconds", "peak RSS MiB", "summary (start)"],
+                    align="lllrrl").render(summaries)]
+    embeds = []
+    for r in (r for r in results if r["task"] == "embed"):
+        e = next((e for e in r["events"] if e.get("stage") == "embedding" and "seconds" in e), None)
+        embeds.append((document(r), f"fails: {r.get('error')}", "", "", "", "") if e is None else
+                      (document(r), e["chunks"], f"{e['seconds']:.1f}", f"{e['chunks'] / e['seconds']:.1f}",
+                       e["all_chunks"], f"{e['projected_seconds']:.0f}"))
     if embeds:
         lines += ["", "## Bundled model (all-MiniLM-L6-v2) on a subset", "",
-                  "| document | chunks embedded | seconds | chunks/s | all chunks | projected s for all |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for r in embeds:
-            e = next((e for e in r["events"] if e.get("stage") == "embedding" and "seconds" in e), None)
-            if e is None:
-                lines.append(f"| {r['kind']} {r['mb']} MB | fails: {r.get('error')} | | | | |")
-                continue
-            lines.append(f"| {r['kind']} {r['mb']} MB | {e['chunks']} | {e['seconds']:.1f} | "
-                         f"{e['chunks'] / e['seconds']:.1f} | {e['all_chunks']} | {e['projected_seconds']:.0f} |")
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print(f"wrote {out}")
+                  Table(["document", "chunks embedded", "seconds", "chunks/s", "all chunks",
+                         "projected s for all"]).render(embeds)]
+    write(out, "\n".join(lines), results)
 
 
 def main_bench(args: argparse.Namespace) -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="large-docs-before-") as tmp:
-        before = extract(args.before_rev, tmp) if args.before_rev else None
+        before = extract_package(args.before_rev, tmp) if args.before_rev else None
         for mb in args.sizes:
             for kind in args.kinds:
                 for task in args.tasks:
@@ -390,20 +280,11 @@ def main_bench(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------ ties
 def ties(args: argparse.Namespace) -> None:
     """Every before/after difference in summaries must start at an exact tie."""
-    import importlib.util
-
     import numpy as np
 
-    with tempfile.TemporaryDirectory(prefix="large-docs-ties-") as tmp:
-        extract(args.before_rev, tmp)
-        source = (Path(tmp) / "llama_index_ext_recursive" / "summarize.py").read_text(encoding="utf-8")
-        source = source.replace("from llama_index_ext_recursive.persist import load_json", "load_json = None")
-        path = Path(tmp) / "summarize_before.py"
-        path.write_text(source, encoding="utf-8")
-        spec = importlib.util.spec_from_file_location("summarize_before", path)
-        old = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(old)
     from llama_index_ext_recursive.recursive import summarize as new
+
+    old = old_package(args.before_rev, "summarize")
 
     def trace(module, text: str, budget: int, segments: int):
         """``module``'s selection, replayed with each pick's candidate gains recorded."""
@@ -462,38 +343,38 @@ def iter_documents() -> Iterator[tuple]:
     for doc_id, chunks in group_nodes(chunk_documents(load_sample_documents())).items():
         yield doc_id, "\n".join(c.get_content(metadata_mode=MetadataMode.NONE) for c in chunks)
     for name in ["xquad_en", "xquad_zh", "cmrc2018", "legalbench_contractnli", "llamaindex_blockchain_solana"]:
-        path = SHARED / name / "documents.jsonl"
+        path = DATA_ROOT / name / "documents.jsonl"
         if path.exists():
             for line in path.read_text(encoding="utf-8").splitlines():
                 row = json.loads(line)
                 yield row["_id"], row["text"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", nargs="?", default="bench", choices=["bench", "child", "ties"])
-    parser.add_argument("--before-rev", default=None, help="git revision for the 'before' rows")
-    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[5, 50])
-    parser.add_argument("--kinds", type=lambda s: s.split(","), default=["prose", "oneline", "code"])
-    parser.add_argument("--tasks", type=lambda s: s.split(","), default=["build", "summarize"])
-    parser.add_argument("--large-build-kinds", type=lambda s: s.split(","), default=["prose"],
-                        help="kinds built (task build) at 50 MB and more; the others are only summarized")
-    parser.add_argument("--memory-gib", type=float, default=6.0)
-    parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--real-chunks", type=int, default=64, help="chunks for the bundled-model row (0: none)")
-    parser.add_argument("--append", action="store_true", help="add to the results already in --out's .json")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "large_documents.md")
+def main(argv: Optional[List[str]] = None) -> None:
+    p = cli.parser(__doc__)
+    p.add_argument("mode", nargs="?", default="bench", choices=["bench", "child", "ties"])
+    p.add_argument("--before-rev", default=None, help="git revision for the 'before' rows")
+    p.add_argument("--sizes", type=cli.csv(int), default=[5, 50])
+    p.add_argument("--kinds", type=cli.csv(), default=["prose", "oneline", "code"])
+    p.add_argument("--tasks", type=cli.csv(), default=["build", "summarize"])
+    p.add_argument("--large-build-kinds", type=cli.csv(), default=["prose"],
+                   help="kinds built (task build) at 50 MB and more; the others are only summarized")
+    p.add_argument("--memory-gib", type=float, default=6.0)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--real-chunks", type=int, default=64, help="chunks for the bundled-model row (0: none)")
+    p.add_argument("--append", action="store_true", help="add to the results already in --out's .json")
+    cli.add_out(p, RESULTS / "large_documents.md")
     # child only
-    parser.add_argument("--task", default="build")
-    parser.add_argument("--kind", default="prose")
-    parser.add_argument("--mb", type=int, default=5)
-    parser.add_argument("--source", default=None)
-    args = parser.parse_args()
+    p.add_argument("--task", default="build")
+    p.add_argument("--kind", default="prose")
+    p.add_argument("--mb", type=int, default=5)
+    p.add_argument("--source", default=None)
+    args = p.parse_args(argv)
     if args.mode == "child":
         child(args)
     elif args.mode == "ties":
         if not args.before_rev:
-            parser.error("ties needs --before-rev")
+            p.error("ties needs --before-rev")
         ties(args)
     else:
         main_bench(args)

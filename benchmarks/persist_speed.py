@@ -17,63 +17,39 @@ Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/persist_speed.py``
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import shutil
-import statistics
 import tempfile
-import time
 from pathlib import Path
+from typing import List, Optional
 
-import numpy as np
+from harness import cli, timing
+from harness.corpus import vocabulary, word_nodes
+from harness.report import Table
 from llama_index.core.embeddings import MockEmbedding
-from llama_index.core.schema import TextNode
-
-from llama_index_ext_recursive import MultilingualBM25Retriever, RecursiveSummaryRetriever
-
-
-def corpus(docs: int, chunks: int, dim: int, seed: int) -> list:
-    rng = np.random.default_rng(seed)
-    vocabulary = [f"word{i}" for i in range(2000)]
-    nodes = []
-    for d in range(docs):
-        for c in range(chunks):
-            vector = rng.normal(size=dim)
-            words = rng.choice(vocabulary, size=12)
-            nodes.append(
-                TextNode(
-                    id_=f"doc{d:04d}-{c:02d}",
-                    text=" ".join(words) + ".",
-                    embedding=list(vector / np.linalg.norm(vector)),
-                    metadata={"doc_id": f"doc{d:04d}", "year": 2000 + d % 25},
-                )
-            )
-    return nodes
-
-
-def timed(action) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
 
 
 def checksum_seconds(folder: Path) -> float:
-    started = time.perf_counter()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        hashlib.sha256(path.read_bytes()).hexdigest()
-    return time.perf_counter() - started
+    def digest() -> None:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            hashlib.sha256(path.read_bytes()).hexdigest()
+
+    return timing.seconds(digest)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=500)
-    parser.add_argument("--chunks", type=int, default=10)
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+def main(argv: Optional[List[str]] = None) -> None:
+    from llama_index_ext_recursive import MultilingualBM25Retriever, RecursiveSummaryRetriever
 
-    nodes = corpus(args.docs, args.chunks, args.dim, args.seed)
+    p = cli.parser(__doc__)
+    p.add_argument("--docs", type=int, default=500)
+    p.add_argument("--chunks", type=int, default=10)
+    p.add_argument("--dim", type=int, default=384)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+
+    nodes = list(word_nodes(args.docs, args.chunks, vocabulary=vocabulary(2000, "word"), words=12, dim=args.dim,
+                            seed=args.seed))
     model = MockEmbedding(embed_dim=args.dim)
     recursive = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=model, show_progress=False)
     bm25 = MultilingualBM25Retriever.from_defaults(nodes=nodes)
@@ -88,18 +64,15 @@ def main() -> None:
             persists, loads, sums = [], [], []
             for i in range(args.repeats):
                 target = work / f"{name}-{i}"
-                persists.append(timed(lambda: retriever.persist(target)))
-                loads.append(timed(lambda: load(target)))
+                persists.append(timing.seconds(lambda: retriever.persist(target)))
+                loads.append(timing.seconds(lambda: load(target)))
                 sums.append(checksum_seconds(target))
             size = sum(p.stat().st_size for p in (work / f"{name}-0").rglob("*") if p.is_file())
-            rows.append((name, len(nodes), size / 2**20, statistics.median(persists),
-                         statistics.median(loads), statistics.median(sums)))
+            rows.append((name, len(nodes), f"{size / 2**20:.1f}", f"{timing.median(persists):.2f}",
+                         f"{timing.median(loads):.2f}", f"{timing.median(sums):.3f}"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("| index | nodes | MiB on disk | persist s | load s | sha256 of all files s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, n, mib, p, l, s in rows:
-        print(f"| {name} | {n} | {mib:.1f} | {p:.2f} | {l:.2f} | {s:.3f} |")
+    print(Table(["index", "nodes", "MiB on disk", "persist s", "load s", "sha256 of all files s"]).render(rows))
 
 
 if __name__ == "__main__":

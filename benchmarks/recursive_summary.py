@@ -9,9 +9,12 @@ evidence"): quality with the issue-12 targets, and latency against the flat hybr
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+from typing import List, Optional
+
+from harness import RESULTS, cli
+from harness.report import Table
 
 UPSTREAM_FLAT = ("upstream-vector", "upstream-bm25", "upstream-fusion", "upstream-fusion-relative")
 TARGETS = {  # issue 12: nDCG@10 the default recursive retriever must reach
@@ -27,17 +30,16 @@ ORDER = (
 )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=str(Path(__file__).parent / "results" / "eval"))
-    args = parser.parse_args()
+def main(argv: Optional[List[str]] = None) -> None:
+    p = cli.parser(__doc__)
+    p.add_argument("--dir", type=Path, default=RESULTS / "eval")
+    args = p.parse_args(argv)
     rows, latency = [], []
     for name in ORDER:
-        path = Path(args.dir) / f"{name}.json"
+        path = args.dir / f"{name}.json"
         if not path.exists():
             continue
-        data = json.loads(path.read_text())
-        runs = data["retrievers"]
+        runs = json.loads(path.read_text())["retrievers"]
         ndcg = {r: v["metrics"].get("nDCG@10", float("nan")) for r, v in runs.items()}
         doc = {r: v["metrics"].get("doc:Success@10") for r, v in runs.items()}
         best_flat = max((r for r in UPSTREAM_FLAT if r in ndcg), key=lambda r: ndcg[r])
@@ -47,28 +49,24 @@ def main() -> None:
             checks.append(ours >= TARGETS[name])
         if name == "legalbench_contractnli":
             checks.append((doc.get("recursive") or 0) >= 0.95)
-        cell = lambda r: (
-            f"{ndcg[r]:.4f}" + (f" / {doc[r]:.3f}" if doc.get(r) is not None else "") if r in ndcg else "-"
-        )
-        rows.append(
-            f"| {name} | {cell('recursive')} | {cell('recursive-vector')} | {cell('hybrid')} | "
-            f"{best_flat} {cell(best_flat)} | {cell('upstream-recursive')} | {cell('oracle-routing')} | "
-            f"{TARGETS.get(name, '-')} | {'yes' if all(checks) else 'NO'} |"
-        )
+
+        def cell(r: str) -> str:
+            if r not in ndcg:
+                return "-"
+            return f"{ndcg[r]:.4f}" + (f" / {doc[r]:.3f}" if doc.get(r) is not None else "")
+
+        rows.append((name, cell("recursive"), cell("recursive-vector"), cell("hybrid"), f"{best_flat} {cell(best_flat)}",
+                     cell("upstream-recursive"), cell("oracle-routing"), TARGETS.get(name, "-"),
+                     "yes" if all(checks) else "NO"))
         p50 = {r: v["latency_p50_ms"] for r, v in runs.items()}
         if "recursive" in p50 and "hybrid" in p50:
-            latency.append(
-                f"| {name} | {p50['recursive']:.2f} | {p50['hybrid']:.2f} | "
-                f"{p50['recursive'] / p50['hybrid']:.2f} | {p50.get('recursive-vector', float('nan')):.2f} |"
-            )
-    print("| dataset | recursive (default) | recursive-vector (previous default) | hybrid (flat) | "
-          "best upstream flat | upstream-recursive | oracle-routing (ceiling) | target nDCG@10 | all met |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---|")
-    print("\n".join(rows))
+            latency.append((name, f"{p50['recursive']:.2f}", f"{p50['hybrid']:.2f}",
+                            f"{p50['recursive'] / p50['hybrid']:.2f}", f"{p50.get('recursive-vector', float('nan')):.2f}"))
+    print(Table(["dataset", "recursive (default)", "recursive-vector (previous default)", "hybrid (flat)",
+                 "best upstream flat", "upstream-recursive", "oracle-routing (ceiling)", "target nDCG@10", "all met"],
+                align="lrrrlrrrl").render(rows))
     print()
-    print("| dataset | recursive p50 ms | hybrid p50 ms | ratio | recursive-vector p50 ms |")
-    print("|---|---:|---:|---:|---:|")
-    print("\n".join(latency))
+    print(Table(["dataset", "recursive p50 ms", "hybrid p50 ms", "ratio", "recursive-vector p50 ms"]).render(latency))
 
 
 if __name__ == "__main__":

@@ -12,21 +12,16 @@ document and chunk evidence").
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
-import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import ir_measures
 import numpy as np
-from llama_index.core.schema import MetadataMode, TextNode
-
-from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
-from llama_index_ext_recursive.models import resolve_embed_model
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding
-from llama_index_ext_recursive.eval.data import BeirDataset
+from harness import cli, data, timing
+from harness.models import real_model
+from llama_index.core.schema import TextNode
 
 K = 10
 
@@ -123,35 +118,31 @@ def list_mode(record, dense, lexical, doc_dense, doc_lexical, owner, n_chunks, l
         record(f"list {label} routed={routed} pool={pool} beta={beta} w_dense={w} w_doc_dense={wd}", final)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--max-queries", type=int)
-    parser.add_argument("--cache", default=".cache/embeddings.sqlite")
-    parser.add_argument("--out")
-    parser.add_argument("--list-dense", default="summary_text,centroid")
-    parser.add_argument("--embed-model", choices=["default", "multilingual"], default="default",
-                        help="multilingual: the bundled multilingual-e5-small (extra [multilingual])")
-    parser.add_argument("--no-embed-title", action="store_true",
-                        help="exclude the title from chunk embeddings (the issue's convention)")
-    args = parser.parse_args()
-    dataset = BeirDataset.load(args.data, max_queries=args.max_queries)
-    if args.embed_model == "multilingual":
-        from llama_index_ext_recursive.models import bundled_multilingual_model
+def main(argv: Optional[List[str]] = None) -> None:
+    from llama_index_ext_recursive.recursive.build import build_documents, group_nodes
+    from llama_index_ext_recursive.recursive.evidence import document_text
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
-        model = CachedEmbedding(bundled_multilingual_model(), args.cache)
-    else:
-        model = CachedEmbedding(resolve_embed_model(None), args.cache)
-    nodes = dataset.nodes(title_in_text=not dataset.hierarchical)
-    if args.no_embed_title:
-        for n in nodes:
-            n.excluded_embed_metadata_keys = [*n.excluded_embed_metadata_keys, "title"]
+    p = cli.parser(__doc__)
+    cli.add_data(p)
+    cli.add_max_queries(p)
+    cli.add_cache(p)
+    p.add_argument("--out")
+    p.add_argument("--list-dense", default="summary_text,centroid")
+    cli.add_embed_model(p)
+    p.add_argument("--no-embed-title", action="store_true",
+                   help="exclude the title from chunk embeddings (the issue's convention)")
+    args = p.parse_args(argv)
+    dataset = data.load(args.data, max_queries=args.max_queries)
+    model = real_model(args.embed_model, args.cache)
+    clock = timing.Stopwatch()
+    nodes = data.embed_nodes(dataset, model, embed_title=not args.no_embed_title)
     cids = [n.node_id for n in nodes]
-    qids = list(dataset.queries)
+    query_vectors = data.query_vectors(dataset, model)  # one batch (the multilingual model is slow alone)
+    qids = list(query_vectors)
     texts = [dataset.queries[q] for q in qids]
-    started = time.perf_counter()
-    E = np.asarray(model.get_text_embedding_batch([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]))
-    Q = np.asarray(model._get_query_embeddings(texts))  # one batch (the multilingual model is slow alone)
+    E = np.asarray([n.embedding for n in nodes])
+    Q = np.asarray([query_vectors[q] for q in qids])
     doc_ids = sorted({n.metadata["doc_id"] for n in nodes})
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     owner = np.array([doc_index[n.metadata["doc_id"]] for n in nodes])
@@ -178,8 +169,6 @@ def main() -> None:
             nodes=[TextNode(id_=d, text=t) for d, t in zip(doc_ids, doc_texts)], unknown_filter_key=None
         )
         return np.stack([r._score_all(r.tokenizer(t)) for t in texts])
-    from llama_index_ext_recursive.recursive.build import build_documents, group_nodes
-    from llama_index_ext_recursive.recursive.evidence import document_text
 
     built = build_documents(group_nodes(nodes, "doc_id"), "doc_id")
     summaries = {s.index_id: s for s in built.summary_nodes}
@@ -200,7 +189,7 @@ def main() -> None:
         "content_bm25": bm25_over([f"{t}\n{c}" for t, c in zip(titles, content)]),
     }
     # max chunk evidence per document
-    setup = time.perf_counter() - started
+    setup = clock.seconds()
     ev = lambda s: evaluate(s, qids, cids, dataset.qrels, dataset.doc_qrels, dataset.doc_of)
     results = {}
 

@@ -2,16 +2,17 @@
 
 For each dataset under ``--data-root`` this runs (from the repository root)::
 
-    /usr/bin/time -v .venv/bin/llama-recursive eval --data <root>/<dataset> \
+    .venv/bin/llama-recursive eval --data <root>/<dataset> \
         --retrievers upstream-vector,upstream-bm25,upstream-fusion,upstream-fusion-relative,upstream-recursive,vector,bm25,hybrid,recursive-vector,recursive,oracle-routing \
         --cache .cache/embeddings.sqlite \
         --out benchmarks/results/eval/<dataset>.json --plot benchmarks/results/eval/<dataset>.png \
         [--max-queries N] [--no-embed-title]
 
-capturing the CLI's stdout to ``<dataset>.md`` and its stderr (progress bars,
-``/usr/bin/time -v`` report) to ``<dataset>.log``. All runs share one embedding
-cache file, so a text is embedded at most once across datasets and re-runs.
-The exact commands, wall times, max RSS, the machine and the other processes
+capturing the CLI's stdout to ``<dataset>.md`` and its stderr (progress bars)
+to ``<dataset>.log``. All runs share one embedding cache file, so a text is
+embedded at most once across datasets and re-runs. The exact commands, wall
+and CPU times and max RSS of the child (``harness.memory.run_child``; runs
+before it used ``/usr/bin/time -v``), the machine and the other processes
 busy on it at the start and end of every run are appended to
 ``benchmarks/results/eval/runs.jsonl`` and summarised in ``commands.md``.
 
@@ -31,19 +32,18 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from scale_recursive import cpu_model  # noqa: E402  (sibling benchmark's machine helper)
+from harness import REPO, RESULTS, cli
+from harness.memory import run_child
+from harness.report import Table, library_fingerprint, machine
+from harness.versions import llama_recursive
 
-REPO = Path(__file__).resolve().parent.parent
-OUT_DIR = REPO / "benchmarks" / "results" / "eval"
+OUT_DIR = RESULTS / "eval"
 # oracle-routing reads the gold documents: the perfect-routing ceiling, not a competitor
 RETRIEVERS = (
     "upstream-vector,upstream-bm25,upstream-fusion,upstream-fusion-relative,upstream-recursive,"
@@ -68,23 +68,6 @@ CROSS_LINGUAL: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     "xquad_en-to-zh": ("xquad_zh", "xquad_en", ("--no-embed-title",)),
     "xquad_zh-to-en": ("xquad_en", "xquad_zh", ("--no-embed-title", "--embed-model", "multilingual")),
 }
-
-
-def mem_gib() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return float("nan")
-
-
-def machine() -> str:
-    return (
-        f"nproc={os.cpu_count()}, CPU {cpu_model()}, {mem_gib():.0f} GiB RAM, "
-        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, CPU only, offline"
-    )
 
 
 def _cpu_ticks() -> Dict[int, Tuple[int, str]]:
@@ -136,38 +119,12 @@ def _strip_percent(entry: str) -> str:
     return f"{cmd[:120]} (pid {number})"
 
 
-def library_fingerprint() -> str:
-    """sha256[:12] over every library source file (other people edit it while runs go on)."""
-    import hashlib
-
-    root = REPO / "llama_index_ext_recursive"
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def parse_time_v(stderr: str) -> Dict[str, object]:
-    found: Dict[str, object] = {}
-    for key, pattern in {
-        "wall": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)",
-        "user_s": r"User time \(seconds\): ([\d.]+)",
-        "sys_s": r"System time \(seconds\): ([\d.]+)",
-        "cpu_percent": r"Percent of CPU this job got: (\d+)%",
-        "max_rss_kb": r"Maximum resident set size \(kbytes\): (\d+)",
-    }.items():
-        match = re.search(pattern, stderr)
-        if match:
-            found[key] = match.group(1)
-    return found
-
-
 def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) -> Dict[str, object]:
     out = Path(args.out_dir)
     rel = lambda p: os.path.relpath(p, REPO)  # noqa: E731
     folder, queries_from, extra = CROSS_LINGUAL.get(dataset, (dataset, None, ()))
-    cli = [
-        rel(REPO / ".venv" / "bin" / "llama-recursive"), "eval",
+    command = [
+        rel(llama_recursive()), "eval",
         "--data", str(Path(args.data_root) / folder),
         *(["--queries-from", str(Path(args.data_root) / queries_from)] if queries_from else []),
         "--retrievers", args.retrievers,
@@ -176,11 +133,10 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
         "--plot", rel(out / f"{dataset}.png"),
     ]
     if max_queries is not None:
-        cli += ["--max-queries", str(max_queries)]
+        command += ["--max-queries", str(max_queries)]
     if args.no_embed_title and "--no-embed-title" not in extra:
-        cli += ["--no-embed-title"]
-    cli += list(extra)
-    command = ["/usr/bin/time", "-v", *cli]
+        command += ["--no-embed-title"]
+    command += list(extra)
     shown = " ".join(shlex.quote(c) for c in command) + f" > {rel(out / (dataset + '.md'))}"
     print(f"[run_eval] {shown}", file=sys.stderr, flush=True)
     record: Dict[str, object] = {
@@ -195,75 +151,74 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
         "busy_before": busy_processes(),
         "library_before": library_fingerprint(),
     }
-    started = time.perf_counter()
-    with open(out / f"{dataset}.md", "w", encoding="utf-8") as stdout, open(
-        out / f"{dataset}.log", "w", encoding="utf-8"
-    ) as stderr:
-        proc = subprocess.Popen(command, cwd=REPO, stdout=stdout, stderr=stderr)
-        # sample the other load half-way through long runs too
-        samples: List[List[str]] = []
-        next_sample = started + 15
-        while proc.poll() is None:
-            time.sleep(2)
-            if time.perf_counter() >= next_sample:
-                samples.append(busy_processes(_descendants(proc.pid)))
-                next_sample += 60
-        code = proc.wait()
-    record["wall_seconds"] = round(time.perf_counter() - started, 1)
-    record["returncode"] = code
+    # sample the other load 15 s into long runs, then every minute
+    samples: List[List[str]] = []
+    next_sample = [time.perf_counter() + 15]
+
+    def sample(pid: int) -> None:
+        if time.perf_counter() >= next_sample[0]:
+            samples.append(busy_processes(_descendants(pid)))
+            next_sample[0] += 60
+
+    done = run_child(command, cwd=REPO, stdout=out / f"{dataset}.md", stderr=out / f"{dataset}.log", poll=sample)
+    record["wall_seconds"] = round(done.wall_s, 1)
+    record["returncode"] = done.returncode
     record["loadavg_after"] = os.getloadavg()
     record["library_after"] = library_fingerprint()
     record["busy_during"] = sorted({_strip_percent(p) for s in samples for p in s})
     record["busy_samples"] = len(samples)
-    log = (out / f"{dataset}.log").read_text(encoding="utf-8", errors="replace")
-    record["time_v"] = parse_time_v(log)
+    record["rusage"] = done.usage()
     figures_path = out / f"{dataset}.json"
-    if code == 0 and figures_path.exists():
+    if done.returncode == 0 and figures_path.exists():
         figures = json.loads(figures_path.read_text(encoding="utf-8"))
         record["texts_embedded"] = figures["texts_embedded"] + figures.get("texts_embedded_in_builds", 0)
         record["embedding_seconds"] = round(figures["embedding_seconds"], 1)
-    if code != 0:
-        print(log[-3000:], file=sys.stderr)
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
     return record
 
 
 def write_commands(out: Path) -> None:
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()]
+    table = Table(["started", "dataset", "cache existed", "new texts embedded", "embed s", "wall s",
+                   "user+sys s", "max RSS MB", "load avg before", "other busy processes (during)",
+                   "library sha256[:12]", "command"], align="lllrrrrrllll")
+    rows = []
+    for r in runs:
+        usage = r.get("rusage") or r.get("time_v", {})  # time_v: runs measured by /usr/bin/time -v
+        cpu = float(usage.get("user_s", "nan")) + float(usage.get("sys_s", "nan"))
+        rss = int(usage.get("max_rss_kb", 0)) / 1024
+        busy = "; ".join(r.get("busy_during") or []) or "none seen"
+        lib = r.get("library_before", "not recorded")
+        if r.get("library_after", lib) != lib:
+            lib += f" -> {r['library_after']} (CHANGED during the run)"
+        wall = f"{r['wall_seconds']}" + (f" ({usage['wall']})" if "wall" in usage else "")
+        rows.append((r["started"], r["dataset"], r["cache_existed"], r.get("texts_embedded", "-"),
+                     r.get("embedding_seconds", "-"), wall, f"{cpu:.0f}", f"{rss:.0f}",
+                     f"{r['loadavg_before'][0]:.2f}", busy.replace("|", "/"), lib, f"`{r['command']}`"))
     lines = [
         "# Exact commands of the evaluation runs",
         "",
         "Generated by `benchmarks/run_eval.py` from `runs.jsonl` (every run ever made, oldest first; "
         "the latest run of a dataset is the one whose `.md`/`.json`/`.png` are in this folder).",
-        "cwd: the repository root.",
+        "cwd: the repository root. Wall, CPU and max RSS: the child's, from `wait4` (in parentheses, the "
+        "wall clock `/usr/bin/time -v` reported for the runs it measured).",
         "",
-        "| started | dataset | cache existed | new texts embedded | embed s | wall s (`time -v`) | "
-        "user+sys s | max RSS MB | load avg before | other busy processes (during) | library sha256[:12] | command |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
+        table.render(rows),
+        "",
+        f"Machine: {machine()}, CPU only, offline",
+        "",
     ]
-    for r in runs:
-        tv = r.get("time_v", {})
-        cpu = float(tv.get("user_s", "nan")) + float(tv.get("sys_s", "nan"))
-        rss = int(tv.get("max_rss_kb", 0)) / 1024
-        busy = "; ".join(r.get("busy_during") or []) or "none seen"
-        lib = r.get("library_before", "not recorded")
-        if r.get("library_after", lib) != lib:
-            lib += f" -> {r['library_after']} (CHANGED during the run)"
-        lines.append(
-            f"| {r['started']} | {r['dataset']} | {r['cache_existed']} | {r.get('texts_embedded', '-')} | "
-            f"{r.get('embedding_seconds', '-')} | {r['wall_seconds']} ({tv.get('wall', '-')}) | {cpu:.0f} | "
-            f"{rss:.0f} | {r['loadavg_before'][0]:.2f} | {busy.replace('|', '/')} | {lib} | `{r['command']}` |"
-        )
-    lines += ["", f"Machine: {machine()}", ""]
     (out / "commands.md").write_text("\n".join(lines), encoding="utf-8")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = cli.parser(__doc__)
     p.add_argument("--datasets", default=",".join([*DATASETS, *CROSS_LINGUAL]),
                    help="comma-separated; default: all, the cross-lingual runs included")
-    p.add_argument("--data-root", default=str((REPO / ".." / "shared" / "data").resolve()))
+    cli.add_data_root(p)
     p.add_argument("--retrievers", default=RETRIEVERS)
-    p.add_argument("--cache", default=str(REPO / ".cache" / "embeddings.sqlite"))
+    cli.add_cache(p)
     p.add_argument("--fresh-cache", action="store_true", help="delete the cache file first")
     p.add_argument("--out-dir", default=str(OUT_DIR))
     p.add_argument("--no-embed-title", action="store_true",

@@ -31,25 +31,22 @@ import argparse
 import asyncio
 import cProfile
 import gc
-import hashlib
 import io
 import os
-import platform
 import pstats
-import resource
-import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 import numpy as np
+from harness import RESULTS, cli, memory, timing
+from harness.corpus import TopicCorpus
+from harness.models import equal_calibration, topic_embedding
+from harness.report import Table, fmt, library_fingerprint, machine, write
 from llama_index.core import VectorStoreIndex
-from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-from llama_index.core.schema import QueryBundle, TextNode
+from llama_index.core.schema import QueryBundle
 from llama_index.core.vector_stores.types import (
     FilterOperator,
     MetadataFilter,
@@ -57,201 +54,45 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from llama_index_ext_recursive import RecursiveSummaryRetriever
-from llama_index_ext_recursive.recursive.build import ROUTING_KEY, build_documents, group_nodes
-from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, SummaryCache
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERIES = (
     "sync", "async", "summary", "routed_chunk", "per_doc", "store_filtered",
     "intersect", "plan", "flat",
 )
+pct = timing.percentile
 
 
-# --------------------------------------------------------------- fake model
-def _unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v)
-    return v / (n if n else 1.0)
-
-
-def stable_seed(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
-
-
-class TopicFakeEmbedding(BaseEmbedding):
-    """Deterministic fake embedding model.
-
-    A text that starts with a registered document id followed by ``". "`` (the
-    ``ExtractiveSummarizer`` puts the title, here the document id, first) is
-    embedded as that document's topic vector; an exactly registered text maps
-    to its vector; anything else is a unit vector seeded by a stable hash.
-    """
-
-    model_name: str = "fake-topic-embedding"
-    dim: int = 384
-    _by_text: Dict[str, List[float]] = PrivateAttr(default_factory=dict)
-    _by_prefix: Dict[str, List[float]] = PrivateAttr(default_factory=dict)
-    calls: int = 0
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "TopicFakeEmbedding"
-
-    def register_topic(self, doc_id: str, vector: np.ndarray) -> None:
-        self._by_prefix[doc_id] = [float(x) for x in vector]
-
-    def register_text(self, text: str, vector: np.ndarray) -> None:
-        self._by_text[text] = [float(x) for x in vector]
-
-    def _embed(self, text: str) -> List[float]:
-        self.calls += 1
-        hit = self._by_text.get(text)
-        if hit is not None:
-            return hit
-        head, sep, _ = text.partition(". ")
-        if sep and head in self._by_prefix:
-            return self._by_prefix[head]
-        rng = np.random.default_rng(stable_seed(text))
-        return [float(x) for x in _unit(rng.standard_normal(self.dim))]
-
-    def _get_query_embedding(self, query: str) -> List[float]:
-        return self._embed(query)
-
-    def _get_text_embedding(self, text: str) -> List[float]:
-        return self._embed(text)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return self._embed(query)
-
-
-# ------------------------------------------------------------ synthetic data
-VOCAB_SIZE = 5000
-
-
-def make_corpus(
-    n_docs: int, chunks: int, dim: int, seed: int, noise: float
-) -> tuple[List[TextNode], np.ndarray, List[str]]:
-    """Nodes with topical embeddings; returns (nodes, topic matrix, doc ids)."""
-    rng = np.random.default_rng(seed)
-    vocab = [f"w{i:04d}" for i in range(VOCAB_SIZE)]
-    topics = rng.standard_normal((n_docs, dim))
-    topics /= np.linalg.norm(topics, axis=1, keepdims=True)
-    doc_ids = [f"doc{d:05d}" for d in range(n_docs)]
-    nodes: List[TextNode] = []
-    for d, doc_id in enumerate(doc_ids):
-        # each document draws its words from its own slice of the vocabulary
-        doc_vocab = rng.choice(VOCAB_SIZE, size=200, replace=False)
-        noises = rng.standard_normal((chunks, dim))
-        noises /= np.linalg.norm(noises, axis=1, keepdims=True)
-        embs = topics[d] + noise * noises
-        embs /= np.linalg.norm(embs, axis=1, keepdims=True)
-        for c in range(chunks):
-            sentences = []
-            for _ in range(3):
-                words = rng.choice(doc_vocab, size=8)
-                sentences.append(" ".join(vocab[w] for w in words).capitalize() + ".")
-            nodes.append(
-                TextNode(
-                    id_=f"{doc_id}-c{c:03d}",
-                    text=" ".join(sentences),
-                    metadata={"doc_id": doc_id},
-                    embedding=embs[c].tolist(),
-                )
-            )
-    return nodes, topics, doc_ids
-
-
-def make_queries(
-    topics: np.ndarray, n: int, seed: int, noise: float
-) -> tuple[List[List[float]], List[int]]:
-    rng = np.random.default_rng(seed + 1)
-    targets = rng.integers(0, len(topics), size=n)
-    out = []
-    for t in targets:
-        z = rng.standard_normal(topics.shape[1])
-        out.append(_unit(topics[t] + noise * _unit(z)).tolist())
-    return out, [int(t) for t in targets]
-
-
-# ------------------------------------------------------------------- timing
-def pct(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
-def time_calls(fn, queries: Sequence[List[float]], warmup: int = 3) -> List[float]:
-    """Per-call latencies in ms; a fresh QueryBundle per call (built outside timing)."""
-    for vec in queries[:warmup]:
-        fn(QueryBundle(query_str="q", embedding=vec))
-    out = []
-    for vec in queries:
-        bundle = QueryBundle(query_str="q", embedding=vec)
-        t0 = time.perf_counter()
-        fn(bundle)
-        out.append((time.perf_counter() - t0) * 1e3)
-    return out
-
-
-def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def time_calls(fn, queries: List[List[float]], warmup: int = 3) -> List[float]:
+    """Per-call latencies in ms of ``fn`` over bundles of the query vectors (built outside the timing)."""
+    return timing.latencies_ms(fn, [QueryBundle(query_str="q", embedding=v) for v in queries], warmup=warmup)
 
 
 def routing_filter(doc_id: str) -> MetadataFilters:
+    from llama_index_ext_recursive.recursive.build import ROUTING_KEY
+
     return MetadataFilters(
         filters=[MetadataFilter(key=ROUTING_KEY, value=doc_id, operator=FilterOperator.EQ)]
     )
 
 
-def blas_info() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "unknown"
-    return ", ".join(
-        f"{i.get('internal_api')} {i.get('version')} num_threads={i.get('num_threads')}"
-        for i in threadpool_info()
-        if i.get("user_api") == "blas"
-    ) or "none found"
-
-
-def source_fingerprint() -> str:
-    """Short hashes of the library modules under test (results depend on them)."""
-    import llama_index_ext_recursive as pkg
-
-    root = Path(pkg.__file__).parent
-    return ", ".join(
-        f"{name} {hashlib.sha256((root / name).read_bytes()).hexdigest()[:12]}"
-        for name in ("recursive.py", "store.py", "builder.py", "filters.py", "summarize.py")
-        if (root / name).exists()
-    )
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 # -------------------------------------------------------------------- bench
 def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
+    from llama_index_ext_recursive.recursive.build import ROUTING_KEY, build_documents, group_nodes
+    from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, SummaryCache
+
     row: Dict[str, object] = {"docs": n_docs, "chunks": n_docs * args.chunks}
-    nodes, topics, doc_ids = make_corpus(n_docs, args.chunks, args.dim, args.seed, args.noise)
-    fake = TopicFakeEmbedding(dim=args.dim)
-    for doc_id, topic in zip(doc_ids, topics):
-        fake.register_topic(doc_id, topic)
+    corpus = TopicCorpus(n_docs, args.chunks, args.dim, args.seed, args.noise)
+    nodes, doc_ids = list(corpus.nodes()), corpus.doc_ids
+    fake = topic_embedding(corpus)
 
     # summarization alone (same steps from_nodes runs before indexing)
     gc.collect()
-    t0 = time.perf_counter()
+    clock = timing.Stopwatch()
     groups = group_nodes(nodes, "doc_id")
-    t1 = time.perf_counter()
+    row["group_s"] = clock.seconds()
+    clock.restart()
     built = build_documents(groups, "doc_id", ExtractiveSummarizer(), SummaryCache(), False)
-    t2 = time.perf_counter()
-    row["group_s"] = t1 - t0
-    row["summarize_s"] = t2 - t1
+    row["summarize_s"] = clock.seconds()
     # sanity: every summary starts with its doc id, so the fake model maps it
     # to the topic when summaries are embedded from text (summary_embedding=text)
     misses = sum(1 for s in built.summary_nodes if not s.text.startswith(f"{s.index_id}. "))
@@ -260,30 +101,30 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     gc.collect()
 
     fake.calls = 0
-    t0 = time.perf_counter()
-    extra = {}
+    clock.restart()
+    # the topic model cannot embed calibration's pseudo-queries: fixed equal weights, every search runs
+    extra = equal_calibration(RecursiveSummaryRetriever)
     if args.summary_embedding:
         extra["summary_embedding"] = args.summary_embedding
     r = RecursiveSummaryRetriever.from_nodes(
         nodes, doc_id_key="doc_id", embed_model=fake, similarity_top_k=10, show_progress=False,
         **extra,
     )
-    row["build_s"] = time.perf_counter() - t0
+    row["build_s"] = clock.seconds()
     row["index_s"] = row["build_s"] - row["group_s"] - row["summarize_s"]
     row["embed_calls"] = fake.calls
-    row["rss_mb"] = rss_mb()
+    row["rss_mb"] = memory.peak_rss_mib()
     row["settings"] = (
         f"similarity_top_k={r.similarity_top_k}, num_routed_docs={r.num_routed_docs}, "
         f"score_mode={r.score_mode.value}, score_alpha={r.score_alpha}, summary_embedding="
         f"{getattr(getattr(r, 'summary_embedding', None), 'value', 'n/a (text)')}"
+        + (", equal fusion weights (calibration fixed)" if "calibration" in extra else "")
     )
 
-    queries, targets = make_queries(topics, args.queries, args.seed, args.query_noise)
+    queries, targets = corpus.document_queries(args.queries, args.query_noise)
 
     # cold first query (NumpyVectorStore builds its matrix and postings lazily)
-    t0 = time.perf_counter()
-    r.retrieve(QueryBundle(query_str="q", embedding=queries[0]))
-    row["first_query_ms"] = (time.perf_counter() - t0) * 1e3
+    row["first_query_ms"] = timing.seconds(lambda: r.retrieve(QueryBundle(query_str="q", embedding=queries[0]))) * 1e3
 
     summary_ret = VectorIndexRetriever(
         r.index.summary_index, similarity_top_k=r.num_routed_docs, embed_model=fake
@@ -368,7 +209,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
                 stop("intersect", t)
                 b = QueryBundle(query_str="q", embedding=vec)
                 t = start()
-                r._plan(b, vec)
+                r._plan(r._resolve(b), vec)
                 stop("plan", t)
 
     def measure_flat(rounds: int) -> None:
@@ -411,9 +252,9 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
 
     if n_docs in args.svs_docs:
         svs_queries = queries[: args.svs_queries]
-        t0 = time.perf_counter()
+        clock.restart()
         upstream = VectorStoreIndex(nodes, embed_model=fake, show_progress=False)
-        row["svs_build_s"] = time.perf_counter() - t0
+        row["svs_build_s"] = clock.seconds()
         svs = VectorIndexRetriever(upstream, similarity_top_k=10, embed_model=fake)
         row["svs"] = time_calls(svs.retrieve, svs_queries, warmup=1)
         row["svs_n"] = len(svs_queries)
@@ -425,12 +266,12 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
             same += a == b
         row["svs_same_top10"] = f"{same}/5"
         del upstream, svs
-    del r, nodes
+    del nodes  # the retriever goes with this frame
     gc.collect()
     return row
 
 
-def profile_queries(r: RecursiveSummaryRetriever, queries, n: int) -> str:
+def profile_queries(r, queries, n: int) -> str:
     bundles = [QueryBundle(query_str="q", embedding=v) for v in queries[:n]]
     time.sleep(0.1)  # let OpenBLAS workers from earlier flat searches go idle
     prof = cProfile.Profile()
@@ -447,61 +288,45 @@ def profile_queries(r: RecursiveSummaryRetriever, queries, n: int) -> str:
 
 
 # ------------------------------------------------------------------- report
-def fmt(v: Optional[float], digits: int = 2) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
 def p50(r: Dict[str, object], key: str) -> float:
     return pct(r[key], 50)
 
 
 def table(rows: List[Dict[str, object]]) -> str:
     """The headline table."""
-    head = [
+    return Table([
         "docs", "chunks", "build s", "summarize s", "index s", "recursive p50 ms",
         "recursive p95 ms", "async p50 ms", "summary-search p50 ms", "flat-numpy p50 ms",
         "flat-SimpleVectorStore p50 ms",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
-    for r in rows:
-        svs = r.get("svs")
-        cells = [
-            str(r["docs"]), str(r["chunks"]), fmt(r["build_s"]), fmt(r["summarize_s"]),
-            fmt(r["index_s"]), fmt(p50(r, "sync")), fmt(pct(r["sync"], 95)),
-            fmt(p50(r, "async")), fmt(p50(r, "summary"), 3), fmt(p50(r, "flat")),
-            f"{pct(svs, 50):.1f} (n={r['svs_n']})" if svs else "-",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    ], align="r" * 11).render(
+        (r["docs"], r["chunks"], fmt(r["build_s"]), fmt(r["summarize_s"]), fmt(r["index_s"]),
+         fmt(p50(r, "sync")), fmt(pct(r["sync"], 95)), fmt(p50(r, "async")), fmt(p50(r, "summary"), 3),
+         fmt(p50(r, "flat")), f"{pct(r['svs'], 50):.1f} (n={r['svs_n']})" if r.get("svs") else "-")
+        for r in rows
+    )
 
 
 def breakdown(rows: List[Dict[str, object]]) -> str:
     """Where a recursive query's time goes: medians, "wall / thread-CPU" ms."""
-    head = [
-        "docs", "recursive", "summary search", "routed chunk searches (sum)",
-        "recursive - summary - routed", "one per-doc chunk search",
-        "NumpyVectorStore.query(ref_doc_id==doc)", "ref: intersect1d(arange(N), posting)",
-        "_plan", "flat-numpy",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
 
     def both(r: Dict[str, object], key: str, digits: int = 2) -> str:
         return f"{p50(r, key):.{digits}f} / {p50(r, key + '_cpu'):.{digits}f}"
 
-    for r in rows:
-        rest = [
-            float(np.median(np.asarray(r["sync" + sfx]) - np.asarray(r["summary" + sfx])
-                            - np.asarray(r["routed_chunk" + sfx])))
-            for sfx in ("", "_cpu")
-        ]
-        cells = [
-            str(r["docs"]), both(r, "sync"), both(r, "summary", 3), both(r, "routed_chunk"),
-            f"{rest[0]:.2f} / {rest[1]:.2f}", both(r, "per_doc", 3),
-            both(r, "store_filtered", 3), both(r, "intersect", 3), both(r, "plan", 3),
-            both(r, "flat"),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    def rest(r: Dict[str, object], sfx: str) -> float:
+        return timing.median(np.asarray(r["sync" + sfx]) - np.asarray(r["summary" + sfx])
+                             - np.asarray(r["routed_chunk" + sfx]))
+
+    return Table([
+        "docs", "recursive", "summary search", "routed chunk searches (sum)",
+        "recursive - summary - routed", "one per-doc chunk search",
+        "NumpyVectorStore.query(ref_doc_id==doc)", "ref: intersect1d(arange(N), posting)",
+        "_plan", "flat-numpy",
+    ], align="r" * 10).render(
+        (r["docs"], both(r, "sync"), both(r, "summary", 3), both(r, "routed_chunk"),
+         f"{rest(r, ''):.2f} / {rest(r, '_cpu'):.2f}", both(r, "per_doc", 3), both(r, "store_filtered", 3),
+         both(r, "intersect", 3), both(r, "plan", 3), both(r, "flat"))
+        for r in rows
+    )
 
 
 def details(rows: List[Dict[str, object]]) -> str:
@@ -530,8 +355,8 @@ def details(rows: List[Dict[str, object]]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--docs", default="100,300,1000")
+    p = cli.parser(__doc__)
+    p.add_argument("--docs", type=cli.csv(int), default=[100, 300, 1000])
     p.add_argument("--chunks", type=int, default=50)
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--queries", type=int, default=200)
@@ -539,7 +364,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="passes over the queries (samples pool)")
     p.add_argument("--noise", type=float, default=0.5, help="chunk = unit(topic + noise*unit_noise)")
     p.add_argument("--query-noise", type=float, default=0.5)
-    p.add_argument("--svs-docs", default="1000", help="sizes at which to time SimpleVectorStore ('' = none)")
+    p.add_argument("--svs-docs", type=cli.csv(int), default=[1000],
+                   help="sizes at which to time SimpleVectorStore ('' = none)")
     p.add_argument("--svs-queries", type=int, default=20)
     p.add_argument("--profile-docs", type=int, default=None,
                    help="cProfile recursive retrieve at this size (default: largest)")
@@ -548,21 +374,19 @@ def main(argv: Optional[List[str]] = None) -> None:
                    help="pass summary_embedding= to from_nodes (default: the library's default)")
     p.add_argument("--blas-threads", type=int, default=None,
                    help="limit BLAS threads with threadpoolctl (default: numpy's default)")
-    p.add_argument("--out", default=str(RESULTS_DIR / "scale_recursive.md"))
+    cli.add_out(p, RESULTS / "scale_recursive.md")
     args = p.parse_args(argv)
-    sizes = [int(x) for x in args.docs.split(",") if x.strip()]
-    args.svs_docs = {int(x) for x in args.svs_docs.split(",") if x.strip()}
+    sizes = args.docs
+    args.svs_docs = set(args.svs_docs)
     if args.profile_docs is None:
         args.profile_docs = max(sizes)
 
-    command = "benchmarks/scale_recursive.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     limiter = None
     if args.blas_threads is not None:
         from threadpoolctl import threadpool_limits
 
-        limiter = threadpool_limits(limits=args.blas_threads, user_api="blas")
-    blas = blas_info()
-    fingerprint = source_fingerprint()
+        limiter = threadpool_limits(limits=args.blas_threads, user_api="blas")  # noqa: F841 - held for the run
+    fingerprint = library_fingerprint()
     rows = []
     for n in sizes:
         print(f"[scale_recursive] {n} docs x {args.chunks} chunks ...", file=sys.stderr, flush=True)
@@ -572,11 +396,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     md = [
         "# RecursiveSummaryRetriever at scale (synthetic embeddings)",
         "",
-        f"Command: `{sys.executable.replace(os.getcwd() + '/', '')} {command}` (cwd {os.getcwd()})",
-        f"Machine: nproc={os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}, BLAS {blas}",
+        f"Command: `{cli.command(argv, __file__)}` (cwd {os.getcwd()})",
+        f"Machine: {machine()}",
         f"Library sources (sha256[:12]): {fingerprint}"
-        + ("" if source_fingerprint() == fingerprint else " -- WARNING: changed during the run"),
+        + ("" if library_fingerprint() == fingerprint else " -- WARNING: changed during the run"),
         f"Setup: dim={args.dim}, chunks/doc={args.chunks}, queries={args.queries} "
         f"x {args.rounds} rounds, interleaved per query (SimpleVectorStore: {args.svs_queries}), chunk = unit(topic + {args.noise}*unit_noise), "
         f"query = unit(topic + {args.query_noise}*unit_noise); retriever: {rows[0]['settings']} "
@@ -613,9 +436,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             md += [f"## cProfile, {r['docs']} docs", "", "```", r["profile"].rstrip(), "```", ""]
     text = "\n".join(md)
     print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+    write(args.out, text)
 
 
 if __name__ == "__main__":

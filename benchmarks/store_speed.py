@@ -71,16 +71,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform
-import shlex
 import sys
+from contextlib import contextmanager
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+from harness import RESULTS, cli, postgres, timing
+from harness.corpus import random_unit_vectors
+from harness.report import Table, library_fingerprint, load_average, machine, write
 from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
@@ -90,13 +89,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_recursive import blas_info, cpu_model, pct, source_fingerprint  # noqa: E402
-
-from llama_index_ext_recursive import NumpyVectorStore  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
+pct = timing.percentile
 MODES = ("none", "eq", "range")
 HNSW = {"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 40}
 
@@ -121,17 +114,14 @@ def mode_rows(mode: str, n: int) -> Optional[np.ndarray]:
 # ------------------------------------------------------------------ data
 def make_data(n: int, dim: int, seed: int, queries: int):
     rng = np.random.default_rng(seed)
-    matrix = rng.standard_normal((n, dim))
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix = random_unit_vectors(rng, n, dim)
     ids = [f"node{i:06d}" for i in range(n)]
     nodes = [
         TextNode(id_=ids[i], text=f"chunk {i}", embedding=matrix[i].tolist(),
                  metadata={"group": i % 500, "year": 2000 + (7 * i) % 25})
         for i in range(n)
     ]
-    q = rng.standard_normal((queries, dim))
-    q /= np.linalg.norm(q, axis=1, keepdims=True)
-    return nodes, ids, matrix, q
+    return nodes, ids, matrix, random_unit_vectors(rng, queries, dim)
 
 
 def brute_force(matrix: np.ndarray, q: np.ndarray, rows: Optional[np.ndarray], k: int) -> List[int]:
@@ -161,11 +151,11 @@ class StoreBench(Bench):
     def __init__(self, name, kind, modes, make: Callable[[], Any], nodes, slow=False, ids_of=None,
                  batch: Optional[int] = None) -> None:
         super().__init__(name, kind, modes, slow)
-        t0 = time.perf_counter()
+        clock = timing.Stopwatch()
         self.store = make()
         for start in range(0, len(nodes), batch or len(nodes)):
             self.store.add(nodes[start : start + (batch or len(nodes))])
-        self.build_s = time.perf_counter() - t0
+        self.build_s = clock.seconds()
         self.ids_of = ids_of
 
     def query(self, vsq, rows):
@@ -181,11 +171,11 @@ class NumpyBaseline(Bench):
 
     def __init__(self, name, dtype, nodes, ids, k) -> None:
         super().__init__(name, "exact" if dtype == np.float64 else "exact (float32)", MODES)
-        t0 = time.perf_counter()
+        clock = timing.Stopwatch()
         m = np.array([node.embedding for node in nodes], dtype=np.float64)
         m /= np.linalg.norm(m, axis=1, keepdims=True)
         self.matrix = np.ascontiguousarray(m, dtype=dtype)
-        self.build_s = time.perf_counter() - t0
+        self.build_s = clock.seconds()
         self.ids, self.k, self.dtype = ids, k, dtype
 
     def query(self, vsq, rows):
@@ -236,6 +226,8 @@ def build_stores(nodes, ids, args, pg, group: str) -> List[Bench]:
         return out
     add(lambda: StoreBench("SimpleVectorStore", "exact", MODES, SimpleVectorStore, nodes, slow=True),
         "SimpleVectorStore")
+    from llama_index_ext_recursive import NumpyVectorStore
+
     add(lambda: StoreBench("NumpyVectorStore (ours)", "exact", MODES, NumpyVectorStore, nodes),
         "NumpyVectorStore")
     add(lambda: NumpyBaseline("numpy f32 baseline", np.float32, nodes, ids, args.k), "numpy f32")
@@ -313,33 +305,17 @@ def pg_hnsw(server, exact: StoreBench, dim: int) -> Bench:
     server.execute(f"CREATE TABLE data_{table} (LIKE data_{exact.table} INCLUDING ALL)")
     server.execute(f"INSERT INTO data_{table} SELECT * FROM data_{exact.table}")
     server.execute(f"ANALYZE data_{table}")
-    t0 = time.perf_counter()
+    clock = timing.Stopwatch()
     store = PGVectorStore.from_params(**server.params(), table_name=table, embed_dim=dim,
                                       hnsw_kwargs=dict(HNSW))
     store._initialize()  # CREATE INDEX ... USING hnsw on the filled table
-    index_s = time.perf_counter() - t0
+    index_s = clock.seconds()
     bench.store = store
     bench.build_s = exact.build_s + index_s
     bench.note = f"add {exact.build_s:.1f} s + index {index_s:.1f} s"
     bench.query = lambda vsq, rows: (lambda r: (r.ids, r.similarities))(store.query(vsq))
     bench.result_ids = lambda raw: list(raw)
     return bench
-
-
-def start_postgres():
-    """((server, stop), "") from the package's ``start_server()``, or (None, reason)."""
-    try:
-        from llama_index_ext_recursive.stores.pgserver import start_server
-    except Exception as exc:  # noqa: BLE001 - reported in the results
-        return None, f"llama_index_ext_recursive.stores.pgserver not importable: {exc!r}"
-    manager = start_server()  # a context manager: stops the server and deletes its files on exit
-    try:
-        server = manager.__enter__()
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:  # pytest.fail raises a BaseException subclass
-        return None, f"PostgreSQL did not start: {exc!r}"[:300]
-    return (server, lambda: manager.__exit__(None, None, None)), ""
 
 
 # ---------------------------------------------------------------- timing
@@ -386,25 +362,19 @@ def time_group(stores: List[Bench], n: int, ids, matrix, queries, args, rows, ch
                 for s in fast[shift:] + fast[:shift]:
                     for vsq in vsqs[-2:]:  # wake this library's threads, untimed
                         s.query(vsq, filt_rows)
-                    for i in block.tolist():
-                        t0 = time.perf_counter()
-                        out = s.query(vsqs[i], filt_rows)
-                        lat[s.name].append((time.perf_counter() - t0) * 1e3)
-                        got[s.name][i] = out
+                    answers: list = []
+                    lat[s.name] += timing.latencies_ms(lambda vsq, s=s: s.query(vsq, filt_rows),
+                                                       [vsqs[i] for i in block], results=answers)
+                    got[s.name].update(zip(block.tolist(), answers))
             for s in active:
                 if not s.slow:
                     continue
                 print(f"[store_speed] {n} nodes, filter {mode}: {s.name} ...", file=sys.stderr, flush=True)
-                spent = 0.0
-                for i, vsq in enumerate(vsqs):
-                    t0 = time.perf_counter()
-                    out = s.query(vsq, filt_rows)
-                    ms = (time.perf_counter() - t0) * 1e3
-                    lat[s.name].append(ms)
-                    got[s.name][i] = out
-                    spent += ms / 1e3
-                    if spent > args.slow_budget_s and len(lat[s.name]) >= args.min_queries:
-                        break
+                answers = []
+                lat[s.name] += timing.latencies_ms(lambda vsq, s=s: s.query(vsq, filt_rows), vsqs,
+                                                   budget_s=args.slow_budget_s, min_calls=args.min_queries,
+                                                   results=answers)
+                got[s.name].update(enumerate(answers))
         finally:
             gc.enable()
         for s in active:
@@ -436,15 +406,12 @@ def time_group(stores: List[Bench], n: int, ids, matrix, queries, args, rows, ch
 
 # --------------------------------------------------------------- reports
 def table(rows: List[Dict[str, Any]]) -> str:
-    head = ["store", "nodes", "filter (matching)", "build s", "p50 ms", "p95 ms", "queries", "top-10 identical",
-            "recall@10", "note"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['store']} | {r['nodes']} | {r['filter']} ({r['matching_nodes']}) | {r['build_s']:.2f} | "
-            f"{r['p50']:.3f} | {r['p95']:.3f} | {r['n']} | {r['identical']:.3f} | {r['recall']:.3f} | {r['note']} |"
-        )
-    return "\n".join(lines)
+    return Table(["store", "nodes", "filter (matching)", "build s", "p50 ms", "p95 ms", "queries",
+                  "top-10 identical", "recall@10", "note"], align="lrlrrrrrrl").render(
+        (r["store"], r["nodes"], f"{r['filter']} ({r['matching_nodes']})", f"{r['build_s']:.2f}", f"{r['p50']:.3f}",
+         f"{r['p95']:.3f}", r["n"], f"{r['identical']:.3f}", f"{r['recall']:.3f}", r["note"])
+        for r in rows
+    )
 
 
 def ratios(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -465,19 +432,18 @@ def ratios(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def ratio_table(entries: List[Dict[str, Any]]) -> str:
-    lines = ["| nodes | filter | ours p50 ms | SimpleVectorStore / ours (target >= 50) | "
-             "ours / numpy f32 (target <= 3) | ours / numpy f64 |", "|---:|---|---:|---:|---:|---:|"]
-    for e in entries:
-        lines.append(
-            f"| {e['nodes']} | {e['filter']} | {e['ours_p50']:.3f} | {e.get('simple_over_ours', float('nan')):.0f}x | "
-            f"{e.get('ours_over_f32', float('nan')):.2f} | {e.get('ours_over_f64', float('nan')):.2f} |"
-        )
-    return "\n".join(lines)
+    nan = float("nan")
+    return Table(["nodes", "filter", "ours p50 ms", "SimpleVectorStore / ours (target >= 50)",
+                  "ours / numpy f32 (target <= 3)", "ours / numpy f64"], align="rlrrrr").render(
+        (e["nodes"], e["filter"], f"{e['ours_p50']:.3f}", f"{e.get('simple_over_ours', nan):.0f}x",
+         f"{e.get('ours_over_f32', nan):.2f}", f"{e.get('ours_over_f64', nan):.2f}")
+        for e in entries
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="10000,50000")
+    p = cli.parser(__doc__)
+    p.add_argument("--sizes", type=cli.csv(int), default=[10000, 50000])
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--k", type=int, default=10)
@@ -489,34 +455,22 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="fast stores: queries split into this many blocks, each store times a block in turn")
     p.add_argument("--chroma", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--postgres", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--out", default=str(RESULTS / "store_speed.md"))
+    cli.add_out(p, RESULTS / "store_speed.md")
     args = p.parse_args(argv)
-    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-    command = ".venv/bin/python benchmarks/store_speed.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    load_before = os.getloadavg()
-    started = time.perf_counter()
+    sizes = args.sizes
+    command = cli.command(argv, __file__)
+    load_before = load_average()
+    clock = timing.Stopwatch()
 
-    pg, pg_stop, pg_note = None, None, "skipped (--no-postgres)"
-    if args.postgres:
-        print("[store_speed] starting PostgreSQL (stores/pgserver.py) ...", file=sys.stderr, flush=True)
-        started_pg, reason = start_postgres()
-        if started_pg is None:
-            pg_note = f"left out: {reason}"
-            print(f"[store_speed] PostgreSQL {pg_note}", file=sys.stderr, flush=True)
-        else:
-            server, pg_stop = started_pg
-            pg = (server, "pg")
-            version = server.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-            pg_note = (f"PostgreSQL {server.execute('SHOW server_version')[0][0]}, pgvector "
-                       f"{version[0][0] if version else '?'} (stores/pgserver.py start_server())")
     results: Dict[int, Dict[str, Any]] = {}
-    try:
+    with postgres.optional_server() if args.postgres else _skipped() as (server, pg_note):
+        if args.postgres:
+            print(f"[store_speed] PostgreSQL: {pg_note}", file=sys.stderr, flush=True)
+            if server is None:
+                pg_note = f"left out: {pg_note}"
+        pg = (server, "pg") if server is not None else None
         for n in sizes:
             results[n] = run_size(n, args, pg)
-    finally:
-        if pg_stop is not None:
-            pg_stop()
     rows = [r for n in sizes for r in results[n]["rows"]]
     order = list(dict.fromkeys(r["store"] for r in rows))
     rows.sort(key=lambda r: (r["nodes"], MODES.index(r["filter"]), order.index(r["store"])))
@@ -538,11 +492,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         "# Vector store query latency: NumpyVectorStore against upstream, numpy, FAISS, Chroma, PostgreSQL",
         "",
         f"Command: `{command}` (cwd: repository root)",
-        f"Machine: nproc={os.cpu_count()}, CPU {cpu_model()}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}, BLAS {blas_info()}",
-        f"Library sources (sha256[:12]): {source_fingerprint()}",
-        f"Load average at start {load_before[0]:.2f} / end {os.getloadavg()[0]:.2f} "
-        f"(another process may share the 2 cores); wall time {time.perf_counter() - started:.0f} s.",
+        f"Machine: {machine()}",
+        f"Library sources (sha256[:12]): {library_fingerprint()}",
+        f"Load average at start {load_before:.2f} / end {load_average():.2f} "
+        f"(another process may share the 2 cores); wall time {clock.seconds():.0f} s.",
         f"Setup: random unit vectors, dim {args.dim}, top-{args.k}, up to {args.queries} random unit queries; "
         f"filters: eq = group == 7, range = year >= 2023; SimpleVectorStore and PostgreSQL stop after "
         f"{args.slow_budget_s:.0f} s of timed queries per mode (min {args.min_queries}); fast stores take turns "
@@ -573,16 +526,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         md += ["## CHECK FAILED", ""] + [f"- {f}" for f in failures] + [""]
     text = "\n".join(md)
     print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({
+    write(args.out, text, {
         "command": command, "postgres": pg_note, "ratios": entries,
         "ours_vs_simple": {str(n): results[n]["ours_vs_simple"] for n in sizes},
         "failures": failures, "build_failures": build_failures, "rows": rows,
-    }, indent=1), encoding="utf-8")
-    print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
+    })
     return 1 if failures else 0
+
+
+@contextmanager
+def _skipped():
+    yield None, "skipped (--no-postgres)"
 
 
 if __name__ == "__main__":

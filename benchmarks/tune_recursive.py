@@ -5,11 +5,11 @@ summary routing representation (text = embedding of the extractive summary,
 centroid = mean of the document's chunk embeddings, blend = normalized sum of
 the two unit vectors), plus a flat (unrouted) baseline over the same chunk index.
 
-Chunk and query embeddings are computed once with the bundled model and cached
-under /tmp, so every config only pays for retrieval.
+Chunk and query embeddings are computed once with the bundled model, through
+the shared embedding cache (``--cache``), so every config only pays for
+retrieval.
 
-    /work/main/.venv/bin/python benchmarks/tune_recursive.py \
-        --data /work/shared/data/xquad_en_fine
+    .venv/bin/python benchmarks/tune_recursive.py --data ../shared/data/xquad_en_fine
 
 Metrics (ir_measures): nDCG@10, RR@10, R@10, Success@1 on chunk qrels
 (qrels/test.tsv) and Success@10 on document qrels (qrels/test.doc-level.tsv,
@@ -20,36 +20,23 @@ included, is what is evaluated.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import inspect
-import json
 import logging
-import os
 import random
-import shlex
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
+import ir_measures
 import numpy as np
-
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import ir_measures  # noqa: E402
-from ir_measures import RR, R, Success, nDCG  # noqa: E402
-from llama_index.core import StorageContext, VectorStoreIndex  # noqa: E402
-from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever  # noqa: E402
-from llama_index.core.schema import IndexNode, MetadataMode, QueryBundle, TextNode  # noqa: E402
-
-from llama_index_ext_recursive.recursive import retriever as recursive_mod  # noqa: E402
-from llama_index_ext_recursive.models import bundled_embed_model  # noqa: E402
-from llama_index_ext_recursive.recursive import settings as recursive_settings  # noqa: E402
-from llama_index_ext_recursive.recursive.index import SummaryIndex  # noqa: E402
-from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever  # noqa: E402
-from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore  # noqa: E402
+from harness import RESULTS, cli, data, timing
+from harness.models import real_model
+from harness.report import Table, library_fingerprint, write
+from ir_measures import RR, R, Success, nDCG
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
+from llama_index.core.schema import IndexNode, MetadataMode, QueryBundle
 
 TOP_K = 10
 FLAT = ("flat (no routing)", "-", "-", "-")
@@ -58,60 +45,6 @@ FLAT = ("flat (no routing)", "-", "-", "-")
 BASELINE_DEFAULTS = ("text", "5", "weighted", "0.3")
 CHUNK_MEASURES = [nDCG @ 10, RR @ 10, R @ 10, Success @ 1]
 DOC_MEASURE = Success @ 10
-CACHE_DIR = Path("/tmp/tune_recursive_cache")
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-
-# ----------------------------------------------------------------- loading
-def read_jsonl(path: Path) -> List[dict]:
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def read_qrels(path: Path) -> Dict[str, Dict[str, int]]:
-    qrels: Dict[str, Dict[str, int]] = defaultdict(dict)
-    with path.open(encoding="utf-8") as fh:
-        next(fh)  # header
-        for line in fh:
-            if not line.strip():
-                continue
-            qid, did, score = line.rstrip("\n").split("\t")
-            qrels[qid][did] = int(score)
-    return dict(qrels)
-
-
-def load_nodes(data: Path) -> List[TextNode]:
-    nodes = []
-    for row in read_jsonl(data / "corpus.jsonl"):
-        node = TextNode(
-            id_=row["_id"],
-            text=row["text"],
-            metadata={"doc_id": row["metadata"]["doc_id"], "title": row["title"]},
-        )
-        # The builder (group_nodes) hides doc_id from the embedding text; mirror it so
-        # the precomputed embedding is exactly what from_nodes would have computed.
-        node.excluded_embed_metadata_keys = ["doc_id"]
-        nodes.append(node)
-    return nodes
-
-
-def cached_embeddings(model, name: str, kind: str, texts: Sequence[str]) -> np.ndarray:
-    """Embed ``texts`` once; cache as .npy keyed by dataset, kind and a text hash."""
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(
-        ("\x00".join([str(getattr(model, "model_name", ""))] + list(texts))).encode("utf-8")
-    ).hexdigest()[:16]
-    path = CACHE_DIR / f"{name}.{kind}.{digest}.npy"
-    if path.exists():
-        arr = np.load(path)
-        if arr.shape[0] == len(texts):
-            print(f"[cache] {kind}: {path}", file=sys.stderr)
-            return arr
-    t0 = time.time()
-    arr = np.asarray(model.get_text_embedding_batch(list(texts), show_progress=True), dtype=np.float32)
-    np.save(path, arr)
-    print(f"[embed] {kind}: {len(texts)} texts in {time.time() - t0:.1f}s -> {path}", file=sys.stderr)
-    return arr
 
 
 # ----------------------------------------------------------- representations
@@ -121,7 +54,7 @@ def unit(v: np.ndarray) -> np.ndarray:
 
 
 def summary_index_with(
-    base: RecursiveSummaryRetriever,
+    base,
     model,
     vectors: Dict[str, np.ndarray],
 ) -> VectorStoreIndex:
@@ -134,6 +67,8 @@ def summary_index_with(
         copy = node.model_copy(deep=True)
         copy.embedding = [float(x) for x in vectors[copy.index_id]]
         nodes.append(copy)
+    from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
+
     return VectorStoreIndex(
         nodes,
         storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
@@ -142,7 +77,7 @@ def summary_index_with(
 
 
 def representations(
-    base: RecursiveSummaryRetriever, model, chunk_vecs: Dict[str, np.ndarray]
+    base, model, chunk_vecs: Dict[str, np.ndarray]
 ) -> Tuple[Dict[str, VectorStoreIndex], Dict[str, Dict[str, np.ndarray]]]:
     # Embed the summary texts here (exactly what the index does for a summary without
     # an embedding) rather than reading base's summary store, so the ``text`` row does
@@ -170,14 +105,13 @@ Run = Dict[str, Dict[str, float]]
 def run_retriever(
     retrieve: Callable[[QueryBundle], list], queries: List[Tuple[str, str, List[float]]]
 ) -> Tuple[Run, float]:
-    run: Run = {}
-    t0 = time.perf_counter()
-    for qid, text, emb in queries:
-        hits = retrieve(QueryBundle(query_str=text, embedding=emb))
-        # rank-based scores: ir_measures evaluates exactly the retriever's order
-        run[qid] = {h.node.node_id: float(TOP_K - i) for i, h in enumerate(hits[:TOP_K])}
-    ms = (time.perf_counter() - t0) * 1000.0 / max(1, len(queries))
-    return run, ms
+    results: list = []
+    ms = timing.latencies_ms(retrieve, [QueryBundle(query_str=text, embedding=emb) for _, text, emb in queries],
+                             results=results)
+    # rank-based scores: ir_measures evaluates exactly the retriever's order
+    run: Run = {qid: {h.node.node_id: float(TOP_K - i) for i, h in enumerate(hits[:TOP_K])}
+                for (qid, _, _), hits in zip(queries, results)}
+    return run, float(np.mean(ms)) if ms else 0.0
 
 
 def to_doc_run(run: Run, chunk_doc: Dict[str, str]) -> Run:
@@ -228,10 +162,8 @@ def routing_table(
     """Share of queries whose relevant document is among the top-n summaries."""
     q = np.asarray([e for _, _, e in queries], dtype=np.float64)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
-    lines = [
-        "| representation | " + " | ".join(f"gold doc in top-{n}" for n in ns) + " |",
-        "|---|" + "---:|" * len(ns),
-    ]
+    table_ = Table(["representation", *(f"gold doc in top-{n}" for n in ns)])
+    lines = [table_.header()]
     for rep, table in vecs.items():
         doc_ids = list(table)
         mat = np.asarray([table[d] for d in doc_ids])
@@ -243,54 +175,48 @@ def routing_table(
                 for i, (qid, _, _) in enumerate(queries)
             ]
             cells.append(f"{np.mean(hit):.3f}")
-        lines.append(f"| {rep} | " + " | ".join(cells) + " |")
+        lines.append(table_.row(rep, *cells))
     return lines
 
 
 # ---------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from llama_index_ext_recursive.recursive import settings as recursive_settings
+    from llama_index_ext_recursive.recursive.index import SummaryIndex
+    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+
+    ap = cli.parser(__doc__)
     ap.add_argument("--data", required=True, type=Path, help="BEIR-layout dataset directory")
     ap.add_argument("--max-queries", type=int, default=0, help="evaluate a seeded random sample (0 = all)")
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--ns", default="1,2,3,5,8", help="num_routed_docs values")
-    ap.add_argument("--alphas", default="0.2,0.3,0.5", help="score_alpha values for weighted mode")
-    ap.add_argument("--reps", default="text,centroid,blend", help="routing representations")
+    ap.add_argument("--ns", type=cli.csv(int), default=[1, 2, 3, 5, 8], help="num_routed_docs values")
+    ap.add_argument("--alphas", type=cli.csv(float), default=[0.2, 0.3, 0.5], help="score_alpha values for weighted mode")
+    ap.add_argument("--reps", type=cli.csv(), default=["text", "centroid", "blend"], help="routing representations")
+    cli.add_cache(ap)
     ap.add_argument("--out", type=Path, default=None, help="markdown output (default results/tune_<dataset>.md)")
     args = ap.parse_args(argv)
-    command = "/work/main/.venv/bin/python benchmarks/tune_recursive.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
-    )
+    command = cli.command(argv, __file__)
 
     t_start = time.time()
     logging.basicConfig(level=logging.WARNING)
-    data: Path = args.data
-    name = data.resolve().name
-    ns = [int(x) for x in args.ns.split(",")]
-    alphas = [float(x) for x in args.alphas.split(",")]
-    reps = args.reps.split(",")
+    ns, alphas, reps = args.ns, args.alphas, args.reps
 
-    model = bundled_embed_model()
-    nodes = load_nodes(data)
+    model = real_model("minilm", args.cache)
+    dataset = data.load(args.data)
+    name = dataset.name
+    nodes = data.embed_nodes(dataset, model, title_in_text=False)
     chunk_doc = {n.node_id: n.metadata["doc_id"] for n in nodes}
-    chunk_mat = cached_embeddings(
-        model, name, "chunks", [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-    )
-    for node, vec in zip(nodes, chunk_mat):
-        node.embedding = [float(x) for x in vec]
-    chunk_vecs = {n.node_id: chunk_mat[i].astype(np.float64) for i, n in enumerate(nodes)}
+    chunk_vecs = {n.node_id: np.asarray(n.embedding, dtype=np.float64) for n in nodes}
 
-    qrels = read_qrels(data / "qrels" / "test.tsv")
-    doc_qrels = read_qrels(data / "qrels" / "test.doc-level.tsv")
-    qrows = [q for q in read_jsonl(data / "queries.jsonl") if q["_id"] in qrels]
-    q_mat = cached_embeddings(model, name, "queries", [q["text"] for q in qrows])
-    queries = [(q["_id"], q["text"], [float(x) for x in q_mat[i]]) for i, q in enumerate(qrows)]
+    query_vectors = data.query_vectors(dataset, model)
+    queries = [(qid, dataset.queries[qid], vector) for qid, vector in query_vectors.items()]
+    judged = len(queries)
     if args.max_queries and args.max_queries < len(queries):
         queries = random.Random(args.seed).sample(queries, args.max_queries)
     # ir_measures averages over every query in the qrels: keep only evaluated ones
     kept = {qid for qid, _, _ in queries}
-    qrels = {q: v for q, v in qrels.items() if q in kept}
-    doc_qrels = {q: v for q, v in doc_qrels.items() if q in kept}
+    qrels = {q: v for q, v in dataset.qrels.items() if q in kept}
+    doc_qrels = {q: v for q, v in (dataset.doc_qrels or {}).items() if q in kept}
     print(f"{name}: {len(nodes)} chunks, {len(queries)} queries", file=sys.stderr)
 
     t0 = time.time()
@@ -336,12 +262,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     metric_names = list(rows[0][4])
     default_key = BASELINE_DEFAULTS
     base_q = perq.get(default_key)
-    header = (
-        "| representation | n | score_mode | alpha | "
-        + " | ".join(metric_names)
-        + " | ΔnDCG@10 vs default | p | ms/query |\n|---|---:|---|---:|"
-        + "---:|" * (len(metric_names) + 3)
-    )
+    configs = Table(["representation", "n", "score_mode", "alpha", *metric_names, "ΔnDCG@10 vs default", "p",
+                     "ms/query"], align="lrlr" + "r" * (len(metric_names) + 3))
+    header = configs.header()
 
     def fmt(row) -> str:
         rep, n, mode, a, m, ms = row
@@ -351,22 +274,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             delta = f"{perq[key].mean() - base_q.mean():+.4f}"
             p = f"{paired_p(perq[key], base_q):.4f}"
-        return (
-            f"| {rep} | {n} | {mode} | {a} | "
-            + " | ".join(f"{m[k]:.4f}" for k in metric_names)
-            + f" | {delta} | {p} | {ms:.1f} |"
-        )
+        return configs.row(rep, n, mode, a, *(f"{m[k]:.4f}" for k in metric_names), delta, p, f"{ms:.1f}")
 
     def compare(a_key, b_key) -> str:
         if a_key not in perq or b_key not in perq:
             return ""
         x, y = perq[a_key], perq[b_key]
         label = lambda k: " ".join(v for v in k if v != "-")  # noqa: E731
-        return (
-            f"| {label(a_key)} | {label(b_key)} | {x.mean() - y.mean():+.4f} | "
-            f"{int(np.sum(x > y))}/{int(np.sum(x < y))} | {paired_p(x, y):.4f} |"
-        )
+        return paired.row(label(a_key), label(b_key), f"{x.mean() - y.mean():+.4f}",
+                          f"{int(np.sum(x > y))}/{int(np.sum(x < y))}", f"{paired_p(x, y):.4f}")
 
+    paired = Table(["A", "B", "mean ΔnDCG@10 (A−B)", "queries A>B / A<B", "p"], align="llrrr")
     pairs = []
     best = max((k for k in perq if k != FLAT), key=lambda k: perq[k].mean())
     pairs.append((FLAT, best))
@@ -386,10 +304,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ((r, sn, "weighted", "0.3"), (r, sn, "weighted", "0.2")),
                 ((r, sn, "chunk", "-"), (r, sn, "product", "-")),
             ]
-    comparisons = [
-        "| A | B | mean ΔnDCG@10 (A−B) | queries A>B / A<B | p |",
-        "|---|---|---:|---:|---:|",
-    ] + [line for line in (compare(a, b) for a, b in pairs) if line]
+    comparisons = [paired.header()] + [line for line in (compare(a, b) for a, b in pairs) if line]
 
     table = header + "\n" + "\n".join(fmt(r) for r in rows)
     ranked = sorted(rows[1:], key=lambda r: (-r[4]["nDCG@10"], -r[4]["doc Success@10"]))
@@ -403,13 +318,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"score_alpha={recursive_settings.DEFAULT_SCORE_ALPHA}, "
         f"summary_embedding={getattr(lib_rep, 'value', lib_rep)}"
     )
-    lib_files = Path(recursive_mod.__file__).parent
-    lib_hash = hashlib.sha256(
-        b"".join((lib_files / f).read_bytes() for f in ("recursive.py", "builder.py", "store.py"))
-    ).hexdigest()[:12]
+    lib_hash = library_fingerprint()
     sample = (
         f"seeded random sample of {len(queries)} (seed {args.seed})"
-        if args.max_queries and args.max_queries < len(qrows)
+        if args.max_queries and args.max_queries < judged
         else f"all {len(queries)}"
     )
     md = "\n".join(
@@ -424,8 +336,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             "",
             f"Corpus: {len(nodes)} chunks in {len(base.documents)} documents; queries: {sample}. "
             f"similarity_top_k={TOP_K}; embedding model: bundled all-MiniLM-L6-v2. "
-            f"Defaults: {defaults}. Library source (recursive.py+builder.py+store.py) sha256 "
-            f"prefix at run time: {lib_hash}. Wall time: {time.time() - t_start:.0f}s.",
+            f"Defaults: {defaults}. Library sources (sha256[:12]) at run time: {lib_hash}. "
+            f"Wall time: {time.time() - t_start:.0f}s.",
             "",
             "Chunk-level metrics use qrels/test.tsv; `doc Success@10` uses qrels/test.doc-level.tsv "
             "(top-10 chunks mapped to their doc_id). Representations: `text` = embedding of the "
@@ -454,10 +366,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
     )
     print(md)
-    out = args.out or RESULTS_DIR / f"tune_{name}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(md, encoding="utf-8")
-    print(f"wrote {out}", file=sys.stderr)
+    write(args.out or RESULTS / f"tune_{name}.md", md)
 
 
 if __name__ == "__main__":

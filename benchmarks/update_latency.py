@@ -20,76 +20,41 @@ Figures: docs/BENCHMARKS.md, "Updates: the first query after a one-document chan
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import logging
-import statistics
-import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import List, Optional
 
-import numpy as np
-import llama_index_ext_recursive
-from llama_index.core import Document
-from llama_index.core.base.embeddings.base import BaseEmbedding
-
-from llama_index_ext_recursive import RecursiveSummaryRetriever
+from harness import cli, timing
+from harness.corpus import zipf_documents
+from harness.models import hashed_words
+from harness.versions import package_dir
 
 DIM = 64
 
 
-class HashedWords(BaseEmbedding):
-    """Hashed bag of words: cheap and deterministic, so the timing is the index's."""
+def main(argv: Optional[List[str]] = None) -> None:
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
 
-    def _vector(self, text: str) -> List[float]:
-        vec = np.zeros(DIM)
-        for word in text.lower().split():
-            vec[int(hashlib.blake2b(word.encode(), digest_size=4).hexdigest(), 16) % DIM] += 1.0
-        norm = np.linalg.norm(vec)
-        return (vec / norm).tolist() if norm else [1.0 / np.sqrt(DIM)] * DIM
-
-    def _get_query_embedding(self, query: str) -> List[float]:
-        return self._vector(query)
-
-    def _get_text_embedding(self, text: str) -> List[float]:
-        return self._vector(text)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return self._vector(query)
-
-
-def documents(count: int, chunks: int, start: int = 0, seed: int = 0) -> Iterator[Document]:
-    """Documents of ``chunks`` paragraphs of ~120 words each, streamed."""
-    rng = np.random.default_rng(seed)
-    vocabulary = [f"term{i}" for i in range(20_000)]
-    weights = 1.0 / np.arange(1, len(vocabulary) + 1)
-    weights /= weights.sum()
-    for i in range(start, start + count):
-        paragraphs = [" ".join(rng.choice(vocabulary, size=120, p=weights)) + "." for _ in range(chunks)]
-        yield Document(text="\n\n".join(paragraphs), doc_id=f"doc-{i}", metadata={"title": f"Document {i}"})
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--docs", type=int, default=20_000)
-    parser.add_argument("--chunks", type=int, default=4, help="paragraphs per document (4: about 6 chunks)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--index-dir", type=Path, default=None,
-                        help="load the index persisted here, or build it and persist it here: "
-                             "one build measured by two checkouts")
-    parser.add_argument("--score-mode", default="fused", help="the retriever's score_mode (fused, chunk, weighted, product)")
-    args = parser.parse_args()
+    p = cli.parser(__doc__)
+    p.add_argument("--docs", type=int, default=20_000)
+    p.add_argument("--chunks", type=int, default=4, help="paragraphs per document (4: about 6 chunks)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--index-dir", type=Path, default=None,
+                   help="load the index persisted here, or build it and persist it here: "
+                        "one build measured by two checkouts")
+    p.add_argument("--score-mode", default="fused", help="the retriever's score_mode (fused, chunk, weighted, product)")
+    args = p.parse_args(argv)
     logging.getLogger("llama_index_ext_recursive").setLevel(logging.WARNING)
-    model = HashedWords(model_name="hashed-words")
-    print(f"code measured: {Path(llama_index_ext_recursive.__file__).parent}", flush=True)
-    start = time.perf_counter()
+    model = hashed_words(DIM)
+    print(f"code measured: {package_dir()}", flush=True)
+    clock = timing.Stopwatch()
     if args.index_dir is not None and args.index_dir.exists():
         retriever = RecursiveSummaryRetriever.from_persist_dir(args.index_dir, embed_model=model)
         how = f"loaded from {args.index_dir}"
     else:
         retriever = RecursiveSummaryRetriever.from_documents(
-            list(documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5, show_progress=False,
-            score_mode=args.score_mode,
+            list(zipf_documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5,
+            show_progress=False, score_mode=args.score_mode,
         )
         how = "built"
         if args.index_dir is not None:
@@ -98,35 +63,31 @@ def main() -> None:
     print(f"score_mode={retriever.score_mode}")
     print(f"{len(retriever.index.documents)} documents, "
           f"{sum(len(r.chunk_ids) for r in retriever.index.documents.values())} chunks: "
-          f"{how}, with the first query, in {time.perf_counter() - start:.1f} s", flush=True)
-    steady = []
-    for _ in range(5):
-        t = time.perf_counter()
-        retriever.retrieve("term7 term42 term999")
-        steady.append(time.perf_counter() - t)
-    print(f"query without a change: {statistics.median(steady) * 1000:.1f} ms (median of 5)")
+          f"{how}, with the first query, in {clock.seconds():.1f} s", flush=True)
+    steady = [timing.seconds(lambda: retriever.retrieve("term7 term42 term999")) for _ in range(5)]
+    print(f"query without a change: {timing.median(steady) * 1000:.1f} ms (median of 5)")
     rows = {"add": [], "delete": []}
+
+    def first_query(text: str) -> tuple:
+        """(seconds, hits) of the first query after a change."""
+        hits: list = []
+        return timing.latencies_ms(retriever.retrieve, [text], results=hits)[0] / 1000, hits[0]
+
     for repeat in range(args.repeats):
-        new = next(documents(1, args.chunks, start=args.docs + repeat, seed=1000 + repeat))
-        t = time.perf_counter()
-        retriever.add_documents([new], show_progress=False)
-        update = time.perf_counter() - t
-        t = time.perf_counter()
-        hits = retriever.retrieve(new.text.split()[5] + " " + new.text.split()[9])
-        rows["add"].append((update, time.perf_counter() - t))
+        new = next(zipf_documents(1, args.chunks, start=args.docs + repeat, seed=1000 + repeat))
+        update = timing.seconds(lambda: retriever.add_documents([new], show_progress=False))
+        first, hits = first_query(new.text.split()[5] + " " + new.text.split()[9])
+        rows["add"].append((update, first))
         assert hits, "the added document's words find something"
-        t = time.perf_counter()
-        retriever.delete_document(f"doc-{repeat}")
-        update = time.perf_counter() - t
-        t = time.perf_counter()
-        hits = retriever.retrieve("term3 term17")
-        rows["delete"].append((update, time.perf_counter() - t))
+        update = timing.seconds(lambda: retriever.delete_document(f"doc-{repeat}"))
+        first, hits = first_query("term3 term17")
+        rows["delete"].append((update, first))
         assert all(h.node.ref_doc_id != f"doc-{repeat}" for h in hits)
     for change, timings in rows.items():
         updates = [u for u, _ in timings]
         firsts = [q for _, q in timings]
-        print(f"{change} one document: update {statistics.median(updates):.3f} s, first query after it "
-              f"{statistics.median(firsts):.3f} s (median of {len(timings)}; max {max(firsts):.3f} s)")
+        print(f"{change} one document: update {timing.median(updates):.3f} s, first query after it "
+              f"{timing.median(firsts):.3f} s (median of {len(timings)}; max {max(firsts):.3f} s)")
 
 
 if __name__ == "__main__":
