@@ -24,6 +24,7 @@ from llama_index_ext_recursive.recursive.evidence import document_text
 from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
 from llama_index_ext_recursive.retrievers.calibrate import calibrate_children, pseudo_queries
 from llama_index_ext_recursive.retrievers.calibration import Calibration
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS, HYBRID_NAMES, hybrid_retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.text import QueryScript
@@ -296,6 +297,7 @@ def _hybrid_level(
             if found is not None and any(w > 0 for w in found):
                 script_weights[script] = list(found)
     return hybrid_retriever(
+        HybridFusionRetriever,
         index.summary_index if level == "documents" else index.chunk_index,
         similarity_top_k=top_k,
         embed_model=index.embed_model,
