@@ -38,6 +38,7 @@ from llama_index_ext_recursive.async_embedding import ThreadedAsyncEmbedding
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.model_identity import ModelMismatchError, model_identity
 from llama_index_ext_recursive.models import embed_model_name
+from llama_index_ext_recursive.query_embeddings import embed_queries
 
 logger = logging.getLogger(__name__)
 
@@ -267,8 +268,6 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
 
     def _embed(self, kind: str, texts: List[str]) -> List[List[float]]:
         if kind == "query":
-            from llama_index_ext_recursive.retrievers.calibrate import embed_queries
-
             return embed_queries(self._model, texts)  # batched, the model's query prompt kept
         # the inner model's own method: this wrapper already batches by its
         # embed_batch_size and emits the embedding events, once

@@ -36,7 +36,8 @@ from sqlalchemy import event
 from conftest import DIM as LEXICAL_DIM
 from conftest import topic_nodes
 from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever
-from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, pg_hybrid_retriever, pgvector_store
+from llama_index_ext_recursive.retrievers.pg_hybrid import pg_hybrid_retriever
+from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, pgvector_store
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.stores.pgserver import PgServer, start_server

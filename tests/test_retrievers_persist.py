@@ -173,6 +173,7 @@ def test_hybrid_retriever_over_children_built_elsewhere(lexical):
     index = vector_index(nodes, lexical)
     built = HybridFusionRetriever.from_index(index, similarity_top_k=3, calibrate=False)
     shared = hybrid_retriever(
+        HybridFusionRetriever,
         vector=BackfillVectorRetriever(index, 3, unknown_filter_key=None),
         bm25=MultilingualBM25Retriever(nodes, 3, unknown_filter_key=None),
         similarity_top_k=3, calibrate=False, check_filters=False,
@@ -180,7 +181,7 @@ def test_hybrid_retriever_over_children_built_elsewhere(lexical):
     same_results(built, shared, QUERIES)
     assert built.filter_vocabulary is not None and shared.filter_vocabulary is None
     with pytest.raises(ValueError, match="index=, or both vector= and bm25="):
-        hybrid_retriever(bm25=MultilingualBM25Retriever(nodes))
+        hybrid_retriever(HybridFusionRetriever, bm25=MultilingualBM25Retriever(nodes))
 
 
 # ---------------------------------------------------------------- configuration

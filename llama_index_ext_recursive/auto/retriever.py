@@ -47,10 +47,11 @@
   settings, ``persist``/``from_persist_dir`` for settings plus the index
   (:mod:`~llama_index_ext_recursive.auto.saving`).
 
-About 520 lines: the class mirrors upstream's ``VectorIndexAutoRetriever``
-constructor argument by argument, and planning a call (spec, filters, k,
-explanation) is shared by its sync and async paths; construction helpers are
-in :mod:`.construction`, the explanation in :mod:`.explanation`.
+About 550 lines: the class mirrors upstream's ``VectorIndexAutoRetriever``
+constructor argument by argument (and ``to_dict`` saves them one by one), and
+planning a call (spec, filters, k, explanation) is shared by its sync and async
+paths; construction helpers are in :mod:`.construction`, the explanation in
+:mod:`.explanation`, the folder a retriever is saved in in :mod:`.saving`.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ from llama_index_ext_recursive.auto.report import SpecReport
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
 from llama_index_ext_recursive.auto.spec import KeyPolicy, SpecValidator
 from llama_index_ext_recursive.auto.values import resolve_top_k
+from llama_index_ext_recursive.config import component_to_dict
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -469,7 +471,32 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
             ValueError: the prompt is a template object other than a ``PromptTemplate``.
             TypeError: a setting is not JSON (a vector-retriever keyword holding an object).
         """
-        return saving.to_dict(self)
+        vocabulary = self._given_vocabulary
+        return component_to_dict(
+            self,
+            vector_store_info=self._vector_store_info.model_dump(mode="json"),
+            prompt_template_str=saving.prompt_template(self._prompt),
+            max_top_k=self._max_top_k,
+            similarity_top_k=self._similarity_top_k,
+            empty_query_top_k=self._empty_query_top_k,
+            vector_store_query_mode=VectorStoreQueryMode(self._vector_store_query_mode).value,
+            default_empty_query_vector=self._default_empty_query_vector,
+            verbose=self._verbose,
+            extra_filters=(
+                self._extra_filters.model_dump(mode="json") if self._extra_filters is not None else None
+            ),
+            key_policy=self.key_policy,
+            vocabulary=(
+                {key: sorted(values, key=repr) for key, values in vocabulary.items()}
+                if vocabulary is not None else None
+            ),
+            today=self.today.isoformat() if self.today is not None else None,
+            synonyms=self.synonyms,
+            filter_policy=self.filter_policy.value,
+            max_retries=self.max_retries,
+            unknown_filter_key=self.unknown_filter_key.value,
+            **self._kwargs,
+        )
 
     @classmethod
     def from_dict(
@@ -496,7 +523,8 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
                 wraps ``retriever=`` (persist that retriever, and ``to_dict()``).
             TypeError: the vector store keeps its data itself (PostgreSQL, Chroma...).
         """
-        saving.persist(self, persist_dir)
+        saving.check_savable(self.wrapped_retriever, self._vector_retriever)
+        saving.write_folder(persist_dir, self.to_dict(), self._vector_retriever)
 
     @classmethod
     def from_persist_dir(
@@ -511,7 +539,9 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
                 than the persisted one is logged.
             **kwargs: what is not saved (``llm``, ``spec_generator``...) or overrides.
         """
-        return saving.from_persist_dir(cls, persist_dir, embed_model, kwargs)
+        return saving.read_folder(
+            persist_dir, embed_model, lambda config, index: cls.from_dict(config, index, **kwargs)
+        )
 
 
 def _planned(bundle: QueryBundle, plan: _Plan) -> _PlannedBundle:

@@ -3,76 +3,56 @@
 The retriever's own state is its settings; what it searches is the
 ``VectorStoreIndex`` it was given, which its vector child writes and reads
 (:meth:`~llama_index_ext_recursive.retrievers.vector.BackfillVectorRetriever.write_files`),
-so ``persist`` writes ``config.json`` (:meth:`~ValidatedAutoRetriever.to_dict`)
+so ``persist`` writes ``config.json`` (``ValidatedAutoRetriever.to_dict``)
 and the child's files in ``vector/``. A retriever over ``retriever=`` wraps
 another component's state; it is saved as settings only (``to_dict``),
 beside that component's own ``persist``.
+
+The functions here take plain values (the configuration dict, the vector
+child) and the retriever's methods call them, so this module stands below
+:mod:`~llama_index_ext_recursive.auto.retriever`.
 """
 
 from __future__ import annotations
 
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Type, Union
+from typing import Any, Callable, Dict, Optional, TypeVar, Union
 
-from llama_index.core.prompts.base import PromptTemplate
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.indices.vector_store.base import VectorStoreIndex
+from llama_index.core.prompts.base import BasePromptTemplate, PromptTemplate
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreInfo, VectorStoreQueryMode
 
 from llama_index_ext_recursive.auto.prompt import DEFAULT_SPEC_PROMPT
-from llama_index_ext_recursive.config import component_to_dict, init_parameters, read_config, write_config
+from llama_index_ext_recursive.config import init_parameters, read_config, write_config
 from llama_index_ext_recursive.persist import PersistError, read_index, write_index
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.retrievers.vector_persist import check_persistable
 
-if TYPE_CHECKING:
-    from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
-
 PERSIST_KIND = "ValidatedAutoRetriever"  # names the index kind in its folder's manifest
 VECTOR_FOLDER = "vector"  # the vector child's files: the index searched
+R = TypeVar("R")  # what read_folder's load builds
 
 
-def to_dict(retriever: "ValidatedAutoRetriever") -> Dict[str, Any]:
-    """:meth:`ValidatedAutoRetriever.to_dict`."""
-    prompt = retriever._prompt
+def prompt_template(prompt: BasePromptTemplate) -> Optional[str]:
+    """The ``prompt_template_str`` setting that stands for ``prompt`` (``None``: the default).
+
+    Raises:
+        ValueError: ``prompt`` is a template object other than a ``PromptTemplate``.
+    """
     if prompt is DEFAULT_SPEC_PROMPT:
-        template = None
-    elif isinstance(prompt, PromptTemplate):
-        template = prompt.template
-    else:
-        raise ValueError(
-            f"the prompt is a {type(prompt).__name__}, which to_dict() cannot save; "
-            "pass prompt_template_str= again to from_dict"
-        )
-    vocabulary = retriever._given_vocabulary
-    return component_to_dict(
-        retriever,
-        vector_store_info=retriever._vector_store_info.model_dump(mode="json"),
-        prompt_template_str=template,
-        max_top_k=retriever._max_top_k,
-        similarity_top_k=retriever._similarity_top_k,
-        empty_query_top_k=retriever._empty_query_top_k,
-        vector_store_query_mode=VectorStoreQueryMode(retriever._vector_store_query_mode).value,
-        default_empty_query_vector=retriever._default_empty_query_vector,
-        verbose=retriever._verbose,
-        extra_filters=(
-            retriever._extra_filters.model_dump(mode="json") if retriever._extra_filters is not None else None
-        ),
-        key_policy=retriever.key_policy,
-        vocabulary=(
-            {key: sorted(values, key=repr) for key, values in vocabulary.items()}
-            if vocabulary is not None else None
-        ),
-        today=retriever.today.isoformat() if retriever.today is not None else None,
-        synonyms=retriever.synonyms,
-        filter_policy=retriever.filter_policy.value,
-        max_retries=retriever.max_retries,
-        unknown_filter_key=retriever.unknown_filter_key.value,
-        **retriever._kwargs,
+        return None
+    if isinstance(prompt, PromptTemplate):
+        return prompt.template
+    raise ValueError(
+        f"the prompt is a {type(prompt).__name__}, which to_dict() cannot save; "
+        "pass prompt_template_str= again to from_dict"
     )
 
 
-def from_dict(cls: Type["ValidatedAutoRetriever"], data: Dict[str, Any]) -> Dict[str, Any]:
-    """The constructor keywords a configuration dict of :func:`to_dict` stands for."""
+def from_dict(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
+    """The constructor keywords of ``cls`` a configuration dict of its ``to_dict`` stands for."""
     params = init_parameters(cls, data)
     try:
         params["vector_store_info"] = VectorStoreInfo.model_validate(params["vector_store_info"])
@@ -89,35 +69,39 @@ def from_dict(cls: Type["ValidatedAutoRetriever"], data: Dict[str, Any]) -> Dict
     return params
 
 
-def persist(retriever: "ValidatedAutoRetriever", persist_dir: Union[str, Path]) -> None:
-    """:meth:`ValidatedAutoRetriever.persist`."""
-    if retriever.wrapped_retriever is not None:
+def check_savable(wrapped: Optional[BaseRetriever], vector: Optional[BackfillVectorRetriever]) -> None:
+    """Refuse, before anything is written, a retriever whose state is another
+    component's (``wrapped``) or whose vector store keeps its data itself."""
+    if wrapped is not None:
         raise PersistError(
-            f"this {PERSIST_KIND} searches a wrapped {type(retriever.wrapped_retriever).__name__}, "
+            f"this {PERSIST_KIND} searches a wrapped {type(wrapped).__name__}, "
             "whose state is its own: persist that retriever, save these settings with to_dict(), "
             "and load with ValidatedAutoRetriever.from_dict(data, retriever=...)"
         )
-    check_persistable(retriever._vector_retriever)  # before anything is written
-    config = retriever.to_dict()
+    check_persistable(vector)
+
+
+def write_folder(persist_dir: Union[str, Path], config: Dict[str, Any], vector: BackfillVectorRetriever) -> None:
+    """Write ``config`` (``config.json``) and the vector child's files (``vector/``) to ``persist_dir``."""
     with write_index(persist_dir, PERSIST_KIND) as staging:
         write_config(staging, config)
-        retriever._vector_retriever.write_files(staging / VECTOR_FOLDER)
+        vector.write_files(staging / VECTOR_FOLDER)
 
 
-def from_persist_dir(
-    cls: Type["ValidatedAutoRetriever"],
+def read_folder(
     persist_dir: Union[str, Path],
     embed_model: Optional[Any],
-    overrides: Dict[str, Any],
-) -> "ValidatedAutoRetriever":
-    """:meth:`ValidatedAutoRetriever.from_persist_dir`."""
+    load: Callable[[Dict[str, Any], VectorStoreIndex], R],
+) -> R:
+    """``load(config, index)`` over what :func:`write_folder` wrote (the index read
+    with ``embed_model``); invalid settings are a ``PersistError`` naming the file."""
 
-    def load(folder: Path) -> "ValidatedAutoRetriever":
+    def read(folder: Path) -> R:
         config = read_config(folder)
         vector = BackfillVectorRetriever.read_files(folder / VECTOR_FOLDER, embed_model)
         try:
-            return cls.from_dict(config, vector._index, **overrides)
+            return load(config, vector._index)
         except (TypeError, ValueError) as exc:
             raise PersistError(f"{folder / 'config.json'} holds invalid settings ({exc})") from exc
 
-    return read_index(persist_dir, PERSIST_KIND, load)
+    return read_index(persist_dir, PERSIST_KIND, read)

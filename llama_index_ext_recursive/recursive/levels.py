@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, cast
+from typing import Dict, Iterable, List, Mapping, Optional, cast
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.evidence import document_text
-from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
+from llama_index_ext_recursive.recursive.settings import LevelMode, Owner, ScoreMode
 from llama_index_ext_recursive.retrievers.calibrate import calibrate_children, pseudo_queries
 from llama_index_ext_recursive.retrievers.calibration import Calibration
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS, HYBRID_NAMES, hybrid_retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.text import QueryScript
-
-if TYPE_CHECKING:
-    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 
 
 # a change to more than this share of the documents rebuilds the levels instead of updating them
@@ -71,7 +69,7 @@ class Levels:
     records: Mapping[str, DocumentRecord]
 
 
-def document_nodes(owner: "RecursiveSummaryRetriever", doc_ids: Optional[Iterable[str]] = None) -> List[IndexNode]:
+def document_nodes(owner: Owner, doc_ids: Optional[Iterable[str]] = None) -> List[IndexNode]:
     """One node per document for summary-level BM25 (:func:`document_text`:
     title, document-level metadata, summary, chunks); ids and ``index_id``
     as the summary's, so hits route. ``doc_ids``: only these (default: all)."""
@@ -100,7 +98,7 @@ def document_nodes(owner: "RecursiveSummaryRetriever", doc_ids: Optional[Iterabl
     return nodes
 
 
-def levels_for(owner: "RecursiveSummaryRetriever", previous: Optional[Levels]) -> Levels:
+def levels_for(owner: Owner, previous: Optional[Levels]) -> Levels:
     """The levels of the index's current state: ``previous`` brought up to date
     when few documents changed since it was built (:func:`updated_levels`), else
     built anew (:func:`build_levels`)."""
@@ -111,7 +109,7 @@ def levels_for(owner: "RecursiveSummaryRetriever", previous: Optional[Levels]) -
     return build_levels(owner)
 
 
-def updated_levels(owner: "RecursiveSummaryRetriever", previous: Levels) -> Optional[Levels]:
+def updated_levels(owner: Owner, previous: Levels) -> Optional[Levels]:
     """``previous`` with the documents changed since it was built re-indexed, and
     nothing else: the BM25 levels take the changed documents' nodes
     (:meth:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever.with_changes`),
@@ -156,7 +154,7 @@ def updated_levels(owner: "RecursiveSummaryRetriever", previous: Levels) -> Opti
                      chunk_doc, frozenset(links), summary_doc)
 
 
-def build_levels(owner: "RecursiveSummaryRetriever") -> Levels:
+def build_levels(owner: Owner) -> Levels:
     """Every searcher ``owner`` needs for its index's current state (see :class:`Levels`)."""
     from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
@@ -201,7 +199,7 @@ def build_levels(owner: "RecursiveSummaryRetriever") -> Levels:
 
 
 def _assemble(
-    owner: "RecursiveSummaryRetriever",
+    owner: Owner,
     summary_bm25: Optional[BaseRetriever],
     chunk_bm25: Optional[BaseRetriever],
     depth: int,
@@ -232,7 +230,7 @@ def _assemble(
     )
 
 
-def _vector(owner: "RecursiveSummaryRetriever", store_index, top_k: int) -> BackfillVectorRetriever:
+def _vector(owner: Owner, store_index, top_k: int) -> BackfillVectorRetriever:
     return BackfillVectorRetriever(
         store_index,
         similarity_top_k=top_k,
@@ -243,7 +241,7 @@ def _vector(owner: "RecursiveSummaryRetriever", store_index, top_k: int) -> Back
 
 
 def _calibrate_documents(
-    owner: "RecursiveSummaryRetriever",
+    owner: Owner,
     dense: BaseRetriever,
     summary_bm25: BaseRetriever,
     chunk_nodes: List[BaseNode],
@@ -274,7 +272,7 @@ def _calibrate_documents(
 
 
 def _hybrid_level(
-    owner: "RecursiveSummaryRetriever",
+    owner: Owner,
     level: str,
     bm25: Optional[BaseRetriever],
     top_k: int,
@@ -296,6 +294,7 @@ def _hybrid_level(
             if found is not None and any(w > 0 for w in found):
                 script_weights[script] = list(found)
     return hybrid_retriever(
+        HybridFusionRetriever,
         index.summary_index if level == "documents" else index.chunk_index,
         similarity_top_k=top_k,
         embed_model=index.embed_model,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
@@ -26,13 +26,10 @@ from llama_index_ext_recursive.query import Call
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS, rank_chunks
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
-from llama_index_ext_recursive.recursive.settings import LevelMode, ScoreMode
+from llama_index_ext_recursive.recursive.settings import LevelMode, Owner, ScoreMode
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, RetrievalExplanation, explained
 from llama_index_ext_recursive.retrievers.fusion_scores import relative_score_fusion
 from llama_index_ext_recursive.validation import closest
-
-if TYPE_CHECKING:
-    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +65,7 @@ class Plan:
         return self.call.top_k
 
 
-def combine(owner: "RecursiveSummaryRetriever", parent: Optional[float], child: Optional[float]) -> float:
+def combine(owner: Owner, parent: Optional[float], child: Optional[float]) -> float:
     """A chunk's score from its document's and its own (``chunk``/``weighted``/``product``)."""
     child = 0.0 if child is None else child
     if parent is None or owner.score_mode == ScoreMode.CHUNK:
@@ -79,7 +76,7 @@ def combine(owner: "RecursiveSummaryRetriever", parent: Optional[float], child: 
 
 
 def follow_link(
-    owner: "RecursiveSummaryRetriever", route: Route, hit: NodeWithScore
+    owner: Owner, route: Route, hit: NodeWithScore
 ) -> Union[Route, BaseNode, None]:
     """Resolve an ``IndexNode`` hit to a document to search or a node."""
     index = owner.index
@@ -115,7 +112,7 @@ def follow_link(
 
 
 def collect(
-    owner: "RecursiveSummaryRetriever",
+    owner: Owner,
     routes: List[Route],
     results: List[List[NodeWithScore]],
     plan: Plan,
@@ -173,7 +170,7 @@ class ChunkEvidenceSet:
     (and for ``IndexNode`` links, which are followed instead of ranked)."""
 
     def __init__(
-        self, owner: "RecursiveSummaryRetriever", levels: Levels, documents: Mapping[str, float]
+        self, owner: Owner, levels: Levels, documents: Mapping[str, float]
     ) -> None:
         self._owner = owner
         self._levels = levels

@@ -1,6 +1,7 @@
 """The searches of one recursive call: document scores, routing, chunk scores and waves.
 
-Functions of the retriever (``owner``) and the call's :class:`~llama_index_ext_recursive.recursive.ranking.Plan`,
+Functions of the retriever (``owner``, an :class:`~llama_index_ext_recursive.recursive.settings.Owner`)
+and the call's :class:`~llama_index_ext_recursive.recursive.ranking.Plan`,
 kept apart from :mod:`~llama_index_ext_recursive.recursive.retriever` so the
 retriever module holds construction, settings and the two entry points. The
 ``fused`` score mode (the default) runs here end to end: dense and lexical
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle
@@ -36,13 +37,10 @@ from llama_index_ext_recursive.recursive.evidence import fuse_document_scores
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.ranking import ChunkEvidenceSet, Plan, Route
-from llama_index_ext_recursive.recursive.settings import ROUTED_POOL_FACTOR
+from llama_index_ext_recursive.recursive.settings import ROUTED_POOL_FACTOR, Owner
 from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.validation import closest
-
-if TYPE_CHECKING:
-    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 
 
 def summary_doc_ids(levels: Levels, node_ids) -> List[str]:
@@ -60,7 +58,7 @@ def summary_doc_ids(levels: Levels, node_ids) -> List[str]:
     return out
 
 
-def dense_document_scores(owner: "RecursiveSummaryRetriever", plan: Plan, levels: Levels) -> Dict[str, float]:
+def dense_document_scores(owner: Owner, plan: Plan, levels: Levels) -> Dict[str, float]:
     """``doc id -> similarity`` of the best documents by routing vector."""
     store = owner.index.summary_index.vector_store
     bundle = plan.summary_bundle
@@ -79,14 +77,14 @@ def dense_document_scores(owner: "RecursiveSummaryRetriever", plan: Plan, levels
     return {d: float(v) for d, v in zip(summary_doc_ids(levels, ids), scores)}
 
 
-def lexical_document_scores(owner: "RecursiveSummaryRetriever", plan: Plan, levels: Levels) -> Dict[str, float]:
+def lexical_document_scores(owner: Owner, plan: Plan, levels: Levels) -> Dict[str, float]:
     """``doc id -> BM25 score`` over each document's title, metadata, summary, chunks."""
     assert levels.summary_bm25 is not None
     found = levels.summary_bm25.scores_by_id(plan.summary_bundle, owner.document_depth(plan.top_k))
     return dict(zip(summary_doc_ids(levels, found), found.values()))
 
 
-def document_scores(owner: "RecursiveSummaryRetriever", plan: Plan, levels: Levels) -> Tuple[Dict[str, float], Dict[str, float]]:
+def document_scores(owner: Owner, plan: Plan, levels: Levels) -> Tuple[Dict[str, float], Dict[str, float]]:
     weights = plan.document_weights
     dense = dense_document_scores(owner, plan, levels) if weights[0] > 0 else {}
     use_lexical = weights[1] > 0 and levels.summary_bm25 is not None
@@ -94,7 +92,7 @@ def document_scores(owner: "RecursiveSummaryRetriever", plan: Plan, levels: Leve
 
 
 async def adocument_scores(
-    owner: "RecursiveSummaryRetriever", plan: Plan, levels: Levels
+    owner: Owner, plan: Plan, levels: Levels
 ) -> Tuple[Dict[str, float], Dict[str, float]]:
     weights = plan.document_weights
     if weights[0] > 0 and not isinstance(owner.index.summary_index.vector_store, NumpyVectorStore):
@@ -118,7 +116,7 @@ async def adocument_scores(
 
 
 def route(
-    owner: "RecursiveSummaryRetriever", plan: Plan, dense: Dict[str, float], lexical: Dict[str, float]
+    owner: Owner, plan: Plan, dense: Dict[str, float], lexical: Dict[str, float]
 ) -> Tuple[List[Route], Dict[str, float]]:
     """Fuse the document searches; route to the best documents (and more
     while they hold fewer than ``top_k`` chunks). Returns the routes and
@@ -137,7 +135,7 @@ def route(
     return routes, fused
 
 
-def dense_scores(owner: "RecursiveSummaryRetriever", levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
+def dense_scores(owner: Owner, levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
     """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
 
     The embedded store is asked for ids and scores only (nodes are fetched
@@ -156,7 +154,7 @@ def dense_scores(owner: "RecursiveSummaryRetriever", levels: Levels, bundle: Que
     return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
 
 
-async def adense_scores(owner: "RecursiveSummaryRetriever", levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
+async def adense_scores(owner: Owner, levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
     if isinstance(owner.index.chunk_index.vector_store, NumpyVectorStore):
         return await asyncio.to_thread(dense_scores, owner, levels, bundle, top_k)  # numpy: CPU work
     hits = await levels.chunk_vector._aretrieve(replace(bundle, top_k=top_k))
@@ -164,7 +162,7 @@ async def adense_scores(owner: "RecursiveSummaryRetriever", levels: Levels, bund
 
 
 def chunk_scores(
-    owner: "RecursiveSummaryRetriever", plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
+    owner: Owner, plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
 ) -> Tuple[Dict[str, float], Dict[str, float]]:
     """Dense and lexical scores of the best ``top_k`` chunks each ({} where
     this query's script gives that search weight 0)."""
@@ -179,7 +177,7 @@ def chunk_scores(
 
 
 async def achunk_scores(
-    owner: "RecursiveSummaryRetriever", plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
+    owner: Owner, plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
 ) -> Tuple[Dict[str, float], Dict[str, float]]:
     weights = plan.chunk_weights
     dense, lexical = await asyncio.gather(
@@ -191,7 +189,7 @@ async def achunk_scores(
     return dense, lexical
 
 
-def routed_pool(owner: "RecursiveSummaryRetriever", routes: List[Route], plan: Plan) -> int:
+def routed_pool(owner: Owner, routes: List[Route], plan: Plan) -> int:
     """Chunks a wave keeps per search: ``ROUTED_POOL_FACTOR * top_k`` per
     routed document, so the named document's clause is a candidate even
     when every routed document holds a near copy of it."""
@@ -199,7 +197,7 @@ def routed_pool(owner: "RecursiveSummaryRetriever", routes: List[Route], plan: P
 
 
 def fused_ranking(
-    owner: "RecursiveSummaryRetriever", plan: Plan, levels: Levels, routes: List[Route], documents: Dict[str, float]
+    owner: Owner, plan: Plan, levels: Levels, routes: List[Route], documents: Dict[str, float]
 ) -> List[NodeWithScore]:
     evidence = ChunkEvidenceSet(owner, levels, documents)
     evidence.add(*chunk_scores(owner, plan, levels, plan.chunk_bundle, plan.top_k), None)
@@ -210,7 +208,7 @@ def fused_ranking(
 
 
 async def afused_ranking(
-    owner: "RecursiveSummaryRetriever",
+    owner: Owner,
     plan: Plan,
     levels: Levels,
     routes: List[Route],
@@ -226,7 +224,7 @@ async def afused_ranking(
 
 
 def documents_with_scores(
-    owner: "RecursiveSummaryRetriever", fused: Dict[str, float], dense: Dict[str, float], lexical: Dict[str, float]
+    owner: Owner, fused: Dict[str, float], dense: Dict[str, float], lexical: Dict[str, float]
 ) -> List[DocumentWithScore]:
     index = owner.index
     order = sorted(fused, key=lambda d: (-fused[d], d))
@@ -247,7 +245,7 @@ def documents_with_scores(
     ]
 
 
-def wave_bundle(owner: "RecursiveSummaryRetriever", routes: List[Route], plan: Plan) -> QueryBundle:
+def wave_bundle(owner: Owner, routes: List[Route], plan: Plan) -> QueryBundle:
     """One chunk query for a whole wave (or one route): its documents' chunks, plus the filters."""
     routing = MetadataFilters(
         filters=[
@@ -277,7 +275,7 @@ def split_wave(routes: List[Route], hits: List[NodeWithScore]) -> List[List[Node
 
 
 # ------------------------------------------- chunk / weighted / product modes
-def routes(owner: "RecursiveSummaryRetriever", summary_hits: List[NodeWithScore], plan: Plan) -> List[Route]:
+def routes(owner: Owner, summary_hits: List[NodeWithScore], plan: Plan) -> List[Route]:
     """The top ``num_routed_docs`` documents, and more while they hold fewer
     than ``top_k`` chunks (a global top-k needs k candidates)."""
     index = owner.index
@@ -301,7 +299,7 @@ def routes(owner: "RecursiveSummaryRetriever", summary_hits: List[NodeWithScore]
     return routes
 
 
-def child(owner: "RecursiveSummaryRetriever", route: Route) -> BaseRetriever:
+def child(owner: Owner, route: Route) -> BaseRetriever:
     retriever = owner.index.retriever_dict.get(route.doc_id)
     if retriever is None:
         raise LinkError(
@@ -323,14 +321,14 @@ def child_results(route: Route, retriever: BaseRetriever, search) -> List[NodeWi
     return hits
 
 
-def retrieve_child(owner: "RecursiveSummaryRetriever", levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
+def retrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
     if levels.chunk_vector is not None:  # our chunk store: the route is a ref_doc_id filter
         return levels.chunk_vector._retrieve(wave_bundle(owner, [route], plan))
     retriever = child(owner, route)  # the user's retriever: its own span, nested under ours
     return child_results(route, retriever, lambda: retriever.retrieve(replace(plan.chunk_bundle)))
 
 
-async def aretrieve_child(owner: "RecursiveSummaryRetriever", levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
+async def aretrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
     if levels.chunk_vector is not None:
         return await levels.chunk_vector._aretrieve(wave_bundle(owner, [route], plan))
     retriever = child(owner, route)

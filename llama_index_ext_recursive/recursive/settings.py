@@ -4,13 +4,17 @@ Kept apart from the retriever so construction paths can check every setting
 (and refuse an unknown keyword, naming the closest valid one) before any
 chunking, summarizing or embedding, and split a construction's keywords
 between the index build and the retriever (:func:`split_arguments`).
+:class:`Owner` is what the levels, searches and ranking of a call read of the
+retriever that runs them, so those modules stand below the retriever's.
 """
 
 from __future__ import annotations
 
 import inspect
 from enum import Enum
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
+
+from llama_index.core.callbacks import CallbackManager
 
 from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy, to_filters
 from llama_index_ext_recursive.recursive.build import SummaryEmbedding, resolve_transformations
@@ -56,6 +60,27 @@ class LevelMode(str, Enum):
     VECTOR = "vector"
     BM25 = "bm25"
     HYBRID = "hybrid"
+
+
+class Owner(Protocol):
+    """The retriever a call's levels, searches and ranking work for
+    (:class:`~llama_index_ext_recursive.recursive.retriever.RecursiveSummaryRetriever`):
+    the index it searches and its settings, read when they are used, so a
+    setting changed on the retriever applies from its next call."""
+
+    index: SummaryIndex
+    similarity_top_k: int
+    num_routed_docs: int
+    score_mode: ScoreMode
+    score_alpha: float
+    max_link_depth: int
+    summary_mode: LevelMode
+    chunk_mode: LevelMode
+    callback_manager: CallbackManager
+    _calibration: Dict[str, Calibration]  # per hybrid level; building the levels fills it
+    _show_progress: bool  # a bar while calibrating
+
+    def document_depth(self, top_k: int) -> int: ...
 
 
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}

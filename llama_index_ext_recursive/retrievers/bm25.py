@@ -560,7 +560,8 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         """Write this retriever's files into ``folder`` (for a component that
         persists it inside its own index folder, as the hybrid does); a
         retriever with updates (:meth:`with_changes`) writes its segments merged."""
-        write_bm25_files(self.compacted(), folder, **kwargs)
+        merged = self.compacted()
+        write_bm25_files(folder, merged.bm25, merged.terms, merged.nodes, merged.to_dict(), **kwargs)
 
     @classmethod
     def from_persist_dir(  # type: ignore[override]
@@ -585,7 +586,8 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
     def read_files(cls, folder: Path, **overrides: Any) -> "MultilingualBM25Retriever":
         """Load what :meth:`write_files` wrote into ``folder`` (or a previous
         release's ``retriever.json`` layout)."""
-        return read_bm25_files(cls, folder, overrides)
+        data, settings = read_bm25_files(cls, folder)
+        return cls(**data, **{**settings, **overrides})
 
 
 def _value_rows(nodes: Sequence[BaseNode], key: str, first: int) -> Dict[Any, List[int]]:

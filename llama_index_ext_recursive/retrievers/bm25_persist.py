@@ -1,4 +1,4 @@
-"""Saving a :class:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever`.
+"""The files of a saved :class:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever`.
 
 A folder holds bm25s's own index files, the nodes (``nodes.json``), the
 settings as ``config.json`` in the package's configuration convention
@@ -12,17 +12,22 @@ and are indexed again from their nodes at their first change; so do folders of
 older releases, whose settings are in ``retriever.json`` (``format_version`` 1).
 Every file is checked for its shape and against the others, and a damaged
 one is named in the :class:`~llama_index_ext_recursive.persist.PersistError`.
+
+The functions here write and read plain values (the bm25s index, the term
+statistics, the nodes, the configuration dict); the retriever's ``persist``
+and ``from_persist_dir`` hand them over and build the retriever, so this
+module stands below the retriever's.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Type
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import bm25s
 import numpy as np
-from llama_index.core.schema import MetadataMode
+from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.vector_stores.types import MetadataFilters
 
@@ -34,9 +39,6 @@ from llama_index_ext_recursive.retrievers.bm25_terms import METHOD, Terms
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
-
-if TYPE_CHECKING:
-    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
 LEGACY_FORMAT_VERSION = 1
 LEGACY_SETTINGS_FILE = "retriever.json"
@@ -50,27 +52,34 @@ TF_FILE = "tf.csc.index.npy"  # term frequency of each posting, aligned with dat
 LENGTHS_FILE = "lengths.index.npy"  # token count of each row
 
 
-def write_bm25_files(retriever: "MultilingualBM25Retriever", folder: Path, **kwargs: Any) -> None:
-    """Write the bm25s index, its term statistics, the nodes and ``config.json``
-    into ``folder`` (``retriever`` has no segments: see ``write_files``)."""
-    retriever.bm25.save(str(folder), show_progress=False, **kwargs)
-    terms = retriever.terms
+def write_bm25_files(
+    folder: Path,
+    bm25: bm25s.BM25,
+    terms: Optional[Terms],
+    nodes: Sequence[BaseNode],
+    config: Dict[str, Any],
+    **kwargs: Any,
+) -> None:
+    """Write a bm25s index, its term statistics, its nodes and the retriever's
+    configuration dict (``config.json``) into ``folder``; ``kwargs`` go to
+    ``bm25s.BM25.save``. The index has no segments (see ``write_files``)."""
+    bm25.save(str(folder), show_progress=False, **kwargs)
     if terms is not None:
         np.save(folder / TF_FILE, terms.tf, allow_pickle=False)
         np.save(folder / LENGTHS_FILE, terms.lengths, allow_pickle=False)
         (folder / TERMS_FILE).write_text(json.dumps({"format_version": TERMS_FORMAT_VERSION}), encoding="utf-8")
     (folder / NODES_FILE).write_text(
-        json.dumps([doc_to_json(node) for node in retriever.nodes], ensure_ascii=False),
+        json.dumps([doc_to_json(node) for node in nodes], ensure_ascii=False),
         encoding="utf-8",
     )
-    write_config(folder, retriever.to_dict())
+    write_config(folder, config)
 
 
-def read_bm25_files(
-    cls: Type["MultilingualBM25Retriever"], folder: Path, overrides: Dict[str, Any]
-) -> "MultilingualBM25Retriever":
-    """Load what :func:`write_bm25_files` wrote into ``folder`` (or a previous
-    release's ``retriever.json`` layout)."""
+def read_bm25_files(cls: type, folder: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """What :func:`write_bm25_files` wrote into ``folder`` (or a previous release's
+    ``retriever.json`` layout), as the constructor arguments of ``cls`` (the
+    retriever class the configuration must name): the data (``nodes``,
+    ``existing_bm25``, ``existing_terms``) and the settings."""
     settings_path = folder / CONFIG_FILE
     try:
         if settings_path.exists():
@@ -97,7 +106,7 @@ def read_bm25_files(
         raise PersistError(f"{nodes_path} is damaged: {exc}") from exc
     bm25 = _load_bm25(folder, len(nodes), nodes_path)
     terms = _load_terms(folder, bm25) if (folder / TERMS_FILE).exists() else None
-    return cls(nodes=nodes, existing_bm25=bm25, existing_terms=terms, **{**settings, **overrides})
+    return {"nodes": nodes, "existing_bm25": bm25, "existing_terms": terms}, settings
 
 
 def settings_from_config(parameters: Dict[str, Any]) -> Dict[str, Any]:

@@ -41,7 +41,6 @@ from functools import partial
 from itertools import product
 from typing import (
     Any,
-    Callable,
     Dict,
     Iterable,
     List,
@@ -57,7 +56,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
 from tqdm.auto import tqdm
 
-from llama_index_ext_recursive.models import embed_model_name
+from llama_index_ext_recursive.query_embeddings import embed_queries
 from llama_index_ext_recursive.retrievers.calibration import Calibration, ScriptCalibration
 from llama_index_ext_recursive.retrievers.fusion_scores import (
     FuseFunction,
@@ -66,7 +65,7 @@ from llama_index_ext_recursive.retrievers.fusion_scores import (
     score_map,
 )
 from llama_index_ext_recursive.text import QueryScript, query_script
-from llama_index_ext_recursive.validation import check_count, check_real, check_vectors, check_weights
+from llama_index_ext_recursive.validation import check_count, check_real, check_weights
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +80,6 @@ SKILL_FLOOR = 0.1  # see fit_weights
 GRID_STEP = 0.1
 MAX_GRID_POINTS = 300  # a simplex grid coarser than GRID_STEP beyond this
 PROGRESS_MIN_QUERIES = 500  # show_progress=None shows a bar from this many queries
-QUERY_BATCH = 256  # queries per embedding call (and per progress-bar step)
 
 def pseudo_queries(
     nodes: Sequence[BaseNode], per_script: int = DEFAULT_CALIBRATION_SAMPLES, seed: int = 0
@@ -181,63 +179,6 @@ def collect_child_results(
                 bar.update()
             out.append(per_query)
     return out
-
-
-def embed_queries(
-    model: BaseEmbedding, queries: Sequence[str], progress: Optional[Any] = None
-) -> List[List[float]]:
-    """Query embeddings, ``QUERY_BATCH`` queries per model call, without events.
-
-    ``BaseEmbedding`` has no batch API for queries (``get_text_embedding_batch``
-    would skip a model's query instruction, e.g. BGE's or E5's), so: a model
-    with ``corpus_query_embeddings(queries)`` (a
-    :class:`~llama_index_ext_recursive.embedding_cache.CachedEmbedding`) answers
-    from its cache, since these are pseudo-queries cut from the corpus; a model
-    with a ``_get_query_embeddings(queries)`` method is called with each batch;
-    ``HuggingFaceEmbedding`` encodes each batch with its ``"query"`` prompt,
-    as its own ``_get_query_embedding`` does one query; any other model is
-    called once per query through ``_get_query_embedding``.
-
-    Args:
-        model: the embedding model.
-        queries: the query texts.
-        progress: a tqdm bar to advance by one per query.
-    """
-    batch_call = _query_batch_function(model)
-    out: List[List[float]] = []
-    for start in range(0, len(queries), QUERY_BATCH):
-        batch = list(queries[start : start + QUERY_BATCH])
-        if batch_call is not None:
-            vectors = list(batch_call(batch))
-        else:
-            vectors = [model._get_query_embedding(text) for text in batch]
-        if len(vectors) != len(batch):
-            raise ValueError(
-                f"embedding model {type(model).__name__} returned {len(vectors)} vectors for "
-                f"{len(batch)} queries; it must return one per query"
-            )
-        if vectors:
-            check_vectors(vectors, embed_model_name(model), "the pseudo-queries calibrating fusion")
-        out.extend(vectors)
-        if progress is not None:
-            progress.update(len(batch))
-    return out
-
-
-def _query_batch_function(model: BaseEmbedding) -> Optional[Callable[[List[str]], Any]]:
-    corpus = getattr(model, "corpus_query_embeddings", None)  # a build cache keeps corpus text
-    if callable(corpus):
-        return corpus
-    batch = getattr(model, "_get_query_embeddings", None)
-    if callable(batch):
-        return batch
-    try:
-        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-    except ImportError:  # the [local] extra is not installed
-        return None
-    if isinstance(model, HuggingFaceEmbedding):
-        return lambda texts: model._embed(texts, prompt_name="query")
-    return None
 
 
 def _distance_flags(directions: Optional[Sequence[str]], count: int) -> List[bool]:

@@ -161,3 +161,15 @@ def _numbers(value: Any, where: str, count: Optional[int]) -> List[float]:
             raise ValueError(f"calibration field {where!r} holds {v!r}: values must be finite numbers >= 0")
         out.append(float(v))
     return out
+
+
+def script_key(name: Any) -> QueryScript:
+    """``name`` (a key of ``script_weights``) as a :class:`QueryScript`, or a
+    ``ValueError`` listing the scripts."""
+    try:
+        return QueryScript(name)
+    except ValueError:
+        raise ValueError(
+            f"script_weights has an unknown script {name!r}: use one of "
+            f"{[s.value for s in QueryScript]}"
+        ) from None

@@ -42,10 +42,11 @@ the calibration with the rest of the settings
 
 Layout: the fusion arithmetic is in :mod:`.fusion_scores`, the vector + BM25
 assembly in :mod:`.hybrid`, calibration in :mod:`.calibrate` and
-:mod:`.calibration`, saving in :mod:`.fusion_persist`, child calls in
-:mod:`.children`. This module keeps one class, about 650 lines, because it
-mirrors upstream's documented constructor and classmethods argument by
-argument; every method left here is the retriever's own state.
+:mod:`.calibration`, the saved folder's children in :mod:`.fusion_persist`,
+child calls in :mod:`.children`; all of them stand below this module. It keeps
+one class, about 740 lines, because it mirrors upstream's documented
+constructor and classmethods argument by argument (and ``to_dict`` saves the
+settings one by one); every method left here is the retriever's own state.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from llama_index.core.llms.utils import LLMType
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES, QueryFusionRetriever
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
 
+from llama_index_ext_recursive.config import component_to_dict, init_parameters, read_config, write_config
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -77,11 +79,21 @@ from llama_index_ext_recursive.filters import (
 )
 from llama_index_ext_recursive.models import resolve_llm
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
+from llama_index_ext_recursive.persist import PersistError, read_index, write_index
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, FilteredQueryBundle, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
 from llama_index_ext_recursive.retrievers.calibrate import DEFAULT_CALIBRATION_SAMPLES, calibrate_children
-from llama_index_ext_recursive.retrievers.calibration import Calibration
+from llama_index_ext_recursive.retrievers.calibration import Calibration, script_key
 from llama_index_ext_recursive.retrievers.children import aretrieve_from_child, retrieve_from_child
+from llama_index_ext_recursive.retrievers.fusion_persist import (
+    PERSIST_KIND,
+    check_children,
+    child_kinds,
+    read_children,
+    settings_from_config,
+    vocabulary_child,
+    write_children,
+)
 from llama_index_ext_recursive.retrievers.fusion_scores import (
     DEFAULT_RRF_K,
     FuseFunction,
@@ -576,9 +588,11 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         naming the node and the model.
         """
         check_hybrid_arguments(
-            "from_nodes", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k}
+            "from_nodes", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k},
+            cls.__init__,
         )
         return hybrid_from_nodes(
+            cls,
             nodes,
             embed_model,
             show_progress=show_progress,
@@ -606,9 +620,11 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         checked as in :meth:`from_nodes`. ``embed_model`` embeds queries
         (default: the index's)."""
         check_hybrid_arguments(
-            "from_index", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k}
+            "from_index", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k},
+            cls.__init__,
         )
         return hybrid_retriever(
+            cls,
             index,
             similarity_top_k=similarity_top_k,
             child_top_k=child_top_k,
@@ -623,9 +639,28 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`):
         mode, k, weights, calibration, filters and their policies. The children
         and the LLM are not settings: :meth:`from_dict` takes them again."""
-        from llama_index_ext_recursive.retrievers.fusion_persist import hybrid_to_dict
-
-        return hybrid_to_dict(self)
+        calibration = self.calibration
+        return component_to_dict(
+            self,
+            mode=self.mode.value,
+            similarity_top_k=self.similarity_top_k,
+            child_top_k=self.child_top_k,
+            num_queries=self.num_queries,
+            query_gen_prompt=self.query_gen_prompt,
+            retriever_weights=list(self._retriever_weights),
+            rrf_k=self.rrf_k,
+            score_directions=[d.value for d in self.score_directions],
+            retriever_names=list(self.retriever_names),
+            filters=self.filters.model_dump(mode="json") if self.filters is not None else None,
+            filter_policy=self.filter_policy.value,
+            unknown_filter_key=self.unknown_filter_key.value,
+            # fitted weights travel as their calibration (with what was measured)
+            calibration=calibration.to_dict() if calibration is not None else None,
+            script_weights=(
+                None if calibration is not None or not self.script_weights
+                else {script.value: list(w) for script, w in self.script_weights.items()}
+            ),
+        )
 
     @classmethod
     def from_dict(
@@ -633,9 +668,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
     ) -> "HybridFusionRetriever":
         """A hybrid of ``retrievers`` with the settings of :meth:`to_dict`
         (``overrides`` win, e.g. ``llm=`` when ``num_queries > 1``)."""
-        from llama_index_ext_recursive.retrievers.fusion_persist import hybrid_from_dict
-
-        return hybrid_from_dict(cls, data, retrievers, overrides)
+        return cls(list(retrievers), **{**settings_from_config(init_parameters(cls, data)), **overrides})
 
     def persist(self, persist_dir: Union[str, Path]) -> None:
         """Write the settings and every child to the index folder ``persist_dir``.
@@ -646,9 +679,16 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         :meth:`from_nodes`/:meth:`from_index` persist; other children are
         named in the ``TypeError`` before anything is written.
         """
-        from llama_index_ext_recursive.retrievers.fusion_persist import persist_hybrid
+        check_children(self.retriever_names, self.retrievers, child_kinds(HybridFusionRetriever))
+        with write_index(persist_dir, PERSIST_KIND) as staging:
+            self.write_files(staging)
 
-        persist_hybrid(self, persist_dir)
+    def write_files(self, folder: Path) -> None:
+        """Write the children and the settings into ``folder`` (for a hybrid persisting
+        this one as its child), with which child's nodes filters are checked against."""
+        write_children(folder, self.retrievers)
+        source = vocabulary_child(self.retrievers) if self.filter_vocabulary is not None else None
+        write_config(folder, {**self.to_dict(), "vocabulary_child": source})
 
     @classmethod
     def from_persist_dir(
@@ -668,20 +708,25 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             **overrides: constructor arguments that win over the saved ones
                 (``llm=``, ``callback_manager=``, ...).
         """
-        from llama_index_ext_recursive.retrievers.fusion_persist import load_hybrid
+        return read_index(
+            persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides)
+        )
 
-        return load_hybrid(cls, persist_dir, embed_model, overrides)
-
-
-def script_key(name: Any) -> QueryScript:
-    """``name`` as a :class:`QueryScript`, or a ``ValueError`` listing the scripts."""
-    try:
-        return QueryScript(name)
-    except ValueError:
-        raise ValueError(
-            f"script_weights has an unknown script {name!r}: use one of "
-            f"{[s.value for s in QueryScript]}"
-        ) from None
+    @classmethod
+    def read_files(
+        cls, folder: Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
+    ) -> "HybridFusionRetriever":
+        """Load what :meth:`write_files` wrote into ``folder``."""
+        data = read_config(folder)
+        children = read_children(folder, data, child_kinds(HybridFusionRetriever), embed_model)
+        try:
+            hybrid = cls.from_dict(data, children, **overrides)
+        except (TypeError, ValueError) as exc:
+            raise PersistError(f"{folder / 'config.json'} holds invalid settings ({exc})") from exc
+        source = data.get("vocabulary_child")
+        if isinstance(source, int) and 0 <= source < len(children):
+            hybrid.filter_vocabulary = FilterVocabulary.from_nodes(children[source].nodes)  # type: ignore[attr-defined]
+        return hybrid
 
 
 def _active(weights: Sequence[float]) -> List[int]:

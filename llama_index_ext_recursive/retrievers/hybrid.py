@@ -8,12 +8,16 @@ over the same nodes under one
 recursive retriever's hybrid levels and the evaluation harness all build it
 here, so the children's names, the fusion mode, the children's k and who
 checks filters are decided once.
+
+The hybrid's class is an argument (``fusion_class``: its constructors pass
+themselves), not an import, so this module stands below
+:mod:`~llama_index_ext_recursive.retrievers.fusion`, whose constructors call it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -25,14 +29,12 @@ from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.filters import FilterVocabulary, UnknownFilterPolicy
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
+from llama_index_ext_recursive.retrievers.calibration import Calibration, script_key
 from llama_index_ext_recursive.retrievers.fusion_scores import DEFAULT_RRF_K
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.stores.numpy_store import vector_index
 from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real, check_vectors, check_weights, json_nodes
-
-if TYPE_CHECKING:
-    from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
 # The hybrid knows its children's scores (cosine, BM25), so it fuses
 # min-max-normalised scores: on SciFact 0.723 nDCG@10 vs 0.716 for RRF, XQuAD-en
@@ -48,7 +50,21 @@ CROSS_SCRIPT_WEIGHTS = (0.8, 0.2)
 _CHECK_BATCH = 4096
 
 
+class _Hybrid(Protocol):
+    """What the assembly does to the hybrid it builds, besides constructing it."""
+
+    filter_vocabulary: Optional[FilterVocabulary]
+
+    def calibrate(
+        self, nodes: Sequence[BaseNode], *, absent_script_weights: Optional[Sequence[float]] = None
+    ) -> Calibration: ...
+
+
+H = TypeVar("H", bound=_Hybrid)
+
+
 def hybrid_retriever(
+    fusion_class: Callable[..., H],
     index: Optional[VectorStoreIndex] = None,
     nodes: Optional[Sequence[BaseNode]] = None,
     *,
@@ -60,10 +76,11 @@ def hybrid_retriever(
     calibrate: bool = True,
     check_filters: bool = True,
     **kwargs: Any,
-) -> "HybridFusionRetriever":
+) -> H:
     """A vector (over ``index``) + BM25 (over ``nodes``) :class:`HybridFusionRetriever`.
 
     Args:
+        fusion_class: the class of the hybrid (``HybridFusionRetriever``).
         index: the vector index; its stored embeddings are searched as they
             are (not needed with ``vector`` and ``bm25``).
         nodes: the nodes BM25 indexes (default: the index's docstore nodes;
@@ -88,8 +105,6 @@ def hybrid_retriever(
     Children built here do not check filters (``unknown_filter_key=None``):
     the hybrid checks them once.
     """
-    from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-
     k = child_top_k or similarity_top_k
     if index is None and (vector is None or bm25 is None):
         raise ValueError("pass index=, or both vector= and bm25=")
@@ -107,7 +122,7 @@ def hybrid_retriever(
     explicit = any(kwargs.get(key) is not None for key in ("retriever_weights", "script_weights", "calibration"))
     if vector is None:
         vector = BackfillVectorRetriever(index, k, embed_model=embed_model, unknown_filter_key=None)
-    hybrid = HybridFusionRetriever(
+    hybrid = fusion_class(
         [vector, bm25], similarity_top_k=similarity_top_k, child_top_k=child_top_k, **kwargs
     )
     if bm25_nodes and check_filters:
@@ -122,13 +137,14 @@ def hybrid_retriever(
 
 
 def hybrid_from_nodes(
+    fusion_class: Callable[..., H],
     nodes: Sequence[BaseNode],
     embed_model: Optional[BaseEmbedding] = None,
     *,
     show_progress: bool = False,
     embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
     **options: Any,
-) -> "HybridFusionRetriever":
+) -> H:
     """:func:`hybrid_retriever` over a new :func:`~llama_index_ext_recursive.stores.numpy_store.vector_index`
     of ``nodes`` (nodes carrying embeddings are not embedded again); node
     vectors with NaN/inf or of two dimensions are refused, naming the node."""
@@ -138,14 +154,13 @@ def hybrid_from_nodes(
     refuse_duplicate_ids(nodes)
     index = vector_index(nodes, embed_model, show_progress=show_progress, embedding_cache=embedding_cache)
     check_node_embeddings(index, embed_model_name(index._embed_model))
-    return hybrid_retriever(index, nodes, **options)
+    return hybrid_retriever(fusion_class, index, nodes, **options)
 
 
-def check_hybrid_arguments(where: str, kwargs: Dict[str, Any]) -> None:
-    """The constructor's checks for a two-child hybrid, before anything is embedded."""
-    from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever, script_key
-
-    check_kwargs(HybridFusionRetriever.__init__, kwargs, f"HybridFusionRetriever.{where}")
+def check_hybrid_arguments(where: str, kwargs: Dict[str, Any], constructor: Callable[..., Any]) -> None:
+    """The checks of ``constructor`` (``HybridFusionRetriever.__init__``) for a
+    two-child hybrid, before anything is embedded."""
+    check_kwargs(constructor, kwargs, f"HybridFusionRetriever.{where}")
     if "retrievers" in kwargs:
         raise TypeError(
             f"HybridFusionRetriever.{where} builds its own retrievers; pass yours to "

@@ -29,10 +29,10 @@ and fixes those points:
   ``unknown_filter_key``); a query embedding with NaN/inf or another
   dimension than the index's is refused, naming the model.
 
-About 520 lines: the sync and async searches must widen, fetch and check in
+About 550 lines: the sync and async searches must widen, fetch and check in
 step, so they stay side by side with the helpers they share; what the
-retriever reads about stores is in :mod:`.store_facts`, saving in
-:mod:`.vector_persist`.
+retriever reads about stores is in :mod:`.store_facts`, the files of a saved
+retriever in :mod:`.vector_persist`.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
+from llama_index_ext_recursive.config import component_to_dict, init_parameters, write_config
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
@@ -68,6 +69,7 @@ from llama_index_ext_recursive.filters import (
     keep_matching,
     to_filters,
 )
+from llama_index_ext_recursive.persist import PersistError, read_index, write_index
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import unexplained
 from llama_index_ext_recursive.retrievers.store_facts import (
@@ -76,6 +78,13 @@ from llama_index_ext_recursive.retrievers.store_facts import (
     is_chroma,
     store_dimension,
     store_size,
+)
+from llama_index_ext_recursive.retrievers.vector_persist import (
+    PERSIST_KIND,
+    check_persistable,
+    index_entry,
+    read_index_files,
+    settings_from_config,
 )
 from llama_index_ext_recursive.validation import check_count, check_real, check_vectors
 
@@ -232,18 +241,31 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`),
         with the index they search (its id, store class and embedding model):
         the index is data, :meth:`from_dict` takes it again."""
-        from llama_index_ext_recursive.retrievers.vector_persist import vector_to_dict
-
-        return vector_to_dict(self)
+        filters = self._filters
+        data = component_to_dict(
+            self,
+            similarity_top_k=self._similarity_top_k,
+            filters=filters.model_dump(mode="json") if filters is not None else None,
+            filter_policy=self.filter_policy.value,
+            stale_policy=self.stale_policy.value,
+            filter_in_store=self.filter_in_store,
+            unknown_filter_key=(
+                self.unknown_filter_key.value if self.unknown_filter_key is not None else None
+            ),
+            vector_store_query_mode=self._vector_store_query_mode.value,
+            alpha=self._alpha,
+            sparse_top_k=self._sparse_top_k,
+            hybrid_top_k=self._hybrid_top_k,
+        )
+        data["index"] = index_entry(self)
+        return data
 
     @classmethod
     def from_dict(
         cls, data: Dict[str, Any], index: VectorStoreIndex, **overrides: Any
     ) -> "BackfillVectorRetriever":
         """A retriever over ``index`` with the settings of :meth:`to_dict` (``overrides`` win)."""
-        from llama_index_ext_recursive.retrievers.vector_persist import vector_from_dict
-
-        return vector_from_dict(cls, data, index, overrides)
+        return cls(index, **{**settings_from_config(init_parameters(cls, data)), **overrides})
 
     def persist(self, persist_dir: Union[str, Path]) -> None:
         """Write the index and the settings to the index folder ``persist_dir``
@@ -254,15 +276,16 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 Chroma, ...): nothing is written.
             PersistError: ``persist_dir`` holds something else.
         """
-        from llama_index_ext_recursive.retrievers.vector_persist import persist_vector
-
-        persist_vector(self, persist_dir)
+        check_persistable(self)
+        with write_index(persist_dir, PERSIST_KIND) as staging:
+            self.write_files(staging)
 
     def write_files(self, folder: Path) -> None:
-        """Write this retriever's files into ``folder`` (for a hybrid persisting its children)."""
-        from llama_index_ext_recursive.retrievers.vector_persist import write_files
-
-        write_files(self, folder)
+        """Write this retriever's files into ``folder`` (for a hybrid persisting its
+        children): upstream's ``StorageContext`` files and ``config.json``."""
+        check_persistable(self)
+        self._index.storage_context.persist(persist_dir=str(folder))
+        write_config(folder, self.to_dict())
 
     @classmethod
     def from_persist_dir(
@@ -279,18 +302,20 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 bundled); another model than the persisted one is logged.
             **overrides: constructor arguments that win over the saved ones.
         """
-        from llama_index_ext_recursive.retrievers.vector_persist import load_vector
-
-        return load_vector(cls, persist_dir, embed_model, overrides)
+        return read_index(
+            persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides)
+        )
 
     @classmethod
     def read_files(
         cls, folder: Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
     ) -> "BackfillVectorRetriever":
         """Load what :meth:`write_files` wrote into ``folder``."""
-        from llama_index_ext_recursive.retrievers.vector_persist import read_files
-
-        return read_files(cls, folder, embed_model, overrides)
+        data, index = read_index_files(folder, embed_model)
+        try:
+            return cls.from_dict(data, index, **overrides)
+        except (TypeError, ValueError) as exc:
+            raise PersistError(f"{folder / 'config.json'} holds invalid settings ({exc})") from exc
 
     # ------------------------------------------------------------- queries
     def _resolve(self, query_bundle: QueryBundle) -> Call:

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import numpy as np
 from llama_index.core.base.embeddings.base import similarity as upstream_similarity
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
 
-if TYPE_CHECKING:
-    from llama_index_ext_recursive.stores.numpy_store import _State
+from llama_index_ext_recursive.stores.numpy_rows import RowState
 
 TIE_TOLERANCE = 1e-10  # scores this close may be equal in upstream's arithmetic
 
 
-def answer_query(state: "_State", query: VectorStoreQuery) -> VectorStoreQueryResult:
+def answer_query(state: RowState, query: VectorStoreQuery) -> VectorStoreQueryResult:
     n = state.n
     if query.query_embedding is None or n == state.n_dead:
         return VectorStoreQueryResult(similarities=[], ids=[])
@@ -98,7 +97,7 @@ _SCREEN_FROM = 512  # more candidate rows than this: float32 screen first
 _BLOCK = 512  # rows gathered at a time into a reused buffer
 
 
-def _scores(state: "_State", rows: Optional[np.ndarray], unit: np.ndarray) -> np.ndarray:
+def _scores(state: RowState, rows: Optional[np.ndarray], unit: np.ndarray) -> np.ndarray:
     """float64 scores of ``rows`` (all rows when ``None``)."""
     if rows is None:
         return state.matrix[: state.n] @ unit
@@ -107,7 +106,7 @@ def _scores(state: "_State", rows: Optional[np.ndarray], unit: np.ndarray) -> np
     return _gather_dot(state, state.matrix, rows, unit)
 
 
-def _gather_dot(state: "_State", matrix: np.ndarray, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+def _gather_dot(state: RowState, matrix: np.ndarray, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """``matrix[rows] @ vector``, gathered block by block into a reused buffer.
 
     A fresh multi-megabyte copy per query costs more in page faults than the product.
@@ -126,7 +125,7 @@ def _gather_dot(state: "_State", matrix: np.ndarray, rows: np.ndarray, vector: n
 
 
 def _replay_upstream(
-    state: "_State", query: VectorStoreQuery, rows: Optional[np.ndarray], scores: np.ndarray
+    state: RowState, query: VectorStoreQuery, rows: Optional[np.ndarray], scores: np.ndarray
 ) -> VectorStoreQueryResult:
     """Upstream's heap over ``rows`` in dict order: the exact answer with ties or NaN.
 

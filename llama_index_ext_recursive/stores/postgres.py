@@ -1,6 +1,6 @@
 """PostgreSQL + pgvector: a store whose filtered HNSW queries return k rows, that
-survives a hung or restarted server and any event loop, and a hybrid (vector +
-full-text) retriever that fuses ranks.
+survives a hung or restarted server and any event loop, and whose full-text
+search a hybrid (vector + full-text) retriever fuses by rank.
 
 Two upstream ``PGVectorStore`` behaviours make it return less than asked:
 
@@ -15,9 +15,11 @@ Two upstream ``PGVectorStore`` behaviours make it return less than asked:
   fuse: it lists the dense top-k, then the text-search rows not already
   there (up to 2k rows), cosine similarities and ``ts_rank`` values side by
   side. An exact keyword match that the embedding ranks low stays low.
-  :func:`pg_hybrid_retriever` runs the two searches as separate children of
+  :func:`~llama_index_ext_recursive.retrievers.pg_hybrid.pg_hybrid_retriever`
+  runs the two searches as separate children of
   :class:`~llama_index_ext_recursive.retrievers.fusion.HybridFusionRetriever` and fuses
-  their ranks.
+  their ranks; it stands among the retrievers, and this module imports none
+  (:func:`check_text_search_index` is the store's part of it).
 
 Three more make it fragile in production; the store :func:`pgvector_store`
 returns handles them:
@@ -65,9 +67,9 @@ And some make it unsafe or wrong on hostile or merely unusual input:
   names the node, the field and the position.
 
 One module of ~900 lines on purpose: the store's overrides run on the
-engines :func:`pgvector_store` builds, and the timeouts, the loop-safe async
-engine and the hybrid retriever all depend on them; the filter clause builder,
-which needs none of them, is :mod:`~llama_index_ext_recursive.stores.pg_filters`.
+engines :func:`pgvector_store` builds, and the timeouts and the loop-safe async
+engine depend on them; the filter clause builder, which needs none of them, is
+:mod:`~llama_index_ext_recursive.stores.pg_filters`.
 """
 
 from __future__ import annotations
@@ -96,11 +98,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
-from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
-from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike
-from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.stores.pg_filters import (
     UnstorableNodeError,
     check_storable,
@@ -773,7 +771,7 @@ def pgvector_store(
             ``hnsw_ef_construction``, ``hnsw_ef_search``, ``hnsw_dist_method``),
             ``False`` for exact scans.
         hybrid_search: add the ``tsvector`` column full-text search needs
-            (required by :func:`pg_hybrid_retriever`).
+            (required by :func:`~llama_index_ext_recursive.retrievers.pg_hybrid.pg_hybrid_retriever`).
         text_search_config: PostgreSQL text search configuration, e.g. "english", "simple".
         iterative_scan: ``"relaxed_order"`` (default), ``"strict_order"``,
             ``"off"``, or ``None`` to leave the server's setting alone.
@@ -786,7 +784,8 @@ def pgvector_store(
             size, echo, ``pool_pre_ping``, ...); ``connect_args`` go to both
             drivers (the timeouts above take precedence over theirs).
         max_text_query_words: most distinct words a text search query
-            (``text_search`` / ``hybrid`` mode, :func:`pg_hybrid_retriever`)
+            (``text_search`` / ``hybrid`` mode,
+            :func:`~llama_index_ext_recursive.retrievers.pg_hybrid.pg_hybrid_retriever`)
             may hold (default 256); each costs a lookup in every matching
             row, so a pasted document would hold a connection for seconds to
             minutes. More raise :class:`TextQueryTooLongError`.
@@ -881,38 +880,16 @@ def pgvector_store(
     )
 
 
-def pg_hybrid_retriever(
-    index: VectorStoreIndex,
-    similarity_top_k: int = DEFAULT_TOP_K,
-    *,
-    child_top_k: Optional[int] = None,
-    retriever_weights: Optional[List[float]] = None,
-    filters: FiltersLike = None,
-    filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
-    **kwargs: Any,
-) -> HybridFusionRetriever:
-    """Vector + PostgreSQL full-text search over one PGVectorStore index, fused by rank.
+def check_text_search_index(index: VectorStoreIndex) -> None:
+    """Refuse an index that :func:`~llama_index_ext_recursive.retrievers.pg_hybrid.pg_hybrid_retriever`
+    cannot search by text: not over a ``PGVectorStore``, or over one without the
+    ``tsvector`` column (``hybrid_search=True``). A ``PGVectorStore`` that
+    :func:`pgvector_store` did not build is searched, with a logged warning
+    saying what it lacks.
 
-    Children: ``"vector"`` (cosine, the default query mode) and ``"text"``
-    (``text_search`` mode: ``ts_rank`` over the ``tsvector`` column, terms
-    OR'ed). Their scores are on unrelated scales, so the default fusion is
-    weighted reciprocal rank fusion. Per-call filters
-    (:class:`~llama_index_ext_recursive.filters.FilteredQueryBundle`) reach
-    both children as SQL WHERE clauses and are enforced on the fused list.
-    A query of more distinct words than the store's ``max_text_query_words``
-    (default 256) raises :class:`TextQueryTooLongError` from the text child.
-
-    Args:
-        index: a ``VectorStoreIndex`` over a ``PGVectorStore`` built with
-            ``hybrid_search=True``, by :func:`pgvector_store` for its timeouts,
-            reconnection and event-loop handling (any other ``PGVectorStore``
-            works too, with a logged warning saying what it lacks).
-        similarity_top_k: number of fused results.
-        child_top_k: hits each child returns (default ``similarity_top_k``).
-        retriever_weights: weights of ``[vector, text]`` (default equal).
-        filters: construction-time metadata filters.
-        filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
-        **kwargs: passed to ``HybridFusionRetriever`` (``mode``, ``rrf_k``, ...).
+    Raises:
+        TypeError: the index is not over a ``PGVectorStore``.
+        ValueError: the store was built without ``hybrid_search=True``.
     """
     store = getattr(index, "vector_store", None)
     if not isinstance(store, PGVectorStore):
@@ -931,18 +908,3 @@ def pg_hybrid_retriever(
             "server restart, and its async calls work from one event loop only; build it with "
             "llama_index_ext_recursive.stores.postgres.pgvector_store(...)"
         )
-    k = child_top_k or similarity_top_k
-    kwargs.setdefault("retriever_names", ["vector", "text"])
-    # BackfillVectorRetriever reads a FilteredQueryBundle's filters (the store
-    # applies them in SQL) and never writes the query embedding into the bundle
-    return HybridFusionRetriever(
-        [
-            BackfillVectorRetriever(index, k, vector_store_query_mode=VectorStoreQueryMode.DEFAULT),
-            BackfillVectorRetriever(index, k, vector_store_query_mode=VectorStoreQueryMode.TEXT_SEARCH),
-        ],
-        similarity_top_k=similarity_top_k,
-        retriever_weights=retriever_weights,
-        filters=filters,
-        filter_policy=filter_policy,
-        **kwargs,
-    )
