@@ -97,11 +97,17 @@ def persist(retriever: "ValidatedAutoRetriever", persist_dir: Union[str, Path]) 
             "whose state is its own: persist that retriever, save these settings with to_dict(), "
             "and load with ValidatedAutoRetriever.from_dict(data, retriever=...)"
         )
-    check_persistable(retriever._vector_retriever)  # before anything is written
+    vector = retriever._vector_retriever
+    if vector is None:  # built with retriever=, and wrapped_retriever was set to None since
+        raise PersistError(
+            f"this {PERSIST_KIND} was built with retriever= and its wrapped_retriever is now None: "
+            "it holds no index to persist"
+        )
+    check_persistable(vector)  # before anything is written
     config = retriever.to_dict()
     with write_index(persist_dir, PERSIST_KIND) as staging:
         write_config(staging, config)
-        retriever._vector_retriever.write_files(staging / VECTOR_FOLDER)
+        vector.write_files(staging / VECTOR_FOLDER)
 
 
 def from_persist_dir(
