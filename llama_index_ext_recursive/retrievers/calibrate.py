@@ -236,7 +236,8 @@ def _query_batch_function(model: BaseEmbedding) -> Optional[Callable[[List[str]]
     except ImportError:  # the [local] extra is not installed
         return None
     if isinstance(model, HuggingFaceEmbedding):
-        return lambda texts: model._embed(texts, prompt_name="query")
+        # upstream types the texts as an invariant List[str | BytesIO]; a list of str is one
+        return lambda texts: model._embed(texts, prompt_name="query")  # type: ignore[arg-type]
     return None
 
 
@@ -356,9 +357,9 @@ def fit_weights(
     _check_results(results_per_child, targets, count)
     points = [check_weights(f"grid[{i}]", list(p), count) for i, p in enumerate(grid or weight_grid(count))]
     for i in range(count):
-        alone = [1.0 if j == i else 0.0 for j in range(count)]
-        if not any(_same_direction(p, alone) for p in points):
-            points.append(alone)
+        only_i = [1.0 if j == i else 0.0 for j in range(count)]
+        if not any(_same_direction(p, only_i) for p in points):
+            points.append(only_i)
     scored = [(p, fused_mrr(results_per_child, targets, p, fuse)) for p in points]
     alone = {_single(p): mrr for p, mrr in scored if _single(p) is not None}
     best = max(mrr for _, mrr in scored)

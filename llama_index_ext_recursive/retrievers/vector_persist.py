@@ -162,6 +162,11 @@ def read_files(
         )
     except (OSError, ValueError, KeyError) as exc:
         raise PersistError(f"{folder}: the index files cannot be loaded ({exc})") from exc
+    from llama_index.core import VectorStoreIndex
+
+    if not isinstance(index, VectorStoreIndex):  # index_store.json names another kind of index
+        raise PersistError(f"{folder}: the index files hold a {type(index).__name__}, not a vector index; "
+                           "the folder is damaged")
     try:
         return cls.from_dict(data, index, **overrides)
     except (TypeError, ValueError) as exc:
