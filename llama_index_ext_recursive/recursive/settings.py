@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from enum import Enum
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Type
 
 from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy, to_filters
 from llama_index_ext_recursive.recursive.build import SummaryEmbedding, resolve_transformations
@@ -59,7 +59,7 @@ class LevelMode(str, Enum):
 
 
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
-_CHOICE_SETTINGS = {
+_CHOICE_SETTINGS: Dict[str, Type[Enum]] = {
     "score_mode": ScoreMode,
     "filter_policy": FilterPolicy,
     "summary_mode": LevelMode,
