@@ -113,8 +113,9 @@ class _State:
 
     def reset(self, data: Optional[SimpleVectorStoreData]) -> None:
         self.data = data
-        self.emb: Optional[Dict[str, Any]] = data.embedding_dict if data is not None else None
-        self.meta: Optional[Dict[str, Any]] = data.metadata_dict if data is not None else None
+        # empty while unbuilt (data None): synced() is then False, so nothing reads them
+        self.emb: Dict[str, Any] = data.embedding_dict if data is not None else {}
+        self.meta: Dict[str, Any] = data.metadata_dict if data is not None else {}
         self.matrix = np.zeros((0, 0))  # unit rows, float64; capacity rows, rows >= n unused
         self.matrix32 = np.zeros((0, 0), dtype=np.float32)  # the same rows in float32 (screening)
         self.buffers: Dict[tuple, np.ndarray] = {}  # see _gather_dot
@@ -204,7 +205,8 @@ class _State:
         """Rows whose id was added again: new vector and metadata, same position."""
         if not rows or self.broken:
             return
-        unit = self._unit_rows([self.emb[self.ids[r]] for r in rows])
+        ids = [self._live_id(r) for r in rows]
+        unit = self._unit_rows([self.emb[i] for i in ids])
         if unit is None:
             self.broken = True
             return
@@ -214,12 +216,13 @@ class _State:
         self.matrix32[index] = vectors
         self.bad[index] = bad
         self.n_bad = int(self.bad[: self.n].sum())
-        for r in rows:
-            self.metas[r] = self.meta.get(self.ids[r])
+        for r, node_id in zip(rows, ids):
+            self.metas[r] = self.meta.get(node_id)
             self.no_meta[r] = self.metas[r] is None
         for key, column in self.columns.items():
             for r in rows:
-                column.values[r] = None if self.metas[r] is None else self.metas[r].get(key)
+                meta = self.metas[r]
+                column.values[r] = None if meta is None else meta.get(key)
             column.reset()
         self.version += 1
 
@@ -253,7 +256,7 @@ class _State:
         if not gone:
             return
         for r in gone:
-            del self.row_of[self.ids[r]]
+            del self.row_of[self._live_id(r)]
             self.ids[r] = None
             self.metas[r] = None
         index = np.asarray(gone, dtype=np.int64)
@@ -266,6 +269,12 @@ class _State:
         if self.n_dead * 4 >= self.n:
             self.compact()
 
+    def _live_id(self, row: int) -> str:
+        """The id of a live row (a removed row's id is None)."""
+        node_id = self.ids[row]
+        assert node_id is not None, f"row {row} was removed"
+        return node_id
+
     def compact(self) -> None:
         keep = np.flatnonzero(self.alive[: self.n])
         self.matrix = self.matrix[keep]
@@ -275,7 +284,7 @@ class _State:
         self.no_meta = self.no_meta[keep]
         self.ids = [self.ids[r] for r in keep.tolist()]
         self.metas = [self.metas[r] for r in keep.tolist()]
-        self.row_of = {node_id: r for r, node_id in enumerate(self.ids)}
+        self.row_of = {node_id: r for r, node_id in enumerate(self.ids) if node_id is not None}  # all live
         self.columns = {}
         self.n, self.n_dead = len(keep), 0
         self.version += 1
@@ -293,7 +302,8 @@ class _State:
         if cached is not None and cached[0] == self.version and cached[1] == node_ids:
             return cached[2]
         rows = [r for r in map(self.row_of.get, node_ids) if r is not None]
-        mask: Optional[np.ndarray] = np.zeros(self.n, dtype=bool)
+        mask: Optional[np.ndarray]
+        mask = np.zeros(self.n, dtype=bool)
         mask[rows] = True
         if int(mask.sum()) == self.n - self.n_dead:
             mask = None  # as_retriever() passes every id of the index
@@ -309,6 +319,7 @@ class _State:
         if (filters.condition or FilterCondition.AND) != FilterCondition.AND:
             return None
         rows: Optional[np.ndarray] = None
+        values: List[Any]
         for item in filters.filters:
             if isinstance(item, MetadataFilters):
                 return None
@@ -569,7 +580,7 @@ class NumpyVectorStore(SimpleVectorStore):
         # checked above, so built directly: dataclasses_json's from_dict decodes
         # every float one by one (about 95% of loading a 5k-node index)
         return cls(
-            SimpleVectorStoreData(
+            data=SimpleVectorStoreData(
                 embedding_dict=data["embedding_dict"],
                 text_id_to_ref_doc_id=data.get("text_id_to_ref_doc_id", {}),
                 metadata_dict=data.get("metadata_dict", {}),
