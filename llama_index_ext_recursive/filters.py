@@ -135,8 +135,7 @@ def parse_operator(raw: Any) -> Optional[FilterOperator]:
 
 def _leaf(key: str, value: Any) -> MetadataFilter:
     if not isinstance(value, Mapping):
-        operator = FilterOperator.IN if isinstance(value, list) else FilterOperator.EQ
-        return _metadata_filter(key, value, operator)
+        return _metadata_filter(key, value, FilterOperator.IN if isinstance(value, list) else FilterOperator.EQ)
     op = value.get("op", value.get("operator", "=="))
     operator = parse_operator(op)
     unknown = set(value) - {"op", "operator", "value"}
@@ -200,7 +199,7 @@ def merge_filters(
 def apply_policy(
     configured: Optional[MetadataFilters],
     per_call: Optional[MetadataFilters],
-    policy: FilterPolicy,
+    policy: Union[FilterPolicy, str],
 ) -> Optional[MetadataFilters]:
     """Combine construction-time and per-call filters under ``policy``."""
     if FilterPolicy(policy) == FilterPolicy.REPLACE and per_call is not None:
@@ -354,7 +353,7 @@ def relax_to_keys(
         return filters
     if condition != FilterCondition.AND:
         return None
-    kept = []
+    kept: List[Union[MetadataFilter, MetadataFilters]] = []
     for item in filters.filters:
         if isinstance(item, MetadataFilters):
             relaxed = relax_to_keys(item, allowed)

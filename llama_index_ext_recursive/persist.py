@@ -162,7 +162,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: PathLike, write: Callable[[IO[str]], None]) -> None:
+def write_file_atomically(path: PathLike, write: Callable[[IO[str]], object]) -> None:
     """Write a text file under a temporary name, fsync it, then rename it over ``path``.
 
     Readers see the old file or the new one, never a part. The file gets the
@@ -550,6 +550,7 @@ def _generation_of(root: Path, kind: str) -> Path:
                 f"{root} holds a {folder.kind} index, not a {kind}; load it with "
                 f"{folder.kind}.from_persist_dir"
             )
+        assert folder.manifest is not None  # _inspect: a manifest state has a manifest or a problem
         return _verified_generation(root, folder.manifest)
     if folder.state == "legacy":
         if folder.kind != kind:

@@ -114,7 +114,7 @@ def explained(
     comes from already-validated objects.
     """
     inner = hit.explanation if isinstance(hit, ExplainedNodeWithScore) else None
-    parts = {
+    parts: dict[str, Any] = {
         "route": inner.route if inner is not None else None,
         "fusion": inner.fusion if inner is not None else None,
         "auto": inner.auto if inner is not None else None,

@@ -14,7 +14,7 @@ from llama_index_ext_recursive.recursive.build import default_node_parser
 
 
 def _read_jsonl(name: str) -> List[Dict]:
-    text = resources.files("llama_index_ext_recursive").joinpath("sample_data", name).read_text(
+    text = resources.files("llama_index_ext_recursive").joinpath("sample_data").joinpath(name).read_text(
         encoding="utf-8"
     )
     return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -47,7 +47,9 @@ def script_runs(text: str) -> Iterable[Tuple[Script, str]]:
             yield Script.OTHER, text
         return
     for match in _RUNS.finditer(text):
-        yield _RUN_SCRIPTS[match.lastindex - 1], match.group()
+        group = match.lastindex
+        assert group is not None  # one of the four alternatives always matches
+        yield _RUN_SCRIPTS[group - 1], match.group()
 
 
 def character_class(ranges: Sequence[Tuple[int, int]]) -> str:

@@ -15,7 +15,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Set, Tuple, TypeGuard
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.retrievers import VectorIndexAutoRetriever, VectorIndexRetriever
@@ -27,7 +27,7 @@ from llama_index_ext_recursive.auto.report import SpecError
 from llama_index_ext_recursive.auto.spec import SpecValidator
 from llama_index_ext_recursive.corpus import corpus_nodes
 from llama_index_ext_recursive.filters import keep_matching, merge_filters, to_filters
-from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of
 from llama_index_ext_recursive.schema import infer_vector_store_info, metadata_vocabulary
 from llama_index_ext_recursive.validation import check_count
 
@@ -234,7 +234,7 @@ _Found = Tuple[List[NodeWithScore], Optional[str]]
 _MAX_WIDENINGS = 16
 
 
-def _is_upstream_vector_search(retriever: BaseRetriever) -> bool:
+def _is_upstream_vector_search(retriever: BaseRetriever) -> TypeGuard[VectorIndexRetriever]:
     """Whether ``retriever`` searches with upstream ``VectorIndexRetriever``'s own code,
     which ignores a ``FilteredQueryBundle`` but filters exactly through its store."""
     kind = type(retriever)
@@ -271,7 +271,7 @@ def _search_plan(
     * anything else: its hits are filtered and the model is told that only
       its top results could be checked, never an unexplained empty answer.
     """
-    filters, top_k = bundle.filters, bundle.top_k
+    filters, top_k = filters_of(bundle), bundle.top_k  # __post_init__ made the filters MetadataFilters
     if filters is None:
         return (yield retriever, bundle), None
     if _is_upstream_vector_search(retriever):
@@ -297,9 +297,9 @@ def _search_plan(
         if len(kept) >= wanted or len(hits) < fetched or (corpus_size and fetched >= corpus_size):
             break  # enough matches, or nothing further down
         fetched = min(fetched * 2, corpus_size) if corpus_size else fetched * 2
-        search = copy.copy(retriever)
-        search.similarity_top_k = fetched
-        hits = yield search, bundle
+        deeper = copy.copy(retriever)
+        setattr(deeper, "similarity_top_k", fetched)  # the upstream convention _own_top_k found
+        hits = yield deeper, bundle
         kept = keep_matching(hits, filters)
     logger.debug("tool search: %d of %d hits match the filters", len(kept), len(hits))
     return kept[:wanted], None

@@ -12,7 +12,7 @@ import difflib
 import inspect
 import math
 import numbers
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, overload
 
 from llama_index.core.schema import BaseNode, QueryBundle
 
@@ -24,6 +24,14 @@ def closest(name: str, known: Iterable[str]) -> str:
     if match:
         return f"did you mean {match[0]!r}?"
     return f"known: {known[:10]}" if known else "none are known"
+
+
+@overload
+def check_count(name: str, value: Any, minimum: int = 1, allow_none: Literal[False] = False) -> int: ...
+
+
+@overload
+def check_count(name: str, value: Any, minimum: int = 1, *, allow_none: bool) -> Optional[int]: ...
 
 
 def check_count(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> Optional[int]:

@@ -306,8 +306,8 @@ class NumericReader:
                 if taken.overlaps(m.start(), m.end()):
                     continue
                 numbers = [g for g in (m.group("a"), m.group("b"), m.group("c")) if g]
-                values = [parse_number(g) for g in numbers]
-                if None in values or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
+                values = [v for v in map(parse_number, numbers) if v is not None]
+                if len(values) < len(numbers) or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
                     continue  # "before 2020", "2019-2021" are years, read by the year rules
                 if not all(in_range(v) for v in values):
                     taken.add(m.start(), m.end())

@@ -252,9 +252,10 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
             callback_manager=callback_manager,
         )
         super().__init__(
-            index if index is not None else DEFERRED,
+            # DEFERRED stands in for what upstream reads eagerly (see _Deferred); set below
+            index if index is not None else DEFERRED,  # type: ignore[arg-type]
             vector_store_info,
-            llm=resolved_llm or DEFERRED,
+            llm=resolved_llm or DEFERRED,  # type: ignore[arg-type]
             prompt_template_str=prompt_template_str if isinstance(prompt_template_str, str) else None,
             max_top_k=max_top_k,
             similarity_top_k=similarity_top_k,
@@ -268,9 +269,11 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
             objects=objects,
             **kwargs,
         )
-        self._index = index
-        self._llm = resolved_llm
-        self._extra_filters = to_filters(extra_filters)
+        # upstream types these as always set; here each may be None (no index with retriever=,
+        # no LLM, no extra filters), and the upstream code that would read them is overridden
+        self._index = index  # type: ignore[assignment]
+        self._llm = resolved_llm  # type: ignore[assignment]
+        self._extra_filters = to_filters(extra_filters)  # type: ignore[assignment]
         self.filter_policy = FilterPolicy(filter_policy)
         self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
         self.key_policy = key_policy
@@ -282,7 +285,7 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         self.vocabulary = (
             vocabulary if vocabulary is not None else declared_vocabulary(vector_store_info, index, retriever)
         )
-        self._vector_retriever = None if retriever is not None else BackfillVectorRetriever(
+        self._vector_retriever = None if retriever is not None or index is None else BackfillVectorRetriever(
             index,
             similarity_top_k=similarity_top_k,  # each call passes its own k in the bundle
             vector_store_query_mode=vector_store_query_mode,
@@ -384,6 +387,8 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         top_k = self._top_k(call, spec)
         blank = not spec.query.strip()
         text = caller.query_str if blank else spec.query
+        embedding: Optional[List[float]]
+        strs: Optional[List[str]]
         if blank and self._default_empty_query_vector is not None:
             embedding, strs, text = self._default_empty_query_vector, None, ""
         elif text == caller.query_str:
@@ -391,6 +396,11 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         else:
             embedding, strs = None, None
         retriever = self.wrapped_retriever if self.wrapped_retriever is not None else self._vector_retriever
+        if retriever is None:  # built with retriever=, and wrapped_retriever was set to None since
+            raise ValueError(
+                "this ValidatedAutoRetriever was built with retriever= and its wrapped_retriever is now "
+                "None: it has nothing to search; set wrapped_retriever to a retriever again"
+            )
         bundle = call.child_bundle(
             filters=combined, top_k=top_k, query_str=text, embedding=embedding, custom_embedding_strs=strs
         )

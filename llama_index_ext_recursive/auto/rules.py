@@ -448,8 +448,8 @@ class RuleBasedSpecGenerator:
             for letters, value in pinyin_values(values).items():
                 self._pinyin.setdefault(letters, []).append(_Term(key, value, "pinyin"))
         for phrase, candidates in BUILTIN_SYNONYMS.items():
-            for key, values in lowered.items():
-                hit = next((values[c] for c in candidates if c in values), None)
+            for key, by_lower in lowered.items():
+                hit = next((by_lower[c] for c in candidates if c in by_lower), None)
                 if hit is not None:
                     self._add_term(phrase, _Term(key, hit, "synonym"))
         for phrase, bucket in list(self._terms.items()):
@@ -476,8 +476,7 @@ class RuleBasedSpecGenerator:
             names = {key, key.replace("_", " ")}
             if key == self._year_key:
                 names |= {"年份", "发布年份", "出版年份", "年度"}
-            names = sorted(names, key=len, reverse=True)
-            name = "|".join(r"[\s_-]+".join(map(re.escape, n.split())) for n in names)
+            name = "|".join(r"[\s_-]+".join(map(re.escape, n.split())) for n in sorted(names, key=len, reverse=True))
             words = "|".join(r"\s+".join(map(re.escape, w.split()))
                              for w in sorted(_EXPLICIT_WORDS, key=len, reverse=True))
             out.append((key, re.compile(
@@ -536,6 +535,7 @@ class RuleBasedSpecGenerator:
                 taken.add(m.start, m.end)
                 ends.setdefault(m.end, []).append(m)
 
+        found: Optional[Match]
         for found in self._find_top_k(query, tokens, values):
             if not taken.overlaps(found.start, found.end):
                 accept([found])
@@ -571,7 +571,7 @@ class RuleBasedSpecGenerator:
                 continue
             found = self._value_match(query, tokens, cand, ends, taken, clauses, cues, notes)
             head_of = self._head_of(query, found, cand, ends) if found is not None else None
-            if head_of is not None:  # "studio apartments": the first value says which kind
+            if found is not None and head_of is not None:  # "studio apartments": the first value says which kind
                 logger.debug("%r after %r of the same key: the noun they share, no filter", found.text,
                              head_of.text)
                 taken.add(cand.start, cand.end)
@@ -735,6 +735,7 @@ class RuleBasedSpecGenerator:
                          f"ANDed filters cannot express; no {group[0].key} filter")
             return []
         m = group[0]
+        assert m.operator is not None  # a year match always has one (only top_k matches have none)
         start = direct.start()
         return [Match(start, m.end, text[start:m.end], f"not-{m.rule}", m.key,
                       NEGATED_OPERATOR[m.operator], m.value)]
@@ -847,7 +848,7 @@ class RuleBasedSpecGenerator:
             out.append(cand)
         return out
 
-    def _pinyin_candidates(self, tokens: List[_Token], found: Sequence[_Candidate]) -> List[_Candidate]:
+    def _pinyin_candidates(self, tokens: Sequence[_Token], found: Sequence[_Candidate]) -> List[_Candidate]:
         """Chinese words (one to four jieba tokens, two characters or more) read as a pinyin value."""
         if not self._pinyin:
             return []

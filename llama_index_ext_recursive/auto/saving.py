@@ -78,6 +78,11 @@ def check_savable(wrapped: Optional[BaseRetriever], vector: Optional[BackfillVec
             "whose state is its own: persist that retriever, save these settings with to_dict(), "
             "and load with ValidatedAutoRetriever.from_dict(data, retriever=...)"
         )
+    if vector is None:  # built with retriever=, and wrapped_retriever was set to None since
+        raise PersistError(
+            f"this {PERSIST_KIND} was built with retriever= and its wrapped_retriever is now None: "
+            "it holds no index to persist"
+        )
     check_persistable(vector)
 
 

@@ -327,6 +327,7 @@ class SpecValidator:
         ):
             run.drop("dropped_filter", fld.name, shown, f"the filter on {fld.name!r} has no value")
             return None
+        values: Optional[List[Any]]
         values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
         op = self._shape(fld, op, values, isinstance(value, (list, tuple, set, frozenset)), shown, run)
         if op is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Literal, Optional, overload
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.persist import PersistError, check_persist_target
@@ -90,6 +90,14 @@ def expected_message(exc: BaseException) -> Optional[str]:
     if isinstance(exc, (ValueError, TypeError)) and raised_here(exc):
         return str(exc)
     return None
+
+
+@overload
+def count(flag: str, value: Optional[int], allow_none: Literal[False] = False) -> int: ...
+
+
+@overload
+def count(flag: str, value: Optional[int], allow_none: bool) -> Optional[int]: ...
 
 
 def count(flag: str, value: Optional[int], allow_none: bool = False) -> Optional[int]:

@@ -76,8 +76,8 @@ def _profiles(nodes: Iterable[BaseNode]) -> Dict[str, _KeyProfile]:
             profile = profiles.setdefault(key, _KeyProfile(example=value))
             if isinstance(value, (list, tuple)):
                 profile.elements.update(t for t in map(_type_tag, value) if t)
-            elif _type_tag(value):
-                profile.scalars.add(_type_tag(value))
+            elif tag := _type_tag(value):
+                profile.scalars.add(tag)
     return profiles
 
 

@@ -153,7 +153,8 @@ def compare(
     query_vectors = dict(zip(qids, model._get_query_embeddings([dataset.queries[q] for q in qids])))
     embedding_seconds = time.perf_counter() - started
     upfront = model.computed - before
-    context = BuildContext(nodes=nodes, embed_model=model, top_k=k, gold_docs=dataset.gold_documents())
+    # list(): BuildContext takes a List[BaseNode] (the same TextNodes, not copies)
+    context = BuildContext(nodes=list(nodes), embed_model=model, top_k=k, gold_docs=dataset.gold_documents())
     reports = []
     for name in names:
         logger.info("building %s over %d nodes", name, len(nodes))

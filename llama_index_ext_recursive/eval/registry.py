@@ -19,6 +19,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import MockLLM
 from llama_index.core.retrievers import QueryFusionRetriever, RecursiveRetriever
+from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
@@ -114,7 +115,7 @@ def upstream_fusion(ctx: BuildContext) -> BaseRetriever:
         [upstream_vector(ctx), upstream_bm25(ctx)],
         llm=MockLLM(),
         num_queries=1,
-        mode="reciprocal_rerank",
+        mode=FUSION_MODES.RECIPROCAL_RANK,
         similarity_top_k=ctx.top_k,
     )
 
@@ -130,7 +131,7 @@ def upstream_fusion_relative(ctx: BuildContext) -> BaseRetriever:
         [upstream_vector(ctx), upstream_bm25(ctx)],
         llm=MockLLM(),
         num_queries=1,
-        mode="relative_score",
+        mode=FUSION_MODES.RELATIVE_SCORE,
         similarity_top_k=ctx.top_k,
     )
 

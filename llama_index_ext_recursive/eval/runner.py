@@ -143,7 +143,9 @@ def run_queries(
     return RetrievalRun(ranking, latencies)
 
 
-async def _arun(retriever, bundles, concurrency, show_progress, desc) -> RetrievalRun:
+async def _arun(
+    retriever: BaseRetriever, bundles: Mapping[str, QueryBundle], concurrency: int, show_progress: bool, desc: str
+) -> RetrievalRun:
     limit = asyncio.Semaphore(concurrency)
     progress = tqdm(total=len(bundles), desc=desc, disable=not show_progress)
 

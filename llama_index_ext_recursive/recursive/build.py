@@ -145,7 +145,7 @@ def _explicit_settings_transformations() -> Optional[List[TransformComponent]]:
     steps = Settings._transformations
     if steps is not None and not (len(steps) == 1 and steps[0] is parser and not parser_set):
         return list(steps)
-    return [parser] if parser_set else None
+    return [parser] if parser is not None and parser_set else None
 
 
 def resolve_transformations(
@@ -321,7 +321,7 @@ def chunk_documents(
         copy.metadata = json_metadata(copy.metadata, f"document {key!r}")
         copy.metadata[doc_id_key] = key
         keyed.append(copy)
-    steps = [node_parser] if isinstance(node_parser, NodeParser) else resolve_transformations(
+    steps: List[TransformComponent] = [node_parser] if isinstance(node_parser, NodeParser) else resolve_transformations(
         None, node_parser
     )
     chunks: List[BaseNode] = []
@@ -351,7 +351,7 @@ def chunk_documents(
     return nodes
 
 
-def _parse_one(steps: List[TransformComponent], document: Document) -> List[BaseNode]:
+def _parse_one(steps: List[TransformComponent], document: Document) -> Sequence[BaseNode]:
     """One document's chunks; a parser timeout names the document and the fix."""
     try:
         if len(steps) == 1 and isinstance(steps[0], NodeParser):

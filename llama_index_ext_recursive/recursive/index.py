@@ -28,6 +28,7 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
+from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
@@ -253,7 +254,7 @@ class SummaryIndex:
 
     # ------------------------------------------------------------------ state
     @property
-    def docstore(self):
+    def docstore(self) -> Optional[BaseDocumentStore]:
         """The chunk docstore (``None`` for a ``retriever_dict`` setup)."""
         return self.chunk_index.docstore if self.chunk_index is not None else None
 

@@ -16,13 +16,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, cast
 
+from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.evidence import document_text
 from llama_index_ext_recursive.recursive.settings import LevelMode, Owner, ScoreMode
-from llama_index_ext_recursive.retrievers.calibrate import calibrate_children, pseudo_queries
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+from llama_index_ext_recursive.retrievers.calibrate import PairsByScript, calibrate_children, pseudo_queries
 from llama_index_ext_recursive.retrievers.calibration import Calibration
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS, HYBRID_NAMES, hybrid_retriever
@@ -59,8 +61,8 @@ class Levels:
     generation: int
     summary_vector: BackfillVectorRetriever
     chunk_vector: Optional[BackfillVectorRetriever]
-    summary_bm25: Optional[BaseRetriever]
-    chunk_bm25: Optional[BaseRetriever]
+    summary_bm25: Optional[MultilingualBM25Retriever]  # fused mode reads its scores_by_id
+    chunk_bm25: Optional[MultilingualBM25Retriever]
     summary_search: Optional[BaseRetriever]
     chunk_search: Optional[BaseRetriever]
     chunk_doc: Dict[str, str]
@@ -123,7 +125,6 @@ def updated_levels(owner: Owner, previous: Levels) -> Optional[Levels]:
         return dataclasses.replace(previous, generation=index.generation, records=now)
     if len(changed) > UPDATE_SHARE * max(len(now), 1) or index.docstore is None:
         return None
-    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
     for bm25 in (previous.summary_bm25, previous.chunk_bm25):
         if bm25 is not None and not isinstance(bm25, MultilingualBM25Retriever):
@@ -134,11 +135,11 @@ def updated_levels(owner: Owner, previous: Levels) -> Optional[Levels]:
     new_chunks = [n for n in index.docstore.get_nodes([c for d in kept for c in now[d].chunk_ids])]
     summary_bm25, chunk_bm25 = previous.summary_bm25, previous.chunk_bm25
     if summary_bm25 is not None:
-        summary_bm25 = cast(MultilingualBM25Retriever, summary_bm25).with_changes(
+        summary_bm25 = summary_bm25.with_changes(
             document_nodes(owner, [d for d in kept if d in index.summaries]), gone_summaries
         )
     if chunk_bm25 is not None:
-        chunk_bm25 = cast(MultilingualBM25Retriever, chunk_bm25).with_changes(new_chunks, gone_chunks)
+        chunk_bm25 = chunk_bm25.with_changes(new_chunks, gone_chunks)
     chunk_doc = dict(previous.chunk_doc)
     for chunk_id in gone_chunks:
         chunk_doc.pop(chunk_id, None)
@@ -156,7 +157,6 @@ def updated_levels(owner: Owner, previous: Levels) -> Optional[Levels]:
 
 def build_levels(owner: Owner) -> Levels:
     """Every searcher ``owner`` needs for its index's current state (see :class:`Levels`)."""
-    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
     index = owner.index
     depth = owner.document_depth(owner.similarity_top_k)
@@ -181,7 +181,8 @@ def build_levels(owner: Owner) -> Levels:
     calibration = owner._calibration
     if "documents" not in calibration and owner.summary_mode == LevelMode.HYBRID and summary_bm25:
         calibration["documents"] = _calibrate_documents(owner, summary_vector, summary_bm25, chunk_nodes)
-    if "chunks" not in calibration and owner.chunk_mode == LevelMode.HYBRID and chunk_bm25:
+    # chunk_bm25 means chunks, so a chunk index and its chunk_vector
+    if "chunks" not in calibration and owner.chunk_mode == LevelMode.HYBRID and chunk_bm25 and chunk_vector is not None:
         calibration["chunks"] = calibrate_children(
             [chunk_vector, chunk_bm25],
             chunk_nodes,
@@ -200,8 +201,8 @@ def build_levels(owner: Owner) -> Levels:
 
 def _assemble(
     owner: Owner,
-    summary_bm25: Optional[BaseRetriever],
-    chunk_bm25: Optional[BaseRetriever],
+    summary_bm25: Optional[MultilingualBM25Retriever],
+    chunk_bm25: Optional[MultilingualBM25Retriever],
     depth: int,
     summary_vector: BackfillVectorRetriever,
     chunk_vector: Optional[BackfillVectorRetriever],
@@ -257,7 +258,7 @@ def _calibrate_documents(
     }
     source: List[BaseNode] = list(chunk_nodes) or list(index.summaries.values())
     summary_of.update({s.node_id: s.node_id for s in index.summaries.values()})
-    pairs = {
+    pairs: PairsByScript = {
         script: [(summary_of[node_id], query) for node_id, query in found if node_id in summary_of]
         for script, found in pseudo_queries(source).items()
     }

@@ -11,6 +11,7 @@ import logging
 from typing import Collection, Dict, List, Mapping, Optional, Sequence
 
 from llama_index.core.schema import BaseNode, IndexNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.recursive.build import DocumentRecord
@@ -27,7 +28,7 @@ def check_links(
     summaries: Mapping[str, IndexNode],
     documents: Mapping[str, DocumentRecord],
     known: Sequence[str],
-    docstore: Optional[object],
+    docstore: Optional[BaseDocumentStore],
     pending: Optional[Mapping[str, BaseNode]] = None,
     removed: Collection[str] = (),
     changed: Optional[Collection[str]] = None,

@@ -66,11 +66,13 @@ def transformations_config(steps: Sequence[TransformComponent]) -> List[Dict[str
 
 def transformations_from_config(configs: Optional[Sequence[Dict[str, Any]]]) -> Optional[List[TransformComponent]]:
     """The chunking steps :func:`transformations_config` described (``None``: none could be)."""
-    steps = [step for step in (node_parser_from_config(c) for c in configs or []) if step is not None]
+    steps: List[TransformComponent] = [
+        step for step in (node_parser_from_config(c) for c in configs or []) if step is not None
+    ]
     return steps or None
 
 
-def node_parser_config(parser: Optional[NodeParser]) -> Optional[Dict[str, Any]]:
+def node_parser_config(parser: Optional[TransformComponent]) -> Optional[Dict[str, Any]]:
     """A JSON-able description of ``parser`` that :func:`node_parser_from_config` restores."""
     if parser is None:
         return None
@@ -267,7 +269,7 @@ def _records(raw: Any, path: Path) -> Dict[str, DocumentRecord]:
             )
         except TypeError:
             valid = False
-        if not valid:
+        if not valid or doc_id is None:  # None: the records were no dict
             raise PersistError(
                 f"{path}: the record of document {doc_id!r} is malformed "
                 f"({str(fields)[:200]}); persist the retriever again"
@@ -345,9 +347,12 @@ def load_level(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
             vector_store=vector_store,
             persist_dir=str(path),
         )
-        return load_index_from_storage(storage, embed_model=embed_model)
+        index = load_index_from_storage(storage, embed_model=embed_model)
     except Exception as exc:
         raise PersistError(f"{path} could not be loaded ({exc!r}); persist it again") from exc
+    if not isinstance(index, VectorStoreIndex):  # index_store.json names another kind of index
+        raise PersistError(f"{path} holds a {type(index).__name__}, not a vector index; persist it again")
+    return index
 
 
 def load_summary_cache(persist_dir: Union[str, Path]) -> SummaryCache:

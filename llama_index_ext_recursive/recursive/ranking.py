@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_recursive.filters import keep_matching
-from llama_index_ext_recursive.query import Call
+from llama_index_ext_recursive.query import Call, FilteredQueryBundle
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS, rank_chunks
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
@@ -52,8 +52,8 @@ class Plan:
     level for this query's script."""
 
     call: Call
-    summary_bundle: QueryBundle
-    chunk_bundle: QueryBundle
+    summary_bundle: FilteredQueryBundle
+    chunk_bundle: FilteredQueryBundle
     chunk_filters: Optional[MetadataFilters]
     summary_filters: Optional[MetadataFilters]
     document_weights: Tuple[float, float] = EQUAL_WEIGHTS
@@ -139,7 +139,8 @@ def collect(
                 continue
             final = combine(owner, route.score, hit.score)
             current = best.get(hit.node.node_id)
-            if current is not None and current.score >= final:
+            # every entry of best was made with a score (score=final below)
+            if current is not None and current.score is not None and current.score >= final:
                 continue
             best[hit.node.node_id] = explained(
                 hit,
@@ -230,6 +231,7 @@ class ChunkEvidenceSet:
     ) -> List[Route]:
         """Record one wave of routed searches; return the documents links lead to."""
         slot: Dict[str, int] = {}
+        i: Optional[int]
         for i, route in enumerate(routes):
             slot.setdefault(route.doc_id, i)
         parts: List[Tuple[Dict[str, float], Dict[str, float]]] = [({}, {}) for _ in routes]
@@ -251,7 +253,7 @@ class ChunkEvidenceSet:
     def _node(self, node_id: str) -> Optional[BaseNode]:
         return self.nodes.get(node_id) or self._docstore.get_node(node_id, raise_error=False)
 
-    def _fusion_parts(self, plan: Plan):
+    def _fusion_parts(self, plan: Plan) -> Callable[[str], List[FusionHit]]:
         """``node id -> fusion part``: each chunk search's hit behind a chunk, with
         its rank, raw score and what it added to the chunk's fused score (the
         parts add up to ``chunk_score``), as a hybrid retriever reports them."""

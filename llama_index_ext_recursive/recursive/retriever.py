@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -52,8 +52,8 @@ from llama_index_ext_recursive.filters import (
     to_filters,
 )
 from llama_index_ext_recursive.models import embed_model_name
-from llama_index_ext_recursive.query import DEFAULT_TOP_K, QueryCheckingRetriever, as_query_bundle, resolve_call
-from llama_index_ext_recursive.recursive.build import DocumentRecord
+from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, as_query_bundle, resolve_call
+from llama_index_ext_recursive.recursive.build import DocumentRecord, SummaryEmbedding
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.levels import Levels, levels_for
@@ -329,7 +329,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return self.index.doc_id_key
 
     @property
-    def summary_embedding(self):
+    def summary_embedding(self) -> SummaryEmbedding:
         return self.index.summary_embedding
 
     def validate_links(self) -> None:
@@ -337,7 +337,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         self.index.validate_links()
 
     # ------------------------------------------------------------ updates
-    def add_documents(self, documents, show_progress: Optional[bool] = None) -> List[str]:
+    def add_documents(self, documents: Iterable[Document], show_progress: Optional[bool] = None) -> List[str]:
         """Add or update documents without rebuilding the rest (:meth:`SummaryIndex.add_documents`).
 
         A document whose id exists is re-indexed when its content changed and
@@ -347,7 +347,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         """
         return self.index.add_documents(documents, show_progress=show_progress)
 
-    def add_nodes(self, nodes, show_progress: Optional[bool] = None) -> List[str]:
+    def add_nodes(self, nodes: Iterable[BaseNode], show_progress: Optional[bool] = None) -> List[str]:
         """Add or update pre-chunked nodes (:meth:`SummaryIndex.add_nodes`)."""
         return self.index.add_nodes(nodes, show_progress=show_progress)
 
@@ -450,7 +450,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return self.document_weight
 
     # ------------------------------------------------------------ per call
-    def _resolve(self, query_bundle: QueryBundle):
+    def _resolve(self, query_bundle: QueryBundle) -> Call:
         return resolve_call(
             query_bundle,
             filters=self.filters,
@@ -460,7 +460,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             unknown_filter_key=self.unknown_filter_key,
         )
 
-    def _plan(self, call, embedding: Optional[List[float]]) -> Plan:
+    def _plan(self, call: Call, embedding: Optional[List[float]]) -> Plan:
         summary_filters = relax_to_keys(call.filters, self.index.document_keys)
         script = query_script(call.bundle.query_str)
         return Plan(

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import replace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle
+from llama_index.core.schema import IndexNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
     FilterOperator,
     MetadataFilter,
     MetadataFilters,
@@ -31,7 +32,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.filters import merge_filters
-from llama_index_ext_recursive.query import filters_of
+from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of
 from llama_index_ext_recursive.recursive.build import ROUTING_KEY
 from llama_index_ext_recursive.recursive.evidence import fuse_document_scores
 from llama_index_ext_recursive.recursive.levels import Levels
@@ -39,11 +40,12 @@ from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.ranking import ChunkEvidenceSet, Plan, Route
 from llama_index_ext_recursive.recursive.settings import ROUTED_POOL_FACTOR, Owner
 from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.validation import closest
 
 
-def summary_doc_ids(levels: Levels, node_ids) -> List[str]:
+def summary_doc_ids(levels: Levels, node_ids: Iterable[str]) -> List[str]:
     """Document ids of summary node ids; an unknown id means the stores drifted."""
     by_node = levels.summary_doc
     out = []
@@ -135,14 +137,29 @@ def route(
     return routes, fused
 
 
-def dense_scores(owner: Owner, levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
+def _flat_chunk_search(
+    owner: Owner, levels: Levels
+) -> Tuple[BasePydanticVectorStore, BackfillVectorRetriever]:
+    """The chunk store and its dense search, which ``fused`` mode searches flat."""
+    chunk_index = owner.index.chunk_index
+    if chunk_index is None or levels.chunk_vector is None:  # score_mode set to fused after construction
+        raise ValueError(
+            "score_mode='fused' searches all chunks flat, which needs the chunk store built by "
+            "from_documents/from_nodes; a retriever_dict setup supports 'chunk', 'weighted' or 'product'"
+        )
+    return chunk_index.vector_store, levels.chunk_vector
+
+
+def dense_scores(
+    owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int
+) -> Dict[str, float]:
     """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
 
     The embedded store is asked for ids and scores only (nodes are fetched
     for the final top-k alone); other stores go through
     :class:`BackfillVectorRetriever`, which filters what they cannot.
     """
-    store = owner.index.chunk_index.vector_store
+    store, chunk_vector = _flat_chunk_search(owner, levels)
     if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
         found = store.query(
             VectorStoreQuery(
@@ -150,19 +167,22 @@ def dense_scores(owner: Owner, levels: Levels, bundle: QueryBundle, top_k: int) 
             )
         )
         return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
-    hits = levels.chunk_vector._retrieve(replace(bundle, top_k=top_k))
+    hits = chunk_vector._retrieve(replace(bundle, top_k=top_k))
     return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
 
 
-async def adense_scores(owner: Owner, levels: Levels, bundle: QueryBundle, top_k: int) -> Dict[str, float]:
-    if isinstance(owner.index.chunk_index.vector_store, NumpyVectorStore):
+async def adense_scores(
+    owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int
+) -> Dict[str, float]:
+    store, chunk_vector = _flat_chunk_search(owner, levels)
+    if isinstance(store, NumpyVectorStore):
         return await asyncio.to_thread(dense_scores, owner, levels, bundle, top_k)  # numpy: CPU work
-    hits = await levels.chunk_vector._aretrieve(replace(bundle, top_k=top_k))
+    hits = await chunk_vector._aretrieve(replace(bundle, top_k=top_k))
     return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
 
 
 def chunk_scores(
-    owner: Owner, plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
+    owner: Owner, plan: Plan, levels: Levels, bundle: FilteredQueryBundle, top_k: int
 ) -> Tuple[Dict[str, float], Dict[str, float]]:
     """Dense and lexical scores of the best ``top_k`` chunks each ({} where
     this query's script gives that search weight 0)."""
@@ -177,7 +197,7 @@ def chunk_scores(
 
 
 async def achunk_scores(
-    owner: Owner, plan: Plan, levels: Levels, bundle: QueryBundle, top_k: int
+    owner: Owner, plan: Plan, levels: Levels, bundle: FilteredQueryBundle, top_k: int
 ) -> Tuple[Dict[str, float], Dict[str, float]]:
     weights = plan.chunk_weights
     dense, lexical = await asyncio.gather(
@@ -245,7 +265,7 @@ def documents_with_scores(
     ]
 
 
-def wave_bundle(owner: Owner, routes: List[Route], plan: Plan) -> QueryBundle:
+def wave_bundle(owner: Owner, routes: List[Route], plan: Plan) -> FilteredQueryBundle:
     """One chunk query for a whole wave (or one route): its documents' chunks, plus the filters."""
     routing = MetadataFilters(
         filters=[
@@ -264,6 +284,7 @@ def wave_bundle(owner: Owner, routes: List[Route], plan: Plan) -> QueryBundle:
 def split_wave(routes: List[Route], hits: List[NodeWithScore]) -> List[List[NodeWithScore]]:
     """Hand each hit of a wave query to the (first) route of its document."""
     slot: Dict[str, int] = {}
+    i: Optional[int]
     for i, route in enumerate(routes):
         slot.setdefault(route.doc_id, i)
     out: List[List[NodeWithScore]] = [[] for _ in routes]
@@ -309,7 +330,7 @@ def child(owner: Owner, route: Route) -> BaseRetriever:
     return retriever
 
 
-def child_results(route: Route, retriever: BaseRetriever, search) -> List[NodeWithScore]:
+def child_results(route: Route, retriever: BaseRetriever, search: Callable[[], Any]) -> List[NodeWithScore]:
     """A ``retriever_dict`` child's hits; a child that breaks is named."""
     where = f"retriever_dict[{route.doc_id!r}] ({type(retriever).__name__})"
     try:
@@ -332,6 +353,7 @@ async def aretrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan
     if levels.chunk_vector is not None:
         return await levels.chunk_vector._aretrieve(wave_bundle(owner, [route], plan))
     retriever = child(owner, route)
+    hits: Union[List[NodeWithScore], TypeError]
     try:
         hits = await retriever.aretrieve(replace(plan.chunk_bundle))
     except TypeError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from enum import Enum
-from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple, Type
 
 from llama_index.core.callbacks import CallbackManager
 
@@ -84,7 +84,7 @@ class Owner(Protocol):
 
 
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
-_CHOICE_SETTINGS = {
+_CHOICE_SETTINGS: Dict[str, Type[Enum]] = {
     "score_mode": ScoreMode,
     "filter_policy": FilterPolicy,
     "summary_mode": LevelMode,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
+from llama_index.core.llms.utils import LLMType
 from scipy import sparse
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
@@ -180,7 +181,9 @@ class ExtractiveSummarizer:
             )
         return [sentences[i] for i in sorted(chosen)]
 
-    def _mmr(self, matrix, centrality, lengths, budget, ids) -> List[int]:
+    def _mmr(
+        self, matrix: sparse.csr_array, centrality: np.ndarray, lengths: np.ndarray, budget: int, ids: np.ndarray
+    ) -> List[int]:
         """Greedy maximal marginal relevance within a character budget.
 
         A sentence longer than the budget left can never be chosen later, so it
@@ -268,7 +271,7 @@ class LLMSummarizer:
 
     def __init__(
         self,
-        llm=None,
+        llm: Optional[LLMType] = None,
         max_chars: int = 800,
         max_input_chars: int = 6000,
         timeout: float = 60.0,

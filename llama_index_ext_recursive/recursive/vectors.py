@@ -9,7 +9,7 @@ node. Summaries are routed by :class:`~llama_index_ext_recursive.recursive.build
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 from llama_index.core import VectorStoreIndex
@@ -23,6 +23,8 @@ from llama_index_ext_recursive.recursive.build import BuiltDocuments, SummaryEmb
 from llama_index_ext_recursive.validation import check_vectors
 
 logger = logging.getLogger(__name__)
+
+_Node = TypeVar("_Node", bound=BaseNode)
 
 
 def _unit(vector: Sequence[float]) -> np.ndarray:
@@ -92,10 +94,10 @@ def attach_embeddings(
 
 
 def _check_embeddings(
-    nodes: Sequence[BaseNode],
+    nodes: Sequence[_Node],
     vectors: Mapping[str, Sequence[float]],
     model_name: str,
-    describe: Callable[[BaseNode], str],
+    describe: Callable[[_Node], str],
     dim: Optional[int],
     block: int = 4096,
 ) -> Optional[int]:

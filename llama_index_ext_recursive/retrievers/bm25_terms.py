@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import bm25s
 import numpy as np
@@ -178,7 +178,7 @@ class Terms:
         return scores
 
 
-def idf_of(bm25: bm25s.BM25):
+def idf_of(bm25: bm25s.BM25) -> Callable[..., Any]:
     """bm25s' idf function for ``bm25``'s method."""
     return _select_idf_scorer(bm25.idf_method)
 

@@ -297,9 +297,9 @@ def fit_weights(
     _check_results(results_per_child, targets, count)
     points = [check_weights(f"grid[{i}]", list(p), count) for i, p in enumerate(grid or weight_grid(count))]
     for i in range(count):
-        alone = [1.0 if j == i else 0.0 for j in range(count)]
-        if not any(_same_direction(p, alone) for p in points):
-            points.append(alone)
+        only_i = [1.0 if j == i else 0.0 for j in range(count)]
+        if not any(_same_direction(p, only_i) for p in points):
+            points.append(only_i)
     scored = [(p, fused_mrr(results_per_child, targets, p, fuse)) for p in points]
     alone = {_single(p): mrr for p, mrr in scored if _single(p) is not None}
     best = max(mrr for _, mrr in scored)

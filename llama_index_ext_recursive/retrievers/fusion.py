@@ -258,7 +258,8 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             object_map=object_map,
             retriever_weights=weights,
         )
-        self._llm = resolved
+        # None with num_queries=1, where upstream never reads it (it only generates queries)
+        self._llm = resolved  # type: ignore[assignment]
         # the parent normalises the weights to sum 1; RRF adds them unnormalised
         self._retriever_weights = weights
         self.script_weights: Dict[QueryScript, List[float]] = per_script

@@ -88,7 +88,7 @@ def read_children(
     for i in range(len(names)):
         child_folder = folder / CHILD_FOLDER.format(i)
         child_config = read_config(child_folder)
-        kind = kinds.get(child_config.get("type"))
+        kind = kinds.get(child_config.get("type", ""))
         if kind is None:
             raise PersistError(
                 f"{child_folder / 'config.json'} names {child_config.get('type')!r}, which is not a "

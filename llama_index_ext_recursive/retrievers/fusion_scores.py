@@ -10,7 +10,7 @@ retrieval fuses its evidence with :func:`relative_score_fusion`.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore
@@ -18,8 +18,20 @@ from llama_index.core.schema import NodeWithScore
 DEFAULT_RRF_K = 60.0
 
 ScoreMap = Mapping[str, float]
-FuseFunction = Callable[[Sequence[ScoreMap], Sequence[float]], Dict[str, float]]
+
+
+class FuseFunction(Protocol):
+    """A fusion function below: score maps and weights, and per list whether it holds distances
+    (calibration passes ``distance`` whenever a child scores by distance)."""
+
+    def __call__(
+        self, lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
+    ) -> Dict[str, float]: ...
+
+
 RankedHits = List[Tuple[int, NodeWithScore]]
+# what reciprocal_rank_fusion ranks: node ids, or any other key (row numbers in eval's oracle)
+_Key = TypeVar("_Key", bound=Hashable)
 
 
 def usable_hits(hits: Sequence[NodeWithScore], distance: bool = False) -> RankedHits:
@@ -66,7 +78,7 @@ def contributions(
     if mode == FUSION_MODES.SIMPLE:
         top = max(weights)
         return [
-            (w / top) * (1.0 / (1.0 + max(h.score, 0.0)) if distance else h.score)  # type: ignore[arg-type,operator]
+            (w / top) * (1.0 / (1.0 + max(h.score, 0.0)) if distance else h.score)  # type: ignore[type-var,operator]
             for _, h in hits
         ]
     scores = [h.score for _, h in hits]
@@ -146,12 +158,12 @@ def distribution_based_fusion(
 
 
 def reciprocal_rank_fusion(
-    lists: Sequence[ScoreMap],
+    lists: Sequence[Mapping[_Key, float]],
     weights: Sequence[float],
     k: float = DEFAULT_RRF_K,
     *,
     distance: Optional[Sequence[bool]] = None,
-) -> Dict[str, float]:
+) -> Dict[_Key, float]:
     """Weighted reciprocal rank fusion, ``sum_i w_i / (k + rank_i)``.
 
     Ranks are 1-based, by descending score (ascending for distance lists;
@@ -164,7 +176,7 @@ def reciprocal_rank_fusion(
         distance: per list, whether its scores are distances.
     """
     _check_fusion_input(lists, weights, distance)
-    parts: Dict[str, List[float]] = {}
+    parts: Dict[_Key, List[float]] = {}
     for i, (scores, w) in enumerate(zip(lists, weights)):
         if w <= 0:
             continue
@@ -195,7 +207,7 @@ def simple_fusion(
 
 
 def _check_fusion_input(
-    lists: Sequence[ScoreMap], weights: Sequence[float], distance: Optional[Sequence[bool]]
+    lists: Sequence[Mapping[Any, float]], weights: Sequence[float], distance: Optional[Sequence[bool]]
 ) -> float:
     if len(weights) != len(lists):
         raise ValueError(f"weights has {len(weights)} values for {len(lists)} score lists: give one per list")

@@ -24,6 +24,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import BaseNode
+from llama_index.core.vector_stores import SimpleVectorStore
 
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.filters import FilterVocabulary, UnknownFilterPolicy
@@ -109,7 +110,8 @@ def hybrid_retriever(
     if index is None and (vector is None or bm25 is None):
         raise ValueError("pass index=, or both vector= and bm25=")
     if bm25 is None:
-        nodes = list(index.docstore.docs.values()) if nodes is None else list(nodes)  # type: ignore[union-attr]
+        assert index is not None  # checked above
+        nodes = list(index.docstore.docs.values()) if nodes is None else list(nodes)
         if not nodes:
             raise ValueError(
                 "the index's docstore holds no nodes (a vector store that stores text?); "
@@ -121,6 +123,7 @@ def hybrid_retriever(
     kwargs.setdefault("mode", HYBRID_MODE)
     explicit = any(kwargs.get(key) is not None for key in ("retriever_weights", "script_weights", "calibration"))
     if vector is None:
+        assert index is not None  # checked above
         vector = BackfillVectorRetriever(index, k, embed_model=embed_model, unknown_filter_key=None)
     hybrid = fusion_class(
         [vector, bm25], similarity_top_k=similarity_top_k, child_top_k=child_top_k, **kwargs
@@ -193,7 +196,10 @@ def _bm25(nodes: List[BaseNode], k: int) -> BaseRetriever:
 def check_node_embeddings(index: VectorStoreIndex, model_name: str) -> None:
     """Refuse NaN/inf node vectors or vectors of two dimensions, naming the node:
     a NaN vector scores NaN against every query."""
-    items = list(index.vector_store.data.embedding_dict.items())
+    store = index.vector_store
+    if not isinstance(store, SimpleVectorStore):  # NumpyVectorStore is one
+        raise TypeError(f"check_node_embeddings reads the vectors of a SimpleVectorStore, not a {type(store).__name__}")
+    items = list(store.data.embedding_dict.items())
     dim: Optional[int] = None
     for start in range(0, len(items), _CHECK_BATCH):
         batch = items[start : start + _CHECK_BATCH]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, TypeGuard
 
 from llama_index.core.schema import NodeRelationship
 from llama_index.core.storage.docstore.types import BaseDocumentStore
@@ -19,6 +19,9 @@ from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_recursive.filters import FilterVocabulary
+
+if TYPE_CHECKING:  # the chroma extra: imported only when a store is one
+    from llama_index.vector_stores.chroma import ChromaVectorStore
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +124,7 @@ def store_size(vector_store: BasePydanticVectorStore) -> Optional[int]:
     return None
 
 
-def is_chroma(vector_store: BasePydanticVectorStore) -> bool:
+def is_chroma(vector_store: BasePydanticVectorStore) -> TypeGuard[ChromaVectorStore]:
     try:
         from llama_index.vector_stores.chroma import ChromaVectorStore
     except ImportError:
@@ -129,7 +132,7 @@ def is_chroma(vector_store: BasePydanticVectorStore) -> bool:
     return isinstance(vector_store, ChromaVectorStore)
 
 
-def chroma_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
+def chroma_dimension(vector_store: ChromaVectorStore) -> Optional[int]:
     """The length of one stored embedding of a Chroma collection (``None`` when empty)."""
     rows = vector_store._collection.get(limit=1, include=["embeddings"])
     embeddings = rows.get("embeddings")

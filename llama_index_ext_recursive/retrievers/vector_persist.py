@@ -113,4 +113,8 @@ def read_index_files(
         )
     except (OSError, ValueError, KeyError) as exc:
         raise PersistError(f"{folder}: the index files cannot be loaded ({exc})") from exc
+    if not isinstance(index, VectorStoreIndex):  # index_store.json names another kind of index
+        raise PersistError(
+            f"{folder}: the index files hold a {type(index).__name__}, not a vector index; the folder is damaged"
+        )
     return data, index

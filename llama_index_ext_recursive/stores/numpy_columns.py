@@ -10,7 +10,7 @@ vectorise is evaluated per value by
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class MetadataColumn:
             self._none = np.fromiter((v is None for v in self.values), bool, len(self.values))
         return self._none
 
-    def _index(self) -> None:
+    def _index(self) -> Tuple[Dict[Any, List[int]], np.ndarray]:
         postings: Dict[Any, List[int]] = {}
         other = np.zeros(len(self.values), dtype=bool)
         for row, value in enumerate(self.values):
@@ -56,27 +56,26 @@ class MetadataColumn:
             else:
                 other[row] = True
         self._postings, self._other = postings, other
+        return postings, other
 
     def other(self) -> np.ndarray:
         if self._other is None:
-            self._index()
+            return self._index()[1]
         return self._other
 
     def equal_rows(self, value: Any) -> np.ndarray:
         """Rows holding a plain value ``== value`` (as Python compares them)."""
-        if self._postings is None:
-            self._index()
+        postings = self._postings if self._postings is not None else self._index()[0]
         if type(value) not in PLAIN or value != value:  # NaN equals nothing
             return EMPTY_ROWS
         rows = self._arrays.get(value)
         if rows is None:
-            rows = self._arrays[value] = np.asarray(self._postings.get(value, ()), dtype=np.int64)
+            rows = self._arrays[value] = np.asarray(postings.get(value, ()), dtype=np.int64)
         return rows
 
     def postings(self) -> Dict[Any, np.ndarray]:
-        if self._postings is None:
-            self._index()
-        return {value: self.equal_rows(value) for value in self._postings}
+        postings = self._postings if self._postings is not None else self._index()[0]
+        return {value: self.equal_rows(value) for value in postings}
 
     def numeric(self) -> Optional[np.ndarray]:
         """float64 column (NaN where None) when every value is an exact number."""

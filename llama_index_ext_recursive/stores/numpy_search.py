@@ -151,7 +151,8 @@ def _replay_upstream(
                 close = np.flatnonzero(np.diff(values[by_score]) <= TIE_TOLERANCE)
                 recompute = np.union1d(recompute, np.union1d(by_score[close], by_score[close + 1]))
             for i in recompute.tolist():
-                values[i] = upstream_similarity(q_np, np.array(emb[ids[rows[i]]]))
+                # arrays, as upstream's own store passes them (it types the arguments as lists)
+                values[i] = upstream_similarity(q_np, np.array(emb[ids[rows[i]]]))  # type: ignore[arg-type]
     top_k = query.similarity_top_k
     heap: List[tuple] = []
     push, pop = heapq.heappush, heapq.heappop

@@ -234,7 +234,7 @@ class NumpyVectorStore(SimpleVectorStore):
         # checked above, so built directly: dataclasses_json's from_dict decodes
         # every float one by one (about 95% of loading a 5k-node index)
         return cls(
-            SimpleVectorStoreData(
+            data=SimpleVectorStoreData(
                 embedding_dict=data["embedding_dict"],
                 text_id_to_ref_doc_id=data.get("text_id_to_ref_doc_id", {}),
                 metadata_dict=data.get("metadata_dict", {}),

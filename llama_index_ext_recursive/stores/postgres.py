@@ -204,10 +204,11 @@ class _Timeouts:
             raise self.error("statement_timeout") from error
         if isinstance(error, TimeoutError):  # asyncpg's command_timeout
             ctx.is_disconnect = True
-            if ctx.connection is not None:
+            driver = ctx.connection.connection.driver_connection if ctx.connection is not None else None
+            if driver is not None:  # None: the pool has already let go of it
                 # close it now: SQLAlchemy would first try a polite close, for
                 # 2 s, on a connection that is not answering
-                ctx.connection.connection.driver_connection.terminate()
+                driver.terminate()
             raise self.error("statement_timeout") from error
         sqlstate = getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
         if sqlstate == _QUERY_CANCELED and "statement timeout" in str(error):
@@ -416,25 +417,28 @@ class _PGVectorStore(PGVectorStore):
         return "PGVectorStore"
 
     def _connect(self) -> None:
-        # upstream creates the engines here when none were given; ours exist already
-        self._session = sessionmaker(self._engine)
-        self._async_session = self._async_engines
+        # upstream creates the engines here when none were given; ours exist already.
+        # Upstream types these as sessions but stores session factories in them itself.
+        self._session = sessionmaker(self._engine)  # type: ignore[assignment]
+        self._async_session = self._async_engines  # type: ignore[assignment]
 
     async def close(self) -> None:
         """Close the sync pool and the async engines (the running loop's at once)."""
-        self._engine.dispose()
+        if self._engine is not None:  # set by __init__; upstream types it Optional
+            self._engine.dispose()
         await self._async_engines.dispose()
 
     def _sorted(self, query: VectorStoreQuery, result: VectorStoreQueryResult) -> VectorStoreQueryResult:
-        if not self._resort or query.mode != VectorStoreQueryMode.DEFAULT or not result.similarities:
+        similarities = result.similarities
+        if not self._resort or query.mode != VectorStoreQueryMode.DEFAULT or not similarities:
             return result
-        order = sorted(range(len(result.similarities)), key=lambda i: -result.similarities[i])
+        order = sorted(range(len(similarities)), key=lambda i: -similarities[i])
         if order == list(range(len(order))):
             return result
         logger.debug("pgvector returned %d rows out of order; re-sorted", len(order))
         return VectorStoreQueryResult(
             nodes=[result.nodes[i] for i in order] if result.nodes is not None else None,
-            similarities=[result.similarities[i] for i in order],
+            similarities=[similarities[i] for i in order],
             ids=[result.ids[i] for i in order] if result.ids is not None else None,
         )
 
@@ -442,7 +446,8 @@ class _PGVectorStore(PGVectorStore):
         """One filter as SQL with its key and value bound (upstream pastes both into SQL text)."""
         return self._recursively_apply_filters(MetadataFilters(filters=[filter_]))
 
-    def _recursively_apply_filters(self, filters: MetadataFilters) -> Any:
+    # upstream annotates List[MetadataFilters] but passes (and reads) one MetadataFilters
+    def _recursively_apply_filters(self, filters: MetadataFilters) -> Any:  # type: ignore[override]
         """The WHERE clause of every query, text search, ``get_nodes`` and ``delete_nodes``.
 
         Upstream's builder pastes keys and values into SQL text (SQL injection,
@@ -451,7 +456,8 @@ class _PGVectorStore(PGVectorStore):
         """
         return where_clause(self._table_class, filters, jsonb=self.use_jsonb)
 
-    def add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:
+    # List as PGVectorStore.add takes, which itself narrows the base class's Sequence
+    def add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:  # type: ignore[override]
         """Add ``nodes``; a node PostgreSQL cannot store is named (the driver named none).
 
         Checked only once the driver has refused the batch (one transaction,
@@ -471,7 +477,8 @@ class _PGVectorStore(PGVectorStore):
             check_storable(nodes)
             raise
 
-    async def async_add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:
+    # List as PGVectorStore.async_add takes (see add)
+    async def async_add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:  # type: ignore[override]
         """Add ``nodes``; a node PostgreSQL cannot store is named, as by :meth:`add`.
 
         Args:
@@ -590,7 +597,8 @@ class _PGVectorStore(PGVectorStore):
             .order_by(desc("rank"))
         )
         if self._customize_query_fn is not None:
-            stmt = self._customize_query_fn(stmt, table, **kwargs)
+            # called as upstream calls it; its annotation lists three positional arguments
+            stmt = self._customize_query_fn(stmt, table, **kwargs)  # type: ignore[call-arg]
         return self._apply_filters_and_limit(stmt, limit, metadata_filters)
 
     def _checked(self, query: VectorStoreQuery, kwargs: Dict[str, Any]) -> VectorStoreQuery:
