@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import tempfile
+from pathlib import Path
 from typing import List
 
 import numpy as np
@@ -22,6 +24,12 @@ os.environ.setdefault("LLAMA_INDEX_CACHE_DIR", os.path.join(_CACHE, "llama_index
 os.environ.setdefault("XDG_CACHE_HOME", os.path.join(_CACHE, "xdg"))  # the CLI's embedding cache
 
 from llama_index_ext_recursive.model_identity import PROBES  # noqa: E402
+
+# the benchmark scripts import their shared harness as benchmarks/<script>.py sees it; tests that
+# load a script (test_benchmarks, test_auto_sets) need the same
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
 
 DIM = 64
 

@@ -16,11 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-if str(BENCHMARKS) not in sys.path:  # scripts run as benchmarks/<script>.py see it first
-    sys.path.insert(0, str(BENCHMARKS))
-
-from harness import cli, corpus, data, memory, models, report, timing, versions  # noqa: E402
+from conftest import BENCHMARKS
+from harness import cli, corpus, data, memory, models, report, timing, versions
 
 SCRIPTS = sorted(BENCHMARKS.glob("*.py"))
 
