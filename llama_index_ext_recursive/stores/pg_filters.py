@@ -23,7 +23,7 @@ package's other stores use:
   where upstream turned any string that parses as a float (``"5"``, ``"nan"``,
   a document id ``"123"``) into that failing numeric comparison. The type
   check costs a second JSON lookup per row for numbers only
-  (``benchmarks/postgres_filters.py``).
+  (``benchmarks/postgres_latency.py --case filters``).
 * ``!=``, ``nin`` and ``NOT`` match rows that lack the key, as in memory
   (upstream: SQL ``NULL`` dropped them).
 * ``text_match`` is a substring match: ``%`` and ``_`` in the value are

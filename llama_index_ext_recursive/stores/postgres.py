@@ -144,7 +144,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_NAME = 63  # PostgreSQL's NAMEDATALEN - 1
 _QUALIFIED_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 DEFAULT_CONNECT_TIMEOUT = 10.0
-# 256 words: 0.6 s of ts_rank on 20,000 rows (benchmarks/postgres_text_search.py);
+# 256 words: 0.6 s of ts_rank on 20,000 rows (benchmarks/postgres_latency.py --case text);
 # a typed question holds a few dozen
 DEFAULT_MAX_TEXT_QUERY_WORDS = 256
 DEFAULT_STATEMENT_TIMEOUT = 30.0
@@ -569,7 +569,7 @@ class _PGVectorStore(PGVectorStore):
 
         Each word costs a lookup in every row that matches any of them (1,000
         words took 4.3 s on 20,000 rows, upstream's chain 4.7 s:
-        ``benchmarks/postgres_text_search.py``), so a query of more than
+        ``benchmarks/postgres_latency.py --case text``), so a query of more than
         ``max_text_query_words`` distinct words is refused rather than left to
         hold a connection until ``statement_timeout``.
         """
