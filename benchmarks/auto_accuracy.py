@@ -57,10 +57,11 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from importlib import resources
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any
 
 from harness import RESULTS, cli
 from harness.report import Table, write
@@ -71,9 +72,9 @@ from llama_index.core.indices.vector_store.retrievers.auto_retriever.output_pars
 from llama_index.core.llms import CustomLLM
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataInfo, VectorStoreInfo
 
+from llama_index_ext_recursive.auto import FieldType, SpecValidator, metadata_vocabulary, resolve_top_k
 from llama_index_ext_recursive.auto.llm import LLMSpecGenerator
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
-from llama_index_ext_recursive.auto import FieldType, SpecValidator, metadata_vocabulary, resolve_top_k
 from llama_index_ext_recursive.sample import load_sample_documents, sample_vector_store_info
 
 SAMPLE_INFO = sample_vector_store_info()
@@ -82,7 +83,7 @@ TUNING, HELD_OUT = "tuning", "held-out"
 # a held-out set whose misses were then looked at and fixed: in-sample since (its blind figure is in docs)
 TUNED_AFTER_BLIND = "held-out, then tuned"
 # (name, file in llama_index_ext_recursive/sample_data, role); adding a set is one entry here
-LABELLED_SETS: List[Tuple[str, str, str]] = [
+LABELLED_SETS: list[tuple[str, str, str]] = [
     ("sample", "auto_queries.jsonl", TUNING),
     ("recipes", "auto_queries_recipes.json", TUNING),
     ("films", "auto_queries_films.json", TUNED_AFTER_BLIND),
@@ -93,7 +94,7 @@ LABELLED_SETS: List[Tuple[str, str, str]] = [
     ("tickets", "auto_queries_tickets.json", HELD_OUT),
 ]
 
-FilterKey = Tuple[str, str, Any]
+FilterKey = tuple[str, str, Any]
 
 POSITIVE_OPS = frozenset({"==", "in", "contains", "any"})
 NEGATIVE_OPS = frozenset({"!=", "nin"})
@@ -109,10 +110,10 @@ class LabelledSet:
     file: str
     role: str
     info: VectorStoreInfo
-    vocabulary: Dict[str, set]
-    synonyms: Dict[str, Dict[str, Any]]
-    today: Optional[str]  # the set's reference date; a row's own ``today`` wins
-    rows: List[Dict[str, Any]]
+    vocabulary: dict[str, set]
+    synonyms: dict[str, dict[str, Any]]
+    today: str | None  # the set's reference date; a row's own ``today`` wins
+    rows: list[dict[str, Any]]
     description: str = ""
 
 
@@ -120,31 +121,33 @@ def _data_file(filename: str):
     return resources.files("llama_index_ext_recursive").joinpath("sample_data", filename)
 
 
-def load_labelled() -> List[Dict[str, Any]]:
+def load_labelled() -> list[dict[str, Any]]:
     """The sample corpus's labelled queries bundled with the package."""
     text = _data_file("auto_queries.jsonl").read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def sample_vocabulary() -> Dict[str, set]:
+def sample_vocabulary() -> dict[str, set]:
     """Values present per filterable key in the sample corpus."""
     keys = {m.name for m in SAMPLE_INFO.metadata_info}
     return {k: v for k, v in metadata_vocabulary(load_sample_documents()).items() if k in keys}
 
 
-def schema_info(schema: Dict[str, Any]) -> VectorStoreInfo:
+def schema_info(schema: dict[str, Any]) -> VectorStoreInfo:
     """``VectorStoreInfo`` from a set file's ``schema`` (content_info, metadata_info)."""
     return VectorStoreInfo(
         content_info=schema.get("content_info", ""),
-        metadata_info=[MetadataInfo(name=m["name"], type=m["type"], description=m.get("description", ""))
-                       for m in schema["metadata_info"]],
+        metadata_info=[
+            MetadataInfo(name=m["name"], type=m["type"], description=m.get("description", ""))
+            for m in schema["metadata_info"]
+        ],
     )
 
 
-def schema_vocabulary(info: VectorStoreInfo, vocabulary: Dict[str, Iterable[Any]]) -> Dict[str, set]:
+def schema_vocabulary(info: VectorStoreInfo, vocabulary: dict[str, Iterable[Any]]) -> dict[str, set]:
     """The vocabulary as sets, numeric keys' values as numbers (``"2023"`` -> 2023)."""
     types = {m.name: FieldType.of(m) for m in info.metadata_info}
-    out: Dict[str, set] = {}
+    out: dict[str, set] = {}
     for key, values in vocabulary.items():
         ftype = types.get(key)
         if ftype is not None and ftype.is_numeric:
@@ -155,7 +158,7 @@ def schema_vocabulary(info: VectorStoreInfo, vocabulary: Dict[str, Iterable[Any]
     return out
 
 
-def load_set(name: str, filename: str, role: str) -> Optional[LabelledSet]:
+def load_set(name: str, filename: str, role: str) -> LabelledSet | None:
     """A set from ``LABELLED_SETS``; ``None`` if its file is absent.
 
     A ``.jsonl`` file is the sample corpus's (schema ``sample_vector_store_info()``,
@@ -166,23 +169,40 @@ def load_set(name: str, filename: str, role: str) -> Optional[LabelledSet]:
     if not path.is_file():
         return None
     if filename.endswith(".jsonl"):
-        return LabelledSet(name, filename, role, SAMPLE_INFO, sample_vocabulary(), {}, None,
-                           load_labelled(), "queries over the bundled sample corpus")
+        return LabelledSet(
+            name,
+            filename,
+            role,
+            SAMPLE_INFO,
+            sample_vocabulary(),
+            {},
+            None,
+            load_labelled(),
+            "queries over the bundled sample corpus",
+        )
     data = json.loads(path.read_text(encoding="utf-8"))
     schema = data["schema"]
     info = schema_info(schema)
-    return LabelledSet(name, filename, role, info, schema_vocabulary(info, schema.get("vocabulary", {})),
-                       schema.get("synonyms") or {}, data.get("today"), list(data["queries"]),
-                       data.get("description", ""))
+    return LabelledSet(
+        name,
+        filename,
+        role,
+        info,
+        schema_vocabulary(info, schema.get("vocabulary", {})),
+        schema.get("synonyms") or {},
+        data.get("today"),
+        list(data["queries"]),
+        data.get("description", ""),
+    )
 
 
-def _parts(f: Any) -> Tuple[str, str, Any]:
+def _parts(f: Any) -> tuple[str, str, Any]:
     if isinstance(f, MetadataFilter):
         return f.key, f.operator.value, f.value
     return f["key"], f["operator"], f["value"]
 
 
-def filter_set(filters: Iterable[Any]) -> FrozenSet[FilterKey]:
+def filter_set(filters: Iterable[Any]) -> frozenset[FilterKey]:
     """Order-insensitive form of a filter list (``MetadataFilter``s or dicts)."""
     out = set()
     for f in filters:
@@ -193,9 +213,7 @@ def filter_set(filters: Iterable[Any]) -> FrozenSet[FilterKey]:
     return frozenset(out)
 
 
-def wrong_polarity(
-    expected_filters: Iterable[Any], got_filters: Iterable[Any]
-) -> List[Tuple[str, str, str, Any]]:
+def wrong_polarity(expected_filters: Iterable[Any], got_filters: Iterable[Any]) -> list[tuple[str, str, str, Any]]:
     """Filters whose polarity is the opposite of the label's, as ``(key, expected_op, got_op, value)``.
 
     - the label excludes value *v* of key *k* (``!=``/``nin``) and a filter
@@ -213,10 +231,10 @@ def wrong_polarity(
     expected = [_parts(f) for f in expected_filters]
     got = [_parts(f) for f in got_filters]
 
-    def values(value: Any) -> List[Any]:
+    def values(value: Any) -> list[Any]:
         return list(value) if isinstance(value, (list, tuple)) else [value]
 
-    found: Dict[Tuple[str, str, str, Any], None] = {}
+    found: dict[tuple[str, str, str, Any], None] = {}
     for key, op, value in expected:
         if op in NEGATIVE_OPS:
             opposite = POSITIVE_OPS
@@ -230,9 +248,10 @@ def wrong_polarity(
                     if v in values(g_value):
                         found[(key, op, g_op, v)] = None
 
-    def sides(filters: List[Tuple[str, str, Any]], key: str) -> set:
-        return {"lower" if op in LOWER_OPS else "upper" for k, op, _ in filters
-                if k == key and op in LOWER_OPS | UPPER_OPS}
+    def sides(filters: list[tuple[str, str, Any]], key: str) -> set:
+        return {
+            "lower" if op in LOWER_OPS else "upper" for k, op, _ in filters if k == key and op in LOWER_OPS | UPPER_OPS
+        }
 
     for key in dict.fromkeys(k for k, _, _ in expected):
         want, have = sides(expected, key), sides(got, key)
@@ -247,14 +266,14 @@ def language_of(query: str) -> str:
     return "zh" if re.search(r"[\u4e00-\u9fff]", query) else "en"
 
 
-def evaluate(labelled: LabelledSet) -> Dict[str, Any]:
+def evaluate(labelled: LabelledSet) -> dict[str, Any]:
     """Run the generator on every row of a set; accuracy per group and the misses.
 
     Groups: ``overall``, ``en``/``zh``, ``split:<split>`` (when any row has a
     split; rows without one are ``dev``) and ``tag:<tag>``.
     """
-    generators: Dict[str, RuleBasedSpecGenerator] = {}
-    counts: Dict[str, Dict[str, int]] = {}
+    generators: dict[str, RuleBasedSpecGenerator] = {}
+    counts: dict[str, dict[str, int]] = {}
     misses = []
     has_splits = any("split" in row for row in labelled.rows)
     for row in labelled.rows:
@@ -262,7 +281,8 @@ def evaluate(labelled: LabelledSet) -> Dict[str, Any]:
         if today not in generators:
             extra = {"synonyms": labelled.synonyms} if labelled.synonyms else {}
             generators[today] = RuleBasedSpecGenerator(
-                labelled.info, labelled.vocabulary, today=date.fromisoformat(today), **extra)
+                labelled.info, labelled.vocabulary, today=date.fromisoformat(today), **extra
+            )
         spec, matches = generators[today].generate_with_matches(row["query"])
         expected = row["expected"]
         filters_ok = filter_set(spec.filters) == filter_set(expected["filters"])
@@ -281,37 +301,57 @@ def evaluate(labelled: LabelledSet) -> Dict[str, Any]:
             c["both"] += filters_ok and top_k_ok
             c["wrong_polarity"] += bool(flipped)
         if not (filters_ok and top_k_ok):
-            misses.append({
-                "query": row["query"],
-                "split": split,
-                "tags": tags,
-                "expected_filters": sorted(map(list, filter_set(expected["filters"])), key=str),
-                "got_filters": sorted(map(list, filter_set(spec.filters)), key=str),
-                "expected_top_k": expected.get("top_k"),
-                "got_top_k": spec.top_k,
-                "got_query": spec.query,
-                "matched": [m.text for m in matches],
-                "wrong_polarity": [list(f) for f in flipped],
-            })
+            misses.append(
+                {
+                    "query": row["query"],
+                    "split": split,
+                    "tags": tags,
+                    "expected_filters": sorted(map(list, filter_set(expected["filters"])), key=str),
+                    "got_filters": sorted(map(list, filter_set(spec.filters)), key=str),
+                    "expected_top_k": expected.get("top_k"),
+                    "got_top_k": spec.top_k,
+                    "got_query": spec.query,
+                    "matched": [m.text for m in matches],
+                    "wrong_polarity": [list(f) for f in flipped],
+                }
+            )
     summary = {
-        group: {**c, "filter_accuracy": c["filters"] / c["n"], "top_k_accuracy": c["top_k"] / c["n"],
-                "spec_accuracy": c["both"] / c["n"]}
+        group: {
+            **c,
+            "filter_accuracy": c["filters"] / c["n"],
+            "top_k_accuracy": c["top_k"] / c["n"],
+            "spec_accuracy": c["both"] / c["n"],
+        }
         for group, c in counts.items()
     }
-    return {"file": labelled.file, "role": labelled.role, "description": labelled.description,
-            "today": labelled.today, "summary": summary, "misses": misses}
+    return {
+        "file": labelled.file,
+        "role": labelled.role,
+        "description": labelled.description,
+        "today": labelled.today,
+        "summary": summary,
+        "misses": misses,
+    }
 
 
 # --------------------------------------------------------------------------- scripted LLM
 
-MISTAKES = ["none", "invented_keys", "wrong_types", "bad_json", "operator_spellings",
-            "case", "unparseable"]
-INVENTED_KEYS = {"category": "categories", "year": "publication_year", "language": "lang",
-                 "source": "source_type"}
-OPERATOR_SPELLINGS = {">=": "gte", ">": "greater_than", "<=": "lte", "<": "less than",
-                      "==": "equals", "!=": "not_equal", "in": "one_of", "nin": "not in"}
-UNPARSEABLE = ("I'm sorry, I can only describe the filters: the category should be food.",
-               "Filters: category is food; year after 2020 (no JSON, sorry)")
+MISTAKES = ["none", "invented_keys", "wrong_types", "bad_json", "operator_spellings", "case", "unparseable"]
+INVENTED_KEYS = {"category": "categories", "year": "publication_year", "language": "lang", "source": "source_type"}
+OPERATOR_SPELLINGS = {
+    ">=": "gte",
+    ">": "greater_than",
+    "<=": "lte",
+    "<": "less than",
+    "==": "equals",
+    "!=": "not_equal",
+    "in": "one_of",
+    "nin": "not in",
+}
+UNPARSEABLE = (
+    "I'm sorry, I can only describe the filters: the category should be food.",
+    "Filters: category is food; year after 2020 (no JSON, sorry)",
+)
 SIMILARITY_TOP_K, MAX_TOP_K = 10, 100  # k is compared without clamping
 
 
@@ -334,14 +374,17 @@ class ScriptedLLM(CustomLLM):
         raise NotImplementedError
 
 
-def _fenced(spec: Dict[str, Any]) -> str:
+def _fenced(spec: dict[str, Any]) -> str:
     return "```json\n" + json.dumps(spec, ensure_ascii=False) + "\n```"
 
 
-def mistaken_answers(expected: Dict[str, Any], mistake: str) -> Tuple[str, str]:
+def mistaken_answers(expected: dict[str, Any], mistake: str) -> tuple[str, str]:
     """(first answer, answer to the retry prompt) for a labelled spec and a mistake kind."""
-    spec = {"query": expected.get("query", ""), "filters": [dict(f) for f in expected["filters"]],
-            "top_k": expected.get("top_k")}
+    spec = {
+        "query": expected.get("query", ""),
+        "filters": [dict(f) for f in expected["filters"]],
+        "top_k": expected.get("top_k"),
+    }
     correct = _fenced(spec)
     if mistake == "none":
         return correct, correct
@@ -360,9 +403,17 @@ def mistaken_answers(expected: Dict[str, Any], mistake: str) -> Tuple[str, str]:
         elif mistake == "case":
             f["key"] = f["key"].capitalize()
             value = f["value"]
-            shout = (lambda v: v.upper() if len(v) <= 2 else v.capitalize())
-            f["value"] = ([shout(v) if isinstance(v, str) else v for v in value] if isinstance(value, list)
-                          else shout(value) if isinstance(value, str) else value)
+
+            def shout(v: str) -> str:
+                return v.upper() if len(v) <= 2 else v.capitalize()
+
+            f["value"] = (
+                [shout(v) if isinstance(v, str) else v for v in value]
+                if isinstance(value, list)
+                else shout(value)
+                if isinstance(value, str)
+                else value
+            )
     if mistake == "wrong_types" and spec["top_k"] is not None:
         spec["top_k"] = str(spec["top_k"])
     return _fenced(spec), correct
@@ -376,7 +427,7 @@ LLM_CONFIGS = {
 }
 
 
-def _upstream_filters(answer: str) -> Tuple[List[MetadataFilter], Any]:
+def _upstream_filters(answer: str) -> tuple[list[MetadataFilter], Any]:
     try:
         spec = VectorStoreQueryOutputParser().parse(answer).parsed_output
     except Exception:  # upstream: OutputParserException -> a spec with no filters
@@ -384,21 +435,26 @@ def _upstream_filters(answer: str) -> Tuple[List[MetadataFilter], Any]:
     return list(spec.filters), spec.top_k
 
 
-def evaluate_llm(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+def evaluate_llm(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Exact filter match of each LLM configuration on the scripted mistakes."""
     vocabulary = sample_vocabulary()
-    validators: Dict[str, SpecValidator] = {}
-    rules: Dict[str, RuleBasedSpecGenerator] = {}
-    results: Dict[str, Any] = {}
+    validators: dict[str, SpecValidator] = {}
+    rules: dict[str, RuleBasedSpecGenerator] = {}
+    results: dict[str, Any] = {}
     for name, config in LLM_CONFIGS.items():
-        counts: Dict[str, Dict[str, int]] = {}
+        counts: dict[str, dict[str, int]] = {}
         misses = []
         for i, row in enumerate(rows):
             today = row.get("today") or date.today().isoformat()
             if today not in validators:
                 validators[today] = SpecValidator(
-                    SAMPLE_INFO, vocabulary, similarity_top_k=SIMILARITY_TOP_K, max_top_k=MAX_TOP_K,
-                    empty_query_top_k=None, today=date.fromisoformat(today))
+                    SAMPLE_INFO,
+                    vocabulary,
+                    similarity_top_k=SIMILARITY_TOP_K,
+                    max_top_k=MAX_TOP_K,
+                    empty_query_top_k=None,
+                    today=date.fromisoformat(today),
+                )
                 rules[today] = RuleBasedSpecGenerator(SAMPLE_INFO, vocabulary, today=date.fromisoformat(today))
             expected = row["expected"]
             mistake = MISTAKES[i % len(MISTAKES)]
@@ -416,8 +472,9 @@ def evaluate_llm(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
             filters_ok = filter_set(filters) == filter_set(expected["filters"])
             unfiltered = bool(expected["filters"]) and not filters
             for group in ("overall", language_of(row["query"]), f"mistake:{mistake}"):
-                c = counts.setdefault(group, {"n": 0, "filters": 0, "top_k": 0, "unfiltered": 0,
-                                              "fallback": 0, "llm_calls": 0})
+                c = counts.setdefault(
+                    group, {"n": 0, "filters": 0, "top_k": 0, "unfiltered": 0, "fallback": 0, "llm_calls": 0}
+                )
                 c["n"] += 1
                 c["filters"] += filters_ok
                 c["top_k"] += top_k_ok
@@ -425,36 +482,50 @@ def evaluate_llm(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
                 c["fallback"] += generator == "fallback"
                 c["llm_calls"] += llm.calls if config is not None else 1
             if not filters_ok:
-                misses.append({
-                    "query": row["query"], "mistake": mistake, "generator": generator,
-                    "expected_filters": sorted(map(list, filter_set(expected["filters"])), key=str),
-                    "got_filters": sorted(map(list, filter_set(filters)), key=str),
-                })
+                misses.append(
+                    {
+                        "query": row["query"],
+                        "mistake": mistake,
+                        "generator": generator,
+                        "expected_filters": sorted(map(list, filter_set(expected["filters"])), key=str),
+                        "got_filters": sorted(map(list, filter_set(filters)), key=str),
+                    }
+                )
         results[name] = {
-            "summary": {group: {**c, "filter_accuracy": c["filters"] / c["n"],
-                                "top_k_accuracy": c["top_k"] / c["n"],
-                                "calls_per_query": c["llm_calls"] / c["n"]}
-                        for group, c in counts.items()},
+            "summary": {
+                group: {
+                    **c,
+                    "filter_accuracy": c["filters"] / c["n"],
+                    "top_k_accuracy": c["top_k"] / c["n"],
+                    "calls_per_query": c["llm_calls"] / c["n"],
+                }
+                for group, c in counts.items()
+            },
             "misses": misses,
         }
     return results
 
 
-def _cells(s: Dict[str, Any]) -> Tuple[Any, ...]:
-    return (s["n"], f"{s['filter_accuracy']:.3f} ({s['filters']})", f"{s['top_k_accuracy']:.3f}",
-            f"{s['spec_accuracy']:.3f}", s["wrong_polarity"])
+def _cells(s: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        s["n"],
+        f"{s['filter_accuracy']:.3f} ({s['filters']})",
+        f"{s['top_k_accuracy']:.3f}",
+        f"{s['spec_accuracy']:.3f}",
+        s["wrong_polarity"],
+    )
 
 
 SAMPLE_SPLIT_NOTE = [
     "Splits: `dev` (96 queries) is the set the rules were designed against, so its figure is in-sample.",
     "`holdout` (36) was labelled after the rules were written and before the generator first ran on it;",
     "that first run scored 35/36 filter sets exact (0.972) and 34/36 full specs; the two misses",
-    "(\"give me five blog posts about bread\": top_k; \"documents up to and including 2020\": filter) were",
+    '("give me five blog posts about bread": top_k; "documents up to and including 2020": filter) were',
     "then fixed by general rules, so holdout is no longer unseen either.",
 ]
 
 
-def markdown(result: Dict[str, Any], held_out_misses: bool = True) -> str:
+def markdown(result: dict[str, Any], held_out_misses: bool = True) -> str:
     """The report; ``held_out_misses=False`` lists held-out sets' misses by count only."""
     sets = result["sets"]
     lines = [
@@ -472,11 +543,20 @@ def markdown(result: Dict[str, Any], held_out_misses: bool = True) -> str:
         "",
         "## Filter-set exact match by labelled set",
         "",
-        Table(["set", "role", "n", "zh n", "filters exact", "top_k exact", "wrong-polarity queries"],
-              align="llrrrrr").render(
-            (name, res["role"], s["n"], res["summary"].get("zh", {"n": 0})["n"],
-             f"{s['filter_accuracy']:.3f} ({s['filters']})", f"{s['top_k_accuracy']:.3f}", s["wrong_polarity"])
-            for name, res in sets.items() for s in [res["summary"]["overall"]]
+        Table(
+            ["set", "role", "n", "zh n", "filters exact", "top_k exact", "wrong-polarity queries"], align="llrrrrr"
+        ).render(
+            (
+                name,
+                res["role"],
+                s["n"],
+                res["summary"].get("zh", {"n": 0})["n"],
+                f"{s['filter_accuracy']:.3f} ({s['filters']})",
+                f"{s['top_k_accuracy']:.3f}",
+                s["wrong_polarity"],
+            )
+            for name, res in sets.items()
+            for s in [res["summary"]["overall"]]
         ),
     ]
     if result.get("absent"):
@@ -486,15 +566,18 @@ def markdown(result: Dict[str, Any], held_out_misses: bool = True) -> str:
             "",
             f"## {name} ({res['role']}): by language, split and tag",
             "",
-            f"`{res['file']}`" + (f": {res['description']}" if res["description"] else "")
+            f"`{res['file']}`"
+            + (f": {res['description']}" if res["description"] else "")
             + (f" Reference date {res['today']}." if res["today"] else ""),
             "",
         ]
         summary = res["summary"]
         rest = sorted(g for g in summary if g.startswith(("split:", "tag:")))
-        lines.append(Table(["queries", "n", "filters exact", "top_k exact", "both", "wrong-polarity"]).render(
-            (group, *_cells(summary[group])) for group in ["overall", "en", "zh"] + rest if group in summary
-        ))
+        lines.append(
+            Table(["queries", "n", "filters exact", "top_k exact", "both", "wrong-polarity"]).render(
+                (group, *_cells(summary[group])) for group in ["overall", "en", "zh"] + rest if group in summary
+            )
+        )
         if name == "sample":
             lines += [""] + SAMPLE_SPLIT_NOTE
     lines += ["", "## Misses"]
@@ -509,15 +592,17 @@ def markdown(result: Dict[str, Any], held_out_misses: bool = True) -> str:
         for miss in misses:
             label = ", ".join(([miss["split"]] if miss["split"] else []) + miss["tags"])
             flipped = f"; wrong polarity {miss['wrong_polarity']}" if miss["wrong_polarity"] else ""
-            lines.append(f"- [{label}] `{miss['query']}`: expected {miss['expected_filters']} "
-                         f"top_k={miss['expected_top_k']}, got {miss['got_filters']} top_k={miss['got_top_k']} "
-                         f"(matched {miss['matched']}){flipped}")
+            lines.append(
+                f"- [{label}] `{miss['query']}`: expected {miss['expected_filters']} "
+                f"top_k={miss['expected_top_k']}, got {miss['got_filters']} top_k={miss['got_top_k']} "
+                f"(matched {miss['matched']}){flipped}"
+            )
     if "llm" in result:
         lines += llm_markdown(result["llm"])
     return "\n".join(lines) + "\n"
 
 
-def llm_markdown(llm: Dict[str, Any]) -> List[str]:
+def llm_markdown(llm: dict[str, Any]) -> list[str]:
     n = next(iter(llm.values()))["summary"]["overall"]["n"]
     lines = [
         "",
@@ -526,8 +611,8 @@ def llm_markdown(llm: Dict[str, Any]) -> List[str]:
         f"`LLMSpecGenerator` driven by a scripted fake LLM (no model, no network) on the sample set's {n}",
         "queries.",
         "For query *i* the fake answers with the labelled spec spoiled by mistake `i % 7`: none (control),",
-        "invented keys (`categories`, `publication_year`, `lang`, `source_type`), wrong types (`\"2023\"`,",
-        "top_k `\"5\"`), bad JSON (Python repr: single quotes, `None`, trailing prose), operator spellings",
+        'invented keys (`categories`, `publication_year`, `lang`, `source_type`), wrong types (`"2023"`,',
+        'top_k `"5"`), bad JSON (Python repr: single quotes, `None`, trailing prose), operator spellings',
         "(`gte`, `greater_than`, `equals`, `one_of`, ...), key/value case (`Category`, `Food`, `EN`), or",
         "unparseable text. Asked again (the retry prompt lists the problems), it answers correctly, except",
         "the unparseable case, which stays unparseable (so the rules take over). Filters exact = the",
@@ -537,41 +622,66 @@ def llm_markdown(llm: Dict[str, Any]) -> List[str]:
         "real LLM. The unparseable rows are scored on the rule-based fallback, whose accuracy on this set",
         "is in-sample (see above), so that row is optimistic for other corpora.",
         "",
-        Table(["configuration", "queries", "n", "filters exact", "unfiltered", "fallbacks", "LLM calls / query"],
-              align="llrrrrr").render(
-            (name, group, s["n"], f"{s['filter_accuracy']:.3f} ({s['filters']})", s["unfiltered"], s["fallback"],
-             f"{s['calls_per_query']:.2f}")
-            for name, res in llm.items() for group in ("overall", "en", "zh")
-            for s in [res["summary"].get(group)] if s
+        Table(
+            ["configuration", "queries", "n", "filters exact", "unfiltered", "fallbacks", "LLM calls / query"],
+            align="llrrrrr",
+        ).render(
+            (
+                name,
+                group,
+                s["n"],
+                f"{s['filter_accuracy']:.3f} ({s['filters']})",
+                s["unfiltered"],
+                s["fallback"],
+                f"{s['calls_per_query']:.2f}",
+            )
+            for name, res in llm.items()
+            for group in ("overall", "en", "zh")
+            for s in [res["summary"].get(group)]
+            if s
         ),
     ]
     first = next(iter(llm.values()))["summary"]
-    lines += ["", "Filters exact by mistake kind:", "",
-              Table(["mistake", "n", *llm]).render(
-                  (mistake, first[f"mistake:{mistake}"]["n"],
-                   *(f"{res['summary'][f'mistake:{mistake}']['filter_accuracy']:.3f}" for res in llm.values()))
-                  for mistake in MISTAKES
-              )]
+    lines += [
+        "",
+        "Filters exact by mistake kind:",
+        "",
+        Table(["mistake", "n", *llm]).render(
+            (
+                mistake,
+                first[f"mistake:{mistake}"]["n"],
+                *(f"{res['summary'][f'mistake:{mistake}']['filter_accuracy']:.3f}" for res in llm.values()),
+            )
+            for mistake in MISTAKES
+        ),
+    ]
     default = list(llm)[-1]
     lines += ["", f"## Misses of `{default}` ({len(llm[default]['misses'])})", ""]
     if not llm[default]["misses"]:
         lines.append("None.")
     for miss in llm[default]["misses"]:
-        lines.append(f"- [{miss['mistake']}, {miss['generator']}] `{miss['query']}`: expected "
-                     f"{miss['expected_filters']}, got {miss['got_filters']}")
+        lines.append(
+            f"- [{miss['mistake']}, {miss['generator']}] `{miss['query']}`: expected "
+            f"{miss['expected_filters']}, got {miss['got_filters']}"
+        )
     return lines
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     p.add_argument("--no-write", action="store_true", help="print only, write no result files")
-    p.add_argument("--set", action="append", dest="sets", metavar="NAME",
-                   choices=[name for name, _, _ in LABELLED_SETS],
-                   help="score only this labelled set (repeatable; default: all)")
+    p.add_argument(
+        "--set",
+        action="append",
+        dest="sets",
+        metavar="NAME",
+        choices=[name for name, _, _ in LABELLED_SETS],
+        help="score only this labelled set (repeatable; default: all)",
+    )
     args = p.parse_args(argv)
     # every drop and fallback is logged as a warning; the report lists them instead
     logging.getLogger("llama_index_ext_recursive").setLevel(logging.ERROR)
-    result: Dict[str, Any] = {"sets": {}, "absent": []}
+    result: dict[str, Any] = {"sets": {}, "absent": []}
     for name, filename, role in LABELLED_SETS:
         if args.sets and name not in args.sets:
             continue

@@ -15,7 +15,6 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import List, Optional
 
 from harness import cli, data
 from harness.memory import run_child
@@ -23,7 +22,7 @@ from harness.report import Table
 from harness.versions import llama_recursive
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     cli.add_data(p)
     p.add_argument("--n", type=int, default=40, help="passages to build from")
@@ -38,8 +37,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         table = Table(["build", "wall s", "embedded", "from the cache", "model"], align="lrrrl")
         print(table.header())
         for run in ("first", "rebuild"):
-            done = run_child([command, "build", str(folder), "--persist", str(Path(tmp) / run),
-                              "--embedding-cache", str(cache)], env=os.environ)
+            done = run_child(
+                [command, "build", str(folder), "--persist", str(Path(tmp) / run), "--embedding-cache", str(cache)],
+                env=os.environ,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"llama-recursive build failed:\n{done.stderr[-3000:]}")
             counts = re.search(r"Embedded (\d+) texts, (\d+) taken from the cache", done.stdout)

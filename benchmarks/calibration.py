@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from harness import RESULTS, cli, data, timing
 from harness.models import real_model
@@ -58,10 +58,10 @@ class CallbackCounter(BaseCallbackHandler):
     def on_event_end(self, *args: Any, **kwargs: Any) -> None:
         self.count += 1
 
-    def start_trace(self, trace_id: Optional[str] = None) -> None:
+    def start_trace(self, trace_id: str | None = None) -> None:
         pass
 
-    def end_trace(self, trace_id: Optional[str] = None, trace_map: Any = None) -> None:
+    def end_trace(self, trace_id: str | None = None, trace_map: Any = None) -> None:
         pass
 
 
@@ -72,7 +72,7 @@ def ndcg(retriever, dataset, query_vectors) -> float:
     return result.aggregate[METRIC]
 
 
-def counted(fn, managers: List[CallbackManager]):
+def counted(fn, managers: list[CallbackManager]):
     """Run ``fn`` with an event handler on the root dispatcher and a callback
     handler on each of ``managers`` (the children's and the model's)."""
     events = Counter()
@@ -92,8 +92,9 @@ def counted(fn, managers: List[CallbackManager]):
     return value, seconds, events.count + callbacks.count
 
 
-def run(name: str, convention: str, model, old, tolerances: List[float], root: str,
-        max_queries: Optional[int]) -> Dict[str, Any]:
+def run(
+    name: str, convention: str, model, old, tolerances: list[float], root: str, max_queries: int | None
+) -> dict[str, Any]:
     from llama_index_ext_recursive.retrievers.calibrate import (
         DEFAULT_TOLERANCE,
         collect_child_results,
@@ -110,8 +111,7 @@ def run(name: str, convention: str, model, old, tolerances: List[float], root: s
 
     base = HybridFusionRetriever.from_nodes(nodes, embed_model=model, calibrate=False)
     vector, bm25 = base._retrievers
-    row: Dict[str, Any] = {"dataset": name, "convention": convention, "corpus": len(nodes),
-                           "queries": len(qids)}
+    row: dict[str, Any] = {"dataset": name, "convention": convention, "corpus": len(nodes), "queries": len(qids)}
     row["vector"] = ndcg(vector, dataset, query_vectors)
     row["bm25"] = ndcg(bm25, dataset, query_vectors)
 
@@ -124,8 +124,9 @@ def run(name: str, convention: str, model, old, tolerances: List[float], root: s
     row["old_weights"] = {s.value: w for s, w in old_hybrid.script_weights.items()}
     row["old"] = ndcg(old_hybrid, dataset, query_vectors)
 
-    new_hybrid = HybridFusionRetriever([vector, bm25], retriever_names=["vector", "bm25"],
-                                       mode="relative_score", similarity_top_k=10)
+    new_hybrid = HybridFusionRetriever(
+        [vector, bm25], retriever_names=["vector", "bm25"], mode="relative_score", similarity_top_k=10
+    )
     calibration, row["new_seconds"], row["new_events"] = counted(lambda: new_hybrid.calibrate(nodes), managers)
     row["calibration"] = calibration.to_dict()
 
@@ -133,27 +134,30 @@ def run(name: str, convention: str, model, old, tolerances: List[float], root: s
     pairs = {s.value: p for s, p in pseudo_queries(nodes).items() if len(p) >= 8}
     queries = [q for p in pairs.values() for _, q in p]
     results = collect_child_results([vector, bm25], queries, model)
-    by_weights: Dict[str, float] = {}
+    by_weights: dict[str, float] = {}
     row["tolerances"] = {}
     for tolerance in tolerances:
         weights, offset = {}, 0
         for script, p in pairs.items():
             part = [child[offset : offset + len(p)] for child in results]
             offset += len(p)
-            weights[script], _ = fit_weights(part, [t for t, _ in p], fuse=relative_score_fusion,
-                                             tolerance=tolerance)
+            weights[script], _ = fit_weights(part, [t for t, _ in p], fuse=relative_score_fusion, tolerance=tolerance)
         key = json.dumps(weights, sort_keys=True)
         if key not in by_weights:
-            hybrid = HybridFusionRetriever([vector, bm25], retriever_names=["vector", "bm25"],
-                                           mode="relative_score", similarity_top_k=10,
-                                           script_weights=weights)
+            hybrid = HybridFusionRetriever(
+                [vector, bm25],
+                retriever_names=["vector", "bm25"],
+                mode="relative_score",
+                similarity_top_k=10,
+                script_weights=weights,
+            )
             by_weights[key] = ndcg(hybrid, dataset, query_vectors)
         row["tolerances"][str(tolerance)] = {"weights": weights, METRIC: by_weights[key]}
     row["new"] = row["tolerances"].get(str(DEFAULT_TOLERANCE), {}).get(METRIC)
     return row
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     cli.add_datasets(p, "xquad_en_fine,xquad_zh_fine,scifact,cmrc2018,legalbench_contractnli")
     cli.add_data_root(p)
@@ -176,12 +180,14 @@ def main(argv: Optional[List[str]] = None) -> None:
             rows = [r for r in rows if (r["dataset"], r["convention"]) != (name, convention)] + [row]
             out.write_text(json.dumps(rows, indent=1))
             best = max(row["vector"], row["bm25"])
-            print(f"{name:24s} {convention:8s} vector {row['vector']:.3f} bm25 {row['bm25']:.3f} "
-                  f"old {row['old']:.3f} ({row['old_seconds']:.1f} s, {row['old_events']} events) "
-                  f"new {row['new']:.3f} ({row['new_seconds']:.1f} s, {row['new_events']} events) "
-                  f"best child {best:.3f} | " + " ".join(
-                      f"t={t}:{v[METRIC]:.3f}{v['weights']}" for t, v in row["tolerances"].items()),
-                  flush=True)
+            print(
+                f"{name:24s} {convention:8s} vector {row['vector']:.3f} bm25 {row['bm25']:.3f} "
+                f"old {row['old']:.3f} ({row['old_seconds']:.1f} s, {row['old_events']} events) "
+                f"new {row['new']:.3f} ({row['new_seconds']:.1f} s, {row['new_events']} events) "
+                f"best child {best:.3f} | "
+                + " ".join(f"t={t}:{v[METRIC]:.3f}{v['weights']}" for t, v in row["tolerances"].items()),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

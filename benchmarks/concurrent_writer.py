@@ -20,14 +20,13 @@ from __future__ import annotations
 import platform
 import statistics
 import threading
-from typing import List, Optional
 
 from harness import RESULTS, cli, data, timing
 from harness.models import real_model
 from harness.report import Table, write
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive import RecursiveSummaryRetriever
 
     p = cli.parser(__doc__)
@@ -44,7 +43,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=model, similarity_top_k=10)
     bundles = data.query_bundles(dataset, model)
 
-    def timed(items) -> List[float]:
+    def timed(items) -> list[float]:
         return timing.latencies_ms(retriever.retrieve, items)
 
     # the writer's document: a copy of one document under a new id, pre-embedded
@@ -107,9 +106,15 @@ def main(argv: Optional[List[str]] = None) -> None:
         f"{platform.processor() or platform.machine()}, 2 cores, one run.",
         "",
         Table(["condition", "updates/s done", "p50 ms", "p95 ms", "mean ms", "p50 ratio", "p95 ratio"]).render(
-            (name, f"{statistics.mean(rates[name]):.1f}" if rates[name] else "0", f"{p50(values):.2f}",
-             f"{p95(values):.2f}", f"{statistics.mean(values):.2f}", f"{p50(values) / p50(alone):.2f}x",
-             f"{p95(values) / p95(alone):.2f}x")
+            (
+                name,
+                f"{statistics.mean(rates[name]):.1f}" if rates[name] else "0",
+                f"{p50(values):.2f}",
+                f"{p95(values):.2f}",
+                f"{statistics.mean(values):.2f}",
+                f"{p50(values) / p50(alone):.2f}x",
+                f"{p95(values) / p95(alone):.2f}x",
+            )
             for name, values in conditions.items()
         ),
     ]

@@ -14,7 +14,6 @@ runner (ir-measures); embeddings from ``.cache/embeddings.sqlite``.
 from __future__ import annotations
 
 import logging
-from typing import List, Optional
 
 from harness import cli, data
 from harness.models import real_model
@@ -24,7 +23,7 @@ PAIRS = (("xquad_en", "xquad_zh"), ("xquad_zh", "xquad_en"))  # (queries, corpus
 WEIGHTS = (1.0, 0.5, 0.25, 0.0)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive import RecursiveSummaryRetriever
     from llama_index_ext_recursive.eval.runner import evaluate_retriever
 
@@ -44,7 +43,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         cells = []
         for weight in [*WEIGHTS, None]:
             retriever = RecursiveSummaryRetriever.from_nodes(
-                nodes, doc_id_key="doc_id", embed_model=model, similarity_top_k=10,
+                nodes,
+                doc_id_key="doc_id",
+                embed_model=model,
+                similarity_top_k=10,
                 **({} if weight is None else {"document_weight": weight}),
             )
             if weight is not None:  # the rule off: every query gets document_weight

@@ -16,7 +16,6 @@ Usage (repository root)::
 from __future__ import annotations
 
 import statistics
-from typing import List, Optional
 
 from harness import cli, data, timing
 from harness.models import real_model
@@ -26,7 +25,7 @@ SETS = {"short (xquad_zh_fine)": "xquad_zh_fine", "long (scifact)": "scifact"}
 MODELS = {"all-MiniLM-L6-v2": "minilm", "multilingual-e5-small-q4": "multilingual"}
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     cli.add_data_root(p)
     p.add_argument("--n", type=int, default=96, help="passages per set")
@@ -42,8 +41,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         for name, model in models.items():
             rate = len(batch) / timing.seconds(lambda: model.get_text_embedding_batch(batch))
             query_ms = timing.latencies_ms(model.get_query_embedding, [text[:60] for text in batch[:20]])
-            print(table.row(set_name, f"{chars:.0f}", name, f"{rate:.1f}", f"{timing.median(query_ms):.1f}"),
-                  flush=True)
+            print(
+                table.row(set_name, f"{chars:.0f}", name, f"{rate:.1f}", f"{timing.median(query_ms):.1f}"), flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import json
 import statistics
-from typing import Dict, List, Optional
 
 from harness import RESULTS, cli, data, timing
 from harness.models import real_model
 
 
-def measure(dataset, model, rounds: int) -> Dict[str, object]:
+def measure(dataset, model, rounds: int) -> dict[str, object]:
     from llama_index.core import VectorStoreIndex
     from llama_index.core.llms import MockLLM
     from llama_index.core.retrievers import QueryFusionRetriever
     from llama_index.retrievers.bm25 import BM25Retriever
+
     from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
     nodes = data.embed_nodes(dataset, model)
@@ -48,16 +48,23 @@ def measure(dataset, model, rounds: int) -> Dict[str, object]:
     upstream_vector = VectorStoreIndex(nodes, embed_model=model).as_retriever(similarity_top_k=10)
     upstream_bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=10)
     upstream = QueryFusionRetriever(
-        [upstream_vector, upstream_bm25], llm=MockLLM(), num_queries=1,
-        mode="reciprocal_rerank", similarity_top_k=10, use_async=False,
+        [upstream_vector, upstream_bm25],
+        llm=MockLLM(),
+        num_queries=1,
+        mode="reciprocal_rerank",
+        similarity_top_k=10,
+        use_async=False,
     )
     contestants = {
-        "vector": vector_child, "bm25": bm25_child, "hybrid": hybrid,
-        "upstream_vector": upstream_vector, "upstream_bm25": upstream_bm25, "upstream_fusion": upstream,
+        "vector": vector_child,
+        "bm25": bm25_child,
+        "hybrid": hybrid,
+        "upstream_vector": upstream_vector,
+        "upstream_bm25": upstream_bm25,
+        "upstream_fusion": upstream,
     }
     bundles = [b for b in data.query_bundles(dataset, model) if all(w > 0 for w in hybrid.weights_for(b.query_str))]
-    timings = timing.interleaved_calls({name: r.retrieve for name, r in contestants.items()}, bundles, rounds,
-                                       warmup=3)
+    timings = timing.interleaved_calls({name: r.retrieve for name, r in contestants.items()}, bundles, rounds, warmup=3)
     mean = {name: statistics.fmean(values) for name, values in timings.items()}
     return {
         "dataset": dataset.name,
@@ -72,7 +79,7 @@ def measure(dataset, model, rounds: int) -> Dict[str, object]:
     }
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     cli.add_datasets(p, "scifact,xquad_en_fine")
     cli.add_data_root(p)

@@ -27,7 +27,6 @@ the Chinese paragraphs (XQuAD ids align; titles kept out of the embedded and ind
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional
 
 from harness import RESULTS, cli, data
 from harness.models import real_model
@@ -43,24 +42,25 @@ DATASETS = {"scifact": None, "xquad_en_fine": None, "xquad_zh_fine": None, "cmrc
 class Replay(BaseRetriever):
     """Returns a stored list per query text."""
 
-    def __init__(self, lists: Dict[str, List[NodeWithScore]], k: int) -> None:
+    def __init__(self, lists: dict[str, list[NodeWithScore]], k: int) -> None:
         self._lists, self._k = lists, k
         super().__init__()
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._lists[query_bundle.query_str][: self._k]
 
 
-def sweep(dataset, model, child_k: int, weights_tried: List[float], embed_title: bool) -> Dict[str, object]:
+def sweep(dataset, model, child_k: int, weights_tried: list[float], embed_title: bool) -> dict[str, object]:
     from llama_index_ext_recursive.eval.runner import score
     from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
-    nodes = data.embed_nodes(dataset, model, title_in_text=embed_title and not dataset.hierarchical,
-                             embed_title=embed_title)
+    nodes = data.embed_nodes(
+        dataset, model, title_in_text=embed_title and not dataset.hierarchical, embed_title=embed_title
+    )
     hybrid = HybridFusionRetriever.from_nodes(nodes, embed_model=model, child_top_k=100)
     vector_child, bm25_child = hybrid._retrievers
     texts = dict(dataset.queries)
-    stored: List[Dict[str, List[NodeWithScore]]] = [{}, {}]
+    stored: list[dict[str, list[NodeWithScore]]] = [{}, {}]
     for bundle in data.query_bundles(dataset, model):
         stored[0][bundle.query_str] = vector_child.retrieve(bundle)
         stored[1][bundle.query_str] = bm25_child.retrieve(bundle)
@@ -69,7 +69,7 @@ def sweep(dataset, model, child_k: int, weights_tried: List[float], embed_title:
         run = {qid: [n.node.node_id for n in retriever.retrieve(text)] for qid, text in texts.items()}
         return score(run, dataset.qrels, 10).aggregate["nDCG@10"]
 
-    report: Dict[str, object] = {
+    report: dict[str, object] = {
         "dataset": dataset.name,
         "queries": len(texts),
         "vector": ndcg(Replay(stored[0], 10)),
@@ -82,13 +82,14 @@ def sweep(dataset, model, child_k: int, weights_tried: List[float], embed_title:
             weights = [w, 1.0 - w] if w > 0 else [0.0, 1.0]
             fused = HybridFusionRetriever(
                 [Replay(stored[0], child_k), Replay(stored[1], child_k)],
-                mode=mode, retriever_weights=weights,
+                mode=mode,
+                retriever_weights=weights,
             )
             report["fixed"][f"{mode} w={w}"] = ndcg(fused)
     return report
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     cli.add_datasets(p, ",".join(DATASETS))
     cli.add_data_root(p)
@@ -99,16 +100,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--weights", type=cli.csv(float), default=WEIGHTS, help="vector weights to try")
     p.add_argument("--queries-from", help="a dataset folder name whose queries are asked (ids aligned)")
     p.add_argument("--no-embed-title", action="store_true")
-    p.add_argument("--max-queries", type=int, default=None, help="cap every dataset at N queries "
-                   "(default: all, cmrc2018 1000)")
+    p.add_argument(
+        "--max-queries", type=int, default=None, help="cap every dataset at N queries (default: all, cmrc2018 1000)"
+    )
     args = p.parse_args(argv)
     model = real_model(args.embed_model, args.cache)
     reports = []
     table = Table(["dataset", "vector", "bm25", *(f"{m.split('_')[0]} w={w}" for m in MODES for w in args.weights)])
     print(table.header())
     for name in cli.csv()(args.datasets):
-        dataset = data.load(name, root=args.data_root, max_queries=args.max_queries or DATASETS.get(name),
-                            queries_from=args.queries_from)
+        dataset = data.load(
+            name,
+            root=args.data_root,
+            max_queries=args.max_queries or DATASETS.get(name),
+            queries_from=args.queries_from,
+        )
         report = sweep(dataset, model, args.child_k, args.weights, not args.no_embed_title)
         reports.append(report)
         cells = [f"{report['vector']:.3f}", f"{report['bm25']:.3f}"] + [

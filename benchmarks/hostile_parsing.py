@@ -19,7 +19,6 @@ Figures: docs/BENCHMARKS.md, "Hostile input: rule parsing time (issue 23)".
 from __future__ import annotations
 
 from datetime import date
-from typing import List, Optional
 
 from harness import cli, timing
 from harness.report import Table
@@ -66,24 +65,33 @@ def generators():
 
     docs = load_sample_documents()
     sample = RuleBasedSpecGenerator(sample_vector_store_info(), metadata_vocabulary(docs), today=date(2026, 6, 1))
-    rent_info = VectorStoreInfo(content_info="Rental listings", metadata_info=[
-        MetadataInfo(name="city", type="str", description="City of the property"),
-        MetadataInfo(name="monthly_rent", type="int", description="Monthly rent in yuan"),
-        MetadataInfo(name="minutes", type="int", description="Commute in minutes"),
-    ])
-    rent = RuleBasedSpecGenerator(rent_info, {"city": {"shanghai", "beijing"}, "monthly_rent": {3000, 6000},
-                                              "minutes": {10, 40}}, today=date(2026, 6, 1))
+    rent_info = VectorStoreInfo(
+        content_info="Rental listings",
+        metadata_info=[
+            MetadataInfo(name="city", type="str", description="City of the property"),
+            MetadataInfo(name="monthly_rent", type="int", description="Monthly rent in yuan"),
+            MetadataInfo(name="minutes", type="int", description="Commute in minutes"),
+        ],
+    )
+    rent = RuleBasedSpecGenerator(
+        rent_info,
+        {"city": {"shanghai", "beijing"}, "monthly_rent": {3000, 6000}, "minutes": {10, 40}},
+        today=date(2026, 6, 1),
+    )
     return {"sample": sample, "numeric": rent}
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive.auto import rules
 
     p = cli.parser(__doc__)
     p.add_argument("--sizes", type=cli.csv(int), default=[1000, 10000, 100000])
     p.add_argument("--limit", type=int, default=60, help="seconds before a query counts as hung")
-    p.add_argument("--read-all", action="store_true",
-                   help="read every character for filters (lift MAX_RULE_CHARS): the rules' own cost")
+    p.add_argument(
+        "--read-all",
+        action="store_true",
+        help="read every character for filters (lift MAX_RULE_CHARS): the rules' own cost",
+    )
     args = p.parse_args(argv)
     if args.read_all:
         rules.MAX_RULE_CHARS = max(args.sizes)

@@ -65,8 +65,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any
 
 from harness import RESULTS, cli, memory, timing
 from harness.corpus import large_text
@@ -79,7 +80,7 @@ MB = 1_000_000
 
 
 # ------------------------------------------------------------------ child
-def emit(event: Dict[str, Any]) -> None:
+def emit(event: dict[str, Any]) -> None:
     event["peak_rss_mib"] = round(memory.peak_rss_mib())
     print(json.dumps(event), flush=True)
 
@@ -97,8 +98,11 @@ def module_with(attribute: str, *names: str):
     raise ImportError(f"none of {names} defines {attribute}")
 
 
-PIPELINE = ("llama_index_ext_recursive.recursive.index", "llama_index_ext_recursive.recursive.retriever",
-            "llama_index_ext_recursive.recursive")
+PIPELINE = (
+    "llama_index_ext_recursive.recursive.index",
+    "llama_index_ext_recursive.recursive.retriever",
+    "llama_index_ext_recursive.recursive",
+)
 
 
 def child(args: argparse.Namespace) -> None:
@@ -115,8 +119,11 @@ def child(args: argparse.Namespace) -> None:
     stage = {"name": "import"}
     try:
         if args.task == "summarize":
-            summarizer = module_with("ExtractiveSummarizer", "llama_index_ext_recursive.recursive.summarize",
-                                     "llama_index_ext_recursive.summarize").ExtractiveSummarizer()
+            summarizer = module_with(
+                "ExtractiveSummarizer",
+                "llama_index_ext_recursive.recursive.summarize",
+                "llama_index_ext_recursive.summarize",
+            ).ExtractiveSummarizer()
             stage["name"] = "summarizing"
             clock = timing.Stopwatch()
             summary = summarizer.summarize(args.kind, text)
@@ -131,16 +138,23 @@ def child(args: argparse.Namespace) -> None:
             stage["name"] = "embedding"
             texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes[: args.real_chunks]]
             seconds = timing.seconds(lambda: model.get_text_embedding_batch(texts))
-            emit({"stage": "embedding", "seconds": seconds, "chunks": len(texts), "all_chunks": len(nodes),
-                  "projected_seconds": seconds / len(texts) * len(nodes)})
+            emit(
+                {
+                    "stage": "embedding",
+                    "seconds": seconds,
+                    "chunks": len(texts),
+                    "all_chunks": len(nodes),
+                    "projected_seconds": seconds / len(texts) * len(nodes),
+                }
+            )
         else:
             build(document, stage)
     except BaseException as exc:  # report where it failed, with the peak so far
         emit({"stage": stage["name"], "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
-        raise SystemExit(1)
+        raise SystemExit(1) from exc
 
 
-def build(document, stage: Dict[str, str]) -> None:
+def build(document, stage: dict[str, str]) -> None:
     """Build one retriever, each step of the pipeline timed by wrapping the function the build calls."""
     from llama_index_ext_recursive import RecursiveSummaryRetriever
 
@@ -175,19 +189,38 @@ def build(document, stage: Dict[str, str]) -> None:
 
 
 # ------------------------------------------------------------------ parent
-def run_case(task: str, kind: str, mb: int, source: Optional[str], args: argparse.Namespace) -> Dict[str, Any]:
+def run_case(task: str, kind: str, mb: int, source: str | None, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     if source:
         env["PYTHONPATH"] = source + os.pathsep + env.get("PYTHONPATH", "")
-    command = [sys.executable, __file__, "child", "--task", task, "--kind", kind, "--mb", str(mb),
-               "--memory-gib", str(args.memory_gib), "--real-chunks", str(args.real_chunks)]
+    command = [
+        sys.executable,
+        __file__,
+        "child",
+        "--task",
+        task,
+        "--kind",
+        kind,
+        "--mb",
+        str(mb),
+        "--memory-gib",
+        str(args.memory_gib),
+        "--real-chunks",
+        str(args.real_chunks),
+    ]
     if source:
         command += ["--source", source]
     done = memory.run_child(command, env=env, timeout=args.timeout)
     error = f"timeout after {args.timeout:.0f} s" if done.timed_out else None
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    result: Dict[str, Any] = {"task": task, "kind": kind, "mb": mb, "version": "before" if source else "after",
-                              "wall_seconds": round(done.wall_s, 1), "events": events}
+    result: dict[str, Any] = {
+        "task": task,
+        "kind": kind,
+        "mb": mb,
+        "version": "before" if source else "after",
+        "wall_seconds": round(done.wall_s, 1),
+        "events": events,
+    }
     failed = [e for e in events if "error" in e]
     if error or failed:
         last = events[-1]["stage"] if events else "start"
@@ -200,12 +233,12 @@ def run_case(task: str, kind: str, mb: int, source: Optional[str], args: argpars
     return result
 
 
-def stage_seconds(result: Dict[str, Any], name: str) -> str:
+def stage_seconds(result: dict[str, Any], name: str) -> str:
     values = [e["seconds"] for e in result["events"] if e.get("stage") == name and "seconds" in e]
     return f"{sum(values):.1f}" if values else "-"
 
 
-def report(results: List[Dict[str, Any]], args: argparse.Namespace, out: Path) -> None:
+def report(results: list[dict[str, Any]], args: argparse.Namespace, out: Path) -> None:
     commands = sorted({r.get("command", " ".join(sys.argv[1:])) for r in results})
     lines = [
         "# Large documents: build time and peak RSS (issue 11, item 4)",
@@ -222,38 +255,80 @@ def report(results: List[Dict[str, Any]], args: argparse.Namespace, out: Path) -
         "",
     ]
 
-    def document(r: Dict[str, Any]) -> str:
+    def document(r: dict[str, Any]) -> str:
         return f"{r['kind']} {r['mb']} MB"
 
     builds = []
     for r in (r for r in results if r["task"] == "build"):
         total = next((e for e in r["events"] if e.get("stage") == "total"), {})
         outcome = f"fails: {r['error']} (in {r['failed_stage']})" if "error" in r else "ok"
-        builds.append((document(r), r["version"], outcome, total.get("chunks", "-"),
-                       *(stage_seconds(r, s) for s in ("total", "chunking", "summarizing", "embedding", "indexing")),
-                       r["peak_rss_mib"]))
-    lines.append(Table(["document", "version", "result", "chunks", "total s", "chunking s", "summarizing s",
-                        "embedding s", "indexing s", "peak RSS MiB"], align="lllrrrrrrr").render(builds))
+        builds.append(
+            (
+                document(r),
+                r["version"],
+                outcome,
+                total.get("chunks", "-"),
+                *(stage_seconds(r, s) for s in ("total", "chunking", "summarizing", "embedding", "indexing")),
+                r["peak_rss_mib"],
+            )
+        )
+    lines.append(
+        Table(
+            [
+                "document",
+                "version",
+                "result",
+                "chunks",
+                "total s",
+                "chunking s",
+                "summarizing s",
+                "embedding s",
+                "indexing s",
+                "peak RSS MiB",
+            ],
+            align="lllrrrrrrr",
+        ).render(builds)
+    )
     summaries = []
     for r in (r for r in results if r["task"] == "summarize"):
         event = next((e for e in r["events"] if e.get("stage") == "summarizing" and "seconds" in e), {})
         outcome = f"fails: {r['error']}" if "error" in r else "ok"
         summary = event.get("summary", "").replace("|", "\\|").replace("\n", " ")[:90]
-        summaries.append((document(r), r["version"], outcome, stage_seconds(r, "summarizing"), r["peak_rss_mib"],
-                          summary))
-    lines += ["", "## Summarizer alone: `ExtractiveSummarizer().summarize(title, text)`", "",
-              Table(["document", "version", "result", "seconds", "peak RSS MiB", "summary (start)"],
-                    align="lllrrl").render(summaries)]
+        summaries.append(
+            (document(r), r["version"], outcome, stage_seconds(r, "summarizing"), r["peak_rss_mib"], summary)
+        )
+    lines += [
+        "",
+        "## Summarizer alone: `ExtractiveSummarizer().summarize(title, text)`",
+        "",
+        Table(["document", "version", "result", "seconds", "peak RSS MiB", "summary (start)"], align="lllrrl").render(
+            summaries
+        ),
+    ]
     embeds = []
     for r in (r for r in results if r["task"] == "embed"):
         e = next((e for e in r["events"] if e.get("stage") == "embedding" and "seconds" in e), None)
-        embeds.append((document(r), f"fails: {r.get('error')}", "", "", "", "") if e is None else
-                      (document(r), e["chunks"], f"{e['seconds']:.1f}", f"{e['chunks'] / e['seconds']:.1f}",
-                       e["all_chunks"], f"{e['projected_seconds']:.0f}"))
+        embeds.append(
+            (document(r), f"fails: {r.get('error')}", "", "", "", "")
+            if e is None
+            else (
+                document(r),
+                e["chunks"],
+                f"{e['seconds']:.1f}",
+                f"{e['chunks'] / e['seconds']:.1f}",
+                e["all_chunks"],
+                f"{e['projected_seconds']:.0f}",
+            )
+        )
     if embeds:
-        lines += ["", "## Bundled model (all-MiniLM-L6-v2) on a subset", "",
-                  Table(["document", "chunks embedded", "seconds", "chunks/s", "all chunks",
-                         "projected s for all"]).render(embeds)]
+        lines += [
+            "",
+            "## Bundled model (all-MiniLM-L6-v2) on a subset",
+            "",
+            Table(["document", "chunks embedded", "seconds", "chunks/s", "all chunks", "projected s for all"]).render(
+                embeds
+            ),
+        ]
     write(out, "\n".join(lines), results)
 
 
@@ -329,8 +404,10 @@ def ties(args: argparse.Namespace) -> None:
                     assert gap < 1e-12, f"a real difference, not a tie (gap {gap})"
                     widest = max(widest, gap)
                     break
-    print(f"{len(docs)} documents x 3 budgets: {same} selections identical, {differ} differ, each "
-          f"from an exact tie (largest gain gap {widest:.1e})")
+    print(
+        f"{len(docs)} documents x 3 budgets: {same} selections identical, {differ} differ, each "
+        f"from an exact tie (largest gain gap {widest:.1e})"
+    )
 
 
 def iter_documents() -> Iterator[tuple]:
@@ -350,15 +427,19 @@ def iter_documents() -> Iterator[tuple]:
                 yield row["_id"], row["text"]
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     p.add_argument("mode", nargs="?", default="bench", choices=["bench", "child", "ties"])
     p.add_argument("--before-rev", default=None, help="git revision for the 'before' rows")
     p.add_argument("--sizes", type=cli.csv(int), default=[5, 50])
     p.add_argument("--kinds", type=cli.csv(), default=["prose", "oneline", "code"])
     p.add_argument("--tasks", type=cli.csv(), default=["build", "summarize"])
-    p.add_argument("--large-build-kinds", type=cli.csv(), default=["prose"],
-                   help="kinds built (task build) at 50 MB and more; the others are only summarized")
+    p.add_argument(
+        "--large-build-kinds",
+        type=cli.csv(),
+        default=["prose"],
+        help="kinds built (task build) at 50 MB and more; the others are only summarized",
+    )
     p.add_argument("--memory-gib", type=float, default=6.0)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--real-chunks", type=int, default=64, help="chunks for the bundled-model row (0: none)")

@@ -21,7 +21,6 @@ import hashlib
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Optional
 
 from harness import cli, timing
 from harness.corpus import vocabulary, word_nodes
@@ -37,7 +36,7 @@ def checksum_seconds(folder: Path) -> float:
     return timing.seconds(digest)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive import MultilingualBM25Retriever, RecursiveSummaryRetriever
 
     p = cli.parser(__doc__)
@@ -48,8 +47,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
-    nodes = list(word_nodes(args.docs, args.chunks, vocabulary=vocabulary(2000, "word"), words=12, dim=args.dim,
-                            seed=args.seed))
+    nodes = list(
+        word_nodes(args.docs, args.chunks, vocabulary=vocabulary(2000, "word"), words=12, dim=args.dim, seed=args.seed)
+    )
     model = MockEmbedding(embed_dim=args.dim)
     recursive = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=model, show_progress=False)
     bm25 = MultilingualBM25Retriever.from_defaults(nodes=nodes)
@@ -57,8 +57,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     rows = []
     try:
         for name, retriever, load in (
-            ("RecursiveSummaryRetriever", recursive,
-             lambda p: RecursiveSummaryRetriever.from_persist_dir(p, embed_model=model)),
+            (
+                "RecursiveSummaryRetriever",
+                recursive,
+                lambda p: RecursiveSummaryRetriever.from_persist_dir(p, embed_model=model),
+            ),
             ("MultilingualBM25Retriever", bm25, MultilingualBM25Retriever.from_persist_dir),
         ):
             persists, loads, sums = [], [], []
@@ -68,8 +71,16 @@ def main(argv: Optional[List[str]] = None) -> None:
                 loads.append(timing.seconds(lambda: load(target)))
                 sums.append(checksum_seconds(target))
             size = sum(p.stat().st_size for p in (work / f"{name}-0").rglob("*") if p.is_file())
-            rows.append((name, len(nodes), f"{size / 2**20:.1f}", f"{timing.median(persists):.2f}",
-                         f"{timing.median(loads):.2f}", f"{timing.median(sums):.3f}"))
+            rows.append(
+                (
+                    name,
+                    len(nodes),
+                    f"{size / 2**20:.1f}",
+                    f"{timing.median(persists):.2f}",
+                    f"{timing.median(loads):.2f}",
+                    f"{timing.median(sums):.3f}",
+                )
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(Table(["index", "nodes", "MiB on disk", "persist s", "load s", "sha256 of all files s"]).render(rows))

@@ -29,7 +29,7 @@ is reported.
 from __future__ import annotations
 
 import asyncio
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 from harness import cli, postgres, timing
@@ -48,8 +48,9 @@ DIM, DOCS, TEXT_DIM, TEXT_VOCABULARY = 64, 400, 8, 5_000
 QUERY_WORDS = {3: 50, 30: 20, 256: 3, 1_000: 2}  # text case: distinct words -> queries per round
 
 
-def compare(stores: Dict[str, object], queries: Sequence[VectorStoreQuery], rounds: int,
-            loop: Optional[asyncio.AbstractEventLoop]) -> Dict[str, Tuple[float, Optional[float]]]:
+def compare(
+    stores: dict[str, object], queries: Sequence[VectorStoreQuery], rounds: int, loop: asyncio.AbstractEventLoop | None
+) -> dict[str, tuple[float, float | None]]:
     """Median ms/query of each store, sync (and async in ``loop``), interleaved rounds after a warm-up."""
     contestants = {}
     for name, store in stores.items():
@@ -64,21 +65,28 @@ def compare(stores: Dict[str, object], queries: Sequence[VectorStoreQuery], roun
 
 def vector_case(server, args, loop) -> None:
     from llama_index.vector_stores.postgres import PGVectorStore
+
     from llama_index_ext_recursive.stores.postgres import pgvector_store
 
     rng = np.random.default_rng(0)
     vectors = random_unit_vectors(rng, args.rows, DIM)
-    queries = [VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=10)
-               for q in random_unit_vectors(rng, args.queries, DIM)]
+    queries = [
+        VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=10)
+        for q in random_unit_vectors(rng, args.queries, DIM)
+    ]
     params = dict(**server.params(), table_name="bench", embed_dim=DIM)
     ours = pgvector_store(**params, hnsw=False, iterative_scan=None)
     ours.add([TextNode(id_=f"n{i}", text=f"row {i}", embedding=v.tolist()) for i, v in enumerate(vectors)])
-    no_ping = pgvector_store(**params, hnsw=False, iterative_scan=None,
-                             create_engine_kwargs={"pool_pre_ping": False})
-    stores = {"pgvector_store": ours, "pgvector_store, no pre-ping": no_ping,
-              "PGVectorStore.from_params": PGVectorStore.from_params(**params)}
-    print(f"{args.rows} rows x {DIM} dims, exact scan, top-10, {args.queries} sequential queries x "
-          f"{args.rounds} rounds; median ms/query")
+    no_ping = pgvector_store(**params, hnsw=False, iterative_scan=None, create_engine_kwargs={"pool_pre_ping": False})
+    stores = {
+        "pgvector_store": ours,
+        "pgvector_store, no pre-ping": no_ping,
+        "PGVectorStore.from_params": PGVectorStore.from_params(**params),
+    }
+    print(
+        f"{args.rows} rows x {DIM} dims, exact scan, top-10, {args.queries} sequential queries x "
+        f"{args.rounds} rounds; median ms/query"
+    )
     for name, (sync, asynchronous) in compare(stores, queries, args.rounds, loop).items():
         print(f"{name:28s} sync {sync:.2f}  async {asynchronous:.2f}")
     loop.run_until_complete(ours.close())
@@ -87,32 +95,51 @@ def vector_case(server, args, loop) -> None:
 
 def filters_case(server, args, loop) -> None:
     from llama_index.vector_stores.postgres import PGVectorStore
+
     from llama_index_ext_recursive.stores.postgres import pgvector_store
 
     rng = np.random.default_rng(0)
     nodes = []
     for i, v in enumerate(random_unit_vectors(rng, args.rows, DIM)):
-        node = TextNode(id_=f"n{i}", text=f"row {i}", embedding=v.tolist(),
-                        metadata={"year": 2000 + i % 25, "lang": "en" if i % 4 else "de"})
+        node = TextNode(
+            id_=f"n{i}",
+            text=f"row {i}",
+            embedding=v.tolist(),
+            metadata={"year": 2000 + i % 25, "lang": "en" if i % 4 else "de"},
+        )
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc-{i % DOCS}")
         nodes.append(node)
     vectors = [q.tolist() for q in random_unit_vectors(rng, args.queries, DIM)]
     filters = {
-        "ref_doc_id IN 5 docs": lambda i: MetadataFilters(filters=[MetadataFilter(
-            key="ref_doc_id", value=[f"doc-{(i * 7 + j) % DOCS}" for j in range(5)], operator=FilterOperator.IN)]),
-        "year > 2015 AND lang = en": lambda i: MetadataFilters(filters=[
-            MetadataFilter(key="year", value=2015, operator=FilterOperator.GT), MetadataFilter(key="lang", value="en")]),
+        "ref_doc_id IN 5 docs": lambda i: MetadataFilters(
+            filters=[
+                MetadataFilter(
+                    key="ref_doc_id", value=[f"doc-{(i * 7 + j) % DOCS}" for j in range(5)], operator=FilterOperator.IN
+                )
+            ]
+        ),
+        "year > 2015 AND lang = en": lambda i: MetadataFilters(
+            filters=[
+                MetadataFilter(key="year", value=2015, operator=FilterOperator.GT),
+                MetadataFilter(key="lang", value="en"),
+            ]
+        ),
     }
     ours = pgvector_store(**server.params(), table_name="bench", embed_dim=DIM, hnsw=False, iterative_scan=None)
     ours.add(nodes)
     server.execute("ANALYZE data_bench")
-    stores = {"pgvector_store (bound)": ours,
-              "PGVectorStore (pasted)": PGVectorStore.from_params(**server.params(), table_name="bench", embed_dim=DIM)}
-    print(f"{args.rows} rows x {DIM} dims in {DOCS} documents, exact scan, top-10, {args.queries} sequential "
-          f"queries x {args.rounds} rounds; median ms/query")
+    stores = {
+        "pgvector_store (bound)": ours,
+        "PGVectorStore (pasted)": PGVectorStore.from_params(**server.params(), table_name="bench", embed_dim=DIM),
+    }
+    print(
+        f"{args.rows} rows x {DIM} dims in {DOCS} documents, exact scan, top-10, {args.queries} sequential "
+        f"queries x {args.rounds} rounds; median ms/query"
+    )
     for label, make in filters.items():
-        queries = [VectorStoreQuery(query_embedding=q, similarity_top_k=10, filters=make(i))
-                   for i, q in enumerate(vectors)]
+        queries = [
+            VectorStoreQuery(query_embedding=q, similarity_top_k=10, filters=make(i)) for i, q in enumerate(vectors)
+        ]
         for store in stores.values():  # the same rows from both
             assert store.query(queries[0]).ids == ours.query(queries[0]).ids
         for name, (sync, asynchronous) in compare(stores, queries, args.rounds, loop).items():
@@ -122,6 +149,7 @@ def filters_case(server, args, loop) -> None:
 
 def text_case(server, args, loop) -> None:  # noqa: ARG001 - text search is timed sync only
     from llama_index.vector_stores.postgres import PGVectorStore
+
     from llama_index_ext_recursive.stores.postgres import pgvector_store
 
     words = vocabulary(TEXT_VOCABULARY, "w")
@@ -142,8 +170,10 @@ def text_case(server, args, loop) -> None:  # noqa: ARG001 - text search is time
     server.execute("ANALYZE data_tsbench")
     upstream = PGVectorStore.from_params(**params)
     stores = {"pgvector_store (tree)": ours, "PGVectorStore (chain)": upstream}
-    print(f"{args.rows} rows of 12 words from {TEXT_VOCABULARY}, GIN-indexed tsvector, top-10, median ms/query "
-          f"of {args.rounds} rounds")
+    print(
+        f"{args.rows} rows of 12 words from {TEXT_VOCABULARY}, GIN-indexed tsvector, top-10, median ms/query "
+        f"of {args.rounds} rounds"
+    )
     for count, per_round in QUERY_WORDS.items():
         queries = [query(" ".join(rng.choice(words, count, replace=False))) for _ in range(per_round)]
         same, theirs = ours.query(queries[0]), upstream.query(queries[0])
@@ -152,8 +182,10 @@ def text_case(server, args, loop) -> None:  # noqa: ARG001 - text search is time
         print(f"{count:6d} words  " + "  ".join(f"{name} {sync:9.1f}" for name, (sync, _) in medians.items()))
     huge = query(" ".join(f"x{i}" for i in range(20_000)))
     default = pgvector_store(**params, hnsw=False)
-    print(f"20,000 words (~120 kB): PGVectorStore {outcome(upstream, huge)} | pgvector_store (default limit) "
-          f"{outcome(default, huge)}")
+    print(
+        f"20,000 words (~120 kB): PGVectorStore {outcome(upstream, huge)} | pgvector_store (default limit) "
+        f"{outcome(default, huge)}"
+    )
     for store in (ours, upstream, default):
         store.client.dispose()
 
@@ -161,7 +193,7 @@ def text_case(server, args, loop) -> None:  # noqa: ARG001 - text search is time
 CASES = {"vector": vector_case, "filters": filters_case, "text": text_case}
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     p.add_argument("--case", choices=list(CASES), default="vector")
     p.add_argument("--rows", type=int, default=None, help="rows in the table (default: 2,000 for vector, else 20,000)")

@@ -14,7 +14,6 @@ compare (``PYTHONPATH`` picks the version), in the same session:
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import numpy as np
 from harness import cli, timing
@@ -24,7 +23,7 @@ from harness.versions import package_dir
 from llama_index.core.schema import QueryBundle
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive import RecursiveSummaryRetriever
 
     p = cli.parser(__doc__)
@@ -38,7 +37,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     nodes, doc_ids = list(corpus.nodes()), corpus.doc_ids
     clock = timing.Stopwatch()
     retriever = RecursiveSummaryRetriever.from_nodes(
-        nodes, embed_model=topic_embedding(corpus), similarity_top_k=10, show_progress=False,
+        nodes,
+        embed_model=topic_embedding(corpus),
+        similarity_top_k=10,
+        show_progress=False,
         **equal_calibration(RecursiveSummaryRetriever),
     )
     build = clock.seconds()
@@ -52,18 +54,24 @@ def main(argv: Optional[List[str]] = None) -> None:
     retriever.retrieve(bundles[0])  # lazy matrices and postings
     results: list = []
     times = timing.latencies_ms(retriever.retrieve, bundles * args.rounds, results=results)
-    hits = sum(bool(r) and r[0].node.metadata["doc_id"] == doc_ids[t]
-               for r, t in zip(results, targets * args.rounds))
-    print(json.dumps({
-        "package": str(package_dir()),
-        "docs": args.docs, "chunks": args.docs * args.chunks,
-        "settings": {k: getattr(getattr(retriever, k, None), "value", getattr(retriever, k, None))
-                     for k in ("score_mode", "summary_mode", "chunk_mode", "summary_embedding")},
-        "build_s": round(build, 2),
-        "p50_ms": round(timing.percentile(times, 50), 3),
-        "p95_ms": round(timing.percentile(times, 95), 3),
-        "top1_in_target_doc": round(hits / len(times), 4),
-    }))
+    hits = sum(bool(r) and r[0].node.metadata["doc_id"] == doc_ids[t] for r, t in zip(results, targets * args.rounds))
+    print(
+        json.dumps(
+            {
+                "package": str(package_dir()),
+                "docs": args.docs,
+                "chunks": args.docs * args.chunks,
+                "settings": {
+                    k: getattr(getattr(retriever, k, None), "value", getattr(retriever, k, None))
+                    for k in ("score_mode", "summary_mode", "chunk_mode", "summary_embedding")
+                },
+                "build_s": round(build, 2),
+                "p50_ms": round(timing.percentile(times, 50), 3),
+                "p95_ms": round(timing.percentile(times, 95), 3),
+                "top1_in_target_doc": round(hits / len(times), 4),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 from harness import RESULTS, cli
 from harness.report import Table
@@ -25,12 +24,18 @@ TARGETS = {  # issue 12: nDCG@10 the default recursive retriever must reach
     "scifact": 0.72,
 }
 ORDER = (
-    "legalbench_contractnli", "xquad_en_fine", "xquad_zh_fine", "xquad_en", "xquad_zh", "scifact",
-    "cmrc2018", "llamaindex_blockchain_solana",
+    "legalbench_contractnli",
+    "xquad_en_fine",
+    "xquad_zh_fine",
+    "xquad_en",
+    "xquad_zh",
+    "scifact",
+    "cmrc2018",
+    "llamaindex_blockchain_solana",
 )
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     p.add_argument("--dir", type=Path, default=RESULTS / "eval")
     args = p.parse_args(argv)
@@ -55,16 +60,46 @@ def main(argv: Optional[List[str]] = None) -> None:
                 return "-"
             return f"{ndcg[r]:.4f}" + (f" / {doc[r]:.3f}" if doc.get(r) is not None else "")
 
-        rows.append((name, cell("recursive"), cell("recursive-vector"), cell("hybrid"), f"{best_flat} {cell(best_flat)}",
-                     cell("upstream-recursive"), cell("oracle-routing"), TARGETS.get(name, "-"),
-                     "yes" if all(checks) else "NO"))
+        rows.append(
+            (
+                name,
+                cell("recursive"),
+                cell("recursive-vector"),
+                cell("hybrid"),
+                f"{best_flat} {cell(best_flat)}",
+                cell("upstream-recursive"),
+                cell("oracle-routing"),
+                TARGETS.get(name, "-"),
+                "yes" if all(checks) else "NO",
+            )
+        )
         p50 = {r: v["latency_p50_ms"] for r, v in runs.items()}
         if "recursive" in p50 and "hybrid" in p50:
-            latency.append((name, f"{p50['recursive']:.2f}", f"{p50['hybrid']:.2f}",
-                            f"{p50['recursive'] / p50['hybrid']:.2f}", f"{p50.get('recursive-vector', float('nan')):.2f}"))
-    print(Table(["dataset", "recursive (default)", "recursive-vector (previous default)", "hybrid (flat)",
-                 "best upstream flat", "upstream-recursive", "oracle-routing (ceiling)", "target nDCG@10", "all met"],
-                align="lrrrlrrrl").render(rows))
+            latency.append(
+                (
+                    name,
+                    f"{p50['recursive']:.2f}",
+                    f"{p50['hybrid']:.2f}",
+                    f"{p50['recursive'] / p50['hybrid']:.2f}",
+                    f"{p50.get('recursive-vector', float('nan')):.2f}",
+                )
+            )
+    print(
+        Table(
+            [
+                "dataset",
+                "recursive (default)",
+                "recursive-vector (previous default)",
+                "hybrid (flat)",
+                "best upstream flat",
+                "upstream-recursive",
+                "oracle-routing (ceiling)",
+                "target nDCG@10",
+                "all met",
+            ],
+            align="lrrrlrrrl",
+        ).render(rows)
+    )
     print()
     print(Table(["dataset", "recursive p50 ms", "hybrid p50 ms", "ratio", "recursive-vector p50 ms"]).render(latency))
 

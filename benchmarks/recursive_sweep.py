@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import ir_measures
 import numpy as np
@@ -46,14 +45,14 @@ def topk_minmax(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def evaluate(scores: np.ndarray, qids: List[str], cids: List[str], qrels, doc_qrels, doc_of) -> Dict[str, float]:
+def evaluate(scores: np.ndarray, qids: list[str], cids: list[str], qrels, doc_qrels, doc_of) -> dict[str, float]:
     top = np.argsort(-scores, axis=1)[:, :K]
     run = {q: {cids[j]: float(K - r) for r, j in enumerate(row)} for q, row in zip(qids, top)}
     out = {"nDCG@10": ir_measures.calc_aggregate([ir_measures.nDCG @ K], qrels, run)[ir_measures.nDCG @ K]}
     if doc_qrels:
         docs = {}
         for q, row in zip(qids, top):
-            ranked: Dict[str, float] = {}
+            ranked: dict[str, float] = {}
             for r, j in enumerate(row):
                 ranked.setdefault(doc_of[cids[j]], float(K - r))
             docs[q] = ranked
@@ -100,9 +99,7 @@ def list_mode(record, dense, lexical, doc_dense, doc_lexical, owner, n_chunks, l
         final = np.zeros((dense.shape[0], n_chunks)) - 1e9
         for i in range(dense.shape[0]):
             depth = routed + 10
-            D = _relative(
-                [_top(doc_dense[i], depth), _top(doc_lexical[i], depth, positive=True)], [wd, 1 - wd], n_docs
-            )
+            D = _relative([_top(doc_dense[i], depth), _top(doc_lexical[i], depth, positive=True)], [wd, 1 - wd], n_docs)
             top_docs = np.argsort(-D, kind="stable")[:routed]
             mask = np.isin(owner, top_docs)
             lists = []
@@ -118,7 +115,7 @@ def list_mode(record, dense, lexical, doc_dense, doc_lexical, owner, n_chunks, l
         record(f"list {label} routed={routed} pool={pool} beta={beta} w_dense={w} w_doc_dense={wd}", final)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive.recursive.build import build_documents, group_nodes
     from llama_index_ext_recursive.recursive.evidence import document_text
     from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
@@ -130,8 +127,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--out")
     p.add_argument("--list-dense", default="summary_text,centroid")
     cli.add_embed_model(p)
-    p.add_argument("--no-embed-title", action="store_true",
-                   help="exclude the title from chunk embeddings (the issue's convention)")
+    p.add_argument(
+        "--no-embed-title", action="store_true", help="exclude the title from chunk embeddings (the issue's convention)"
+    )
     args = p.parse_args(argv)
     dataset = data.load(args.data, max_queries=args.max_queries)
     model = real_model(args.embed_model, args.cache)
@@ -155,7 +153,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     lexical = np.stack([bm25._score_all(bm25.tokenizer(t)) for t in texts])
 
     # document representations
-    by_doc: Dict[str, List[TextNode]] = {}
+    by_doc: dict[str, list[TextNode]] = {}
     for n in nodes:
         by_doc.setdefault(n.metadata["doc_id"], []).append(n)
     titles = [str(by_doc[d][0].metadata.get("title") or d) for d in doc_ids]
@@ -163,7 +161,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     content = ["\n".join(c.text for c in by_doc[d]) for d in doc_ids]
     centroid = onehot.T @ E
     centroid /= np.linalg.norm(centroid, axis=1, keepdims=True)
-    ident_vec = np.asarray(model.get_text_embedding_batch([f"{t}\n{l}" for t, l in zip(titles, lead)]))
+    ident_vec = np.asarray(model.get_text_embedding_batch([f"{title}\n{first}" for title, first in zip(titles, lead)]))
+
     def bm25_over(doc_texts):
         r = MultilingualBM25Retriever.from_defaults(
             nodes=[TextNode(id_=d, text=t) for d, t in zip(doc_ids, doc_texts)], unknown_filter_key=None
@@ -176,8 +175,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     blend = centroid + summary_vec / np.linalg.norm(summary_vec, axis=1, keepdims=True)
     blend /= np.linalg.norm(blend, axis=1, keepdims=True)
     doc_texts = [
-        document_text(built.records[d].title, summaries[d].metadata, summaries[d].get_content(),
-                      [c.text for c in by_doc[d]])
+        document_text(
+            built.records[d].title, summaries[d].metadata, summaries[d].get_content(), [c.text for c in by_doc[d]]
+        )
         for d in doc_ids
     ]
     doc_signals = {
@@ -190,7 +190,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     }
     # max chunk evidence per document
     setup = clock.seconds()
-    ev = lambda s: evaluate(s, qids, cids, dataset.qrels, dataset.doc_qrels, dataset.doc_of)
+
+    def ev(s):
+        return evaluate(s, qids, cids, dataset.qrels, dataset.doc_qrels, dataset.doc_of)
+
     results = {}
 
     def record(name, s):
@@ -222,8 +225,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         for beta in (0.5, 1.0, 2.0):
             record(f"flat + {beta}*{name}", flat + beta * (doc @ onehot.T))
     for dense_name in args.list_dense.split(","):
-        list_mode(record, dense, lexical, doc_signals[dense_name], doc_signals["document_bm25"], owner,
-                  len(cids), dense_name)
+        list_mode(
+            record, dense, lexical, doc_signals[dense_name], doc_signals["document_bm25"], owner, len(cids), dense_name
+        )
     if args.out:
         Path(args.out).write_text(json.dumps({"dataset": dataset.name, "setup_s": setup, "results": results}, indent=1))
 

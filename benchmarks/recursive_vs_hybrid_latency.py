@@ -10,13 +10,12 @@ passes, so a busy neighbour slows both alike and the ratio stays meaningful.
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 from harness import cli, data, timing
 from harness.models import real_model
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive import RecursiveSummaryRetriever
     from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
@@ -34,15 +33,22 @@ def main(argv: Optional[List[str]] = None) -> None:
         "hybrid": HybridFusionRetriever.from_nodes(nodes, embed_model=model),
         "recursive": RecursiveSummaryRetriever.from_nodes(nodes, embed_model=model, show_progress=False),
     }
-    times = timing.interleaved_calls({name: r.retrieve for name, r in retrievers.items()}, bundles, args.rounds,
-                                     warmup=1, rotate=False)
+    times = timing.interleaved_calls(
+        {name: r.retrieve for name, r in retrievers.items()}, bundles, args.rounds, warmup=1, rotate=False
+    )
     p50 = {name: timing.percentile(t, 50) for name, t in times.items()}
-    print(json.dumps({
-        "dataset": dataset.name, "queries": len(bundles), "rounds": args.rounds,
-        "p50_ms": {k: round(v, 3) for k, v in p50.items()},
-        "p95_ms": {k: round(timing.percentile(t, 95), 3) for k, t in times.items()},
-        "ratio_p50": round(p50["recursive"] / p50["hybrid"], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "dataset": dataset.name,
+                "queries": len(bundles),
+                "rounds": args.rounds,
+                "p50_ms": {k: round(v, 3) for k, v in p50.items()},
+                "p95_ms": {k: round(timing.percentile(t, 95), 3) for k, t in times.items()},
+                "ratio_p50": round(p50["recursive"] / p50["hybrid"], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

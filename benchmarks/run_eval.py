@@ -35,8 +35,8 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from harness import REPO, RESULTS, cli
 from harness.memory import run_child
@@ -50,7 +50,7 @@ RETRIEVERS = (
     "vector,bm25,hybrid,recursive-vector,recursive,oracle-routing"
 )
 # dataset -> --max-queries (None: every judged query of the test split)
-DATASETS: Dict[str, Optional[int]] = {
+DATASETS: dict[str, int | None] = {
     "xquad_en_fine": None,
     "xquad_zh_fine": None,
     "xquad_en": None,
@@ -64,14 +64,14 @@ DATASETS: Dict[str, Optional[int]] = {
 # XQuAD's ids align across languages. The Chinese paragraphs carry their English SQuAD titles,
 # so titles are kept out of the embedded and BM25-indexed text; an English corpus asked in
 # Chinese needs the multilingual model named (the automatic choice reads the corpus only).
-CROSS_LINGUAL: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
+CROSS_LINGUAL: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "xquad_en-to-zh": ("xquad_zh", "xquad_en", ("--no-embed-title",)),
     "xquad_zh-to-en": ("xquad_en", "xquad_zh", ("--no-embed-title", "--embed-model", "multilingual")),
 }
 
 
-def _cpu_ticks() -> Dict[int, Tuple[int, str]]:
-    ticks: Dict[int, Tuple[int, str]] = {}
+def _cpu_ticks() -> dict[int, tuple[int, str]]:
+    ticks: dict[int, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -85,7 +85,7 @@ def _cpu_ticks() -> Dict[int, Tuple[int, str]]:
     return ticks
 
 
-def busy_processes(exclude: Sequence[int] = (), threshold: float = 20.0) -> List[str]:
+def busy_processes(exclude: Sequence[int] = (), threshold: float = 20.0) -> list[str]:
     """Processes (other than ours) that used more than ``threshold`` % of a core over 1 s."""
     hz = os.sysconf("SC_CLK_TCK")
     before = _cpu_ticks()
@@ -102,7 +102,7 @@ def busy_processes(exclude: Sequence[int] = (), threshold: float = 20.0) -> List
     return busy
 
 
-def _descendants(pid: int) -> List[int]:
+def _descendants(pid: int) -> list[int]:
     """``pid`` and its children (``/usr/bin/time`` -> ``llama-recursive``)."""
     out = [pid]
     try:
@@ -119,18 +119,24 @@ def _strip_percent(entry: str) -> str:
     return f"{cmd[:120]} (pid {number})"
 
 
-def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) -> Dict[str, object]:
+def run_one(args: argparse.Namespace, dataset: str, max_queries: int | None) -> dict[str, object]:
     out = Path(args.out_dir)
     rel = lambda p: os.path.relpath(p, REPO)  # noqa: E731
     folder, queries_from, extra = CROSS_LINGUAL.get(dataset, (dataset, None, ()))
     command = [
-        rel(llama_recursive()), "eval",
-        "--data", str(Path(args.data_root) / folder),
+        rel(llama_recursive()),
+        "eval",
+        "--data",
+        str(Path(args.data_root) / folder),
         *(["--queries-from", str(Path(args.data_root) / queries_from)] if queries_from else []),
-        "--retrievers", args.retrievers,
-        "--cache", rel(Path(args.cache)),
-        "--out", rel(out / f"{dataset}.json"),
-        "--plot", rel(out / f"{dataset}.png"),
+        "--retrievers",
+        args.retrievers,
+        "--cache",
+        rel(Path(args.cache)),
+        "--out",
+        rel(out / f"{dataset}.json"),
+        "--plot",
+        rel(out / f"{dataset}.png"),
     ]
     if max_queries is not None:
         command += ["--max-queries", str(max_queries)]
@@ -139,7 +145,7 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
     command += list(extra)
     shown = " ".join(shlex.quote(c) for c in command) + f" > {rel(out / (dataset + '.md'))}"
     print(f"[run_eval] {shown}", file=sys.stderr, flush=True)
-    record: Dict[str, object] = {
+    record: dict[str, object] = {
         "dataset": dataset,
         "command": shown,
         "cwd": str(REPO),
@@ -152,7 +158,7 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
         "library_before": library_fingerprint(),
     }
     # sample the other load 15 s into long runs, then every minute
-    samples: List[List[str]] = []
+    samples: list[list[str]] = []
     next_sample = [time.perf_counter() + 15]
 
     def sample(pid: int) -> None:
@@ -180,9 +186,23 @@ def run_one(args: argparse.Namespace, dataset: str, max_queries: Optional[int]) 
 
 def write_commands(out: Path) -> None:
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()]
-    table = Table(["started", "dataset", "cache existed", "new texts embedded", "embed s", "wall s",
-                   "user+sys s", "max RSS MB", "load avg before", "other busy processes (during)",
-                   "library sha256[:12]", "command"], align="lllrrrrrllll")
+    table = Table(
+        [
+            "started",
+            "dataset",
+            "cache existed",
+            "new texts embedded",
+            "embed s",
+            "wall s",
+            "user+sys s",
+            "max RSS MB",
+            "load avg before",
+            "other busy processes (during)",
+            "library sha256[:12]",
+            "command",
+        ],
+        align="lllrrrrrllll",
+    )
     rows = []
     for r in runs:
         usage = r.get("rusage") or r.get("time_v", {})  # time_v: runs measured by /usr/bin/time -v
@@ -193,9 +213,22 @@ def write_commands(out: Path) -> None:
         if r.get("library_after", lib) != lib:
             lib += f" -> {r['library_after']} (CHANGED during the run)"
         wall = f"{r['wall_seconds']}" + (f" ({usage['wall']})" if "wall" in usage else "")
-        rows.append((r["started"], r["dataset"], r["cache_existed"], r.get("texts_embedded", "-"),
-                     r.get("embedding_seconds", "-"), wall, f"{cpu:.0f}", f"{rss:.0f}",
-                     f"{r['loadavg_before'][0]:.2f}", busy.replace("|", "/"), lib, f"`{r['command']}`"))
+        rows.append(
+            (
+                r["started"],
+                r["dataset"],
+                r["cache_existed"],
+                r.get("texts_embedded", "-"),
+                r.get("embedding_seconds", "-"),
+                wall,
+                f"{cpu:.0f}",
+                f"{rss:.0f}",
+                f"{r['loadavg_before'][0]:.2f}",
+                busy.replace("|", "/"),
+                lib,
+                f"`{r['command']}`",
+            )
+        )
     lines = [
         "# Exact commands of the evaluation runs",
         "",
@@ -212,17 +245,21 @@ def write_commands(out: Path) -> None:
     (out / "commands.md").write_text("\n".join(lines), encoding="utf-8")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = cli.parser(__doc__)
-    p.add_argument("--datasets", default=",".join([*DATASETS, *CROSS_LINGUAL]),
-                   help="comma-separated; default: all, the cross-lingual runs included")
+    p.add_argument(
+        "--datasets",
+        default=",".join([*DATASETS, *CROSS_LINGUAL]),
+        help="comma-separated; default: all, the cross-lingual runs included",
+    )
     cli.add_data_root(p)
     p.add_argument("--retrievers", default=RETRIEVERS)
     cli.add_cache(p)
     p.add_argument("--fresh-cache", action="store_true", help="delete the cache file first")
     p.add_argument("--out-dir", default=str(OUT_DIR))
-    p.add_argument("--no-embed-title", action="store_true",
-                   help="pass --no-embed-title: titles in chunk metadata, not embedded")
+    p.add_argument(
+        "--no-embed-title", action="store_true", help="pass --no-embed-title: titles in chunk metadata, not embedded"
+    )
     args = p.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +282,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(
             f"[run_eval] {dataset}: rc={record['returncode']} wall={record['wall_seconds']}s "
             f"embedded={record.get('texts_embedded')} busy={record['busy_during']}",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
     return 1 if failed else 0
 

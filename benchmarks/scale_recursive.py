@@ -37,7 +37,6 @@ import pstats
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional
 
 import numpy as np
 from harness import RESULTS, cli, memory, timing
@@ -55,13 +54,20 @@ from llama_index.core.vector_stores.types import (
 )
 
 SERIES = (
-    "sync", "async", "summary", "routed_chunk", "per_doc", "store_filtered",
-    "intersect", "plan", "flat",
+    "sync",
+    "async",
+    "summary",
+    "routed_chunk",
+    "per_doc",
+    "store_filtered",
+    "intersect",
+    "plan",
+    "flat",
 )
 pct = timing.percentile
 
 
-def time_calls(fn, queries: List[List[float]], warmup: int = 3) -> List[float]:
+def time_calls(fn, queries: list[list[float]], warmup: int = 3) -> list[float]:
     """Per-call latencies in ms of ``fn`` over bundles of the query vectors (built outside the timing)."""
     return timing.latencies_ms(fn, [QueryBundle(query_str="q", embedding=v) for v in queries], warmup=warmup)
 
@@ -69,18 +75,16 @@ def time_calls(fn, queries: List[List[float]], warmup: int = 3) -> List[float]:
 def routing_filter(doc_id: str) -> MetadataFilters:
     from llama_index_ext_recursive.recursive.build import ROUTING_KEY
 
-    return MetadataFilters(
-        filters=[MetadataFilter(key=ROUTING_KEY, value=doc_id, operator=FilterOperator.EQ)]
-    )
+    return MetadataFilters(filters=[MetadataFilter(key=ROUTING_KEY, value=doc_id, operator=FilterOperator.EQ)])
 
 
 # -------------------------------------------------------------------- bench
-def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
+def bench_size(args: argparse.Namespace, n_docs: int) -> dict[str, object]:
     from llama_index_ext_recursive import RecursiveSummaryRetriever
     from llama_index_ext_recursive.recursive.build import ROUTING_KEY, build_documents, group_nodes
     from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, SummaryCache
 
-    row: Dict[str, object] = {"docs": n_docs, "chunks": n_docs * args.chunks}
+    row: dict[str, object] = {"docs": n_docs, "chunks": n_docs * args.chunks}
     corpus = TopicCorpus(n_docs, args.chunks, args.dim, args.seed, args.noise)
     nodes, doc_ids = list(corpus.nodes()), corpus.doc_ids
     fake = topic_embedding(corpus)
@@ -107,7 +111,11 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     if args.summary_embedding:
         extra["summary_embedding"] = args.summary_embedding
     r = RecursiveSummaryRetriever.from_nodes(
-        nodes, doc_id_key="doc_id", embed_model=fake, similarity_top_k=10, show_progress=False,
+        nodes,
+        doc_id_key="doc_id",
+        embed_model=fake,
+        similarity_top_k=10,
+        show_progress=False,
         **extra,
     )
     row["build_s"] = clock.seconds()
@@ -126,11 +134,9 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     # cold first query (NumpyVectorStore builds its matrix and postings lazily)
     row["first_query_ms"] = timing.seconds(lambda: r.retrieve(QueryBundle(query_str="q", embedding=queries[0]))) * 1e3
 
-    summary_ret = VectorIndexRetriever(
-        r.index.summary_index, similarity_top_k=r.num_routed_docs, embed_model=fake
-    )
+    summary_ret = VectorIndexRetriever(r.index.summary_index, similarity_top_k=r.num_routed_docs, embed_model=fake)
     flat = VectorIndexRetriever(r.index.chunk_index, similarity_top_k=10, embed_model=fake)
-    per_doc_ret: Dict[str, VectorIndexRetriever] = {}
+    per_doc_ret: dict[str, VectorIndexRetriever] = {}
 
     def per_doc(doc_id: str) -> VectorIndexRetriever:
         # one per-document chunk search, exactly as _chunk_retriever issues it
@@ -152,7 +158,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
     def start() -> tuple[float, float]:
         return time.perf_counter(), time.thread_time()
 
-    def stop(key: str, t: tuple[float, float], acc: Optional[Dict[str, float]] = None) -> None:
+    def stop(key: str, t: tuple[float, float], acc: dict[str, float] | None = None) -> None:
         wall = (time.perf_counter() - t[0]) * 1e3
         cpu = (time.thread_time() - t[1]) * 1e3
         if acc is None:
@@ -197,9 +203,7 @@ def bench_size(args: argparse.Namespace, n_docs: int) -> Dict[str, object]:
                 t = start()
                 ret.retrieve(b)
                 stop("per_doc", t)
-                query = VectorStoreQuery(
-                    query_embedding=vec, similarity_top_k=10, filters=routing_filter(target)
-                )
+                query = VectorStoreQuery(query_embedding=vec, similarity_top_k=10, filters=routing_filter(target))
                 t = start()
                 store.query(query)
                 stop("store_filtered", t)
@@ -288,48 +292,88 @@ def profile_queries(r, queries, n: int) -> str:
 
 
 # ------------------------------------------------------------------- report
-def p50(r: Dict[str, object], key: str) -> float:
+def p50(r: dict[str, object], key: str) -> float:
     return pct(r[key], 50)
 
 
-def table(rows: List[Dict[str, object]]) -> str:
+def table(rows: list[dict[str, object]]) -> str:
     """The headline table."""
-    return Table([
-        "docs", "chunks", "build s", "summarize s", "index s", "recursive p50 ms",
-        "recursive p95 ms", "async p50 ms", "summary-search p50 ms", "flat-numpy p50 ms",
-        "flat-SimpleVectorStore p50 ms",
-    ], align="r" * 11).render(
-        (r["docs"], r["chunks"], fmt(r["build_s"]), fmt(r["summarize_s"]), fmt(r["index_s"]),
-         fmt(p50(r, "sync")), fmt(pct(r["sync"], 95)), fmt(p50(r, "async")), fmt(p50(r, "summary"), 3),
-         fmt(p50(r, "flat")), f"{pct(r['svs'], 50):.1f} (n={r['svs_n']})" if r.get("svs") else "-")
+    return Table(
+        [
+            "docs",
+            "chunks",
+            "build s",
+            "summarize s",
+            "index s",
+            "recursive p50 ms",
+            "recursive p95 ms",
+            "async p50 ms",
+            "summary-search p50 ms",
+            "flat-numpy p50 ms",
+            "flat-SimpleVectorStore p50 ms",
+        ],
+        align="r" * 11,
+    ).render(
+        (
+            r["docs"],
+            r["chunks"],
+            fmt(r["build_s"]),
+            fmt(r["summarize_s"]),
+            fmt(r["index_s"]),
+            fmt(p50(r, "sync")),
+            fmt(pct(r["sync"], 95)),
+            fmt(p50(r, "async")),
+            fmt(p50(r, "summary"), 3),
+            fmt(p50(r, "flat")),
+            f"{pct(r['svs'], 50):.1f} (n={r['svs_n']})" if r.get("svs") else "-",
+        )
         for r in rows
     )
 
 
-def breakdown(rows: List[Dict[str, object]]) -> str:
+def breakdown(rows: list[dict[str, object]]) -> str:
     """Where a recursive query's time goes: medians, "wall / thread-CPU" ms."""
 
-    def both(r: Dict[str, object], key: str, digits: int = 2) -> str:
+    def both(r: dict[str, object], key: str, digits: int = 2) -> str:
         return f"{p50(r, key):.{digits}f} / {p50(r, key + '_cpu'):.{digits}f}"
 
-    def rest(r: Dict[str, object], sfx: str) -> float:
-        return timing.median(np.asarray(r["sync" + sfx]) - np.asarray(r["summary" + sfx])
-                             - np.asarray(r["routed_chunk" + sfx]))
+    def rest(r: dict[str, object], sfx: str) -> float:
+        return timing.median(
+            np.asarray(r["sync" + sfx]) - np.asarray(r["summary" + sfx]) - np.asarray(r["routed_chunk" + sfx])
+        )
 
-    return Table([
-        "docs", "recursive", "summary search", "routed chunk searches (sum)",
-        "recursive - summary - routed", "one per-doc chunk search",
-        "NumpyVectorStore.query(ref_doc_id==doc)", "ref: intersect1d(arange(N), posting)",
-        "_plan", "flat-numpy",
-    ], align="r" * 10).render(
-        (r["docs"], both(r, "sync"), both(r, "summary", 3), both(r, "routed_chunk"),
-         f"{rest(r, ''):.2f} / {rest(r, '_cpu'):.2f}", both(r, "per_doc", 3), both(r, "store_filtered", 3),
-         both(r, "intersect", 3), both(r, "plan", 3), both(r, "flat"))
+    return Table(
+        [
+            "docs",
+            "recursive",
+            "summary search",
+            "routed chunk searches (sum)",
+            "recursive - summary - routed",
+            "one per-doc chunk search",
+            "NumpyVectorStore.query(ref_doc_id==doc)",
+            "ref: intersect1d(arange(N), posting)",
+            "_plan",
+            "flat-numpy",
+        ],
+        align="r" * 10,
+    ).render(
+        (
+            r["docs"],
+            both(r, "sync"),
+            both(r, "summary", 3),
+            both(r, "routed_chunk"),
+            f"{rest(r, ''):.2f} / {rest(r, '_cpu'):.2f}",
+            both(r, "per_doc", 3),
+            both(r, "store_filtered", 3),
+            both(r, "intersect", 3),
+            both(r, "plan", 3),
+            both(r, "flat"),
+        )
         for r in rows
     )
 
 
-def details(rows: List[Dict[str, object]]) -> str:
+def details(rows: list[dict[str, object]]) -> str:
     out = []
     for r in rows:
         extra = [
@@ -348,13 +392,15 @@ def details(rows: List[Dict[str, object]]) -> str:
             f"max RSS so far {r['rss_mb']:.0f} MB",
         ]
         if "svs" in r:
-            extra.append(f"SimpleVectorStore build {r['svs_build_s']:.1f}s, "
-                         f"p95 {pct(r['svs'], 95):.1f} ms, same top-10 as numpy {r['svs_same_top10']}")
+            extra.append(
+                f"SimpleVectorStore build {r['svs_build_s']:.1f}s, "
+                f"p95 {pct(r['svs'], 95):.1f} ms, same top-10 as numpy {r['svs_same_top10']}"
+            )
         out.append("- " + "; ".join(extra))
     return "\n".join(out)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     p.add_argument("--docs", type=cli.csv(int), default=[100, 300, 1000])
     p.add_argument("--chunks", type=int, default=50)
@@ -364,16 +410,25 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="passes over the queries (samples pool)")
     p.add_argument("--noise", type=float, default=0.5, help="chunk = unit(topic + noise*unit_noise)")
     p.add_argument("--query-noise", type=float, default=0.5)
-    p.add_argument("--svs-docs", type=cli.csv(int), default=[1000],
-                   help="sizes at which to time SimpleVectorStore ('' = none)")
+    p.add_argument(
+        "--svs-docs", type=cli.csv(int), default=[1000], help="sizes at which to time SimpleVectorStore ('' = none)"
+    )
     p.add_argument("--svs-queries", type=int, default=20)
-    p.add_argument("--profile-docs", type=int, default=None,
-                   help="cProfile recursive retrieve at this size (default: largest)")
+    p.add_argument(
+        "--profile-docs", type=int, default=None, help="cProfile recursive retrieve at this size (default: largest)"
+    )
     p.add_argument("--profile-queries", type=int, default=50)
-    p.add_argument("--summary-embedding", default=None,
-                   help="pass summary_embedding= to from_nodes (default: the library's default)")
-    p.add_argument("--blas-threads", type=int, default=None,
-                   help="limit BLAS threads with threadpoolctl (default: numpy's default)")
+    p.add_argument(
+        "--summary-embedding",
+        default=None,
+        help="pass summary_embedding= to from_nodes (default: the library's default)",
+    )
+    p.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        help="limit BLAS threads with threadpoolctl (default: numpy's default)",
+    )
     cli.add_out(p, RESULTS / "scale_recursive.md")
     args = p.parse_args(argv)
     sizes = args.docs

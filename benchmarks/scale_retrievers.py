@@ -41,8 +41,8 @@ import gc
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
 from harness import REPO, RESULTS, cli, data, timing
 from harness.corpus import TopicCorpus
@@ -54,13 +54,14 @@ EVAL_RESULTS = RESULTS / "eval"
 pct = timing.percentile
 
 
-def time_retriever(retriever, queries, budget_s: float, min_queries: int, warmup: int = 3) -> Dict[str, object]:
+def time_retriever(retriever, queries, budget_s: float, min_queries: int, warmup: int = 3) -> dict[str, object]:
     bundles = [QueryBundle(text, embedding=vec) for text, vec, _, _ in queries]
     first_ms = timing.latencies_ms(retriever.retrieve, bundles[:1])[0]
     timing.latencies_ms(retriever.retrieve, bundles[1 : 1 + warmup])
     results: list = []
-    latencies = timing.latencies_ms(retriever.retrieve, bundles, budget_s=budget_s, min_calls=min_queries,
-                                    results=results)
+    latencies = timing.latencies_ms(
+        retriever.retrieve, bundles, budget_s=budget_s, min_calls=min_queries, results=results
+    )
     chunk_hits = doc_hits = 0
     for hits, (_, _, chunk_id, doc_id) in zip(results, queries):
         ids = [r.node.node_id for r in hits]
@@ -68,12 +69,16 @@ def time_retriever(retriever, queries, budget_s: float, min_queries: int, warmup
         doc_hits += any(i.startswith(doc_id + "-") for i in ids)
     n = len(latencies)
     return {
-        "n": n, "p50": pct(latencies, 50), "p95": pct(latencies, 95), "first_ms": first_ms,
-        "chunk_hit": chunk_hits / n, "doc_hit": doc_hits / n,
+        "n": n,
+        "p50": pct(latencies, 50),
+        "p95": pct(latencies, 95),
+        "first_ms": first_ms,
+        "chunk_hit": chunk_hits / n,
+        "doc_hit": doc_hits / n,
     }
 
 
-def bench_size(args: argparse.Namespace, total: int, names: Sequence[str]) -> List[Dict[str, object]]:
+def bench_size(args: argparse.Namespace, total: int, names: Sequence[str]) -> list[dict[str, object]]:
     from llama_index_ext_recursive.eval.registry import BuildContext, build_retriever
 
     n_docs = max(1, total // args.chunks)
@@ -94,9 +99,15 @@ def bench_size(args: argparse.Namespace, total: int, names: Sequence[str]) -> Li
         build_s = clock.seconds()
         embed_calls = fake.calls
         latency = time_retriever(retriever, queries, args.budget_s, args.min_queries)
-        row = {"retriever": name, "chunks": len(nodes), "docs": n_docs, "build_s": build_s,
-               "embed_calls_in_build": embed_calls, "query_embed_calls": fake.calls - embed_calls,
-               **latency}
+        row = {
+            "retriever": name,
+            "chunks": len(nodes),
+            "docs": n_docs,
+            "build_s": build_s,
+            "embed_calls_in_build": embed_calls,
+            "query_embed_calls": fake.calls - embed_calls,
+            **latency,
+        }
         rows.append(row)
         print(f"[scale_retrievers]   {json.dumps(row)}", file=sys.stderr, flush=True)
         del retriever
@@ -106,18 +117,38 @@ def bench_size(args: argparse.Namespace, total: int, names: Sequence[str]) -> Li
     return rows
 
 
-def scale_table(rows: List[Dict[str, object]]) -> str:
+def scale_table(rows: list[dict[str, object]]) -> str:
     if not rows:
         return "(no sizes run)"
-    return Table(["retriever", "chunks (docs)", "build s", "p50 ms", "p95 ms", "queries timed",
-                  "first query ms", "target chunk in top-10", "target doc in top-10"]).render(
-        (r["retriever"], f"{r['chunks']} ({r['docs']})", f"{r['build_s']:.2f}", f"{r['p50']:.2f}",
-         f"{r['p95']:.2f}", r["n"], f"{r['first_ms']:.1f}", f"{r['chunk_hit']:.2f}", f"{r['doc_hit']:.2f}")
+    return Table(
+        [
+            "retriever",
+            "chunks (docs)",
+            "build s",
+            "p50 ms",
+            "p95 ms",
+            "queries timed",
+            "first query ms",
+            "target chunk in top-10",
+            "target doc in top-10",
+        ]
+    ).render(
+        (
+            r["retriever"],
+            f"{r['chunks']} ({r['docs']})",
+            f"{r['build_s']:.2f}",
+            f"{r['p50']:.2f}",
+            f"{r['p95']:.2f}",
+            r["n"],
+            f"{r['first_ms']:.1f}",
+            f"{r['chunk_hit']:.2f}",
+            f"{r['doc_hit']:.2f}",
+        )
         for r in rows
     )
 
 
-def pivot(rows: List[Dict[str, object]], sizes: Sequence[int]) -> str:
+def pivot(rows: list[dict[str, object]], sizes: Sequence[int]) -> str:
     """retriever x size: p50 / p95 ms (build s)."""
     if not rows:
         return "(no sizes run)"
@@ -137,7 +168,7 @@ def pivot(rows: List[Dict[str, object]], sizes: Sequence[int]) -> str:
 
 
 # ----------------------------------------------------------- build breakdown
-def build_breakdown(args: argparse.Namespace) -> Dict[str, object]:
+def build_breakdown(args: argparse.Namespace) -> dict[str, object]:
     from llama_index_ext_recursive.eval.registry import BuildContext, build_retriever
     from llama_index_ext_recursive.recursive.build import build_documents, group_nodes
 
@@ -147,8 +178,7 @@ def build_breakdown(args: argparse.Namespace) -> Dict[str, object]:
     nodes = data.embed_nodes(dataset, cache)
     cached_embed_s = clock.seconds()
     if cache.computed:
-        print(f"[scale_retrievers] warning: {cache.computed} chunk texts were not in the cache",
-              file=sys.stderr)
+        print(f"[scale_retrievers] warning: {cache.computed} chunk texts were not in the cache", file=sys.stderr)
     ctx = BuildContext(nodes, cache, top_k=10)
     summaries, totals = [], []
     for _ in range(args.breakdown_repeats):
@@ -158,10 +188,15 @@ def build_breakdown(args: argparse.Namespace) -> Dict[str, object]:
         before = cache.computed
         totals.append(timing.seconds(lambda: build_retriever("recursive", ctx)))
         assert cache.computed == before, "recursive build embedded texts"
-    out: Dict[str, object] = {
-        "dataset": dataset.name, "chunks": len(nodes), "docs": len(set(dataset.doc_of.values())),
-        "queries": len(dataset.queries), "summaries_s": timing.median(summaries),
-        "build_s": timing.median(totals), "summaries_all": summaries, "build_all": totals,
+    out: dict[str, object] = {
+        "dataset": dataset.name,
+        "chunks": len(nodes),
+        "docs": len(set(dataset.doc_of.values())),
+        "queries": len(dataset.queries),
+        "summaries_s": timing.median(summaries),
+        "build_s": timing.median(totals),
+        "summaries_all": summaries,
+        "build_all": totals,
         "cached_lookup_s": cached_embed_s,
     }
     out["indexing_s"] = out["build_s"] - out["summaries_s"]
@@ -184,7 +219,7 @@ def build_breakdown(args: argparse.Namespace) -> Dict[str, object]:
     return out
 
 
-def breakdown_table(b: Dict[str, object]) -> str:
+def breakdown_table(b: dict[str, object]) -> str:
     emb = b.get("embedding_s")
     chunk = b.get("chunk_embed_s")
     build_total = (chunk if chunk is not None else 0.0) + b["build_s"]
@@ -193,17 +228,24 @@ def breakdown_table(b: Dict[str, object]) -> str:
         ("summaries (`group_nodes` + `build_documents`, extractive)", b["summaries_s"]),
         ("indexing (rest of `from_nodes`: centroids, docstores, vector stores)", b["indexing_s"]),
     ]
-    rows = [(label, "-", "-") if secs is None else (label, f"{secs:.2f}", f"{100 * secs / build_total:.1f}%")
-            for label, secs in steps]
+    rows = [
+        (label, "-", "-") if secs is None else (label, f"{secs:.2f}", f"{100 * secs / build_total:.1f}%")
+        for label, secs in steps
+    ]
     rows.append(("build total", f"{build_total:.2f}", "100%"))
     if emb is not None:
-        rows.append((f"for reference: eval `embedding_seconds`, cold cache = {b['chunks']} chunks + "
-                     f"{b['queries']} queries ({b['distinct_queries']} distinct), one query at a time",
-                     f"{emb:.2f}", ""))
+        rows.append(
+            (
+                f"for reference: eval `embedding_seconds`, cold cache = {b['chunks']} chunks + "
+                f"{b['queries']} queries ({b['distinct_queries']} distinct), one query at a time",
+                f"{emb:.2f}",
+                "",
+            )
+        )
     return Table(["step", "seconds", "share of build"]).render(rows)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive.eval.registry import REGISTRY
 
     p = cli.parser(__doc__)
@@ -217,13 +259,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--noise", type=float, default=0.5)
     p.add_argument("--query-noise", type=float, default=1.0)
     p.add_argument("--retrievers", type=cli.csv(), default=list(REGISTRY))
-    p.add_argument("--breakdown-data", default=str(data.DATA_ROOT / "xquad_en_fine"),
-                   help="'' to skip the build breakdown")
-    p.add_argument("--breakdown-json", default=str(EVAL_RESULTS / "cold_cache_repeats" / "xquad_en_fine.json"),
-                   help="eval JSON of the cold-cache run (embedding_seconds)")
+    p.add_argument(
+        "--breakdown-data", default=str(data.DATA_ROOT / "xquad_en_fine"), help="'' to skip the build breakdown"
+    )
+    p.add_argument(
+        "--breakdown-json",
+        default=str(EVAL_RESULTS / "cold_cache_repeats" / "xquad_en_fine.json"),
+        help="eval JSON of the cold-cache run (embedding_seconds)",
+    )
     p.add_argument("--breakdown-repeats", type=int, default=5)
-    p.add_argument("--chunk-embed-repeats", type=int, default=3,
-                   help="embed the breakdown dataset's chunks this many times without cache (0: skip)")
+    p.add_argument(
+        "--chunk-embed-repeats",
+        type=int,
+        default=3,
+        help="embed the breakdown dataset's chunks this many times without cache (0: skip)",
+    )
     cli.add_cache(p)
     cli.add_out(p, EVAL_RESULTS / "scale_retrievers.md")
     args = p.parse_args(argv)
@@ -232,7 +282,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     load_before = load_average()
     fingerprint = library_fingerprint()
     clock = timing.Stopwatch()
-    rows: List[Dict[str, object]] = []
+    rows: list[dict[str, object]] = []
     for total in sizes:
         rows += bench_size(args, total, names)
     breakdown = build_breakdown(args) if args.breakdown_data else None

@@ -72,9 +72,10 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from contextlib import contextmanager
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 from harness import RESULTS, cli, postgres, timing
@@ -94,7 +95,7 @@ MODES = ("none", "eq", "range")
 HNSW = {"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 40}
 
 
-def mode_filters(mode: str) -> Optional[MetadataFilters]:
+def mode_filters(mode: str) -> MetadataFilters | None:
     if mode == "eq":
         return MetadataFilters(filters=[MetadataFilter(key="group", value=7)])
     if mode == "range":
@@ -102,7 +103,7 @@ def mode_filters(mode: str) -> Optional[MetadataFilters]:
     return None
 
 
-def mode_rows(mode: str, n: int) -> Optional[np.ndarray]:
+def mode_rows(mode: str, n: int) -> np.ndarray | None:
     i = np.arange(n)
     if mode == "eq":
         return np.flatnonzero(i % 500 == 7)
@@ -117,14 +118,18 @@ def make_data(n: int, dim: int, seed: int, queries: int):
     matrix = random_unit_vectors(rng, n, dim)
     ids = [f"node{i:06d}" for i in range(n)]
     nodes = [
-        TextNode(id_=ids[i], text=f"chunk {i}", embedding=matrix[i].tolist(),
-                 metadata={"group": i % 500, "year": 2000 + (7 * i) % 25})
+        TextNode(
+            id_=ids[i],
+            text=f"chunk {i}",
+            embedding=matrix[i].tolist(),
+            metadata={"group": i % 500, "year": 2000 + (7 * i) % 25},
+        )
         for i in range(n)
     ]
     return nodes, ids, matrix, random_unit_vectors(rng, queries, dim)
 
 
-def brute_force(matrix: np.ndarray, q: np.ndarray, rows: Optional[np.ndarray], k: int) -> List[int]:
+def brute_force(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None, k: int) -> list[int]:
     scores = matrix @ q if rows is None else matrix[rows] @ q
     top = np.argsort(-scores, kind="stable")[:k]
     return (top if rows is None else rows[top]).tolist()
@@ -139,7 +144,7 @@ class Bench:
         self.build_s = float("nan")
         self.note = ""
 
-    def query(self, vsq: VectorStoreQuery, rows: Optional[np.ndarray]) -> tuple:
+    def query(self, vsq: VectorStoreQuery, rows: np.ndarray | None) -> tuple:
         """(ids, similarities or None)."""
         raise NotImplementedError
 
@@ -148,8 +153,9 @@ class Bench:
 
 
 class StoreBench(Bench):
-    def __init__(self, name, kind, modes, make: Callable[[], Any], nodes, slow=False, ids_of=None,
-                 batch: Optional[int] = None) -> None:
+    def __init__(
+        self, name, kind, modes, make: Callable[[], Any], nodes, slow=False, ids_of=None, batch: int | None = None
+    ) -> None:
         super().__init__(name, kind, modes, slow)
         clock = timing.Stopwatch()
         self.store = make()
@@ -196,11 +202,11 @@ class NumpyBaseline(Bench):
 GROUPS = ("in-process", "chroma", "postgres")
 
 
-def build_stores(nodes, ids, args, pg, group: str) -> List[Bench]:
+def build_stores(nodes, ids, args, pg, group: str) -> list[Bench]:
     """The stores of one group; groups are built, timed and released one after the other
     (Chroma keeps background threads busy after adding, which slowed every store timed
     next to it)."""
-    out: List[Bench] = []
+    out: list[Bench] = []
 
     def add(factory: Callable[[], Bench], label: str) -> None:
         print(f"[store_speed] {len(nodes)} nodes: building {label} ...", file=sys.stderr, flush=True)
@@ -224,39 +230,59 @@ def build_stores(nodes, ids, args, pg, group: str) -> List[Bench]:
         if pg is not None:
             add_postgres(add, nodes, args, pg)
         return out
-    add(lambda: StoreBench("SimpleVectorStore", "exact", MODES, SimpleVectorStore, nodes, slow=True),
-        "SimpleVectorStore")
+    add(
+        lambda: StoreBench("SimpleVectorStore", "exact", MODES, SimpleVectorStore, nodes, slow=True),
+        "SimpleVectorStore",
+    )
     from llama_index_ext_recursive import NumpyVectorStore
 
-    add(lambda: StoreBench("NumpyVectorStore (ours)", "exact", MODES, NumpyVectorStore, nodes),
-        "NumpyVectorStore")
+    add(lambda: StoreBench("NumpyVectorStore (ours)", "exact", MODES, NumpyVectorStore, nodes), "NumpyVectorStore")
     add(lambda: NumpyBaseline("numpy f32 baseline", np.float32, nodes, ids, args.k), "numpy f32")
     add(lambda: NumpyBaseline("numpy f64 baseline", np.float64, nodes, ids, args.k), "numpy f64")
 
     import faiss
     from llama_index.vector_stores.faiss import FaissMapVectorStore, FaissVectorStore
 
-    add(lambda: StoreBench("FaissVectorStore (IndexFlatIP)", "exact (float32)", ("none",),
-                           lambda: FaissVectorStore(faiss_index=faiss.IndexFlatIP(args.dim)), nodes,
-                           ids_of=lambda raw: [ids[int(i)] for i in raw]), "FaissVectorStore")
-    add(lambda: StoreBench("FaissMapVectorStore (IDMap2 FlatIP)", "exact (float32)", ("none",),
-                           lambda: FaissMapVectorStore(faiss_index=faiss.IndexIDMap2(faiss.IndexFlatIP(args.dim))),
-                           nodes), "FaissMapVectorStore")
+    add(
+        lambda: StoreBench(
+            "FaissVectorStore (IndexFlatIP)",
+            "exact (float32)",
+            ("none",),
+            lambda: FaissVectorStore(faiss_index=faiss.IndexFlatIP(args.dim)),
+            nodes,
+            ids_of=lambda raw: [ids[int(i)] for i in raw],
+        ),
+        "FaissVectorStore",
+    )
+    add(
+        lambda: StoreBench(
+            "FaissMapVectorStore (IDMap2 FlatIP)",
+            "exact (float32)",
+            ("none",),
+            lambda: FaissMapVectorStore(faiss_index=faiss.IndexIDMap2(faiss.IndexFlatIP(args.dim))),
+            nodes,
+        ),
+        "FaissMapVectorStore",
+    )
     return out
 
 
 def add_postgres(add, nodes, args, pg) -> None:
     server, _ = pg
-    exact: List[Bench] = []
+    exact: list[Bench] = []
 
     def pg_exact() -> Bench:
         from llama_index.vector_stores.postgres import PGVectorStore
 
         table = server.table_name(f"bench{len(nodes)}")
-        bench = StoreBench("pgvector exact (PGVectorStore)", "exact (float32)", MODES,
-                           lambda: PGVectorStore.from_params(**server.params(), table_name=table,
-                                                             embed_dim=args.dim),
-                           nodes, slow=True)
+        bench = StoreBench(
+            "pgvector exact (PGVectorStore)",
+            "exact (float32)",
+            MODES,
+            lambda: PGVectorStore.from_params(**server.params(), table_name=table, embed_dim=args.dim),
+            nodes,
+            slow=True,
+        )
         bench.table = table
         exact.append(bench)
         return bench
@@ -306,8 +332,7 @@ def pg_hnsw(server, exact: StoreBench, dim: int) -> Bench:
     server.execute(f"INSERT INTO data_{table} SELECT * FROM data_{exact.table}")
     server.execute(f"ANALYZE data_{table}")
     clock = timing.Stopwatch()
-    store = PGVectorStore.from_params(**server.params(), table_name=table, embed_dim=dim,
-                                      hnsw_kwargs=dict(HNSW))
+    store = PGVectorStore.from_params(**server.params(), table_name=table, embed_dim=dim, hnsw_kwargs=dict(HNSW))
     store._initialize()  # CREATE INDEX ... USING hnsw on the filled table
     index_s = clock.seconds()
     bench.store = store
@@ -319,11 +344,11 @@ def pg_hnsw(server, exact: StoreBench, dim: int) -> Bench:
 
 
 # ---------------------------------------------------------------- timing
-def run_size(n: int, args, pg) -> Dict[str, Any]:
+def run_size(n: int, args, pg) -> dict[str, Any]:
     nodes, ids, matrix, queries = make_data(n, args.dim, args.seed, args.queries)
-    rows: List[Dict[str, Any]] = []
-    checks: Dict[str, Any] = {}
-    build_failures: List[str] = []
+    rows: list[dict[str, Any]] = []
+    checks: dict[str, Any] = {}
+    build_failures: list[str] = []
     for group in GROUPS:
         stores = build_stores(nodes, ids, args, pg, group)
         if stores:
@@ -338,21 +363,26 @@ def run_size(n: int, args, pg) -> Dict[str, Any]:
     return {"rows": rows, "ours_vs_simple": checks, "build_failures": build_failures}
 
 
-def time_group(stores: List[Bench], n: int, ids, matrix, queries, args, rows, checks) -> None:
+def time_group(stores: list[Bench], n: int, ids, matrix, queries, args, rows, checks) -> None:
     for mode in MODES:
         filt_rows = mode_rows(mode, n)
-        vsqs = [VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=args.k, filters=mode_filters(mode))
-                for q in queries]
+        vsqs = [
+            VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=args.k, filters=mode_filters(mode))
+            for q in queries
+        ]
         truth = [brute_force(matrix, q, filt_rows, args.k) for q in queries]
         active = [s for s in stores if mode in s.modes]
-        lat: Dict[str, List[float]] = {s.name: [] for s in active}
-        got: Dict[str, Dict[int, tuple]] = {s.name: {} for s in active}
+        lat: dict[str, list[float]] = {s.name: [] for s in active}
+        got: dict[str, dict[int, tuple]] = {s.name: {} for s in active}
         for s in active:  # warm-up, untimed
             for vsq in vsqs[-3:]:
                 s.query(vsq, filt_rows)
         fast = [s for s in active if not s.slow]
-        print(f"[store_speed] {n} nodes, filter {mode}: {len(fast)} fast stores taking turns ...",
-              file=sys.stderr, flush=True)
+        print(
+            f"[store_speed] {n} nodes, filter {mode}: {len(fast)} fast stores taking turns ...",
+            file=sys.stderr,
+            flush=True,
+        )
         gc.collect()
         gc.disable()
         try:
@@ -363,17 +393,22 @@ def time_group(stores: List[Bench], n: int, ids, matrix, queries, args, rows, ch
                     for vsq in vsqs[-2:]:  # wake this library's threads, untimed
                         s.query(vsq, filt_rows)
                     answers: list = []
-                    lat[s.name] += timing.latencies_ms(lambda vsq, s=s: s.query(vsq, filt_rows),
-                                                       [vsqs[i] for i in block], results=answers)
+                    lat[s.name] += timing.latencies_ms(
+                        lambda vsq, s=s: s.query(vsq, filt_rows), [vsqs[i] for i in block], results=answers
+                    )
                     got[s.name].update(zip(block.tolist(), answers))
             for s in active:
                 if not s.slow:
                     continue
                 print(f"[store_speed] {n} nodes, filter {mode}: {s.name} ...", file=sys.stderr, flush=True)
                 answers = []
-                lat[s.name] += timing.latencies_ms(lambda vsq, s=s: s.query(vsq, filt_rows), vsqs,
-                                                   budget_s=args.slow_budget_s, min_calls=args.min_queries,
-                                                   results=answers)
+                lat[s.name] += timing.latencies_ms(
+                    lambda vsq, s=s: s.query(vsq, filt_rows),
+                    vsqs,
+                    budget_s=args.slow_budget_s,
+                    min_calls=args.min_queries,
+                    results=answers,
+                )
                 got[s.name].update(enumerate(answers))
         finally:
             gc.enable()
@@ -385,13 +420,24 @@ def time_group(stores: List[Bench], n: int, ids, matrix, queries, args, rows, ch
                 same += result == [ids[j] for j in truth[i]]
                 recall += len(set(result) & {ids[j] for j in truth[i]}) / max(1, len(truth[i]))
             count = len(answers)
-            rows.append({
-                "store": s.name, "kind": s.kind, "nodes": n, "filter": mode,
-                "matching_nodes": n if filt_rows is None else len(filt_rows),
-                "build_s": s.build_s, "n": count, "p50": pct(lat[s.name], 50), "p95": pct(lat[s.name], 95),
-                "mean": float(np.mean(lat[s.name])), "identical": same / count, "recall": recall / count,
-                "note": s.note, "latencies_ms": [round(x, 4) for x in lat[s.name]],
-            })
+            rows.append(
+                {
+                    "store": s.name,
+                    "kind": s.kind,
+                    "nodes": n,
+                    "filter": mode,
+                    "matching_nodes": n if filt_rows is None else len(filt_rows),
+                    "build_s": s.build_s,
+                    "n": count,
+                    "p50": pct(lat[s.name], 50),
+                    "p95": pct(lat[s.name], 95),
+                    "mean": float(np.mean(lat[s.name])),
+                    "identical": same / count,
+                    "recall": recall / count,
+                    "note": s.note,
+                    "latencies_ms": [round(x, 4) for x in lat[s.name]],
+                }
+            )
         ours, upstream = got.get("NumpyVectorStore (ours)"), got.get("SimpleVectorStore")
         if ours is not None and upstream is not None:
             worst, mismatched = 0.0, 0
@@ -405,24 +451,50 @@ def time_group(stores: List[Bench], n: int, ids, matrix, queries, args, rows, ch
 
 
 # --------------------------------------------------------------- reports
-def table(rows: List[Dict[str, Any]]) -> str:
-    return Table(["store", "nodes", "filter (matching)", "build s", "p50 ms", "p95 ms", "queries",
-                  "top-10 identical", "recall@10", "note"], align="lrlrrrrrrl").render(
-        (r["store"], r["nodes"], f"{r['filter']} ({r['matching_nodes']})", f"{r['build_s']:.2f}", f"{r['p50']:.3f}",
-         f"{r['p95']:.3f}", r["n"], f"{r['identical']:.3f}", f"{r['recall']:.3f}", r["note"])
+def table(rows: list[dict[str, Any]]) -> str:
+    return Table(
+        [
+            "store",
+            "nodes",
+            "filter (matching)",
+            "build s",
+            "p50 ms",
+            "p95 ms",
+            "queries",
+            "top-10 identical",
+            "recall@10",
+            "note",
+        ],
+        align="lrlrrrrrrl",
+    ).render(
+        (
+            r["store"],
+            r["nodes"],
+            f"{r['filter']} ({r['matching_nodes']})",
+            f"{r['build_s']:.2f}",
+            f"{r['p50']:.3f}",
+            f"{r['p95']:.3f}",
+            r["n"],
+            f"{r['identical']:.3f}",
+            f"{r['recall']:.3f}",
+            r["note"],
+        )
         for r in rows
     )
 
 
-def ratios(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by = {(r["store"], r["nodes"], r["filter"]): r for r in rows}
     out = []
     for (store, n, mode), r in by.items():
         if store != "NumpyVectorStore (ours)":
             continue
         entry = {"nodes": n, "filter": mode, "ours_p50": r["p50"]}
-        for key, other in (("simple_over_ours", "SimpleVectorStore"), ("ours_over_f32", "numpy f32 baseline"),
-                           ("ours_over_f64", "numpy f64 baseline")):
+        for key, other in (
+            ("simple_over_ours", "SimpleVectorStore"),
+            ("ours_over_f32", "numpy f32 baseline"),
+            ("ours_over_f64", "numpy f64 baseline"),
+        ):
             o = by.get((other, n, mode))
             if o is None:
                 continue
@@ -431,28 +503,48 @@ def ratios(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def ratio_table(entries: List[Dict[str, Any]]) -> str:
+def ratio_table(entries: list[dict[str, Any]]) -> str:
     nan = float("nan")
-    return Table(["nodes", "filter", "ours p50 ms", "SimpleVectorStore / ours (target >= 50)",
-                  "ours / numpy f32 (target <= 3)", "ours / numpy f64"], align="rlrrrr").render(
-        (e["nodes"], e["filter"], f"{e['ours_p50']:.3f}", f"{e.get('simple_over_ours', nan):.0f}x",
-         f"{e.get('ours_over_f32', nan):.2f}", f"{e.get('ours_over_f64', nan):.2f}")
+    return Table(
+        [
+            "nodes",
+            "filter",
+            "ours p50 ms",
+            "SimpleVectorStore / ours (target >= 50)",
+            "ours / numpy f32 (target <= 3)",
+            "ours / numpy f64",
+        ],
+        align="rlrrrr",
+    ).render(
+        (
+            e["nodes"],
+            e["filter"],
+            f"{e['ours_p50']:.3f}",
+            f"{e.get('simple_over_ours', nan):.0f}x",
+            f"{e.get('ours_over_f32', nan):.2f}",
+            f"{e.get('ours_over_f64', nan):.2f}",
+        )
         for e in entries
     )
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = cli.parser(__doc__)
     p.add_argument("--sizes", type=cli.csv(int), default=[10000, 50000])
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--slow-budget-s", type=float, default=15.0,
-                   help="timed seconds per mode for SimpleVectorStore and PostgreSQL")
+    p.add_argument(
+        "--slow-budget-s", type=float, default=15.0, help="timed seconds per mode for SimpleVectorStore and PostgreSQL"
+    )
     p.add_argument("--min-queries", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=5,
-                   help="fast stores: queries split into this many blocks, each store times a block in turn")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="fast stores: queries split into this many blocks, each store times a block in turn",
+    )
     p.add_argument("--chroma", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--postgres", action=argparse.BooleanOptionalAction, default=True)
     cli.add_out(p, RESULTS / "store_speed.md")
@@ -462,7 +554,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     load_before = load_average()
     clock = timing.Stopwatch()
 
-    results: Dict[int, Dict[str, Any]] = {}
+    results: dict[int, dict[str, Any]] = {}
     with postgres.optional_server() if args.postgres else _skipped() as (server, pg_note):
         if args.postgres:
             print(f"[store_speed] PostgreSQL: {pg_note}", file=sys.stderr, flush=True)
@@ -487,7 +579,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     checks = "; ".join(
         f"{n // 1000}k {mode}: {c['queries']} queries, ids identical in {c['queries'] - c['id_mismatches']}, "
         f"max |score diff| {c['max_score_diff']:.1e}"
-        for n in sizes for mode, c in results[n]["ours_vs_simple"].items())
+        for n in sizes
+        for mode, c in results[n]["ours_vs_simple"].items()
+    )
     md = [
         "# Vector store query latency: NumpyVectorStore against upstream, numpy, FAISS, Chroma, PostgreSQL",
         "",
@@ -526,11 +620,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         md += ["## CHECK FAILED", ""] + [f"- {f}" for f in failures] + [""]
     text = "\n".join(md)
     print(text)
-    write(args.out, text, {
-        "command": command, "postgres": pg_note, "ratios": entries,
-        "ours_vs_simple": {str(n): results[n]["ours_vs_simple"] for n in sizes},
-        "failures": failures, "build_failures": build_failures, "rows": rows,
-    })
+    write(
+        args.out,
+        text,
+        {
+            "command": command,
+            "postgres": pg_note,
+            "ratios": entries,
+            "ours_vs_simple": {str(n): results[n]["ours_vs_simple"] for n in sizes},
+            "failures": failures,
+            "build_failures": build_failures,
+            "rows": rows,
+        },
+    )
     return 1 if failures else 0
 
 

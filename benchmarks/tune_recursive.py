@@ -25,8 +25,8 @@ import logging
 import random
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
 
 import ir_measures
 import numpy as np
@@ -56,7 +56,7 @@ def unit(v: np.ndarray) -> np.ndarray:
 def summary_index_with(
     base,
     model,
-    vectors: Dict[str, np.ndarray],
+    vectors: dict[str, np.ndarray],
 ) -> VectorStoreIndex:
     """A new summary index: copies of base's summary IndexNodes carrying ``vectors[doc_id]``."""
     docstore = base.index.summary_index.docstore
@@ -77,20 +77,17 @@ def summary_index_with(
 
 
 def representations(
-    base, model, chunk_vecs: Dict[str, np.ndarray]
-) -> Tuple[Dict[str, VectorStoreIndex], Dict[str, Dict[str, np.ndarray]]]:
+    base, model, chunk_vecs: dict[str, np.ndarray]
+) -> tuple[dict[str, VectorStoreIndex], dict[str, dict[str, np.ndarray]]]:
     # Embed the summary texts here (exactly what the index does for a summary without
     # an embedding) rather than reading base's summary store, so the ``text`` row does
     # not depend on which routing vector the library builds by default.
     docstore = base.index.summary_index.docstore
     summaries = [docstore.get_node(i) for i in base.index.summary_index.index_struct.nodes_dict.values()]
-    embedded = model.get_text_embedding_batch(
-        [s.get_content(metadata_mode=MetadataMode.EMBED) for s in summaries]
-    )
+    embedded = model.get_text_embedding_batch([s.get_content(metadata_mode=MetadataMode.EMBED) for s in summaries])
     text_vecs = {s.index_id: unit(np.asarray(e, dtype=np.float64)) for s, e in zip(summaries, embedded)}
     centroid = {
-        doc_id: unit(np.mean([chunk_vecs[c] for c in rec.chunk_ids], axis=0))
-        for doc_id, rec in base.documents.items()
+        doc_id: unit(np.mean([chunk_vecs[c] for c in rec.chunk_ids], axis=0)) for doc_id, rec in base.documents.items()
     }
     blend = {d: unit(text_vecs[d] + centroid[d]) for d in text_vecs}
     vecs = {"text": text_vecs, "centroid": centroid, "blend": blend}
@@ -99,25 +96,28 @@ def representations(
 
 
 # ---------------------------------------------------------------- evaluation
-Run = Dict[str, Dict[str, float]]
+Run = dict[str, dict[str, float]]
 
 
 def run_retriever(
-    retrieve: Callable[[QueryBundle], list], queries: List[Tuple[str, str, List[float]]]
-) -> Tuple[Run, float]:
+    retrieve: Callable[[QueryBundle], list], queries: list[tuple[str, str, list[float]]]
+) -> tuple[Run, float]:
     results: list = []
-    ms = timing.latencies_ms(retrieve, [QueryBundle(query_str=text, embedding=emb) for _, text, emb in queries],
-                             results=results)
+    ms = timing.latencies_ms(
+        retrieve, [QueryBundle(query_str=text, embedding=emb) for _, text, emb in queries], results=results
+    )
     # rank-based scores: ir_measures evaluates exactly the retriever's order
-    run: Run = {qid: {h.node.node_id: float(TOP_K - i) for i, h in enumerate(hits[:TOP_K])}
-                for (qid, _, _), hits in zip(queries, results)}
+    run: Run = {
+        qid: {h.node.node_id: float(TOP_K - i) for i, h in enumerate(hits[:TOP_K])}
+        for (qid, _, _), hits in zip(queries, results)
+    }
     return run, float(np.mean(ms)) if ms else 0.0
 
 
-def to_doc_run(run: Run, chunk_doc: Dict[str, str]) -> Run:
+def to_doc_run(run: Run, chunk_doc: dict[str, str]) -> Run:
     out: Run = {}
     for qid, hits in run.items():
-        docs: Dict[str, float] = {}
+        docs: dict[str, float] = {}
         for cid, score in hits.items():
             d = chunk_doc[cid]
             docs[d] = max(score, docs.get(d, float("-inf")))
@@ -125,7 +125,7 @@ def to_doc_run(run: Run, chunk_doc: Dict[str, str]) -> Run:
     return out
 
 
-def score(run: Run, qrels, doc_qrels, chunk_doc) -> Dict[str, float]:
+def score(run: Run, qrels, doc_qrels, chunk_doc) -> dict[str, float]:
     agg = ir_measures.calc_aggregate(CHUNK_MEASURES, qrels, run)
     doc = ir_measures.calc_aggregate([DOC_MEASURE], doc_qrels, to_doc_run(run, chunk_doc))
     out = {str(m): float(agg[m]) for m in CHUNK_MEASURES}
@@ -154,11 +154,11 @@ def paired_p(a: np.ndarray, b: np.ndarray, samples: int = 10000, seed: int = 0) 
 
 
 def routing_table(
-    vecs: Dict[str, Dict[str, np.ndarray]],
-    queries: List[Tuple[str, str, List[float]]],
+    vecs: dict[str, dict[str, np.ndarray]],
+    queries: list[tuple[str, str, list[float]]],
     doc_qrels,
     ns: Sequence[int],
-) -> List[str]:
+) -> list[str]:
     """Share of queries whose relevant document is among the top-n summaries."""
     q = np.asarray([e for _, _, e in queries], dtype=np.float64)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
@@ -171,8 +171,7 @@ def routing_table(
         cells = []
         for n in ns:
             hit = [
-                any(doc_ids[j] in doc_qrels.get(qid, {}) for j in order[i, :n])
-                for i, (qid, _, _) in enumerate(queries)
+                any(doc_ids[j] in doc_qrels.get(qid, {}) for j in order[i, :n]) for i, (qid, _, _) in enumerate(queries)
             ]
             cells.append(f"{np.mean(hit):.3f}")
         lines.append(table_.row(rep, *cells))
@@ -190,7 +189,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--max-queries", type=int, default=0, help="evaluate a seeded random sample (0 = all)")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--ns", type=cli.csv(int), default=[1, 2, 3, 5, 8], help="num_routed_docs values")
-    ap.add_argument("--alphas", type=cli.csv(float), default=[0.2, 0.3, 0.5], help="score_alpha values for weighted mode")
+    ap.add_argument(
+        "--alphas", type=cli.csv(float), default=[0.2, 0.3, 0.5], help="score_alpha values for weighted mode"
+    )
     ap.add_argument("--reps", type=cli.csv(), default=["text", "centroid", "blend"], help="routing representations")
     cli.add_cache(ap)
     ap.add_argument("--out", type=Path, default=None, help="markdown output (default results/tune_<dataset>.md)")
@@ -226,12 +227,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"built retriever ({len(base.documents)} docs) in {time.time() - t0:.1f}s", file=sys.stderr)
     indices, vecs = representations(base, model, chunk_vecs)
 
-    modes: List[Tuple[str, float]] = [("chunk", 0.0), ("product", 0.0)] + [("weighted", a) for a in alphas]
-    rows: List[Tuple[str, str, str, str, Dict[str, float], float]] = []
+    modes: list[tuple[str, float]] = [("chunk", 0.0), ("product", 0.0)] + [("weighted", a) for a in alphas]
+    rows: list[tuple[str, str, str, str, dict[str, float], float]] = []
 
     flat = VectorIndexRetriever(base.index.chunk_index, similarity_top_k=TOP_K, embed_model=model)
     qids = [qid for qid, _, _ in queries]
-    perq: Dict[Tuple[str, str, str, str], np.ndarray] = {}
+    perq: dict[tuple[str, str, str, str], np.ndarray] = {}
     run, ms = run_retriever(flat.retrieve, queries)
     rows.append(("flat (no routing)", "-", "-", "-", score(run, qrels, doc_qrels, chunk_doc), ms))
     perq[FLAT] = per_query(run, qrels, qids)
@@ -262,8 +263,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     metric_names = list(rows[0][4])
     default_key = BASELINE_DEFAULTS
     base_q = perq.get(default_key)
-    configs = Table(["representation", "n", "score_mode", "alpha", *metric_names, "ΔnDCG@10 vs default", "p",
-                     "ms/query"], align="lrlr" + "r" * (len(metric_names) + 3))
+    configs = Table(
+        ["representation", "n", "score_mode", "alpha", *metric_names, "ΔnDCG@10 vs default", "p", "ms/query"],
+        align="lrlr" + "r" * (len(metric_names) + 3),
+    )
     header = configs.header()
 
     def fmt(row) -> str:
@@ -281,8 +284,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             return ""
         x, y = perq[a_key], perq[b_key]
         label = lambda k: " ".join(v for v in k if v != "-")  # noqa: E731
-        return paired.row(label(a_key), label(b_key), f"{x.mean() - y.mean():+.4f}",
-                          f"{int(np.sum(x > y))}/{int(np.sum(x < y))}", f"{paired_p(x, y):.4f}")
+        return paired.row(
+            label(a_key),
+            label(b_key),
+            f"{x.mean() - y.mean():+.4f}",
+            f"{int(np.sum(x > y))}/{int(np.sum(x < y))}",
+            f"{paired_p(x, y):.4f}",
+        )
 
     paired = Table(["A", "B", "mean ΔnDCG@10 (A−B)", "queries A>B / A<B", "p"], align="llrrr")
     pairs = []

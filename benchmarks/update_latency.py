@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import List, Optional
 
 from harness import cli, timing
 from harness.corpus import zipf_documents
@@ -32,16 +31,19 @@ from harness.versions import package_dir
 DIM = 64
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from llama_index_ext_recursive import RecursiveSummaryRetriever
 
     p = cli.parser(__doc__)
     p.add_argument("--docs", type=int, default=20_000)
     p.add_argument("--chunks", type=int, default=4, help="paragraphs per document (4: about 6 chunks)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--index-dir", type=Path, default=None,
-                   help="load the index persisted here, or build it and persist it here: "
-                        "one build measured by two checkouts")
+    p.add_argument(
+        "--index-dir",
+        type=Path,
+        default=None,
+        help="load the index persisted here, or build it and persist it here: one build measured by two checkouts",
+    )
     p.add_argument("--score-mode", default="fused", help="the retriever's score_mode (fused, chunk, weighted, product)")
     args = p.parse_args(argv)
     logging.getLogger("llama_index_ext_recursive").setLevel(logging.WARNING)
@@ -53,17 +55,23 @@ def main(argv: Optional[List[str]] = None) -> None:
         how = f"loaded from {args.index_dir}"
     else:
         retriever = RecursiveSummaryRetriever.from_documents(
-            list(zipf_documents(args.docs, args.chunks)), embed_model=model, similarity_top_k=5,
-            show_progress=False, score_mode=args.score_mode,
+            list(zipf_documents(args.docs, args.chunks)),
+            embed_model=model,
+            similarity_top_k=5,
+            show_progress=False,
+            score_mode=args.score_mode,
         )
         how = "built"
         if args.index_dir is not None:
             retriever.persist(args.index_dir)
     retriever.retrieve("term1 term20 term300")
     print(f"score_mode={retriever.score_mode}")
-    print(f"{len(retriever.index.documents)} documents, "
-          f"{sum(len(r.chunk_ids) for r in retriever.index.documents.values())} chunks: "
-          f"{how}, with the first query, in {clock.seconds():.1f} s", flush=True)
+    print(
+        f"{len(retriever.index.documents)} documents, "
+        f"{sum(len(r.chunk_ids) for r in retriever.index.documents.values())} chunks: "
+        f"{how}, with the first query, in {clock.seconds():.1f} s",
+        flush=True,
+    )
     steady = [timing.seconds(lambda: retriever.retrieve("term7 term42 term999")) for _ in range(5)]
     print(f"query without a change: {timing.median(steady) * 1000:.1f} ms (median of 5)")
     rows = {"add": [], "delete": []}
@@ -86,8 +94,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     for change, timings in rows.items():
         updates = [u for u, _ in timings]
         firsts = [q for _, q in timings]
-        print(f"{change} one document: update {timing.median(updates):.3f} s, first query after it "
-              f"{timing.median(firsts):.3f} s (median of {len(timings)}; max {max(firsts):.3f} s)")
+        print(
+            f"{change} one document: update {timing.median(updates):.3f} s, first query after it "
+            f"{timing.median(firsts):.3f} s (median of {len(timings)}; max {max(firsts):.3f} s)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,25 +1,30 @@
 """Retrieval for LlamaIndex: summary-routed recursive retrieval, offline by default."""
 
 from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
-from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
-from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
-from llama_index_ext_recursive.models import bundled_embed_model, resolve_embed_model
-from llama_index_ext_recursive.multilingual import MultilingualE5Embedding
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import (
     FilterError,
     FilterPolicy,
     UnknownFilterPolicy,
 )
-from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever, StaleIdError, StalePolicy
-from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.models import bundled_embed_model, resolve_embed_model
+from llama_index_ext_recursive.multilingual import MultilingualE5Embedding
 from llama_index_ext_recursive.persist import PersistError
+from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.retriever import (
     LevelMode,
     RecursiveSummaryRetriever,
     ScoreMode,
+)
+from llama_index_ext_recursive.recursive.summarize import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    Summarizer,
+    SummaryCache,
 )
 from llama_index_ext_recursive.results import (
     DocumentEvidence,
@@ -30,8 +35,9 @@ from llama_index_ext_recursive.results import (
     FusionHit,
     RetrievalExplanation,
 )
-from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
-from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever, StaleIdError, StalePolicy
 from llama_index_ext_recursive.sample import (
     load_sample_documents,
     load_sample_questions,
@@ -39,12 +45,6 @@ from llama_index_ext_recursive.sample import (
 )
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.tools import as_retrieval_tool
-from llama_index_ext_recursive.recursive.summarize import (
-    ExtractiveSummarizer,
-    LLMSummarizer,
-    Summarizer,
-    SummaryCache,
-)
 
 __version__ = "0.1.0"
 

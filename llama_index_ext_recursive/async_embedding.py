@@ -10,7 +10,6 @@ front of any model), so each async call is handed to a worker thread instead
 from __future__ import annotations
 
 import asyncio
-from typing import List
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
@@ -18,11 +17,11 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 class ThreadedAsyncEmbedding(BaseEmbedding):
     """A ``BaseEmbedding`` whose ``_aget_*`` methods run its ``_get_*`` methods in a worker thread."""
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         return await asyncio.to_thread(self._get_query_embedding, query)
 
-    async def _aget_text_embedding(self, text: str) -> List[float]:
+    async def _aget_text_embedding(self, text: str) -> list[float]:
         return await asyncio.to_thread(self._get_text_embedding, text)
 
-    async def _aget_text_embeddings(self, texts: List[str]) -> List[List[float]]:
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return await asyncio.to_thread(self._get_text_embeddings, texts)

@@ -11,8 +11,9 @@ model, an LLM, the data itself) is passed again when loading.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, Mapping, Type
+from typing import Any
 
 from llama_index_ext_recursive.persist import load_json_object
 
@@ -24,14 +25,14 @@ def type_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def component_to_dict(component: Any, **init_parameters: Any) -> Dict[str, Any]:
+def component_to_dict(component: Any, **init_parameters: Any) -> dict[str, Any]:
     """The configuration dict of ``component`` with these (JSON-safe) init parameters."""
     data = {"type": type_name(type(component)), "init_parameters": init_parameters}
     json.dumps(data)  # fail here, naming nothing lost later, if a value is not JSON
     return data
 
 
-def init_parameters(cls: Type[Any], data: Mapping[str, Any]) -> Dict[str, Any]:
+def init_parameters(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
     """The init parameters of a configuration dict written for ``cls`` (or a subclass).
 
     Raises:
@@ -55,11 +56,9 @@ def init_parameters(cls: Type[Any], data: Mapping[str, Any]) -> Dict[str, Any]:
 
 def write_config(folder: Path, data: Mapping[str, Any]) -> None:
     """Write a configuration dict as ``config.json`` in a persist's staging folder."""
-    (Path(folder) / CONFIG_FILE).write_text(
-        json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8"
-    )
+    (Path(folder) / CONFIG_FILE).write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
-def read_config(folder: Path) -> Dict[str, Any]:
+def read_config(folder: Path) -> dict[str, Any]:
     """Read ``config.json`` from a persisted folder (the error names a broken file)."""
     return load_json_object(Path(folder) / CONFIG_FILE, ("type", "init_parameters"))

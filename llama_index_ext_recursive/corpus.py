@@ -8,8 +8,6 @@ that uses it).
 
 from __future__ import annotations
 
-from typing import List
-
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.retrievers import VectorIndexAutoRetriever, VectorIndexRetriever
 from llama_index.core.retrievers import QueryFusionRetriever
@@ -21,7 +19,7 @@ from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetrie
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 
 
-def corpus_nodes(retriever: BaseRetriever) -> List[BaseNode]:
+def corpus_nodes(retriever: BaseRetriever) -> list[BaseNode]:
     """The nodes ``retriever`` searches, from where each kind of retriever keeps them.
 
     The tool reads them once, to infer the metadata schema and the values a

@@ -28,7 +28,6 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Union
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -71,7 +70,7 @@ def _not_ours(path: Path, what: str) -> EmbeddingCacheError:
     )
 
 
-def check_cache_path(path: Union[str, Path]) -> None:
+def check_cache_path(path: str | Path) -> None:
     """Refuse, before any work, a cache path that exists and is not an embedding
     cache: a folder, or a file that is neither empty nor a SQLite database
     holding our table. Nothing is created or changed. A file that cannot be
@@ -82,9 +81,7 @@ def check_cache_path(path: Union[str, Path]) -> None:
     """
     path = Path(path).expanduser()
     if path.is_dir():
-        raise EmbeddingCacheError(
-            f"embedding cache {path} is a folder; pass a file such as {path / CACHE_FILE}"
-        )
+        raise EmbeddingCacheError(f"embedding cache {path} is a folder; pass a file such as {path / CACHE_FILE}")
     try:
         if not path.exists() or path.stat().st_size == 0:
             return
@@ -162,16 +159,14 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
     reused: int = Field(default=0, description="texts answered from the cache")
     cache_queries: bool = Field(default=True, description="whether query embeddings are cached")
     _model: BaseEmbedding = PrivateAttr()
-    _path: Optional[Path] = PrivateAttr(default=None)
-    _db: Optional[sqlite3.Connection] = PrivateAttr(default=None)
-    _memory: Dict[str, np.ndarray] = PrivateAttr(default_factory=dict)
-    _dim: Optional[int] = PrivateAttr(default=None)
+    _path: Path | None = PrivateAttr(default=None)
+    _db: sqlite3.Connection | None = PrivateAttr(default=None)
+    _memory: dict[str, np.ndarray] = PrivateAttr(default_factory=dict)
+    _dim: int | None = PrivateAttr(default=None)
     _identity: str = PrivateAttr()
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
-    def __init__(
-        self, model: BaseEmbedding, path: Union[str, Path, None] = None, cache_queries: bool = True
-    ) -> None:
+    def __init__(self, model: BaseEmbedding, path: str | Path | None = None, cache_queries: bool = True) -> None:
         if isinstance(model, CachedEmbedding):
             raise TypeError("model is already a CachedEmbedding; pass it as is, or wrap its inner model")
         if not isinstance(cache_queries, bool):
@@ -202,7 +197,7 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
         return self._model
 
     @property
-    def path(self) -> Optional[Path]:
+    def path(self) -> Path | None:
         """The cache file (``None``: in memory, or dropped after a failure)."""
         return self._path if self._db is not None else None
 
@@ -210,7 +205,8 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
         """Drop the file cache after a failure: embed as without it, never crash."""
         logger.warning(
             "embedding cache %s %s; embedding without it (delete the file to start a new cache)",
-            self._path, problem,
+            self._path,
+            problem,
         )
         if self._db is not None:
             try:
@@ -228,7 +224,7 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
             return False
         return bool(np.isfinite(vector).all())
 
-    def _lookup(self, keys: List[str]) -> Dict[str, List[float]]:
+    def _lookup(self, keys: list[str]) -> dict[str, list[float]]:
         found = {k: self._memory[k] for k in keys if k in self._memory}
         missing = [k for k in dict.fromkeys(keys) if k not in found]
         if self._db is not None:
@@ -253,7 +249,7 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
                 self._degrade(f"cannot be read ({exc})")
         return {k: v.tolist() for k, v in found.items()}
 
-    def _store(self, items: Dict[str, List[float]]) -> None:
+    def _store(self, items: dict[str, list[float]]) -> None:
         arrays = {k: np.asarray(v, dtype=np.float32) for k, v in items.items()}
         self._memory.update(arrays)
         if self._db is None:
@@ -266,14 +262,14 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
         except sqlite3.Error as exc:
             self._degrade(f"cannot be written ({exc})")
 
-    def _embed(self, kind: str, texts: List[str]) -> List[List[float]]:
+    def _embed(self, kind: str, texts: list[str]) -> list[list[float]]:
         if kind == "query":
             return embed_queries(self._model, texts)  # batched, the model's query prompt kept
         # the inner model's own method: this wrapper already batches by its
         # embed_batch_size and emits the embedding events, once
         return self._model._get_text_embeddings(texts)
 
-    def _cached(self, kind: str, texts: List[str]) -> List[List[float]]:
+    def _cached(self, kind: str, texts: list[str]) -> list[list[float]]:
         with self._lock:
             keys = [self._key(kind, t) for t in texts]
             found = self._lookup(keys)
@@ -290,28 +286,28 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
             return [found[k] for k in keys]
 
     # queries not cached go to the model as if there were no cache
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         if not self.cache_queries:
             return self._model._get_query_embedding(query)
         return self._cached("query", [query])[0]
 
-    def _get_query_embeddings(self, queries: List[str]) -> List[List[float]]:
+    def _get_query_embeddings(self, queries: list[str]) -> list[list[float]]:
         """Many queries at once (what calibration and the harness use)."""
         if not self.cache_queries:
             return self._embed("query", queries)
         return self._cached("query", queries)
 
-    def corpus_query_embeddings(self, queries: List[str]) -> List[List[float]]:
+    def corpus_query_embeddings(self, queries: list[str]) -> list[list[float]]:
         """Query-role vectors of texts cut from the corpus (fusion calibration's
         pseudo-queries), cached whatever ``cache_queries`` says: they are corpus
         content, not a user's queries, and a rebuild of an unchanged corpus
         asks for the same ones."""
         return self._cached("query", list(queries))
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         return self._cached("text", [text])[0]
 
-    def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return self._cached("text", texts)
 
     def __bool__(self) -> bool:
@@ -337,7 +333,7 @@ class CachedEmbedding(ThreadedAsyncEmbedding):
                 self._db = None
 
 
-def as_cached(model: BaseEmbedding, cache: Union[str, Path, CachedEmbedding, None]) -> BaseEmbedding:
+def as_cached(model: BaseEmbedding, cache: str | Path | CachedEmbedding | None) -> BaseEmbedding:
     """``model`` behind the index builders' ``embedding_cache=``.
 
     A path gets a :class:`CachedEmbedding` that does not keep queries; a
@@ -361,13 +357,12 @@ def as_cached(model: BaseEmbedding, cache: Union[str, Path, CachedEmbedding, Non
         return cache
     if isinstance(model, CachedEmbedding):
         raise ValueError(
-            "embed_model= is already a CachedEmbedding and embedding_cache= names another cache; "
-            "pass one of them"
+            "embed_model= is already a CachedEmbedding and embedding_cache= names another cache; pass one of them"
         )
     return CachedEmbedding(model, cache, cache_queries=False)
 
 
-def check_embedding_cache(cache: Union[str, Path, CachedEmbedding, None]) -> None:
+def check_embedding_cache(cache: str | Path | CachedEmbedding | None) -> None:
     """The builders' ``embedding_cache=`` checked before any work: a path
     (:func:`check_cache_path`), a :class:`CachedEmbedding` or ``None``.
 
@@ -378,7 +373,5 @@ def check_embedding_cache(cache: Union[str, Path, CachedEmbedding, None]) -> Non
     if cache is None or isinstance(cache, CachedEmbedding):
         return
     if not isinstance(cache, (str, os.PathLike)):
-        raise TypeError(
-            f"embedding_cache must be a file path or a CachedEmbedding, got {type(cache).__name__}"
-        )
+        raise TypeError(f"embedding_cache must be a file path or a CachedEmbedding, got {type(cache).__name__}")
     check_cache_path(cache)

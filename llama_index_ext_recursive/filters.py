@@ -20,8 +20,9 @@ import datetime
 import logging
 import numbers
 import re
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Union
+from typing import Any
 
 from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import BaseNode, NodeWithScore
@@ -37,7 +38,7 @@ from llama_index_ext_recursive.validation import closest
 
 logger = logging.getLogger(__name__)
 
-FiltersLike = Union[MetadataFilters, Mapping[str, Any], None]
+FiltersLike = MetadataFilters | Mapping[str, Any] | None
 
 # keys every LlamaIndex vector store adds to the metadata it filters on
 STORE_KEYS = frozenset({"ref_doc_id", "doc_id", "document_id"})
@@ -54,7 +55,7 @@ class FilterPolicy(str, Enum):
     REPLACE = "replace"
 
 
-def to_filters(filters: FiltersLike) -> Optional[MetadataFilters]:
+def to_filters(filters: FiltersLike) -> MetadataFilters | None:
     """Accept ``MetadataFilters``, a mapping, or ``None``: the one filter syntax.
 
     In a mapping, ``{key: value}`` is equality (a list value: ``in``) and
@@ -65,32 +66,55 @@ def to_filters(filters: FiltersLike) -> Optional[MetadataFilters]:
         return filters
     if isinstance(filters, Mapping):
         return MetadataFilters(filters=[_leaf(key, value) for key, value in filters.items()])
-    raise TypeError(
-        f"filters must be MetadataFilters, a {{key: value}} dict or None, "
-        f"got {type(filters).__name__}"
-    )
-
-
+    raise TypeError(f"filters must be MetadataFilters, a {{key: value}} dict or None, got {type(filters).__name__}")
 
 
 _OPERATOR_ALIASES = {
     **dict.fromkeys(
-        ["=", "===", "eq", "equals", "equal", "equal_to", "equals_to", "is", "exact",
-         "exact_match", "exactly"], FilterOperator.EQ),
+        ["=", "===", "eq", "equals", "equal", "equal_to", "equals_to", "is", "exact", "exact_match", "exactly"],
+        FilterOperator.EQ,
+    ),
     **dict.fromkeys(
-        ["<>", "!==", "ne", "neq", "not_equal", "not_equals", "not_equal_to", "is_not",
-         "isnt", "not", "differs"], FilterOperator.NE),
+        ["<>", "!==", "ne", "neq", "not_equal", "not_equals", "not_equal_to", "is_not", "isnt", "not", "differs"],
+        FilterOperator.NE,
+    ),
     **dict.fromkeys(
-        ["gt", "greater", "greater_than", "after", "above", "more_than", "over", "newer_than"],
-        FilterOperator.GT),
+        ["gt", "greater", "greater_than", "after", "above", "more_than", "over", "newer_than"], FilterOperator.GT
+    ),
     **dict.fromkeys(
-        ["=>", "≥", "gte", "ge", "greater_than_or_equal", "greater_than_or_equal_to",
-         "greater_or_equal", "at_least", "since", "min", "minimum", "from"], FilterOperator.GTE),
+        [
+            "=>",
+            "≥",
+            "gte",
+            "ge",
+            "greater_than_or_equal",
+            "greater_than_or_equal_to",
+            "greater_or_equal",
+            "at_least",
+            "since",
+            "min",
+            "minimum",
+            "from",
+        ],
+        FilterOperator.GTE,
+    ),
+    **dict.fromkeys(["lt", "less", "less_than", "before", "below", "under", "older_than"], FilterOperator.LT),
     **dict.fromkeys(
-        ["lt", "less", "less_than", "before", "below", "under", "older_than"], FilterOperator.LT),
-    **dict.fromkeys(
-        ["=<", "≤", "lte", "le", "less_than_or_equal", "less_than_or_equal_to",
-         "less_or_equal", "at_most", "until", "max", "maximum"], FilterOperator.LTE),
+        [
+            "=<",
+            "≤",
+            "lte",
+            "le",
+            "less_than_or_equal",
+            "less_than_or_equal_to",
+            "less_or_equal",
+            "at_most",
+            "until",
+            "max",
+            "maximum",
+        ],
+        FilterOperator.LTE,
+    ),
     **dict.fromkeys(["one_of", "any_of", "is_in", "isin", "in_list", "among"], FilterOperator.IN),
     **dict.fromkeys(["not_in", "notin", "none_of", "not_one_of", "not_in_list"], FilterOperator.NIN),
     **dict.fromkeys(["has", "includes", "include", "contain"], FilterOperator.CONTAINS),
@@ -102,7 +126,7 @@ _OPERATOR_ALIASES = {
 }
 
 
-def parse_operator(raw: Any) -> Optional[FilterOperator]:
+def parse_operator(raw: Any) -> FilterOperator | None:
     """A ``FilterOperator`` from any common spelling (``"gte"``, ``"="``, ``"not in"``...).
 
     The one operator reader: ``{key: {"op": ...}}`` filters, the agent tool
@@ -146,8 +170,7 @@ def _leaf(key: str, value: Any) -> MetadataFilter:
         )
     if operator is None:
         raise ValueError(
-            f"filter {key!r}: unknown operator {op!r}; use one of "
-            f"{sorted(o.value for o in FilterOperator)}"
+            f"filter {key!r}: unknown operator {op!r}; use one of {sorted(o.value for o in FilterOperator)}"
         )
     return _metadata_filter(key, value.get("value"), operator)
 
@@ -170,8 +193,11 @@ def _metadata_filter(key: str, value: Any, operator: FilterOperator) -> Metadata
                 f"MetadataFilter(key={key!r}, operator='in', value=[...numbers]), MetadataFilter("
                 f"key={key!r}, operator='in', value=[...strings])], condition='or')"
             ) from None
-        hint = " (e.g. value.isoformat(): ISO dates compare correctly as strings)" if isinstance(
-            value, (datetime.date, datetime.time)) else ""
+        hint = (
+            " (e.g. value.isoformat(): ISO dates compare correctly as strings)"
+            if isinstance(value, (datetime.date, datetime.time))
+            else ""
+        )
         raise ValueError(
             f"filter {key!r}: a value must be a string, a number or a list of them, got "
             f"{type(value).__name__} {value!r}; convert it{hint}"
@@ -179,8 +205,8 @@ def _metadata_filter(key: str, value: Any, operator: FilterOperator) -> Metadata
 
 
 def merge_filters(
-    *parts: Optional[MetadataFilters],
-) -> Optional[MetadataFilters]:
+    *parts: MetadataFilters | None,
+) -> MetadataFilters | None:
     """AND the given filter trees, skipping empty ones, flattening plain ANDs."""
     present = [p for p in parts if p is not None and p.filters]
     if not present:
@@ -197,10 +223,10 @@ def merge_filters(
 
 
 def apply_policy(
-    configured: Optional[MetadataFilters],
-    per_call: Optional[MetadataFilters],
-    policy: Union[FilterPolicy, str],
-) -> Optional[MetadataFilters]:
+    configured: MetadataFilters | None,
+    per_call: MetadataFilters | None,
+    policy: FilterPolicy | str,
+) -> MetadataFilters | None:
     """Combine construction-time and per-call filters under ``policy``."""
     if FilterPolicy(policy) == FilterPolicy.REPLACE and per_call is not None:
         return per_call
@@ -271,7 +297,7 @@ def _leaf_matcher(item: MetadataFilter) -> Callable[[Mapping[str, Any]], bool]:
 
 
 def metadata_matcher(
-    filters: Optional[MetadataFilters],
+    filters: MetadataFilters | None,
 ) -> Callable[[Mapping[str, Any]], bool]:
     """Compile a (possibly nested) filter tree into ``metadata -> bool``, once.
 
@@ -281,8 +307,7 @@ def metadata_matcher(
     if filters is None or not filters.filters:
         return lambda _: True
     parts = [
-        metadata_matcher(item) if isinstance(item, MetadataFilters) else _leaf_matcher(item)
-        for item in filters.filters
+        metadata_matcher(item) if isinstance(item, MetadataFilters) else _leaf_matcher(item) for item in filters.filters
     ]
     condition = filters.condition or FilterCondition.AND
     if condition == FilterCondition.AND:
@@ -305,14 +330,12 @@ def filterable_metadata(node: BaseNode) -> Mapping[str, Any]:
     return {**node.metadata, "ref_doc_id": ref}
 
 
-def metadata_matches(
-    filters: Optional[MetadataFilters], metadata: Mapping[str, Any]
-) -> bool:
+def metadata_matches(filters: MetadataFilters | None, metadata: Mapping[str, Any]) -> bool:
     """Whether ``metadata`` satisfies a (possibly nested) filter tree."""
     return metadata_matcher(filters)(metadata)
 
 
-def keep_matching(hits: List[NodeWithScore], filters: Optional[MetadataFilters]) -> List[NodeWithScore]:
+def keep_matching(hits: list[NodeWithScore], filters: MetadataFilters | None) -> list[NodeWithScore]:
     """The hits whose :func:`filterable_metadata` satisfies ``filters``, in order.
 
     The one post-check for results a search could not filter itself (a store
@@ -325,7 +348,7 @@ def keep_matching(hits: List[NodeWithScore], filters: Optional[MetadataFilters])
     return [hit for hit in hits if matches(filterable_metadata(hit.node))]
 
 
-def filter_keys(filters: Optional[MetadataFilters]) -> set[str]:
+def filter_keys(filters: MetadataFilters | None) -> set[str]:
     """Every metadata key a filter tree mentions."""
     if filters is None:
         return set()
@@ -335,9 +358,7 @@ def filter_keys(filters: Optional[MetadataFilters]) -> set[str]:
     return keys
 
 
-def relax_to_keys(
-    filters: Optional[MetadataFilters], keys: Iterable[str]
-) -> Optional[MetadataFilters]:
+def relax_to_keys(filters: MetadataFilters | None, keys: Iterable[str]) -> MetadataFilters | None:
     """A filter on ``keys`` only that every match of ``filters`` also passes.
 
     Used to pre-filter summaries (which carry document metadata only) without
@@ -353,7 +374,7 @@ def relax_to_keys(
         return filters
     if condition != FilterCondition.AND:
         return None
-    kept: List[Union[MetadataFilter, MetadataFilters]] = []
+    kept: list[MetadataFilter | MetadataFilters] = []
     for item in filters.filters:
         if isinstance(item, MetadataFilters):
             relaxed = relax_to_keys(item, allowed)
@@ -365,7 +386,7 @@ def relax_to_keys(
 
 
 def equality_constraints(
-    filters: Optional[MetadataFilters],
+    filters: MetadataFilters | None,
 ) -> list[tuple[str, list[Any]]]:
     """``(key, allowed values)`` pairs implied by top-level AND'ed EQ/IN leaves.
 
@@ -385,7 +406,7 @@ def equality_constraints(
     return constraints
 
 
-def answered_by_equality(filters: Optional[MetadataFilters]) -> bool:
+def answered_by_equality(filters: MetadataFilters | None) -> bool:
     """Whether :func:`equality_constraints` say all there is: every leaf is an
     ANDed ``EQ``/``IN`` on strings, so an inverted index's rows need no exact
     re-check (string hashing agrees with ``==``; numbers may not, e.g. ``1 == 1.0``)."""
@@ -423,7 +444,7 @@ class UnknownFilterPolicy(str, Enum):
     WARN = "warn"
 
 
-def _value_kind(value: Any) -> Optional[str]:
+def _value_kind(value: Any) -> str | None:
     """``"number"`` (bool included: filters compare it as 1/0), ``"string"``, ``"list"``,
     or the type's name for anything else (``"datetime"``, ``"dict"``)."""
     if value is None:
@@ -465,15 +486,20 @@ def _upstream_raises(operator: FilterOperator, value: Any) -> bool:
     """Whether upstream's evaluator raises ``TypeError`` (where :func:`operator_fn`
     does not match) for a stored value this operator cannot take: all but
     equality and ``in`` over a list, which compare with ``==``."""
-    return not (operator in (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IS_EMPTY)
-                or operator in (FilterOperator.IN, FilterOperator.NIN) and isinstance(value, list))
+    return not (
+        operator in (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IS_EMPTY)
+        or operator in (FilterOperator.IN, FilterOperator.NIN)
+        and isinstance(value, list)
+    )
 
 
-def _kind_fix(operator: FilterOperator, held: Set[str]) -> str:
+def _kind_fix(operator: FilterOperator, held: set[str]) -> str:
     """How to write a filter that can match a key holding ``held`` kinds."""
     if held & {"datetime", "date", "time"}:
-        return ("a filter value cannot be a date, so store dates as value.isoformat() strings in the "
-                "metadata (ISO dates compare correctly as strings) and filter with strings")
+        return (
+            "a filter value cannot be a date, so store dates as value.isoformat() strings in the "
+            "metadata (ISO dates compare correctly as strings) and filter with strings"
+        )
     if operator in _LIST_OPERATORS:
         return 'use "==" or "in" (contains/any/all apply to lists and to strings)'
     if "list" in held:
@@ -494,14 +520,12 @@ class FilterVocabulary:
     kind let :meth:`remove_nodes` forget a key when its last node goes.
     """
 
-    def __init__(self, kinds: Optional[Mapping[str, Iterable[str]]] = None) -> None:
-        self._counts: Dict[str, Dict[str, int]] = {
-            k: {kind: 1 for kind in v} for k, v in (kinds or {}).items()
-        }
-        self._examples: Dict[str, Any] = {}
+    def __init__(self, kinds: Mapping[str, Iterable[str]] | None = None) -> None:
+        self._counts: dict[str, dict[str, int]] = {k: {kind: 1 for kind in v} for k, v in (kinds or {}).items()}
+        self._examples: dict[str, Any] = {}
 
     @classmethod
-    def from_nodes(cls, nodes: Iterable[BaseNode]) -> "FilterVocabulary":
+    def from_nodes(cls, nodes: Iterable[BaseNode]) -> FilterVocabulary:
         vocabulary = cls()
         vocabulary.add_nodes(nodes)
         return vocabulary
@@ -534,31 +558,29 @@ class FilterVocabulary:
                     self._examples.pop(key, None)
 
     @property
-    def keys(self) -> List[str]:
+    def keys(self) -> list[str]:
         return sorted(self._counts)
 
-    def kinds(self, key: str) -> Set[str]:
+    def kinds(self, key: str) -> set[str]:
         """``{"number", "string", "list"}`` subset seen for ``key`` (empty: unknown)."""
         return set(self._counts.get(key, ()))
 
     def __bool__(self) -> bool:
         return bool(self._counts)
 
-    def problems(self, filters: Optional[MetadataFilters]) -> List[str]:
+    def problems(self, filters: MetadataFilters | None) -> list[str]:
         """One message per leaf that cannot match anything in this index."""
         if filters is None or not self._counts:
             return []
         held_kinds = self._counts  # key -> {kind: count}; read, never copied per query
-        out: List[str] = []
+        out: list[str] = []
         for item in filters.filters:
             if isinstance(item, MetadataFilters):
                 out.extend(self.problems(item))
                 continue
             if item.key not in held_kinds:
                 if item.key not in STORE_KEYS:
-                    out.append(
-                        f"unknown filter key {item.key!r} ({closest(item.key, held_kinds)})"
-                    )
+                    out.append(f"unknown filter key {item.key!r} ({closest(item.key, held_kinds)})")
                 continue
             held = held_kinds[item.key]
             if item.operator == FilterOperator.IS_EMPTY:
@@ -578,11 +600,16 @@ class FilterVocabulary:
                 given = "/".join(sorted({str(_value_kind(v)) for v in values}))
                 stored = "/".join(sorted(held))
                 if set(given.split("/")) <= set(held):  # the operator, not the value, is wrong
-                    problem = (f"filter {item.key} {item.operator.value} {item.value!r} cannot match: "
-                               f"{item.key!r} holds {stored} values")
+                    problem = (
+                        f"filter {item.key} {item.operator.value} {item.value!r} cannot match: "
+                        f"{item.key!r} holds {stored} values"
+                    )
                 else:
-                    shown = f"={item.value!r}" if item.operator == FilterOperator.EQ else (
-                        f" {item.operator.value} {item.value!r}")
+                    shown = (
+                        f"={item.value!r}"
+                        if item.operator == FilterOperator.EQ
+                        else (f" {item.operator.value} {item.value!r}")
+                    )
                     problem = f"filter {item.key}{shown} is a {given}, but {item.key!r} holds {stored} values"
                 out.append(
                     f"{problem} in this index (e.g. {self._examples.get(item.key)!r}); "
@@ -606,7 +633,7 @@ class FilterVocabulary:
             f"holds (e.g. {example!r})"
         )
 
-    def needs_own_evaluation(self, filters: Optional[MetadataFilters]) -> bool:
+    def needs_own_evaluation(self, filters: MetadataFilters | None) -> bool:
         """Whether upstream's evaluator would raise ``TypeError`` on some indexed node.
 
         True when a leaf's key holds a kind of value its operator cannot take
@@ -629,8 +656,8 @@ class FilterVocabulary:
 
     def check(
         self,
-        filters: Optional[MetadataFilters],
-        policy: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
+        filters: MetadataFilters | None,
+        policy: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
     ) -> None:
         """Apply ``policy`` to every problem :meth:`problems` finds."""
         problems = self.problems(filters)
@@ -638,7 +665,5 @@ class FilterVocabulary:
             return
         message = "; ".join(problems)
         if UnknownFilterPolicy(policy) == UnknownFilterPolicy.RAISE:
-            raise FilterError(
-                f"{message}. Fix the filter, or pass unknown_filter_key='warn' to search anyway"
-            )
+            raise FilterError(f"{message}. Fix the filter, or pass unknown_filter_key='warn' to search anyway")
         logger.warning("%s; searching anyway (unknown_filter_key='warn')", message)

@@ -25,7 +25,7 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -48,7 +48,7 @@ PROBE_TOLERANCE = 1e-3
 _lock = threading.Lock()
 # by id(model); an entry leaves with its model (pydantic models are not hashable,
 # so no WeakKeyDictionary)
-_identities: Dict[int, "ModelIdentity"] = {}
+_identities: dict[int, ModelIdentity] = {}
 
 
 class ModelMismatchError(LlamaIndexExtRecursiveError, ValueError):
@@ -70,8 +70,8 @@ class ModelIdentity:
 
     name: str
     cls: str
-    dim: Optional[int]
-    probes: Tuple[Tuple[float, ...], ...]
+    dim: int | None
+    probes: tuple[tuple[float, ...], ...]
 
     def cache_key(self) -> str:
         """A key that two different models do not share (probe answers rounded to 2 decimals)."""
@@ -79,7 +79,7 @@ class ModelIdentity:
         digest = hashlib.sha256(rounded.tobytes()).hexdigest()[:16]
         return f"{self.cls}\x00{self.name}\x00{self.dim}\x00{digest}"
 
-    def same_model(self, other: "ModelIdentity") -> bool:
+    def same_model(self, other: ModelIdentity) -> bool:
         """Same dimension and the same probe answers (within :data:`PROBE_TOLERANCE`).
 
         Without probe answers on either side (a model that cannot embed them,
@@ -95,11 +95,11 @@ class ModelIdentity:
     def describe(self) -> str:
         return f"{self.name!r} ({self.cls}, {self.dim}-dimensional)"
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "class": self.cls, "dim": self.dim, "probes": [list(p) for p in self.probes]}
 
     @classmethod
-    def from_dict(cls, data: Any, name: Optional[str] = None) -> "ModelIdentity":
+    def from_dict(cls, data: Any, name: str | None = None) -> ModelIdentity:
         """Read :meth:`to_dict`; an older index kept only the model's ``name``."""
         if not isinstance(data, dict):
             return cls(name=str(name), cls="", dim=None, probes=())
@@ -127,11 +127,11 @@ def model_identity(model: BaseEmbedding) -> ModelIdentity:
         found = _identities.get(id(model))
     if found is not None:
         return found
-    probes: Tuple[Tuple[float, ...], ...] = ()
-    dim: Optional[int] = None
+    probes: tuple[tuple[float, ...], ...] = ()
+    dim: int | None = None
     try:
         # a query too: models that embed queries differently (prefixes, asymmetric towers) differ there
-        vectors: List[List[float]] = model.get_text_embedding_batch(list(PROBES))
+        vectors: list[list[float]] = model.get_text_embedding_batch(list(PROBES))
         vectors.append(model.get_query_embedding(PROBES[0]))
         array = np.asarray(vectors, dtype=np.float64)
         if array.ndim == 2 and array.shape[0] == len(PROBES) + 1 and np.isfinite(array).all():
@@ -140,11 +140,15 @@ def model_identity(model: BaseEmbedding) -> ModelIdentity:
     except Exception as exc:  # a user's model: whatever it raises, it is identified by name
         logger.warning(
             "embedding model %r could not embed the identity probes (%s); it is told apart from "
-            "other models by class and name only", embed_model_name(model), exc,
+            "other models by class and name only",
+            embed_model_name(model),
+            exc,
         )
     identity = ModelIdentity(
-        name=embed_model_name(model), cls=f"{type(model).__module__}.{type(model).__qualname__}",
-        dim=dim, probes=probes,
+        name=embed_model_name(model),
+        cls=f"{type(model).__module__}.{type(model).__qualname__}",
+        dim=dim,
+        probes=probes,
     )
     with _lock:
         _identities[id(model)] = identity

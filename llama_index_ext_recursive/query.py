@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, List, Optional, Union
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
@@ -47,14 +47,14 @@ class FilteredQueryBundle(QueryBundle):
     """
 
     filters: FiltersLike = None
-    top_k: Optional[int] = None
+    top_k: int | None = None
 
     def __post_init__(self) -> None:
         self.filters = to_filters(self.filters)
         self.top_k = check_count("top_k", self.top_k, allow_none=True)
 
 
-def as_query_bundle(str_or_query_bundle: Union[str, QueryBundle]) -> QueryBundle:
+def as_query_bundle(str_or_query_bundle: str | QueryBundle) -> QueryBundle:
     """What ``BaseRetriever.retrieve`` accepts, as a checked bundle (:func:`check_query`):
     bytes, a blank query or text that is not Unicode get an error naming the fix."""
     if isinstance(str_or_query_bundle, str):
@@ -66,7 +66,7 @@ def as_query_bundle(str_or_query_bundle: Union[str, QueryBundle]) -> QueryBundle
 def _unspanned(method: Any) -> Any:
     """Mark ``method`` as already instrumented: LlamaIndex's span mixin then leaves it
     alone, so a query keeps the one span of upstream's ``retrieve`` it wraps."""
-    setattr(method, "__dispatcher_span_decorated__", True)
+    method.__dispatcher_span_decorated__ = True
     return method
 
 
@@ -82,20 +82,20 @@ class QueryCheckingRetriever(BaseRetriever):
     """
 
     @_unspanned
-    def retrieve(self, str_or_query_bundle: QueryType) -> List[NodeWithScore]:
+    def retrieve(self, str_or_query_bundle: QueryType) -> list[NodeWithScore]:
         return super().retrieve(as_query_bundle(str_or_query_bundle))
 
     @_unspanned
-    async def aretrieve(self, str_or_query_bundle: QueryType) -> List[NodeWithScore]:
+    async def aretrieve(self, str_or_query_bundle: QueryType) -> list[NodeWithScore]:
         return await super().aretrieve(as_query_bundle(str_or_query_bundle))
 
 
-def filters_of(query_bundle: QueryBundle) -> Optional[MetadataFilters]:
+def filters_of(query_bundle: QueryBundle) -> MetadataFilters | None:
     """Per-call filters carried by a bundle (``None`` for a plain ``QueryBundle``)."""
     return getattr(query_bundle, "filters", None)
 
 
-def top_k_of(query_bundle: QueryBundle) -> Optional[int]:
+def top_k_of(query_bundle: QueryBundle) -> int | None:
     """Per-call ``top_k`` carried by a bundle (``None`` for a plain ``QueryBundle``)."""
     return getattr(query_bundle, "top_k", None)
 
@@ -133,8 +133,8 @@ class Call:
     """
 
     bundle: QueryBundle
-    filters: Optional[MetadataFilters]
-    per_call_filters: Optional[MetadataFilters]
+    filters: MetadataFilters | None
+    per_call_filters: MetadataFilters | None
     top_k: int
 
     def child_bundle(self, **changes: Any) -> FilteredQueryBundle:
@@ -147,11 +147,11 @@ class Call:
 def resolve_call(
     query_bundle: QueryBundle,
     *,
-    filters: Optional[MetadataFilters],
-    filter_policy: Union[FilterPolicy, str],
+    filters: MetadataFilters | None,
+    filter_policy: FilterPolicy | str,
     top_k: int,
-    vocabulary: Optional[FilterVocabulary] = None,
-    unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
+    vocabulary: FilterVocabulary | None = None,
+    unknown_filter_key: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
 ) -> Call:
     """Resolve a bundle against a retriever's settings: the first step of every ``_retrieve``.
 

@@ -12,7 +12,8 @@ the models.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
@@ -22,9 +23,7 @@ from llama_index_ext_recursive.validation import check_vectors
 QUERY_BATCH = 256  # queries per embedding call (and per progress-bar step)
 
 
-def embed_queries(
-    model: BaseEmbedding, queries: Sequence[str], progress: Optional[Any] = None
-) -> List[List[float]]:
+def embed_queries(model: BaseEmbedding, queries: Sequence[str], progress: Any | None = None) -> list[list[float]]:
     """Query embeddings, ``QUERY_BATCH`` queries per model call, without events.
 
     ``BaseEmbedding`` has no batch API for queries (``get_text_embedding_batch``
@@ -43,7 +42,7 @@ def embed_queries(
         progress: a tqdm bar to advance by one per query.
     """
     batch_call = _query_batch_function(model)
-    out: List[List[float]] = []
+    out: list[list[float]] = []
     for start in range(0, len(queries), QUERY_BATCH):
         batch = list(queries[start : start + QUERY_BATCH])
         if batch_call is not None:
@@ -63,7 +62,7 @@ def embed_queries(
     return out
 
 
-def _query_batch_function(model: BaseEmbedding) -> Optional[Callable[[List[str]], Any]]:
+def _query_batch_function(model: BaseEmbedding) -> Callable[[list[str]], Any] | None:
     corpus = getattr(model, "corpus_query_embeddings", None)  # a build cache keeps corpus text
     if callable(corpus):
         return corpus
@@ -75,5 +74,5 @@ def _query_batch_function(model: BaseEmbedding) -> Optional[Callable[[List[str]]
     except ImportError:  # the [local] extra is not installed
         return None
     if isinstance(model, HuggingFaceEmbedding):
-        return lambda texts: model._embed(texts, prompt_name="query")
+        return lambda texts: model._embed(texts, prompt_name="query")  # type: ignore[arg-type]  # list is invariant
     return None

@@ -13,7 +13,7 @@ three. Code that only knows ``NodeWithScore`` is unaffected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any
 
 from llama_index.core.schema import BaseNode, NodeWithScore
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,15 +30,15 @@ class RetrievalExplanation(BaseModel):
     """
 
     doc_id: str
-    summary_node_id: Optional[str]
-    summary_score: Optional[float]
-    chunk_score: Optional[float]
+    summary_node_id: str | None
+    summary_score: float | None
+    chunk_score: float | None
     final_score: float
     score_mode: str
-    path: List[str]
-    dense_score: Optional[float] = None
-    lexical_score: Optional[float] = None
-    document_weight: Optional[float] = None
+    path: list[str]
+    dense_score: float | None = None
+    lexical_score: float | None = None
+    document_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class FusionHit:
     retriever_name: str
     query_str: str
     rank: int  # 1-based position in the child's own returned list
-    score: Optional[float]  # the child's raw score
+    score: float | None  # the child's raw score
     contribution: float  # what this hit added to the fused score
 
 
@@ -70,9 +70,9 @@ class Explanation(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    route: Optional[RetrievalExplanation] = None
-    fusion: Optional[List[FusionHit]] = None
-    auto: Optional[Any] = None  # AutoExplanation; typed loosely because auto/ builds on this module
+    route: RetrievalExplanation | None = None
+    fusion: list[FusionHit] | None = None
+    auto: Any | None = None  # AutoExplanation; typed loosely because auto/ builds on this module
 
 
 class ExplainedNodeWithScore(NodeWithScore):
@@ -85,7 +85,7 @@ class ExplainedNodeWithScore(NodeWithScore):
     explanation: Explanation = Field(default_factory=Explanation)
 
     @property
-    def provenance(self) -> List[FusionHit]:
+    def provenance(self) -> list[FusionHit]:
         """The fusion part's hits (empty when no fusion touched this result)."""
         return list(self.explanation.fusion or ())
 
@@ -100,9 +100,9 @@ _UNSET: Any = object()
 def explained(
     hit: NodeWithScore,
     *,
-    score: Optional[float] = _UNSET,
-    route: Optional[RetrievalExplanation] = _UNSET,
-    fusion: Optional[List[FusionHit]] = _UNSET,
+    score: float | None = _UNSET,
+    route: RetrievalExplanation | None = _UNSET,
+    fusion: list[FusionHit] | None = _UNSET,
     auto: Any = _UNSET,
 ) -> ExplainedNodeWithScore:
     """``hit`` as a new :class:`ExplainedNodeWithScore` with the given parts set.
@@ -129,7 +129,7 @@ def explained(
     )
 
 
-def unexplained(node: BaseNode, score: Optional[float]) -> ExplainedNodeWithScore:
+def unexplained(node: BaseNode, score: float | None) -> ExplainedNodeWithScore:
     """A first-stage hit (vector or BM25 search) that no layer has explained yet.
 
     Every retriever returns the one result type, so code can read
@@ -153,8 +153,8 @@ class DocumentEvidence(BaseModel):
     title: str
     rank: int
     score: float
-    dense_score: Optional[float]
-    lexical_score: Optional[float]
+    dense_score: float | None
+    lexical_score: float | None
 
 
 class DocumentWithScore(NodeWithScore):
@@ -162,7 +162,7 @@ class DocumentWithScore(NodeWithScore):
     (``index_id`` = document id), its routing score, and the
     :class:`DocumentEvidence` that routed it."""
 
-    evidence: Optional[DocumentEvidence] = None
+    evidence: DocumentEvidence | None = None
 
     @classmethod
     def class_name(cls) -> str:

@@ -13,8 +13,9 @@ metadata, and the auto-retriever and the agent tool both need them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any
 
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import FilterOperator, MetadataInfo, VectorStoreInfo
@@ -34,7 +35,7 @@ LIST_OPS = frozenset({Op.IN, Op.NIN, Op.ANY, Op.ALL})
 TEXT_OPS = frozenset({Op.TEXT_MATCH, Op.TEXT_MATCH_INSENSITIVE})
 
 #: Operators that make sense for each kind of field (``any``: all of them).
-VALID_OPERATORS: Dict[str, frozenset] = {
+VALID_OPERATORS: dict[str, frozenset] = {
     "int": frozenset({Op.EQ, Op.NE, Op.IN, Op.NIN, Op.IS_EMPTY}) | RANGE_OPS,
     "float": frozenset({Op.EQ, Op.NE, Op.IN, Op.NIN, Op.IS_EMPTY}) | RANGE_OPS,
     "date": frozenset({Op.EQ, Op.NE, Op.IN, Op.NIN, Op.IS_EMPTY, Op.TEXT_MATCH}) | RANGE_OPS,
@@ -46,12 +47,29 @@ VALID_OPERATORS: Dict[str, frozenset] = {
 
 # declared type word -> base kind; the one table every reader of MetadataInfo.type uses
 _BASES = {
-    "int": "int", "integer": "int", "long": "int", "int32": "int", "int64": "int",
-    "float": "float", "number": "float", "double": "float", "decimal": "float",
-    "numeric": "float", "real": "float", "float32": "float", "float64": "float",
-    "str": "str", "string": "str", "text": "str", "keyword": "str", "enum": "str",
-    "bool": "bool", "boolean": "bool",
-    "date": "date", "datetime": "date", "timestamp": "date",
+    "int": "int",
+    "integer": "int",
+    "long": "int",
+    "int32": "int",
+    "int64": "int",
+    "float": "float",
+    "number": "float",
+    "double": "float",
+    "decimal": "float",
+    "numeric": "float",
+    "real": "float",
+    "float32": "float",
+    "float64": "float",
+    "str": "str",
+    "string": "str",
+    "text": "str",
+    "keyword": "str",
+    "enum": "str",
+    "bool": "bool",
+    "boolean": "bool",
+    "date": "date",
+    "datetime": "date",
+    "timestamp": "date",
 }
 _LIST_TYPE = re.compile(r"(?:list|array|sequence|tuple|set|iterable)\s*[\[<(]\s*(\w+)\s*[\]>)]")
 _LIST_OF = re.compile(r"(?:list|array)\s+of\s+(\w+)")
@@ -82,7 +100,7 @@ class FieldType:
     is_list: bool = False
 
     @classmethod
-    def parse(cls, type_str: str) -> "FieldType":
+    def parse(cls, type_str: str) -> FieldType:
         """``"int"``, ``"integer"``, ``"decimal"``, ``"string"``, ``"List[str]"``, ``"list of ints"``..."""
         text = (type_str or "").strip().lower().removeprefix("typing.")
         optional = _OPTIONAL.fullmatch(text)
@@ -99,7 +117,7 @@ class FieldType:
         return cls(_base(text), False)
 
     @classmethod
-    def of(cls, info: MetadataInfo) -> "FieldType":
+    def of(cls, info: MetadataInfo) -> FieldType:
         """The type ``info`` declares."""
         return cls.parse(info.type)
 
@@ -124,7 +142,7 @@ _FORMAT_HINT = re.compile(r"yyyy|(?<![a-z])iso(?![a-z])", re.I)
 _ISO_VALUE = re.compile(r"\d{4}-\d{2}(?:-\d{2})?(?:[T ].*)?")
 
 
-def field_type(info: MetadataInfo, values: Optional[Iterable[Any]] = None) -> FieldType:
+def field_type(info: MetadataInfo, values: Iterable[Any] | None = None) -> FieldType:
     """What ``info`` declares, with ISO-date strings recognised as dates.
 
     A ``str`` field holds ISO dates when its name says so (``published_date``),
@@ -156,9 +174,7 @@ def holds_years(info: MetadataInfo) -> bool:
     )
 
 
-def metadata_vocabulary(
-    nodes: Iterable[BaseNode], max_values: int = 200
-) -> Dict[str, Set[Any]]:
+def metadata_vocabulary(nodes: Iterable[BaseNode], max_values: int = 200) -> dict[str, set[Any]]:
     """The metadata values actually present, per key.
 
     A filter value absent from the corpus matches nothing, so the validator
@@ -172,8 +188,8 @@ def metadata_vocabulary(
         nodes: the nodes (or documents) whose ``metadata`` is filtered on.
         max_values: the most distinct values a key may have to be kept.
     """
-    values: Dict[str, Set[Any]] = {}
-    unknown: Set[str] = set()
+    values: dict[str, set[Any]] = {}
+    unknown: set[str] = set()
     for node in nodes:
         for key, value in node.metadata.items():
             if key in unknown or value is None:
@@ -194,7 +210,7 @@ def metadata_vocabulary(
     return values
 
 
-def _type_name(values: Set[Any]) -> str:
+def _type_name(values: set[Any]) -> str:
     """The ``MetadataInfo`` type of a key, from the Python values seen."""
     kinds = {type(v) for v in values}
     if kinds <= {bool}:
@@ -206,7 +222,7 @@ def _type_name(values: Set[Any]) -> str:
     return "str"
 
 
-def infer_vector_store_info(nodes: Iterable[BaseNode]) -> Optional[VectorStoreInfo]:
+def infer_vector_store_info(nodes: Iterable[BaseNode]) -> VectorStoreInfo | None:
     """A metadata schema from the values present (scalar keys only), for an index that declares none.
 
     Args:
@@ -216,8 +232,8 @@ def infer_vector_store_info(nodes: Iterable[BaseNode]) -> Optional[VectorStoreIn
     Returns:
         The schema, or ``None`` when no key qualifies.
     """
-    seen: Dict[str, Set[Any]] = {}
-    skip: Set[str] = set()
+    seen: dict[str, set[Any]] = {}
+    skip: set[str] = set()
     for node in nodes:
         for key, value in node.metadata.items():
             if value is None or key in skip:
@@ -227,7 +243,7 @@ def infer_vector_store_info(nodes: Iterable[BaseNode]) -> Optional[VectorStoreIn
                 seen.pop(key, None)
                 continue
             seen.setdefault(key, set()).add(value)
-    infos: List[MetadataInfo] = []
+    infos: list[MetadataInfo] = []
     for key in sorted(seen):
         kind = _type_name(seen[key])
         if kind == "str" and not all(isinstance(v, str) for v in seen[key]):

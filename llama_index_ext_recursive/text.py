@@ -10,18 +10,18 @@ CJK for every one of them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from enum import Enum
-from typing import Iterable, Sequence, Tuple
 
-HAN_RANGES: Tuple[Tuple[int, int], ...] = (
+HAN_RANGES: tuple[tuple[int, int], ...] = (
     (0x3007, 0x3007),  # 〇
     (0x3400, 0x4DBF),
     (0x4E00, 0x9FFF),
     (0xF900, 0xFAFF),
     (0x20000, 0x3134F),
 )
-KANA_RANGES: Tuple[Tuple[int, int], ...] = ((0x3040, 0x30FF), (0x31F0, 0x31FF))
-HANGUL_RANGES: Tuple[Tuple[int, int], ...] = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xAC00, 0xD7AF))
+KANA_RANGES: tuple[tuple[int, int], ...] = ((0x3040, 0x30FF), (0x31F0, 0x31FF))
+HANGUL_RANGES: tuple[tuple[int, int], ...] = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xAC00, 0xD7AF))
 
 # A text is CJK when at least this share of its letters are CJK characters.
 CJK_THRESHOLD = 0.3
@@ -36,7 +36,7 @@ class Script(str, Enum):
     OTHER = "other"
 
 
-def script_runs(text: str) -> Iterable[Tuple[Script, str]]:
+def script_runs(text: str) -> Iterable[tuple[Script, str]]:
     """Split ``text`` into maximal runs of one script class, in order.
 
     One regex pass (:data:`_RUNS`): BM25 tokenizes every chunk through this,
@@ -52,11 +52,10 @@ def script_runs(text: str) -> Iterable[Tuple[Script, str]]:
         yield _RUN_SCRIPTS[group - 1], match.group()
 
 
-def character_class(ranges: Sequence[Tuple[int, int]]) -> str:
+def character_class(ranges: Sequence[tuple[int, int]]) -> str:
     """The body of a regex character class matching ``ranges`` (for ``[...]``)."""
     return "".join(
-        re.escape(chr(low)) if low == high else f"{re.escape(chr(low))}-{re.escape(chr(high))}"
-        for low, high in ranges
+        re.escape(chr(low)) if low == high else f"{re.escape(chr(low))}-{re.escape(chr(high))}" for low, high in ranges
     )
 
 

@@ -14,8 +14,9 @@ import copy
 import json
 import logging
 import re
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Set, Tuple, TypeGuard
+from typing import Any, TypeGuard
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.retrievers import VectorIndexAutoRetriever, VectorIndexRetriever
@@ -44,7 +45,7 @@ class RetrievalResult(list):
     ``ToolOutput.content`` holds, ``error`` is set when the call was refused.
     """
 
-    def __init__(self, nodes: List[NodeWithScore], text: str, error: Optional[str] = None) -> None:
+    def __init__(self, nodes: list[NodeWithScore], text: str, error: str | None = None) -> None:
         super().__init__(nodes)
         self.text = text
         self.error = error
@@ -53,14 +54,14 @@ class RetrievalResult(list):
 # --------------------------------------------------------------------------- schema
 
 
-def _declared_schema(retriever: BaseRetriever) -> Optional[VectorStoreInfo]:
+def _declared_schema(retriever: BaseRetriever) -> VectorStoreInfo | None:
     """The schema an auto-retriever was given (upstream keeps it in ``_vector_store_info``)."""
     if isinstance(retriever, VectorIndexAutoRetriever):
         return retriever._vector_store_info
     return None
 
 
-def _describe_keys(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) -> str:
+def _describe_keys(info: VectorStoreInfo, vocabulary: Mapping[str, set[Any]]) -> str:
     parts = []
     for meta in info.metadata_info:
         values = vocabulary.get(meta.name)
@@ -95,9 +96,7 @@ def one_line(value: Any) -> str:
 _JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\[\]]")
 _QUOTED = r'"(?:[^"\\]|\\.)*"'
 #: One passage line: ``[n] (chunk "id", score s, via summary of "doc") title: text``.
-CITATION = re.compile(
-    rf"^\[(\d+)\] \(chunk ({_QUOTED})(?:, score ([^,)]+))?(?:, via summary of ({_QUOTED}))?\) "
-)
+CITATION = re.compile(rf"^\[(\d+)\] \(chunk ({_QUOTED})(?:, score ([^,)]+))?(?:, via summary of ({_QUOTED}))?\) ")
 
 
 def quoted(value: Any) -> str:
@@ -130,12 +129,12 @@ class Citation:
 
     number: int
     chunk_id: str
-    score: Optional[float]
-    via: Optional[str]
+    score: float | None
+    via: str | None
     passage: str
 
 
-def parse_passages(text: str) -> List[Citation]:
+def parse_passages(text: str) -> list[Citation]:
     """The citations of the tool's output, one per passage line; for apps that check
     what a model cites against what was retrieved. Nothing inside a title, id or
     text can add or change one: ids are JSON strings and free text has its
@@ -145,8 +144,15 @@ def parse_passages(text: str) -> List[Citation]:
         match = CITATION.match(line)
         if match:
             number, chunk, score, via = match.groups()
-            found.append(Citation(int(number), json.loads(chunk), float(score) if score else None,
-                                  json.loads(via) if via else None, line[match.end():]))
+            found.append(
+                Citation(
+                    int(number),
+                    json.loads(chunk),
+                    float(score) if score else None,
+                    json.loads(via) if via else None,
+                    line[match.end() :],
+                )
+            )
     return found
 
 
@@ -154,8 +160,11 @@ def _passage(i: int, hit: NodeWithScore) -> str:
     node = hit.node
     meta = node.metadata
     title = next(
-        (escaped(v) for v in (meta.get("title"), meta.get("doc_id"), node.ref_doc_id, node.node_id)
-         if v is not None and one_line(v)),
+        (
+            escaped(v)
+            for v in (meta.get("title"), meta.get("doc_id"), node.ref_doc_id, node.node_id)
+            if v is not None and one_line(v)
+        ),
         "untitled",
     )
     cite = [f"chunk {quoted(node.node_id)}"]
@@ -177,7 +186,7 @@ def _fit(candidates: Sequence[str], room: int) -> str:
     return candidates[-1][:room]
 
 
-def _omission_notes(omitted: int, max_chars: int) -> List[str]:
+def _omission_notes(omitted: int, max_chars: int) -> list[str]:
     plural = "s" if omitted > 1 else ""
     return [
         f"({omitted} more passage{plural} omitted to stay within {max_chars} characters.)",
@@ -188,7 +197,7 @@ def _omission_notes(omitted: int, max_chars: int) -> List[str]:
     ]
 
 
-def render_passages(hits: List[NodeWithScore], max_chars: int) -> str:
+def render_passages(hits: list[NodeWithScore], max_chars: int) -> str:
     """Numbered, cited passages in at most ``max_chars`` characters, never cutting a passage.
 
     One passage per line, and nothing a document holds can add a line:
@@ -226,9 +235,9 @@ def render_passages(hits: List[NodeWithScore], max_chars: int) -> str:
 # --------------------------------------------------------------------------- search
 
 #: A search the tool needs: which retriever to ask, with which bundle.
-_Search = Tuple[BaseRetriever, QueryBundle]
+_Search = tuple[BaseRetriever, QueryBundle]
 #: What a search plan ends with: the hits, and a note for the model (or ``None``).
-_Found = Tuple[List[NodeWithScore], Optional[str]]
+_Found = tuple[list[NodeWithScore], str | None]
 
 # widening an upstream retriever that ignores filters: at most this many doublings
 _MAX_WIDENINGS = 16
@@ -245,7 +254,7 @@ def _is_upstream_vector_search(retriever: BaseRetriever) -> TypeGuard[VectorInde
     )
 
 
-def _own_top_k(retriever: BaseRetriever) -> Optional[int]:
+def _own_top_k(retriever: BaseRetriever) -> int | None:
     """The upstream convention for a retriever's k (``similarity_top_k``), when it follows it."""
     value = getattr(retriever, "similarity_top_k", None)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -253,7 +262,7 @@ def _own_top_k(retriever: BaseRetriever) -> Optional[int]:
 
 def _search_plan(
     retriever: BaseRetriever, bundle: FilteredQueryBundle, corpus_size: int
-) -> Generator[_Search, List[NodeWithScore], _Found]:
+) -> Generator[_Search, list[NodeWithScore], _Found]:
     """The searches one tool call needs, shared by the sync and async paths.
 
     Yields ``(retriever, bundle)`` and is sent back the hits, so ``call`` and
@@ -289,8 +298,10 @@ def _search_plan(
         return kept, None  # the retriever filtered (or all of its hits match)
     fetched, wanted = len(hits), top_k or _own_top_k(retriever) or len(hits)
     if _own_top_k(retriever) is None:
-        note = (f"(This retriever cannot search with filters: they were checked on its top {fetched} "
-                f"results only, of which {len(kept)} matched; more matches may exist.)")
+        note = (
+            f"(This retriever cannot search with filters: they were checked on its top {fetched} "
+            f"results only, of which {len(kept)} matched; more matches may exist.)"
+        )
         logger.info("tool search: %s", note)
         return kept, note
     for _ in range(_MAX_WIDENINGS):
@@ -298,14 +309,15 @@ def _search_plan(
             break  # enough matches, or nothing further down
         fetched = min(fetched * 2, corpus_size) if corpus_size else fetched * 2
         deeper = copy.copy(retriever)
-        setattr(deeper, "similarity_top_k", fetched)  # the upstream convention _own_top_k found
+        # the upstream convention _own_top_k found (BaseRetriever does not declare it)
+        deeper.similarity_top_k = fetched  # type: ignore[attr-defined]
         hits = yield deeper, bundle
         kept = keep_matching(hits, filters)
     logger.debug("tool search: %d of %d hits match the filters", len(kept), len(hits))
     return kept[:wanted], None
 
 
-def _run(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found:
+def _run(plan: Generator[_Search, list[NodeWithScore], _Found]) -> _Found:
     """Run a search plan with ``retrieve``; a search's exception is the plan's to handle."""
     try:
         search, bundle = next(plan)
@@ -320,7 +332,7 @@ def _run(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found:
         return done.value
 
 
-async def _arun(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found:
+async def _arun(plan: Generator[_Search, list[NodeWithScore], _Found]) -> _Found:
     """:func:`_run` with ``aretrieve``."""
     try:
         search, bundle = next(plan)
@@ -341,10 +353,10 @@ async def _arun(plan: Generator[_Search, List[NodeWithScore], _Found]) -> _Found
 def as_retrieval_tool(
     retriever: BaseRetriever,
     name: str = "search",
-    description: Optional[str] = None,
+    description: str | None = None,
     max_chars: int = 4000,
-    default_top_k: Optional[int] = None,
-    vector_store_info: Optional[VectorStoreInfo] = None,
+    default_top_k: int | None = None,
+    vector_store_info: VectorStoreInfo | None = None,
     allow_filters: bool = True,
 ) -> FunctionTool:
     """Wrap any ``BaseRetriever`` as a ``FunctionTool`` for agents.
@@ -393,7 +405,7 @@ def as_retrieval_tool(
     """
     max_chars = check_count("max_chars", max_chars)
     default_top_k = check_count("default_top_k", default_top_k, allow_none=True)
-    validator: Optional[SpecValidator] = None
+    validator: SpecValidator | None = None
     keys_text = ""
     corpus_size = 0
     if allow_filters:
@@ -405,8 +417,7 @@ def as_retrieval_tool(
             logger.info("no metadata schema for %r: pass vector_store_info= to enable filters", name)
         else:
             vocabulary = metadata_vocabulary(nodes, max_values=_MAX_LISTED_VALUES)
-            validator = SpecValidator(vector_store_info, vocabulary=vocabulary,
-                                      key_policy="reject", max_top_k=10**6)
+            validator = SpecValidator(vector_store_info, vocabulary=vocabulary, key_policy="reject", max_top_k=10**6)
             keys_text = _describe_keys(vector_store_info, vocabulary)
 
     def prepare(query: Any, top_k: Any, filters: Any) -> Any:
@@ -423,49 +434,52 @@ def as_retrieval_tool(
             top_k = check_count("top_k", top_k, allow_none=True)
         except (TypeError, ValueError):
             return f"Error: 'top_k' must be a whole number >= 1 such as 5, got {top_k!r}; or leave it out."
-        checked: Optional[MetadataFilters] = None
+        checked: MetadataFilters | None = None
         if filters:
             if validator is None:
-                return ("Error: filters are not available for this tool (no metadata schema); "
-                        "search without 'filters'.")
+                return "Error: filters are not available for this tool (no metadata schema); search without 'filters'."
             if not isinstance(filters, Mapping):
-                return ("Error: 'filters' must be an object like {\"year\": 2023} or "
-                        f"{{\"year\": {{\"op\": \">=\", \"value\": 2023}}}}.\nValid keys: {keys_text}.")
+                return (
+                    "Error: 'filters' must be an object like {\"year\": 2023} or "
+                    f'{{"year": {{"op": ">=", "value": 2023}}}}.\nValid keys: {keys_text}.'
+                )
             try:
                 parsed = to_filters(filters)
                 spec, _ = validator.validate({"query": query, "filters": parsed})
             except (TypeError, ValueError) as exc:  # SpecError is a ValueError
-                problems = ("\n".join(f"- {p.message}" for p in exc.problems)
-                            if isinstance(exc, SpecError) else f"- {exc}")
+                problems = (
+                    "\n".join(f"- {p.message}" for p in exc.problems) if isinstance(exc, SpecError) else f"- {exc}"
+                )
                 logger.info("tool %r refused filters %r: %s", name, filters, problems)
                 return f"Error: invalid filters:\n{problems}\nValid keys: {keys_text}."
             checked = MetadataFilters(filters=list(spec.filters))
         return FilteredQueryBundle(query, filters=checked, top_k=top_k)
 
-    def finish(found: _Found, top_k: Optional[int]) -> RetrievalResult:
+    def finish(found: _Found, top_k: int | None) -> RetrievalResult:
         hits, note = found
         hits = hits[:top_k] if top_k is not None else hits  # for retrievers that ignore per-call top_k
         if note is None or len(note) + 1 >= max_chars:
             return RetrievalResult(hits, render_passages(hits, max_chars))
         return RetrievalResult(hits, f"{render_passages(hits, max_chars - len(note) - 1)}\n{note}")
 
-    def search(query: str, top_k: Optional[int] = None, filters: Optional[Dict[str, Any]] = None) -> RetrievalResult:
+    def search(query: str, top_k: int | None = None, filters: dict[str, Any] | None = None) -> RetrievalResult:
         bundle = prepare(query, top_k, filters)
         if isinstance(bundle, str):
             return RetrievalResult([], bundle, error=bundle)
         return finish(_run(_search_plan(retriever, bundle, corpus_size)), bundle.top_k)
 
-    async def asearch(query: str, top_k: Optional[int] = None, filters: Optional[Dict[str, Any]] = None) -> RetrievalResult:
+    async def asearch(query: str, top_k: int | None = None, filters: dict[str, Any] | None = None) -> RetrievalResult:
         bundle = prepare(query, top_k, filters)
         if isinstance(bundle, str):
             return RetrievalResult([], bundle, error=bundle)
         return finish(await _arun(_search_plan(retriever, bundle, corpus_size)), bundle.top_k)
 
     if not (allow_filters and validator is not None):
-        def search_plain(query: str, top_k: Optional[int] = None) -> RetrievalResult:
+
+        def search_plain(query: str, top_k: int | None = None) -> RetrievalResult:
             return search(query, top_k)
 
-        async def asearch_plain(query: str, top_k: Optional[int] = None) -> RetrievalResult:
+        async def asearch_plain(query: str, top_k: int | None = None) -> RetrievalResult:
             return await asearch(query, top_k)
 
         fn, afn = search_plain, asearch_plain
@@ -475,12 +489,12 @@ def as_retrieval_tool(
     if description is None:
         description = (
             "Search the knowledge base. Returns numbered passages, one per line: "
-            "[n] (chunk \"id\", score s) title: text. Cite them as [n] in your answer. "
+            '[n] (chunk "id", score s) title: text. Cite them as [n] in your answer. '
             "Arguments: query (what to look for); top_k (optional, how many passages)"
         )
         if fn is search:
             description += (
-                "; filters (optional): {key: value} or {key: {\"op\": \">=\", \"value\": v}}, "
+                '; filters (optional): {key: value} or {key: {"op": ">=", "value": v}}, '
                 f"ops ==, !=, >, >=, <, <=, in, nin. Keys: {keys_text}"
             )
         description += "."
@@ -491,5 +505,6 @@ def as_retrieval_tool(
     async def acontent(result: RetrievalResult) -> str:
         return result.text
 
-    return FunctionTool.from_defaults(fn=fn, async_fn=afn, name=name, description=description,
-                                      callback=content, async_callback=acontent)
+    return FunctionTool.from_defaults(
+        fn=fn, async_fn=afn, name=name, description=description, callback=content, async_callback=acontent
+    )

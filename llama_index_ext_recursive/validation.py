@@ -12,7 +12,8 @@ import difflib
 import inspect
 import math
 import numbers
-from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, overload
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, overload
 
 from llama_index.core.schema import BaseNode, QueryBundle
 
@@ -31,10 +32,10 @@ def check_count(name: str, value: Any, minimum: int = 1, allow_none: Literal[Fal
 
 
 @overload
-def check_count(name: str, value: Any, minimum: int = 1, *, allow_none: bool) -> Optional[int]: ...
+def check_count(name: str, value: Any, minimum: int = 1, *, allow_none: bool) -> int | None: ...
 
 
-def check_count(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> Optional[int]:
+def check_count(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> int | None:
     """An integer ``>= minimum``; bools, floats, strings and NaN are refused.
 
     ``True`` is not ``1`` here: a flag passed where a count belongs is a bug.
@@ -54,8 +55,8 @@ def check_count(name: str, value: Any, minimum: int = 1, allow_none: bool = Fals
 def check_real(
     name: str,
     value: Any,
-    low: Optional[float] = None,
-    high: Optional[float] = None,
+    low: float | None = None,
+    high: float | None = None,
 ) -> float:
     """A finite real number within ``[low, high]``; bools, NaN and inf are refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -88,9 +89,7 @@ def check_query(query_bundle: QueryBundle) -> None:
     so any hit it returned would be noise.
     """
     if isinstance(query_bundle, (bytes, bytearray)):
-        raise TypeError(
-            "the query is bytes, not text: decode it first, e.g. retrieve(query.decode('utf-8'))"
-        )
+        raise TypeError("the query is bytes, not text: decode it first, e.g. retrieve(query.decode('utf-8'))")
     if not isinstance(query_bundle, QueryBundle):
         raise TypeError(f"the query must be a string or a QueryBundle, got {type(query_bundle).__name__}")
     if query_bundle.embedding is not None:
@@ -99,10 +98,7 @@ def check_query(query_bundle: QueryBundle) -> None:
     if not isinstance(text, str):
         raise TypeError(f"the query must be a string, got {type(text).__name__}")
     if not text.strip():
-        raise ValueError(
-            f"the query is empty ({text!r}): pass a question with at least one "
-            "non-space character"
-        )
+        raise ValueError(f"the query is empty ({text!r}): pass a question with at least one non-space character")
     check_unicode("the query", text)
     strs = query_bundle.custom_embedding_strs
     if strs is not None:
@@ -113,9 +109,7 @@ def check_query(query_bundle: QueryBundle) -> None:
             )
         for position, item in enumerate(strs):
             if not isinstance(item, str) or not item.strip():
-                raise ValueError(
-                    f"custom_embedding_strs[{position}] is {item!r}: each must be a non-blank string"
-                )
+                raise ValueError(f"custom_embedding_strs[{position}] is {item!r}: each must be a non-blank string")
             check_unicode(f"custom_embedding_strs[{position}]", item)
 
 
@@ -131,9 +125,7 @@ def check_unicode(what: str, text: str) -> None:
         ) from None
 
 
-def check_vectors(
-    vectors: Any, model_name: str, what: str, dim: Optional[int] = None
-) -> int:
+def check_vectors(vectors: Any, model_name: str, what: str, dim: int | None = None) -> int:
     """Refuse embeddings with NaN/inf or the wrong dimension; return the dimension.
 
     ``vectors`` is one vector or a sequence of them; ``what`` says whose
@@ -179,7 +171,7 @@ def check_kwargs(target: Callable[..., Any], kwargs: Mapping[str, Any], where: s
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-def json_metadata(metadata: Mapping[str, Any], owner: str) -> Dict[str, Any]:
+def json_metadata(metadata: Mapping[str, Any], owner: str) -> dict[str, Any]:
     """``metadata`` as a persisted index and every filter will see it, checked before any work.
 
     NumPy scalars (``np.int64``, ``np.float32``, ``np.bool_``: what pandas hands
@@ -192,11 +184,13 @@ def json_metadata(metadata: Mapping[str, Any], owner: str) -> Dict[str, Any]:
         metadata: a document's or node's metadata (not modified).
         owner: what it belongs to, for the error (``"document 'x'"``).
     """
-    return {str(key) if isinstance(key, str) else _bad_key(key, owner): _json_value(value, key, owner)
-            for key, value in metadata.items()}
+    return {
+        str(key) if isinstance(key, str) else _bad_key(key, owner): _json_value(value, key, owner)
+        for key, value in metadata.items()
+    }
 
 
-def json_nodes(nodes: Iterable[BaseNode]) -> List[BaseNode]:
+def json_nodes(nodes: Iterable[BaseNode]) -> list[BaseNode]:
     """``nodes`` with :func:`json_metadata`, checked before anything is embedded or indexed.
 
     A node whose metadata is already plain JSON is kept as it is; one holding
@@ -208,7 +202,7 @@ def json_nodes(nodes: Iterable[BaseNode]) -> List[BaseNode]:
     Args:
         nodes: the nodes about to be indexed.
     """
-    out: List[BaseNode] = []
+    out: list[BaseNode] = []
     for node in nodes:
         if _plain(node.metadata):
             out.append(node)
@@ -242,8 +236,9 @@ def _json_value(value: Any, key: str, owner: str) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_value(v, key, owner) for v in value]
     if isinstance(value, dict):
-        return {str(k) if isinstance(k, str) else _bad_key(k, owner): _json_value(v, key, owner)
-                for k, v in value.items()}
+        return {
+            str(k) if isinstance(k, str) else _bad_key(k, owner): _json_value(v, key, owner) for k, v in value.items()
+        }
     item = getattr(value, "item", None)
     if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", None) == 0:
         return _json_value(item(), key, owner)  # a NumPy scalar: the Python number it holds

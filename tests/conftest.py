@@ -8,7 +8,6 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import List
 
 import numpy as np
 import pytest
@@ -40,7 +39,7 @@ class LexicalEmbedding(BaseEmbedding):
     calls: int = 0
     text_calls: int = 0  # document texts only (calls also counts queries)
 
-    def _vector(self, text: str) -> List[float]:
+    def _vector(self, text: str) -> list[float]:
         if text not in PROBES:  # the identity probes: embedded once per model instance, by design
             self.calls += 1
         vec = np.zeros(DIM)
@@ -49,14 +48,14 @@ class LexicalEmbedding(BaseEmbedding):
         norm = np.linalg.norm(vec)
         return list(vec / norm) if norm else [1.0 / np.sqrt(DIM)] * DIM
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         return self._vector(query)
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         self.text_calls += text not in PROBES
         return self._vector(text)
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         return self._vector(query)
 
 
@@ -83,25 +82,40 @@ def real_model():
 
 
 TOPICS = {
-    "bees": ("Honeybees", "biology", 2019, [
-        "The queen bee lays eggs in the hive all summer.",
-        "Worker bees collect nectar and pollen from flowers.",
-        "Drones mate with the queen and do not sting.",
-    ]),
-    "solar": ("Solar panels", "energy", 2023, [
-        "Solar panels convert sunlight into electricity with photovoltaic cells.",
-        "An inverter turns direct current from panels into alternating current.",
-        "Panels facing south produce the most electricity in the north.",
-    ]),
-    "bread": ("Sourdough", "food", 2021, [
-        "A sourdough starter is flour and water fermented by wild yeast.",
-        "Bake the bread in a hot covered pot to trap steam.",
-        "Cold proofing the dough overnight deepens the flavour.",
-    ]),
+    "bees": (
+        "Honeybees",
+        "biology",
+        2019,
+        [
+            "The queen bee lays eggs in the hive all summer.",
+            "Worker bees collect nectar and pollen from flowers.",
+            "Drones mate with the queen and do not sting.",
+        ],
+    ),
+    "solar": (
+        "Solar panels",
+        "energy",
+        2023,
+        [
+            "Solar panels convert sunlight into electricity with photovoltaic cells.",
+            "An inverter turns direct current from panels into alternating current.",
+            "Panels facing south produce the most electricity in the north.",
+        ],
+    ),
+    "bread": (
+        "Sourdough",
+        "food",
+        2021,
+        [
+            "A sourdough starter is flour and water fermented by wild yeast.",
+            "Bake the bread in a hot covered pot to trap steam.",
+            "Cold proofing the dough overnight deepens the flavour.",
+        ],
+    ),
 }
 
 
-def topic_nodes(topics=TOPICS) -> List[TextNode]:
+def topic_nodes(topics=TOPICS) -> list[TextNode]:
     """Three small documents as pre-chunked nodes with document metadata."""
     nodes = []
     for doc_id, (title, category, year, sentences) in topics.items():

@@ -13,8 +13,9 @@ returns a retriever whose own k is :data:`OWN_K`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any
 
 import faiss
 from llama_index.core import StorageContext, VectorStoreIndex
@@ -25,7 +26,6 @@ from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo
 from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
 from llama_index.vector_stores.faiss import FaissMapVectorStore
 
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive import (
     BackfillVectorRetriever,
     HybridFusionRetriever,
@@ -34,41 +34,72 @@ from llama_index_ext_recursive import (
     RecursiveSummaryRetriever,
     ValidatedAutoRetriever,
 )
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 
 OWN_K = 4  # every retriever's own k; per-call top_k of 2 and 6 are below and above it
 
 # doc id -> (title, category, year, chunks)
-CORPUS: Dict[str, tuple] = {
-    "bees": ("Honeybee colonies", "biology", 2019, [
-        "The queen bee lays eggs in the hive all summer while workers feed the larvae.",
-        "Worker bees collect nectar and pollen from flowers and carry water back to the colony.",
-        "Drones mate with the queen; a colony of bees raises new queens before it swarms.",
-    ]),
-    "coral": ("Coral reef ecology", "biology", 2020, [
-        "Coral polyps live in colonies and build reefs from calcium carbonate in warm water.",
-        "Algae living inside coral tissue feed the polyps with sugar made from sunlight.",
-        "Warm summer water bleaches coral when the polyps expel their algae.",
-    ]),
-    "solar": ("Solar panels at home", "energy", 2023, [
-        "Solar panels convert sunlight into electricity with photovoltaic cells.",
-        "An inverter turns direct current from the panels into alternating current for the home.",
-        "Panels facing south produce the most electricity in summer in the north.",
-    ]),
-    "bread": ("Sourdough baking", "food", 2021, [
-        "A sourdough starter is flour and water fermented by wild yeast.",
-        "Bake the sourdough bread in a hot covered pot to trap the steam.",
-        "Cold proofing the bread dough overnight deepens the flavour of the loaf.",
-    ]),
-    "marathon": ("Marathon training", "sports", 2022, [
-        "Beginners build up to a marathon with one slow long run each week.",
-        "Runners drink water and eat carbohydrates during a long summer run.",
-        "Taper the training for two weeks before the marathon so the legs recover.",
-    ]),
-    "lighthouse": ("Lighthouse history", "history", 2018, [
-        "Lighthouses guided ships at night with a fire and later with an oil lamp.",
-        "The Fresnel lens let a lighthouse lamp shine far out to sea for the ships.",
-        "Lighthouse keepers trimmed the wick and wound the clockwork that turned the light.",
-    ]),
+CORPUS: dict[str, tuple] = {
+    "bees": (
+        "Honeybee colonies",
+        "biology",
+        2019,
+        [
+            "The queen bee lays eggs in the hive all summer while workers feed the larvae.",
+            "Worker bees collect nectar and pollen from flowers and carry water back to the colony.",
+            "Drones mate with the queen; a colony of bees raises new queens before it swarms.",
+        ],
+    ),
+    "coral": (
+        "Coral reef ecology",
+        "biology",
+        2020,
+        [
+            "Coral polyps live in colonies and build reefs from calcium carbonate in warm water.",
+            "Algae living inside coral tissue feed the polyps with sugar made from sunlight.",
+            "Warm summer water bleaches coral when the polyps expel their algae.",
+        ],
+    ),
+    "solar": (
+        "Solar panels at home",
+        "energy",
+        2023,
+        [
+            "Solar panels convert sunlight into electricity with photovoltaic cells.",
+            "An inverter turns direct current from the panels into alternating current for the home.",
+            "Panels facing south produce the most electricity in summer in the north.",
+        ],
+    ),
+    "bread": (
+        "Sourdough baking",
+        "food",
+        2021,
+        [
+            "A sourdough starter is flour and water fermented by wild yeast.",
+            "Bake the sourdough bread in a hot covered pot to trap the steam.",
+            "Cold proofing the bread dough overnight deepens the flavour of the loaf.",
+        ],
+    ),
+    "marathon": (
+        "Marathon training",
+        "sports",
+        2022,
+        [
+            "Beginners build up to a marathon with one slow long run each week.",
+            "Runners drink water and eat carbohydrates during a long summer run.",
+            "Taper the training for two weeks before the marathon so the legs recover.",
+        ],
+    ),
+    "lighthouse": (
+        "Lighthouse history",
+        "history",
+        2018,
+        [
+            "Lighthouses guided ships at night with a fire and later with an oil lamp.",
+            "The Fresnel lens let a lighthouse lamp shine far out to sea for the ships.",
+            "Lighthouse keepers trimmed the wick and wound the clockwork that turned the light.",
+        ],
+    ),
 }
 
 # what every document of the corpus holds, for predicates written independently of the package
@@ -83,7 +114,7 @@ VECTOR_STORE_INFO = VectorStoreInfo(
 )
 
 
-def corpus_nodes() -> List[TextNode]:
+def corpus_nodes() -> list[TextNode]:
     """The chunks, each with its document's metadata and a ``ref_doc_id`` (SOURCE relationship).
 
     ``metadata["doc_id"]`` names the document too, as this package's own
@@ -114,10 +145,10 @@ class Corpus:
             node.embedding = embeddings[node.node_id]
         self._nodes = nodes
 
-    def nodes(self) -> List[TextNode]:
+    def nodes(self) -> list[TextNode]:
         return [node.model_copy(deep=True) for node in self._nodes]
 
-    def doc_nodes(self, doc: str) -> List[TextNode]:
+    def doc_nodes(self, doc: str) -> list[TextNode]:
         return [node for node in self.nodes() if node.ref_doc_id == doc]
 
     def numpy_index(self) -> VectorStoreIndex:
@@ -231,9 +262,7 @@ def _bm25(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
 def _backfill(store: str) -> Factory:
     def build(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
         index = {"numpy": corpus.numpy_index, "faiss": corpus.faiss_index, "simple": corpus.native_index}[store]()
-        return BackfillVectorRetriever(
-            index, similarity_top_k=OWN_K, filters=filters, filter_policy=filter_policy
-        )
+        return BackfillVectorRetriever(index, similarity_top_k=OWN_K, filters=filters, filter_policy=filter_policy)
 
     return build
 
@@ -263,7 +292,7 @@ def _auto_over_recursive(corpus: Corpus, filters: Any, filter_policy: str) -> Ba
 
 ROUTE, FUSION, AUTO = "route", "fusion", "auto"
 
-KINDS: List[Kind] = [
+KINDS: list[Kind] = [
     Kind("recursive-vector-vector-fused", _recursive("vector", "vector", "fused"), frozenset({ROUTE}), True),
     Kind("recursive-bm25-bm25-fused", _recursive("bm25", "bm25", "fused"), frozenset({ROUTE}), True),
     Kind("recursive-hybrid-hybrid-fused", _recursive("hybrid", "hybrid", "fused"), frozenset({ROUTE, FUSION}), True),
@@ -289,9 +318,9 @@ class Built:
 
     def __init__(self, corpus: Corpus) -> None:
         self.corpus = corpus
-        self._cache: Dict[tuple, BaseRetriever] = {}
+        self._cache: dict[tuple, BaseRetriever] = {}
 
-    def get(self, name: str, filters: Optional[Mapping[str, Any]], filter_policy: str = "merge") -> BaseRetriever:
+    def get(self, name: str, filters: Mapping[str, Any] | None, filter_policy: str = "merge") -> BaseRetriever:
         key = (name, repr(filters), filter_policy)
         if key not in self._cache:
             self._cache[key] = KIND_BY_NAME[name].build(self.corpus, filters, filter_policy)

@@ -9,7 +9,7 @@ fails with the :class:`PgServerError` saying which.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -46,7 +46,5 @@ def test_simple_directory_reader_to_vector_store_index_to_from_index(real_model,
 def test_nodes_of_an_index_docstore_build_as_they_are(real_model):
     documents = load_sample_documents()[:4]
     index = VectorStoreIndex.from_documents(documents, embed_model=real_model)
-    retriever = RecursiveSummaryRetriever.from_nodes(
-        list(index.docstore.docs.values()), embed_model=real_model
-    )
+    retriever = RecursiveSummaryRetriever.from_nodes(list(index.docstore.docs.values()), embed_model=real_model)
     assert sorted(retriever.documents) == sorted(d.doc_id for d in documents)

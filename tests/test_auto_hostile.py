@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import pytest
+from test_auto_rules import GEN, RENT, filters_of
 
 from llama_index_ext_recursive.auto.numbers import in_range, parse_number
 from llama_index_ext_recursive.auto.rules import MAX_RULE_CHARS
 from llama_index_ext_recursive.auto.spans import Spans
-from test_auto_rules import GEN, RENT, filters_of
 
 
 @pytest.mark.parametrize(
     "text,value",
     [
-        ("3万", 30_000), ("1.5万", 15_000), ("2亿", 200_000_000), ("3千", 3_000), ("三万", 30_000),
-        ("两百万", 2_000_000), ("5k", 5_000), ("5K", 5_000), ("2M", 2_000_000), ("2 million", 2_000_000),
-        ("1,000,000", 1_000_000), ("1,500.5", 1500.5), ("1e3", 1_000), ("2.5E2", 250), ("-3", -3),
-        ("30", 30), ("thirty", 30), ("1.5k", 1_500), ("three thousand", 3_000), ("-5k", -5_000),
-        ("2万5", 25_000), ("2万5千", 25_000), ("两万五", 25_000), ("3千5", 3_500), ("-2万5", -25_000),
+        ("3万", 30_000),
+        ("1.5万", 15_000),
+        ("2亿", 200_000_000),
+        ("3千", 3_000),
+        ("三万", 30_000),
+        ("两百万", 2_000_000),
+        ("5k", 5_000),
+        ("5K", 5_000),
+        ("2M", 2_000_000),
+        ("2 million", 2_000_000),
+        ("1,000,000", 1_000_000),
+        ("1,500.5", 1500.5),
+        ("1e3", 1_000),
+        ("2.5E2", 250),
+        ("-3", -3),
+        ("30", 30),
+        ("thirty", 30),
+        ("1.5k", 1_500),
+        ("three thousand", 3_000),
+        ("-5k", -5_000),
+        ("2万5", 25_000),
+        ("2万5千", 25_000),
+        ("两万五", 25_000),
+        ("3千5", 3_500),
+        ("-2万5", -25_000),
     ],
 )
 def test_numbers_are_read_with_their_magnitude_separators_decimals_and_exponents(text, value):
@@ -64,10 +84,18 @@ def test_comparisons_read_the_whole_number(query, expected):
     assert filters_of(RENT, query) == expected
 
 
-@pytest.mark.parametrize("query", [
-    "rent under 1e309 yuan", "monthly_rent < 1e309", f"rent under {'9' * 30} yuan",
-    "rent under 9007199254740993 yuan", "monthly_rent < inf", "monthly_rent < nan", "monthly_rent >= -inf",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "rent under 1e309 yuan",
+        "monthly_rent < 1e309",
+        f"rent under {'9' * 30} yuan",
+        "rent under 9007199254740993 yuan",
+        "monthly_rent < inf",
+        "monthly_rent < nan",
+        "monthly_rent >= -inf",
+    ],
+)
 def test_an_out_of_range_number_gives_no_filter_and_a_note(query):
     reading = RENT.read(query)
     assert reading.spec.filters == []
@@ -92,15 +120,19 @@ def _repeat(unit: str, size: int) -> str:
 )
 def test_a_crafted_query_within_the_bound_is_read_whole(generator, unit, expected):
     reading = generator.read(_repeat(unit, MAX_RULE_CHARS // 2))
-    assert {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
-            for f in reading.spec.filters} == expected
+    assert {
+        (f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
+        for f in reading.spec.filters
+    } == expected
     assert not any("read from its first" in note for note in reading.notes)
 
 
 @pytest.mark.parametrize("run", [" ", " - ", "the "])
 def test_a_long_run_of_spaces_or_filler_inside_a_phrase_is_read(run):
     # two \s* with only optional text between backtracked over every split of the run
-    query = "rent under" + _repeat(run, 9_000) + " 3万 yuan" if run == " " else "rent under 3万 yuan " + _repeat(run, 9_000)
+    query = (
+        "rent under" + _repeat(run, 9_000) + " 3万 yuan" if run == " " else "rent under 3万 yuan " + _repeat(run, 9_000)
+    )
     assert filters_of(RENT, query) == {("monthly_rent", "<", 30_000)}
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from datetime import date
-from typing import Any, List, Sequence
+from typing import Any
 
 import pytest
 from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
@@ -24,7 +25,6 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive import load_sample_documents
-from llama_index_ext_recursive.sample import sample_vector_store_info
 from llama_index_ext_recursive.auto import (
     GenerationReport,
     LLMSpecGenerator,
@@ -38,6 +38,7 @@ from llama_index_ext_recursive.auto import (
     metadata_vocabulary,
     parse_spec_output,
 )
+from llama_index_ext_recursive.sample import sample_vector_store_info
 
 Op = FilterOperator
 TODAY = date(2025, 6, 1)
@@ -49,8 +50,8 @@ VOCAB = {k: v for k, v in metadata_vocabulary(load_sample_documents()).items() i
 class ScriptedLLM(CustomLLM):
     """Returns the scripted answers in order (an Exception is raised); records the prompts."""
 
-    responses: List[Any] = Field(default_factory=list)
-    prompts: List[str] = Field(default_factory=list)
+    responses: list[Any] = Field(default_factory=list)
+    prompts: list[str] = Field(default_factory=list)
     chat_model: bool = False
 
     @property
@@ -92,7 +93,7 @@ def validator(**kwargs: Any) -> SpecValidator:
     return SpecValidator(INFO, **kwargs)
 
 
-def generator(responses: List[Any], llm_class=ScriptedLLM, check=None, **kwargs: Any):
+def generator(responses: list[Any], llm_class=ScriptedLLM, check=None, **kwargs: Any):
     llm = llm_class(responses=list(responses))
     check = check or validator()
     rules = RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY)
@@ -100,8 +101,7 @@ def generator(responses: List[Any], llm_class=ScriptedLLM, check=None, **kwargs:
 
 
 def triples(spec: VectorStoreQuerySpec):
-    return {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
-            for f in spec.filters}
+    return {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value) for f in spec.filters}
 
 
 # --------------------------------------------------------------------------- parsing
@@ -122,8 +122,17 @@ SPEC = {"query": "bees", "filters": [{"key": "year", "value": 2019, "operator": 
         'The schema uses {braces}. {"spec": ' + json.dumps(SPEC) + "}",
         "```json\n" + json.dumps(SPEC),  # unterminated fence
     ],
-    ids=["json", "fence", "fence+prose", "prose-around", "single-quotes+None", "trailing-commas+null",
-         "comment", "wrapped-after-prose", "open-fence"],
+    ids=[
+        "json",
+        "fence",
+        "fence+prose",
+        "prose-around",
+        "single-quotes+None",
+        "trailing-commas+null",
+        "comment",
+        "wrapped-after-prose",
+        "open-fence",
+    ],
 )
 def test_tolerant_parsing(text):
     assert parse_spec_output(text) == SPEC
@@ -154,9 +163,18 @@ def test_unreadable_answers_are_errors(text, message):
 
 def test_invented_key_is_dropped_with_a_suggestion_not_silently_empty():
     # upstream keeps "categories"; the store then matches nothing and the query returns []
-    gen, llm = generator([answer("bread", [{"key": "categories", "value": "food", "operator": "=="},
-                                           {"key": "year", "value": 2021, "operator": "=="}])],
-                         retry_on_drops=False)
+    gen, llm = generator(
+        [
+            answer(
+                "bread",
+                [
+                    {"key": "categories", "value": "food", "operator": "=="},
+                    {"key": "year", "value": 2021, "operator": "=="},
+                ],
+            )
+        ],
+        retry_on_drops=False,
+    )
     spec, report = gen.generate("food articles about bread from 2021")
     assert triples(spec) == {("year", "==", 2021)}
     dropped = [r for r in report.repairs if r.kind == "dropped_key"]
@@ -165,10 +183,12 @@ def test_invented_key_is_dropped_with_a_suggestion_not_silently_empty():
 
 
 def test_dropped_key_is_retried_with_the_problem_and_the_fix_is_used():
-    gen, llm = generator([
-        answer("bread", [{"key": "categories", "value": "food", "operator": "=="}]),
-        answer("bread", [{"key": "category", "value": "food", "operator": "=="}]),
-    ])
+    gen, llm = generator(
+        [
+            answer("bread", [{"key": "categories", "value": "food", "operator": "=="}]),
+            answer("bread", [{"key": "category", "value": "food", "operator": "=="}]),
+        ]
+    )
     spec, report = gen.generate("food articles about bread")
     assert triples(spec) == {("category", "==", "food")}
     assert len(llm.prompts) == 2
@@ -178,8 +198,13 @@ def test_dropped_key_is_retried_with_the_problem_and_the_fix_is_used():
 
 
 def test_drops_again_after_the_retry_keep_the_repaired_spec():
-    bad = answer("bread", [{"key": "first_author", "value": "Ann", "operator": "=="},
-                           {"key": "category", "value": "food", "operator": "=="}])
+    bad = answer(
+        "bread",
+        [
+            {"key": "first_author", "value": "Ann", "operator": "=="},
+            {"key": "category", "value": "food", "operator": "=="},
+        ],
+    )
     gen, llm = generator([bad, bad])
     spec, report = gen.generate("food articles about bread by Ann")
     assert triples(spec) == {("category", "==", "food")}  # not the fallback, not []
@@ -204,19 +229,30 @@ def test_top_k_from_the_llm_may_raise_k_within_max_top_k(asked, expected):
 
 def test_unknown_operator_drops_one_filter_and_keeps_the_rest():
     # upstream: one unknown operator fails the whole spec -> no filters at all
-    gen, _ = generator([answer("bees", [{"key": "year", "value": 2019, "operator": "approximately"},
-                                        {"key": "category", "value": "biology", "operator": "equals"}])],
-                       retry_on_drops=False)
+    gen, _ = generator(
+        [
+            answer(
+                "bees",
+                [
+                    {"key": "year", "value": 2019, "operator": "approximately"},
+                    {"key": "category", "value": "biology", "operator": "equals"},
+                ],
+            )
+        ],
+        retry_on_drops=False,
+    )
     spec, report = gen.generate("biology around 2019")
     assert triples(spec) == {("category", "==", "biology")}
     assert "dropped_filter" in report.kinds() and "mapped_operator" in report.kinds()
 
 
 def test_bad_json_is_retried_with_the_problem_in_the_second_prompt():
-    gen, llm = generator([
-        "Sure! The filters are category=food and year>2019.",
-        answer("bread", [{"key": "category", "value": "food"}, {"key": "year", "value": 2019, "operator": ">"}]),
-    ])
+    gen, llm = generator(
+        [
+            "Sure! The filters are category=food and year>2019.",
+            answer("bread", [{"key": "category", "value": "food"}, {"key": "year", "value": 2019, "operator": ">"}]),
+        ]
+    )
     spec, report = gen.generate("food articles after 2019 about bread")
     assert triples(spec) == {("category", "==", "food"), ("year", ">", 2019)}
     assert len(llm.prompts) == 2
@@ -384,7 +420,8 @@ def test_spec_error_from_the_rule_fallback_propagates_under_reject():
             raise SpecError(SpecReport())
 
     strict = Strict(INFO, vocabulary=VOCAB)
-    gen = LLMSpecGenerator(ScriptedLLM(responses=["x"]), INFO, strict,
-                           RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY), max_retries=0)
+    gen = LLMSpecGenerator(
+        ScriptedLLM(responses=["x"]), INFO, strict, RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY), max_retries=0
+    )
     with pytest.raises(SpecError):
         gen.generate("food")

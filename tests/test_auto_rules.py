@@ -6,12 +6,14 @@ import asyncio
 import json
 import re
 import socket
+from collections.abc import Iterable
 from datetime import date
 from importlib import resources
-from typing import Any, Dict, FrozenSet, Iterable, List, Set, Tuple
+from typing import Any
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from llama_index.core import Settings
 from llama_index.core.vector_stores.types import (
     FilterOperator,
@@ -22,8 +24,8 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive import load_sample_documents, text
-from llama_index_ext_recursive.sample import sample_vector_store_info
 from llama_index_ext_recursive.auto.rules import Match, RuleBasedSpecGenerator, _is_cjk_term
+from llama_index_ext_recursive.sample import sample_vector_store_info
 from llama_index_ext_recursive.schema import metadata_vocabulary
 
 TODAY = date(2025, 6, 1)
@@ -31,17 +33,17 @@ INFO = sample_vector_store_info()
 KEYS = {m.name for m in INFO.metadata_info}
 
 
-def _vocabulary() -> Dict[str, Set[Any]]:
+def _vocabulary() -> dict[str, set[Any]]:
     return {k: v for k, v in metadata_vocabulary(load_sample_documents()).items() if k in KEYS}
 
 
 VOCAB = _vocabulary()
 GEN = RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY)
 
-Triple = Tuple[str, str, Any]
+Triple = tuple[str, str, Any]
 
 
-def triples(filters: Iterable[MetadataFilter]) -> FrozenSet[Triple]:
+def triples(filters: Iterable[MetadataFilter]) -> frozenset[Triple]:
     return frozenset(
         (f.key, f.operator.value, tuple(sorted(f.value, key=str)) if isinstance(f.value, list) else f.value)
         for f in filters
@@ -52,7 +54,7 @@ def spec_of(query: str, gen: RuleBasedSpecGenerator = GEN) -> VectorStoreQuerySp
     return gen.generate(query)
 
 
-def got(query: str, gen: RuleBasedSpecGenerator = GEN) -> FrozenSet[Triple]:
+def got(query: str, gen: RuleBasedSpecGenerator = GEN) -> frozenset[Triple]:
     return triples(spec_of(query, gen).filters)
 
 
@@ -72,7 +74,7 @@ def got(query: str, gen: RuleBasedSpecGenerator = GEN) -> FrozenSet[Triple]:
         ("a transportation article", {("category", "==", "transport")}),
     ],
 )
-def test_exact_values_word_boundary_case_and_number(query: str, expected: Set[Triple]) -> None:
+def test_exact_values_word_boundary_case_and_number(query: str, expected: set[Triple]) -> None:
     assert got(query) == expected
 
 
@@ -105,16 +107,25 @@ def test_values_need_word_boundaries() -> None:
         ("垃圾分类指南", {("source", "==", "handbook")}),
     ],
 )
-def test_builtin_language_and_source_synonyms(query: str, expected: Set[Triple]) -> None:
+def test_builtin_language_and_source_synonyms(query: str, expected: set[Triple]) -> None:
     assert got(query) == expected
 
 
 @pytest.mark.parametrize(
     "word, value",
     [
-        ("美食", "food"), ("食物", "food"), ("生物", "biology"), ("生物学", "biology"),
-        ("能源", "energy"), ("历史", "history"), ("体育", "sports"), ("运动", "sports"),
-        ("软件", "software"), ("政策", "policy"), ("环境", "environment"), ("交通", "transport"),
+        ("美食", "food"),
+        ("食物", "food"),
+        ("生物", "biology"),
+        ("生物学", "biology"),
+        ("能源", "energy"),
+        ("历史", "history"),
+        ("体育", "sports"),
+        ("运动", "sports"),
+        ("软件", "software"),
+        ("政策", "policy"),
+        ("环境", "environment"),
+        ("交通", "transport"),
         ("园艺", "gardening"),
     ],
 )
@@ -132,7 +143,7 @@ def test_chinese_category_synonyms(word: str, value: str) -> None:
         ("环境或交通方面的文章", ("environment", "transport")),
     ],
 )
-def test_several_values_of_one_key_become_in(query: str, values: Tuple[str, ...]) -> None:
+def test_several_values_of_one_key_become_in(query: str, values: tuple[str, ...]) -> None:
     assert ("category", "in", values) in got(query)
 
 
@@ -207,7 +218,7 @@ def test_value_words_used_as_topic_are_not_filters(query: str) -> None:
         ("年份大于2020的文章", {("year", ">", 2020)}),
     ],
 )
-def test_years_and_comparisons(query: str, expected: Set[Triple]) -> None:
+def test_years_and_comparisons(query: str, expected: set[Triple]) -> None:
     assert got(query) == expected
 
 
@@ -230,7 +241,7 @@ def test_years_and_comparisons(query: str, expected: Set[Triple]) -> None:
         ("近十年", {("year", ">=", 2016)}),
     ],
 )
-def test_relative_years_use_today(query: str, expected: Set[Triple]) -> None:
+def test_relative_years_use_today(query: str, expected: set[Triple]) -> None:
     assert got(query) == expected
 
 
@@ -261,17 +272,21 @@ def test_years_outside_the_corpus_range_and_other_numbers_are_topic(query: str) 
 
 def test_year_key_found_from_description_or_values() -> None:
     assert GEN.year_key == "year"
-    info = VectorStoreInfo(content_info="x", metadata_info=[
-        MetadataInfo(name="pages", type="int", description="page count"),
-        MetadataInfo(name="published", type="int", description="publication date"),
-    ])
+    info = VectorStoreInfo(
+        content_info="x",
+        metadata_info=[
+            MetadataInfo(name="pages", type="int", description="page count"),
+            MetadataInfo(name="published", type="int", description="publication date"),
+        ],
+    )
     gen = RuleBasedSpecGenerator(info, {"pages": {3, 40}, "published": {2019, 2021}}, today=TODAY)
     assert gen.year_key == "published"
     assert got("documents after 2020", gen) == {("published", ">", 2020)}
     no_year = RuleBasedSpecGenerator(
-        VectorStoreInfo(content_info="x",
-                        metadata_info=[MetadataInfo(name="pages", type="int", description="")]),
-        {"pages": {3, 40}}, today=TODAY)
+        VectorStoreInfo(content_info="x", metadata_info=[MetadataInfo(name="pages", type="int", description="")]),
+        {"pages": {3, 40}},
+        today=TODAY,
+    )
     assert no_year.year_key is None
     assert no_year.generate("documents after 2020").filters == []
 
@@ -282,17 +297,20 @@ def test_year_key_found_from_description_or_values() -> None:
 @pytest.mark.parametrize(
     "query, expected",
     [
-        ("software manuals published since 2022",
-         {("category", "==", "software"), ("source", "==", "manual"), ("year", ">=", 2022)}),
-        ("energy documents before 2024 in English",
-         {("category", "==", "energy"), ("year", "<", 2024), ("language", "==", "en")}),
+        (
+            "software manuals published since 2022",
+            {("category", "==", "software"), ("source", "==", "manual"), ("year", ">=", 2022)},
+        ),
+        (
+            "energy documents before 2024 in English",
+            {("category", "==", "energy"), ("year", "<", 2024), ("language", "==", "en")},
+        ),
         ("去年的园艺博客", {("year", "==", 2024), ("category", "==", "gardening"), ("source", "==", "blog")}),
         ("2019年到2021年之间的生物学文章", {("year", ">=", 2019), ("year", "<=", 2021), ("category", "==", "biology")}),
-        ("blog posts and manuals from 2021 onwards",
-         {("source", "in", ("blog", "manual")), ("year", ">=", 2021)}),
+        ("blog posts and manuals from 2021 onwards", {("source", "in", ("blog", "manual")), ("year", ">=", 2021)}),
     ],
 )
-def test_combinations(query: str, expected: Set[Triple]) -> None:
+def test_combinations(query: str, expected: set[Triple]) -> None:
     assert got(query) == expected
 
 
@@ -307,7 +325,7 @@ def test_combinations(query: str, expected: Set[Triple]) -> None:
         ("不包括手册的2020年资料", {("source", "!=", "manual"), ("year", "==", 2020)}),
     ],
 )
-def test_negated_values(query: str, expected: Set[Triple]) -> None:
+def test_negated_values(query: str, expected: set[Triple]) -> None:
     assert got(query) == expected
 
 
@@ -322,15 +340,18 @@ def test_negated_values(query: str, expected: Set[Triple]) -> None:
         ("sources not in English", {("language", "!=", "en")}),  # no "source != in"
     ],
 )
-def test_explicit_key_value_forms(query: str, expected: Set[Triple]) -> None:
+def test_explicit_key_value_forms(query: str, expected: set[Triple]) -> None:
     assert got(query) == expected
 
 
 def test_generic_numeric_key_comparisons() -> None:
-    info = VectorStoreInfo(content_info="x", metadata_info=[
-        MetadataInfo(name="rating", type="float", description="stars"),
-        MetadataInfo(name="page_count", type="int", description="pages"),
-    ])
+    info = VectorStoreInfo(
+        content_info="x",
+        metadata_info=[
+            MetadataInfo(name="rating", type="float", description="stars"),
+            MetadataInfo(name="page_count", type="int", description="pages"),
+        ],
+    )
     gen = RuleBasedSpecGenerator(info, {}, today=TODAY)
     assert got("reviews with rating above 4.5.", gen) == {("rating", ">", 4.5)}
     assert got("page count at least 10", gen) == {("page_count", ">=", 10)}
@@ -338,8 +359,9 @@ def test_generic_numeric_key_comparisons() -> None:
 
 
 def test_list_typed_keys_use_contains_and_any() -> None:
-    info = VectorStoreInfo(content_info="x", metadata_info=[
-        MetadataInfo(name="tags", type="list[str]", description="tags")])
+    info = VectorStoreInfo(
+        content_info="x", metadata_info=[MetadataInfo(name="tags", type="list[str]", description="tags")]
+    )
     gen = RuleBasedSpecGenerator(info, {"tags": {"solar", "roofing", "tea"}}, today=TODAY)
     assert got("solar articles", gen) == {("tags", "contains", "solar")}
     assert got("solar or roofing articles", gen) == {("tags", "any", ("roofing", "solar"))}
@@ -354,8 +376,10 @@ def test_list_typed_keys_use_contains_and_any() -> None:
         ("food articles about fermentation", "fermentation"),
         ("What was published in 2023 about solar panels?", "solar panels"),
         ("Which sources from 2019 describe honeybee castes?", "honeybee castes"),
-        ("How do worker bees survive the winter? Only English sources please",
-         "How do worker bees survive the winter?"),
+        (
+            "How do worker bees survive the winter? Only English sources please",
+            "How do worker bees survive the winter?",
+        ),
         ("Northwind travel reimbursement rules, handbook only", "Northwind travel reimbursement rules"),
         ("Show me the top 5 results about solar panels", "solar panels"),
         ("food or biology articles", ""),
@@ -406,20 +430,37 @@ def test_top_k_phrases(query: str, top_k: Any) -> None:
 def test_matches_explain_the_spec() -> None:
     query = "English blog posts between 2019 and 2021, top 3"
     spec, matches = GEN.generate_with_matches(query)
-    assert all(isinstance(m, Match) and query[m.start:m.end] == m.text for m in matches)
-    assert [m.text for m in matches] == ["English", "blog posts", "between 2019 and 2021",
-                                         "between 2019 and 2021", "top 3"]
+    assert all(isinstance(m, Match) and query[m.start : m.end] == m.text for m in matches)
+    assert [m.text for m in matches] == [
+        "English",
+        "blog posts",
+        "between 2019 and 2021",
+        "between 2019 and 2021",
+        "top 3",
+    ]
     assert [(m.key, m.operator, m.value) for m in matches] == [
-        ("language", FilterOperator.EQ, "en"), ("source", FilterOperator.EQ, "blog"),
-        ("year", FilterOperator.GTE, 2019), ("year", FilterOperator.LTE, 2021), (None, None, 3)]
-    assert {m.rule for m in matches} == {"description", "synonym", "year-range", "top_k"}  # "en (English)" in the description
+        ("language", FilterOperator.EQ, "en"),
+        ("source", FilterOperator.EQ, "blog"),
+        ("year", FilterOperator.GTE, 2019),
+        ("year", FilterOperator.LTE, 2021),
+        (None, None, 3),
+    ]
+    assert {m.rule for m in matches} == {
+        "description",
+        "synonym",
+        "year-range",
+        "top_k",
+    }  # "en (English)" in the description
     assert spec.top_k == 3 and spec.query == ""
     assert GEN.generate(query) == spec
 
 
-def _labelled() -> List[Dict[str, Any]]:
-    text = resources.files("llama_index_ext_recursive").joinpath(
-        "sample_data", "auto_queries.jsonl").read_text(encoding="utf-8")
+def _labelled() -> list[dict[str, Any]]:
+    text = (
+        resources.files("llama_index_ext_recursive")
+        .joinpath("sample_data", "auto_queries.jsonl")
+        .read_text(encoding="utf-8")
+    )
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -443,10 +484,15 @@ def test_no_llm_and_no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_user_synonyms_extend_and_override() -> None:
-    gen = RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY, synonyms={
-        "source": {"wiki": "encyclopedia", "手册": "handbook"},
-        "category": {"bees": "biology", "烘焙": "food"},
-    })
+    gen = RuleBasedSpecGenerator(
+        INFO,
+        VOCAB,
+        today=TODAY,
+        synonyms={
+            "source": {"wiki": "encyclopedia", "手册": "handbook"},
+            "category": {"bees": "biology", "烘焙": "food"},
+        },
+    )
     assert got("wiki pages about reefs", gen) == {("source", "==", "encyclopedia")}
     assert got("wikis", gen) == {("source", "==", "encyclopedia")}
     assert got("手册", gen) == {("source", "==", "handbook")}  # overrides the built-in manual
@@ -473,7 +519,7 @@ def test_only_values_present_in_the_vocabulary_are_produced() -> None:
 def test_never_raises_and_stays_consistent(query: str) -> None:
     spec, matches = GEN.generate_with_matches(query)
     for m in matches:
-        assert 0 <= m.start < m.end <= len(query) and query[m.start:m.end] == m.text
+        assert 0 <= m.start < m.end <= len(query) and query[m.start : m.end] == m.text
     for f in spec.filters:
         assert f.key in KEYS
         values = f.value if isinstance(f.value, list) else [f.value]
@@ -528,7 +574,10 @@ def test_drives_upstream_auto_retriever_without_calling_its_llm(lexical: Any) ->
     index = VectorStoreIndex.from_documents(load_sample_documents(), embed_model=lexical)
     # a filters-only query leaves spec.query == "": upstream then needs default_empty_query_vector
     retriever = VectorIndexAutoRetriever(
-        index, vector_store_info=INFO, llm=NoCallLLM(), similarity_top_k=10,
+        index,
+        vector_store_info=INFO,
+        llm=NoCallLLM(),
+        similarity_top_k=10,
         default_empty_query_vector=lexical.get_text_embedding(""),
     )
     retriever.generate_retrieval_spec = lambda bundle, **kw: GEN.generate(bundle.query_str)  # type: ignore
@@ -549,7 +598,6 @@ def test_every_cjk_range_of_the_script_table_is_cjk_for_the_rules(low: int, high
     for char in (chr(low), chr(high)):
         (token,) = RuleBasedSpecGenerator._tokenize(char)
         assert token.cjk and _is_cjk_term(char), hex(ord(char))
-
 
 
 # -------------------- any schema (issue 15): a recipes schema unlike the sample corpus's
@@ -578,8 +626,10 @@ RECIPES = RuleBasedSpecGenerator(RECIPE_INFO, RECIPE_VOCAB, today=date(2026, 3, 
 
 def filters_of(gen: RuleBasedSpecGenerator, query: str) -> set:
     """The spec's filters as ``(key, operator, value)`` triples, lists as tuples."""
-    return {(f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
-            for f in gen.generate(query).filters}
+    return {
+        (f.key, f.operator.value, tuple(f.value) if isinstance(f.value, list) else f.value)
+        for f in gen.generate(query).filters
+    }
 
 
 def recipe_filters(query: str) -> set:
@@ -632,13 +682,18 @@ def test_integer_keys_get_integers_and_float_keys_floats() -> None:
 
 
 def test_a_unit_two_keys_share_names_neither() -> None:
-    info = VectorStoreInfo(content_info="tasks", metadata_info=[
-        MetadataInfo(name="prep_minutes", type="int", description="preparation time"),
-        MetadataInfo(name="cook_minutes", type="int", description="cooking time")])
+    info = VectorStoreInfo(
+        content_info="tasks",
+        metadata_info=[
+            MetadataInfo(name="prep_minutes", type="int", description="preparation time"),
+            MetadataInfo(name="cook_minutes", type="int", description="cooking time"),
+        ],
+    )
     gen = RuleBasedSpecGenerator(info, {})
     assert gen.generate("under 30 minutes").filters == []
     assert [(f.key, f.operator.value, f.value) for f in gen.generate("cook under 30").filters] == [
-        ("cook_minutes", "<", 30)]
+        ("cook_minutes", "<", 30)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -656,8 +711,7 @@ def test_a_unit_two_keys_share_names_neither() -> None:
         ("除了泰国菜以外的主菜", {("cuisine", "!=", "thai"), ("course", "==", "main")}),
         ("意大利、法国之外的甜点", {("cuisine", "nin", ("italian", "french")), ("course", "==", "dessert")}),
         ("不是2021年的菜谱", {("year", "!=", 2021)}),
-        ("mexican or thai, but not desserts", {("cuisine", "in", ("mexican", "thai")),
-                                               ("course", "!=", "dessert")}),
+        ("mexican or thai, but not desserts", {("cuisine", "in", ("mexican", "thai")), ("course", "!=", "dessert")}),
     ],
 )
 def test_negation_gives_the_excluding_filter(query: str, expected: set) -> None:
@@ -684,8 +738,7 @@ def test_a_negation_of_unclear_reach_gives_no_filter_and_says_so(query: str, uns
         ("thai or mexican starters", {("cuisine", "in", ("thai", "mexican")), ("course", "==", "starter")}),
         ("泰国菜或墨西哥菜", {("cuisine", "in", ("thai", "mexican"))}),
         ("甜点或者主菜", {("course", "in", ("dessert", "main"))}),
-        ("desserts by Lima or Rossi", {("course", "==", "dessert"),
-                                       ("chef", "in", ("Ana Lima", "Marco Rossi"))}),
+        ("desserts by Lima or Rossi", {("course", "==", "dessert"), ("chef", "in", ("Ana Lima", "Marco Rossi"))}),
     ],
 )
 def test_disjunction_of_one_key_gives_in(query: str, expected: set) -> None:
@@ -719,7 +772,9 @@ def test_value_phrases_come_from_descriptions_names_and_the_lexicon() -> None:
     assert recipe_filters("墨西哥菜谱") == {("cuisine", "==", "mexican")}  # built-in bilingual lexicon
     custom = RuleBasedSpecGenerator(RECIPE_INFO, RECIPE_VOCAB, synonyms={"cuisine": {"泰餐馆风味": "thai"}})
     assert [(f.key, f.value) for f in custom.generate("泰餐馆风味的主菜").filters] == [
-        ("cuisine", "thai"), ("course", "main")]
+        ("cuisine", "thai"),
+        ("course", "main"),
+    ]
 
 
 def test_unsure_notes_reach_the_report() -> None:
@@ -742,9 +797,13 @@ RENT_INFO = VectorStoreInfo(
         MetadataInfo(name="monthly_rent", type="int", description="Monthly rent in yuan"),
     ],
 )
-RENT_VOCAB = {"city": {"shanghai", "beijing", "hangzhou"}, "property_type": {"apartment", "studio", "villa"},
-              "agency": {"Wo Ai Wo Jia", "Ziroom"}, "year_built": {2005, 2015, 2020},
-              "monthly_rent": {3000, 6000}}
+RENT_VOCAB = {
+    "city": {"shanghai", "beijing", "hangzhou"},
+    "property_type": {"apartment", "studio", "villa"},
+    "agency": {"Wo Ai Wo Jia", "Ziroom"},
+    "year_built": {2005, 2015, 2020},
+    "monthly_rent": {3000, 6000},
+}
 RENT = RuleBasedSpecGenerator(RENT_INFO, RENT_VOCAB, today=date(2026, 6, 15))
 
 
@@ -782,20 +841,27 @@ def test_a_key_named_per_period_or_in_a_currency_reads_its_numbers(query: str, e
 def test_with_one_numeric_key_a_bare_comparison_is_read_for_it_and_noted() -> None:
     reading = RENT.read("studios for at most 3500")
     assert [(f.key, f.operator.value, f.value) for f in reading.spec.filters] == [
-        ("property_type", "==", "studio"), ("monthly_rent", "<=", 3500)]
+        ("property_type", "==", "studio"),
+        ("monthly_rent", "<=", 3500),
+    ]
     assert any("monthly_rent" in note for note in reading.notes)
     assert RECIPES.read("dishes for at most 3500").spec.filters == []  # minutes or rating? unsaid
 
 
 def test_the_year_key_holds_calendar_years_not_years_of_experience() -> None:
-    info = VectorStoreInfo(content_info="Job postings", metadata_info=[
-        MetadataInfo(name="experience_years", type="int", description="Minimum years of experience"),
-        MetadataInfo(name="year", type="int", description="Year the job was posted")])
-    gen = RuleBasedSpecGenerator(info, {"experience_years": {0, 2, 5}, "year": {2023, 2024}},
-                                 today=date(2026, 6, 15))
+    info = VectorStoreInfo(
+        content_info="Job postings",
+        metadata_info=[
+            MetadataInfo(name="experience_years", type="int", description="Minimum years of experience"),
+            MetadataInfo(name="year", type="int", description="Year the job was posted"),
+        ],
+    )
+    gen = RuleBasedSpecGenerator(info, {"experience_years": {0, 2, 5}, "year": {2023, 2024}}, today=date(2026, 6, 15))
     assert gen.year_key == "year"
-    assert [(f.key, f.operator.value, f.value) for f in gen.generate("jobs since 2024 needing 5+ years").filters] \
-        == [("year", ">=", 2024), ("experience_years", ">=", 5)]
+    assert [(f.key, f.operator.value, f.value) for f in gen.generate("jobs since 2024 needing 5+ years").filters] == [
+        ("year", ">=", 2024),
+        ("experience_years", ">=", 5),
+    ]
 
 
 @pytest.mark.parametrize(

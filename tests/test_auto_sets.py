@@ -41,8 +41,7 @@ def f(key, op, value):
 
 
 def test_exclusion_read_as_equality():
-    assert wrong_polarity([f("source", "!=", "blog")], [f("source", "==", "blog")]) == [
-        ("source", "!=", "==", "blog")]
+    assert wrong_polarity([f("source", "!=", "blog")], [f("source", "==", "blog")]) == [("source", "!=", "==", "blog")]
 
 
 def test_nin_read_as_in_reports_the_shared_values_only():
@@ -58,7 +57,8 @@ def test_exclusion_read_as_list_assertion(op, value):
 def test_assertion_read_as_exclusion():
     assert wrong_polarity([f("year", "==", 2021)], [f("year", "!=", 2021)]) == [("year", "==", "!=", 2021)]
     assert wrong_polarity([f("genre", "in", ["drama", "horror"])], [f("genre", "nin", ["horror"])]) == [
-        ("genre", "in", "nin", "horror")]
+        ("genre", "in", "nin", "horror")
+    ]
 
 
 def test_metadata_filter_objects_are_accepted():
@@ -66,22 +66,24 @@ def test_metadata_filter_objects_are_accepted():
     assert wrong_polarity([f("language", "!=", "en")], got) == [("language", "!=", "==", "en")]
 
 
-@pytest.mark.parametrize("expected,got", [
-    ([f("source", "!=", "blog")], [f("source", "!=", "blog")]),        # right
-    ([f("source", "!=", "blog")], [f("source", "==", "manual")]),      # wrong value, same polarity
-    ([f("source", "!=", "blog")], [f("category", "==", "blog")]),      # another key
-    ([f("source", "==", "blog")], [f("source", "in", ["blog", "x"])]),  # both assert
-    ([f("source", "nin", ["a", "b"])], [f("source", "!=", "a")]),       # both exclude
-    ([f("year", ">=", 2020)], [f("year", ">", 2019)]),                  # same side
-    ([f("year", ">=", 2020)], []),                                      # missing, not flipped
-])
+@pytest.mark.parametrize(
+    "expected,got",
+    [
+        ([f("source", "!=", "blog")], [f("source", "!=", "blog")]),  # right
+        ([f("source", "!=", "blog")], [f("source", "==", "manual")]),  # wrong value, same polarity
+        ([f("source", "!=", "blog")], [f("category", "==", "blog")]),  # another key
+        ([f("source", "==", "blog")], [f("source", "in", ["blog", "x"])]),  # both assert
+        ([f("source", "nin", ["a", "b"])], [f("source", "!=", "a")]),  # both exclude
+        ([f("year", ">=", 2020)], [f("year", ">", 2019)]),  # same side
+        ([f("year", ">=", 2020)], []),  # missing, not flipped
+    ],
+)
 def test_not_a_flip(expected, got):
     assert wrong_polarity(expected, got) == []
 
 
 def test_lower_bound_read_as_upper_bound_and_back():
-    assert wrong_polarity([f("runtime", ">", 120)], [f("runtime", "<=", 120)]) == [
-        ("runtime", ">", "<=", 120)]
+    assert wrong_polarity([f("runtime", ">", 120)], [f("runtime", "<=", 120)]) == [("runtime", ">", "<=", 120)]
     assert wrong_polarity([f("year", "<", 2020)], [f("year", ">=", 2020)]) == [("year", "<", ">=", 2020)]
 
 
@@ -99,8 +101,7 @@ def test_only_one_sided_output_counts_as_flipped():
 def test_several_flips_in_one_query():
     expected = [f("genre", "!=", "horror"), f("runtime", "<", 100)]
     got = [f("genre", "==", "horror"), f("runtime", ">", 100)]
-    assert sorted(wrong_polarity(expected, got)) == [
-        ("genre", "!=", "==", "horror"), ("runtime", "<", ">", 100)]
+    assert sorted(wrong_polarity(expected, got)) == [("genre", "!=", "==", "horror"), ("runtime", "<", ">", 100)]
 
 
 # ------------------------------------------------------------------ bundled set files
@@ -161,8 +162,9 @@ def _problems(labelled) -> list:
     return problems
 
 
-@pytest.mark.parametrize("name,filename,role", auto_accuracy.LABELLED_SETS,
-                         ids=[name for name, _, _ in auto_accuracy.LABELLED_SETS])
+@pytest.mark.parametrize(
+    "name,filename,role", auto_accuracy.LABELLED_SETS, ids=[name for name, _, _ in auto_accuracy.LABELLED_SETS]
+)
 def test_bundled_set_is_well_formed(name, filename, role):
     labelled = auto_accuracy.load_set(name, filename, role)
     assert labelled is not None, f"{filename} is listed in LABELLED_SETS but not bundled"
@@ -193,7 +195,14 @@ def test_the_problem_check_catches_a_malformed_row():
         {"query": "f", "expected": {"filters": [], "top_k": None}},
     ]
     problems = _problems(labelled)
-    for needle in ("'colour' is not declared", "operator '~='", "in value is not a non-empty list",
-                   "'fooood' is not in the vocabulary", "'2020' is not a number", "non-numeric key",
-                   "top_k 0", "duplicate query"):
+    for needle in (
+        "'colour' is not declared",
+        "operator '~='",
+        "in value is not a non-empty list",
+        "'fooood' is not in the vocabulary",
+        "'2020' is not a number",
+        "non-numeric key",
+        "top_k 0",
+        "duplicate query",
+    ):
         assert any(needle in p for p in problems), (needle, problems)

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import threading
 import uuid
-from typing import Callable, Dict, List
+from collections.abc import Callable
 
 import faiss
 import numpy as np
@@ -44,22 +44,22 @@ class FixedEmbedding(BaseEmbedding):
     """Maps known texts to given vectors; anything else to a hashed vector of ``dim``."""
 
     dim: int = DIM
-    table: Dict[str, List[float]] = {}
+    table: dict[str, list[float]] = {}
 
-    def _vec(self, text: str) -> List[float]:
+    def _vec(self, text: str) -> list[float]:
         if text in self.table:
             return self.table[text]
         rng = np.random.default_rng(abs(hash(text)) % (2**32))
         v = rng.normal(size=self.dim)
         return list(v / np.linalg.norm(v))
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         return self._vec(query)
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         return self._vec(text)
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         return self._vec(query)
 
 
@@ -67,7 +67,7 @@ def unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def make_nodes(n: int, seed: int = 0) -> List[TextNode]:
+def make_nodes(n: int, seed: int = 0) -> list[TextNode]:
     rng = np.random.default_rng(seed)
     return [
         TextNode(
@@ -80,7 +80,7 @@ def make_nodes(n: int, seed: int = 0) -> List[TextNode]:
     ]
 
 
-def query_vector(seed: int = 99) -> List[float]:
+def query_vector(seed: int = 99) -> list[float]:
     return list(unit(np.random.default_rng(seed).normal(size=DIM)))
 
 
@@ -102,7 +102,7 @@ def faiss_row_store() -> FaissVectorStore:
     return FaissVectorStore(faiss_index=faiss.IndexFlatIP(DIM))
 
 
-STORES: Dict[str, Callable] = {
+STORES: dict[str, Callable] = {
     "faiss-map": faiss_map_store,
     "faiss": faiss_row_store,
     "simple": SimpleVectorStore,
@@ -115,7 +115,7 @@ def build_index(store_name: str, nodes) -> VectorStoreIndex:
     return VectorStoreIndex(nodes, storage_context=storage, embed_model=FixedEmbedding())
 
 
-def pairs(results: List[NodeWithScore]):
+def pairs(results: list[NodeWithScore]):
     return [(round(float(r.score), 5), r.node.node_id) for r in results]
 
 
@@ -175,7 +175,8 @@ def test_from_vector_store_over_a_populated_ids_only_store(store):
     with pytest.raises(ValueError, match="does not store text"):
         VectorStoreIndex.from_vector_store(vector_store)
     rebuilt = VectorStoreIndex(
-        nodes=[], storage_context=StorageContext.from_defaults(vector_store=vector_store, docstore=docstore),
+        nodes=[],
+        storage_context=StorageContext.from_defaults(vector_store=vector_store, docstore=docstore),
         embed_model=FixedEmbedding(),
     )
     q = query_vector()
@@ -189,7 +190,9 @@ def test_from_vector_store_over_a_populated_ids_only_store(store):
         vector_store, docstore=docstore, embed_model=FixedEmbedding(), similarity_top_k=5
     )
     assert pairs(ours.retrieve(QueryBundle("q", embedding=q))) == expected
-    assert pairs(BackfillVectorRetriever(rebuilt, similarity_top_k=5).retrieve(QueryBundle("q", embedding=q))) == expected
+    assert (
+        pairs(BackfillVectorRetriever(rebuilt, similarity_top_k=5).retrieve(QueryBundle("q", embedding=q))) == expected
+    )
 
 
 def test_ids_only_store_without_docstore_or_row_mapping_is_a_clear_error():
@@ -212,10 +215,12 @@ def test_ids_only_store_without_docstore_or_row_mapping_is_a_clear_error():
 FILTERS = {
     "eq": MetadataFilters(filters=[MetadataFilter(key="group", value="g3")]),
     "in": MetadataFilters(filters=[MetadataFilter(key="group", value=["g1", "g2"], operator=FilterOperator.IN)]),
-    "gt-and": MetadataFilters(filters=[
-        MetadataFilter(key="year", value=2004, operator=FilterOperator.GT),
-        MetadataFilter(key="group", value="g0", operator=FilterOperator.NE),
-    ]),
+    "gt-and": MetadataFilters(
+        filters=[
+            MetadataFilter(key="year", value=2004, operator=FilterOperator.GT),
+            MetadataFilter(key="group", value="g0", operator=FilterOperator.NE),
+        ]
+    ),
     "nested-or": MetadataFilters(
         filters=[
             MetadataFilter(key="year", value=2001),
@@ -223,9 +228,12 @@ FILTERS = {
         ],
         condition=FilterCondition.OR,
     ),
-    "rare": MetadataFilters(filters=[
-        MetadataFilter(key="group", value="g2"), MetadataFilter(key="year", value=2006),
-    ]),
+    "rare": MetadataFilters(
+        filters=[
+            MetadataFilter(key="group", value="g2"),
+            MetadataFilter(key="year", value=2006),
+        ]
+    ),
 }
 
 
@@ -283,7 +291,7 @@ def test_query_bundle_is_not_mutated_and_two_embedding_sizes_share_it():
 
 
 class Answer(BaseRetriever):
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return [NodeWithScore(node=TextNode(id_="inner", text="from the linked retriever"), score=1.0)]
 
 
@@ -292,9 +300,7 @@ def chroma_store():
     from llama_index.vector_stores.chroma import ChromaVectorStore
 
     client = chromadb.EphemeralClient(settings=chromadb.config.Settings(anonymized_telemetry=False))
-    collection = client.get_or_create_collection(
-        f"t{uuid.uuid4().hex}", metadata={"hnsw:space": "cosine"}
-    )
+    collection = client.get_or_create_collection(f"t{uuid.uuid4().hex}", metadata={"hnsw:space": "cosine"})
     return ChromaVectorStore(chroma_collection=collection)
 
 
@@ -303,7 +309,9 @@ def test_index_nodes_keep_their_objects(store):
     link = IndexNode(id_="link", text="linked", index_id="answer", obj=Answer(), embedding=list(unit(np.ones(DIM))))
     vector_store = chroma_store() if store == "chroma" else STORES[store]()
     index = VectorStoreIndex(  # upstream's way: objects= keeps the object out of the store
-        make_nodes(5), objects=[link], storage_context=StorageContext.from_defaults(vector_store=vector_store),
+        make_nodes(5),
+        objects=[link],
+        storage_context=StorageContext.from_defaults(vector_store=vector_store),
         embed_model=FixedEmbedding(),
     )
     q = list(unit(np.ones(DIM)))
@@ -321,14 +329,17 @@ def test_index_nodes_keep_their_objects(store):
 def test_chroma_keeps_text_and_filters_in_the_store():
     nodes = make_nodes(60)
     index = VectorStoreIndex(
-        nodes, storage_context=StorageContext.from_defaults(vector_store=chroma_store()),
+        nodes,
+        storage_context=StorageContext.from_defaults(vector_store=chroma_store()),
         embed_model=FixedEmbedding(),
     )
     retriever = BackfillVectorRetriever(index, similarity_top_k=5, filters={"group": "g2"})
     assert retriever.filter_in_store
     q = query_vector()
     results = retriever.retrieve(QueryBundle("q", embedding=q))
-    expected = brute_force(nodes, q, 5, FILTERS["in"].model_copy(update={"filters": [MetadataFilter(key="group", value="g2")]}))
+    expected = brute_force(
+        nodes, q, 5, FILTERS["in"].model_copy(update={"filters": [MetadataFilter(key="group", value="g2")]})
+    )
     assert [r.node.node_id for r in results] == [i for _, i in expected]
     assert all(r.node.text.startswith("chunk number") for r in results)
 
@@ -378,8 +389,11 @@ def test_recursive_retriever_runs_on_real_stores(lexical, store, tmp_path):
 
     default = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=lexical, similarity_top_k=4)
     on_store = RecursiveSummaryRetriever.from_nodes(
-        topic_nodes(), embed_model=lexical, similarity_top_k=4,
-        chunk_vector_store=wrap(new_store()), summary_vector_store=wrap(new_store()),
+        topic_nodes(),
+        embed_model=lexical,
+        similarity_top_k=4,
+        chunk_vector_store=wrap(new_store()),
+        summary_vector_store=wrap(new_store()),
     )
     for query in ("queen bee hive", "sourdough starter yeast", "inverter current"):
         expected = default.retrieve(query)

@@ -14,11 +14,12 @@ import asyncio
 import logging
 import math
 import uuid
-from typing import Any, List
+from typing import Any
 
 import faiss
 import numpy as np
 import pytest
+from conftest import topic_nodes
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from llama_index.core import StorageContext, VectorStoreIndex
@@ -35,7 +36,6 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.vector_stores.faiss import FaissMapVectorStore, FaissVectorStore
 
-from conftest import topic_nodes
 from llama_index_ext_recursive import (
     BackfillVectorRetriever,
     FilteredQueryBundle,
@@ -43,8 +43,8 @@ from llama_index_ext_recursive import (
     NumpyVectorStore,
     ValidatedAutoRetriever,
 )
-from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.filters import STORE_KEYS, FilterError, FilterVocabulary
+from llama_index_ext_recursive.models import embed_model_name
 
 logging.getLogger("bm25s").setLevel(logging.ERROR)
 
@@ -80,9 +80,7 @@ def vector_index(store: str, model, nodes=None) -> VectorStoreIndex:
         "chroma-text-only": chroma_store,
     }[store]()
     storage = StorageContext.from_defaults(vector_store=vector_store) if vector_store is not None else None
-    return VectorStoreIndex(
-        nodes, storage_context=storage, embed_model=model, store_nodes_override=store == "chroma"
-    )
+    return VectorStoreIndex(nodes, storage_context=storage, embed_model=model, store_nodes_override=store == "chroma")
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +101,7 @@ def make(kind: str, index, **kwargs) -> BaseRetriever:
     return HybridFusionRetriever.from_index(index, similarity_top_k=4, **kwargs)
 
 
-def ids(results: List[NodeWithScore]) -> List[str]:
+def ids(results: list[NodeWithScore]) -> list[str]:
     return [n.node.node_id for n in results]
 
 
@@ -124,14 +122,19 @@ def test_blank_query_is_a_clear_error_sync_and_async(kind, query, real_index):
 def test_blank_text_with_its_own_embedding_still_searches(real_index, real_model):
     retriever = BackfillVectorRetriever(real_index, similarity_top_k=3)
     vector = real_model.get_query_embedding("queen bee lays eggs")
-    assert ids(retriever.retrieve(QueryBundle("", embedding=vector))) == ids(
-        retriever.retrieve("queen bee lays eggs")
-    )
+    assert ids(retriever.retrieve(QueryBundle("", embedding=vector))) == ids(retriever.retrieve("queen bee lays eggs"))
 
 
 # --------------------------------------------------------------------------- numeric arguments
 
-BAD_COUNTS = [(True, TypeError), (2.5, TypeError), ("5", TypeError), (math.nan, TypeError), (0, ValueError), (-3, ValueError)]
+BAD_COUNTS = [
+    (True, TypeError),
+    (2.5, TypeError),
+    ("5", TypeError),
+    (math.nan, TypeError),
+    (0, ValueError),
+    (-3, ValueError),
+]
 
 
 @pytest.mark.parametrize("value,error", BAD_COUNTS)
@@ -253,9 +256,7 @@ def test_backfill_arguments_are_checked_at_construction(kwargs, error, match, re
 
 @pytest.mark.parametrize("returned", [None, 5, "abc", {"a": 1}, ["not a hit"]])
 def test_a_child_returning_something_else_than_a_list_is_named(returned):
-    fusion = HybridFusionRetriever(
-        [Static([hit("a")]), Static(returned)], retriever_names=["good", "broken"]
-    )
+    fusion = HybridFusionRetriever([Static([hit("a")]), Static(returned)], retriever_names=["good", "broken"])
     with pytest.raises(TypeError, match="retriever 'broken' \\(Static\\)"):
         fusion.retrieve("q")
     with pytest.raises(TypeError, match="retriever 'broken' \\(Static\\)"):
@@ -358,8 +359,10 @@ def test_a_key_added_after_the_first_query_is_known(real_model):
 
 @pytest.mark.parametrize("build", ["from_nodes", "from_index"])
 def test_hybrid_refuses_filters_that_cannot_match(build, real_model, real_hybrid, caplog):
-    hybrid = real_hybrid if build == "from_nodes" else HybridFusionRetriever.from_index(
-        vector_index("default", real_model), similarity_top_k=4
+    hybrid = (
+        real_hybrid
+        if build == "from_nodes"
+        else HybridFusionRetriever.from_index(vector_index("default", real_model), similarity_top_k=4)
     )
     right = hybrid.retrieve(FilteredQueryBundle("queen bee", filters={"category": "biology"}))
     assert right and {n.node.metadata["category"] for n in right} == {"biology"}
@@ -408,13 +411,13 @@ class NaNEmbedding(BaseEmbedding):
 
     dim: int = 8
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         return [math.nan] * self.dim
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         return [math.nan] * self.dim
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         return list(np.ones(self.dim) / np.sqrt(self.dim))
 
 
@@ -495,8 +498,7 @@ def metadata_rows(draw, single_kind: bool = False):
             for _ in range(draw(st.integers(1, 4)))
         ]
     return [
-        {k: draw(VALUES) for k in keys if draw(st.booleans()) or k == keys[0]}
-        for _ in range(draw(st.integers(1, 4)))
+        {k: draw(VALUES) for k in keys if draw(st.booleans()) or k == keys[0]} for _ in range(draw(st.integers(1, 4)))
     ]
 
 
@@ -525,7 +527,7 @@ filter_trees = st.recursive(
 )
 
 
-def leaf_can_match(leaf: MetadataFilter, rows: List[dict]) -> bool:
+def leaf_can_match(leaf: MetadataFilter, rows: list[dict]) -> bool:
     """The stated rule: the key exists (or is a store key), and every value's
     kind is one the key holds (a key holding only lists is matched by
     contains/any/all alone; on a key holding lists and other values, equality,
@@ -539,14 +541,14 @@ def leaf_can_match(leaf: MetadataFilter, rows: List[dict]) -> bool:
     return all(kind(v) in held for v in values)
 
 
-def all_leaves(filters: MetadataFilters) -> List[MetadataFilter]:
-    out: List[MetadataFilter] = []
+def all_leaves(filters: MetadataFilters) -> list[MetadataFilter]:
+    out: list[MetadataFilter] = []
     for item in filters.filters:
         out.extend(all_leaves(item) if isinstance(item, MetadataFilters) else [item])
     return out
 
 
-def as_nodes(rows: List[dict]) -> List[TextNode]:
+def as_nodes(rows: list[dict]) -> list[TextNode]:
     return [TextNode(id_=f"p{i}", text=f"passage number {i} about bees", metadata=row) for i, row in enumerate(rows)]
 
 
@@ -564,17 +566,20 @@ def test_property_problems_are_empty_exactly_when_every_leaf_can_match(rows, fil
 def test_property_raise_policy_never_returns_a_silent_empty_list(rows, filters, lexical):
     # a store key compared by order with a number crashes NumpyVectorStore ('None' > 0,
     # a TypeError, not a silent []): outside this property, reported separately
-    assume(not any(
-        leaf.key in STORE_KEYS and leaf.operator in (FilterOperator.GT, FilterOperator.LTE)
-        for leaf in all_leaves(filters)
-    ))
+    assume(
+        not any(
+            leaf.key in STORE_KEYS and leaf.operator in (FilterOperator.GT, FilterOperator.LTE)
+            for leaf in all_leaves(filters)
+        )
+    )
     nodes = as_nodes(rows)
     problem = not all(leaf_can_match(leaf, rows) for leaf in all_leaves(filters))
     event("a leaf cannot match" if problem else "every leaf can match")
     retrievers = [
         BackfillVectorRetriever(  # NumpyVectorStore: SimpleVectorStore refuses nested filters
             VectorStoreIndex(
-                nodes, embed_model=lexical,
+                nodes,
+                embed_model=lexical,
                 storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
             ),
             similarity_top_k=3,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import BENCHMARKS
 from harness import cli, corpus, data, memory, models, report, timing, versions
 
@@ -47,7 +46,7 @@ def test_interleaved_rotates_the_order_from_round_to_round() -> None:
     order = []
     contestants = {name: (lambda n=name: order.append(n) or len(order)) for name in "abc"}
     figures = timing.interleaved(contestants, rounds=3)
-    assert order == list("abc" "bca" "cab")
+    assert order == list("abcbcacab")
     assert {name: len(values) for name, values in figures.items()} == {"a": 3, "b": 3, "c": 3}
 
 
@@ -65,8 +64,7 @@ def test_interleaved_calls_warm_up_then_time_every_item_by_every_contestant() ->
 
 def test_latencies_stop_at_the_budget_and_keep_the_results() -> None:
     results = []
-    ms = timing.latencies_ms(lambda x: x * 2, list(range(10)), warmup=2, budget_s=-1, min_calls=3,
-                             results=results)
+    ms = timing.latencies_ms(lambda x: x * 2, list(range(10)), warmup=2, budget_s=-1, min_calls=3, results=results)
     assert len(ms) == 3 and results == [0, 2, 4]
     assert len(timing.latencies_ms(lambda x: x, [1, 2, 3])) == 3
     assert timing.ms_per_call(lambda x: x, [1, 2]) >= 0
@@ -108,8 +106,14 @@ def test_topic_corpus_is_streamed_and_the_same_on_every_pass() -> None:
     first = [(n.node_id, n.text, n.embedding) for n in small.nodes()]
     again = [(n.node_id, n.text, n.embedding) for n in corpus.TopicCorpus(docs=3, chunks=2, dim=8, seed=5).nodes()]
     assert first == again == [(n.node_id, n.text, n.embedding) for n in small.nodes()]
-    assert [i for i, _, _ in first] == ["doc00000-c000", "doc00000-c001", "doc00001-c000", "doc00001-c001",
-                                        "doc00002-c000", "doc00002-c001"]
+    assert [i for i, _, _ in first] == [
+        "doc00000-c000",
+        "doc00000-c001",
+        "doc00001-c000",
+        "doc00001-c001",
+        "doc00002-c000",
+        "doc00002-c001",
+    ]
     assert np.allclose(np.linalg.norm([e for _, _, e in first], axis=1), 1.0)
     assert first != [(n.node_id, n.text, n.embedding) for n in corpus.TopicCorpus(3, 2, dim=8, seed=6).nodes()]
     vectors, targets = small.document_queries(4, noise=0.5)
@@ -174,8 +178,10 @@ def test_topic_embedding_maps_a_summary_to_its_documents_topic() -> None:
 def beir(tmp_path: Path) -> Path:
     folder = tmp_path / "tiny"
     (folder / "qrels").mkdir(parents=True)
-    rows = [{"_id": f"c{i}", "title": f"T{i}", "text": f"text number {i}", "metadata": {"doc_id": f"d{i // 2}"}}
-            for i in range(4)]
+    rows = [
+        {"_id": f"c{i}", "title": f"T{i}", "text": f"text number {i}", "metadata": {"doc_id": f"d{i // 2}"}}
+        for i in range(4)
+    ]
     (folder / "corpus.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "number 3"}))
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tc3\t1\n")

@@ -10,6 +10,7 @@ import shutil
 import threading
 
 import pytest
+from conftest import topic_nodes
 from llama_index.core.schema import QueryBundle, TextNode
 from llama_index.core.vector_stores.types import (
     FilterOperator,
@@ -18,11 +19,9 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
-from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.persist import PersistError, current_generation
-
-from conftest import topic_nodes
+from llama_index_ext_recursive.query import FilteredQueryBundle
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 
 logging.getLogger("bm25s").setLevel(logging.ERROR)
 
@@ -233,9 +232,7 @@ def test_construction_filters_and_per_call_filters_combine_with_and():
     retriever = MultilingualBM25Retriever.from_defaults(
         nodes=topic_nodes(),
         similarity_top_k=9,
-        filters=MetadataFilters(
-            filters=[MetadataFilter(key="year", value=2020, operator=FilterOperator.GT)]
-        ),
+        filters=MetadataFilters(filters=[MetadataFilter(key="year", value=2020, operator=FilterOperator.GT)]),
     )
     query = "the queen bee panels bread electricity sourdough dough"
     base = retriever.retrieve(query)
@@ -243,9 +240,7 @@ def test_construction_filters_and_per_call_filters_combine_with_and():
     assert {r.node.metadata["category"] for r in base} == {"energy", "food"}
 
     both = retriever.retrieve(FilteredQueryBundle(query, filters={"section": "body"}))
-    assert both and all(
-        r.node.metadata["year"] > 2020 and r.node.metadata["section"] == "body" for r in both
-    )
+    assert both and all(r.node.metadata["year"] > 2020 and r.node.metadata["section"] == "body" for r in both)
     # per-call filter cannot widen the construction filter
     assert retriever.retrieve(FilteredQueryBundle(query, filters={"category": "biology"})) == []
 
@@ -327,7 +322,8 @@ def test_previous_format_folder_loads_and_is_migrated(tmp_path):
 
     loaded.persist(legacy)  # migrates: the old top-level files go, the index stays
     assert sorted(p.name for p in legacy.iterdir() if not p.name.startswith(".")) == [
-        "MANIFEST.json", current_generation(legacy).name,
+        "MANIFEST.json",
+        current_generation(legacy).name,
     ]
     assert scored(MultilingualBM25Retriever.from_persist_dir(legacy).retrieve("GAPDH")) == scored(
         retriever.retrieve("GAPDH")
@@ -369,9 +365,7 @@ def test_aretrieve_does_not_block_event_loop(monkeypatch):
         released.set()
 
     async def run():
-        results, _ = await asyncio.wait_for(
-            asyncio.gather(retriever.aretrieve("列表推导式"), release()), timeout=30
-        )
+        results, _ = await asyncio.wait_for(asyncio.gather(retriever.aretrieve("列表推导式"), release()), timeout=30)
         return results
 
     results = asyncio.run(run())
@@ -441,7 +435,8 @@ def test_indexed_filter_masks_equal_a_full_scan():
 
     nodes = [
         TextNode(
-            id_=f"n{i}", text=f"word{i % 7} common",
+            id_=f"n{i}",
+            text=f"word{i % 7} common",
             metadata={"group": f"g{i % 5}", "year": 2000 + i % 4, "tags": ["a", "b"] if i % 2 else ["c"]},
         )
         for i in range(60)
@@ -449,14 +444,27 @@ def test_indexed_filter_masks_equal_a_full_scan():
     bm25 = MultilingualBM25Retriever.from_defaults(nodes=nodes)
     cases = [
         MetadataFilters(filters=[MetadataFilter(key="group", value="g1")]),
-        MetadataFilters(filters=[MetadataFilter(key="group", value=["g1", "g3"], operator=FilterOperator.IN),
-                                 MetadataFilter(key="year", value=2001)]),
-        MetadataFilters(filters=[MetadataFilter(key="year", value=2002),
-                                 MetadataFilters(filters=[MetadataFilter(key="group", value="g0"),
-                                                          MetadataFilter(key="group", value="g2")],
-                                                 condition=FilterCondition.OR)]),
-        MetadataFilters(filters=[MetadataFilter(key="year", value=2000, operator=FilterOperator.GT),
-                                 MetadataFilter(key="group", value="g4")]),
+        MetadataFilters(
+            filters=[
+                MetadataFilter(key="group", value=["g1", "g3"], operator=FilterOperator.IN),
+                MetadataFilter(key="year", value=2001),
+            ]
+        ),
+        MetadataFilters(
+            filters=[
+                MetadataFilter(key="year", value=2002),
+                MetadataFilters(
+                    filters=[MetadataFilter(key="group", value="g0"), MetadataFilter(key="group", value="g2")],
+                    condition=FilterCondition.OR,
+                ),
+            ]
+        ),
+        MetadataFilters(
+            filters=[
+                MetadataFilter(key="year", value=2000, operator=FilterOperator.GT),
+                MetadataFilter(key="group", value="g4"),
+            ]
+        ),
         MetadataFilters(filters=[MetadataFilter(key="tags", value="a", operator=FilterOperator.CONTAINS)]),
         MetadataFilters(filters=[MetadataFilter(key="group", value="nope")]),
     ]

@@ -28,7 +28,9 @@ def _nodes(count: int, prefix: str, seed: int):
     rng = np.random.default_rng(seed)
     weights = 1.0 / np.arange(1, len(WORDS) + 1)
     return [
-        TextNode(id_=f"{prefix}{i}", text=" ".join(rng.choice(WORDS, int(rng.integers(5, 60)), p=weights / weights.sum())))
+        TextNode(
+            id_=f"{prefix}{i}", text=" ".join(rng.choice(WORDS, int(rng.integers(5, 60)), p=weights / weights.sum()))
+        )
         for i in range(count)
     ]
 
@@ -101,8 +103,10 @@ def test_filters_read_before_an_update_see_the_added_nodes_and_never_the_removed
     first = _fresh(nodes)
     query = FilteredQueryBundle("w1 w2", filters={"group": "g1"})
     first.scores_by_id(query, top_k=100)  # builds the postings of "group"
-    added = [TextNode(id_="t-new", text="w1 w2 w2", metadata={"group": "g1"}),
-             TextNode(id_="t-other", text="w1 w2 w2", metadata={"group": "g9"})]
+    added = [
+        TextNode(id_="t-new", text="w1 w2 w2", metadata={"group": "g1"}),
+        TextNode(id_="t-other", text="w1 w2 w2", metadata={"group": "g9"}),
+    ]
     updated = first.with_changes(added, ["t1", "t4"])
     assert "group" in updated._postings_cache  # carried over
     fresh = _fresh([n for n in nodes if n.node_id not in ("t1", "t4")] + added)
@@ -198,8 +202,9 @@ def test_a_folder_without_term_statistics_loads_and_is_indexed_again_at_its_firs
 def _docs(count: int, seed: int, start: int = 0):
     rng = np.random.default_rng(seed)
     return [
-        Document(text=" ".join(rng.choice(WORDS, 60)) + ".\n\n" + " ".join(rng.choice(WORDS, 60)) + ".",
-                 doc_id=f"doc-{i}")
+        Document(
+            text=" ".join(rng.choice(WORDS, 60)) + ".\n\n" + " ".join(rng.choice(WORDS, 60)) + ".", doc_id=f"doc-{i}"
+        )
         for i in range(start, start + count)
     ]
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import List
 
 import nltk.redos
 import numpy as np
 import pytest
+from conftest import DIM, LexicalEmbedding, topic_nodes
 from llama_index.core import Document
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import IndexNode, TextNode
 
-from conftest import DIM, LexicalEmbedding, topic_nodes
 from llama_index_ext_recursive import RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive.build import (
     ChunkedNodes,
@@ -35,7 +34,7 @@ WORDS = "the bee colony queen worker nectar pollen summer hive honey flower seas
 def one_line_prose(size: int, punctuation: bool, seed: int = 0) -> str:
     """``size`` characters of prose on one line: short sentences, or none at all."""
     rng = random.Random(seed)
-    parts: List[str] = []
+    parts: list[str] = []
     total = 0
     while total < size:
         sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6)))
@@ -49,17 +48,22 @@ def doc(doc_id: str, text: str) -> Document:
     return Document(id_=doc_id, text=text, metadata={"doc_id": doc_id, "title": doc_id})
 
 
-def builder_warnings(caplog) -> List[str]:
+def builder_warnings(caplog) -> list[str]:
     return [
-        r.getMessage() for r in caplog.records
+        r.getMessage()
+        for r in caplog.records
         if r.name == "llama_index_ext_recursive.recursive.build" and r.levelno == logging.WARNING
     ]
 
 
 # ------------------------------------------------------------ empty documents
 def test_empty_and_whitespace_documents_are_skipped_with_one_warning_naming_them(caplog):
-    docs = [doc("bees", "Bees make honey."), doc("empty", ""), doc("blank", " \n\t\u3000 "),
-            doc("solar", "Panels make power.")]
+    docs = [
+        doc("bees", "Bees make honey."),
+        doc("empty", ""),
+        doc("blank", " \n\t\u3000 "),
+        doc("solar", "Panels make power."),
+    ]
     nodes = chunk_documents(docs)
     assert isinstance(nodes, ChunkedNodes) and isinstance(nodes, list)
     assert sorted({n.metadata["doc_id"] for n in nodes}) == ["bees", "solar"]
@@ -83,9 +87,12 @@ def test_every_document_empty_is_a_value_error_saying_so():
 
 
 def test_from_documents_skips_an_empty_document_instead_of_a_link_error(real_model, caplog):
-    docs = [doc("bees", "The queen bee lays eggs. Worker bees collect nectar from flowers."),
-            doc("empty", ""), doc("blank", "   "),
-            doc("solar", "Solar panels convert sunlight into electricity.")]
+    docs = [
+        doc("bees", "The queen bee lays eggs. Worker bees collect nectar from flowers."),
+        doc("empty", ""),
+        doc("blank", "   "),
+        doc("solar", "Solar panels convert sunlight into electricity."),
+    ]
     retriever = RecursiveSummaryRetriever.from_documents(docs, embed_model=real_model)
     assert sorted(retriever.documents) == ["bees", "solar"]
     hits = retriever.retrieve("Which insects collect nectar?")
@@ -144,9 +151,13 @@ def test_non_documents_and_lone_items_are_clear_type_errors():
 
 # ------------------------------------------------------------ duplicate node ids
 def test_duplicate_node_id_in_two_documents_names_both(lexical):
-    nodes = [TextNode(id_="n1", text="Bees make honey.", metadata={"doc_id": "bees"}),
-             TextNode(id_="n1", text="Panels make power.", metadata={"doc_id": "solar"})]
-    with pytest.raises(ValueError, match=r"'n1' is used in two documents, 'bees' and 'solar' \(nodes\[0\] and nodes\[1\]\)"):
+    nodes = [
+        TextNode(id_="n1", text="Bees make honey.", metadata={"doc_id": "bees"}),
+        TextNode(id_="n1", text="Panels make power.", metadata={"doc_id": "solar"}),
+    ]
+    with pytest.raises(
+        ValueError, match=r"'n1' is used in two documents, 'bees' and 'solar' \(nodes\[0\] and nodes\[1\]\)"
+    ):
         group_nodes(nodes)
     with pytest.raises(ValueError, match="'n1' is used in two documents"):
         RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical)
@@ -164,7 +175,9 @@ def test_new_node_ids_may_be_reused_only_by_their_own_document():
     update = group_nodes([TextNode(id_="bees-0", text="New text.", metadata={"doc_id": "bees"})])
     check_new_node_ids(update, indexed)  # an update of the same document is fine
     moved = group_nodes([TextNode(id_="bees-1", text="Panels.", metadata={"doc_id": "solar"})])
-    with pytest.raises(ValueError, match="'bees-1' of document 'solar' is already indexed as a chunk of document 'bees'"):
+    with pytest.raises(
+        ValueError, match="'bees-1' of document 'solar' is already indexed as a chunk of document 'bees'"
+    ):
         check_new_node_ids(moved, indexed)
 
 
@@ -172,7 +185,7 @@ def test_new_node_ids_may_be_reused_only_by_their_own_document():
 class PoisonEmbedding(LexicalEmbedding):
     """Lexical vectors, but NaN for any text containing 'poison'."""
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         vector = self._vector(text)
         return [float("nan")] * DIM if "poison" in text else vector
 
@@ -184,7 +197,10 @@ def built_from(nodes):
 def test_nan_vector_from_the_model_is_refused_naming_model_and_chunk():
     nodes = topic_nodes() + [TextNode(id_="bees-9", text="A poison sting.", metadata={"doc_id": "bees"})]
     built = built_from(nodes)
-    with pytest.raises(ValueError, match=r"'poison-model' returned NaN or infinite values for chunk 'bees-9' of document 'bees' \(computed\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"'poison-model' returned NaN or infinite values for chunk 'bees-9' of document 'bees' \(computed\)",
+    ):
         attach_embeddings(built, PoisonEmbedding(model_name="poison-model"), SummaryEmbedding.CENTROID)
     assert all(n.embedding is None for n in built.chunk_nodes)  # nothing attached
     assert all(s.embedding is None for s in built.summary_nodes)
@@ -201,7 +217,10 @@ def test_supplied_vectors_of_another_dimension_or_infinite_are_refused(lexical):
     for node in nodes:
         node.embedding = lexical.get_text_embedding(node.text)
     nodes[4].embedding = nodes[4].embedding[:10]
-    with pytest.raises(ValueError, match=rf"10-dimensional vectors for chunk 'solar-1' .*supplied with the node.*holds {DIM}-dimensional"):
+    with pytest.raises(
+        ValueError,
+        match=rf"10-dimensional vectors for chunk 'solar-1' .*supplied with the node.*holds {DIM}-dimensional",
+    ):
         attach_embeddings(built_from(nodes), lexical)
     nodes[4].embedding = [float("inf")] * DIM
     with pytest.raises(ValueError, match="'lexical-test' returned NaN or infinite values for chunk 'solar-1'"):
@@ -215,8 +234,14 @@ def test_vectors_are_checked_against_the_dimension_of_the_index(lexical):
 
 
 def test_blended_summary_vectors_are_checked_too():
-    nodes = [TextNode(id_="p", text="Clean text.", metadata={"doc_id": "poison", "title": "poison"},
-                      excluded_embed_metadata_keys=["title"])]  # the chunk embeds cleanly
+    nodes = [
+        TextNode(
+            id_="p",
+            text="Clean text.",
+            metadata={"doc_id": "poison", "title": "poison"},
+            excluded_embed_metadata_keys=["title"],
+        )
+    ]  # the chunk embeds cleanly
     with pytest.raises(ValueError, match="returned NaN or infinite values for the summary of 'poison'"):
         attach_embeddings(built_from(nodes), PoisonEmbedding(model_name="m"), SummaryEmbedding.BLEND)
 
@@ -226,20 +251,22 @@ def test_long_single_line_text_is_chunked_by_the_default_parser():
     text = one_line_prose(300_000, punctuation=False)
     nodes = chunk_documents([doc("big", text)])
     assert nodes[0].start_char_idx == 0 and nodes[-1].end_char_idx == len(text.rstrip())
-    assert all(text[n.start_char_idx:n.end_char_idx] == n.text for n in nodes)
+    assert all(text[n.start_char_idx : n.end_char_idx] == n.text for n in nodes)
     assert 150 < len(nodes) < 600  # ~256-token chunks, not one per window
 
 
 def test_a_parser_timeout_names_the_document_and_the_windowed_tokenizer_avoids_it(monkeypatch):
     text = one_line_prose(300_000, punctuation=True)
     monkeypatch.setattr(nltk.redos, "DEFAULT_TIMEOUT", 0.05)  # upstream needs ~1 s for this text
-    with pytest.raises(ValueError, match=r"document 'big' \(300,0\d\d characters\) could not be chunked: SentenceSplitter timed out"):
+    with pytest.raises(
+        ValueError, match=r"document 'big' \(300,0\d\d characters\) could not be chunked: SentenceSplitter timed out"
+    ):
         chunk_documents([doc("big", text)], SentenceSplitter(chunk_size=256, chunk_overlap=32))
     windowed = windowed_sentence_tokenizer(window=2000)
     parser = SentenceSplitter(chunk_size=256, chunk_overlap=32, chunking_tokenizer_fn=windowed)
     nodes = chunk_documents([doc("big", text)], parser)
     assert nodes[0].start_char_idx == 0 and nodes[-1].end_char_idx == len(text.rstrip())
-    assert all(text[n.start_char_idx:n.end_char_idx] == n.text for n in nodes)
+    assert all(text[n.start_char_idx : n.end_char_idx] == n.text for n in nodes)
 
 
 def test_windows_keep_every_character_and_cut_after_whitespace():

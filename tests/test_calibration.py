@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
+from conftest import topic_nodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -15,7 +16,6 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from conftest import topic_nodes
 from llama_index_ext_recursive.retrievers.calibrate import (
     calibrate_children,
     collect_child_results,
@@ -25,13 +25,12 @@ from llama_index_ext_recursive.retrievers.calibrate import (
     weight_grid,
 )
 from llama_index_ext_recursive.retrievers.calibration import Calibration, ScriptCalibration
+from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.retrievers.fusion_scores import (
     distribution_based_fusion,
     reciprocal_rank_fusion,
     relative_score_fusion,
 )
-from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
-
 
 # --------------------------------------------------------------- pure fusion
 
@@ -108,9 +107,7 @@ def test_useless_child_gets_weight_zero():
 
 def test_children_helping_on_different_queries_get_mixed_weights():
     # child 0 finds even queries first and odd ones 3rd; child 1 the reverse
-    results, targets = _fixture_results(
-        40, lambda q, r: 1 if q % 2 == 0 else 3, lambda q, r: 1 if q % 2 else 3
-    )
+    results, targets = _fixture_results(40, lambda q, r: 1 if q % 2 == 0 else 3, lambda q, r: 1 if q % 2 else 3)
     weights, grid = fit_weights(results, targets)
     alone = [fused_mrr(results, targets, w) for w in ([1.0, 0.0], [0.0, 1.0])]
     chosen = fused_mrr(results, targets, weights)
@@ -125,9 +122,7 @@ def test_children_helping_on_different_queries_get_mixed_weights():
     queries=st.integers(8, 30),
     tolerance=st.sampled_from([0.0, 0.01, 0.05]),
 )
-def test_property_chosen_mrr_is_within_tolerance_of_best_and_at_least_best_child_at_zero(
-    seed, queries, tolerance
-):
+def test_property_chosen_mrr_is_within_tolerance_of_best_and_at_least_best_child_at_zero(seed, queries, tolerance):
     rng = random.Random(seed)
     targets = [f"t{q}" for q in range(queries)]
     results = []
@@ -200,7 +195,7 @@ class Counting(BaseRetriever):
         self.inner, self.calls = inner, 0
         super().__init__()
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self.calls += 1
         return self.inner._retrieve(query_bundle)
 
@@ -211,7 +206,9 @@ def test_saved_calibration_is_applied_without_recalibrating(real_model):
     saved = json.loads(json.dumps(built.calibration.to_dict()))
     children = [Counting(child) for child in built._retrievers]
     reloaded = HybridFusionRetriever(
-        children, retriever_names=["vector", "bm25"], mode="relative_score",
+        children,
+        retriever_names=["vector", "bm25"],
+        mode="relative_score",
         calibration=Calibration.from_dict(saved),
     )
     assert [c.calls for c in children] == [0, 0]  # nothing was asked to calibrate
@@ -232,12 +229,17 @@ def test_calibration_for_other_children_is_refused():
     with pytest.raises(ValueError, match="fitted for mode 'relative_score'"):
         HybridFusionRetriever(children, retriever_names=["vector", "bm25"], calibration=calibration)
     with pytest.raises(ValueError, match="not both"):
-        HybridFusionRetriever(children, retriever_names=["vector", "bm25"], mode="relative_score",
-                              calibration=calibration, script_weights={"latin": [1.0, 1.0]})
+        HybridFusionRetriever(
+            children,
+            retriever_names=["vector", "bm25"],
+            mode="relative_score",
+            calibration=calibration,
+            script_weights={"latin": [1.0, 1.0]},
+        )
 
 
 class BaseRetrieverStub(BaseRetriever):
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return []
 
 
@@ -298,7 +300,7 @@ def test_no_events_reach_user_handlers_during_calibration(real_model):
 
 def test_queries_are_embedded_in_one_batch_with_the_query_prompt(real_model, monkeypatch):
     hybrid = HybridFusionRetriever.from_nodes(topic_nodes(), embed_model=real_model, calibrate=False)
-    calls: List[Dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
     original = type(real_model)._embed
 
     def counting(self, inputs, prompt_name=None):
@@ -310,9 +312,7 @@ def test_queries_are_embedded_in_one_batch_with_the_query_prompt(real_model, mon
     results = collect_child_results(hybrid._retrievers, queries)
     assert calls == [{"n": len(queries), "prompt": "query"}]  # one call, not one per query
     # the same vectors as one query at a time: the vector child ranks the same
-    one_by_one = [
-        {h.node.node_id: h.score for h in hybrid._retrievers[0].retrieve(q)} for q in queries
-    ]
+    one_by_one = [{h.node.node_id: h.score for h in hybrid._retrievers[0].retrieve(q)} for q in queries]
     assert [list(r) for r in results[0]] == [list(r) for r in one_by_one]
     flat = [v for r in results[0] for v in r.values()]
     assert flat == pytest.approx([v for r in one_by_one for v in r.values()], abs=1e-5)

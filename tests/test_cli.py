@@ -53,12 +53,18 @@ def _error(capsys) -> str:
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, err
-    return lines[0][len("error: "):]
+    return lines[0][len("error: ") :]
 
 
 def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llama_index_ext_recursive", *args], capture_output=True,
-                          text=True, timeout=600, env=ENV, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "llama_index_ext_recursive", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ENV,
+        cwd=cwd,
+    )
 
 
 def _corpus(root: Path) -> Path:
@@ -73,7 +79,10 @@ def _corpus(root: Path) -> Path:
 
 def test_split_filters_checks_syntax_only():
     assert split_filters(["year=2024", " language = en ", "note=a=b"]) == [
-        ("year", "2024"), ("language", "en"), ("note", "a=b")]
+        ("year", "2024"),
+        ("language", "en"),
+        ("note", "a=b"),
+    ]
     assert split_filters(None) == []
     with pytest.raises(cli.CliError, match="key=value"):
         split_filters(["year"])
@@ -164,7 +173,7 @@ def test_reading_skips_hidden_undecodable_and_empty_files(tmp_path, capsys):
     (docs / "rows.jsonl").write_bytes(
         b'{"doc_id": "sep", "text": "one\xe2\x80\xa8line separator inside a string"}\n'
         b'{"doc_id": "ws", "text": "   "}\n'
-        b'\n'
+        b"\n"
         b'{"_id": 7, "title": "Seven", "text": "Numbered id.", "metadata": {"year": 2020}}\n'
     )
     (docs / "bad.jsonl").write_bytes(b'{"doc_id": "ok", "text": "fine"}\n{"doc_id": "x", "text": "\xff"}\n')
@@ -175,8 +184,11 @@ def test_reading_skips_hidden_undecodable_and_empty_files(tmp_path, capsys):
     assert corpus.documents[1].text == "one\u2028line separator inside a string"
     assert corpus.documents[2].metadata == {"year": 2020, "doc_id": "7", "title": "Seven"}
     assert corpus.empty == [str(docs / "blank.txt"), str(docs / "empty.md"), f"{docs / 'rows.jsonl'}:2 (ws)"]
-    assert corpus.undecodable == [str(docs / "bad.jsonl"), str(docs / "sub" / "bom-latin1.md"),
-                                  str(docs / "sub" / "latin1.txt")]
+    assert corpus.undecodable == [
+        str(docs / "bad.jsonl"),
+        str(docs / "sub" / "bom-latin1.md"),
+        str(docs / "sub" / "latin1.txt"),
+    ]
     assert corpus.hidden == 2
     err = capsys.readouterr().err
     assert f"warning: {docs / 'bad.jsonl'}:2: not UTF-8 (byte 0xff at offset 58); skipped" in err
@@ -244,15 +256,18 @@ def test_nothing_left_to_index_says_why(tmp_path, capsys, untouchable):
 # ------------------------------------------------------------------ query: checks before loading
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["   "], "the query is empty"),
-    ([""], "the query is empty"),
-    (["bees", "--top-k", "0"], "--top-k must be >= 1, got 0"),
-    (["bees", "--top-k", "-3"], "--top-k must be >= 1, got -3"),
-    (["bees", "--filter", "year"], "--filter expects key=value, got 'year'"),
-    (["bees", "--filter", "a=1", "--filter", "a=2"], "--filter a is given twice"),
-    (["bees \udcff"], "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["   "], "the query is empty"),
+        ([""], "the query is empty"),
+        (["bees", "--top-k", "0"], "--top-k must be >= 1, got 0"),
+        (["bees", "--top-k", "-3"], "--top-k must be >= 1, got -3"),
+        (["bees", "--filter", "year"], "--filter expects key=value, got 'year'"),
+        (["bees", "--filter", "a=1", "--filter", "a=2"], "--filter a is given twice"),
+        (["bees \udcff"], "not valid UTF-8"),
+    ],
+)
 def test_query_arguments_are_checked_before_the_index_loads(tmp_path, capsys, untouchable, argv, message):
     assert main(["query", str(tmp_path / "not-even-there"), *argv]) == 1
     assert message in _error(capsys)
@@ -283,21 +298,24 @@ def no_eval_work(monkeypatch):
     monkeypatch.setattr(evaluation.BeirDataset, "load", boom)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--out", "/missing/dir/x.json"], "--out /missing/dir/x.json: the folder /missing/dir does not exist"),
-    (["--plot", "/missing/dir/x.png"], "--plot /missing/dir/x.png: the folder /missing/dir does not exist"),
-    (["--plot", "{tmp}/figure.json"], "matplotlib cannot write '.json' files"),
-    (["--out", "{tmp}"], "is a directory; pass a file path such as"),
-    (["--out", "{tmp}/same.json", "--plot", "{tmp}/same.json"], "--plot {tmp}/same.json: matplotlib"),
-    (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], "are the same file"),
-    (["--cache", "{tmp}"], "--cache {tmp} is a directory"),
-    (["--max-queries", "-1"], "--max-queries must be >= 1, got -1"),
-    (["--max-queries", "0"], "--max-queries must be >= 1, got 0"),
-    (["--top-k", "0"], "--top-k must be >= 1, got 0"),
-    (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
-    (["--split", "../../x"], "split must be the name of a qrels file"),
-    (["--retrievers", "upstream-vector,bogus"], "unknown retriever(s) ['bogus']"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--out", "/missing/dir/x.json"], "--out /missing/dir/x.json: the folder /missing/dir does not exist"),
+        (["--plot", "/missing/dir/x.png"], "--plot /missing/dir/x.png: the folder /missing/dir does not exist"),
+        (["--plot", "{tmp}/figure.json"], "matplotlib cannot write '.json' files"),
+        (["--out", "{tmp}"], "is a directory; pass a file path such as"),
+        (["--out", "{tmp}/same.json", "--plot", "{tmp}/same.json"], "--plot {tmp}/same.json: matplotlib"),
+        (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], "are the same file"),
+        (["--cache", "{tmp}"], "--cache {tmp} is a directory"),
+        (["--max-queries", "-1"], "--max-queries must be >= 1, got -1"),
+        (["--max-queries", "0"], "--max-queries must be >= 1, got 0"),
+        (["--top-k", "0"], "--top-k must be >= 1, got 0"),
+        (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+        (["--split", "../../x"], "split must be the name of a qrels file"),
+        (["--retrievers", "upstream-vector,bogus"], "unknown retriever(s) ['bogus']"),
+    ],
+)
 def test_eval_arguments_fail_at_once(tmp_path, capsys, no_eval_work, extra, message):
     extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
     assert main(["eval", "--data", str(tmp_path), "--retrievers", "upstream-vector", *extra]) == 1
@@ -326,12 +344,15 @@ def test_a_missing_extra_names_the_extra_to_install(monkeypatch, capsys):
 
 
 def test_a_missing_eval_extra_names_it_in_a_real_process(tmp_path):
-    code = ("import sys; sys.modules['ir_measures'] = None; from llama_index_ext_recursive.cli import main; "
-            f"sys.exit(main(['eval', '--data', {str(tmp_path)!r}]))")
+    code = (
+        "import sys; sys.modules['ir_measures'] = None; from llama_index_ext_recursive.cli import main; "
+        f"sys.exit(main(['eval', '--data', {str(tmp_path)!r}]))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == ("error: ir_measures is not installed; install the 'eval' extra: "
-                                     "pip install 'llama-index-ext-recursive[eval]'")
+    assert result.stderr.strip() == (
+        "error: ir_measures is not installed; install the 'eval' extra: pip install 'llama-index-ext-recursive[eval]'"
+    )
 
 
 def test_an_unexpected_exception_keeps_its_traceback(monkeypatch, tmp_path):
@@ -354,9 +375,18 @@ def test_an_unexpected_exception_keeps_its_traceback(monkeypatch, tmp_path):
         main(["build", str(tmp_path), "--persist", str(tmp_path / "idx")])
 
 
-@pytest.mark.parametrize("error", [
-    "PersistError", "NoIndexError", "FilterError", "LinkError", "DatasetError", "check_count", "OSError",
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        "PersistError",
+        "NoIndexError",
+        "FilterError",
+        "LinkError",
+        "DatasetError",
+        "check_count",
+        "OSError",
+    ],
+)
 def test_expected_errors_raised_while_working_are_one_line(monkeypatch, capsys, tmp_path, error):
     from llama_index_ext_recursive.eval.data import DatasetError
     from llama_index_ext_recursive.filters import FilterError
@@ -369,16 +399,23 @@ def test_expected_errors_raised_while_working_are_one_line(monkeypatch, capsys, 
             check_count("similarity_top_k", True)  # a TypeError raised by our own check
         if error == "OSError":
             open(tmp_path / "missing" / "file.txt", encoding="utf-8")
-        kinds = {"PersistError": PersistError, "NoIndexError": NoIndexError, "FilterError": FilterError,
-                 "LinkError": LinkError, "DatasetError": DatasetError}
+        kinds = {
+            "PersistError": PersistError,
+            "NoIndexError": NoIndexError,
+            "FilterError": FilterError,
+            "LinkError": LinkError,
+            "DatasetError": DatasetError,
+        }
         raise kinds[error](f"{error}: what went wrong\nand how to fix it")
 
     parser = cli.build_parser
     monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), "demo", failing))
     assert main(["demo"]) == 1
     message = _error(capsys)
-    expected = {"check_count": "similarity_top_k must be an integer >= 1, got True (bool)",
-                "OSError": "No such file or directory"}.get(error, f"{error}: what went wrong and how to fix it")
+    expected = {
+        "check_count": "similarity_top_k must be an integer >= 1, got True (bool)",
+        "OSError": "No such file or directory",
+    }.get(error, f"{error}: what went wrong and how to fix it")
     assert expected in message
 
 
@@ -404,8 +441,12 @@ def test_verbose_adds_the_traceback_of_an_expected_error(tmp_path, capsys):
 
 def test_refusals_in_a_real_process_are_one_line(tmp_path):
     docs = _corpus(tmp_path)
-    for args in (["build", "docs", "--persist", "docs"], ["build", "docs", "--persist", "."],
-                 ["query", "docs", "   "], ["eval", "--data", "docs", "--out", "/missing/dir/x.json"]):
+    for args in (
+        ["build", "docs", "--persist", "docs"],
+        ["build", "docs", "--persist", "."],
+        ["query", "docs", "   "],
+        ["eval", "--data", "docs", "--out", "/missing/dir/x.json"],
+    ):
         result = _run(*args, cwd=tmp_path)
         assert result.returncode == 1, (args, result.stderr)
         assert "Traceback" not in result.stderr
@@ -425,10 +466,18 @@ def test_demo_runs_as_a_module_offline():
 
 
 ROWS = [
-    {"doc_id": "solar", "title": "Solar", "text": "Panels turn sunlight into power on the roof.",
-     "metadata": {"year": 2023, "zip": "01234", "draft": False, "tags": ["energy", "roof"], "code": "7"}},
-    {"doc_id": "wind", "title": "Wind", "text": "Turbines turn wind into power on the hill.",
-     "metadata": {"year": 2020, "zip": "1234", "draft": True, "tags": ["energy"], "code": 7}},
+    {
+        "doc_id": "solar",
+        "title": "Solar",
+        "text": "Panels turn sunlight into power on the roof.",
+        "metadata": {"year": 2023, "zip": "01234", "draft": False, "tags": ["energy", "roof"], "code": "7"},
+    },
+    {
+        "doc_id": "wind",
+        "title": "Wind",
+        "text": "Turbines turn wind into power on the hill.",
+        "metadata": {"year": 2020, "zip": "1234", "draft": True, "tags": ["energy"], "code": 7},
+    },
 ]
 
 
@@ -444,8 +493,19 @@ def index(tmp_path_factory, real_model):
     (docs / "more.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
     Settings.embed_model = real_model
     try:
-        assert main(["build", str(docs), "--persist", str(root / "idx"),
-                     "--embedding-cache", str(root / "embeddings.sqlite")]) == 0
+        assert (
+            main(
+                [
+                    "build",
+                    str(docs),
+                    "--persist",
+                    str(root / "idx"),
+                    "--embedding-cache",
+                    str(root / "embeddings.sqlite"),
+                ]
+            )
+            == 0
+        )
     finally:
         Settings._embed_model = None
     return root
@@ -483,16 +543,17 @@ def _embedded(out: str):
     return int(words[1]), int(words[3])
 
 
-def test_a_rebuild_of_an_unchanged_folder_embeds_nothing_and_says_which_model_and_why(
-        tmp_path, capsys, real_model):
+def test_a_rebuild_of_an_unchanged_folder_embeds_nothing_and_says_which_model_and_why(tmp_path, capsys, real_model):
     docs = _corpus(tmp_path)
     (docs / "wasps.md").write_text("Wasps hunt other insects and feed them to their larvae.", encoding="utf-8")
     assert main(["build", str(docs), "--persist", str(tmp_path / "first")]) == 0
     out, err = capsys.readouterr()
     # the embedding step shows a bar with an estimate of the time left ([elapsed<left, rate])
     assert re.search(r"Generating embeddings: +\d+%.*\[\d\d:\d\d<\d\d:\d\d", err), err
-    assert ("Embedding model: all-MiniLM-L6-v2 (corpus: 0% of the corpus's texts are "
-            "Chinese/Japanese/Korean (below 10%): the fast English model)") in out
+    assert (
+        "Embedding model: all-MiniLM-L6-v2 (corpus: 0% of the corpus's texts are "
+        "Chinese/Japanese/Korean (below 10%): the fast English model)"
+    ) in out
     embedded, reused = _embedded(out)
     assert embedded >= 4 and reused == 0  # 2 chunks and 2 summaries at least
     assert str(tmp_path / "xdg" / "llama-index-ext-recursive" / "embeddings.sqlite") in out
@@ -515,8 +576,19 @@ def test_adding_a_document_embedded_once_embeds_nothing_new(tmp_path, capsys, re
     (wasps / "wasps.md").write_text("Wasps hunt other insects.", encoding="utf-8")
     cache_path = tmp_path / "cache.sqlite"
     for folder in (bees, wasps):
-        assert main(["build", str(folder), "--persist", str(tmp_path / f"idx-{folder.name}"),
-                     "--embedding-cache", str(cache_path)]) == 0
+        assert (
+            main(
+                [
+                    "build",
+                    str(folder),
+                    "--persist",
+                    str(tmp_path / f"idx-{folder.name}"),
+                    "--embedding-cache",
+                    str(cache_path),
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     model = CachedEmbedding(real_model, cache_path, cache_queries=False)
     retriever = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx-wasps", embed_model=model)
@@ -547,30 +619,36 @@ def test_a_cache_path_that_is_not_a_cache_is_refused_before_any_work(tmp_path, c
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flt, expected", [
-    ("zip=01234", ["solar"]),     # a string field: "01234" stays "01234" (it was the int 1234)
-    ("zip=1234", ["wind"]),
-    ("year=2023", ["solar"]),     # a number field: 2023 is an int
-    ("year=2020.0", ["wind"]),
-    ("draft=true", ["wind"]),     # a bool field
-    ("tags=roof", ["solar"]),     # a list field: contains
-    ("code=7", ["solar", "wind"]),  # text in one document, a number in the other: both match
-    ("zip=nan", []),              # text, not a float
-    ("doc_id=wind", ["wind"]),
-])
+@pytest.mark.parametrize(
+    "flt, expected",
+    [
+        ("zip=01234", ["solar"]),  # a string field: "01234" stays "01234" (it was the int 1234)
+        ("zip=1234", ["wind"]),
+        ("year=2023", ["solar"]),  # a number field: 2023 is an int
+        ("year=2020.0", ["wind"]),
+        ("draft=true", ["wind"]),  # a bool field
+        ("tags=roof", ["solar"]),  # a list field: contains
+        ("code=7", ["solar", "wind"]),  # text in one document, a number in the other: both match
+        ("zip=nan", []),  # text, not a float
+        ("doc_id=wind", ["wind"]),
+    ],
+)
 def test_filter_values_are_typed_from_the_index(index, capsys, flt, expected):
     assert _query(capsys, index, "--filter", flt) == expected
 
 
-@pytest.mark.parametrize("flt, message", [
-    ("year=nan", "'nan' is not a finite number"),
-    ("year=inf", "'inf' is not a finite number"),
-    ("year=-Infinity", "is not a finite number"),
-    ("year=last", "'year' holds numbers in this index (e.g. 2023), and 'last' is not a number"),
-    ("year=1_000", "is not a number"),
-    ("draft=yes", "'draft' holds true/false"),
-    ("yeer=2020", "unknown filter key 'yeer' (did you mean 'year'?)"),
-])
+@pytest.mark.parametrize(
+    "flt, message",
+    [
+        ("year=nan", "'nan' is not a finite number"),
+        ("year=inf", "'inf' is not a finite number"),
+        ("year=-Infinity", "is not a finite number"),
+        ("year=last", "'year' holds numbers in this index (e.g. 2023), and 'last' is not a number"),
+        ("year=1_000", "is not a number"),
+        ("draft=yes", "'draft' holds true/false"),
+        ("yeer=2020", "unknown filter key 'yeer' (did you mean 'year'?)"),
+    ],
+)
 def test_filters_the_index_cannot_match_are_one_line_errors(index, capsys, flt, message):
     assert main(["query", str(index / "idx"), "power", "--filter", flt]) == 1
     assert message in _error(capsys)

@@ -26,9 +26,10 @@ package's own filter evaluator, so a wrong evaluator cannot pass its own test.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, List
+from collections.abc import Callable
 
 import pytest
+from contract_fixtures import AUTO, DOC_META, FUSION, KIND_BY_NAME, KINDS, OWN_K, ROUTE, Built, Corpus
 from llama_index.core import Settings, get_response_synthesizer
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import MockLLM
@@ -42,11 +43,10 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from contract_fixtures import AUTO, DOC_META, FUSION, KINDS, OWN_K, ROUTE, Built, Corpus, KIND_BY_NAME
 from llama_index_ext_recursive import (
     ExplainedNodeWithScore,
-    FilterError,
     FilteredQueryBundle,
+    FilterError,
     FusionHit,
     HybridFusionRetriever,
     RetrievalExplanation,
@@ -119,23 +119,21 @@ def parts(hit: NodeWithScore) -> frozenset:
     explanation = getattr(hit, "explanation", None)
     if explanation is None:
         return frozenset()
-    return frozenset(
-        name for name in (ROUTE, FUSION, AUTO) if getattr(explanation, name, None) not in (None, [])
-    )
+    return frozenset(name for name in (ROUTE, FUSION, AUTO) if getattr(explanation, name, None) not in (None, []))
 
 
-def signature(hits: List[NodeWithScore]) -> List[tuple]:
+def signature(hits: list[NodeWithScore]) -> list[tuple]:
     return [(hit.node.node_id, hit.score, parts(hit)) for hit in hits]
 
 
-def assert_same(actual: List[NodeWithScore], expected: List[NodeWithScore]) -> None:
+def assert_same(actual: list[NodeWithScore], expected: list[NodeWithScore]) -> None:
     """Same nodes in the same order, same scores (to float noise), same explanation parts."""
     got, want = signature(actual), signature(expected)
     assert [(i, p) for i, _, p in got] == [(i, p) for i, _, p in want]
     assert [s for _, s, _ in got] == pytest.approx([s for _, s, _ in want], rel=1e-6, abs=1e-9)
 
 
-def assert_all(hits: List[NodeWithScore], holds: Callable[[str], bool], what: str) -> None:
+def assert_all(hits: list[NodeWithScore], holds: Callable[[str], bool], what: str) -> None:
     assert hits, f"no hits for {what}"
     wrong = [(hit.node.node_id, doc_of(hit)) for hit in hits if not holds(doc_of(hit))]
     assert not wrong, f"hits breaking {what}: {wrong}"
@@ -213,7 +211,7 @@ def test_no_retriever_is_built_per_query(built, name, monkeypatch):
     """Children are built with their parent; per-call options travel in the bundle instead."""
     retriever = merged(built, name)
     retriever.retrieve(Q_BROAD)  # anything built lazily on first use is built now
-    built_during: List[str] = []
+    built_during: list[str] = []
     original = BaseRetriever.__init__
 
     def counting(self, *args, **kwargs):
@@ -229,7 +227,7 @@ def test_no_retriever_is_built_per_query(built, name, monkeypatch):
 # ----------------------------------------------------------------- 3. explanations
 
 
-def check_parts(hits: List[NodeWithScore], expected: frozenset) -> None:
+def check_parts(hits: list[NodeWithScore], expected: frozenset) -> None:
     assert hits
     for hit in hits:
         assert isinstance(hit, ExplainedNodeWithScore), type(hit).__name__
@@ -281,9 +279,10 @@ def test_a_hybrid_wrapper_keeps_the_route_of_a_recursive_child(built):
     hybrid = HybridFusionRetriever([recursive, bm25], similarity_top_k=OWN_K, retriever_names=["recursive", "bm25"])
     hits = hybrid.retrieve(FilteredQueryBundle(Q_BROAD, filters={"category": "biology"}))
     assert_all(hits, biology, "category == biology AND year >= 2019")
-    routed = {hit.node.node_id: hit.explanation.route for hit in recursive.retrieve(
-        FilteredQueryBundle(Q_BROAD, filters={"category": "biology"}, top_k=OWN_K)
-    )}
+    routed = {
+        hit.node.node_id: hit.explanation.route
+        for hit in recursive.retrieve(FilteredQueryBundle(Q_BROAD, filters={"category": "biology"}, top_k=OWN_K))
+    }
     for hit in hits:
         names = {item.retriever_name for item in hit.explanation.fusion}
         if "recursive" in names:
@@ -330,7 +329,7 @@ def test_retrieve_works_inside_a_running_event_loop(built, name):
     retriever = merged(built, name)
     bundle = BUNDLES["filters+top_k"]
 
-    async def cell() -> List[NodeWithScore]:
+    async def cell() -> list[NodeWithScore]:
         return retriever.retrieve(bundle())
 
     assert_same(asyncio.run(cell()), retriever.retrieve(bundle()))

@@ -20,7 +20,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 
@@ -31,8 +30,7 @@ DOCS = sorted((ROOT / "docs").rglob("*.md"))
 BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 CONTINUED = "# continued from above"
 # pages whose snippets load the bundled embedding model (slow): integration tests
-REAL_MODEL = {"01-recursive", "02-bm25-and-hybrid", "03-stores", "04-auto-retrieval", "05-evaluation",
-              "06-agent-tool"}
+REAL_MODEL = {"01-recursive", "02-bm25-and-hybrid", "03-stores", "04-auto-retrieval", "05-evaluation", "06-agent-tool"}
 
 # runs every selected page in one interpreter (imports and the bundled models are loaded once): each
 # page in its own scratch folder and with LlamaIndex's Settings as a fresh session has them, each block
@@ -67,15 +65,15 @@ def python_blocks(path: Path) -> list:
     return BLOCK.findall(path.read_text(encoding="utf-8"))
 
 
-def _offline_env() -> Dict[str, str]:
+def _offline_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
     return env
 
 
-def page_blocks(path: Path) -> List[dict]:
+def page_blocks(path: Path) -> list[dict]:
     """A page's blocks for the runner, checked against the convention above."""
-    blocks: List[dict] = []
+    blocks: list[dict] = []
     for number, source in enumerate(python_blocks(path), start=1):
         continued = source.startswith(CONTINUED)
         assert number > 1 or not continued, f"{path.name}: block 1 cannot continue a previous block"
@@ -86,7 +84,7 @@ def page_blocks(path: Path) -> List[dict]:
     return blocks
 
 
-def run_pages(paths: List[Path], scratch: Path) -> Dict[str, dict]:
+def run_pages(paths: list[Path], scratch: Path) -> dict[str, dict]:
     """Run the pages one after the other in one fresh interpreter; each page's outcome by file name."""
     pages = []
     for path in paths:
@@ -96,16 +94,22 @@ def run_pages(paths: List[Path], scratch: Path) -> Dict[str, dict]:
     report = scratch / "report.json"
     done = subprocess.run(
         [sys.executable, "-c", _RUNNER, json.dumps(pages), str(report)],
-        cwd=scratch, env=_offline_env(), capture_output=True, text=True, timeout=1800,
+        cwd=scratch,
+        env=_offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     results = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
     for page in pages:  # the interpreter died: the page it was in and those after it say so
-        results.setdefault(page["name"], {"failure": {"label": page["name"], "source": "", "error": done.stderr[-4000:]}})
+        results.setdefault(
+            page["name"], {"failure": {"label": page["name"], "source": "", "error": done.stderr[-4000:]}}
+        )
     return results
 
 
 @pytest.fixture(scope="session")
-def executed_pages(request, tmp_path_factory) -> Dict[str, dict]:
+def executed_pages(request, tmp_path_factory) -> dict[str, dict]:
     """Every page a selected test asks for, run once in one interpreter."""
     wanted = []
     for item in request.session.items:
@@ -118,7 +122,7 @@ def executed_pages(request, tmp_path_factory) -> Dict[str, dict]:
     return run_pages(paths, tmp_path_factory.mktemp("pages"))
 
 
-def check_page(path: Path, executed: Dict[str, dict]) -> None:
+def check_page(path: Path, executed: dict[str, dict]) -> None:
     """Fail with the failing block's source and traceback."""
     failure = executed[path.name]["failure"]
     if failure:

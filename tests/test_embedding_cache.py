@@ -10,33 +10,31 @@ import logging
 import re
 import sqlite3
 from pathlib import Path
-from typing import List
 
 import numpy as np
 import pytest
+from conftest import LexicalEmbedding
 from llama_index.core import Document
-from llama_index.core.schema import TextNode
 from llama_index.core.bridge.pydantic import Field
+from llama_index.core.schema import TextNode
 
 from llama_index_ext_recursive import CachedEmbedding, HybridFusionRetriever, RecursiveSummaryRetriever, SummaryIndex
 from llama_index_ext_recursive.embedding_cache import EmbeddingCacheError, check_cache_path, default_cache_path
-
-from conftest import LexicalEmbedding
 from llama_index_ext_recursive.model_identity import PROBES
 
 
 class Counting(LexicalEmbedding):
     """Records what it embeds, by role; queries get a different vector than texts."""
 
-    queries: List[str] = Field(default_factory=list)
-    texts: List[str] = Field(default_factory=list)
+    queries: list[str] = Field(default_factory=list)
+    texts: list[str] = Field(default_factory=list)
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         if query not in PROBES:
             self.queries.append(query)
         return list(-np.asarray(self._vector(query)))
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         if text not in PROBES:  # the identity probes (test_model_identity.py counts those)
             self.texts.append(text)
         return self._vector(text)
@@ -96,8 +94,10 @@ def test_cache_queries_false_passes_queries_through_and_builds_never_cache_them(
     assert (cache.computed, cache.reused) == (0, 0)  # queries passed through count in neither
     # a cache the builders create from a path does not keep the users' queries
     path = tmp_path / "build.sqlite"
-    docs = [Document(text="The queen bee lays eggs. Workers gather nectar.", doc_id="bees"),
-            Document(text="Solar panels turn sunlight into power.", doc_id="solar")]
+    docs = [
+        Document(text="The queen bee lays eggs. Workers gather nectar.", doc_id="bees"),
+        Document(text="Solar panels turn sunlight into power.", doc_id="solar"),
+    ]
     retriever = RecursiveSummaryRetriever.from_documents(docs, embed_model=lexical, embedding_cache=path)
     rows = len(retriever.index.embed_model)
     retriever.retrieve("who lays the eggs?")
@@ -113,8 +113,11 @@ def test_a_file_that_is_not_a_cache_is_refused_and_left_untouched(tmp_path):
     foreign_table = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign_table) as db:
         db.execute("CREATE TABLE embeddings (id INTEGER, data TEXT)")
-    for path, why in ((notes, "is not a SQLite database"), (other_db, "without an 'embeddings' table"),
-                      (foreign_table, "with columns ['id', 'data']")):
+    for path, why in (
+        (notes, "is not a SQLite database"),
+        (other_db, "without an 'embeddings' table"),
+        (foreign_table, "with columns ['id', 'data']"),
+    ):
         before = path.read_bytes()
         with pytest.raises(EmbeddingCacheError, match=re.escape(why)):
             check_cache_path(path)
@@ -150,10 +153,14 @@ def test_a_stored_vector_that_is_not_finite_or_of_another_dimension_is_embedded_
     cache = CachedEmbedding(_model(), path)
     cache.get_text_embedding_batch(["good", "nan", "short", "fine", "well"])
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE embeddings SET vector = ? WHERE key = ?",
-                   (np.full(64, np.nan, dtype=np.float32).tobytes(), cache._key("text", "nan")))
-        db.execute("UPDATE embeddings SET vector = ? WHERE key = ?",
-                   (np.ones(3, dtype=np.float32).tobytes(), cache._key("text", "short")))
+        db.execute(
+            "UPDATE embeddings SET vector = ? WHERE key = ?",
+            (np.full(64, np.nan, dtype=np.float32).tobytes(), cache._key("text", "nan")),
+        )
+        db.execute(
+            "UPDATE embeddings SET vector = ? WHERE key = ?",
+            (np.ones(3, dtype=np.float32).tobytes(), cache._key("text", "short")),
+        )
     model = _model()
     fresh = CachedEmbedding(model, path)
     vectors = fresh.get_text_embedding_batch(["good", "nan", "short", "fine", "well"])
@@ -201,8 +208,10 @@ def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
 
 def test_builds_wrap_the_chosen_model_once_and_updates_reuse_the_cache(tmp_path, lexical):
     path = tmp_path / "c.sqlite"
-    docs = [Document(text="The queen bee lays eggs. Workers gather nectar.", doc_id="bees"),
-            Document(text="Solar panels turn sunlight into power.", doc_id="solar")]
+    docs = [
+        Document(text="The queen bee lays eggs. Workers gather nectar.", doc_id="bees"),
+        Document(text="Solar panels turn sunlight into power.", doc_id="solar"),
+    ]
     index = SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=path)
     assert isinstance(index.embed_model, CachedEmbedding) and index.embed_model.model is lexical
     assert index.embedding_choice["name"] == "lexical-test" and index.embed_model.computed > 0
@@ -237,8 +246,10 @@ def test_a_persisted_index_records_the_inner_model_and_loads_back_without_the_ca
 def test_a_rebuild_embeds_nothing_not_even_calibrations_pseudo_queries(tmp_path):
     """Chunks, summaries and the pseudo-queries that fit the fusion weights all come from the cache."""
     path = tmp_path / "c.sqlite"
-    docs = [Document(text=f"Topic {i}: the queen bee lays eggs while workers gather nectar in spring.", doc_id=f"d{i}")
-            for i in range(12)]  # enough pseudo-queries to calibrate (MIN_CALIBRATION_SAMPLES)
+    docs = [
+        Document(text=f"Topic {i}: the queen bee lays eggs while workers gather nectar in spring.", doc_id=f"d{i}")
+        for i in range(12)
+    ]  # enough pseudo-queries to calibrate (MIN_CALIBRATION_SAMPLES)
     first_model = _model()
     RecursiveSummaryRetriever.from_documents(docs, embed_model=first_model, embedding_cache=path)
     assert first_model.queries and first_model.texts  # calibration embedded pseudo-queries the first time

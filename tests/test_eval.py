@@ -6,16 +6,15 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import List, Optional
 
 import ir_measures
 import pytest
+from conftest import LexicalEmbedding, topic_nodes
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from conftest import LexicalEmbedding, topic_nodes
 from llama_index_ext_recursive import write_sample_dataset
 from llama_index_ext_recursive.eval import (
     REGISTRY,
@@ -39,15 +38,15 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 class CountingEmbedding(LexicalEmbedding):
     """LexicalEmbedding that records every text it embeds, by kind."""
 
-    queries: List[str] = Field(default_factory=list)
-    texts: List[str] = Field(default_factory=list)
+    queries: list[str] = Field(default_factory=list)
+    texts: list[str] = Field(default_factory=list)
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         if query not in PROBES:  # the model-identity probes, embedded once per instance
             self.queries.append(query)
         return self._vector(query)
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         if text not in PROBES:
             self.texts.append(text)
         return self._vector(text)
@@ -126,11 +125,11 @@ def test_a_repeated_id_keeps_its_first_rank():
 class FixedRetriever(BaseRetriever):
     """Returns the same nodes, all with the same score, in a fixed order."""
 
-    def __init__(self, ids: List[str]) -> None:
+    def __init__(self, ids: list[str]) -> None:
         super().__init__()
         self._ids = ids
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return [NodeWithScore(node=TextNode(id_=i, text=i), score=0.5) for i in self._ids]
 
 
@@ -163,10 +162,30 @@ def test_document_level_success_through_doc_of():
 
 
 CORPUS = [
-    {"_id": "bees_c0", "title": "Honeybees", "text": "The queen bee lays eggs in the hive.", "metadata": {"doc_id": "bees"}},
-    {"_id": "bees_c1", "title": "Honeybees", "text": "Worker bees collect nectar from flowers.", "metadata": {"doc_id": "bees"}},
-    {"_id": "solar_c0", "title": "Solar", "text": "Solar panels turn sunlight into electricity.", "metadata": {"doc_id": "solar"}},
-    {"_id": "solar_c1", "title": "Solar", "text": "An inverter makes alternating current.", "metadata": {"doc_id": "solar"}},
+    {
+        "_id": "bees_c0",
+        "title": "Honeybees",
+        "text": "The queen bee lays eggs in the hive.",
+        "metadata": {"doc_id": "bees"},
+    },
+    {
+        "_id": "bees_c1",
+        "title": "Honeybees",
+        "text": "Worker bees collect nectar from flowers.",
+        "metadata": {"doc_id": "bees"},
+    },
+    {
+        "_id": "solar_c0",
+        "title": "Solar",
+        "text": "Solar panels turn sunlight into electricity.",
+        "metadata": {"doc_id": "solar"},
+    },
+    {
+        "_id": "solar_c1",
+        "title": "Solar",
+        "text": "An inverter makes alternating current.",
+        "metadata": {"doc_id": "solar"},
+    },
 ]
 QUERIES = [
     {"_id": "q1", "text": "Who lays the eggs in a hive?"},
@@ -180,10 +199,10 @@ DOC_QRELS = ["query-id\tcorpus-id\tscore", "q1\tbees\t1", "q2\tsolar\t1", "q4\tb
 
 def write_dataset(
     root: Path,
-    corpus: Optional[List[str]] = None,
-    queries: Optional[List[str]] = None,
-    qrels: Optional[List[str]] = None,
-    doc_qrels: Optional[List[str]] = DOC_QRELS,
+    corpus: list[str] | None = None,
+    queries: list[str] | None = None,
+    qrels: list[str] | None = None,
+    doc_qrels: list[str] | None = DOC_QRELS,
 ) -> Path:
     """A tiny BEIR-layout dataset; each file given as its lines."""
     (root / "qrels").mkdir(parents=True, exist_ok=True)
@@ -199,7 +218,7 @@ def write_dataset(
     return root
 
 
-def _replace(lines: List[str], number: int, text: str) -> List[str]:
+def _replace(lines: list[str], number: int, text: str) -> list[str]:
     """``lines`` with its 1-based line ``number`` replaced."""
     return lines[: number - 1] + [text] + lines[number:]
 
@@ -208,17 +227,47 @@ CORPUS_LINES = [json.dumps(r) for r in CORPUS]
 QUERY_LINES = [json.dumps(r) for r in QUERIES]
 
 BAD = {
-    "corpus bad JSON": ("corpus", _replace(CORPUS_LINES, 3, '{"_id": "solar_c0", "text": '), "corpus.jsonl:3", "invalid JSON"),
+    "corpus bad JSON": (
+        "corpus",
+        _replace(CORPUS_LINES, 3, '{"_id": "solar_c0", "text": '),
+        "corpus.jsonl:3",
+        "invalid JSON",
+    ),
     "corpus not an object": ("corpus", _replace(CORPUS_LINES, 2, '["bees_c1"]'), "corpus.jsonl:2", "JSON object"),
-    "corpus missing _id": ("corpus", _replace(CORPUS_LINES, 3, json.dumps({"text": "no id"})), "corpus.jsonl:3", "'_id'"),
-    "corpus duplicate _id": ("corpus", _replace(CORPUS_LINES, 3, json.dumps({"_id": "bees_c0", "text": "again"})), "corpus.jsonl:3", "duplicate"),
-    "queries missing text": ("queries", _replace(QUERY_LINES, 2, json.dumps({"_id": "q2"})), "queries.jsonl:2", "'text'"),
-    "queries duplicate _id": ("queries", _replace(QUERY_LINES, 4, json.dumps({"_id": "q1", "text": "x"})), "queries.jsonl:4", "duplicate"),
+    "corpus missing _id": (
+        "corpus",
+        _replace(CORPUS_LINES, 3, json.dumps({"text": "no id"})),
+        "corpus.jsonl:3",
+        "'_id'",
+    ),
+    "corpus duplicate _id": (
+        "corpus",
+        _replace(CORPUS_LINES, 3, json.dumps({"_id": "bees_c0", "text": "again"})),
+        "corpus.jsonl:3",
+        "duplicate",
+    ),
+    "queries missing text": (
+        "queries",
+        _replace(QUERY_LINES, 2, json.dumps({"_id": "q2"})),
+        "queries.jsonl:2",
+        "'text'",
+    ),
+    "queries duplicate _id": (
+        "queries",
+        _replace(QUERY_LINES, 4, json.dumps({"_id": "q1", "text": "x"})),
+        "queries.jsonl:4",
+        "duplicate",
+    ),
     "qrels column count": ("qrels", _replace(QRELS, 3, "q2\tsolar_c1"), "test.tsv:3", "3 tab-separated columns"),
     "qrels non-integer relevance": ("qrels", _replace(QRELS, 2, "q1\tbees_c0\thigh"), "test.tsv:2", "not an integer"),
     "qrels unknown query": ("qrels", _replace(QRELS, 3, "q9\tsolar_c1\t1"), "test.tsv:3", "'q9'"),
     "qrels unknown corpus id": ("qrels", _replace(QRELS, 2, "q1\tbees_c7\t1"), "test.tsv:2", "'bees_c7'"),
-    "doc qrels unknown document": ("doc_qrels", _replace(DOC_QRELS, 4, "q4\twasps\t1"), "test.doc-level.tsv:4", "'wasps'"),
+    "doc qrels unknown document": (
+        "doc_qrels",
+        _replace(DOC_QRELS, 4, "q4\twasps\t1"),
+        "test.doc-level.tsv:4",
+        "'wasps'",
+    ),
 }
 
 
@@ -255,7 +304,9 @@ def test_load_keeps_judged_queries_in_file_order(tmp_path):
     assert dataset.doc_qrels == {"q1": {"bees": 1}, "q2": {"solar": 1}, "q4": {"bees": 1}}
 
 
-@pytest.mark.parametrize("cap, expected", [(1, ["q1"]), (2, ["q1", "q2"]), (3, ["q1", "q2", "q4"]), (10, ["q1", "q2", "q4"])])
+@pytest.mark.parametrize(
+    "cap, expected", [(1, ["q1"]), (2, ["q1", "q2"]), (3, ["q1", "q2", "q4"]), (10, ["q1", "q2", "q4"])]
+)
 def test_max_queries_keeps_the_first_judged_queries(tmp_path, cap, expected):
     dataset = BeirDataset.load(write_dataset(tmp_path / "ds"), max_queries=cap)
     assert list(dataset.queries) == expected
@@ -263,8 +314,9 @@ def test_max_queries_keeps_the_first_judged_queries(tmp_path, cap, expected):
     assert list(dataset.doc_qrels) == expected
 
 
-@pytest.mark.parametrize("cap, error", [(-1, ValueError), (0, ValueError), (True, TypeError),
-                                        (2.0, TypeError), ("2", TypeError)])
+@pytest.mark.parametrize(
+    "cap, error", [(-1, ValueError), (0, ValueError), (True, TypeError), (2.0, TypeError), ("2", TypeError)]
+)
 def test_max_queries_that_is_not_a_positive_count_is_refused(tmp_path, cap, error):
     """-1 used to slice off the last query; now every non-count is refused by name."""
     root = write_dataset(tmp_path / "ds")
@@ -272,8 +324,9 @@ def test_max_queries_that_is_not_a_positive_count_is_refused(tmp_path, cap, erro
         BeirDataset.load(root, max_queries=cap)
 
 
-@pytest.mark.parametrize("split", ["../../x", "../test", "sub/test", "..", "", " test",
-                                   "a\\b", "/etc/passwd", "te\x00st"])
+@pytest.mark.parametrize(
+    "split", ["../../x", "../test", "sub/test", "..", "", " test", "a\\b", "/etc/passwd", "te\x00st"]
+)
 def test_a_split_that_is_a_path_is_refused_before_reading(tmp_path, split):
     root = write_dataset(tmp_path / "ds")
     # a qrels file outside the dataset that the split would otherwise reach
@@ -312,8 +365,11 @@ def test_nodes_embed_the_title_not_the_doc_id(tmp_path):
 
 # ---------------------------------------------------------------- queries from another folder
 
-FRENCH = {"q1": "Qui pond les oeufs dans une ruche ?", "q2": "A quoi sert un onduleur ?",
-          "q4": "Que recoltent les abeilles ouvrieres ?"}
+FRENCH = {
+    "q1": "Qui pond les oeufs dans une ruche ?",
+    "q2": "A quoi sert un onduleur ?",
+    "q4": "Que recoltent les abeilles ouvrieres ?",
+}
 
 
 def _queries_folder(root: Path, queries: dict) -> Path:
@@ -340,19 +396,26 @@ def test_queries_from_another_folder_are_matched_by_id(tmp_path):
 def test_queries_from_a_folder_with_some_ids_missing_warns_with_the_count(tmp_path, caplog):
     partial = {qid: FRENCH[qid] for qid in ("q1", "q4")}
     with caplog.at_level("WARNING", logger="llama_index_ext_recursive.eval.data"):
-        dataset = BeirDataset.load(write_dataset(tmp_path / "en"),
-                                   queries_from=_queries_folder(tmp_path / "fr", partial))
+        dataset = BeirDataset.load(
+            write_dataset(tmp_path / "en"), queries_from=_queries_folder(tmp_path / "fr", partial)
+        )
     assert dataset.queries == partial
     assert list(dataset.qrels) == list(dataset.doc_qrels) == ["q1", "q4"]
     [record] = caplog.records
-    assert re.search(r"1 of 3 query ids judged in .*test\.tsv are not in .*fr.*queries\.jsonl "
-                     r"\(e\.g\. 'q2'\): evaluating the other 2", record.getMessage())
+    assert re.search(
+        r"1 of 3 query ids judged in .*test\.tsv are not in .*fr.*queries\.jsonl "
+        r"\(e\.g\. 'q2'\): evaluating the other 2",
+        record.getMessage(),
+    )
 
 
 def test_queries_from_a_folder_sharing_no_query_id_is_refused(tmp_path):
     other = _queries_folder(tmp_path / "other", {"56be": "Who lays the eggs?", "56bf": "What is an inverter?"})
-    with pytest.raises(DatasetError, match=r"none of the 3 query ids judged in .*test\.tsv \(e\.g\. 'q1'\) "
-                                           r"is in .*other.*queries\.jsonl \(e\.g\. '56be'\): the folders are not parallel"):
+    with pytest.raises(
+        DatasetError,
+        match=r"none of the 3 query ids judged in .*test\.tsv \(e\.g\. 'q1'\) "
+        r"is in .*other.*queries\.jsonl \(e\.g\. '56be'\): the folders are not parallel",
+    ):
         BeirDataset.load(write_dataset(tmp_path / "en"), queries_from=other)
 
 
@@ -388,7 +451,10 @@ def test_sample_dataset_is_complete_and_loads(tmp_path):
         assert chunk_ids == [f"{document['_id']}_c{i}" for i in range(len(chunk_ids))]
         assert all(dataset.doc_of[c] == document["_id"] for c in chunk_ids)
     assert sum(len(d["metadata"]["chunk_ids"]) for d in documents) == len(dataset.corpus)
-    queries = {json.loads(line)["_id"]: json.loads(line) for line in (root / "queries.jsonl").read_text(encoding="utf-8").splitlines()}
+    queries = {
+        json.loads(line)["_id"]: json.loads(line)
+        for line in (root / "queries.jsonl").read_text(encoding="utf-8").splitlines()
+    }
     for number, question in enumerate(questions, 1):
         qid = f"q{number}"
         assert queries[qid]["text"] == question["question"]
@@ -458,7 +524,11 @@ def test_two_wrappers_share_one_sqlite_file(tmp_path):
     query = first.get_query_embedding("a b")
     first.close()
     second = CachedEmbedding(second_model, path)
-    assert second.get_text_embedding_batch(["c d", "a b", "e f"]) == [texts[1], texts[0], second.get_text_embedding("e f")]
+    assert second.get_text_embedding_batch(["c d", "a b", "e f"]) == [
+        texts[1],
+        texts[0],
+        second.get_text_embedding("e f"),
+    ]
     assert second.get_query_embedding("a b") == query
     assert second_model.texts == ["e f"] and second_model.queries == []
     assert second.computed == 1
@@ -509,8 +579,15 @@ def _context(model, nodes=None, gold_docs=None) -> BuildContext:
 
 
 def test_the_registry_has_the_upstream_baselines_and_ours():
-    assert {"upstream-vector", "upstream-bm25", "upstream-fusion", "upstream-fusion-relative",
-            "upstream-recursive", "recursive", "oracle-routing"} <= set(REGISTRY)
+    assert {
+        "upstream-vector",
+        "upstream-bm25",
+        "upstream-fusion",
+        "upstream-fusion-relative",
+        "upstream-recursive",
+        "recursive",
+        "oracle-routing",
+    } <= set(REGISTRY)
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -561,7 +638,9 @@ def test_compare_reports_every_retriever_on_shared_cached_embeddings(tmp_path, c
     total = first.texts_embedded + first.texts_embedded_in_builds
     assert len(embedded) == len(set(embedded)) == total == len(cache)
     assert first.texts_embedded == 7  # 4 chunks + 3 queries; the rest are summaries built by upstream-recursive
-    assert {"Who lays the eggs in a hive?", "What does an inverter do?", "What do worker bees collect?"} <= set(counting.queries)
+    assert {"Who lays the eggs in a hive?", "What does an inverter do?", "What do worker bees collect?"} <= set(
+        counting.queries
+    )
     second = compare(dataset, names, embed_model=cache)
     assert second.texts_embedded == 0 and len(counting.texts) + len(counting.queries) == len(embedded)
     assert [r.metrics for r in second.reports] == [r.metrics for r in first.reports]
@@ -586,17 +665,20 @@ def test_markdown_table_has_a_row_per_retriever(tmp_path, lexical):
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| upstream-vector", "| recursive"]
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"k": 0}, ValueError, "k must be >= 1"),
-    ({"k": True}, TypeError, "k must be an integer"),
-    ({"k": 2.5}, TypeError, "k must be an integer"),
-    ({"concurrency": 0}, ValueError, "concurrency must be >= 1"),
-    ({"concurrency": -4}, ValueError, "concurrency must be >= 1"),
-    ({"names": []}, ValueError, "names is empty"),
-    ({"names": "upstream-vector"}, TypeError, "parse_names"),
-    ({"names": ["recursive", "recursive"]}, ValueError, "more than once"),
-    ({"names": ["upstream-vectr"]}, KeyError, "upstream-vectr"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"k": 0}, ValueError, "k must be >= 1"),
+        ({"k": True}, TypeError, "k must be an integer"),
+        ({"k": 2.5}, TypeError, "k must be an integer"),
+        ({"concurrency": 0}, ValueError, "concurrency must be >= 1"),
+        ({"concurrency": -4}, ValueError, "concurrency must be >= 1"),
+        ({"names": []}, ValueError, "names is empty"),
+        ({"names": "upstream-vector"}, TypeError, "parse_names"),
+        ({"names": ["recursive", "recursive"]}, ValueError, "more than once"),
+        ({"names": ["upstream-vectr"]}, KeyError, "upstream-vectr"),
+    ],
+)
 def test_compare_checks_its_arguments_before_embedding_anything(tmp_path, counting, kwargs, error, match):
     dataset = BeirDataset.load(write_dataset(tmp_path / "ds"))
     arguments = {"names": ["upstream-vector"], **kwargs}
@@ -664,8 +746,19 @@ def test_cli_eval_on_the_sample_dataset(tmp_path, capsys, real_model):
 
     data = write_sample_dataset(tmp_path / "ds")
     out, png, cache = tmp_path / "out.json", tmp_path / "out.png", tmp_path / "c.sqlite"
-    argv = ["eval", "--data", str(data), "--retrievers", "upstream-vector,recursive",
-            "--cache", str(cache), "--out", str(out), "--plot", str(png)]
+    argv = [
+        "eval",
+        "--data",
+        str(data),
+        "--retrievers",
+        "upstream-vector,recursive",
+        "--cache",
+        str(cache),
+        "--out",
+        str(out),
+        "--plot",
+        str(png),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "ds: 43 chunks, 24 queries" in printed
@@ -695,11 +788,14 @@ def _parallel_folders(tmp_path: Path) -> tuple:
     """English questions (``en``) and Chinese passages with Chinese questions and qrels (``zh``)."""
     qrels = ["query-id\tcorpus-id\tscore", "t1\ttea\t1", "w1\twaste\t1"]
     corpus = [json.dumps({"_id": cid, "text": text}, ensure_ascii=False) for cid, text in ZH_PASSAGES.items()]
-    chinese = [json.dumps({"_id": "t1", "text": "绿茶应该放在哪里？"}, ensure_ascii=False),
-               json.dumps({"_id": "w1", "text": "大骨头扔进哪个垃圾桶？"}, ensure_ascii=False)]
+    chinese = [
+        json.dumps({"_id": "t1", "text": "绿茶应该放在哪里？"}, ensure_ascii=False),
+        json.dumps({"_id": "w1", "text": "大骨头扔进哪个垃圾桶？"}, ensure_ascii=False),
+    ]
     zh = write_dataset(tmp_path / "zh", corpus=corpus, queries=chinese, qrels=qrels, doc_qrels=None)
-    en = _queries_folder(tmp_path / "en", {"t1": "Where should I keep green tea?",
-                                           "w1": "Which bin do big bones go in?"})
+    en = _queries_folder(
+        tmp_path / "en", {"t1": "Where should I keep green tea?", "w1": "Which bin do big bones go in?"}
+    )
     return en, zh
 
 
@@ -709,8 +805,26 @@ def test_cli_eval_english_questions_over_chinese_passages(tmp_path, capsys):
 
     en, zh = _parallel_folders(tmp_path)
     out = tmp_path / "out.json"
-    assert main(["eval", "--data", str(zh), "--queries-from", str(en), "--retrievers", "vector",
-                 "--embed-model", "multilingual", "--cache", str(tmp_path / "c.sqlite"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--data",
+                str(zh),
+                "--queries-from",
+                str(en),
+                "--retrievers",
+                "vector",
+                "--embed-model",
+                "multilingual",
+                "--cache",
+                str(tmp_path / "c.sqlite"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "en->zh: 3 chunks, 2 queries" in capsys.readouterr().out
     figures = json.loads(out.read_text(encoding="utf-8"))
     assert figures["dataset"] == "en->zh" and figures["queries"] == 2
@@ -728,8 +842,11 @@ def test_cli_eval_queries_from_an_unaligned_folder_fails_before_embedding(tmp_pa
     argv = ["eval", "--data", str(zh), "--retrievers", "vector", "--cache", str(cache)]
     assert main(argv + ["--queries-from", str(other)]) == 1
     err = capsys.readouterr().err
-    assert re.fullmatch(r"error: none of the 2 query ids judged in .*test\.tsv \(e\.g\. 't1'\) is in "
-                        r".*other.*queries\.jsonl \(e\.g\. 'x1'\): the folders are not parallel; .*\n", err)
+    assert re.fullmatch(
+        r"error: none of the 2 query ids judged in .*test\.tsv \(e\.g\. 't1'\) is in "
+        r".*other.*queries\.jsonl \(e\.g\. 'x1'\): the folders are not parallel; .*\n",
+        err,
+    )
     assert main(argv + ["--queries-from", str(tmp_path / "nowhere")]) == 1
     assert re.fullmatch(r"error: the queries folder .*nowhere is not a directory; .*\n", capsys.readouterr().err)
     assert not cache.exists()  # refused before the model or the cache was touched
@@ -752,16 +869,22 @@ LEAD = " ".join(f"w{i}" for i in range(100))
 
 def _recipe_nodes():
     """Three contracts with the same boilerplate; only titles and opening names differ."""
-    clauses = ["The receiving party shall keep the information confidential.",
-               "This agreement terminates after two years."]
+    clauses = [
+        "The receiving party shall keep the information confidential.",
+        "This agreement terminates after two years.",
+    ]
     nodes = []
-    for doc_id, title, party in [("nda-a", "Acme Rockets NDA", "Acme"), ("nda-b", "Birch Bakery NDA", "Birch"),
-                                 ("nda-c", None, "Cedar")]:
+    for doc_id, title, party in [
+        ("nda-a", "Acme Rockets NDA", "Acme"),
+        ("nda-b", "Birch Bakery NDA", "Birch"),
+        ("nda-c", None, "Cedar"),
+    ]:
         texts = [f"Agreement between {party} and the recipient.", *clauses]
         for i, text in enumerate(texts):
             metadata = {"doc_id": doc_id, **({"title": title} if title else {})}
-            nodes.append(TextNode(id_=f"{doc_id}-{i}", text=text, metadata=metadata,
-                                  excluded_embed_metadata_keys=["doc_id"]))
+            nodes.append(
+                TextNode(id_=f"{doc_id}-{i}", text=text, metadata=metadata, excluded_embed_metadata_keys=["doc_id"])
+            )
     return nodes
 
 
@@ -769,8 +892,10 @@ def test_recipe_summary_is_the_title_then_the_first_60_words_in_chunk_order():
     from llama_index_ext_recursive.eval.registry import recipe_summary
 
     words = LEAD.split()
-    chunks = [TextNode(text=" ".join(words[:40]), metadata={"title": "The Title"}),
-              TextNode(text="\n".join(words[40:]))]
+    chunks = [
+        TextNode(text=" ".join(words[:40]), metadata={"title": "The Title"}),
+        TextNode(text="\n".join(words[40:])),
+    ]
     summary = recipe_summary("doc-1", chunks)
     title, lead = summary.split("\n")
     assert title == "The Title"
@@ -789,7 +914,7 @@ def test_upstream_recursive_routes_on_recipe_summaries_top3_by_top3(counting):
     summaries = {n.index_id: n.text for n in top._index.docstore.docs.values()}
     assert summaries == {
         "nda-a": "Acme Rockets NDA\nAgreement between Acme and the recipient. The receiving party shall "
-                 "keep the information confidential. This agreement terminates after two years.",
+        "keep the information confidential. This agreement terminates after two years.",
         "nda-b": recipe_summary("nda-b", [n for n in nodes if n.metadata["doc_id"] == "nda-b"]),
         "nda-c": recipe_summary("nda-c", [n for n in nodes if n.metadata["doc_id"] == "nda-c"]),
     }
@@ -859,8 +984,11 @@ def test_oracle_ranks_only_the_gold_documents_chunks_by_rrf(lexical):
 
 def test_oracle_refuses_a_query_it_has_no_answer_for(lexical):
     oracle = build_retriever("oracle-routing", _context(lexical))
-    with pytest.raises(KeyError, match=r"no gold documents for the query 'What is a drone\?'.*only "
-                                       r"answers the 1 judged queries.*BuildContext.gold_docs"):
+    with pytest.raises(
+        KeyError,
+        match=r"no gold documents for the query 'What is a drone\?'.*only "
+        r"answers the 1 judged queries.*BuildContext.gold_docs",
+    ):
         oracle.retrieve("What is a drone?")
 
 
@@ -869,9 +997,11 @@ def test_gold_documents_come_from_doc_qrels_or_the_chunks_documents(tmp_path):
     qrels = [*QRELS, "q5\tsolar_c0\t1", "q2\tbees_c0\t0"]
     flat = BeirDataset.load(write_dataset(tmp_path / "flat", queries=queries, qrels=qrels, doc_qrels=None))
     # same text twice (q4, q5): the union; relevance 0 is not gold; unjudged q3 is absent
-    assert flat.gold_documents() == {"Who lays the eggs in a hive?": ("bees",),
-                                     "What does an inverter do?": ("solar",),
-                                     "What do worker bees collect?": ("bees", "solar")}
+    assert flat.gold_documents() == {
+        "Who lays the eggs in a hive?": ("bees",),
+        "What does an inverter do?": ("solar",),
+        "What do worker bees collect?": ("bees", "solar"),
+    }
     doc_level = ["query-id\tcorpus-id\tscore", "q1\tsolar\t1", "q2\tsolar\t1", "q4\tbees\t1"]
     hier = BeirDataset.load(write_dataset(tmp_path / "hier", doc_qrels=doc_level))
     assert hier.gold_documents()["Who lays the eggs in a hive?"] == ("solar",)  # the doc-level file rules
@@ -899,12 +1029,14 @@ def test_compare_embed_title_false_embeds_no_title_and_says_so(tmp_path, countin
     comparison = compare(dataset, ["upstream-vector"], embed_model=counting, embed_title=False)
     assert sorted(counting.texts) == sorted(row["text"] for row in CORPUS)  # no title anywhere
     assert comparison.to_dict()["metadata_convention"] == {
-        "title": "metadata-not-embedded", "embed_title": False, "title_in_text": False}
+        "title": "metadata-not-embedded",
+        "embed_title": False,
+        "title_in_text": False,
+    }
     counting.texts.clear()
     default = compare(dataset, ["upstream-vector"], embed_model=counting)
     assert all(("Honeybees" in t) or ("Solar" in t) for t in counting.texts)
-    assert default.to_dict()["metadata_convention"]["title"] == (
-        "embedded-metadata" if doc_qrels else "in-text")
+    assert default.to_dict()["metadata_convention"]["title"] == ("embedded-metadata" if doc_qrels else "in-text")
     with pytest.raises(TypeError, match="embed_title must be True or False"):
         compare(dataset, ["upstream-vector"], embed_model=counting, embed_title="no")
 
@@ -917,14 +1049,28 @@ def test_cli_eval_no_embed_title_and_the_oracle_ceiling(tmp_path, capsys, real_m
     out = tmp_path / "out.json"
     # the English model, as the oracle's ceiling was measured (its RRF of a strong dense child
     # and BM25 can rank below the dense child alone)
-    argv = ["eval", "--data", str(data), "--retrievers", "upstream-vector,oracle-routing",
-            "--cache", str(tmp_path / "c.sqlite"), "--out", str(out), "--no-embed-title",
-            "--embed-model", "minilm"]
+    argv = [
+        "eval",
+        "--data",
+        str(data),
+        "--retrievers",
+        "upstream-vector,oracle-routing",
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+        "--out",
+        str(out),
+        "--no-embed-title",
+        "--embed-model",
+        "minilm",
+    ]
     assert main(argv) == 0
     assert "chunk titles: metadata-not-embedded" in capsys.readouterr().out
     figures = json.loads(out.read_text(encoding="utf-8"))
     assert figures["metadata_convention"]["embed_title"] is False
-    oracle, vector = figures["retrievers"]["oracle-routing"]["metrics"], figures["retrievers"]["upstream-vector"]["metrics"]
+    oracle, vector = (
+        figures["retrievers"]["oracle-routing"]["metrics"],
+        figures["retrievers"]["upstream-vector"]["metrics"],
+    )
     assert oracle["doc:Success@10"] == 1.0  # routing is perfect by construction
     assert oracle["nDCG@10"] >= vector["nDCG@10"]
 

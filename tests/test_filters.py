@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -26,15 +27,19 @@ OR, AND, NOT = FilterCondition.OR, FilterCondition.AND, FilterCondition.NOT
 def test_mapping_shorthand():
     filters = to_filters({"year": 2024, "lang": ["en", "zh"]})
     assert [(f.key, f.operator, f.value) for f in filters.filters] == [
-        ("year", FilterOperator.EQ, 2024), ("lang", FilterOperator.IN, ["en", "zh"])]
+        ("year", FilterOperator.EQ, 2024),
+        ("lang", FilterOperator.IN, ["en", "zh"]),
+    ]
 
 
 def test_nested_evaluation():
-    tree = MetadataFilters(filters=[
-        F(key="year", value=2020, operator=FilterOperator.GTE),
-        MetadataFilters(condition=OR, filters=[F(key="lang", value="en"), F(key="lang", value="zh")]),
-        MetadataFilters(condition=NOT, filters=[F(key="draft", value=1)]),
-    ])
+    tree = MetadataFilters(
+        filters=[
+            F(key="year", value=2020, operator=FilterOperator.GTE),
+            MetadataFilters(condition=OR, filters=[F(key="lang", value="en"), F(key="lang", value="zh")]),
+            MetadataFilters(condition=NOT, filters=[F(key="draft", value=1)]),
+        ]
+    )
     assert metadata_matches(tree, {"year": 2021, "lang": "zh"})
     assert not metadata_matches(tree, {"year": 2021, "lang": "fr"})
     assert not metadata_matches(tree, {"year": 2019, "lang": "en"})
@@ -63,10 +68,16 @@ def test_relaxation_keeps_document_keys_only():
 values = st.sampled_from(["a", "b", "c"])
 leaves = st.builds(lambda k, v: F(key=k, value=v), st.sampled_from(["cat", "section"]), values)
 trees = st.recursive(
-    st.builds(lambda fs, c: MetadataFilters(filters=fs, condition=c), st.lists(leaves, min_size=1, max_size=3),
-              st.sampled_from([AND, OR, NOT])),
-    lambda inner: st.builds(lambda fs, c: MetadataFilters(filters=fs, condition=c),
-                            st.lists(st.one_of(leaves, inner), min_size=1, max_size=3), st.sampled_from([AND, OR, NOT])),
+    st.builds(
+        lambda fs, c: MetadataFilters(filters=fs, condition=c),
+        st.lists(leaves, min_size=1, max_size=3),
+        st.sampled_from([AND, OR, NOT]),
+    ),
+    lambda inner: st.builds(
+        lambda fs, c: MetadataFilters(filters=fs, condition=c),
+        st.lists(st.one_of(leaves, inner), min_size=1, max_size=3),
+        st.sampled_from([AND, OR, NOT]),
+    ),
     max_leaves=6,
 )
 

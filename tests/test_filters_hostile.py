@@ -102,10 +102,13 @@ def test_legitimate_filters_give_the_right_documents_everywhere(retrievers, kind
 
 
 def test_an_or_across_types_is_how_a_mixed_list_is_written(retrievers):
-    either = MetadataFilters(condition=FilterCondition.OR, filters=[
-        MetadataFilter(key="mixed", operator=FilterOperator.IN, value=[5]),
-        MetadataFilter(key="mixed", operator=FilterOperator.IN, value=["five"]),
-    ])
+    either = MetadataFilters(
+        condition=FilterCondition.OR,
+        filters=[
+            MetadataFilter(key="mixed", operator=FilterOperator.IN, value=[5]),
+            MetadataFilter(key="mixed", operator=FilterOperator.IN, value=["five"]),
+        ],
+    )
     for kind in KINDS:
         assert _both(retrievers[kind], either) == ["bees", "solar"], kind
 
@@ -175,15 +178,18 @@ AWKWARD_METADATA = {"year": np.int64(2020), "score": np.float32(0.5), "ok": np.b
 
 @pytest.mark.parametrize("kind", ["hybrid", "bm25", "numpy"])
 def test_numpy_scalars_in_node_metadata_are_kept_as_the_numbers_they_hold(lexical, kind):
-    nodes = [TextNode(id_="bees-0", text="bees dance", metadata=dict(AWKWARD_METADATA)),
-             TextNode(id_="solar-0", text="solar power", metadata={**AWKWARD_METADATA, "year": np.int64(2021)})]
+    nodes = [
+        TextNode(id_="bees-0", text="bees dance", metadata=dict(AWKWARD_METADATA)),
+        TextNode(id_="solar-0", text="solar power", metadata={**AWKWARD_METADATA, "year": np.int64(2021)}),
+    ]
     if kind == "hybrid":
         retriever = HybridFusionRetriever.from_nodes(nodes, lexical, similarity_top_k=2)
     elif kind == "bm25":
         retriever = MultilingualBM25Retriever(nodes, similarity_top_k=2)
     else:
-        index = VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
-                                 embed_model=lexical)
+        index = VectorStoreIndex(
+            nodes, storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()), embed_model=lexical
+        )
         retriever = BackfillVectorRetriever(index, 2)
     hits = retriever.retrieve(FilteredQueryBundle("bees dance", filters={"year": 2020}))
     assert [h.node.node_id for h in hits] == ["bees-0"]
@@ -200,8 +206,10 @@ def test_numpy_scalars_in_node_metadata_are_kept_as_the_numbers_they_hold(lexica
     [(datetime.datetime(2020, 1, 1), "isoformat"), ({1, 2}, "sorted"), (object(), "a string, a number")],
 )
 def test_metadata_no_index_can_hold_is_refused_by_node_and_key_before_embedding(lexical, kind, value, fix):
-    nodes = [TextNode(id_="bees-0", text="bees dance", metadata={"doc_id": "bees"}),
-             TextNode(id_="ants-0", text="ants march", metadata={"doc_id": "ants", "when": value})]
+    nodes = [
+        TextNode(id_="bees-0", text="bees dance", metadata={"doc_id": "bees"}),
+        TextNode(id_="ants-0", text="ants march", metadata={"doc_id": "ants", "when": value}),
+    ]
     build = {
         "hybrid": lambda: HybridFusionRetriever.from_nodes(nodes, lexical),
         "bm25": lambda: MultilingualBM25Retriever(nodes),

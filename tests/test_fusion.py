@@ -6,9 +6,9 @@ import asyncio
 import copy
 import logging
 import sys
-from typing import List, Optional
 
 import pytest
+from conftest import topic_nodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
@@ -17,7 +17,6 @@ from llama_index.core.base.llms.types import CompletionResponse
 from llama_index.core.llms import MockLLM
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from conftest import topic_nodes
 from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of
 from llama_index_ext_recursive.results import FusedNodeWithScore, FusionHit
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
@@ -32,33 +31,33 @@ MODES = ["reciprocal_rerank", "relative_score", "dist_based_score", "simple"]
 class Static(BaseRetriever):
     """Returns a fixed list (the same objects every call); records what it was asked."""
 
-    def __init__(self, hits: List[NodeWithScore]) -> None:
+    def __init__(self, hits: list[NodeWithScore]) -> None:
         self.hits = hits
-        self.seen: List[QueryBundle] = []
+        self.seen: list[QueryBundle] = []
         super().__init__()
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self.seen.append(query_bundle)
         return list(self.hits)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         await asyncio.sleep(0)
         return self._retrieve(query_bundle)
 
 
 class Failing(BaseRetriever):
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         raise RuntimeError("child exploded")
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         raise RuntimeError("child exploded")
 
 
-def N(node_id: str, score: Optional[float], text: Optional[str] = None, **metadata) -> NodeWithScore:
+def N(node_id: str, score: float | None, text: str | None = None, **metadata) -> NodeWithScore:
     return NodeWithScore(node=TextNode(id_=node_id, text=text or f"text {node_id}", metadata=metadata), score=score)
 
 
-def ids(results) -> List[str]:
+def ids(results) -> list[str]:
     return [n.node.node_id for n in results]
 
 
@@ -206,14 +205,24 @@ def test_distance_and_similarity_children_combine():
 def test_c8_zero_score_bm25_hits_get_no_credit():
     from llama_index.retrievers.bm25 import BM25Retriever
 
-    texts = [("a", "photosynthesis in plants"), ("b", "chlorophyll absorbs light"),
-             ("c", "stock market volatility"), ("d", "bond yields rise"), ("e", "football results")]
+    texts = [
+        ("a", "photosynthesis in plants"),
+        ("b", "chlorophyll absorbs light"),
+        ("c", "stock market volatility"),
+        ("d", "bond yields rise"),
+        ("e", "football results"),
+    ]
     nodes = [TextNode(text=t, id_=i) for i, t in texts]
     bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=3)
     query = "how do leaves make sugar"  # no word in common with any node
     assert all(n.score == 0.0 for n in bm25.retrieve(query))
-    dense = Static([NodeWithScore(node=nodes[0], score=0.82), NodeWithScore(node=nodes[1], score=0.80),
-                    NodeWithScore(node=nodes[4], score=0.31)])
+    dense = Static(
+        [
+            NodeWithScore(node=nodes[0], score=0.82),
+            NodeWithScore(node=nodes[1], score=0.80),
+            NodeWithScore(node=nodes[4], score=0.31),
+        ]
+    )
     for mode in MODES:
         fusion = HybridFusionRetriever([dense, bm25], mode=mode, retriever_names=["dense", "bm25"])
         results = fusion.retrieve(query)
@@ -328,7 +337,7 @@ async def test_c9_sync_retrieve_inside_running_loop():
 
 
 async def test_aretrieve_runs_children_concurrently():
-    arrived: List[str] = []
+    arrived: list[str] = []
     both = asyncio.Event()
 
     class Barrier(BaseRetriever):
@@ -364,10 +373,8 @@ def test_provenance_fields():
     top = results[0]
     assert top.node.node_id == "b"
     assert top.provenance == [
-        FusionHit(retriever_index=0, retriever_name="vector", query_str="q", rank=2, score=0.8,
-                  contribution=1 / 62),
-        FusionHit(retriever_index=1, retriever_name="bm25", query_str="q", rank=1, score=7.0,
-                  contribution=3 / 61),
+        FusionHit(retriever_index=0, retriever_name="vector", query_str="q", rank=2, score=0.8, contribution=1 / 62),
+        FusionHit(retriever_index=1, retriever_name="bm25", query_str="q", rank=1, score=7.0, contribution=3 / 61),
     ]
     assert top.score == pytest.approx(sum(h.contribution for h in top.provenance))
     assert isinstance(top, NodeWithScore)
@@ -398,8 +405,9 @@ def test_per_call_filters_passed_down_and_enforced():
 
 
 def test_construction_filters_merge_with_per_call():
-    child = Static([N("a", 0.9, year=2024, lang="en"), N("b", 0.8, year=2024, lang="de"),
-                    N("c", 0.7, year=2020, lang="en")])
+    child = Static(
+        [N("a", 0.9, year=2024, lang="en"), N("b", 0.8, year=2024, lang="de"), N("c", 0.7, year=2020, lang="en")]
+    )
     fusion = HybridFusionRetriever([child], filters={"lang": "en"})
     assert ids(fusion.retrieve("q")) == ["a", "c"]
     assert ids(fusion.retrieve(FilteredQueryBundle("q", filters={"year": 2024}))) == ["a"]
@@ -511,11 +519,8 @@ CHINESE_TEXTS = [
 ]
 
 
-def mixed_nodes() -> List[TextNode]:
-    chinese = [
-        TextNode(id_=f"zh{i}", text=text, metadata={"category": "zh"})
-        for i, text in enumerate(CHINESE_TEXTS)
-    ]
+def mixed_nodes() -> list[TextNode]:
+    chinese = [TextNode(id_=f"zh{i}", text=text, metadata={"category": "zh"}) for i, text in enumerate(CHINESE_TEXTS)]
     return topic_nodes() + chinese
 
 
@@ -557,14 +562,10 @@ def test_calibration_is_deterministic_and_sync_async_agree(lexical):
 
 
 def test_explicit_weights_are_never_recalibrated(lexical):
-    fusion = HybridFusionRetriever.from_nodes(
-        mixed_nodes(), embed_model=lexical, retriever_weights=[0.5, 1.0]
-    )
+    fusion = HybridFusionRetriever.from_nodes(mixed_nodes(), embed_model=lexical, retriever_weights=[0.5, 1.0])
     assert fusion.calibration is None and fusion.script_weights == {}
     assert fusion.weights_for("实验对象是什么物种？") == [0.5, 1.0]
-    pinned = HybridFusionRetriever.from_nodes(
-        mixed_nodes(), embed_model=lexical, script_weights={"cjk": [1.0, 1.0]}
-    )
+    pinned = HybridFusionRetriever.from_nodes(mixed_nodes(), embed_model=lexical, script_weights={"cjk": [1.0, 1.0]})
     assert pinned.calibration is None
     assert pinned.weights_for("实验对象") == [1.0, 1.0]
 
@@ -583,7 +584,9 @@ def test_calibration_needs_enough_samples_per_script(lexical):
 
 def test_a_query_in_a_script_the_corpus_lacks_leans_on_the_dense_child(lexical):
     """English questions over Chinese passages: BM25 can match only shared names and digits."""
-    nodes = [TextNode(text=f"第{i}段：绿茶应当冷藏保存，乌龙茶是半发酵茶，红茶是全发酵茶。", id_=f"zh{i}") for i in range(12)]
+    nodes = [
+        TextNode(text=f"第{i}段：绿茶应当冷藏保存，乌龙茶是半发酵茶，红茶是全发酵茶。", id_=f"zh{i}") for i in range(12)
+    ]
     fusion = HybridFusionRetriever.from_nodes(nodes, embed_model=lexical)
     assert fusion.calibration.scripts["cjk"].samples >= 8  # measured
     assert fusion.weights_for("How is green tea stored?") == list(CROSS_SCRIPT_WEIGHTS)

@@ -29,10 +29,14 @@ from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.validation import closest
 
 DOCS = [
-    Document(text="Bees dance to share where flowers are.", doc_id="bees",
-             metadata={"tags": ["insects", "biology"], "year": 2020}),
-    Document(text="Solar panels convert sunlight into power.", doc_id="solar",
-             metadata={"tags": ["energy"], "year": 2021}),
+    Document(
+        text="Bees dance to share where flowers are.",
+        doc_id="bees",
+        metadata={"tags": ["insects", "biology"], "year": 2020},
+    ),
+    Document(
+        text="Solar panels convert sunlight into power.", doc_id="solar", metadata={"tags": ["energy"], "year": 2021}
+    ),
 ]
 
 
@@ -48,8 +52,12 @@ def retrievers():
         "hybrid": HybridFusionRetriever.from_nodes(nodes, model),
         "bm25": MultilingualBM25Retriever(nodes=nodes),
         "backfill": BackfillVectorRetriever(index, 2),
-        "auto": ValidatedAutoRetriever(index, VectorStoreInfo(content_info="facts", metadata_info=[
-            MetadataInfo(name="year", type="int", description="year")])),
+        "auto": ValidatedAutoRetriever(
+            index,
+            VectorStoreInfo(
+                content_info="facts", metadata_info=[MetadataInfo(name="year", type="int", description="year")]
+            ),
+        ),
     }
 
 
@@ -104,8 +112,13 @@ def test_queries_that_are_not_text_are_refused_by_name(retrievers, kind, query, 
 
 
 def test_numpy_metadata_is_kept_as_the_number_it_holds(lexical):
-    docs = [Document(text="Bees dance.", doc_id="bees", metadata={"year": np.int64(2020), "score": np.float32(0.5),
-                                                                  "ok": np.bool_(True)})]
+    docs = [
+        Document(
+            text="Bees dance.",
+            doc_id="bees",
+            metadata={"year": np.int64(2020), "score": np.float32(0.5), "ok": np.bool_(True)},
+        )
+    ]
     retriever = RecursiveSummaryRetriever.from_documents(docs, embed_model=lexical)
     hit = retriever.retrieve(FilteredQueryBundle("bees", filters={"year": 2020}))[0]
     assert hit.node.metadata["year"] == 2020 and type(hit.node.metadata["year"]) is int
@@ -125,8 +138,10 @@ def test_metadata_no_index_can_hold_is_refused_before_any_embedding(lexical, val
 
 
 def test_an_integer_document_id_deletes_the_document_indexed_under_it(lexical):
-    nodes = [TextNode(id_="a", text="five bees", metadata={"doc_id": 5}),
-             TextNode(id_="b", text="six ants", metadata={"doc_id": 6})]
+    nodes = [
+        TextNode(id_="a", text="five bees", metadata={"doc_id": 5}),
+        TextNode(id_="b", text="six ants", metadata={"doc_id": 6}),
+    ]
     retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical)
     retriever.delete_document(5)
     assert sorted(retriever.documents) == ["6"]
@@ -143,7 +158,10 @@ def test_integer_retriever_dict_keys_route_to_the_string_index_id(lexical):
 
     bees = Index([TextNode(id_="c", text="bees dance")], embed_model=lexical).as_retriever()
     ants = Index([TextNode(id_="c2", text="ants march")], embed_model=lexical).as_retriever()
-    summaries = [IndexNode(id_="s5", text="About bees", index_id="5"), IndexNode(id_="s6", text="About ants", index_id="6")]
+    summaries = [
+        IndexNode(id_="s5", text="About bees", index_id="5"),
+        IndexNode(id_="s6", text="About ants", index_id="6"),
+    ]
     retriever = RecursiveSummaryRetriever.from_retriever_dict(summaries, {5: bees, 6: ants}, embed_model=lexical)
     assert retriever.retrieve("ants march")[0].node.node_id == "c2"
     with pytest.raises(ValueError, match="retriever_dict keys 5 and '5' both name document '5': keep one"):
@@ -153,9 +171,11 @@ def test_integer_retriever_dict_keys_route_to_the_string_index_id(lexical):
 
 
 def test_a_delete_that_would_leave_a_link_pointing_nowhere_is_refused_and_adds_keep_working(lexical):
-    nodes = [TextNode(id_="a", text="bees dance", metadata={"doc_id": "d1"}),
-             IndexNode(id_="link", text="see the ants", index_id="d2", metadata={"doc_id": "d1"}),
-             TextNode(id_="b", text="ants march", metadata={"doc_id": "d2"})]
+    nodes = [
+        TextNode(id_="a", text="bees dance", metadata={"doc_id": "d1"}),
+        IndexNode(id_="link", text="see the ants", index_id="d2", metadata={"doc_id": "d1"}),
+        TextNode(id_="b", text="ants march", metadata={"doc_id": "d2"}),
+    ]
     retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical)
     with pytest.raises(LinkError, match="deleting document 'd2' would leave a link pointing nowhere: IndexNode 'link'"):
         retriever.delete_document("d2")
@@ -166,21 +186,30 @@ def test_a_delete_that_would_leave_a_link_pointing_nowhere_is_refused_and_adds_k
     assert sorted(retriever.documents) == ["d3"]
 
 
-LINKED = [TextNode(id_="a", text="bees dance", metadata={"doc_id": "d1"}),
-          IndexNode(id_="link", text="see the ants chunk", index_id="b", metadata={"doc_id": "d1"}),
-          TextNode(id_="b", text="ants march", metadata={"doc_id": "d2"})]
+LINKED = [
+    TextNode(id_="a", text="bees dance", metadata={"doc_id": "d1"}),
+    IndexNode(id_="link", text="see the ants chunk", index_id="b", metadata={"doc_id": "d1"}),
+    TextNode(id_="b", text="ants march", metadata={"doc_id": "d2"}),
+]
 
 
 def test_an_update_that_would_strand_a_link_is_refused_naming_the_update(lexical):
     retriever = RecursiveSummaryRetriever.from_nodes(LINKED, embed_model=lexical)
-    with pytest.raises(LinkError, match=r"after updating document\(s\) \['d2'\]: IndexNode 'link' in document "
-                                        r"'d1' points to 'b'.*keep that chunk id in the new version"):
+    with pytest.raises(
+        LinkError,
+        match=r"after updating document\(s\) \['d2'\]: IndexNode 'link' in document "
+        r"'d1' points to 'b'.*keep that chunk id in the new version",
+    ):
         retriever.index.add_nodes([TextNode(id_="b2", text="ants march on", metadata={"doc_id": "d2"})])
     assert retriever.index.documents["d2"].chunk_ids == ["b"]
     # updating both in one call is how the link moves
-    retriever.index.add_nodes([TextNode(id_="b2", text="ants march on", metadata={"doc_id": "d2"}),
-                               TextNode(id_="a", text="bees dance", metadata={"doc_id": "d1"}),
-                               IndexNode(id_="link", text="see the ants chunk", index_id="b2", metadata={"doc_id": "d1"})])
+    retriever.index.add_nodes(
+        [
+            TextNode(id_="b2", text="ants march on", metadata={"doc_id": "d2"}),
+            TextNode(id_="a", text="bees dance", metadata={"doc_id": "d1"}),
+            IndexNode(id_="link", text="see the ants chunk", index_id="b2", metadata={"doc_id": "d1"}),
+        ]
+    )
     assert "b2" in [h.node.node_id for h in retriever.retrieve("see the ants chunk")]
 
 
@@ -205,10 +234,15 @@ def test_a_link_an_earlier_release_left_pointing_nowhere_blocks_no_update_or_loa
         assert sorted(loaded.documents) == ["d1", "d3"]
         assert loaded.retrieve("see the ants chunk")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("1 link(s) already pointed nowhere" in w and "IndexNode 'link' in document 'd1' points to 'b'" in w
-               and "update or delete the linking document" in w for w in warnings)
-    assert any("IndexNode 'link' of document 'd1' points to 'b', which no longer exists; not followed" in w
-               for w in warnings)
+    assert any(
+        "1 link(s) already pointed nowhere" in w
+        and "IndexNode 'link' in document 'd1' points to 'b'" in w
+        and "update or delete the linking document" in w
+        for w in warnings
+    )
+    assert any(
+        "IndexNode 'link' of document 'd1' points to 'b', which no longer exists; not followed" in w for w in warnings
+    )
     loaded.add_documents([Document(text="Bees dance all day.", doc_id="d1")])  # the fix the warning names
     caplog.clear()
     with caplog.at_level(logging.WARNING):
@@ -223,12 +257,12 @@ def test_top_k_beyond_the_store_is_clamped_and_below_one_refused(lexical):
 
     nodes = [TextNode(id_=f"n{i}", text=f"bees {i}") for i in range(5)]
     store = FaissMapVectorStore(faiss_index=faiss.IndexIDMap2(faiss.IndexFlatIP(64)))
-    index = VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=store),
-                             embed_model=lexical)
+    index = VectorStoreIndex(
+        nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=lexical
+    )
     assert len(BackfillVectorRetriever(index, 3).retrieve(FilteredQueryBundle("bees", top_k=10**9))) == 5
     numpy_store = NumpyVectorStore()
-    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=numpy_store),
-                     embed_model=lexical)
+    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=numpy_store), embed_model=lexical)
     with pytest.raises(ValueError, match="similarity_top_k must be >= 0, got -1"):
         numpy_store.query(VectorStoreQuery(query_embedding=[1.0] * 64, similarity_top_k=-1))
 
@@ -256,12 +290,24 @@ def _beir(tmp_path, corpus_rows, qrels="query-id\tcorpus-id\tscore\nq1\tc1\t1\n"
         (None, None, b'{"_id": "c1", "text": "caf\xe9"}\n', r"corpus.jsonl:1: byte 26 .* is not UTF-8"),
         ([{"_id": "c1", "text": "x"}], "q1\tc1\t\u0661\n", None, r"test.tsv:1: relevance '\u0661' is not an integer"),
         (None, None, b'{"_id": "c1", "text": "x", "_id": "c2"}\n', r"corpus.jsonl:1: key '_id' is given twice"),
-        ([{"_id": "c1", "text": "x", "metadata": {"doc_id": None}}], None, None,
-         r"corpus.jsonl:1: metadata: missing 'doc_id'"),
-        ([{"_id": "c1", "text": "x", "metadata": {"doc_id": ["d"]}}], None, None,
-         r"corpus.jsonl:1: metadata: 'doc_id' is a list"),
-        (None, None, b'{"_id": "c1", "text": "bad \\ud800 escape"}\n',
-         r"corpus.jsonl:1: 'text' holds '\\ud800' at position 4, a lone surrogate"),
+        (
+            [{"_id": "c1", "text": "x", "metadata": {"doc_id": None}}],
+            None,
+            None,
+            r"corpus.jsonl:1: metadata: missing 'doc_id'",
+        ),
+        (
+            [{"_id": "c1", "text": "x", "metadata": {"doc_id": ["d"]}}],
+            None,
+            None,
+            r"corpus.jsonl:1: metadata: 'doc_id' is a list",
+        ),
+        (
+            None,
+            None,
+            b'{"_id": "c1", "text": "bad \\ud800 escape"}\n',
+            r"corpus.jsonl:1: 'text' holds '\\ud800' at position 4, a lone surrogate",
+        ),
     ],
 )
 def test_the_beir_loader_refuses_bad_values_by_file_and_line(tmp_path, rows, qrels, raw, message):
@@ -271,8 +317,9 @@ def test_the_beir_loader_refuses_bad_values_by_file_and_line(tmp_path, rows, qre
 
 
 def test_a_previous_release_folder_with_desktop_files_and_a_readme_loads_and_keeps_them(lexical, tmp_path):
-    from llama_index_ext_recursive.persist import current_generation
     from test_persist import as_previous_format
+
+    from llama_index_ext_recursive.persist import current_generation
 
     retriever = RecursiveSummaryRetriever.from_documents(DOCS, embed_model=lexical)
     retriever.persist(tmp_path / "idx")
@@ -293,7 +340,9 @@ def test_two_summaries_with_one_index_id_are_refused_naming_both(lexical):
     from llama_index.core import VectorStoreIndex as Index
 
     child = Index([TextNode(id_="c", text="bees dance")], embed_model=lexical).as_retriever()
-    summaries = [IndexNode(id_="s1", text="About bees", index_id="bees"),
-                 IndexNode(id_="s2", text="Also bees", index_id="bees")]
+    summaries = [
+        IndexNode(id_="s1", text="About bees", index_id="bees"),
+        IndexNode(id_="s2", text="Also bees", index_id="bees"),
+    ]
     with pytest.raises(LinkError, match="'s1' and 's2' both have index_id 'bees'"):
         RecursiveSummaryRetriever.from_retriever_dict(summaries, {"bees": child}, embed_model=lexical)

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Set
 
 import grimp
 
@@ -32,10 +31,17 @@ def test_the_package_checked_is_this_tree():
 def test_import_linter_contracts_are_kept():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c",
-         "import sys; from importlinter.cli import lint_imports; "
-         "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports; "
+            "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -44,13 +50,13 @@ def _graph() -> grimp.ImportGraph:
     return grimp.build_graph(PACKAGE, cache_dir=None)
 
 
-def _circles(edges: Dict[str, Set[str]]) -> List[List[str]]:
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The import circles of ``edges``: strongly connected components of two nodes or more (Tarjan)."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on_stack: Set[str] = set()
-    found: List[List[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
@@ -94,11 +100,11 @@ def test_no_two_parts_of_a_folder_import_each_other():
     for package in sorted(m for m in graph.modules if graph.find_children(m)):
         depth = package.count(".") + 1
 
-        def part(module: str) -> str:
+        def part(module: str, depth: int = depth) -> str:
             return ".".join(module.split(".")[: depth + 1])
 
         inside = set(graph.find_descendants(package))
-        edges: Dict[str, Set[str]] = {}
+        edges: dict[str, set[str]] = {}
         for importer in inside:
             for imported in graph.find_modules_directly_imported_by(importer) & inside:
                 if part(importer) != part(imported):

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import List
 
 import numpy as np
 import pytest
+from conftest import LexicalEmbedding
 from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import TextNode
 
-from conftest import LexicalEmbedding
 from llama_index_ext_recursive import (
     BackfillVectorRetriever,
     CachedEmbedding,
@@ -37,21 +36,21 @@ class Seeded(BaseEmbedding):
 
     seed: int = 0
     dim: int = 16
-    embedded: List[str] = []
+    embedded: list[str] = []
 
-    def _vector(self, text: str) -> List[float]:
+    def _vector(self, text: str) -> list[float]:
         self.embedded.append(text)
         digest = int(hashlib.md5(f"{self.seed}:{text}".encode()).hexdigest(), 16) % 2**32
         v = np.random.default_rng(digest).normal(size=self.dim)
         return (v / np.linalg.norm(v)).tolist()
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         return self._vector(query)
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         return self._vector(text)
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         return self._vector(query)
 
 
@@ -97,12 +96,13 @@ def test_the_probes_are_embedded_once_per_model_instance():
 def test_a_cache_of_another_model_is_refused_by_the_builders(tmp_path):
     with pytest.raises(ModelMismatchError, match="embedding_cache wraps 'unknown' .* embedded with 'unknown'"):
         HybridFusionRetriever.from_nodes(
-            [TextNode(id_="n", text="bees")], Seeded(seed=1, embedded=[]),
+            [TextNode(id_="n", text="bees")],
+            Seeded(seed=1, embedded=[]),
             embedding_cache=CachedEmbedding(Seeded(seed=2, embedded=[])),
         )
 
 
-def _nodes() -> List[TextNode]:
+def _nodes() -> list[TextNode]:
     return [TextNode(id_=f"n{i}", text=t, metadata={"doc_id": f"d{i % 3}"}) for i, t in enumerate(TEXTS)]
 
 
@@ -172,14 +172,21 @@ def test_an_index_saved_with_the_model_name_only_is_checked_by_name(tmp_path, ki
     build, cls = BUILDERS[kind]
     build(LexicalEmbedding(model_name="lexical-test")).persist(tmp_path / kind)
     assert _drop_identity(tmp_path / kind) >= 1
-    assert cls.from_persist_dir(tmp_path / kind, embed_model=LexicalEmbedding(model_name="lexical-test")).retrieve("bees")
+    assert cls.from_persist_dir(tmp_path / kind, embed_model=LexicalEmbedding(model_name="lexical-test")).retrieve(
+        "bees"
+    )
     with pytest.raises(PersistError, match="built with embedding model 'lexical-test'"):
         cls.from_persist_dir(tmp_path / kind, embed_model=LexicalEmbedding(model_name="other"))
 
 
 def test_a_recursive_index_over_documents_answers_the_same_after_a_reload(tmp_path, lexical):
-    docs = [Document(text="The queen bee lays eggs.", doc_id="bees"), Document(text="Panels make power.", doc_id="solar")]
+    docs = [
+        Document(text="The queen bee lays eggs.", doc_id="bees"),
+        Document(text="Panels make power.", doc_id="solar"),
+    ]
     built = RecursiveSummaryRetriever.from_documents(docs, embed_model=lexical)
     built.persist(tmp_path / "r")
-    loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "r", embed_model=LexicalEmbedding(model_name="renamed"))
+    loaded = RecursiveSummaryRetriever.from_persist_dir(
+        tmp_path / "r", embed_model=LexicalEmbedding(model_name="renamed")
+    )
     assert [h.node.node_id for h in loaded.retrieve("queen")] == [h.node.node_id for h in built.retrieve("queen")]

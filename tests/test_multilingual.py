@@ -31,11 +31,14 @@ def test_paraphrases_are_closer_than_unrelated_texts(e5):
     assert cosine(a, paraphrase) > cosine(a, unrelated) + 0.05
 
 
-@pytest.mark.parametrize("english, chinese", [
-    ("Green tea is best stored in the refrigerator.", "绿茶最好放在冰箱里保存。"),
-    ("Large bones go in the residual waste bin.", "大骨头应该投放到其他垃圾桶。"),
-    ("GAPDH expression in C57BL/6 mice", "C57BL/6 小鼠中的 GAPDH 表达"),
-])
+@pytest.mark.parametrize(
+    "english, chinese",
+    [
+        ("Green tea is best stored in the refrigerator.", "绿茶最好放在冰箱里保存。"),
+        ("Large bones go in the residual waste bin.", "大骨头应该投放到其他垃圾桶。"),
+        ("GAPDH expression in C57BL/6 mice", "C57BL/6 小鼠中的 GAPDH 表达"),
+    ],
+)
 def test_translation_pairs_are_closer_than_unrelated_pairs(e5, english, chinese):
     unrelated = "今天的股市大幅下跌，投资者十分担忧。"
     en = e5.get_text_embedding(english)

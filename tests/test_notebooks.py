@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict
 
 import nbformat
 import pytest
@@ -37,7 +36,9 @@ def test_notebooks_exist():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebooks_are_stored_without_outputs(path):
     notebook = nbformat.read(path, as_version=4)
-    with_outputs = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    with_outputs = [
+        i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)
+    ]
     assert not with_outputs, f"{path.name}: cells {with_outputs} keep outputs; strip them before committing"
 
 
@@ -76,15 +77,18 @@ def _run_in_kernel(client: NotebookClient, notebook, code: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def executed_notebooks(request, tmp_path_factory) -> Dict[str, object]:
+def executed_notebooks(request, tmp_path_factory) -> dict[str, object]:
     """Every notebook a selected test asks for, executed once in one kernel: the notebook or its error."""
-    wanted = [item.callspec.params["path"] for item in request.session.items if item.originalname == "test_notebook_executes"]
-    results: Dict[str, object] = {}
+    wanted = [
+        item.callspec.params["path"] for item in request.session.items if item.originalname == "test_notebook_executes"
+    ]
+    results: dict[str, object] = {}
     if not wanted:
         return results
     scratch = tmp_path_factory.mktemp("notebooks")
-    client = NotebookClient(nbformat.v4.new_notebook(), timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(scratch)}})
+    client = NotebookClient(
+        nbformat.v4.new_notebook(), timeout=600, kernel_name="python3", resources={"metadata": {"path": str(scratch)}}
+    )
     with client.setup_kernel():
         _run_in_kernel(client, client.nb, _REMEMBER_SETTINGS)
         for path in dict.fromkeys(wanted):
@@ -110,6 +114,8 @@ def test_notebook_executes(path, executed_notebooks):
     notebook = executed_notebooks[path.stem]
     if isinstance(notebook, Exception):
         pytest.fail(f"{path.name}: {notebook}", pytrace=False)
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    errors = [
+        o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"
+    ]
     assert not errors
     assert LAST_OUTPUT[path.stem] in str(notebook.cells[-1].outputs[-1])

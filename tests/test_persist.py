@@ -24,16 +24,17 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any
 
 import pytest
+from conftest import TOPICS, LexicalEmbedding, topic_nodes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llama_index.core.schema import TextNode
 
-from conftest import TOPICS, LexicalEmbedding, topic_nodes
 from llama_index_ext_recursive import MultilingualBM25Retriever, PersistError, RecursiveSummaryRetriever
 from llama_index_ext_recursive import persist as persist_module
 from llama_index_ext_recursive.persist import (
@@ -52,14 +53,24 @@ LOCKS = {".llama-index.lock", ".llama-index.rwlock"}
 # Two versions of the corpus: "new" changes one document and adds one.
 NEW_TOPICS = {
     **TOPICS,
-    "bees": ("Honeybees", "biology", 2024, [
-        "A honeybee colony winters in a cluster around the queen.",
-        "Guard bees defend the hive entrance from wasps.",
-    ]),
-    "tea": ("Green tea", "food", 2022, [
-        "Green tea leaves are steamed or pan fired to stop oxidation.",
-        "Brew green tea below boiling so it does not turn bitter.",
-    ]),
+    "bees": (
+        "Honeybees",
+        "biology",
+        2024,
+        [
+            "A honeybee colony winters in a cluster around the queen.",
+            "Guard bees defend the hive entrance from wasps.",
+        ],
+    ),
+    "tea": (
+        "Green tea",
+        "food",
+        2022,
+        [
+            "Green tea leaves are steamed or pan fired to stop oxidation.",
+            "Brew green tea below boiling so it does not turn bitter.",
+        ],
+    ),
 }
 VERSIONS = {"old": TOPICS, "new": NEW_TOPICS}
 
@@ -68,14 +79,13 @@ def lexical_model() -> LexicalEmbedding:
     return LexicalEmbedding(model_name="lexical-test")
 
 
-def big_topics(version: str, documents: int = 40) -> Dict[str, Any]:
+def big_topics(version: str, documents: int = 40) -> dict[str, Any]:
     """A larger corpus (for the process tests, so a persist takes a while)."""
     words = "queen hive nectar solar panel inverter bread yeast flour steam tea leaf".split()
     topics = {}
     for d in range(documents):
         sentences = [
-            " ".join(words[(d + s + k) % len(words)] for k in range(8)) + f" {version} {d} {s}."
-            for s in range(6)
+            " ".join(words[(d + s + k) % len(words)] for k in range(8)) + f" {version} {d} {s}." for s in range(6)
         ]
         topics[f"doc{d:03d}"] = (f"Doc {d}", "cat" + str(d % 3), 2000 + d, sentences)
     return topics
@@ -84,7 +94,7 @@ def big_topics(version: str, documents: int = 40) -> Dict[str, Any]:
 @dataclass(frozen=True)
 class Kind:
     name: str
-    build: Callable[[Dict[str, Any]], Any]
+    build: Callable[[dict[str, Any]], Any]
     load: Callable[[Path], Any]
 
 
@@ -104,7 +114,7 @@ KINDS = {
 }
 
 
-def signature(retriever) -> List[List[List[Any]]]:
+def signature(retriever) -> list[list[list[Any]]]:
     """What a retriever answers: ids, scores and metadata for fixed queries (JSON-comparable)."""
     return [
         [[hit.node.node_id, round(float(hit.score), 9), hit.node.get_content()] for hit in retriever.retrieve(q)]
@@ -112,7 +122,7 @@ def signature(retriever) -> List[List[List[Any]]]:
     ]
 
 
-def snapshot(path: Path) -> Dict[str, Any]:
+def snapshot(path: Path) -> dict[str, Any]:
     """Everything at ``path``: names, kinds, bytes and modes (to prove nothing changed)."""
     if path.is_file():
         return {".": (path.read_bytes(), path.stat().st_mode)}
@@ -123,7 +133,7 @@ def snapshot(path: Path) -> Dict[str, Any]:
     return found
 
 
-def own_entries(path: Path) -> List[str]:
+def own_entries(path: Path) -> list[str]:
     """Entries of an index folder besides the lock files."""
     return sorted(name for name in os.listdir(path) if name not in LOCKS)
 
@@ -184,9 +194,7 @@ TARGETS = {"user-folder": _user_folder, "project-dot": _project_folder, "regular
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_persist_refuses_what_is_not_our_index_and_leaves_it_untouched(
-    kind, target, built, tmp_path, monkeypatch
-):
+def test_persist_refuses_what_is_not_our_index_and_leaves_it_untouched(kind, target, built, tmp_path, monkeypatch):
     path = TARGETS[target](tmp_path)
     before = snapshot(path)
     retriever = built[kind, "old"][0]
@@ -195,8 +203,11 @@ def test_persist_refuses_what_is_not_our_index_and_leaves_it_untouched(
         destination = Path(".")
     else:
         destination = path
-    expected = {"user-folder": "thesis.txt", "project-dot": r"\.git/, pyproject.toml, src/",
-                "regular-file": "is a file, not a folder"}[target]
+    expected = {
+        "user-folder": "thesis.txt",
+        "project-dot": r"\.git/, pyproject.toml, src/",
+        "regular-file": "is a file, not a folder",
+    }[target]
     with pytest.raises(PersistError, match=rf"refusing to persist to {path}.*{expected}"):
         retriever.persist(destination)
     with pytest.raises(PersistError, match="refusing"):
@@ -450,7 +461,9 @@ def _child(tmp_path: Path, *args: str) -> subprocess.Popen:
         script.write_text(CHILD)
     return subprocess.Popen(
         [sys.executable, str(script), str(TESTS), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
 
@@ -480,8 +493,7 @@ def test_sigkill_in_the_middle_of_persisting_leaves_the_old_or_the_new_index(tmp
     rounds = 4
     # all children start (and import) at once; each persists only when told to
     children = [
-        _child(tmp_path, "write", str(target), "ab"[(i + 1) % 2], "0", str(tmp_path / f"go{i}"))
-        for i in range(rounds)
+        _child(tmp_path, "write", str(target), "ab"[(i + 1) % 2], "0", str(tmp_path / f"go{i}")) for i in range(rounds)
     ]
     try:
         for child in children:
@@ -533,7 +545,7 @@ def test_a_reader_holding_a_generation_keeps_it_until_it_is_done(built, tmp_path
     old.persist(target)
     monkeypatch.setattr(persist_module, "CLEANUP_WAIT", 0.2)
     entered, release = threading.Event(), threading.Event()
-    result: Dict[str, Any] = {}
+    result: dict[str, Any] = {}
 
     def slow_load(folder: Path):
         entered.set()
@@ -622,11 +634,11 @@ def _edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
     path.write_text(json.dumps(edit(json.loads(path.read_text()))))
 
 
-def _drop_first(mapping: Dict[str, Any]) -> Dict[str, Any]:
+def _drop_first(mapping: dict[str, Any]) -> dict[str, Any]:
     return dict(list(mapping.items())[1:])
 
 
-def _drop_vector(data: Dict[str, Any]) -> Dict[str, Any]:
+def _drop_vector(data: dict[str, Any]) -> dict[str, Any]:
     gone = next(iter(data["embedding_dict"]))
     return {key: {k: v for k, v in value.items() if k != gone} for key, value in data.items()}
 
@@ -654,46 +666,87 @@ def as_previous_format(generation: Path, target: Path) -> None:
 # previous release, which has no manifest)
 CONTENT_CASES = {
     "recursive": [
-        *[(name, lambda _, v=value: v, rf"{name}")
-          for name in ("config.json", "index.json", "chunks/docstore.json", "chunks/index_store.json",
-                       "chunks/default__vector_store.json", "summaries/docstore.json",
-                       "summaries/index_store.json", "summaries/default__vector_store.json")
-          for value in ({}, [1, 2])],
+        *[
+            (name, lambda _, v=value: v, rf"{name}")
+            for name in (
+                "config.json",
+                "index.json",
+                "chunks/docstore.json",
+                "chunks/index_store.json",
+                "chunks/default__vector_store.json",
+                "summaries/docstore.json",
+                "summaries/index_store.json",
+                "summaries/default__vector_store.json",
+            )
+            for value in ({}, [1, 2])
+        ],
         ("summary_cache.json", lambda _: [1, 2], "summary_cache.json"),
         ("summary_cache.json", lambda _: {"key": 1}, r"summary_cache.json: the value of 'key'"),
-        ("chunks/docstore.json", lambda d: {**d, "docstore/data": _drop_first(d["docstore/data"])},
-         r"chunks/docstore.json lacks 1 nodes that default__vector_store.json has"),
-        ("chunks/default__vector_store.json", _drop_vector,
-         r"chunks/default__vector_store.json lacks 1 nodes that index_store.json has"),
-        ("index.json", _params(lambda c: {**c, "documents": {**c["documents"], "bees": {
-            **c["documents"]["bees"], "chunk_ids": ["ghost"]}}}),
-         r"index.json lists chunks \['ghost'\] of document 'bees' that .*chunks/docstore.json lacks"),
-        ("index.json", _params(lambda c: {**c, "documents": {"bees": {"doc_id": 3}}}),
-         r"index.json: the record of document 'bees' is malformed"),
+        (
+            "chunks/docstore.json",
+            lambda d: {**d, "docstore/data": _drop_first(d["docstore/data"])},
+            r"chunks/docstore.json lacks 1 nodes that default__vector_store.json has",
+        ),
+        (
+            "chunks/default__vector_store.json",
+            _drop_vector,
+            r"chunks/default__vector_store.json lacks 1 nodes that index_store.json has",
+        ),
+        (
+            "index.json",
+            _params(
+                lambda c: {
+                    **c,
+                    "documents": {**c["documents"], "bees": {**c["documents"]["bees"], "chunk_ids": ["ghost"]}},
+                }
+            ),
+            r"index.json lists chunks \['ghost'\] of document 'bees' that .*chunks/docstore.json lacks",
+        ),
+        (
+            "index.json",
+            _params(lambda c: {**c, "documents": {"bees": {"doc_id": 3}}}),
+            r"index.json: the record of document 'bees' is malformed",
+        ),
         ("index.json", _params(lambda c: {**c, "documents": [1]}), r"index.json: the record of document None"),
-        ("index.json", _params(lambda c: {k: v for k, v in c.items() if k != "documents"}),
-         r"index.json lacks \['documents'\]"),
-        ("index.json", _params(lambda c: {**c, "summarizer": {"type": "extractive"}}),
-         r"index.json holds an invalid setting"),
+        (
+            "index.json",
+            _params(lambda c: {k: v for k, v in c.items() if k != "documents"}),
+            r"index.json lacks \['documents'\]",
+        ),
+        (
+            "index.json",
+            _params(lambda c: {**c, "summarizer": {"type": "extractive"}}),
+            r"index.json holds an invalid setting",
+        ),
         ("config.json", _params(lambda c: {**c, "similarity_top_k": "x"}), r"config.json holds an invalid setting"),
         ("config.json", _params(lambda c: {**c, "filters": 5}), r"config.json holds an invalid setting"),
-        ("config.json", _params(lambda c: {**c, "similarity_topk": 3}),
-         r"config.json holds an invalid setting .*did you mean 'similarity_top_k'"),
+        (
+            "config.json",
+            _params(lambda c: {**c, "similarity_topk": 3}),
+            r"config.json holds an invalid setting .*did you mean 'similarity_top_k'",
+        ),
         ("config.json", lambda c: {"format_version": 99}, r"config.json has format_version 99"),
     ],
     "bm25": [
-        *[(name, lambda _, v=value: v, rf"{name}")
-          for name in ("config.json", "nodes.json", "params.index.json", "vocab.index.json")
-          for value in ({}, [1, 2])],
-        ("params.index.json", lambda p: {**p, "num_docs": 99},
-         r"params.index.json indexes 99 documents but .*nodes.json holds 9 nodes"),
-        ("config.json", _params(lambda r: {**r, "tokenizer": {"language": "klingon"}}),
-         r"config.json holds invalid settings"),
+        *[
+            (name, lambda _, v=value: v, rf"{name}")
+            for name in ("config.json", "nodes.json", "params.index.json", "vocab.index.json")
+            for value in ({}, [1, 2])
+        ],
+        (
+            "params.index.json",
+            lambda p: {**p, "num_docs": 99},
+            r"params.index.json indexes 99 documents but .*nodes.json holds 9 nodes",
+        ),
+        (
+            "config.json",
+            _params(lambda r: {**r, "tokenizer": {"language": "klingon"}}),
+            r"config.json holds invalid settings",
+        ),
         ("nodes.json", lambda n: [{"bad": "node"}], r"nodes.json holds an invalid node"),
         ("nodes.json", lambda n: [n[0], *n[:-1]], r"nodes.json is damaged: .*share the node id 'bees-0'"),
         ("config.json", _params(lambda r: {**r, "similarity_top_k": 0}), r"config.json holds invalid settings"),
-        ("config.json", _params(lambda r: {**r, "unknown_filter_key": "shout"}),
-         r"config.json holds invalid settings"),
+        ("config.json", _params(lambda r: {**r, "unknown_filter_key": "shout"}), r"config.json holds invalid settings"),
     ],
 }
 
@@ -764,8 +817,11 @@ def test_round_trip_with_random_metadata_keeps_results_and_metadata(metadata, tm
     ]
     folder = tmp_path_factory.mktemp("roundtrip")
     for name, retriever, load in (
-        ("recursive", RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical_model(), similarity_top_k=4),
-         KINDS["recursive"].load),
+        (
+            "recursive",
+            RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical_model(), similarity_top_k=4),
+            KINDS["recursive"].load,
+        ),
         ("bm25", MultilingualBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=4), KINDS["bm25"].load),
     ):
         retriever.persist(folder / name)

@@ -16,12 +16,13 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
 
 import numpy as np
 import psycopg2.errors
 import pytest
 import sqlalchemy.exc
+from conftest import DIM as LEXICAL_DIM
+from conftest import topic_nodes
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import QueryBundle, TextNode
@@ -33,14 +34,12 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.postgres import PGVectorStore
 from sqlalchemy import event
 
-from conftest import DIM as LEXICAL_DIM
-from conftest import topic_nodes
 from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever
-from llama_index_ext_recursive.retrievers.pg_hybrid import pg_hybrid_retriever
-from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, pgvector_store
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+from llama_index_ext_recursive.retrievers.pg_hybrid import pg_hybrid_retriever
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.stores.pgserver import PgServer, start_server
+from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, pgvector_store
 
 K = 10
 
@@ -48,21 +47,21 @@ K = 10
 class NoEmbedding(BaseEmbedding):
     """Queries here carry their embeddings; embedding anything is a test bug."""
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         raise AssertionError(f"unexpected embedding call for {query!r}")
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         raise AssertionError(f"unexpected embedding call for {text!r}")
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         raise AssertionError(f"unexpected embedding call for {query!r}")
 
 
-def _ids(hits) -> List[str]:
+def _ids(hits) -> list[str]:
     return [h.node.node_id for h in hits]
 
 
-def _scores(hits) -> List[float]:
+def _scores(hits) -> list[float]:
     return [h.score for h in hits]
 
 
@@ -190,7 +189,7 @@ OTHERS = {
     "clock": "The town hall clock runs five minutes fast.",
     "garden": "Tomatoes ripen faster against a sunny wall.",
 }
-TEXTS: Dict[str, str] = {
+TEXTS: dict[str, str] = {
     TEXT_HIT: "Zorblaxite, a pale green mineral, is mined only in the Kessel valley.",
     **NOISE,
     **OTHERS,
@@ -225,9 +224,7 @@ def hybrid_table(pg_server: PgServer):
         for i, (node_id, text) in enumerate(TEXTS.items())
     ]
     name = pg_server.table_name("hybrid")
-    store = pgvector_store(
-        **pg_server.params(), table_name=name, embed_dim=HYBRID_DIM, hybrid_search=True
-    )
+    store = pgvector_store(**pg_server.params(), table_name=name, embed_dim=HYBRID_DIM, hybrid_search=True)
     store.add(nodes)
     _dispose(store)
     return name, query, nodes
@@ -236,7 +233,7 @@ def hybrid_table(pg_server: PgServer):
 @pytest.fixture
 def hybrid_index(pg_server: PgServer, hybrid_table):
     """Make indexes over the hybrid table (each with its own engines); close them after."""
-    stores: List[PGVectorStore] = []
+    stores: list[PGVectorStore] = []
 
     def make() -> VectorStoreIndex:
         store = pgvector_store(
@@ -249,9 +246,7 @@ def hybrid_index(pg_server: PgServer, hybrid_table):
     _dispose(*stores)
 
 
-def test_hybrid_ranks_exact_text_hit_first_where_upstream_hybrid_keeps_it_low(
-    pg_server, hybrid_table, hybrid_index
-):
+def test_hybrid_ranks_exact_text_hit_first_where_upstream_hybrid_keeps_it_low(pg_server, hybrid_table, hybrid_index):
     name, query, _ = hybrid_table
     retriever = pg_hybrid_retriever(hybrid_index(), similarity_top_k=K)
     assert isinstance(retriever, HybridFusionRetriever)
@@ -330,7 +325,8 @@ def test_pg_hybrid_retriever_needs_a_text_search_column(pg_server, hnsw_table):
     with pytest.raises(TypeError, match="PGVectorStore"):
         pg_hybrid_retriever(
             VectorStoreIndex(
-                [], storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
+                [],
+                storage_context=StorageContext.from_defaults(vector_store=NumpyVectorStore()),
                 embed_model=NoEmbedding(),
             )
         )
@@ -346,9 +342,7 @@ RECURSIVE_QUERIES = [
 ]
 
 
-async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_default_store(
-    pg_server, lexical
-):
+async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_default_store(pg_server, lexical):
     reference = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=lexical)
     store, summaries = (
         pgvector_store(**pg_server.params(), table_name=pg_server.table_name(name), embed_dim=LEXICAL_DIM)
@@ -360,7 +354,7 @@ async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_defaul
     assert on_pg.documents == reference.documents
     assert pg_server.execute(f"SELECT count(*) FROM data_{store.table_name}") == [(9,)]
 
-    statements: List[tuple] = []
+    statements: list[tuple] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
         if "data_" in statement and "SELECT" in statement.upper():
@@ -391,9 +385,9 @@ async def test_recursive_retriever_on_postgres_filters_in_sql_and_matches_defaul
     # once: IN (...))
     routed = {
         doc: [
-            params for statement, params in statements
-            if re.search(r"WHERE.*metadata_ ->> %\(\w+\)s\) IN", statement, re.S)
-            and {"ref_doc_id", doc} <= params
+            params
+            for statement, params in statements
+            if re.search(r"WHERE.*metadata_ ->> %\(\w+\)s\) IN", statement, re.S) and {"ref_doc_id", doc} <= params
         ]
         for doc in ("bees", "solar", "bread")
     }
@@ -420,8 +414,12 @@ def fault_server():
 
 def _fault_store(server: PgServer, table_name: str, dim: int) -> PGVectorStore:
     return pgvector_store(
-        **server.params(), table_name=table_name, embed_dim=dim, hybrid_search=True,
-        statement_timeout=FAULT_TIMEOUT, connect_timeout=FAULT_TIMEOUT,
+        **server.params(),
+        table_name=table_name,
+        embed_dim=dim,
+        hybrid_search=True,
+        statement_timeout=FAULT_TIMEOUT,
+        connect_timeout=FAULT_TIMEOUT,
     )
 
 
@@ -480,13 +478,15 @@ def test_frozen_server_gives_a_timeout_error_within_the_bound_then_answers_again
             # connection, one opening a new connection; whichever gives up first
             _assert_timeout(
                 _bounded(lambda: loop.run_until_complete(retriever.aretrieve(FAULT_QUERY))),
-                {"statement_timeout", "connect_timeout"}, 10,
+                {"statement_timeout", "connect_timeout"},
+                10,
             )
             # the timed-out connections were discarded; new ones cannot be opened
             _assert_timeout(_bounded(lambda: retriever.retrieve(FAULT_QUERY)), {"connect_timeout"}, 10)
             _assert_timeout(
                 _bounded(lambda: loop.run_until_complete(retriever.aretrieve(FAULT_QUERY))),
-                {"connect_timeout"}, 10,
+                {"connect_timeout"},
+                10,
             )
         # retryable: once the server runs again, the same retriever answers as before
         assert _ids(retriever.retrieve(FAULT_QUERY)) == _ids(expected)
@@ -509,9 +509,7 @@ def test_slow_statement_is_cancelled_by_the_server_and_its_connection_survives(f
         assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == backend
 
 
-async def test_restarted_server_answers_the_next_query_sync_and_async(
-    fault_server, fault_index, real_model, caplog
-):
+async def test_restarted_server_answers_the_next_query_sync_and_async(fault_server, fault_index, real_model, caplog):
     retriever = pg_hybrid_retriever(fault_index)
     expected = retriever.retrieve(FAULT_QUERY)
     assert _ids(await retriever.aretrieve(FAULT_QUERY)) == _ids(expected)  # this loop's pool has a connection
@@ -544,9 +542,7 @@ def test_aretrieve_from_successive_event_loops_equals_sync(fault_server, fault_i
 
     def backends() -> int:
         gc.collect()  # connections of closed loops close as they are collected
-        return fault_server.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-        )[0][0]
+        return fault_server.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")[0][0]
 
     start = backends()
     for _ in range(4):

@@ -10,9 +10,11 @@ text sent to the server (only in its bound parameters).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from conftest import topic_nodes
 from llama_index.core import MockEmbedding, VectorStoreIndex
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
@@ -26,7 +28,6 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.postgres import PGVectorStore
 from sqlalchemy import event
 
-from conftest import topic_nodes
 from llama_index_ext_recursive import FilteredQueryBundle
 from llama_index_ext_recursive.filters import FilterError
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
@@ -63,7 +64,7 @@ def _doc_id(value: str) -> str:
     return value if len(value) < 1000 else "long-value-doc"
 
 
-def _nodes(table: str) -> List[TextNode]:
+def _nodes(table: str) -> list[TextNode]:
     """One row per hostile value in tenant acme, a decoy per value in tenant globex."""
     nodes = []
     for i, raw in enumerate(HOSTILE):
@@ -121,9 +122,9 @@ def jsonb_store(pg_server: PgServer, table):
 
 
 @pytest.fixture
-def sql_sent(store) -> List[str]:
+def sql_sent(store) -> list[str]:
     """The SQL text of every statement the store sends (parameters excluded)."""
-    statements: List[str] = []
+    statements: list[str] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
         statements.append(statement)
@@ -142,7 +143,7 @@ def _query(filters: MetadataFilters, top_k: int = 1000) -> VectorStoreQuery:
     return VectorStoreQuery(query_embedding=[1.0, 0.0, 0.0, 0.0], similarity_top_k=top_k, filters=filters)
 
 
-def _expected(nodes: List[TextNode], keep: Callable[[Dict[str, Any]], bool]) -> List[str]:
+def _expected(nodes: list[TextNode], keep: Callable[[dict[str, Any]], bool]) -> list[str]:
     return sorted(n.node_id for n in nodes if keep(n.metadata))
 
 
@@ -155,7 +156,7 @@ def _ascii_upper(text: str) -> str:
 
 
 # operator -> (filter value for a hostile value v, Python reading of the filter on one row)
-LABEL_CASES: Dict[str, Callable[[str], tuple]] = {
+LABEL_CASES: dict[str, Callable[[str], tuple]] = {
     "eq": lambda v: (_leaf("label", v), lambda m: m["label"] == v),
     "ne": lambda v: (_leaf("label", v, OP.NE), lambda m: m["label"] != v),
     "in": lambda v: (_leaf("label", [v, "absent"], OP.IN), lambda m: m["label"] in (v, "absent")),
@@ -185,9 +186,7 @@ def _label_case(case: str, index: int, table_name: str):
 
 @pytest.mark.parametrize("case", list(LABEL_CASES))
 @pytest.mark.parametrize("index", range(len(HOSTILE)))
-def test_hostile_value_selects_exactly_its_rows_and_changes_nothing(
-    pg_server, table, store, sql_sent, case, index
-):
+def test_hostile_value_selects_exactly_its_rows_and_changes_nothing(pg_server, table, store, sql_sent, case, index):
     _, nodes = table
     value, leaf, keep = _label_case(case, index, store.table_name)
     before = _rows(pg_server, store)
@@ -195,7 +194,7 @@ def test_hostile_value_selects_exactly_its_rows_and_changes_nothing(
     # alone, and ANDed with a tenant that an injected OR would cancel
     for filters, wanted in (
         (MetadataFilters(filters=[leaf]), keep),
-        (MetadataFilters(filters=[acme, leaf]), lambda m: m["tenant"] == "acme" and keep(m)),
+        (MetadataFilters(filters=[acme, leaf]), lambda m, keep=keep: m["tenant"] == "acme" and keep(m)),
     ):
         got = store.query(_query(filters))
         assert sorted(got.ids) == _expected(nodes, wanted)
@@ -215,7 +214,7 @@ async def test_async_filters_return_what_sync_filters_return(pg_server, table, s
                 filters = MetadataFilters(filters=[_leaf("tenant", "acme"), leaf])
                 got = await store.aquery(_query(filters))
                 assert sorted(got.ids) == sorted(store.query(_query(filters)).ids), (case, index)
-                assert sorted(got.ids) == _expected(nodes, lambda m: m["tenant"] == "acme" and keep(m))
+                assert sorted(got.ids) == _expected(nodes, lambda m, keep=keep: m["tenant"] == "acme" and keep(m))
                 fetched = await store.aget_nodes(filters=filters)
                 assert sorted(n.node_id for n in fetched) == sorted(got.ids)
     finally:
@@ -266,7 +265,7 @@ TREE_CASES = {
     ),
     "quoted key": (_tree("and", _leaf("it's", "quoted key")), lambda m: m["it's"] == "quoted key"),
     "hostile key": (_tree("and", _leaf("label' OR '1'='1", "x")), lambda m: False),
-    "hostile key ne": (_tree("and", _leaf(f"x'; DELETE FROM {{table}}; --", "x", OP.NE)), lambda m: True),
+    "hostile key ne": (_tree("and", _leaf("x'; DELETE FROM {table}; --", "x", OP.NE)), lambda m: True),
     "like wildcards are literal": (
         _tree("and", _leaf("label", "%", OP.TEXT_MATCH), _leaf("tenant", "acme")),
         lambda m: "%" in m["label"] and m["tenant"] == "acme",
@@ -312,7 +311,10 @@ BAD_FILTERS = {
     "nul in list value": (_leaf("label", ["ok", "x\x00"], OP.IN), "contains a NUL character"),
     "nul in key": (_leaf("la\x00bel", "x"), r"filter key 'la\\x00bel' contains a NUL"),
     "lone surrogate": (_leaf("label", "bee\ud800"), "lone surrogate at position 3"),
-    "nul after 100 kB": (_leaf("label", "a" * 100_000 + "\x00"), r"'aaa.*\.\.\..*a\\x00' contains a NUL character \(\\x00\) at position 100000"),
+    "nul after 100 kB": (
+        _leaf("label", "a" * 100_000 + "\x00"),
+        r"'aaa.*\.\.\..*a\\x00' contains a NUL character \(\\x00\) at position 100000",
+    ),
     "none": (_leaf("label", None), "use the operator 'is_empty'"),
     "nan": (_leaf("n", float("nan"), OP.GT), "pass a finite number"),
     "in without a list": (_leaf("label", "x", OP.IN), r"takes a list of values, e.g. \['x'\]"),
@@ -398,18 +400,33 @@ def test_delete_by_hostile_document_id_or_filter_removes_exactly_its_rows(pg_ser
 
 
 HOSTILE_TOPICS = {
-    "bumble's-dance": ("Honeybees", "biology", 2019, [
-        "The queen bee lays eggs in the hive all summer.",
-        "Worker bees collect nectar and pollen from flowers.",
-    ]),
-    "x'; DELETE FROM {table}; SELECT 1 WHERE '1'='0": ("Solar panels", "energy's", 2023, [
-        "Solar panels convert sunlight into electricity with photovoltaic cells.",
-        "An inverter turns direct current from panels into alternating current.",
-    ]),
-    "en' OR '1'='1 :draft": ("Sourdough", "food", 2021, [
-        "A sourdough starter is flour and water fermented by wild yeast.",
-        "Bake the bread in a hot covered pot to trap steam.",
-    ]),
+    "bumble's-dance": (
+        "Honeybees",
+        "biology",
+        2019,
+        [
+            "The queen bee lays eggs in the hive all summer.",
+            "Worker bees collect nectar and pollen from flowers.",
+        ],
+    ),
+    "x'; DELETE FROM {table}; SELECT 1 WHERE '1'='0": (
+        "Solar panels",
+        "energy's",
+        2023,
+        [
+            "Solar panels convert sunlight into electricity with photovoltaic cells.",
+            "An inverter turns direct current from panels into alternating current.",
+        ],
+    ),
+    "en' OR '1'='1 :draft": (
+        "Sourdough",
+        "food",
+        2021,
+        [
+            "A sourdough starter is flour and water fermented by wild yeast.",
+            "Bake the bread in a hot covered pot to trap steam.",
+        ],
+    ),
 }
 
 
@@ -424,7 +441,10 @@ async def test_recursive_retriever_routes_hostile_document_ids_as_the_in_memory_
         topic_nodes(topics), embed_model=lexical, unknown_filter_key="warn"
     )
     on_pg = RecursiveSummaryRetriever.from_nodes(
-        topic_nodes(topics), embed_model=lexical, chunk_vector_store=chunks, summary_vector_store=summaries,
+        topic_nodes(topics),
+        embed_model=lexical,
+        chunk_vector_store=chunks,
+        summary_vector_store=summaries,
         unknown_filter_key="warn",
     )
     try:
@@ -491,7 +511,9 @@ SCOPES = {
 MODES = {
     "default": dict(query_embedding=[1.0, 0.0, 0.0, 0.0]),
     "text_search": dict(query_str="honey electricity", mode=VectorStoreQueryMode.TEXT_SEARCH),
-    "hybrid": dict(query_str="honey electricity", query_embedding=[1.0, 0.0, 0.0, 0.0], mode=VectorStoreQueryMode.HYBRID),
+    "hybrid": dict(
+        query_str="honey electricity", query_embedding=[1.0, 0.0, 0.0, 0.0], mode=VectorStoreQueryMode.HYBRID
+    ),
     "mmr": dict(query_embedding=[1.0, 0.0, 0.0, 0.0], mode=VectorStoreQueryMode.MMR),
 }
 
@@ -541,7 +563,9 @@ async def test_an_empty_id_list_is_no_node_and_a_string_is_refused(pg_server, ta
             lambda: store.get_nodes(node_ids="acme-1"),
             lambda: store.query(VectorStoreQuery(query_embedding=[1.0, 0, 0, 0], node_ids="acme-1")),
         ):
-            with pytest.raises(FilterError, match=r"node ids must be a list of ids, got the string 'acme-1': pass \['acme-1'\]"):
+            with pytest.raises(
+                FilterError, match=r"node ids must be a list of ids, got the string 'acme-1': pass \['acme-1'\]"
+            ):
                 call()
         with pytest.raises(FilterError, match=r"document id 7 must be a string, got int"):
             store.query(VectorStoreQuery(query_embedding=[1.0, 0, 0, 0], doc_ids=["ok", 7]))
@@ -593,6 +617,7 @@ async def test_a_100_kb_text_query_ranks_as_its_distinct_words_do(pg_server, tab
 @pytest.mark.parametrize("mode", [VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID])
 async def test_a_text_query_of_more_distinct_words_than_the_limit_is_refused(table, store, mode):
     """Each word costs a lookup in every matching row: 16,000 of them held a connection past 30 s."""
+
     def query(text: str) -> VectorStoreQuery:
         return VectorStoreQuery(query_str=text, query_embedding=[1.0, 0, 0, 0], similarity_top_k=100, mode=mode)
 
@@ -613,9 +638,7 @@ async def test_a_text_query_of_more_distinct_words_than_the_limit_is_refused(tab
 
 def test_text_search_ranks_as_upstream_does(pg_server, table, store):
     """The balanced OR tree ranks exactly as upstream's chain of the same words."""
-    plain = PGVectorStore.from_params(
-        **pg_server.params(), table_name=table[0], embed_dim=DIM, hybrid_search=True
-    )
+    plain = PGVectorStore.from_params(**pg_server.params(), table_name=table[0], embed_dim=DIM, hybrid_search=True)
     try:
         for text in ("worker bees honey", "solar panels make honey electricity acme globex", "bees bees make"):
             query = VectorStoreQuery(query_str=text, similarity_top_k=100, mode=VectorStoreQueryMode.TEXT_SEARCH)
@@ -627,6 +650,7 @@ def test_text_search_ranks_as_upstream_does(pg_server, table, store):
 
 # ------------------------------------------------------------ adding nodes
 
+
 def _bad_node(**fields) -> TextNode:
     node = TextNode(id_=fields.pop("id_", "bad"), text=fields.pop("text", "fine"), embedding=[1.0, 0.0, 0.0, 0.0])
     node.metadata = fields.pop("metadata", {})
@@ -636,17 +660,29 @@ def _bad_node(**fields) -> TextNode:
 
 
 UNSTORABLE = {
-    "nul in text": (_bad_node(text="bee\x00hive"), r"node 'bad': text 'bee\\x00hive' contains a NUL character \(\\x00\) at position 3"),
+    "nul in text": (
+        _bad_node(text="bee\x00hive"),
+        r"node 'bad': text 'bee\\x00hive' contains a NUL character \(\\x00\) at position 3",
+    ),
     "nul in id": (_bad_node(id_="b\x00d"), r"node 'b\\x00d': id 'b\\x00d' contains a NUL"),
     "nul in document id": (_bad_node(doc="doc\x00"), r"node 'bad': document id 'doc\\x00' contains a NUL"),
-    "nul in metadata value": (_bad_node(metadata={"k": "v\x00"}), r"node 'bad': metadata\['k'\] 'v\\x00' contains a NUL"),
+    "nul in metadata value": (
+        _bad_node(metadata={"k": "v\x00"}),
+        r"node 'bad': metadata\['k'\] 'v\\x00' contains a NUL",
+    ),
     "nul in metadata key": (_bad_node(metadata={"k\x00": 1}), r"node 'bad': metadata key 'k\\x00' contains a NUL"),
     "nul in a nested list": (
         _bad_node(metadata={"tags": ["ok", {"deep": "x\x00"}]}),
         r"node 'bad': metadata\['tags'\]\[1\]\['deep'\] 'x\\x00' contains a NUL",
     ),
-    "surrogate in text": (_bad_node(text="bee\ud800"), r"node 'bad': text 'bee\\ud800' is not valid Unicode \(a lone surrogate at position 3\)"),
-    "surrogate in metadata": (_bad_node(metadata={"k": "\udcff"}), r"node 'bad': metadata\['k'\] .* lone surrogate at position 0"),
+    "surrogate in text": (
+        _bad_node(text="bee\ud800"),
+        r"node 'bad': text 'bee\\ud800' is not valid Unicode \(a lone surrogate at position 3\)",
+    ),
+    "surrogate in metadata": (
+        _bad_node(metadata={"k": "\udcff"}),
+        r"node 'bad': metadata\['k'\] .* lone surrogate at position 0",
+    ),
 }
 
 
@@ -669,7 +705,9 @@ def test_hostile_indexed_metadata_keys_are_quoted_in_ddl(pg_server):
     pg_server.execute("CREATE TABLE IF NOT EXISTS victim (i int)")
     keys = ["it's %s :x", "x')); DROP TABLE victim; --"]
     store = pgvector_store(
-        **pg_server.params(), table_name=pg_server.table_name("ddl"), embed_dim=DIM,
+        **pg_server.params(),
+        table_name=pg_server.table_name("ddl"),
+        embed_dim=DIM,
         indexed_metadata_keys={(k, "text") for k in keys} | {(keys[1], "text[]")},
     )
     try:

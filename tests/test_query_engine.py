@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List
+from typing import Any
 
 import pytest
+from conftest import LexicalEmbedding, topic_nodes
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.response.schema import Response
 from llama_index.core.llms import CompletionResponse, CompletionResponseGen, CustomLLM, LLMMetadata
@@ -13,7 +14,6 @@ from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.postprocessor import SimilarityPostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
 
-from conftest import LexicalEmbedding, topic_nodes
 from llama_index_ext_recursive import (
     BackfillVectorRetriever,
     ExplainedNodeWithScore,
@@ -28,7 +28,7 @@ CUTOFF = 0.05
 class ScriptedLLM(CustomLLM):
     """Always gives the same answer and records the prompts it was sent."""
 
-    prompts: List[str] = []
+    prompts: list[str] = []
 
     @property
     def metadata(self) -> LLMMetadata:

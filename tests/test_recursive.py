@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import List
 
 import pytest
+from conftest import TOPICS, LexicalEmbedding, topic_nodes
 from llama_index.core import MockEmbedding, Settings
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager, CBEventType
@@ -27,8 +27,6 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from conftest import TOPICS, LexicalEmbedding, topic_nodes
-from llama_index_ext_recursive.persist import current_generation
 from llama_index_ext_recursive import (
     ExplainedNodeWithScore,
     FilteredQueryBundle,
@@ -38,6 +36,7 @@ from llama_index_ext_recursive import (
     ScoreMode,
     SummaryCache,
 )
+from llama_index_ext_recursive.persist import current_generation
 
 
 def build(lexical, **kwargs) -> RecursiveSummaryRetriever:
@@ -49,7 +48,7 @@ class Static(BaseRetriever):
 
     def __init__(self, results, barrier=None, error=None):
         self._results, self._barrier, self._error = results, barrier, error
-        self.seen: List[QueryBundle] = []
+        self.seen: list[QueryBundle] = []
         super().__init__()
 
     def _retrieve(self, query_bundle):
@@ -145,8 +144,14 @@ def test_global_top_k_ranked_by_combined_score_with_summary_score_kept():
         "b": Static([chunk("b1", "z", 0.9), chunk("b2", "w", 0.8)]),
     }
     retriever = RecursiveSummaryRetriever.from_retriever_dict(
-        summaries, children, embed_model=LexicalEmbedding(), similarity_top_k=3,
-        num_routed_docs=2, score_mode="weighted", score_alpha=0.5, summary_mode="vector",
+        summaries,
+        children,
+        embed_model=LexicalEmbedding(),
+        similarity_top_k=3,
+        num_routed_docs=2,
+        score_mode="weighted",
+        score_alpha=0.5,
+        summary_mode="vector",
     )
     results = retriever.retrieve("alpha")
     assert [r.node.node_id for r in results] == ["b1", "b2", "a1"]
@@ -163,8 +168,11 @@ def test_global_top_k_ranked_by_combined_score_with_summary_score_kept():
 )
 def test_score_modes(mode, expected):
     retriever = RecursiveSummaryRetriever.from_retriever_dict(
-        [summary("a", "alpha")], {"a": Static([chunk("a1", "x", 0.4)])},
-        embed_model=LexicalEmbedding(), score_mode=mode, score_alpha=0.25,
+        [summary("a", "alpha")],
+        {"a": Static([chunk("a1", "x", 0.4)])},
+        embed_model=LexicalEmbedding(),
+        score_mode=mode,
+        score_alpha=0.25,
     )
     hit = retriever.retrieve("alpha")[0]
     s = hit.explanation.route.summary_score
@@ -180,8 +188,11 @@ def test_duplicates_keep_the_best_score_not_the_first():
         "b": Static([NodeWithScore(node=shared, score=0.99)]),
     }
     retriever = RecursiveSummaryRetriever.from_retriever_dict(
-        [summary("a", "alpha"), summary("b", "alpha")], children,
-        embed_model=LexicalEmbedding(), num_routed_docs=2, score_mode="chunk",
+        [summary("a", "alpha"), summary("b", "alpha")],
+        children,
+        embed_model=LexicalEmbedding(),
+        num_routed_docs=2,
+        score_mode="chunk",
     )
     results = retriever.retrieve("alpha")
     assert [(r.node.node_id, r.score) for r in results] == [("shared", 0.99)]
@@ -219,7 +230,8 @@ def test_index_node_is_never_returned_in_place_of_chunks():
     """Upstream BaseRetriever returns an unresolvable IndexNode silently as a result."""
     dangling = IndexNode(id_="link", text="see docX", index_id="docX")
     retriever = RecursiveSummaryRetriever.from_retriever_dict(
-        [summary("a", "alpha")], {"a": Static([NodeWithScore(node=dangling, score=0.8)])},
+        [summary("a", "alpha")],
+        {"a": Static([NodeWithScore(node=dangling, score=0.8)])},
         embed_model=LexicalEmbedding(),
     )
     with pytest.raises(LinkError, match=r"'link'.*'docX'"):
@@ -232,8 +244,11 @@ def test_links_between_documents_are_followed_with_their_score():
         "b": Static([chunk("b1", "target", 0.6)]),
     }
     retriever = RecursiveSummaryRetriever.from_retriever_dict(
-        [summary("a", "alpha"), summary("b", "zzz")], children, embed_model=LexicalEmbedding(),
-        num_routed_docs=1, score_mode="product",
+        [summary("a", "alpha"), summary("b", "zzz")],
+        children,
+        embed_model=LexicalEmbedding(),
+        num_routed_docs=1,
+        score_mode="product",
     )
     (hit,) = retriever.retrieve("alpha")
     assert hit.node.node_id == "b1" and hit.explanation.route.path == ["a", "b"]
@@ -243,8 +258,12 @@ def test_links_between_documents_are_followed_with_their_score():
 def test_runtime_cycle_terminates_instead_of_recursion_error():
     """Upstream RecursiveRetriever recurses until RecursionError on a -> b -> a."""
     children = {
-        "a": Static([NodeWithScore(node=IndexNode(id_="to-b", text="b", index_id="b"), score=0.5),
-                     chunk("a1", "alpha chunk", 0.4)]),
+        "a": Static(
+            [
+                NodeWithScore(node=IndexNode(id_="to-b", text="b", index_id="b"), score=0.5),
+                chunk("a1", "alpha chunk", 0.4),
+            ]
+        ),
         "b": Static([NodeWithScore(node=IndexNode(id_="to-a", text="a", index_id="a"), score=0.5)]),
     }
     retriever = RecursiveSummaryRetriever.from_retriever_dict(
@@ -262,17 +281,14 @@ def test_cycle_in_built_stores_is_detected_at_build(lexical):
 
 
 def test_dangling_link_in_built_stores_is_detected_at_build(lexical):
-    nodes = topic_nodes() + [
-        IndexNode(id_="bees-link", text="see", index_id="breadd", metadata={"doc_id": "bees"})
-    ]
+    nodes = topic_nodes() + [IndexNode(id_="bees-link", text="see", index_id="breadd", metadata={"doc_id": "bees"})]
     with pytest.raises(LinkError, match=r"'bees-link'.*'breadd'.*'bread'"):
         RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical)
 
 
 def test_link_to_a_chunk_returns_that_chunk(lexical):
     nodes = topic_nodes() + [
-        IndexNode(id_="bees-ref", text="queen bee eggs hive reference", index_id="bread-1",
-                  metadata={"doc_id": "bees"})
+        IndexNode(id_="bees-ref", text="queen bee eggs hive reference", index_id="bread-1", metadata={"doc_id": "bees"})
     ]
     retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical, num_routed_docs=1)
     ids = [r.node.node_id for r in retriever.retrieve("queen bee eggs hive reference")]
@@ -284,9 +300,7 @@ def test_per_call_filters_apply_to_documents_and_chunks(lexical):
     retriever = build(lexical, num_routed_docs=3)
     results = retriever.retrieve(FilteredQueryBundle("queen bee", filters={"category": "food"}))
     assert results and {r.node.metadata["category"] for r in results} == {"food"}
-    chunk_level = retriever.retrieve(
-        FilteredQueryBundle("bees panels bread", filters={"section": "intro"})
-    )
+    chunk_level = retriever.retrieve(FilteredQueryBundle("bees panels bread", filters={"section": "intro"}))
     assert sorted(r.node.node_id for r in chunk_level) == ["bees-0", "bread-0", "solar-0"]
 
 
@@ -406,8 +420,9 @@ def test_drops_into_query_fusion_retriever(lexical):
 
     ours = build(lexical, similarity_top_k=3)
     for use_async in (False, True):
-        fusion = QueryFusionRetriever([ours], llm=MockLLM(), num_queries=1, similarity_top_k=3,
-                                      mode="reciprocal_rerank", use_async=use_async)
+        fusion = QueryFusionRetriever(
+            [ours], llm=MockLLM(), num_queries=1, similarity_top_k=3, mode="reciprocal_rerank", use_async=use_async
+        )
         assert fusion.retrieve("queen bee eggs")[0].node.node_id == "bees-0"
 
 
@@ -428,8 +443,10 @@ def test_children_get_their_own_bundles():
 
     a, b = Writer([chunk("a1", "x", 0.5)]), Static([chunk("b1", "y", 0.4)])
     retriever = RecursiveSummaryRetriever.from_retriever_dict(
-        [summary("a", "alpha"), summary("b", "alpha")], {"a": a, "b": b},
-        embed_model=LexicalEmbedding(), num_routed_docs=2,
+        [summary("a", "alpha"), summary("b", "alpha")],
+        {"a": a, "b": b},
+        embed_model=LexicalEmbedding(),
+        num_routed_docs=2,
     )
     retriever.retrieve("alpha")
     assert b.seen[0].embedding is None
@@ -489,8 +506,10 @@ def test_invalid_settings_are_clear_errors(lexical):
 def test_add_and_delete_documents_without_rebuilding(lexical):
     retriever = build(lexical)
     lexical.calls = 0
-    new = Document(text="Glaciers carve valleys. Ice sheets store fresh water.",
-                   metadata={"doc_id": "ice", "title": "Glaciers", "category": "earth"})
+    new = Document(
+        text="Glaciers carve valleys. Ice sheets store fresh water.",
+        metadata={"doc_id": "ice", "title": "Glaciers", "category": "earth"},
+    )
     assert retriever.add_documents([new]) == ["ice"]
     assert lexical.calls == 2  # the new chunk and its summary (routed by blend: centroid + text)
     assert retriever.retrieve("glaciers carve valleys")[0].explanation.route.doc_id == "ice"
@@ -531,8 +550,14 @@ def test_summaries_are_cached_by_content(lexical):
 
 # -------------------------------------------------------------- persistence
 def test_persist_round_trip(lexical, tmp_path):
-    retriever = build(lexical, num_routed_docs=2, similarity_top_k=4, score_mode="product",
-                      filters={"year": 2019}, filter_policy="replace")
+    retriever = build(
+        lexical,
+        num_routed_docs=2,
+        similarity_top_k=4,
+        score_mode="product",
+        filters={"year": 2019},
+        filter_policy="replace",
+    )
     retriever.persist(tmp_path / "idx")
     loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx", embed_model=lexical)
     assert loaded.to_dict() == retriever.to_dict()
@@ -542,8 +567,7 @@ def test_persist_round_trip(lexical, tmp_path):
         ]
     cache_file = current_generation(tmp_path / "idx") / "summary_cache.json"
     assert set(json.loads(cache_file.read_text()).values()) == {
-        retriever.index.summary_index.docstore.get_node(r.summary_node_id).text
-        for r in retriever.documents.values()
+        retriever.index.summary_index.docstore.get_node(r.summary_node_id).text for r in retriever.documents.values()
     }
 
 
@@ -554,7 +578,9 @@ def test_persist_keeps_node_parser_and_summarizer_settings(lexical, tmp_path):
 
     docs = [Document(text="Glaciers carve valleys. " * 40, metadata={"doc_id": "ice"})]
     retriever = RecursiveSummaryRetriever.from_documents(
-        docs, embed_model=lexical, node_parser=SentenceSplitter(chunk_size=64, chunk_overlap=8),
+        docs,
+        embed_model=lexical,
+        node_parser=SentenceSplitter(chunk_size=64, chunk_overlap=8),
         summarizer=ExtractiveSummarizer(max_chars=120, diversity_lambda=0.5),
     )
     retriever.persist(tmp_path / "idx")
@@ -643,14 +669,26 @@ def test_retriever_dict_setup_cannot_persist(tmp_path):
 # -- BM25 and hybrid levels ----------------------------------------------------
 
 CHINESE_DOCS = {
-    "mice": ["定量 PCR 以小鼠肝脏 GAPDH 为内参。", "实验对象为 SPF 级 C57BL/6 小鼠。", "小鼠饲养在恒温恒湿的屏障环境中。"],
-    "python": ["Python 的列表推导式用一行从可迭代对象生成列表。", "字典推导式以键值对生成字典。", "生成器表达式按需产生元素，节省内存。"],
+    "mice": [
+        "定量 PCR 以小鼠肝脏 GAPDH 为内参。",
+        "实验对象为 SPF 级 C57BL/6 小鼠。",
+        "小鼠饲养在恒温恒湿的屏障环境中。",
+    ],
+    "python": [
+        "Python 的列表推导式用一行从可迭代对象生成列表。",
+        "字典推导式以键值对生成字典。",
+        "生成器表达式按需产生元素，节省内存。",
+    ],
     "river": ["长江是中国最长的河流。", "长江发源于青藏高原的唐古拉山脉。", "三峡大坝位于长江中上游。"],
-    "bread": ["面包发酵需要酵母把糖分解产生二氧化碳。", "面团冷藏过夜可以让风味更浓郁。", "烤面包时在锅里加盖可以保留蒸汽。"],
+    "bread": [
+        "面包发酵需要酵母把糖分解产生二氧化碳。",
+        "面团冷藏过夜可以让风味更浓郁。",
+        "烤面包时在锅里加盖可以保留蒸汽。",
+    ],
 }
 
 
-def chinese_nodes() -> List[TextNode]:
+def chinese_nodes() -> list[TextNode]:
     return [
         TextNode(id_=f"{doc}-{i}", text=text, metadata={"doc_id": doc, "topic": doc})
         for doc, texts in CHINESE_DOCS.items()
@@ -662,8 +700,12 @@ def chinese_nodes() -> List[TextNode]:
 @pytest.mark.parametrize("chunk_mode", ["bm25", "hybrid"])
 def test_bm25_and_hybrid_levels_find_chinese_chunks(lexical, summary_mode, chunk_mode):
     retriever = RecursiveSummaryRetriever.from_nodes(
-        chinese_nodes(), embed_model=lexical, similarity_top_k=3, num_routed_docs=2,
-        summary_mode=summary_mode, chunk_mode=chunk_mode,
+        chinese_nodes(),
+        embed_model=lexical,
+        similarity_top_k=3,
+        num_routed_docs=2,
+        summary_mode=summary_mode,
+        chunk_mode=chunk_mode,
     )
     for query, doc, chunk in [
         ("实验对象是什么物种？", "mice", "mice-1"),
@@ -733,8 +775,10 @@ def test_a_query_in_a_script_the_corpus_lacks_is_ranked_without_document_evidenc
 
     from llama_index_ext_recursive import RecursiveSummaryRetriever
 
-    docs = [Document(text=f"第{i}篇：绿茶应当冷藏保存。乌龙茶是半发酵茶，红茶是全发酵茶。", metadata={"doc_id": f"d{i}"})
-            for i in range(12)]
+    docs = [
+        Document(text=f"第{i}篇：绿茶应当冷藏保存。乌龙茶是半发酵茶，红茶是全发酵茶。", metadata={"doc_id": f"d{i}"})
+        for i in range(12)
+    ]
     retriever = RecursiveSummaryRetriever.from_documents(docs, embed_model=lexical, similarity_top_k=3)
     english, chinese = retriever.retrieve("green tea storage"), retriever.retrieve("绿茶怎么保存")
     assert english and all(hit.explanation.route.document_weight == 0.0 for hit in english)

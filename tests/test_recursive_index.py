@@ -4,6 +4,7 @@ composed explanations, LlamaIndex-native construction, early keyword errors, spa
 import asyncio
 
 import pytest
+from conftest import TOPICS, topic_nodes
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.instrumentation import get_dispatcher
@@ -12,7 +13,6 @@ from llama_index.core.instrumentation.events.retrieval import RetrievalStartEven
 from llama_index.core.node_parser import SentenceSplitter, TokenTextSplitter
 from llama_index.core.schema import Document, IndexNode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
-from conftest import TOPICS, topic_nodes
 from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.retrievers import vector as vector_module
@@ -148,8 +148,15 @@ def test_vector_chunks_have_no_fusion_part(lexical):
 
 def test_settings_round_trip_through_to_dict(lexical):
     retriever = RecursiveSummaryRetriever.from_nodes(
-        topic_nodes(), embed_model=lexical, similarity_top_k=3, score_mode="weighted", score_alpha=0.4,
-        summary_mode="vector", chunk_mode="bm25", filters={"category": "food"}, filter_policy="replace",
+        topic_nodes(),
+        embed_model=lexical,
+        similarity_top_k=3,
+        score_mode="weighted",
+        score_alpha=0.4,
+        summary_mode="vector",
+        chunk_mode="bm25",
+        filters={"category": "food"},
+        filter_policy="replace",
     )
     data = retriever.to_dict()
     assert data["type"].endswith("RecursiveSummaryRetriever")
@@ -200,7 +207,7 @@ def test_transformations_are_accepted_and_kept_for_updates(lexical):
 def test_explicitly_set_settings_are_honoured_and_upstream_defaults_are_not(lexical, monkeypatch):
     monkeypatch.setattr(Settings, "_node_parser", None)
     monkeypatch.setattr(Settings, "_transformations", None)
-    Settings.transformations  # what upstream's VectorStoreIndex.from_documents reads: a default parser
+    assert Settings.transformations  # what upstream's VectorStoreIndex.from_documents reads: a default parser
     default = RecursiveSummaryRetriever.from_documents(topic_documents(), embed_model=lexical)
     assert default.index.transformations[0].chunk_size == 256  # ours, not upstream's 1024
     Settings.chunk_size = 30
@@ -209,9 +216,12 @@ def test_explicitly_set_settings_are_honoured_and_upstream_defaults_are_not(lexi
     assert small.index.transformations[0].chunk_size == 30
     assert len(small.documents["bees"].chunk_ids) > len(default.documents["bees"].chunk_ids)
     Settings.transformations = [SentenceSplitter(chunk_size=40, chunk_overlap=0)]
-    assert RecursiveSummaryRetriever.from_documents(
-        topic_documents(), embed_model=lexical
-    ).index.transformations[0].chunk_size == 40
+    assert (
+        RecursiveSummaryRetriever.from_documents(topic_documents(), embed_model=lexical)
+        .index.transformations[0]
+        .chunk_size
+        == 40
+    )
 
 
 @pytest.mark.parametrize(

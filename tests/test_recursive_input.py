@@ -6,10 +6,10 @@ import logging
 import math
 
 import pytest
+from conftest import LexicalEmbedding, topic_nodes
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import Document, IndexNode, QueryBundle
 
-from conftest import LexicalEmbedding, topic_nodes
 from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
 from llama_index_ext_recursive.filters import FilterError
 
@@ -51,9 +51,7 @@ async def test_unknown_filter_keys_raise_in_aretrieve_too(retriever):
 
 
 def test_warn_policy_logs_and_searches(lexical, caplog):
-    retriever = RecursiveSummaryRetriever.from_nodes(
-        topic_nodes(), embed_model=lexical, unknown_filter_key="warn"
-    )
+    retriever = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=lexical, unknown_filter_key="warn")
     with caplog.at_level(logging.WARNING):
         hits = retriever.retrieve(FilteredQueryBundle("queen bee", filters={"categroy": "biology"}))
     assert hits == []
@@ -61,9 +59,7 @@ def test_warn_policy_logs_and_searches(lexical, caplog):
 
 
 def test_construction_filters_are_checked_too(lexical):
-    retriever = RecursiveSummaryRetriever.from_nodes(
-        topic_nodes(), embed_model=lexical, filters={"yeer": 2019}
-    )
+    retriever = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=lexical, filters={"yeer": 2019})
     with pytest.raises(FilterError, match="did you mean 'year'"):
         retriever.retrieve("queen bee")
 
@@ -129,8 +125,10 @@ def test_a_query_vector_with_nan_is_refused_naming_the_model(lexical):
     with pytest.raises(ValueError, match=r"'broken-model' returned NaN or infinite values for the pseudo"):
         RecursiveSummaryRetriever.from_nodes(nodes, embed_model=NanEmbedding(model_name="broken-model"))
     retriever = RecursiveSummaryRetriever.from_nodes(
-        nodes, embed_model=NanEmbedding(model_name="broken-model"),
-        summary_mode="vector", chunk_mode="vector",
+        nodes,
+        embed_model=NanEmbedding(model_name="broken-model"),
+        summary_mode="vector",
+        chunk_mode="vector",
     )
     with pytest.raises(ValueError, match=r"'broken-model' returned NaN or infinite values for the query"):
         retriever.retrieve("queen bee")

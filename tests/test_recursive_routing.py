@@ -31,10 +31,8 @@ CLAUSES = [
     "materials containing Confidential Information.",
     "This Agreement shall be governed by the laws of the State of Delaware, and the courts of "
     "Delaware shall have exclusive jurisdiction over any dispute.",
-    "The obligations of confidentiality shall survive the termination of this Agreement for a "
-    "period of five years.",
-    "Nothing in this Agreement grants the Receiving Party any licence or other right in the "
-    "Confidential Information.",
+    "The obligations of confidentiality shall survive the termination of this Agreement for a period of five years.",
+    "Nothing in this Agreement grants the Receiving Party any licence or other right in the Confidential Information.",
 ]
 
 
@@ -68,9 +66,7 @@ RETURN = "does it require returning or destroying the materials upon termination
 
 @pytest.fixture(scope="module")
 def contracts(real_model):
-    return RecursiveSummaryRetriever.from_nodes(
-        contract_nodes(), embed_model=real_model, similarity_top_k=3
-    )
+    return RecursiveSummaryRetriever.from_nodes(contract_nodes(), embed_model=real_model, similarity_top_k=3)
 
 
 @pytest.mark.parametrize("summary_mode", ["vector", "bm25", "hybrid"])
@@ -115,14 +111,14 @@ def test_a_chunk_of_a_document_routing_missed_still_comes_back(real_model):
     for i, text in enumerate(memo):
         nodes.append(
             TextNode(
-                id_=f"memo-{i}", text=text, metadata={"doc_id": "memo", "title": "Office memo"},
+                id_=f"memo-{i}",
+                text=text,
+                metadata={"doc_id": "memo", "title": "Office memo"},
                 excluded_embed_metadata_keys=["doc_id", "title"],
             )
         )
     query = "Acme Robotics and Bluewater Foods: penguins in winter"
-    fused = RecursiveSummaryRetriever.from_nodes(
-        nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1
-    )
+    fused = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1)
     assert fused.retrieve_documents(query)[0].node.index_id == "nda-acme"
     found = {n.node.node_id: n for n in fused.retrieve(query)}
     assert "memo-2" in found and found["memo-2"].explanation.route.doc_id == "memo"
@@ -157,14 +153,10 @@ def test_retrieve_documents_refuses_what_is_not_a_query(contracts):
         contracts.retrieve_documents("   ")
 
 
-def test_reloaded_index_gives_identical_results_without_recalibrating(
-    contracts, real_model, tmp_path, monkeypatch
-):
+def test_reloaded_index_gives_identical_results_without_recalibrating(contracts, real_model, tmp_path, monkeypatch):
     contracts.persist(tmp_path / "index")
     calls = []
-    monkeypatch.setattr(
-        levels_module, "calibrate_children", lambda *a, **k: calls.append(a) or None
-    )
+    monkeypatch.setattr(levels_module, "calibrate_children", lambda *a, **k: calls.append(a) or None)
     loaded = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "index", embed_model=real_model)
     assert calls == []
     assert loaded.calibration == contracts.calibration
@@ -185,11 +177,11 @@ def test_calibration_is_measured_per_level_and_script(contracts):
 
 
 def test_calibration_is_passed_back_not_remeasured(contracts, real_model, monkeypatch):
-    monkeypatch.setattr(
-        levels_module, "calibrate_children", lambda *a, **k: pytest.fail("recalibrated")
-    )
+    monkeypatch.setattr(levels_module, "calibrate_children", lambda *a, **k: pytest.fail("recalibrated"))
     again = RecursiveSummaryRetriever.from_nodes(
-        contract_nodes(), embed_model=real_model, similarity_top_k=3,
+        contract_nodes(),
+        embed_model=real_model,
+        similarity_top_k=3,
         calibration=contracts.calibration,
     )
     assert again.calibration == contracts.calibration
@@ -197,15 +189,15 @@ def test_calibration_is_passed_back_not_remeasured(contracts, real_model, monkey
 
 def test_a_bad_calibration_is_refused_by_name(real_model):
     with pytest.raises(ValueError, match="unknown level 'sumaries'"):
-        RecursiveSummaryRetriever.from_nodes(
-            contract_nodes(), embed_model=real_model, calibration={"sumaries": {}}
-        )
+        RecursiveSummaryRetriever.from_nodes(contract_nodes(), embed_model=real_model, calibration={"sumaries": {}})
 
 
 def test_fused_mode_needs_the_chunk_store(lexical):
     with pytest.raises(ValueError, match="score_mode='fused'"):
         RecursiveSummaryRetriever.from_retriever_dict(
-            [IndexNode(text="a", index_id="a")], {"a": _Static()}, score_mode="fused",
+            [IndexNode(text="a", index_id="a")],
+            {"a": _Static()},
+            score_mode="fused",
             embed_model=lexical,
         )
 

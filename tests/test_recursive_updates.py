@@ -6,9 +6,9 @@ import asyncio
 import threading
 
 import pytest
+from conftest import LexicalEmbedding, topic_nodes
 from llama_index.core.schema import Document
 
-from conftest import LexicalEmbedding, topic_nodes
 from llama_index_ext_recursive import RecursiveSummaryRetriever
 
 QUERY = "glaciers carve valleys and the queen bee lays eggs"
@@ -46,9 +46,7 @@ def snapshot(retriever):
 
 
 def build(model):
-    return RecursiveSummaryRetriever.from_nodes(
-        topic_nodes(), embed_model=model, similarity_top_k=4, num_routed_docs=2
-    )
+    return RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=model, similarity_top_k=4, num_routed_docs=2)
 
 
 def test_failed_embedding_leaves_the_index_exactly_as_before():
@@ -93,7 +91,9 @@ def test_a_node_id_used_by_another_document_is_refused_before_any_change(lexical
     before = snapshot(retriever)
     clash = topic_nodes()[0].model_copy()  # id "bees-0"
     clash.metadata = {**clash.metadata, "doc_id": "other"}
-    with pytest.raises(ValueError, match=r"'bees-0' of document 'other' is already indexed as a chunk of document 'bees'"):
+    with pytest.raises(
+        ValueError, match=r"'bees-0' of document 'other' is already indexed as a chunk of document 'bees'"
+    ):
         retriever.add_nodes([clash])
     assert snapshot(retriever) == before
 

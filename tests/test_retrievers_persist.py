@@ -11,9 +11,9 @@ import asyncio
 import json
 import subprocess
 import sys
-from typing import List
 
 import pytest
+from conftest import topic_nodes
 from llama_index.core import Settings, SimpleDirectoryReader, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms.mock import MockLLM
@@ -21,7 +21,6 @@ from llama_index.core.retrievers.fusion_retriever import QueryFusionRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from conftest import topic_nodes
 from llama_index_ext_recursive.filters import FilterError
 from llama_index_ext_recursive.persist import PersistError
 from llama_index_ext_recursive.query import FilteredQueryBundle
@@ -34,7 +33,7 @@ from llama_index_ext_recursive.stores.numpy_store import vector_index
 QUERIES = ["how do bees make honey", "sunlight electricity", "sourdough starter flour", "蜂蜜"]
 
 
-def scored(results: List[NodeWithScore]):
+def scored(results: list[NodeWithScore]):
     return [(hit.node.node_id, round(hit.score, 9)) for hit in results]
 
 
@@ -75,9 +74,11 @@ def test_per_call_top_k_is_honoured_by_every_retriever(embedded_nodes, real_mode
         assert len(default) == 4
         fewer = retriever.retrieve(FilteredQueryBundle("bees queen drones panels sunlight bread dough", top_k=2))
         assert scored(fewer) == scored(default)[:2]
-        assert scored(asyncio.run(retriever.aretrieve(
-            FilteredQueryBundle("bees queen drones panels sunlight bread dough", top_k=2)
-        ))) == scored(fewer)
+        assert scored(
+            asyncio.run(
+                retriever.aretrieve(FilteredQueryBundle("bees queen drones panels sunlight bread dough", top_k=2))
+            )
+        ) == scored(fewer)
     # more than the retriever's own k: the children are asked for at least that many
     vector, hybrid = retrievers[1], retrievers[2]
     assert len(vector.retrieve(FilteredQueryBundle("bees", top_k=7))) == 7
@@ -99,10 +100,15 @@ def test_bm25_filter_policy_merge_or_replace():
 class _Routed(BaseRetriever):
     """A child that attaches a route part, as the recursive retriever does."""
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         route = RetrievalExplanation(
-            doc_id="bees", summary_node_id="s", summary_score=1.0, chunk_score=0.5,
-            final_score=1.5, score_mode="fused", path=["bees"],
+            doc_id="bees",
+            summary_node_id="s",
+            summary_score=1.0,
+            chunk_score=0.5,
+            final_score=1.5,
+            score_mode="fused",
+            path=["bees"],
         )
         return [explained(NodeWithScore(node=TextNode(id_="bees-0", text="bees"), score=0.5), route=route)]
 
@@ -147,9 +153,11 @@ def test_from_defaults_takes_an_index_or_nodes(lexical):
 def test_from_index_reuses_the_stored_embeddings(tmp_path, lexical):
     """The app path: SimpleDirectoryReader -> VectorStoreIndex -> from_index; no
     node is embedded again (calibration embeds only its pseudo-queries)."""
-    for name, text in {"bees.txt": "Worker bees collect nectar and pollen from flowers.",
-                       "solar.txt": "Solar panels convert sunlight into electricity.",
-                       "bread.txt": "A sourdough starter is flour and water."}.items():
+    for name, text in {
+        "bees.txt": "Worker bees collect nectar and pollen from flowers.",
+        "solar.txt": "Solar panels convert sunlight into electricity.",
+        "bread.txt": "A sourdough starter is flour and water.",
+    }.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
     documents = SimpleDirectoryReader(str(tmp_path)).load_data()
     index = VectorStoreIndex.from_documents(documents, embed_model=lexical)
@@ -176,7 +184,9 @@ def test_hybrid_retriever_over_children_built_elsewhere(lexical):
         HybridFusionRetriever,
         vector=BackfillVectorRetriever(index, 3, unknown_filter_key=None),
         bm25=MultilingualBM25Retriever(nodes, 3, unknown_filter_key=None),
-        similarity_top_k=3, calibrate=False, check_filters=False,
+        similarity_top_k=3,
+        calibrate=False,
+        check_filters=False,
     )
     same_results(built, shared, QUERIES)
     assert built.filter_vocabulary is not None and shared.filter_vocabulary is None
@@ -190,8 +200,12 @@ def test_hybrid_retriever_over_children_built_elsewhere(lexical):
 def test_bm25_to_dict_from_dict_and_persist_round_trip(tmp_path):
     nodes = topic_nodes()
     bm25 = MultilingualBM25Retriever(
-        nodes, similarity_top_k=3, filters={"year": {"op": ">=", "value": 2020}},
-        filter_policy="replace", unknown_filter_key="warn", language="en",
+        nodes,
+        similarity_top_k=3,
+        filters={"year": {"op": ">=", "value": 2020}},
+        filter_policy="replace",
+        unknown_filter_key="warn",
+        language="en",
     )
     data = json.loads(json.dumps(bm25.to_dict()))
     assert data["type"].endswith("MultilingualBM25Retriever")
@@ -207,8 +221,12 @@ def test_bm25_to_dict_from_dict_and_persist_round_trip(tmp_path):
 def test_backfill_to_dict_from_dict_and_persist_round_trip(tmp_path, embedded_nodes, real_model):
     index = vector_index(embedded_nodes, real_model)
     vector = BackfillVectorRetriever(
-        index, similarity_top_k=3, filters={"section": "body"}, filter_policy="replace",
-        stale_policy="raise", unknown_filter_key="warn",
+        index,
+        similarity_top_k=3,
+        filters={"section": "body"},
+        filter_policy="replace",
+        stale_policy="raise",
+        unknown_filter_key="warn",
     )
     data = json.loads(json.dumps(vector.to_dict()))
     rebuilt = BackfillVectorRetriever.from_dict(data, index)
@@ -247,10 +265,16 @@ def test_backfill_over_a_store_that_keeps_its_own_data_is_not_persisted(tmp_path
     assert not (tmp_path / "remote").exists()
 
 
-def test_hybrid_round_trips_keep_weights_calibration_and_filter_checks(tmp_path, embedded_nodes, real_model, monkeypatch):
+def test_hybrid_round_trips_keep_weights_calibration_and_filter_checks(
+    tmp_path, embedded_nodes, real_model, monkeypatch
+):
     hybrid = HybridFusionRetriever.from_nodes(
-        embedded_nodes, embed_model=real_model, similarity_top_k=4, child_top_k=6,
-        filters={"year": {"op": ">=", "value": 2019}}, filter_policy="replace",
+        embedded_nodes,
+        embed_model=real_model,
+        similarity_top_k=4,
+        child_top_k=6,
+        filters={"year": {"op": ">=", "value": 2019}},
+        filter_policy="replace",
     )
     assert hybrid.calibration is not None
     data = json.loads(json.dumps(hybrid.to_dict()))

@@ -21,26 +21,29 @@ from llama_index_ext_recursive.schema import (
 Op = FilterOperator
 
 
-@pytest.mark.parametrize("declared, base, is_list", [
-    ("int", "int", False),
-    ("Integer", "int", False),
-    ("int64", "int", False),
-    ("float", "float", False),
-    ("decimal", "float", False),
-    ("numeric", "float", False),
-    ("number", "float", False),
-    ("str", "str", False),
-    ("keyword", "str", False),
-    ("bool", "bool", False),
-    ("datetime", "date", False),
-    ("Optional[int]", "int", False),
-    ("int | None", "int", False),
-    ("List[str]", "str", True),
-    ("list of strings", "str", True),
-    ("str[]", "str", True),
-    ("list", "any", True),
-    ("geo_point", "any", False),
-])
+@pytest.mark.parametrize(
+    "declared, base, is_list",
+    [
+        ("int", "int", False),
+        ("Integer", "int", False),
+        ("int64", "int", False),
+        ("float", "float", False),
+        ("decimal", "float", False),
+        ("numeric", "float", False),
+        ("number", "float", False),
+        ("str", "str", False),
+        ("keyword", "str", False),
+        ("bool", "bool", False),
+        ("datetime", "date", False),
+        ("Optional[int]", "int", False),
+        ("int | None", "int", False),
+        ("List[str]", "str", True),
+        ("list of strings", "str", True),
+        ("str[]", "str", True),
+        ("list", "any", True),
+        ("geo_point", "any", False),
+    ],
+)
 def test_declared_types_are_read_once(declared, base, is_list):
     assert FieldType.parse(declared) == FieldType(base, is_list)
 
@@ -51,11 +54,15 @@ def info(name: str, type_: str, description: str = "") -> VectorStoreInfo:
     )
 
 
-@pytest.mark.parametrize("declared", ["int", "integer", "long", "float", "number", "double", "decimal", "numeric", "real"])
+@pytest.mark.parametrize(
+    "declared", ["int", "integer", "long", "float", "number", "double", "decimal", "numeric", "real"]
+)
 def test_a_numeric_type_is_numeric_for_the_validator_and_the_rules_alike(declared):
     """Upstream-style 'decimal' used to be numeric for the validator but text for the rules."""
     schema = info("price", declared)
-    spec, _ = SpecValidator(schema).validate({"query": "q", "filters": [{"key": "price", "value": "3", "operator": ">"}]})
+    spec, _ = SpecValidator(schema).validate(
+        {"query": "q", "filters": [{"key": "price", "value": "3", "operator": ">"}]}
+    )
     assert [(f.key, f.operator, f.value) for f in spec.filters] == [("price", Op.GT, 3)]
     rules = RuleBasedSpecGenerator(schema, {}, today=date(2025, 6, 1)).generate("price > 3 tea")
     assert [(f.key, f.operator, f.value) for f in rules.filters] == [("price", Op.GT, 3)]
@@ -65,7 +72,9 @@ def test_a_numeric_type_is_numeric_for_the_validator_and_the_rules_alike(declare
 def test_a_text_type_takes_no_range_for_either_reader():
     schema = info("colour", "keyword")
     assert RuleBasedSpecGenerator(schema, {}).generate("colour > 3 tea").filters == []
-    spec, report = SpecValidator(schema).validate({"query": "q", "filters": [{"key": "colour", "value": 3, "operator": ">"}]})
+    spec, report = SpecValidator(schema).validate(
+        {"query": "q", "filters": [{"key": "colour", "value": 3, "operator": ">"}]}
+    )
     assert spec.filters == [] and report.kinds() == ["dropped_filter"]
 
 
@@ -114,6 +123,9 @@ def test_infer_vector_store_info_reads_scalar_keys_and_their_kinds():
     ]
     schema = infer_vector_store_info(nodes)
     assert {(m.name, m.type) for m in schema.metadata_info} == {
-        ("year", "int"), ("score", "float"), ("lang", "str"), ("ok", "bool")
+        ("year", "int"),
+        ("score", "float"),
+        ("lang", "str"),
+        ("ok", "bool"),
     }
     assert infer_vector_store_info([TextNode(text="a")]) is None

@@ -47,8 +47,9 @@ def random_nodes(count=400, dim=16, seed=0, prefix="n"):
         }
         if i % 6 != 5:  # some nodes lack the key: a filter sees None
             metadata["maybe"] = MAYBE[i % 6]
-        node = TextNode(id_=f"{prefix}{i}", text=f"text {i}", embedding=list(rng.standard_normal(dim)),
-                        metadata=metadata)
+        node = TextNode(
+            id_=f"{prefix}{i}", text=f"text {i}", embedding=list(rng.standard_normal(dim)), metadata=metadata
+        )
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc{i % 20}")
         nodes.append(node)
     return nodes
@@ -97,8 +98,11 @@ FILTERS = [
     flat(leaf("tags", ["a", "c"], FilterOperator.ANY)),
     flat(leaf("tags", ["a", "b"], FilterOperator.ALL)),
     flat(leaf("tags", None, FilterOperator.IS_EMPTY), leaf("year", 2020, FilterOperator.NE)),
-    flat(leaf("category", ["food"], FilterOperator.NIN), leaf("title", "", FilterOperator.IS_EMPTY),
-         condition=FilterCondition.OR),
+    flat(
+        leaf("category", ["food"], FilterOperator.NIN),
+        leaf("title", "", FilterOperator.IS_EMPTY),
+        condition=FilterCondition.OR,
+    ),
     flat(leaf("missing_key", 1, FilterOperator.NE)),
 ]
 
@@ -116,8 +120,10 @@ def assert_same(ours, upstream, query):
     got = ours.query(query)
     assert got.ids == expected.ids
     np.testing.assert_allclose(
-        np.asarray(got.similarities, dtype=float), np.asarray(expected.similarities, dtype=float),
-        atol=1e-6, rtol=0,
+        np.asarray(got.similarities, dtype=float),
+        np.asarray(expected.similarities, dtype=float),
+        atol=1e-6,
+        rtol=0,
     )
     return got
 
@@ -165,8 +171,9 @@ def test_k_larger_than_the_matches():
     ours, upstream = both(nodes)
     filters = flat(leaf("ref_doc_id", "doc3"), leaf("score", 0.0, FilterOperator.GT))
     matching = [n for n in nodes if n.ref_doc_id == "doc3" and (n.metadata["score"] or 0) > 0]
-    got = assert_same(ours, upstream, VectorStoreQuery(query_embedding=[1.0] * 16, similarity_top_k=50,
-                                                       filters=filters))
+    got = assert_same(
+        ours, upstream, VectorStoreQuery(query_embedding=[1.0] * 16, similarity_top_k=50, filters=filters)
+    )
     assert len(got.ids) == len(matching) and 0 < len(matching) < 20
 
 
@@ -178,14 +185,18 @@ def test_big_store_uses_the_float32_screen_and_stays_exact():
         nodes[i].embedding = list(nodes[i + 1].embedding)
     ours, upstream = both(nodes)
     rng = np.random.default_rng(4)
-    filters = [None, flat(leaf("year", [2016, 2019], FilterOperator.IN)),
-               flat(leaf("category", ["food", "energy"], FilterOperator.IN)),
-               flat(leaf("score", -0.5, FilterOperator.GT), leaf("year", 2017, FilterOperator.NE))]
+    filters = [
+        None,
+        flat(leaf("year", [2016, 2019], FilterOperator.IN)),
+        flat(leaf("category", ["food", "energy"], FilterOperator.IN)),
+        flat(leaf("score", -0.5, FilterOperator.GT), leaf("year", 2017, FilterOperator.NE)),
+    ]
     for f in filters:
         for top_k in (1, 10, 100):
             for q in [rng.standard_normal(32) for _ in range(5)] + [np.asarray(nodes[101].embedding) * 3]:
-                assert_same(ours, upstream, VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=top_k,
-                                                             filters=f))
+                assert_same(
+                    ours, upstream, VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=top_k, filters=f)
+                )
     # the query equal to a stored vector: top score 1 (to rounding), its twin next
     got = ours.query(VectorStoreQuery(query_embedding=nodes[17].embedding, similarity_top_k=1))
     assert got.ids == ["n17"] and got.similarities[0] == pytest.approx(1.0, abs=1e-12)
@@ -208,8 +219,9 @@ def tied_nodes(seed=0, dim=8):
     for i in range(90):
         vector = base[i % 12] * [1.0, 2.0, 0.5, 3.0, 0.1][i % 5]
         node_id = f"t{rng.integers(10**6):06d}-{i}"
-        nodes.append(TextNode(id_=node_id, text="x", embedding=vector.tolist(),
-                              metadata={"group": i % 12, "year": 2000 + i % 5}))
+        nodes.append(
+            TextNode(id_=node_id, text="x", embedding=vector.tolist(), metadata={"group": i % 12, "year": 2000 + i % 5})
+        )
     rng.shuffle(nodes)
     return nodes, base
 
@@ -221,14 +233,21 @@ def test_ties_keep_upstreams_ids_and_order(top_k):
     rng = np.random.default_rng(5)
     queries = [base[3], base[7] * 3, rng.standard_normal(8), np.ones(8)]
     for q in queries:
-        for filters in (None, flat(leaf("year", 2002, FilterOperator.GTE)), flat(leaf("group", [3, 4], FilterOperator.IN))):
-            assert_same(ours, upstream, VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=top_k,
-                                                         filters=filters))
+        for filters in (
+            None,
+            flat(leaf("year", 2002, FilterOperator.GTE)),
+            flat(leaf("group", [3, 4], FilterOperator.IN)),
+        ):
+            assert_same(
+                ours, upstream, VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=top_k, filters=filters)
+            )
 
 
 def test_integer_one_hot_vectors_tie_everywhere():
-    nodes = [TextNode(id_=f"h{(i * 37) % 101:03d}", text="x", embedding=[float(i % 3 == j) for j in range(3)])
-             for i in range(60)]
+    nodes = [
+        TextNode(id_=f"h{(i * 37) % 101:03d}", text="x", embedding=[float(i % 3 == j) for j in range(3)])
+        for i in range(60)
+    ]
     ours, upstream = both(nodes)
     for q in ([1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 2.0]):
         for top_k in (1, 5, 20, 21, 40, 60):
@@ -245,12 +264,16 @@ def test_zero_vectors_score_nan_like_upstream():
     ours, upstream = both(nodes)
     for top_k in (1, 5, 50):
         for filters in (None, flat(leaf("category", "biology"))):
-            got = assert_same(ours, upstream, VectorStoreQuery(query_embedding=[0.5] * 16, similarity_top_k=top_k,
-                                                               filters=filters))
+            got = assert_same(
+                ours, upstream, VectorStoreQuery(query_embedding=[0.5] * 16, similarity_top_k=top_k, filters=filters)
+            )
             assert len(got.ids) == min(top_k, 50 if filters is None else 13)
     # a filter excluding the zero vectors takes the fast path again
-    got = assert_same(ours, upstream, VectorStoreQuery(query_embedding=[0.5] * 16, similarity_top_k=5,
-                                                       node_ids=["n1", "n2", "n4", "n5", "n6", "n7"]))
+    got = assert_same(
+        ours,
+        upstream,
+        VectorStoreQuery(query_embedding=[0.5] * 16, similarity_top_k=5, node_ids=["n1", "n2", "n4", "n5", "n6", "n7"]),
+    )
     assert not np.isnan(got.similarities).any()
 
 
@@ -279,12 +302,22 @@ def test_node_ids_restriction_matches_upstream():
         list(reversed(every)),
     ]
     for node_ids in cases:
-        for filters in (None, flat(leaf("category", ["food", "history"], FilterOperator.IN)),
-                        flat(leaf("year", 2020, FilterOperator.GT))):
+        for filters in (
+            None,
+            flat(leaf("category", ["food", "history"], FilterOperator.IN)),
+            flat(leaf("year", 2020, FilterOperator.GT)),
+        ):
             for top_k in (3, 10, 300):
-                assert_same(ours, upstream, VectorStoreQuery(query_embedding=list(rng.standard_normal(16)),
-                                                             similarity_top_k=top_k, node_ids=node_ids,
-                                                             filters=filters))
+                assert_same(
+                    ours,
+                    upstream,
+                    VectorStoreQuery(
+                        query_embedding=list(rng.standard_normal(16)),
+                        similarity_top_k=top_k,
+                        node_ids=node_ids,
+                        filters=filters,
+                    ),
+                )
 
 
 def test_a_reused_node_ids_list_is_read_again_each_query():
@@ -307,18 +340,26 @@ def test_nested_filters_are_supported():
     store = NumpyVectorStore()
     store.add(nodes)
     nested = [
-        MetadataFilters(filters=[
-            leaf("ref_doc_id", "doc1"),
-            flat(leaf("year", 2016), leaf("year", 2021), condition=FilterCondition.OR),
-        ]),
-        MetadataFilters(condition=FilterCondition.OR, filters=[
-            flat(leaf("category", "food"), leaf("score", 0.5, FilterOperator.GT)),
-            flat(leaf("tags", "c", FilterOperator.CONTAINS), condition=FilterCondition.NOT),
-        ]),
-        MetadataFilters(condition=FilterCondition.NOT, filters=[
-            flat(leaf("title", "beta", FilterOperator.TEXT_MATCH_INSENSITIVE), leaf("flag", 0)),
-            leaf("year", [2015, 2016], FilterOperator.IN),
-        ]),
+        MetadataFilters(
+            filters=[
+                leaf("ref_doc_id", "doc1"),
+                flat(leaf("year", 2016), leaf("year", 2021), condition=FilterCondition.OR),
+            ]
+        ),
+        MetadataFilters(
+            condition=FilterCondition.OR,
+            filters=[
+                flat(leaf("category", "food"), leaf("score", 0.5, FilterOperator.GT)),
+                flat(leaf("tags", "c", FilterOperator.CONTAINS), condition=FilterCondition.NOT),
+            ],
+        ),
+        MetadataFilters(
+            condition=FilterCondition.NOT,
+            filters=[
+                flat(leaf("title", "beta", FilterOperator.TEXT_MATCH_INSENSITIVE), leaf("flag", 0)),
+                leaf("year", [2015, 2016], FilterOperator.IN),
+            ],
+        ),
         MetadataFilters(filters=[flat(), leaf("category", "energy")]),
     ]
     metadata = store.data.metadata_dict
@@ -347,7 +388,10 @@ def test_updates_are_seen_by_the_next_query():
     store.delete_nodes(["n25"])
     assert store.query(query).ids != ["n25"]
     store.delete("doc5")
-    assert all(int(i[1:]) % 20 != 5 for i in store.query(VectorStoreQuery(query_embedding=[1.0] * 16, similarity_top_k=100)).ids)
+    assert all(
+        int(i[1:]) % 20 != 5
+        for i in store.query(VectorStoreQuery(query_embedding=[1.0] * 16, similarity_top_k=100)).ids
+    )
     store.clear()
     assert store.query(query).ids == []
 
@@ -362,8 +406,12 @@ def test_random_adds_overwrites_and_deletes_track_upstream():
     rng = np.random.default_rng(7)
     pool = random_nodes(600, seed=8)
     ours, upstream = NumpyVectorStore(), SimpleVectorStore()
-    filters = [None, flat(leaf("category", "food")), flat(leaf("year", 2019, FilterOperator.GT)),
-               flat(leaf("tags", ["a"], FilterOperator.ANY))]
+    filters = [
+        None,
+        flat(leaf("category", "food")),
+        flat(leaf("year", 2019, FilterOperator.GT)),
+        flat(leaf("tags", ["a"], FilterOperator.ANY)),
+    ]
 
     def check():
         for _ in range(3):
@@ -382,8 +430,12 @@ def test_random_adds_overwrites_and_deletes_track_upstream():
             batch = []
             for node_id in rng.choice(list(upstream.data.embedding_dict) or ["n0"], size=5):
                 i = int(node_id[1:])
-                node = TextNode(id_=node_id, text="new", embedding=list(rng.standard_normal(16)),
-                                metadata={"category": "food", "year": 2030, "tags": ["a"]})
+                node = TextNode(
+                    id_=node_id,
+                    text="new",
+                    embedding=list(rng.standard_normal(16)),
+                    metadata={"category": "food", "year": 2030, "tags": ["a"]},
+                )
                 node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc{i % 20}")
                 batch.append(node)
         else:
@@ -418,8 +470,11 @@ def test_a_deleted_id_added_again_goes_to_the_end_as_upstream():
     ours.add(moved)
     upstream.add(moved)
     for top_k in (1, 3, 8, 90):
-        assert_same(ours, upstream, VectorStoreQuery(query_embedding=base[moved[0].metadata["group"]].tolist(),
-                                                     similarity_top_k=top_k))
+        assert_same(
+            ours,
+            upstream,
+            VectorStoreQuery(query_embedding=base[moved[0].metadata["group"]].tolist(), similarity_top_k=top_k),
+        )
 
 
 def test_store_built_from_data_directly_and_data_replaced():
@@ -446,8 +501,13 @@ def test_persistence_format_is_simple_vector_stores(tmp_path):
     upstream.persist(str(tmp_path / "upstream.json"))
     assert (tmp_path / "ours.json").read_bytes() == (tmp_path / "upstream.json").read_bytes()
     assert json.loads((tmp_path / "ours.json").read_text()).keys() == {
-        "embedding_dict", "text_id_to_ref_doc_id", "metadata_dict"}
-    query = VectorStoreQuery(query_embedding=[0.5] * 16, similarity_top_k=7, filters=flat(leaf("year", 2017, FilterOperator.GT)))
+        "embedding_dict",
+        "text_id_to_ref_doc_id",
+        "metadata_dict",
+    }
+    query = VectorStoreQuery(
+        query_embedding=[0.5] * 16, similarity_top_k=7, filters=flat(leaf("year", 2017, FilterOperator.GT))
+    )
     for path in ("ours.json", "upstream.json"):  # each loads in either class
         loaded_upstream = SimpleVectorStore.from_persist_path(str(tmp_path / path))
         loaded_ours = NumpyVectorStore.from_persist_path(str(tmp_path / path))
@@ -471,19 +531,24 @@ def test_persist_dir_round_trip(tmp_path):
     assert_same(loaded, upstream, VectorStoreQuery(query_embedding=[1.0] * 16, similarity_top_k=30))
 
 
-@pytest.mark.parametrize("content, problem", [
-    ('{"embedding_dict": {"n1": [0.1, ', "is corrupted"),  # truncated
-    ("{}", "has no embedding_dict"),
-    ("[]", "holds a JSON list, not an object"),
-    ('{"embedding_dict": {"a": 1}}', "the embedding of 'a' is not a list"),
-    ('{"embedding_dict": {"a": [1.0], "b": [1.0, 2.0]}}', "different dimensions"),
-    ('{"embedding_dict": {"a": [1.0]}, "metadata_dict": {"ghost": {}}}', "names 'ghost', which has no embedding"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('{"embedding_dict": {"n1": [0.1, ', "is corrupted"),  # truncated
+        ("{}", "has no embedding_dict"),
+        ("[]", "holds a JSON list, not an object"),
+        ('{"embedding_dict": {"a": 1}}', "the embedding of 'a' is not a list"),
+        ('{"embedding_dict": {"a": [1.0], "b": [1.0, 2.0]}}', "different dimensions"),
+        ('{"embedding_dict": {"a": [1.0]}, "metadata_dict": {"ghost": {}}}', "names 'ghost', which has no embedding"),
+    ],
+)
 def test_a_damaged_store_file_raises_persist_error_naming_it(tmp_path, content, problem):
     path = tmp_path / "default__vector_store.json"
     path.write_text(content)
-    for load in (lambda: NumpyVectorStore.from_persist_path(str(path)),
-                 lambda: NumpyVectorStore.from_persist_dir(str(tmp_path))):
+    for load in (
+        lambda: NumpyVectorStore.from_persist_path(str(path)),
+        lambda: NumpyVectorStore.from_persist_dir(str(tmp_path)),
+    ):
         with pytest.raises(PersistError, match=rf"{path}.*{problem}"):
             load()
     with pytest.raises(PersistError, match=rf"{tmp_path / 'missing.json'} is missing"):
@@ -552,8 +617,10 @@ def test_a_row_of_a_type_the_operator_cannot_take_does_not_match_where_upstream_
     nodes[3].metadata["year"] = "2018"  # one string among ints
     ours, upstream = both(nodes)
     for f, expected in (
-        (flat(leaf("year", 2016, FilterOperator.GT)), {n.node_id for n in nodes if n.metadata["year"] != "2018"
-                                                        and n.metadata["year"] > 2016}),
+        (
+            flat(leaf("year", 2016, FilterOperator.GT)),
+            {n.node_id for n in nodes if n.metadata["year"] != "2018" and n.metadata["year"] > 2016},
+        ),
         (flat(leaf("year", "201", FilterOperator.TEXT_MATCH)), {"n3"}),
     ):
         query = VectorStoreQuery(query_embedding=[1.0] * 16, similarity_top_k=20, filters=f)
@@ -590,8 +657,14 @@ def test_concurrent_queries_and_adds_are_consistent():
     nodes = random_nodes(400)
     ours, upstream = both(nodes[:200])
     rng = np.random.default_rng(10)
-    queries = [VectorStoreQuery(query_embedding=list(rng.standard_normal(16)), similarity_top_k=5,
-                                filters=flat(leaf("year", 2018, FilterOperator.GTE))) for _ in range(30)]
+    queries = [
+        VectorStoreQuery(
+            query_embedding=list(rng.standard_normal(16)),
+            similarity_top_k=5,
+            filters=flat(leaf("year", 2018, FilterOperator.GTE)),
+        )
+        for _ in range(30)
+    ]
     errors = []
 
     def reader():
@@ -649,21 +722,33 @@ def stores_and_queries(draw):
     nodes = []
     for node_id in ids:
         metadata = {key: draw(METADATA_VALUES) for key in ("k1", "k2") if draw(st.booleans())}
-        nodes.append(TextNode(id_=node_id, text="", embedding=draw(st.lists(coordinate, min_size=3, max_size=3)),
-                              metadata=metadata))
+        nodes.append(
+            TextNode(
+                id_=node_id, text="", embedding=draw(st.lists(coordinate, min_size=3, max_size=3)), metadata=metadata
+            )
+        )
     queries = []
     for _ in range(3):
-        filters = draw(st.one_of(
-            st.none(),
-            st.lists(LEAVES, min_size=1, max_size=3).map(lambda f: flat(*f)),
-            st.builds(lambda f, c: flat(*f, condition=c), st.lists(LEAVES, min_size=1, max_size=3),
-                      st.sampled_from([FilterCondition.OR, FilterCondition.NOT])),
-        ))
+        filters = draw(
+            st.one_of(
+                st.none(),
+                st.lists(LEAVES, min_size=1, max_size=3).map(lambda f: flat(*f)),
+                st.builds(
+                    lambda f, c: flat(*f, condition=c),
+                    st.lists(LEAVES, min_size=1, max_size=3),
+                    st.sampled_from([FilterCondition.OR, FilterCondition.NOT]),
+                ),
+            )
+        )
         node_ids = draw(st.one_of(st.none(), st.lists(st.sampled_from(ids + ["zz"]), max_size=count)))
-        queries.append(VectorStoreQuery(
-            query_embedding=draw(st.lists(coordinate, min_size=3, max_size=3)),
-            similarity_top_k=draw(st.sampled_from([None, 0, 1, 2, 3, 5, 40])),
-            filters=filters, node_ids=node_ids))
+        queries.append(
+            VectorStoreQuery(
+                query_embedding=draw(st.lists(coordinate, min_size=3, max_size=3)),
+                similarity_top_k=draw(st.sampled_from([None, 0, 1, 2, 3, 5, 40])),
+                filters=filters,
+                node_ids=node_ids,
+            )
+        )
     return nodes, queries
 
 
@@ -696,5 +781,6 @@ def test_random_stores_filters_and_ties_match_upstream(case):
             continue
         got = ours.query(query)
         assert got.ids == expected.ids
-        np.testing.assert_allclose(np.asarray(got.similarities, dtype=float),
-                                   np.asarray(expected.similarities, dtype=float), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(
+            np.asarray(got.similarities, dtype=float), np.asarray(expected.similarities, dtype=float), atol=1e-6, rtol=0
+        )

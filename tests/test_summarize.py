@@ -47,7 +47,7 @@ class ScriptedLLM(CustomLLM):
 def test_extractive_is_bounded_starts_with_title_and_keeps_order():
     summary = ExtractiveSummarizer(max_chars=200).summarize("Bees", DOC)
     assert summary.startswith("Bees. ") and len(summary) <= 200
-    sentences = summary[len("Bees. "):].split(". ")
+    sentences = summary[len("Bees. ") :].split(". ")
     assert len(sentences) >= 2
 
 
@@ -116,7 +116,12 @@ def test_sentences_do_not_split_inside_abbreviations_or_decimals():
 
     text = 'The U.S. economy grew 3.5 percent. Next one. 第一句。第二句！ "Quoted." (Aside) ends.'
     assert split_sentences(text) == [
-        "The U.S. economy grew 3.5 percent.", "Next one.", "第一句。", "第二句！", '"Quoted."', "(Aside) ends.",
+        "The U.S. economy grew 3.5 percent.",
+        "Next one.",
+        "第一句。",
+        "第二句！",
+        '"Quoted."',
+        "(Aside) ends.",
     ]
 
 
@@ -129,8 +134,7 @@ def test_chinese_summaries_fit_the_embedding_window():
 def code_like(lines: int) -> str:
     """Source-code-like text: one statement per line, many distinct identifiers."""
     return "\n".join(
-        f"    value_{i % 997}_{i % 13} = compute_{i % 389}(item_{i}, limit={i % 50})  # step {i}"
-        for i in range(lines)
+        f"    value_{i % 997}_{i % 13} = compute_{i % 389}(item_{i}, limit={i % 50})  # step {i}" for i in range(lines)
     )
 
 

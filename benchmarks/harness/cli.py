@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, TypeVar
+from typing import TypeVar
 
 from harness.data import DATA_ROOT
 from harness.models import DEFAULT_CACHE, REAL_MODELS
@@ -21,7 +22,7 @@ from harness.models import DEFAULT_CACHE, REAL_MODELS
 T = TypeVar("T")
 
 
-def parser(doc: Optional[str]) -> argparse.ArgumentParser:
+def parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser described by the script's docstring: first line above the flags, the rest below."""
     first, _, rest = (doc or "").strip().partition("\n")
     return argparse.ArgumentParser(
@@ -29,14 +30,18 @@ def parser(doc: Optional[str]) -> argparse.ArgumentParser:
     )
 
 
-def csv(kind: Callable[[str], T] = str) -> Callable[[str], List[T]]:
+def csv(kind: Callable[[str], T] = str) -> Callable[[str], list[T]]:
     """An argparse ``type`` for comma-separated values (``--sizes 1000,10000``); blanks are skipped."""
     return lambda text: [kind(part.strip()) for part in text.split(",") if part.strip()]
 
 
-def add_data(p: argparse.ArgumentParser, required: bool = True, default: Optional[str] = None) -> None:
-    p.add_argument("--data", required=required, default=default,
-                   help="a dataset folder in BEIR layout (e.g. ../shared/data/scifact)")
+def add_data(p: argparse.ArgumentParser, required: bool = True, default: str | None = None) -> None:
+    p.add_argument(
+        "--data",
+        required=required,
+        default=default,
+        help="a dataset folder in BEIR layout (e.g. ../shared/data/scifact)",
+    )
 
 
 def add_data_root(p: argparse.ArgumentParser) -> None:
@@ -60,15 +65,19 @@ def add_rounds(p: argparse.ArgumentParser, default: int = 3) -> None:
 
 
 def add_embed_model(p: argparse.ArgumentParser, default: str = "minilm") -> None:
-    p.add_argument("--embed-model", choices=REAL_MODELS, default=default,
-                   help="minilm (or default): all-MiniLM-L6-v2; multilingual: multilingual-e5-small")
+    p.add_argument(
+        "--embed-model",
+        choices=REAL_MODELS,
+        default=default,
+        help="minilm (or default): all-MiniLM-L6-v2; multilingual: multilingual-e5-small",
+    )
 
 
-def add_out(p: argparse.ArgumentParser, default: Optional[Path], help: str = "where the results go") -> None:
+def add_out(p: argparse.ArgumentParser, default: Path | None, help: str = "where the results go") -> None:
     p.add_argument("--out", type=Path, default=default, help=help)
 
 
-def command(argv: Optional[Sequence[str]] = None, script: Optional[str] = None, python: str = ".venv/bin/python") -> str:
+def command(argv: Sequence[str] | None = None, script: str | None = None, python: str = ".venv/bin/python") -> str:
     """The command that ran ``script`` (a path; default: the running one) with ``argv``, as typed
     from the repository root."""
     name = Path(script or sys.argv[0]).name

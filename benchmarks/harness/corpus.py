@@ -27,9 +27,9 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
 from llama_index.core import Document
@@ -41,7 +41,7 @@ SAMPLE_CORPUS = REPO / "llama_index_ext_recursive" / "sample_data" / "corpus.jso
 
 
 # ------------------------------------------------------------------ pieces
-def vocabulary(size: int, prefix: str = "w", width: int = 0) -> List[str]:
+def vocabulary(size: int, prefix: str = "w", width: int = 0) -> list[str]:
     """``size`` distinct pseudo-words, ``prefix`` + a number (zero-padded to ``width``)."""
     return [f"{prefix}{i:0{width}d}" for i in range(size)]
 
@@ -96,7 +96,12 @@ def word_nodes(
 
 
 def zipf_documents(
-    count: int, paragraphs: int, *, start: int = 0, seed: int = 0, words: int = 120,
+    count: int,
+    paragraphs: int,
+    *,
+    start: int = 0,
+    seed: int = 0,
+    words: int = 120,
     vocabulary_size: int = 20_000,
 ) -> Iterator[Document]:
     """Documents ``doc-{start}`` ... of ``paragraphs`` paragraphs of ``words`` Zipf-drawn words.
@@ -120,7 +125,7 @@ class TopicDocument:
     doc_id: str
     topic: np.ndarray
     vocabulary: np.ndarray
-    chunks: List[TextNode]
+    chunks: list[TextNode]
 
 
 class TopicCorpus:
@@ -138,8 +143,16 @@ class TopicCorpus:
     """
 
     def __init__(
-        self, docs: int, chunks: int, dim: int = 384, seed: int = 0, noise: float = 0.5,
-        vocabulary_size: int = 5000, doc_vocabulary: int = 200, sentences: int = 3, words: int = 8,
+        self,
+        docs: int,
+        chunks: int,
+        dim: int = 384,
+        seed: int = 0,
+        noise: float = 0.5,
+        vocabulary_size: int = 5000,
+        doc_vocabulary: int = 200,
+        sentences: int = 3,
+        words: int = 8,
     ) -> None:
         self.chunks, self.dim, self.seed, self.noise = chunks, dim, seed, noise
         self.vocabulary_size, self.doc_vocabulary = vocabulary_size, doc_vocabulary
@@ -164,10 +177,15 @@ class TopicCorpus:
                     " ".join(pool[w] for w in rng.choice(own, size=self.words)).capitalize() + "."
                     for _ in range(self.sentences)
                 )
-                chunks.append(TextNode(
-                    id_=f"{doc_id}-c{c:03d}", text=text, metadata={"doc_id": doc_id},
-                    excluded_embed_metadata_keys=["doc_id"], embedding=vectors[c].tolist(),
-                ))
+                chunks.append(
+                    TextNode(
+                        id_=f"{doc_id}-c{c:03d}",
+                        text=text,
+                        metadata={"doc_id": doc_id},
+                        excluded_embed_metadata_keys=["doc_id"],
+                        embedding=vectors[c].tolist(),
+                    )
+                )
             yield TopicDocument(doc_id, self.topics[d], own, chunks)
 
     def nodes(self) -> Iterator[TextNode]:
@@ -175,7 +193,7 @@ class TopicCorpus:
         for document in self.documents():
             yield from document.chunks
 
-    def document_queries(self, n: int, noise: float) -> Tuple[List[List[float]], List[int]]:
+    def document_queries(self, n: int, noise: float) -> tuple[list[list[float]], list[int]]:
         """``n`` query vectors ``unit(topic + noise * unit_noise)`` and the index of each one's document."""
         rng = np.random.default_rng(self.seed + 1)
         targets = rng.integers(0, len(self.topics), size=n)
@@ -184,7 +202,7 @@ class TopicCorpus:
 
     def chunk_queries(
         self, nodes: Sequence[TextNode], vocabularies: Sequence[np.ndarray], n: int, noise: float
-    ) -> List[Tuple[str, List[float], str, str]]:
+    ) -> list[tuple[str, list[float], str, str]]:
         """``n`` queries aimed at one chunk each: (text, vector, chunk id, document id).
 
         The vector is ``unit(chunk + noise * unit_noise)``; the text is 6 words of
@@ -209,9 +227,9 @@ LARGE_KINDS = ("prose", "oneline", "code", "terse", "words")
 
 
 @lru_cache(maxsize=1)
-def sample_sentences() -> Tuple[str, ...]:
+def sample_sentences() -> tuple[str, ...]:
     """The English sentences of the package's bundled sample corpus (headings left out)."""
-    sentences: List[str] = []
+    sentences: list[str] = []
     for line in SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         if row["doc_id"].startswith("zh-"):
@@ -242,16 +260,20 @@ def large_text(kind: str, size: int) -> str:
     if kind == "words":
         letters = "etaoinshrdlcumwfgypbvkjxqz"
         pool = ["".join(rng.choices(letters, k=rng.randint(3, 10))) for _ in range(200_000)]
-        paragraphs: List[str] = []
+        paragraphs: list[str] = []
         total = 0
         while total < size:
-            paragraphs.append(" ".join(" ".join(rng.choices(pool, k=rng.randint(5, 20))).capitalize() + "."
-                                       for _ in range(rng.randint(4, 8))))
+            paragraphs.append(
+                " ".join(
+                    " ".join(rng.choices(pool, k=rng.randint(5, 20))).capitalize() + "."
+                    for _ in range(rng.randint(4, 8))
+                )
+            )
             total += len(paragraphs[-1]) + 2
         return "\n\n".join(paragraphs)[:size]
     if kind == "terse":
         pool = sorted({w.lower() for s in sample_sentences() for w in re.findall(r"[A-Za-z]+", s)})
-        parts: List[str] = []
+        parts: list[str] = []
         total = 0
         while total < size:
             parts.append(" ".join(rng.choices(pool, k=rng.randint(2, 6))).capitalize() + ".")
@@ -273,14 +295,14 @@ def large_text(kind: str, size: int) -> str:
 def _code(rng: random.Random, size: int) -> str:
     verbs = "load parse compute render fetch store merge split check format update build".split()
     nouns = "user order item record invoice token session cache queue report batch node".split()
-    parts: List[str] = []
+    parts: list[str] = []
     total = i = 0
     while total < size:
         verb, noun, other = rng.choice(verbs), rng.choice(nouns), rng.choice(nouns)
         block = (
             f"def {verb}_{noun}_{i}(request, limit={rng.randint(1, 500)}):\n"
             f'    """{verb.capitalize()} the {noun} of a request (see {other}.{rng.choice(verbs)})."""\n'
-            f"    {noun}s = request.{other}_{rng.randint(0, 999)}.get(\"{noun}\", [])\n"
+            f'    {noun}s = request.{other}_{rng.randint(0, 999)}.get("{noun}", [])\n'
             f"    total = sum(x.value * {rng.random():.3f} for x in {noun}s[:limit])\n"
             f"    if total > {rng.randint(0, 10_000)}:  # {rng.choice(verbs)} before {rng.choice(verbs)}\n"
             f"        return {rng.choice(verbs)}_{other}(total, retries={rng.randint(0, 9)})\n"

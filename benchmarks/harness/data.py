@@ -19,17 +19,17 @@ from __future__ import annotations
 import json
 from itertools import islice
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any
 
 from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
 
 from harness import REPO
 
 DATA_ROOT = (REPO.parent / "shared" / "data").resolve()
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 
-def folder(data: PathLike, root: Optional[PathLike] = None) -> Path:
+def folder(data: PathLike, root: PathLike | None = None) -> Path:
     """``data`` as a dataset folder: a path as given, or a bare name under ``root`` (:data:`DATA_ROOT`)."""
     path = Path(data)
     if root is not None or (len(path.parts) == 1 and not path.exists()):
@@ -38,28 +38,36 @@ def folder(data: PathLike, root: Optional[PathLike] = None) -> Path:
 
 
 def load(
-    data: PathLike, *, root: Optional[PathLike] = None, max_queries: Optional[int] = None,
-    queries_from: Optional[PathLike] = None,
+    data: PathLike,
+    *,
+    root: PathLike | None = None,
+    max_queries: int | None = None,
+    queries_from: PathLike | None = None,
 ):
     """A ``BeirDataset``: ``data`` (and ``queries_from``) are folders or names under ``root``."""
     from llama_index_ext_recursive.eval.data import BeirDataset
 
     return BeirDataset.load(
-        folder(data, root), max_queries=max_queries,
+        folder(data, root),
+        max_queries=max_queries,
         queries_from=folder(queries_from, root) if queries_from else None,
     )
 
 
-def first_texts(data: PathLike, n: int, root: Optional[PathLike] = None) -> List[str]:
+def first_texts(data: PathLike, n: int, root: PathLike | None = None) -> list[str]:
     """The ``text`` of the first ``n`` corpus items, reading no further than that."""
     with open(folder(data, root) / "corpus.jsonl", encoding="utf-8") as handle:
         return [json.loads(line)["text"] for line in islice(handle, n)]
 
 
 def embed_nodes(
-    dataset: Any, model: Any, *, title_in_text: Optional[bool] = None, embed_title: bool = True,
+    dataset: Any,
+    model: Any,
+    *,
+    title_in_text: bool | None = None,
+    embed_title: bool = True,
     show_progress: bool = False,
-) -> List[TextNode]:
+) -> list[TextNode]:
     """The dataset's nodes with ``model``'s vectors of their embedded text attached.
 
     ``title_in_text=None`` prepends the title on flat sets only (BEIR's
@@ -75,7 +83,7 @@ def embed_nodes(
     return nodes
 
 
-def query_vectors(dataset: Any, model: Any) -> Dict[str, List[float]]:
+def query_vectors(dataset: Any, model: Any) -> dict[str, list[float]]:
     """Query id -> query vector, in ``dataset.queries`` order, embedded in one batch.
 
     ``CachedEmbedding`` answers a list of queries from the cache and embeds the
@@ -89,7 +97,7 @@ def query_vectors(dataset: Any, model: Any) -> Dict[str, List[float]]:
     return dict(zip(qids, vectors))
 
 
-def query_bundles(dataset: Any, model: Any) -> List[QueryBundle]:
+def query_bundles(dataset: Any, model: Any) -> list[QueryBundle]:
     """One ``QueryBundle`` per query, its vector precomputed, so no timing includes the model."""
     vectors = query_vectors(dataset, model)
     return [QueryBundle(dataset.queries[q], embedding=v) for q, v in vectors.items()]

@@ -19,9 +19,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional, Sequence, Union
 
 
 def peak_rss_mib() -> float:
@@ -40,7 +40,7 @@ def limit_address_space(gib: float) -> None:
 class ChildRun:
     """What :func:`run_child` saw: exit status, output, wall and CPU time, peak RSS."""
 
-    returncode: Optional[int]  # None: killed at the time limit
+    returncode: int | None  # None: killed at the time limit
     stdout: str
     stderr: str
     wall_s: float
@@ -52,7 +52,7 @@ class ChildRun:
     def timed_out(self) -> bool:
         return self.returncode is None
 
-    def usage(self) -> Dict[str, object]:
+    def usage(self) -> dict[str, object]:
         """The figures as recorded in result files (the keys ``/usr/bin/time -v`` parsing gave)."""
         return {
             "wall_s": round(self.wall_s, 2),
@@ -63,9 +63,15 @@ class ChildRun:
 
 
 def run_child(
-    command: Sequence[str], *, env: Optional[Mapping[str, str]] = None, cwd: Union[str, Path, None] = None,
-    timeout: Optional[float] = None, stdout: Union[str, Path, None] = None, stderr: Union[str, Path, None] = None,
-    poll: Optional[Callable[[int], None]] = None, poll_every: float = 2.0,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float | None = None,
+    stdout: str | Path | None = None,
+    stderr: str | Path | None = None,
+    poll: Callable[[int], None] | None = None,
+    poll_every: float = 2.0,
 ) -> ChildRun:
     """Run ``command`` to completion (or ``timeout`` seconds) and measure it.
 
@@ -79,9 +85,10 @@ def run_child(
         err_path = Path(stderr) if stderr else Path(tmp) / "stderr"
         with open(out_path, "w", encoding="utf-8") as out, open(err_path, "w", encoding="utf-8") as err:
             started = time.perf_counter()
-            proc = subprocess.Popen(list(command), env=dict(env) if env is not None else None, cwd=cwd,
-                                    stdout=out, stderr=err)
-            returncode: Optional[int] = None
+            proc = subprocess.Popen(
+                list(command), env=dict(env) if env is not None else None, cwd=cwd, stdout=out, stderr=err
+            )
+            returncode: int | None = None
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
@@ -100,5 +107,8 @@ def run_child(
             returncode=returncode,
             stdout=out_path.read_text(encoding="utf-8", errors="replace"),
             stderr=err_path.read_text(encoding="utf-8", errors="replace"),
-            wall_s=wall, user_s=usage.ru_utime, sys_s=usage.ru_stime, peak_rss_mib=usage.ru_maxrss / 1024,
+            wall_s=wall,
+            user_s=usage.ru_utime,
+            sys_s=usage.ru_stime,
+            peak_rss_mib=usage.ru_maxrss / 1024,
         )

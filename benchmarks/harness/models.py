@@ -22,7 +22,6 @@ import hashlib
 import re
 import zlib
 from pathlib import Path
-from typing import Dict, List, Union
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -49,20 +48,20 @@ class HashedWords(BaseEmbedding):
     def class_name(cls) -> str:
         return "HashedWords"
 
-    def _vector(self, text: str) -> List[float]:
+    def _vector(self, text: str) -> list[float]:
         vector = np.zeros(self.dim)
         for word in re.findall(r"\w+", text.lower()):
             vector[zlib.crc32(word.encode()) % self.dim] += 1.0
         norm = np.linalg.norm(vector)
         return (vector / norm if norm else vector + 1 / np.sqrt(self.dim)).tolist()
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         return self._vector(query)
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         return self._vector(text)
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         return self._vector(query)
 
 
@@ -88,8 +87,8 @@ class TopicEmbedding(BaseEmbedding):
     model_name: str = "fake-topic-embedding"
     dim: int = 384
     calls: int = 0
-    _by_text: Dict[str, List[float]] = PrivateAttr(default_factory=dict)
-    _by_prefix: Dict[str, List[float]] = PrivateAttr(default_factory=dict)
+    _by_text: dict[str, list[float]] = PrivateAttr(default_factory=dict)
+    _by_prefix: dict[str, list[float]] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def class_name(cls) -> str:
@@ -101,7 +100,7 @@ class TopicEmbedding(BaseEmbedding):
     def register_text(self, text: str, vector: np.ndarray) -> None:
         self._by_text[text] = [float(x) for x in vector]
 
-    def _embed(self, text: str) -> List[float]:
+    def _embed(self, text: str) -> list[float]:
         self.calls += 1
         hit = self._by_text.get(text)
         if hit is not None:
@@ -111,13 +110,13 @@ class TopicEmbedding(BaseEmbedding):
             return self._by_prefix[head]
         return [float(x) for x in unit(np.random.default_rng(_stable_seed(text)).standard_normal(self.dim))]
 
-    def _get_query_embedding(self, query: str) -> List[float]:
+    def _get_query_embedding(self, query: str) -> list[float]:
         return self._embed(query)
 
-    def _get_text_embedding(self, text: str) -> List[float]:
+    def _get_text_embedding(self, text: str) -> list[float]:
         return self._embed(text)
 
-    async def _aget_query_embedding(self, query: str) -> List[float]:
+    async def _aget_query_embedding(self, query: str) -> list[float]:
         return self._embed(query)
 
 
@@ -129,7 +128,7 @@ def topic_embedding(corpus) -> TopicEmbedding:
     return model
 
 
-def real_model(name: str = "minilm", cache: Union[str, Path, None] = DEFAULT_CACHE) -> BaseEmbedding:
+def real_model(name: str = "minilm", cache: str | Path | None = DEFAULT_CACHE) -> BaseEmbedding:
     """A bundled model (``minilm``: all-MiniLM-L6-v2; ``multilingual``: multilingual-e5-small).
 
     With ``cache`` (a SQLite file, by default the repository's
@@ -149,8 +148,7 @@ def real_model(name: str = "minilm", cache: Union[str, Path, None] = DEFAULT_CAC
     return CachedEmbedding(model, cache)
 
 
-
-def equal_calibration(retriever_class: type) -> Dict[str, object]:
+def equal_calibration(retriever_class: type) -> dict[str, object]:
     """Keyword arguments fixing equal vector and BM25 weights, for a recursive retriever over a topic corpus.
 
     Calibration fits the fusion weights on pseudo-queries cut from the corpus;

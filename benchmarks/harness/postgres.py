@@ -10,8 +10,9 @@ many and its absence is reported, not fatal.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any
 
 
 @contextmanager
@@ -24,13 +25,13 @@ def server() -> Iterator[Any]:
 
 
 @contextmanager
-def optional_server() -> Iterator[Tuple[Optional[Any], str]]:
+def optional_server() -> Iterator[tuple[Any | None, str]]:
     """Yield ``(server, description)``, or ``(None, why not)`` when it cannot start."""
     stack = ExitStack()
     try:
         from llama_index_ext_recursive.stores.pgserver import start_server
 
-        running: Optional[Any] = stack.enter_context(start_server())
+        running: Any | None = stack.enter_context(start_server())
         note = f"{versions(running)} (stores/pgserver.py start_server())"
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -43,5 +44,4 @@ def optional_server() -> Iterator[Tuple[Optional[Any], str]]:
 def versions(running: Any) -> str:
     """``PostgreSQL <version>, pgvector <version>`` of a running server."""
     vector = running.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-    return (f"PostgreSQL {running.execute('SHOW server_version')[0][0]}, "
-            f"pgvector {vector[0][0] if vector else '?'}")
+    return f"PostgreSQL {running.execute('SHOW server_version')[0][0]}, pgvector {vector[0][0] if vector else '?'}"

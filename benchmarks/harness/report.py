@@ -14,8 +14,9 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any
 
 
 class Table:
@@ -26,7 +27,7 @@ class Table:
     as they are measured, or :meth:`render` all at once.
     """
 
-    def __init__(self, columns: Sequence[str], align: Optional[str] = None) -> None:
+    def __init__(self, columns: Sequence[str], align: str | None = None) -> None:
         align = align or "l" + "r" * (len(columns) - 1)
         if len(align) != len(columns) or set(align) - {"l", "r"}:
             raise ValueError(f"align {align!r} must give l or r for each of {len(columns)} columns")
@@ -45,17 +46,17 @@ class Table:
         return "\n".join([self.header(), *(self.row(*r) for r in rows)])
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], align: Optional[str] = None) -> str:
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> str:
     """A whole markdown table (see :class:`Table`)."""
     return Table(columns, align).render(rows)
 
 
-def fmt(value: Optional[float], digits: int = 2, missing: str = "-") -> str:
+def fmt(value: float | None, digits: int = 2, missing: str = "-") -> str:
     """``value`` with ``digits`` decimals; ``missing`` for ``None`` (a figure not measured)."""
     return missing if value is None else f"{value:.{digits}f}"
 
 
-def write(out: Union[str, Path], text: str, data: Any = None) -> Path:
+def write(out: str | Path, text: str, data: Any = None) -> Path:
     """Write ``text`` to ``out`` (folders made), and ``data`` as JSON next to it (``.json``)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -93,18 +94,24 @@ def blas_info() -> str:
         from threadpoolctl import threadpool_info
     except ImportError:
         return "unknown"
-    return ", ".join(
-        f"{i.get('internal_api')} {i.get('version')} num_threads={i.get('num_threads')}"
-        for i in threadpool_info() if i.get("user_api") == "blas"
-    ) or "none found"
+    return (
+        ", ".join(
+            f"{i.get('internal_api')} {i.get('version')} num_threads={i.get('num_threads')}"
+            for i in threadpool_info()
+            if i.get("user_api") == "blas"
+        )
+        or "none found"
+    )
 
 
 def machine(blas: bool = True) -> str:
     """One line: cores, CPU, memory, Python, numpy and BLAS."""
     import numpy as np
 
-    line = (f"nproc={os.cpu_count()}, CPU {cpu_model()}, {mem_gib():.0f} GiB RAM, "
-            f"Python {platform.python_version()}, {platform.system()} {platform.release()}, numpy {np.__version__}")
+    line = (
+        f"nproc={os.cpu_count()}, CPU {cpu_model()}, {mem_gib():.0f} GiB RAM, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, numpy {np.__version__}"
+    )
     return line + (f", BLAS {blas_info()}" if blas else "")
 
 

@@ -19,7 +19,8 @@ import asyncio
 import signal
 import statistics
 import time
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -83,9 +84,14 @@ def in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[T], Awaitable[Any]]) 
 
 
 def latencies_ms(
-    fn: Callable[[T], Any], items: Sequence[T], *, warmup: int = 0, budget_s: Optional[float] = None,
-    min_calls: int = 1, results: Optional[List[Any]] = None,
-) -> List[float]:
+    fn: Callable[[T], Any],
+    items: Sequence[T],
+    *,
+    warmup: int = 0,
+    budget_s: float | None = None,
+    min_calls: int = 1,
+    results: list[Any] | None = None,
+) -> list[float]:
     """Milliseconds of each call of ``fn`` over ``items``, after ``warmup`` untimed calls.
 
     With ``budget_s`` the loop stops once the timed calls add up to more than
@@ -94,7 +100,7 @@ def latencies_ms(
     """
     for item in items[:warmup]:
         fn(item)
-    out: List[float] = []
+    out: list[float] = []
     spent = 0.0
     for item in items:
         started = time.perf_counter()
@@ -109,7 +115,7 @@ def latencies_ms(
     return out
 
 
-def interleaved(contestants: Mapping[str, Callable[[], float]], rounds: int) -> Dict[str, List[float]]:
+def interleaved(contestants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
     """Each contestant's measurement, once per round, contestants taking turns.
 
     A contestant is a function that measures itself once and returns the
@@ -117,7 +123,7 @@ def interleaved(contestants: Mapping[str, Callable[[], float]], rounds: int) -> 
     from round to round.
     """
     names = list(contestants)
-    out: Dict[str, List[float]] = {name: [] for name in names}
+    out: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
@@ -126,9 +132,13 @@ def interleaved(contestants: Mapping[str, Callable[[], float]], rounds: int) -> 
 
 
 def interleaved_calls(
-    contestants: Mapping[str, Callable[[T], Any]], items: Sequence[T], rounds: int, *, warmup: int = 0,
+    contestants: Mapping[str, Callable[[T], Any]],
+    items: Sequence[T],
+    rounds: int,
+    *,
+    warmup: int = 0,
     rotate: bool = True,
-) -> Dict[str, List[float]]:
+) -> dict[str, list[float]]:
     """Milliseconds of every call, item by item: each contestant answers an item before the next item.
 
     ``warmup`` items are first run untimed by every contestant. With ``rotate``
@@ -139,7 +149,7 @@ def interleaved_calls(
     for item in items[:warmup]:
         for name in names:
             contestants[name](item)
-    out: Dict[str, List[float]] = {name: [] for name in names}
+    out: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(rounds):
         for turn, item in enumerate(items):
             shift = turn % len(names) if rotate else 0

@@ -37,14 +37,14 @@ def package_dir() -> Path:
 
 def head() -> str:
     """This checkout's short commit id."""
-    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def extract_package(rev: str, into: str) -> str:
     """Write the package as of ``rev`` into ``into`` (to go first on ``PYTHONPATH``); return ``into``."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, PACKAGE], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, PACKAGE], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
     return into
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from datetime import date
-from typing import Any, Dict, List, Optional, Set, Union
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
@@ -45,26 +45,47 @@ class _Deferred:
     the parent's constructor returns.
     """
 
-    _object_map: Dict[str, Any] = {}
+    _object_map: dict[str, Any] = {}
 
 
 DEFERRED = _Deferred()
 
 # what the vector retriever takes besides what ValidatedAutoRetriever passes it
-_SET_HERE = {"self", "index", "kwargs", "similarity_top_k", "vector_store_query_mode", "object_map",
-             "callback_manager", "verbose", "unknown_filter_key", "filters", "filter_policy"}
+_SET_HERE = {
+    "self",
+    "index",
+    "kwargs",
+    "similarity_top_k",
+    "vector_store_query_mode",
+    "object_map",
+    "callback_manager",
+    "verbose",
+    "unknown_filter_key",
+    "filters",
+    "filter_policy",
+}
 _VECTOR_KEYWORDS = frozenset(
-    (set(inspect.signature(BackfillVectorRetriever.__init__).parameters)
-     | set(inspect.signature(VectorIndexRetriever.__init__).parameters)
-     | {"vector_store_kwargs"}) - _SET_HERE
+    (
+        set(inspect.signature(BackfillVectorRetriever.__init__).parameters)
+        | set(inspect.signature(VectorIndexRetriever.__init__).parameters)
+        | {"vector_store_kwargs"}
+    )
+    - _SET_HERE
 )
 _OWN_KEYWORDS = frozenset(inspect.signature(VectorIndexAutoRetriever.__init__).parameters) | {
-    "key_policy", "vocabulary", "today", "synonyms", "spec_generator", "retriever",
-    "filter_policy", "max_retries", "unknown_filter_key",
+    "key_policy",
+    "vocabulary",
+    "today",
+    "synonyms",
+    "spec_generator",
+    "retriever",
+    "filter_policy",
+    "max_retries",
+    "unknown_filter_key",
 }
 
 
-def check_vector_keywords(kwargs: Dict[str, Any]) -> None:
+def check_vector_keywords(kwargs: dict[str, Any]) -> None:
     """Refuse a misspelt keyword now: upstream's vector retriever would swallow it unread."""
     for name in kwargs:
         if name == "filters":
@@ -76,7 +97,7 @@ def check_vector_keywords(kwargs: Dict[str, Any]) -> None:
             )
 
 
-def _vocabulary_nodes(index: Optional[VectorStoreIndex], retriever: Optional[BaseRetriever]) -> List[BaseNode]:
+def _vocabulary_nodes(index: VectorStoreIndex | None, retriever: BaseRetriever | None) -> list[BaseNode]:
     if index is not None:
         nodes = list(index.docstore.docs.values())
     elif retriever is not None:
@@ -96,8 +117,8 @@ def _vocabulary_nodes(index: Optional[VectorStoreIndex], retriever: Optional[Bas
 
 
 def declared_vocabulary(
-    info: VectorStoreInfo, index: Optional[VectorStoreIndex], retriever: Optional[BaseRetriever]
-) -> Dict[str, Set[Any]]:
+    info: VectorStoreInfo, index: VectorStoreIndex | None, retriever: BaseRetriever | None
+) -> dict[str, set[Any]]:
     """The values present per declared key: in ``index``'s docstore, or a wrapped recursive retriever's chunks."""
     keys = {meta.name for meta in info.metadata_info}
     nodes = _vocabulary_nodes(index, retriever)
@@ -105,16 +126,16 @@ def declared_vocabulary(
 
 
 def spec_generator_for(
-    spec_generator: Optional[Union[SpecGenerator, RuleBasedSpecGenerator]],
+    spec_generator: SpecGenerator | RuleBasedSpecGenerator | None,
     *,
-    llm: Optional[Any],
+    llm: Any | None,
     vector_store_info: VectorStoreInfo,
-    vocabulary: Dict[str, Set[Any]],
+    vocabulary: dict[str, set[Any]],
     validator: SpecValidator,
-    prompt: Optional[Union[str, BasePromptTemplate]],
+    prompt: str | BasePromptTemplate | None,
     max_retries: int,
-    today: Optional[date],
-    synonyms: Optional[Dict[str, Dict[str, Any]]],
+    today: date | None,
+    synonyms: dict[str, dict[str, Any]] | None,
 ) -> SpecGenerator:
     """The caller's generator (a ``RuleBasedSpecGenerator`` is wrapped), else the rules, with an LLM in front when given."""
     if isinstance(spec_generator, RuleBasedSpecGenerator):

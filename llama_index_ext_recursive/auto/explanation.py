@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Union
-
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuerySpec
 
@@ -41,21 +39,21 @@ class AutoExplanation(BaseModel):
     query: str
     spec: VectorStoreQuerySpec
     generator: str
-    report: Union[GenerationReport, SpecReport]
-    extra_filters: Optional[MetadataFilters] = None
-    per_call_filters: Optional[MetadataFilters] = None
-    filters: Optional[MetadataFilters] = None
+    report: GenerationReport | SpecReport
+    extra_filters: MetadataFilters | None = None
+    per_call_filters: MetadataFilters | None = None
+    filters: MetadataFilters | None = None
     top_k: int
     search_query: str
     retriever: str
 
     @property
-    def repairs(self) -> List[Repair]:
+    def repairs(self) -> list[Repair]:
         """What validation (or the fallback) changed, in order."""
         return list(self.report.repairs)
 
     @property
-    def notes(self) -> List[str]:
+    def notes(self) -> list[str]:
         """What the rules left out because they were unsure, in words (empty for LLM specs)."""
         return list(getattr(self.report, "notes", ()))
 
@@ -68,8 +66,7 @@ class AutoExplanation(BaseModel):
         """A few lines for people: spec, filters applied, repairs."""
         generated = [f"{f.key} {f.operator.value} {f.value!r}" for f in self.spec.filters]
         lines = [
-            f"query {self.query!r} -> search {self.search_query!r} "
-            f"(spec by {self.generator}, top_k={self.top_k})",
+            f"query {self.query!r} -> search {self.search_query!r} (spec by {self.generator}, top_k={self.top_k})",
             f"  generated filters: {', '.join(generated) if generated else 'none'}",
         ]
         if self.extra_filters is not None or self.per_call_filters is not None:
@@ -81,11 +78,12 @@ class AutoExplanation(BaseModel):
         return "\n".join(lines)
 
 
-def _tree_text(filters: Optional[MetadataFilters]) -> str:
+def _tree_text(filters: MetadataFilters | None) -> str:
     if filters is None or not filters.filters:
         return "none"
     parts = [
-        f"({_tree_text(item)})" if isinstance(item, MetadataFilters)
+        f"({_tree_text(item)})"
+        if isinstance(item, MetadataFilters)
         else f"{item.key} {item.operator.value} {item.value!r}"
         for item in filters.filters
     ]

@@ -12,7 +12,7 @@ a ``SpecReport`` that also names the generator that produced the spec
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Protocol, Tuple, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from llama_index.core.vector_stores.types import FilterOperator, VectorStoreQuerySpec
 
@@ -28,10 +28,10 @@ class Attempt:
     """One LLM answer, what was wrong with it, and whether its spec was used."""
 
     output: str
-    problems: List[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
     used: bool = False
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -51,16 +51,16 @@ class GenerationReport(SpecReport):
     """
 
     generator: str = "rules"
-    attempts: List[Attempt] = field(default_factory=list)
-    matches: List[Dict[str, Any]] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    matches: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def fell_back(self) -> bool:
         """True when the LLM's answers were unusable and the rules wrote the spec."""
         return self.generator == "fallback"
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         out.update(
             generator=self.generator,
@@ -79,11 +79,9 @@ class SpecGenerator(Protocol):
     ``agenerate`` never blocks the event loop on I/O.
     """
 
-    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
-        ...
+    def generate(self, query: str) -> tuple[VectorStoreQuerySpec, SpecReport]: ...
 
-    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
-        ...
+    async def agenerate(self, query: str) -> tuple[VectorStoreQuerySpec, SpecReport]: ...
 
 
 class RuleSpecGenerator:
@@ -104,7 +102,7 @@ class RuleSpecGenerator:
         self.rules = rules
         self.validator = validator
 
-    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+    def generate(self, query: str) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         """The validated rule-based spec for ``query`` and its report."""
         reading = self.rules.read(query)
         validated, report = self.validator.validate(reading.spec)
@@ -116,12 +114,11 @@ class RuleSpecGenerator:
             notes=list(reading.notes),
         )
 
-    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+    async def agenerate(self, query: str) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         """Same as :meth:`generate` (rules are fast CPU work; nothing to await)."""
         return self.generate(query)
 
 
-def _match_dict(match: Any) -> Dict[str, Any]:
+def _match_dict(match: Any) -> dict[str, Any]:
     operator = match.operator.value if isinstance(match.operator, FilterOperator) else match.operator
-    return {"text": match.text, "rule": match.rule, "key": match.key,
-            "operator": operator, "value": match.value}
+    return {"text": match.text, "rule": match.rule, "key": match.key, "operator": operator, "value": match.value}

@@ -29,8 +29,9 @@ import ast
 import json
 import logging
 import re
+from collections.abc import Sequence
 from datetime import date
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts.base import BasePromptTemplate, PromptTemplate
@@ -77,7 +78,7 @@ _SPEC_KEYS = {"query", "query_str", "filters", "top_k"}
 _MAX_STARTS = 50
 
 
-def _balanced_object(text: str, start: int) -> Optional[str]:
+def _balanced_object(text: str, start: int) -> str | None:
     """The ``{...}`` starting at ``start`` (braces inside strings ignored), or ``None``."""
     depth, quote, escaped = 0, "", False
     for i in range(start, len(text)):
@@ -96,12 +97,13 @@ def _balanced_object(text: str, start: int) -> Optional[str]:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                return text[start:i + 1]
+                return text[start : i + 1]
     return None
 
 
 def _python_literal(text: str) -> Any:
     """``text`` read as a Python literal, with JSON's true/false/null and comments mapped."""
+
     def sub(m: re.Match) -> str:
         if m.group("word"):
             return _PY_WORDS[m.group("word")]
@@ -112,7 +114,7 @@ def _python_literal(text: str) -> Any:
     return ast.literal_eval(_LEXEME.sub(sub, text))
 
 
-def _read_object(candidate: str) -> Optional[Any]:
+def _read_object(candidate: str) -> Any | None:
     try:
         return json.loads(candidate)
     except (json.JSONDecodeError, RecursionError):
@@ -123,19 +125,22 @@ def _read_object(candidate: str) -> Optional[Any]:
         return None
 
 
-def _spec_in(parsed: Dict[Any, Any]) -> Optional[Dict[str, Any]]:
+def _spec_in(parsed: dict[Any, Any]) -> dict[str, Any] | None:
     """``parsed`` if it is a spec, or the one spec it wraps (``{"spec": {...}}``)."""
     if _SPEC_KEYS & set(map(str, parsed)):
         return parsed
     inner = [
-        v for v in parsed.values()
-        if isinstance(v, dict) and _SPEC_KEYS & set(map(str, v))
-        and isinstance(v.get("query", ""), str) and isinstance(v.get("filters", []), (list, dict))
+        v
+        for v in parsed.values()
+        if isinstance(v, dict)
+        and _SPEC_KEYS & set(map(str, v))
+        and isinstance(v.get("query", ""), str)
+        and isinstance(v.get("filters", []), (list, dict))
     ]
     return inner[0] if len(parsed) == 1 and len(inner) == 1 else None
 
 
-def parse_spec_output(text: str) -> Dict[str, Any]:
+def parse_spec_output(text: str) -> dict[str, Any]:
     """The spec object in an LLM's answer, read tolerantly.
 
     Accepts JSON or a Python dict literal, in or out of a markdown code fence,
@@ -152,7 +157,7 @@ def parse_spec_output(text: str) -> Dict[str, Any]:
     if not text.strip():
         raise SpecParseError("the answer is empty")
     candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    other: Optional[Dict[str, Any]] = None
+    other: dict[str, Any] | None = None
     tried = 0
     for candidate in candidates:
         start = candidate.find("{")
@@ -180,7 +185,6 @@ def parse_spec_output(text: str) -> Dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- LLM generator
-
 
 
 class LLMSpecGenerator:
@@ -214,8 +218,8 @@ class LLMSpecGenerator:
         llm: LLM,
         vector_store_info: VectorStoreInfo,
         validator: SpecValidator,
-        fallback: Union[RuleBasedSpecGenerator, RuleSpecGenerator],
-        prompt: Optional[Union[str, BasePromptTemplate]] = None,
+        fallback: RuleBasedSpecGenerator | RuleSpecGenerator,
+        prompt: str | BasePromptTemplate | None = None,
         max_retries: int = 1,
         retry_on_drops: bool = True,
     ) -> None:
@@ -226,9 +230,7 @@ class LLMSpecGenerator:
         self.llm = llm
         self.vector_store_info = vector_store_info
         self.validator = validator
-        self.fallback = (
-            fallback if isinstance(fallback, RuleSpecGenerator) else RuleSpecGenerator(fallback, validator)
-        )
+        self.fallback = fallback if isinstance(fallback, RuleSpecGenerator) else RuleSpecGenerator(fallback, validator)
         self.prompt: BasePromptTemplate = (
             PromptTemplate(prompt) if isinstance(prompt, str) else (prompt or DEFAULT_SPEC_PROMPT)
         )
@@ -264,17 +266,15 @@ class LLMSpecGenerator:
             f"{FEEDBACK_HEADER}\n"
             f"Your previous answer was:\n{shown}\n"
             f"Problems:\n{listed}\n"
-            "Answer again with one JSON object with the keys \"query\", \"filters\" (a list of "
-            "objects with \"key\", \"value\" and \"operator\") and \"top_k\". "
+            'Answer again with one JSON object with the keys "query", "filters" (a list of '
+            'objects with "key", "value" and "operator") and "top_k". '
             f"Declared attributes: {declared}. "
             f"Operators: {operators_text(self.vector_store_info)}.\n"
         )
 
     # ------------------------------------------------------------------ checking
 
-    def _check(
-        self, output: str
-    ) -> Tuple[Optional[Tuple[VectorStoreQuerySpec, SpecReport]], List[str]]:
+    def _check(self, output: str) -> tuple[tuple[VectorStoreQuerySpec, SpecReport] | None, list[str]]:
         """``(validated spec and report, or None; problems that warrant a retry)``."""
         try:
             data = parse_spec_output(output)
@@ -293,30 +293,37 @@ class LLMSpecGenerator:
         return text if len(text) <= _MAX_SHOWN_OUTPUT else text[:_MAX_SHOWN_OUTPUT] + " ..."
 
     def _accept(
-        self, index: int, result: Tuple[VectorStoreQuerySpec, SpecReport], attempts: List[Attempt]
-    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        self, index: int, result: tuple[VectorStoreQuerySpec, SpecReport], attempts: list[Attempt]
+    ) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         spec, report = result
         attempts[index].used = True
         repairs = list(report.repairs)
         if len(attempts) > 1:
             earlier = "; ".join(p for a in attempts[:-1] for p in a.problems)
             which = "the last answer" if index == len(attempts) - 1 else f"answer {index + 1} (repaired)"
-            repairs.insert(0, Repair(
-                "retried", None, attempts[0].output[:200], None,
-                f"the LLM was asked {len(attempts)} times ({earlier}); {which} is used",
-            ))
-        return spec, GenerationReport(
-            repairs=repairs, errors=list(report.errors), generator="llm", attempts=attempts
-        )
+            repairs.insert(
+                0,
+                Repair(
+                    "retried",
+                    None,
+                    attempts[0].output[:200],
+                    None,
+                    f"the LLM was asked {len(attempts)} times ({earlier}); {which} is used",
+                ),
+            )
+        return spec, GenerationReport(repairs=repairs, errors=list(report.errors), generator="llm", attempts=attempts)
 
     def _fall_back(
-        self, query: str, attempts: List[Attempt], reason: str
-    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        self, query: str, attempts: list[Attempt], reason: str
+    ) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         logger.warning("LLM query spec unusable (%s); using the rule-based spec", reason)
         spec, report = self.fallback.generate(query)
         last = attempts[-1].output[:200] if attempts else None
         notice = Repair(
-            "fallback", None, last, "rules",
+            "fallback",
+            None,
+            last,
+            "rules",
             f"the LLM's spec was unusable ({reason}); the rule-based generator wrote this spec",
         )
         return spec, GenerationReport(
@@ -331,9 +338,9 @@ class LLMSpecGenerator:
     def _after(
         self,
         output: Any,
-        attempts: List[Attempt],
-        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]],
-    ) -> Tuple[Optional[Tuple[VectorStoreQuerySpec, SpecReport]], str]:
+        attempts: list[Attempt],
+        best: list[tuple[int, tuple[VectorStoreQuerySpec, SpecReport]]],
+    ) -> tuple[tuple[VectorStoreQuerySpec, SpecReport] | None, str]:
         """Record one answer; ``(result to return now or None, feedback for the retry)``."""
         text = output if isinstance(output, str) else str(output)
         result, problems = self._check(text)
@@ -347,26 +354,24 @@ class LLMSpecGenerator:
     def _final(
         self,
         query: str,
-        attempts: List[Attempt],
-        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]],
-    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+        attempts: list[Attempt],
+        best: list[tuple[int, tuple[VectorStoreQuerySpec, SpecReport]]],
+    ) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         if best:
             return self._accept(*best[-1], attempts)
         problems = attempts[-1].problems if attempts else ["no answer"]
-        return self._fall_back(
-            query, attempts, f"{len(attempts)} answer(s), last: {'; '.join(problems)}"
-        )
+        return self._fall_back(query, attempts, f"{len(attempts)} answer(s), last: {'; '.join(problems)}")
 
     # ------------------------------------------------------------------ public
 
-    def generate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+    def generate(self, query: str) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         """The validated spec for ``query`` and the report of how it was obtained.
 
         An exception from the LLM (network, quota) is logged and leads to the
         fallback, recorded in the report.
         """
-        attempts: List[Attempt] = []
-        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]] = []
+        attempts: list[Attempt] = []
+        best: list[tuple[int, tuple[VectorStoreQuerySpec, SpecReport]]] = []
         feedback = ""
         for _ in range(self.max_retries + 1):
             text = self.format_prompt(query, feedback)
@@ -379,10 +384,10 @@ class LLMSpecGenerator:
                 return self._accept(len(attempts) - 1, result, attempts)
         return self._final(query, attempts, best)
 
-    async def agenerate(self, query: str) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+    async def agenerate(self, query: str) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         """Same as :meth:`generate`, awaiting ``llm.apredict``."""
-        attempts: List[Attempt] = []
-        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]] = []
+        attempts: list[Attempt] = []
+        best: list[tuple[int, tuple[VectorStoreQuerySpec, SpecReport]]] = []
         feedback = ""
         for _ in range(self.max_retries + 1):
             text = self.format_prompt(query, feedback)
@@ -398,12 +403,11 @@ class LLMSpecGenerator:
     def _llm_failed(
         self,
         query: str,
-        attempts: List[Attempt],
-        best: List[Tuple[int, Tuple[VectorStoreQuerySpec, SpecReport]]],
+        attempts: list[Attempt],
+        best: list[tuple[int, tuple[VectorStoreQuerySpec, SpecReport]]],
         exc: Exception,
-    ) -> Tuple[VectorStoreQuerySpec, GenerationReport]:
+    ) -> tuple[VectorStoreQuerySpec, GenerationReport]:
         attempts.append(Attempt("", [f"the LLM call failed: {type(exc).__name__}: {exc}"]))
         if best:
             return self._accept(*best[-1], attempts)
         return self._fall_back(query, attempts, f"the LLM call failed: {type(exc).__name__}: {exc}")
-

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from llama_index.core.vector_stores.types import FilterOperator, MetadataInfo
 
@@ -72,14 +72,39 @@ _NOT_FINITE = {"inf": math.inf, "infinity": math.inf, "nan": math.nan}
 
 # comparison words after the number (and its unit)
 _AFTER = {
-    "or more": Op.GTE, "or longer": Op.GTE, "or higher": Op.GTE, "or above": Op.GTE,
-    "or over": Op.GTE, "and up": Op.GTE, "and above": Op.GTE, "and over": Op.GTE, "plus": Op.GTE,
-    "+": Op.GTE, "at least": Op.GTE, "or less": Op.LTE, "or fewer": Op.LTE, "or shorter": Op.LTE,
-    "or lower": Op.LTE, "or under": Op.LTE, "and under": Op.LTE, "and below": Op.LTE,
-    "at most": Op.LTE, "max": Op.LTE, "or below": Op.LTE,
-    "及以上": Op.GTE, "或以上": Op.GTE, "以上": Op.GTE, "或更多": Op.GTE, "或更长": Op.GTE,
-    "及以下": Op.LTE, "或以下": Op.LTE, "以下": Op.LTE, "以内": Op.LTE, "之内": Op.LTE,
-    "内": Op.LTE, "或更少": Op.LTE,
+    "or more": Op.GTE,
+    "or longer": Op.GTE,
+    "or higher": Op.GTE,
+    "or above": Op.GTE,
+    "or over": Op.GTE,
+    "and up": Op.GTE,
+    "and above": Op.GTE,
+    "and over": Op.GTE,
+    "plus": Op.GTE,
+    "+": Op.GTE,
+    "at least": Op.GTE,
+    "or less": Op.LTE,
+    "or fewer": Op.LTE,
+    "or shorter": Op.LTE,
+    "or lower": Op.LTE,
+    "or under": Op.LTE,
+    "and under": Op.LTE,
+    "and below": Op.LTE,
+    "at most": Op.LTE,
+    "max": Op.LTE,
+    "or below": Op.LTE,
+    "及以上": Op.GTE,
+    "或以上": Op.GTE,
+    "以上": Op.GTE,
+    "或更多": Op.GTE,
+    "或更长": Op.GTE,
+    "及以下": Op.LTE,
+    "或以下": Op.LTE,
+    "以下": Op.LTE,
+    "以内": Op.LTE,
+    "之内": Op.LTE,
+    "内": Op.LTE,
+    "或更少": Op.LTE,
 }
 _NOTCOMPARISON_BEFORE = re.compile(r"(?:(?<![A-Za-z])not|不是|并非)\s*$", re.IGNORECASE)
 
@@ -88,12 +113,15 @@ def _alternation(phrases: Iterable[str]) -> str:
     parts = []
     for phrase in sorted(set(phrases), key=len, reverse=True):
         body = r"\s*".join(map(re.escape, phrase.split()))
-        parts.append(body if re.search(r"[^\x00-\x7f]", phrase) or not phrase[0].isalnum()
-                     else rf"(?<![A-Za-z]){body}(?![A-Za-z])")
+        parts.append(
+            body
+            if re.search(r"[^\x00-\x7f]", phrase) or not phrase[0].isalnum()
+            else rf"(?<![A-Za-z]){body}(?![A-Za-z])"
+        )
     return "|".join(parts)
 
 
-def parse_number(text: str) -> Optional[float]:
+def parse_number(text: str) -> float | None:
     """A number as a query writes it: ``30``, ``1,000,000``, ``1.5万``, ``2万5``, ``5k``, ``1e3``,
     ``三万``, ``two million``, ``-5k``.
 
@@ -134,13 +162,15 @@ def in_range(number: float) -> bool:
     return math.isfinite(number) and abs(number) < LARGEST_NUMBER
 
 
-def range_note(phrase: str, key: Optional[str]) -> str:
+def range_note(phrase: str, key: str | None) -> str:
     """The note for a phrase whose number no filter can compare with (:func:`in_range`)."""
-    return (f"{phrase!r} holds a number no filter can compare exactly (infinite, not a number, or "
-            f"2**53 or more); no {key + ' ' if key else ''}filter")
+    return (
+        f"{phrase!r} holds a number no filter can compare exactly (infinite, not a number, or "
+        f"2**53 or more); no {key + ' ' if key else ''}filter"
+    )
 
 
-def _key_words(name: str) -> List[str]:
+def _key_words(name: str) -> list[str]:
     """``page_count`` -> ``["page", "count"]``; ``prepMinutes`` -> ``["prep", "minutes"]``."""
     spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name)
     return [w.lower() for w in re.split(r"[\s_\-]+", spaced) if w]
@@ -168,16 +198,16 @@ class NumericReader:
         integer_keys: which of them hold integers (their values are ints).
     """
 
-    def __init__(self, keys: Sequence[MetadataInfo], integer_keys: Set[str]) -> None:
+    def __init__(self, keys: Sequence[MetadataInfo], integer_keys: set[str]) -> None:
         self._integer = set(integer_keys)
-        units: Dict[str, Set[str]] = {}
-        names: Dict[str, Set[str]] = {}
+        units: dict[str, set[str]] = {}
+        names: dict[str, set[str]] = {}
         for meta in keys:
             unit_forms, name_forms = self._mentions(meta)
             units[meta.name], names[meta.name] = unit_forms, name_forms
         shared = self._shared(list(units.values()) + list(names.values()))
         self.ambiguous = shared  #: phrases that name more than one numeric key
-        self._patterns: List[Tuple[str, re.Pattern]] = []
+        self._patterns: list[tuple[str, re.Pattern]] = []
         before = _alternation(COMPARISON_BEFORE)
         after = _alternation(_AFTER)
         # with one numeric key, "at most 3500" can only be about it (said in a note)
@@ -185,7 +215,9 @@ class NumericReader:
         self._bare = re.compile(
             rf"(?:(?P<between>between)\s+|在\s*)?(?P<a>{_NUMBER})\s*(?P<sep>and|to|-|–|~|～|到|至)\s*"
             rf"(?P<b>{_NUMBER})(?P<zh_between>\s*之间)?(?!\s*[年%])"
-            rf"|(?P<op>{before})\s*(?P<c>{_NUMBER})(?!\s*[年%])", re.IGNORECASE)
+            rf"|(?P<op>{before})\s*(?P<c>{_NUMBER})(?!\s*[年%])",
+            re.IGNORECASE,
+        )
         for key in units:
             unit = _alternation(units[key] - shared)
             # a key is named before its number by its name or its unit ("被引用次数在50到200之间")
@@ -198,25 +230,39 @@ class NumericReader:
             unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
             unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
             name_re = rf"(?:(?P<name>{name})\s*(?:(?:is|of|at|在|为|是)\s*)?)" if name else r"(?P<name>(?!))?"
-            self._patterns.append((key, re.compile(
-                rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?{pre}(?P<a>{_NUMBER})\s*(?:{unit_b}\s*)?"
-                rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?:(?:{prefix or '(?!)'})\s*)?(?P<b>{_NUMBER})\s*{unit_re}?"
-                rf"(?P<zh_between>\s*之间)?",
-                re.IGNORECASE)))
-            self._patterns.append((key, re.compile(
-                rf"{name_re}?(?P<op>{before})\s*{pre}(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE)))
-            self._patterns.append((key, re.compile(
-                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?:{unit_re}\s*)?(?P<op>{after})", re.IGNORECASE)))
-            self._patterns.append((key, re.compile(  # "10+ citations"
-                rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?P<op>\+)\s*{unit_re}", re.IGNORECASE)))
+            self._patterns.append(
+                (
+                    key,
+                    re.compile(
+                        rf"{name_re}?(?:(?P<between>between|from)\s+)?(?:在\s*)?{pre}(?P<a>{_NUMBER})\s*(?:{unit_b}\s*)?"
+                        rf"(?P<sep>and|to|-|–|~|～|到|至|和)\s*(?:(?:{prefix or '(?!)'})\s*)?(?P<b>{_NUMBER})\s*{unit_re}?"
+                        rf"(?P<zh_between>\s*之间)?",
+                        re.IGNORECASE,
+                    ),
+                )
+            )
+            self._patterns.append(
+                (key, re.compile(rf"{name_re}?(?P<op>{before})\s*{pre}(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE))
+            )
+            self._patterns.append(
+                (key, re.compile(rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?:{unit_re}\s*)?(?P<op>{after})", re.IGNORECASE))
+            )
+            self._patterns.append(
+                (
+                    key,
+                    re.compile(  # "10+ citations"
+                        rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?P<op>\+)\s*{unit_re}", re.IGNORECASE
+                    ),
+                )
+            )
 
     # ---------------------------------------------------------------- setup
 
     @staticmethod
-    def _mentions(meta: MetadataInfo) -> Tuple[Set[str], Set[str]]:
+    def _mentions(meta: MetadataInfo) -> tuple[set[str], set[str]]:
         """(unit phrases, name phrases) of a key, in English and Chinese."""
-        units: Set[str] = set()
-        names: Set[str] = set()
+        units: set[str] = set()
+        names: set[str] = set()
 
         def add_unit(word: str) -> None:
             word = UNIT_ALIASES.get(word, word)
@@ -246,14 +292,14 @@ class NumericReader:
         return units, names
 
     @staticmethod
-    def _prefixes(units: Set[str]) -> Set[str]:
+    def _prefixes(units: set[str]) -> set[str]:
         """Currency symbols that stand before the number for a key measured in that currency."""
         return {symbol for unit in units for symbol in CURRENCY_PREFIXES.get(unit, ())}
 
     @staticmethod
-    def _shared(groups: List[Set[str]]) -> Set[str]:
-        seen: Set[str] = set()
-        shared: Set[str] = set()
+    def _shared(groups: list[set[str]]) -> set[str]:
+        seen: set[str] = set()
+        shared: set[str] = set()
         for group in groups:
             shared |= seen & group
             seen |= group
@@ -261,9 +307,9 @@ class NumericReader:
 
     # ---------------------------------------------------------------- reading
 
-    def find(self, text: str) -> Tuple[List[NumericComparison], List[str]]:
+    def find(self, text: str) -> tuple[list[NumericComparison], list[str]]:
         """The comparisons in ``text`` (longest reading first) and notes on what was left out."""
-        found: List[Tuple[int, int, str, re.Match]] = []
+        found: list[tuple[int, int, str, re.Match]] = []
         for key, pattern in self._patterns:
             for m in pattern.finditer(text):
                 if not (m.group("name") or m.group("unit") or _group(m, "unit_b") or m.group("pre")):
@@ -273,8 +319,8 @@ class NumericReader:
                 found.append((m.start(), m.end(), key, m))
         found.sort(key=lambda f: (-(f[1] - f[0]), f[0]))
         taken = Spans()
-        out: List[NumericComparison] = []
-        notes: List[str] = []
+        out: list[NumericComparison] = []
+        notes: list[str] = []
         for start, end, key, m in found:
             if taken.overlaps(start, end):
                 continue
@@ -290,17 +336,30 @@ class NumericReader:
             phrase = m.group().strip()
             if b is not None:
                 if negated:
-                    notes.append(f"{phrase!r} is negated: 'not between' means either side of the "
-                                 f"range, which ANDed filters cannot express; no {key} filter")
+                    notes.append(
+                        f"{phrase!r} is negated: 'not between' means either side of the "
+                        f"range, which ANDed filters cannot express; no {key} filter"
+                    )
                     continue
                 low, high = sorted((a, b))
-                out += [NumericComparison(start, end, phrase, "number-range", key, Op.GTE, self._value(key, low)),
-                        NumericComparison(start, end, phrase, "number-range", key, Op.LTE, self._value(key, high))]
+                out += [
+                    NumericComparison(start, end, phrase, "number-range", key, Op.GTE, self._value(key, low)),
+                    NumericComparison(start, end, phrase, "number-range", key, Op.LTE, self._value(key, high)),
+                ]
                 continue
             table = COMPARISON_BEFORE if m.start("op") < m.start("a") else _AFTER
             op = table[_lookup(m.group("op"))]
-            out.append(NumericComparison(start, end, phrase, "not-number" if negated else "number", key,
-                                         NEGATED_OPERATOR[op] if negated else op, self._value(key, a)))
+            out.append(
+                NumericComparison(
+                    start,
+                    end,
+                    phrase,
+                    "not-number" if negated else "number",
+                    key,
+                    NEGATED_OPERATOR[op] if negated else op,
+                    self._value(key, a),
+                )
+            )
         if self._only_key is not None:
             for m in self._bare.finditer(text):
                 if taken.overlaps(m.start(), m.end()):
@@ -323,14 +382,27 @@ class NumericReader:
                     if negated:
                         continue
                     low, high = sorted(values)
-                    out += [NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key, Op.GTE,
-                                              self._value(key, low)),
-                            NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key, Op.LTE,
-                                              self._value(key, high))]
+                    out += [
+                        NumericComparison(
+                            m.start(), m.end(), m.group(), "number-only-key", key, Op.GTE, self._value(key, low)
+                        ),
+                        NumericComparison(
+                            m.start(), m.end(), m.group(), "number-only-key", key, Op.LTE, self._value(key, high)
+                        ),
+                    ]
                 else:
                     op = COMPARISON_BEFORE[_lookup(m.group("op"))]
-                    out.append(NumericComparison(m.start(), m.end(), m.group(), "number-only-key", key,
-                                                 NEGATED_OPERATOR[op] if negated else op, self._value(key, values[0])))
+                    out.append(
+                        NumericComparison(
+                            m.start(),
+                            m.end(),
+                            m.group(),
+                            "number-only-key",
+                            key,
+                            NEGATED_OPERATOR[op] if negated else op,
+                            self._value(key, values[0]),
+                        )
+                    )
                 taken.add(m.start(), m.end())
                 notes.append(f"{m.group().strip()!r} names no unit or key; read as {key}, the only numeric key")
         out.sort(key=lambda c: c.start)
@@ -345,7 +417,7 @@ def _negated(text: str, start: int) -> bool:
     return _NOTCOMPARISON_BEFORE.search(text, max(0, start - 20), start) is not None
 
 
-def _group(m: re.Match, name: str) -> Optional[str]:
+def _group(m: re.Match, name: str) -> str | None:
     return m.group(name) if name in m.re.groupindex else None
 
 

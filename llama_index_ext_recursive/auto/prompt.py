@@ -9,7 +9,8 @@ plus ``values_str`` (the values present per key), ``today_str`` and
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Set
+from collections.abc import Mapping
+from typing import Any
 
 from llama_index.core.prompts.base import PromptTemplate
 from llama_index.core.vector_stores.types import VectorStoreInfo
@@ -143,7 +144,7 @@ DEFAULT_SPEC_PROMPT = PromptTemplate(DEFAULT_SPEC_PROMPT_TMPL)
 FEEDBACK_HEADER = "<< Your previous answer could not be used >>"
 
 
-def values_text(info: VectorStoreInfo, vocabulary: Mapping[str, Set[Any]]) -> str:
+def values_text(info: VectorStoreInfo, vocabulary: Mapping[str, set[Any]]) -> str:
     """The prompt's list of values present per declared key (empty when none is known)."""
     lines = []
     for meta in info.metadata_info:
@@ -165,4 +166,3 @@ def operators_text(info: VectorStoreInfo) -> str:
     for meta in info.metadata_info:
         names |= {op.value for op in FieldType.of(meta).operators}
     return ", ".join(sorted(names))
-

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any
 
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter
 
@@ -39,12 +40,12 @@ class Repair:
     """
 
     kind: str
-    key: Optional[str]
+    key: str | None
     before: Any
     after: Any
     message: str
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -52,19 +53,19 @@ class Repair:
 class SpecReport:
     """Everything validation changed (``repairs``) or refused (``errors``)."""
 
-    repairs: List[Repair] = field(default_factory=list)
-    errors: List[Repair] = field(default_factory=list)
+    repairs: list[Repair] = field(default_factory=list)
+    errors: list[Repair] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True when nothing was refused (repairs may still have been made)."""
         return not self.errors
 
-    def kinds(self) -> List[str]:
+    def kinds(self) -> list[str]:
         """The kinds of the repairs, in order (handy for logs and tests)."""
         return [repair.kind for repair in self.repairs]
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "repairs": [repair.to_dict() for repair in self.repairs],
@@ -82,12 +83,10 @@ class SpecError(LlamaIndexExtRecursiveError, ValueError):
     def __init__(self, report: SpecReport) -> None:
         self.report = report
         lines = [f"- {error.message}" for error in report.errors]
-        super().__init__(
-            f"{len(report.errors)} problem(s) in the query spec:\n" + "\n".join(lines)
-        )
+        super().__init__(f"{len(report.errors)} problem(s) in the query spec:\n" + "\n".join(lines))
 
     @property
-    def problems(self) -> List[Repair]:
+    def problems(self) -> list[Repair]:
         return list(self.report.errors)
 
 
@@ -96,14 +95,14 @@ class RepairLog:
 
     def __init__(self, policy: str) -> None:
         self.policy = policy
-        self.repairs: List[Repair] = []
-        self.errors: List[Repair] = []
+        self.repairs: list[Repair] = []
+        self.errors: list[Repair] = []
 
-    def repair(self, kind: str, key: Optional[str], before: Any, after: Any, message: str) -> None:
+    def repair(self, kind: str, key: str | None, before: Any, after: Any, message: str) -> None:
         logger.info("query spec repair (%s): %s", kind, message)
         self.repairs.append(Repair(kind, key, plain(before), plain(after), message))
 
-    def drop(self, kind: str, key: Optional[str], before: Any, message: str) -> None:
+    def drop(self, kind: str, key: str | None, before: Any, message: str) -> None:
         """Record a drop; under ``reject`` it becomes an error instead."""
         record = Repair(kind, key, plain(before), None, message)
         if self.policy == "reject":

@@ -61,7 +61,7 @@ import logging
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import BaseModel
@@ -116,9 +116,9 @@ from llama_index_ext_recursive.query import (
     top_k_of,
     with_options,
 )
+from llama_index_ext_recursive.results import explained
 from llama_index_ext_recursive.retrievers.fusion import aretrieve_from_child, retrieve_from_child
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
-from llama_index_ext_recursive.results import explained
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class _PlannedBundle(FilteredQueryBundle):
     in the bundle, through upstream's ``retrieve`` (events, ``object_map``).
     """
 
-    plan: Optional[_Plan] = None
+    plan: _Plan | None = None
 
 
 class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
@@ -208,29 +208,29 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
 
     def __init__(
         self,
-        index: Optional[VectorStoreIndex],
+        index: VectorStoreIndex | None,
         vector_store_info: VectorStoreInfo,
-        llm: Optional[LLMType] = None,
-        prompt_template_str: Optional[Union[str, BasePromptTemplate]] = None,
+        llm: LLMType | None = None,
+        prompt_template_str: str | BasePromptTemplate | None = None,
         max_top_k: int = 10,
         similarity_top_k: int = DEFAULT_TOP_K,
-        empty_query_top_k: Optional[int] = 10,
+        empty_query_top_k: int | None = 10,
         vector_store_query_mode: VectorStoreQueryMode = VectorStoreQueryMode.DEFAULT,
-        default_empty_query_vector: Optional[List[float]] = None,
-        callback_manager: Optional[CallbackManager] = None,
+        default_empty_query_vector: list[float] | None = None,
+        callback_manager: CallbackManager | None = None,
         verbose: bool = False,
         extra_filters: FiltersLike = None,
-        object_map: Optional[dict] = None,
-        objects: Optional[List[IndexNode]] = None,
+        object_map: dict | None = None,
+        objects: list[IndexNode] | None = None,
         key_policy: KeyPolicy = "drop",
-        vocabulary: Optional[Dict[str, Set[Any]]] = None,
-        today: Optional[date] = None,
-        synonyms: Optional[Dict[str, Dict[str, Any]]] = None,
-        spec_generator: Optional[Union[SpecGenerator, RuleBasedSpecGenerator]] = None,
-        retriever: Optional[BaseRetriever] = None,
-        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
+        vocabulary: dict[str, set[Any]] | None = None,
+        today: date | None = None,
+        synonyms: dict[str, dict[str, Any]] | None = None,
+        spec_generator: SpecGenerator | RuleBasedSpecGenerator | None = None,
+        retriever: BaseRetriever | None = None,
+        filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
         max_retries: int = 1,
-        unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
+        unknown_filter_key: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
         **kwargs: Any,
     ) -> None:
         if index is None and retriever is None:
@@ -245,11 +245,15 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         check_count("empty_query_top_k", empty_query_top_k, allow_none=True)
         check_count("max_retries", max_retries, minimum=0)
         check_vector_keywords(kwargs)
-        resolved_llm = None if llm is None else resolve_llm(
-            llm,
-            needed_for="ValidatedAutoRetriever(llm=...)",
-            offline_alternative="leave llm=None: the rule-based generator writes the specs",
-            callback_manager=callback_manager,
+        resolved_llm = (
+            None
+            if llm is None
+            else resolve_llm(
+                llm,
+                needed_for="ValidatedAutoRetriever(llm=...)",
+                offline_alternative="leave llm=None: the rule-based generator writes the specs",
+                callback_manager=callback_manager,
+            )
         )
         super().__init__(
             # DEFERRED stands in for what upstream reads eagerly (see _Deferred); set below
@@ -285,15 +289,19 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         self.vocabulary = (
             vocabulary if vocabulary is not None else declared_vocabulary(vector_store_info, index, retriever)
         )
-        self._vector_retriever = None if retriever is not None or index is None else BackfillVectorRetriever(
-            index,
-            similarity_top_k=similarity_top_k,  # each call passes its own k in the bundle
-            vector_store_query_mode=vector_store_query_mode,
-            object_map=self.object_map,
-            callback_manager=self.callback_manager,
-            verbose=verbose,
-            unknown_filter_key=self.unknown_filter_key,
-            **kwargs,
+        self._vector_retriever = (
+            None
+            if retriever is not None or index is None
+            else BackfillVectorRetriever(
+                index,
+                similarity_top_k=similarity_top_k,  # each call passes its own k in the bundle
+                vector_store_query_mode=vector_store_query_mode,
+                object_map=self.object_map,
+                callback_manager=self.callback_manager,
+                verbose=verbose,
+                unknown_filter_key=self.unknown_filter_key,
+                **kwargs,
+            )
         )
         if self._vector_retriever is not None and self._extra_filters is not None:
             # refuse extra_filters that cannot match now, not at the first query
@@ -336,11 +344,11 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
 
     # ------------------------------------------------------------------ specs
 
-    def generate_spec(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
+    def generate_spec(self, query: str) -> tuple[VectorStoreQuerySpec, SpecReport]:
         """The validated spec for ``query`` and its report (no retrieval)."""
         return self.spec_generator.generate(query)
 
-    async def agenerate_spec(self, query: str) -> Tuple[VectorStoreQuerySpec, SpecReport]:
+    async def agenerate_spec(self, query: str) -> tuple[VectorStoreQuerySpec, SpecReport]:
         """Same as :meth:`generate_spec`, without blocking the event loop on an LLM."""
         return await self.spec_generator.agenerate(query)
 
@@ -352,8 +360,8 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         return (await self.agenerate_spec(query_bundle.query_str))[0]
 
     def _build_retriever_from_spec(  # type: ignore[override]
-        self, spec: VectorStoreQuerySpec, query_bundle: Optional[QueryBundle] = None
-    ) -> Tuple[BaseRetriever, QueryBundle]:
+        self, spec: VectorStoreQuerySpec, query_bundle: QueryBundle | None = None
+    ) -> tuple[BaseRetriever, QueryBundle]:
         """The retriever and bundle that run ``spec`` (upstream's hook)."""
         plan = self._plan(self._resolve(query_bundle or QueryBundle(spec.query)), spec, SpecReport())
         return plan.retriever, plan.bundle
@@ -375,9 +383,7 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
             return per_call
         k = spec.top_k
         if k is None:
-            k = resolve_top_k(
-                None, self._similarity_top_k, self._max_top_k, spec.query, self._empty_query_top_k
-            )
+            k = resolve_top_k(None, self._similarity_top_k, self._max_top_k, spec.query, self._empty_query_top_k)
         return min(max(int(k), 1), self._max_top_k)
 
     def _plan(self, call: Call, spec: VectorStoreQuerySpec, report: SpecReport) -> _Plan:
@@ -387,8 +393,8 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         top_k = self._top_k(call, spec)
         blank = not spec.query.strip()
         text = caller.query_str if blank else spec.query
-        embedding: Optional[List[float]]
-        strs: Optional[List[str]]
+        embedding: list[float] | None
+        strs: list[str] | None
         if blank and self._default_empty_query_vector is not None:
             embedding, strs, text = self._default_empty_query_vector, None, ""
         elif text == caller.query_str:
@@ -404,8 +410,10 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         bundle = call.child_bundle(
             filters=combined, top_k=top_k, query_str=text, embedding=embedding, custom_embedding_strs=strs
         )
-        generator = report.generator if isinstance(report, GenerationReport) else (
-            getattr(self.spec_generator, "name", None) or type(self.spec_generator).__name__
+        generator = (
+            report.generator
+            if isinstance(report, GenerationReport)
+            else (getattr(self.spec_generator, "name", None) or type(self.spec_generator).__name__)
         )
         explanation = AutoExplanation(
             query=caller.query_str,
@@ -423,37 +431,37 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         logger.log(logging.WARNING if self._verbose else logging.INFO, "auto-retrieval: %s", explanation.describe())
         return _Plan(retriever, bundle, top_k, explanation)
 
-    def _finish(self, hits: List[NodeWithScore], plan: _Plan) -> List[NodeWithScore]:
+    def _finish(self, hits: list[NodeWithScore], plan: _Plan) -> list[NodeWithScore]:
         if self.wrapped_retriever is not None:
             kept = keep_matching(hits, plan.explanation.filters)
             if len(kept) < len(hits):
                 logger.warning(
                     "the wrapped %s returned %d of %d results outside the filters (does it read "
                     "FilteredQueryBundle.filters?); they were removed",
-                    type(self.wrapped_retriever).__name__, len(hits) - len(kept), len(hits),
+                    type(self.wrapped_retriever).__name__,
+                    len(hits) - len(kept),
+                    len(hits),
                 )
             hits = kept
         return [explained(hit, auto=plan.explanation) for hit in hits[: plan.top_k]]
 
     # ------------------------------------------------------------------ retrieval
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
         plan = getattr(query_bundle, "plan", None)
         if plan is None:
             plan = self._plan(call, *self.spec_generator.generate(query_bundle.query_str))
         return self._finish(retrieve_from_child(plan.retriever, plan.bundle, "retriever"), plan)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
         plan = getattr(query_bundle, "plan", None)
         if plan is None:
             plan = self._plan(call, *await self.spec_generator.agenerate(query_bundle.query_str))
         return self._finish(await aretrieve_from_child(plan.retriever, plan.bundle, "retriever"), plan)
 
-    def retrieve_with_explanation(
-        self, str_or_query_bundle: QueryType
-    ) -> Tuple[List[NodeWithScore], AutoExplanation]:
+    def retrieve_with_explanation(self, str_or_query_bundle: QueryType) -> tuple[list[NodeWithScore], AutoExplanation]:
         """``retrieve`` plus the call's explanation (present even with no results)."""
         call = self._resolve(as_query_bundle(str_or_query_bundle))
         plan = self._plan(call, *self.spec_generator.generate(call.bundle.query_str))
@@ -461,7 +469,7 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
 
     async def aretrieve_with_explanation(
         self, str_or_query_bundle: QueryType
-    ) -> Tuple[List[NodeWithScore], AutoExplanation]:
+    ) -> tuple[list[NodeWithScore], AutoExplanation]:
         """``aretrieve`` plus the call's explanation (present even with no results)."""
         call = self._resolve(as_query_bundle(str_or_query_bundle))
         plan = self._plan(call, *await self.spec_generator.agenerate(call.bundle.query_str))
@@ -469,7 +477,7 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
 
     # ------------------------------------------------------------------ saving
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The query settings as ``{"type": ..., "init_parameters": {...}}`` (see :mod:`~llama_index_ext_recursive.config`).
 
         What is not a setting is passed again to :meth:`from_dict`: the
@@ -492,13 +500,12 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
             vector_store_query_mode=VectorStoreQueryMode(self._vector_store_query_mode).value,
             default_empty_query_vector=self._default_empty_query_vector,
             verbose=self._verbose,
-            extra_filters=(
-                self._extra_filters.model_dump(mode="json") if self._extra_filters is not None else None
-            ),
+            extra_filters=(self._extra_filters.model_dump(mode="json") if self._extra_filters is not None else None),
             key_policy=self.key_policy,
             vocabulary=(
                 {key: sorted(values, key=repr) for key, values in vocabulary.items()}
-                if vocabulary is not None else None
+                if vocabulary is not None
+                else None
             ),
             today=self.today.isoformat() if self.today is not None else None,
             synonyms=self.synonyms,
@@ -511,10 +518,10 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
     @classmethod
     def from_dict(
         cls,
-        data: Dict[str, Any],
-        index: Optional[VectorStoreIndex] = None,
+        data: dict[str, Any],
+        index: VectorStoreIndex | None = None,
         **kwargs: Any,
-    ) -> "ValidatedAutoRetriever":
+    ) -> ValidatedAutoRetriever:
         """A retriever with the settings of :meth:`to_dict` over ``index`` (or ``retriever=``).
 
         Args:
@@ -525,7 +532,7 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         """
         return cls(index, **{**saving.from_dict(cls, data), **kwargs})
 
-    def persist(self, persist_dir: Union[str, Path]) -> None:
+    def persist(self, persist_dir: str | Path) -> None:
         """Write the settings (``config.json``) and the index searched to ``persist_dir``.
 
         Raises:
@@ -533,13 +540,13 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
                 wraps ``retriever=`` (persist that retriever, and ``to_dict()``).
             TypeError: the vector store keeps its data itself (PostgreSQL, Chroma...).
         """
-        saving.check_savable(self.wrapped_retriever, self._vector_retriever)
-        saving.write_folder(persist_dir, self.to_dict(), self._vector_retriever)
+        vector = saving.check_savable(self.wrapped_retriever, self._vector_retriever)
+        saving.write_folder(persist_dir, self.to_dict(), vector)
 
     @classmethod
     def from_persist_dir(
-        cls, persist_dir: Union[str, Path], embed_model: Optional[Any] = None, **kwargs: Any
-    ) -> "ValidatedAutoRetriever":
+        cls, persist_dir: str | Path, embed_model: Any | None = None, **kwargs: Any
+    ) -> ValidatedAutoRetriever:
         """Load what :meth:`persist` wrote.
 
         Args:

@@ -72,16 +72,11 @@ from __future__ import annotations
 import logging
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import (
     Any,
-    Dict,
-    List,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
 )
 
 import jieba
@@ -97,6 +92,8 @@ from llama_index_ext_recursive.auto.lexicon import (
     BUILTIN_SYNONYMS,
     CLAUSE_BREAK,
     COMPARISON_BEFORE,
+    COPULAS_EN,
+    DETERMINERS_EN,
     DISJUNCTION,
     DOC_NOUNS_EN,
     DOC_NOUNS_ZH,
@@ -105,8 +102,6 @@ from llama_index_ext_recursive.auto.lexicon import (
     KEY_WORDS_ZH,
     KIND_WORDS_EN,
     KIND_WORDS_ZH,
-    COPULAS_EN,
-    DETERMINERS_EN,
     LIST_JOINER,
     NEGATED_OPERATOR,
     NEGATION_EN,
@@ -118,8 +113,8 @@ from llama_index_ext_recursive.auto.lexicon import (
     NUM_WORD_RE,
     QUESTION_EN,
     QUESTION_ZH,
-    ZH_FACET_NEXT,
     ZH_CLASSIFIERS,
+    ZH_FACET_NEXT,
     ZH_GLUE,
     ZH_NUM_RE,
     parse_count,
@@ -169,8 +164,8 @@ class Match:
     end: int
     text: str
     rule: str
-    key: Optional[str]
-    operator: Optional[FilterOperator]
+    key: str | None
+    operator: FilterOperator | None
     value: Any
 
 
@@ -201,11 +196,22 @@ class _Term:
 
 
 # "key op value": symbols, the comparison words of the numeric rules, and a few for equality
-_EXPLICIT_WORDS = {**COMPARISON_BEFORE, "not": FilterOperator.NE, "equal to": FilterOperator.EQ,
-                   "等于": FilterOperator.EQ, "为": FilterOperator.EQ}
+_EXPLICIT_WORDS = {
+    **COMPARISON_BEFORE,
+    "not": FilterOperator.NE,
+    "equal to": FilterOperator.EQ,
+    "等于": FilterOperator.EQ,
+    "为": FilterOperator.EQ,
+}
 _EXPLICIT_OPERATORS = {
-    ">=": FilterOperator.GTE, "<=": FilterOperator.LTE, "!=": FilterOperator.NE, "==": FilterOperator.EQ,
-    "=": FilterOperator.EQ, ":": FilterOperator.EQ, ">": FilterOperator.GT, "<": FilterOperator.LT,
+    ">=": FilterOperator.GTE,
+    "<=": FilterOperator.LTE,
+    "!=": FilterOperator.NE,
+    "==": FilterOperator.EQ,
+    "=": FilterOperator.EQ,
+    ":": FilterOperator.EQ,
+    ">": FilterOperator.GT,
+    "<": FilterOperator.LT,
     **_EXPLICIT_WORDS,
 }
 
@@ -222,8 +228,8 @@ class RuleReading:
     """
 
     spec: VectorStoreQuerySpec
-    matches: List[Match]
-    notes: List[str]
+    matches: list[Match]
+    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -274,7 +280,7 @@ class _Cues:
         self._cues = [t for t in tokens if t.lower in NEGATION_TOKENS_EN or t.text in NEGATION_TOKENS_ZH]
         self._starts = [t.start for t in self._cues]
 
-    def first_free(self, begin: int, end: int, taken: Spans) -> Optional[_Token]:
+    def first_free(self, begin: int, end: int, taken: Spans) -> _Token | None:
         """The first unclaimed negation wholly inside ``[begin, end)``."""
         i = bisect_left(self._starts, begin)
         while i < len(self._cues) and self._cues[i].end <= end:
@@ -315,9 +321,9 @@ class RuleBasedSpecGenerator:
     def __init__(
         self,
         vector_store_info: VectorStoreInfo,
-        vocabulary: Dict[str, Set[Any]],
-        today: Optional[date] = None,
-        synonyms: Optional[Dict[str, Dict[str, Any]]] = None,
+        vocabulary: dict[str, set[Any]],
+        today: date | None = None,
+        synonyms: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self._info = vector_store_info
         self._types = {m.name: FieldType.of(m) for m in vector_store_info.metadata_info}
@@ -328,31 +334,37 @@ class RuleBasedSpecGenerator:
         self._today = today
         unknown = sorted(set(synonyms or {}) - set(self._types))
         if unknown:
-            raise ValueError(
-                f"synonyms for unknown keys {unknown}; vector_store_info has {sorted(self._types)}"
-            )
+            raise ValueError(f"synonyms for unknown keys {unknown}; vector_store_info has {sorted(self._types)}")
         self._year_key = self._find_year_key()
         self._doc_en, self._doc_zh = self._document_nouns()
-        self._terms: Dict[str, List[_Term]] = {}
-        self._ambiguous: Dict[str, List[str]] = {}
+        self._terms: dict[str, list[_Term]] = {}
+        self._ambiguous: dict[str, list[str]] = {}
         self._build_terms(synonyms or {})
-        numeric = [m for m in vector_store_info.metadata_info
-                   if self._is_numeric(m.name) and m.name != self._year_key]
+        numeric = [m for m in vector_store_info.metadata_info if self._is_numeric(m.name) and m.name != self._year_key]
         self._numbers = NumericReader(numeric, {m.name for m in numeric if self._types[m.name].base == "int"})
         self._term_res = self._compile_terms()
-        self._ambiguous_re = re.compile(
-            "|".join(rf"(?<![A-Za-z0-9]){re.escape(p)}(?![A-Za-z0-9])"
-                     for p in sorted(self._ambiguous, key=len, reverse=True)), re.IGNORECASE,
-        ) if self._ambiguous else None
+        self._ambiguous_re = (
+            re.compile(
+                "|".join(
+                    rf"(?<![A-Za-z0-9]){re.escape(p)}(?![A-Za-z0-9])"
+                    for p in sorted(self._ambiguous, key=len, reverse=True)
+                ),
+                re.IGNORECASE,
+            )
+            if self._ambiguous
+            else None
+        )
         self._explicit_res = self._compile_explicit()
         # the longest stored string per key: how far "chef: Kenji Sato" can reach
-        self._longest = {key: max((len(v) for v in values if isinstance(v, str)), default=0)
-                         for key, values in self._vocabulary.items()}
+        self._longest = {
+            key: max((len(v) for v in values if isinstance(v, str)), default=0)
+            for key, values in self._vocabulary.items()
+        }
 
     # ---------------------------------------------------------------- setup
 
     @property
-    def year_key(self) -> Optional[str]:
+    def year_key(self) -> str | None:
         """The key that year expressions filter on (``None`` if there is none)."""
         return self._year_key
 
@@ -362,7 +374,7 @@ class RuleBasedSpecGenerator:
     def _is_list(self, key: str) -> bool:
         return key in self._types and self._types[key].is_list
 
-    def _find_year_key(self) -> Optional[str]:
+    def _find_year_key(self) -> str | None:
         """The key that holds calendar years: named so, and not holding small numbers.
 
         "Years of experience required" names years too; its values (0-20) say
@@ -370,7 +382,7 @@ class RuleBasedSpecGenerator:
         """
         numeric = [m for m in self._info.metadata_info if self._is_numeric(m.name)]
 
-        def calendar(meta: MetadataInfo) -> Optional[bool]:
+        def calendar(meta: MetadataInfo) -> bool | None:
             values = self._vocabulary.get(meta.name) or set()
             if not values:
                 return None
@@ -386,7 +398,7 @@ class RuleBasedSpecGenerator:
                 return meta.name
         return None
 
-    def _document_nouns(self) -> Tuple[Set[str], Set[str]]:
+    def _document_nouns(self) -> tuple[set[str], set[str]]:
         """Words that make a value next to them a facet: kinds of document, key names, content words.
 
         "thai 菜谱", "main courses", "French films": besides the built-in kinds
@@ -396,7 +408,7 @@ class RuleBasedSpecGenerator:
         """
         english = set(DOC_NOUNS_EN) | KIND_WORDS_EN
         chinese = set(DOC_NOUNS_ZH) | KIND_WORDS_ZH
-        words: List[str] = []
+        words: list[str] = []
         for key in self._types:
             words += re.split(r"[\s_\-]+", key.lower())
         content = self._info.content_info or ""
@@ -418,13 +430,13 @@ class RuleBasedSpecGenerator:
                 continue  # first definition per key wins (user, then vocabulary, then built-in)
             bucket.append(term)
 
-    def _build_terms(self, synonyms: Dict[str, Dict[str, Any]]) -> None:
+    def _build_terms(self, synonyms: dict[str, dict[str, Any]]) -> None:
         for key, phrases in synonyms.items():
             for phrase, value in phrases.items():
                 if self._vocabulary.get(key) and value not in self._vocabulary[key]:
                     logger.warning("synonym %r -> %s=%r: value not in the vocabulary", phrase, key, value)
                 self._add_term(phrase, _Term(key, value, "user-synonym"))
-        lowered: Dict[str, Dict[str, Any]] = {}
+        lowered: dict[str, dict[str, Any]] = {}
         for key, values in self._vocabulary.items():
             if self._is_numeric(key):
                 continue
@@ -443,7 +455,7 @@ class RuleBasedSpecGenerator:
             for phrase, value in name_parts(values).items():
                 if _norm(phrase) not in self._terms:  # a word of a name never hides a value
                     self._add_term(phrase, _Term(key, value, "name-part"))
-        self._pinyin: Dict[str, List[_Term]] = {}
+        self._pinyin: dict[str, list[_Term]] = {}
         for key, values in self._vocabulary.items():
             for letters, value in pinyin_values(values).items():
                 self._pinyin.setdefault(letters, []).append(_Term(key, value, "pinyin"))
@@ -454,12 +466,11 @@ class RuleBasedSpecGenerator:
                     self._add_term(phrase, _Term(key, hit, "synonym"))
         for phrase, bucket in list(self._terms.items()):
             if len(bucket) > 1 and len({t.rule for t in bucket}) == 1:
-                logger.debug("phrase %r names values of several keys %s; ignored", phrase,
-                             [t.key for t in bucket])
+                logger.debug("phrase %r names values of several keys %s; ignored", phrase, [t.key for t in bucket])
                 self._ambiguous[phrase] = sorted(t.key for t in bucket)
                 del self._terms[phrase]
 
-    def _compile_terms(self) -> Tuple[Optional[re.Pattern], List[int]]:
+    def _compile_terms(self) -> tuple[re.Pattern | None, list[int]]:
         """The Latin-script terms as one regex; the lengths of the CJK terms, longest first."""
         latin = sorted((t for t in self._terms if not _is_cjk_term(t)), key=len, reverse=True)
         latin_re = None
@@ -469,7 +480,7 @@ class RuleBasedSpecGenerator:
         cjk_lengths = sorted({len(t) for t in self._terms if _is_cjk_term(t)}, reverse=True)
         return latin_re, cjk_lengths
 
-    def _compile_explicit(self) -> List[Tuple[str, re.Pattern]]:
+    def _compile_explicit(self) -> list[tuple[str, re.Pattern]]:
         """``key=value``, ``key: value``, ``key >= 3``, ``key at least 3`` for every key."""
         out = []
         for key in self._types:
@@ -477,13 +488,19 @@ class RuleBasedSpecGenerator:
             if key == self._year_key:
                 names |= {"年份", "发布年份", "出版年份", "年度"}
             name = "|".join(r"[\s_-]+".join(map(re.escape, n.split())) for n in sorted(names, key=len, reverse=True))
-            words = "|".join(r"\s+".join(map(re.escape, w.split()))
-                             for w in sorted(_EXPLICIT_WORDS, key=len, reverse=True))
-            out.append((key, re.compile(
-                rf"(?<![A-Za-z0-9])(?:{name})s?\s*(?:(?P<sym>>=|<=|!=|==|=|>|<|:)|(?:is\s+)?(?P<word>{words}))"
-                rf"\s*(?P<val>\"[^\"]*\"|'[^']*'|{NUMBER_TEXT}(?![0-9A-Za-z])|[^\s,;，；。?？]+)",
-                re.IGNORECASE,
-            )))
+            words = "|".join(
+                r"\s+".join(map(re.escape, w.split())) for w in sorted(_EXPLICIT_WORDS, key=len, reverse=True)
+            )
+            out.append(
+                (
+                    key,
+                    re.compile(
+                        rf"(?<![A-Za-z0-9])(?:{name})s?\s*(?:(?P<sym>>=|<=|!=|==|=|>|<|:)|(?:is\s+)?(?P<word>{words}))"
+                        rf"\s*(?P<val>\"[^\"]*\"|'[^']*'|{NUMBER_TEXT}(?![0-9A-Za-z])|[^\s,;，；。?？]+)",
+                        re.IGNORECASE,
+                    ),
+                )
+            )
         return out
 
     # ---------------------------------------------------------------- public
@@ -504,7 +521,7 @@ class RuleBasedSpecGenerator:
         """
         return self.generate(query)
 
-    def generate_with_matches(self, query: str) -> Tuple[VectorStoreQuerySpec, List[Match]]:
+    def generate_with_matches(self, query: str) -> tuple[VectorStoreQuerySpec, list[Match]]:
         """The spec and the phrases that produced it, to explain or debug a spec.
 
         Args:
@@ -520,14 +537,14 @@ class RuleBasedSpecGenerator:
             query: the user's question or search, English and/or Chinese.
         """
         today = self._today or date.today()
-        notes: List[str] = []
+        notes: list[str] = []
         query, unread = self._bounded(query, notes)
         tokens = TokenIndex(self._tokenize(query))
         candidates = self._term_candidates(query, tokens)
         values = Spans((c.start, c.end) for c in candidates)
-        matches: List[Match] = []
+        matches: list[Match] = []
         taken = Spans()
-        ends: Dict[int, List[Match]] = {}  # matches by where they end, for "studio apartments"
+        ends: dict[int, list[Match]] = {}  # matches by where they end, for "studio apartments"
 
         def accept(found: Sequence[Match]) -> None:
             matches.extend(found)
@@ -535,7 +552,7 @@ class RuleBasedSpecGenerator:
                 taken.add(m.start, m.end)
                 ends.setdefault(m.end, []).append(m)
 
-        found: Optional[Match]
+        found: Match | None
         for found in self._find_top_k(query, tokens, values):
             if not taken.overlaps(found.start, found.end):
                 accept([found])
@@ -545,10 +562,11 @@ class RuleBasedSpecGenerator:
                 accept([found])
         comparisons, number_notes = self._numbers.find(query)
         notes += number_notes
-        spans: Dict[Tuple[int, int], List[Match]] = {}
+        spans: dict[tuple[int, int], list[Match]] = {}
         for c in comparisons:  # a range is two comparisons over one span
             spans.setdefault((c.start, c.end), []).append(
-                Match(c.start, c.end, c.text, c.rule, c.key, c.operator, c.value))
+                Match(c.start, c.end, c.text, c.rule, c.key, c.operator, c.value)
+            )
         for (start, end), group in spans.items():
             if not taken.overlaps(start, end):
                 accept(group)
@@ -566,14 +584,12 @@ class RuleBasedSpecGenerator:
             if taken.overlaps(cand.start, cand.end):
                 continue
             if not self._is_facet(query, tokens, cand, values, taken):
-                logger.debug("%r read as topic, not a %s filter", query[cand.start:cand.end],
-                             cand.term.key)
+                logger.debug("%r read as topic, not a %s filter", query[cand.start : cand.end], cand.term.key)
                 continue
             found = self._value_match(query, tokens, cand, ends, taken, clauses, cues, notes)
             head_of = self._head_of(query, found, cand, ends) if found is not None else None
             if found is not None and head_of is not None:  # "studio apartments": the first value says which kind
-                logger.debug("%r after %r of the same key: the noun they share, no filter", found.text,
-                             head_of.text)
+                logger.debug("%r after %r of the same key: the noun they share, no filter", found.text, head_of.text)
                 taken.add(cand.start, cand.end)
                 continue
             if found is not None:
@@ -595,7 +611,7 @@ class RuleBasedSpecGenerator:
         return RuleReading(spec, matches, notes)
 
     @staticmethod
-    def _bounded(query: str, notes: List[str]) -> Tuple[str, str]:
+    def _bounded(query: str, notes: list[str]) -> tuple[str, str]:
         """(the part the rules read, the rest): at most :data:`MAX_RULE_CHARS` characters are read.
 
         Reading is linear in the query's length (claimed spans and neighbouring
@@ -620,17 +636,17 @@ class RuleBasedSpecGenerator:
     # ---------------------------------------------------------------- negation
 
     @staticmethod
-    def _clause_starts(text: str) -> List[int]:
+    def _clause_starts(text: str) -> list[int]:
         """Where each clause of ``text`` begins (after a comma, "but", 但是 ...), in order."""
         return [0] + [m.end() for m in CLAUSE_BREAK.finditer(text)]
 
     @staticmethod
-    def _clause_start(clauses: List[int], start: int) -> int:
+    def _clause_start(clauses: list[int], start: int) -> int:
         """Where the clause holding ``start`` begins (one of :meth:`_clause_starts`)."""
         return clauses[bisect_right(clauses, start) - 1]
 
     @staticmethod
-    def _negation_before(text: str, begin: int, end: int) -> Optional[re.Match]:
+    def _negation_before(text: str, begin: int, end: int) -> re.Match | None:
         """The negation ending right before ``end`` (over function words), not before ``begin``.
 
         Only the last :data:`_NEGATION_REACH` characters are searched: a
@@ -641,35 +657,61 @@ class RuleBasedSpecGenerator:
         return NEGATION_EN.search(text, lo, end) or NEGATION_ZH.search(text, lo, end)
 
     def _value_match(
-        self, text: str, tokens: TokenIndex, cand: _Candidate, ends: Dict[int, List[Match]],
-        taken: Spans, clauses: List[int], cues: _Cues, notes: List[str],
-    ) -> Optional[Match]:
+        self,
+        text: str,
+        tokens: TokenIndex,
+        cand: _Candidate,
+        ends: dict[int, list[Match]],
+        taken: Spans,
+        clauses: list[int],
+        cues: _Cues,
+        notes: list[str],
+    ) -> Match | None:
         """The filter a facet value gives: ``==``, ``!=`` when negated, none when unsure."""
         term = cand.term
         begin = self._clause_start(clauses, cand.start)
         direct = self._direct_negation(text, tokens, begin, cand.start)
         if direct is not None and not taken.overlaps(direct.start(), cand.start):
             start = direct.start()
-            return Match(start, cand.end, text[start:cand.end], f"not-{term.rule}", term.key,
-                         FilterOperator.NE, term.value)
-        if (NEGATION_ZH_AFTER.match(text[cand.end:cand.end + _JOINER_REACH])
-                and not _EXCEPT_BEFORE.search(text, max(begin, cand.start - _JOINER_REACH), cand.start)):
-            return Match(cand.start, cand.end, text[cand.start:cand.end], f"not-{term.rule}", term.key,
-                         FilterOperator.NE, term.value)  # "泰国菜以外的", "甜点除外"
+            return Match(
+                start, cand.end, text[start : cand.end], f"not-{term.rule}", term.key, FilterOperator.NE, term.value
+            )
+        if NEGATION_ZH_AFTER.match(text[cand.end : cand.end + _JOINER_REACH]) and not _EXCEPT_BEFORE.search(
+            text, max(begin, cand.start - _JOINER_REACH), cand.start
+        ):
+            return Match(
+                cand.start,
+                cand.end,
+                text[cand.start : cand.end],
+                f"not-{term.rule}",
+                term.key,
+                FilterOperator.NE,
+                term.value,
+            )  # "泰国菜以外的", "甜点除外"
         previous = self._joined_before(text, cand.start, ends)
         if previous is not None and previous.key == term.key and previous.operator == FilterOperator.NE:
-            return Match(cand.start, cand.end, text[cand.start:cand.end], f"not-{term.rule}", term.key,
-                         FilterOperator.NE, term.value)  # "except blogs and manuals"
+            return Match(
+                cand.start,
+                cand.end,
+                text[cand.start : cand.end],
+                f"not-{term.rule}",
+                term.key,
+                FilterOperator.NE,
+                term.value,
+            )  # "except blogs and manuals"
         cue = cues.first_free(begin, cand.start, taken)
         if cue is not None:
-            notes.append(f"{text[cand.start:cand.end]!r} follows {cue.text!r} in the same clause, but "
-                         f"words between them leave unclear whether it is negated; no {term.key} filter")
+            notes.append(
+                f"{text[cand.start : cand.end]!r} follows {cue.text!r} in the same clause, but "
+                f"words between them leave unclear whether it is negated; no {term.key} filter"
+            )
             return None
-        return Match(cand.start, cand.end, text[cand.start:cand.end], term.rule, term.key,
-                     FilterOperator.EQ, term.value)
+        return Match(
+            cand.start, cand.end, text[cand.start : cand.end], term.rule, term.key, FilterOperator.EQ, term.value
+        )
 
     @staticmethod
-    def _joined_before(text: str, start: int, ends: Dict[int, List[Match]]) -> Optional[Match]:
+    def _joined_before(text: str, start: int, ends: dict[int, list[Match]]) -> Match | None:
         """The filter match nearest before ``start`` with only a list joiner between ("blogs and")."""
         for end in range(start, max(start - _JOINER_REACH, 0) - 1, -1):
             found = [m for m in ends.get(end, ()) if m.key is not None]
@@ -678,7 +720,7 @@ class RuleBasedSpecGenerator:
         return None
 
     @staticmethod
-    def _head_of(text: str, found: Match, cand: _Candidate, ends: Dict[int, List[Match]]) -> Optional[Match]:
+    def _head_of(text: str, found: Match, cand: _Candidate, ends: dict[int, list[Match]]) -> Match | None:
         """A match of the same key and operator right before ``cand`` (only spaces or hyphens between)."""
         pos = cand.start
         while pos > 0 and text[pos - 1] in " -":
@@ -689,9 +731,7 @@ class RuleBasedSpecGenerator:
                     return m
         return None
 
-    def _direct_negation(
-        self, text: str, tokens: TokenIndex, begin: int, start: int
-    ) -> Optional[re.Match]:
+    def _direct_negation(self, text: str, tokens: TokenIndex, begin: int, start: int) -> re.Match | None:
         """The negation that ends right before ``start``, over function words and document nouns.
 
         "not italian", "non-thai", "除了泰国菜", "excluding anything by Rossi",
@@ -705,57 +745,68 @@ class RuleBasedSpecGenerator:
             direct = self._negation_before(text, begin, cut)
             if direct is not None:
                 return direct
-            if self._role(tok) not in {"filler", "doc"} or tok.lower in NEGATION_TOKENS_EN \
-                    or tok.text in NEGATION_TOKENS_ZH:
+            if (
+                self._role(tok) not in {"filler", "doc"}
+                or tok.lower in NEGATION_TOKENS_EN
+                or tok.text in NEGATION_TOKENS_ZH
+            ):
                 return None
             cut = tok.start
         return self._negation_before(text, begin, cut)
 
     @staticmethod
-    def _negated_lists(text: str, matches: List[Match]) -> List[Match]:
-        """"美国、法国之外": a negation after a list of values negates all of them."""
+    def _negated_lists(text: str, matches: list[Match]) -> list[Match]:
+        """ "美国、法国之外": a negation after a list of values negates all of them."""
         out = list(matches)
         for i in range(len(out) - 1, 0, -1):
             cur, prev = out[i], out[i - 1]
-            if (cur.operator == FilterOperator.NE and cur.rule.startswith("not-")
-                    and prev.key == cur.key and prev.operator == FilterOperator.EQ
-                    and prev.end <= cur.start and _joined(text, prev.end, cur.start)):
-                out[i - 1] = Match(prev.start, prev.end, prev.text, f"not-{prev.rule}", prev.key,
-                                   FilterOperator.NE, prev.value)
+            if (
+                cur.operator == FilterOperator.NE
+                and cur.rule.startswith("not-")
+                and prev.key == cur.key
+                and prev.operator == FilterOperator.EQ
+                and prev.end <= cur.start
+                and _joined(text, prev.end, cur.start)
+            ):
+                out[i - 1] = Match(
+                    prev.start, prev.end, prev.text, f"not-{prev.rule}", prev.key, FilterOperator.NE, prev.value
+                )
         return out
 
-    def _negate_years(self, text: str, group: List[Match], clauses: List[int], notes: List[str]) -> List[Match]:
+    def _negate_years(self, text: str, group: list[Match], clauses: list[int], notes: list[str]) -> list[Match]:
         """A year phrase after "not"/"不是" has the opposite operator; a negated range has no filter."""
         begin = self._clause_start(clauses, group[0].start)
         direct = self._negation_before(text, begin, group[0].start)
         if direct is None:
             return group
         if len(group) > 1:
-            notes.append(f"{group[0].text!r} is negated: outside a range is two alternatives, which "
-                         f"ANDed filters cannot express; no {group[0].key} filter")
+            notes.append(
+                f"{group[0].text!r} is negated: outside a range is two alternatives, which "
+                f"ANDed filters cannot express; no {group[0].key} filter"
+            )
             return []
         m = group[0]
         assert m.operator is not None  # a year match always has one (only top_k matches have none)
         start = direct.start()
-        return [Match(start, m.end, text[start:m.end], f"not-{m.rule}", m.key,
-                      NEGATED_OPERATOR[m.operator], m.value)]
+        return [Match(start, m.end, text[start : m.end], f"not-{m.rule}", m.key, NEGATED_OPERATOR[m.operator], m.value)]
 
     # ---------------------------------------------------------------- disjunction
 
     def _without_mixed_disjunctions(
-        self, text: str, tokens: TokenIndex, matches: List[Match], notes: List[str]
-    ) -> List[Match]:
+        self, text: str, tokens: TokenIndex, matches: list[Match], notes: list[str]
+    ) -> list[Match]:
         """Drop values joined by "or" across keys ("thai recipes or desserts"), with a note.
 
         ANDed filters can say "thai or mexican" (``in``) but not "thai or
         dessert"; when the value before an "or" and the one after it belong to
         different keys, both sides' values are left out rather than ANDed.
         """
-        values = sorted((m for m in matches if m.rule in _SPECIFIC_RULES | {"synonym"}),
-                        key=lambda m: (m.start, m.end))  # value matches do not overlap
+        values = sorted(
+            (m for m in matches if m.rule in _SPECIFIC_RULES | {"synonym"}), key=lambda m: (m.start, m.end)
+        )  # value matches do not overlap
         starts = [v.start for v in values]
         ends = [v.end for v in values]
-        dropped: Set[int] = set()
+        dropped: set[int] = set()
         for m in DISJUNCTION.finditer(text):
             i, j = bisect_right(ends, m.start()) - 1, bisect_left(starts, m.end())
             if i < 0 or j >= len(values):
@@ -765,9 +816,11 @@ class RuleBasedSpecGenerator:
                 continue
             side = self._chain(text, tokens, values, i, -1) + self._chain(text, tokens, values, j, 1)
             dropped.update(id(v) for v in side)
-            notes.append(f"{text[side[0].start if side else before.start:after.end]!r} asks for "
-                         f"one of values of different keys ({before.key}, {after.key}); ANDed "
-                         f"filters cannot say 'or' across keys, so none of them is applied")
+            notes.append(
+                f"{text[side[0].start if side else before.start : after.end]!r} asks for "
+                f"one of values of different keys ({before.key}, {after.key}); ANDed "
+                f"filters cannot say 'or' across keys, so none of them is applied"
+            )
         return [m for m in matches if id(m) not in dropped]
 
     def _only_glue(self, tokens: TokenIndex, start: int, end: int) -> bool:
@@ -782,7 +835,7 @@ class RuleBasedSpecGenerator:
                 return False
         return True
 
-    def _chain(self, text: str, tokens: TokenIndex, values: List[Match], i: int, step: int) -> List[Match]:
+    def _chain(self, text: str, tokens: TokenIndex, values: list[Match], i: int, step: int) -> list[Match]:
         """Values next to ``values[i]`` in one direction, joined only by glue words."""
         chain = [values[i]]
         j = i + step
@@ -797,8 +850,8 @@ class RuleBasedSpecGenerator:
     # ---------------------------------------------------------------- tokens
 
     @staticmethod
-    def _tokenize(text: str) -> List[_Token]:
-        tokens: List[_Token] = []
+    def _tokenize(text: str) -> list[_Token]:
+        tokens: list[_Token] = []
         for m in _TOKEN_RE.finditer(text):
             if _HAN.match(m.group()):
                 pos = m.start()
@@ -809,9 +862,9 @@ class RuleBasedSpecGenerator:
                 tokens.append(_Token(m.start(), m.end(), m.group()))
         return tokens
 
-    def _term_candidates(self, text: str, tokens: TokenIndex) -> List[_Candidate]:
+    def _term_candidates(self, text: str, tokens: TokenIndex) -> list[_Candidate]:
         latin_re, cjk_lengths = self._term_res
-        found: List[_Candidate] = []
+        found: list[_Candidate] = []
         if latin_re is not None:
             for m in latin_re.finditer(text):
                 found.extend(self._candidates_for(m.start(), m.end(), _norm(m.group())))
@@ -827,35 +880,35 @@ class RuleBasedSpecGenerator:
                 if text[s:e] not in self._terms:
                     continue
                 around_s, around_e = tokens.around(s), tokens.around(e)
-                head = text[around_s.start:s] if around_s is not None else ""
-                tail = text[e:around_e.end] if around_e is not None else ""
+                head = text[around_s.start : s] if around_s is not None else ""
+                tail = text[e : around_e.end] if around_e is not None else ""
                 given = any(t.rule in {"value", "user-synonym"} for t in self._terms[text[s:e]])
                 if given:
                     pass  # the index's own value, or the caller's phrase: matched inside any word
                 elif (s not in starts and head not in ZH_GLUE and head not in self._terms) or (
-                        e not in ends and tail not in ZH_GLUE and tail not in self._doc_zh
-                        and tail not in self._terms):  # "高级工程师": two values in one word
+                    e not in ends and tail not in ZH_GLUE and tail not in self._doc_zh and tail not in self._terms
+                ):  # "高级工程师": two values in one word
                     logger.debug("%r inside a longer word; not a value", text[s:e])
                     continue
                 found.extend(self._candidates_for(s, e, text[s:e]))
                 break
         found.extend(self._pinyin_candidates(tokens.tokens, found))
         found.sort(key=lambda c: (c.start, -(c.end - c.start)))
-        out: List[_Candidate] = []
+        out: list[_Candidate] = []
         for cand in found:  # longest first at each position, no overlaps
             if out and cand.start < out[-1].end:
                 continue
             out.append(cand)
         return out
 
-    def _pinyin_candidates(self, tokens: Sequence[_Token], found: Sequence[_Candidate]) -> List[_Candidate]:
+    def _pinyin_candidates(self, tokens: Sequence[_Token], found: Sequence[_Candidate]) -> list[_Candidate]:
         """Chinese words (one to four jieba tokens, two characters or more) read as a pinyin value."""
         if not self._pinyin:
             return []
-        out: List[_Candidate] = []
+        out: list[_Candidate] = []
         covered = bytearray(tokens[-1].end if tokens else 0)  # characters inside a found candidate
         for c in found:
-            covered[c.start:c.end] = b"\x01" * (c.end - c.start)
+            covered[c.start : c.end] = b"\x01" * (c.end - c.start)
         for i, first in enumerate(tokens):
             if not first.cjk:
                 continue
@@ -865,13 +918,13 @@ class RuleBasedSpecGenerator:
                 start, end = first.start, tokens[j].end
                 if end - start < 2 or any(covered[start:end]):
                     continue
-                word = "".join(t.text for t in tokens[i:j + 1])
+                word = "".join(t.text for t in tokens[i : j + 1])
                 bucket = self._pinyin.get(pinyin_of(word), [])
                 if len(bucket) == 1:  # a reading two keys share names neither
                     out.append(_Candidate(start, end, bucket[0]))
         return out
 
-    def _candidates_for(self, start: int, end: int, phrase: str) -> List[_Candidate]:
+    def _candidates_for(self, start: int, end: int, phrase: str) -> list[_Candidate]:
         bucket = self._terms.get(phrase, [])
         if len(bucket) > 1:  # a user synonym beats built-in readings of the same phrase
             bucket = [t for t in bucket if t.rule == "user-synonym"] or bucket[:1]
@@ -879,7 +932,7 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- facet or topic
 
-    def _role(self, tok: Optional[_Token], values: Optional[Spans] = None, taken: Optional[Spans] = None) -> str:
+    def _role(self, tok: _Token | None, values: Spans | None = None, taken: Spans | None = None) -> str:
         """What a token is to the value next to it: edge, value, doc, filler, number or content.
 
         Args:
@@ -890,13 +943,13 @@ class RuleBasedSpecGenerator:
         if tok is None or not tok.word:
             return "edge"
         if (values is not None and values.overlaps(tok.start, tok.end)) or (
-                taken is not None and taken.overlaps(tok.start, tok.end)):
+            taken is not None and taken.overlaps(tok.start, tok.end)
+        ):
             return "value"  # a value word, or part of a number, year or count already read
         if tok.cjk:
             if tok.text in self._doc_zh:
                 return "doc"
-            if (tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年"
-                    or tok.text in NEGATION_TOKENS_ZH):
+            if tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年" or tok.text in NEGATION_TOKENS_ZH:
                 return "filler"
             return "content"
         if tok.lower in self._doc_en:
@@ -915,14 +968,19 @@ class RuleBasedSpecGenerator:
         return term.rule in _SPECIFIC_RULES and not is_common_word(_norm(phrase))
 
     def _is_facet(
-        self, text: str, tokens: TokenIndex, cand: _Candidate, values: Spans, taken: Optional[Spans] = None,
+        self,
+        text: str,
+        tokens: TokenIndex,
+        cand: _Candidate,
+        values: Spans,
+        taken: Spans | None = None,
     ) -> bool:
         """Whether a value word names the kind of document wanted (else it is topic)."""
         toks = tokens.tokens
         before = tokens.ending_by(cand.start)  # toks[:before] end before the value
         after = tokens.starting_from(cand.end)  # toks[after:] start after it
         inside = tokens.between(cand.start, cand.end)
-        last = inside[-1].lower if inside else text[cand.start:cand.end].lower()
+        last = inside[-1].lower if inside else text[cand.start : cand.end].lower()
         if last in DOC_NOUNS_EN or last in DOC_NOUNS_ZH:
             return True  # "manual", "blog posts", "博客": the value is itself a kind of document
         prev = toks[before - 1] if before else None
@@ -932,7 +990,7 @@ class RuleBasedSpecGenerator:
         nxt = toks[after] if after < len(toks) else None
         if prev is not None and prev.lower == "the" and nxt is not None and nxt.lower in COPULAS_EN:
             return False  # "the room was smaller": one thing talked about, not a kind asked for
-        if self._specific(text[cand.start:cand.end], cand.term):
+        if self._specific(text[cand.start : cand.end], cand.term):
             # "thai curry", "Miyazaki": a rare word of the data is the value, except as the
             # head of "X of ..." ("the biology of reefs")
             return not (nxt is not None and nxt.lower == "of")
@@ -956,11 +1014,13 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- top_k
 
-    def _find_top_k(self, text: str, tokens: TokenIndex, values: Spans) -> List[Match]:
+    def _find_top_k(self, text: str, tokens: TokenIndex, values: Spans) -> list[Match]:
         num = rf"(?P<n>\d{{1,3}}|{NUM_WORD_RE})"
-        results = (r"results?|hits|matches|passages|chunks|documents|docs|articles|entries|posts|"
-                   r"sources|items|records|pages")
-        out: List[Match] = []
+        results = (
+            r"results?|hits|matches|passages|chunks|documents|docs|articles|entries|posts|"
+            r"sources|items|records|pages"
+        )
+        out: list[Match] = []
         for m in re.finditer(rf"\b(?:top|first|best)(?:\s+|\s*-\s*){num}\b(?:\s+(?:{results})\b)?", text, re.I):
             if self._top_k_followed_ok(tokens, m.end(), values):
                 out.append(self._top_k_match(text, m, "top_k"))
@@ -988,7 +1048,7 @@ class RuleBasedSpecGenerator:
     def _counts_documents(self, tokens: TokenIndex, end: int, values: Spans) -> bool:
         """A number followed by values naming a kind of document: "3 English blog posts"."""
         first = tokens.starting_from(end)
-        after = tokens.tokens[first:first + 4]
+        after = tokens.tokens[first : first + 4]
         for i, tok in enumerate(after):
             role = self._role(tok, values)
             if role != "value":
@@ -1000,13 +1060,12 @@ class RuleBasedSpecGenerator:
 
     @staticmethod
     def _top_k_match(text: str, m: re.Match, rule: str) -> Match:
-        return Match(m.start(), m.end(), text[m.start():m.end()], rule, None, None,
-                     parse_count(m.group("n")))
+        return Match(m.start(), m.end(), text[m.start() : m.end()], rule, None, None, parse_count(m.group("n")))
 
     def _top_k_followed_ok(self, tokens: TokenIndex, end: int, values: Spans) -> bool:
-        """"top 5 about X" counts results; "top 10 mistakes runners make" does not."""
+        """ "top 5 about X" counts results; "top 10 mistakes runners make" does not."""
         first = tokens.starting_from(end)
-        after = tokens.tokens[first:first + 3]
+        after = tokens.tokens[first : first + 3]
         if not after or not after[0].word or after[0].lower in FILLER_EN:
             return True
         for tok in after:
@@ -1018,7 +1077,7 @@ class RuleBasedSpecGenerator:
 
     # ---------------------------------------------------------------- explicit key ops
 
-    def _find_explicit(self, text: str, notes: List[str]) -> List[Match]:
+    def _find_explicit(self, text: str, notes: list[str]) -> list[Match]:
         ops = _EXPLICIT_OPERATORS
         out = []
         for key, pattern in self._explicit_res:
@@ -1029,10 +1088,18 @@ class RuleBasedSpecGenerator:
                     continue  # "sources not in English" is no source filter
                 end, raw = m.end(), m.group("val").strip("\"'").rstrip(".")
                 if not self._is_numeric(key):  # "chef: Kenji Sato": the longest stored value there
-                    rest = text[m.start("val"):m.start("val") + self._longest.get(key, 0) + 1]
-                    longest = max((v for v in self._vocabulary.get(key, ()) if isinstance(v, str)
-                                   and rest.lower().startswith(v.lower())
-                                   and not rest[len(v):len(v) + 1].isalnum()), key=len, default=None)
+                    rest = text[m.start("val") : m.start("val") + self._longest.get(key, 0) + 1]
+                    longest = max(
+                        (
+                            v
+                            for v in self._vocabulary.get(key, ())
+                            if isinstance(v, str)
+                            and rest.lower().startswith(v.lower())
+                            and not rest[len(v) : len(v) + 1].isalnum()
+                        ),
+                        key=len,
+                        default=None,
+                    )
                     if longest is not None and len(longest) > len(raw):
                         end, raw = m.start("val") + len(longest), longest
                 value = self._coerce(key, raw)
@@ -1043,7 +1110,7 @@ class RuleBasedSpecGenerator:
                     continue
                 if not self._is_numeric(key) and operator not in {FilterOperator.EQ, FilterOperator.NE}:
                     continue
-                out.append(Match(m.start(), end, text[m.start():end], "explicit", key, operator, value))
+                out.append(Match(m.start(), end, text[m.start() : end], "explicit", key, operator, value))
         return out
 
     def _coerce(self, key: str, raw: str) -> Any:
@@ -1069,11 +1136,10 @@ class RuleBasedSpecGenerator:
         high = max(max(years) if years else today.year, today.year) + 1
         return low <= year <= high
 
-
-    def _find_years(self, text: str, today: date) -> List[List[Match]]:
+    def _find_years(self, text: str, today: date) -> list[list[Match]]:
         key = self._year_key
         taken = Spans()
-        groups: List[List[Match]] = []
+        groups: list[list[Match]] = []
         for rule, pattern, handler in year_rules(today):
             for m in re.finditer(pattern, text, re.IGNORECASE):
                 if taken.overlaps(m.start(), m.end()):
@@ -1085,16 +1151,15 @@ class RuleBasedSpecGenerator:
                     taken.add(m.start(), m.end())  # neither a filter nor a shorter match
                     continue
                 taken.add(m.start(), m.end())
-                groups.append([Match(m.start(), m.end(), m.group(), rule, key, op, value)
-                               for op, value in conds])
+                groups.append([Match(m.start(), m.end(), m.group(), rule, key, op, value) for op, value in conds])
         return groups
 
     # ---------------------------------------------------------------- output
 
-    def _filters(self, matches: Sequence[Match]) -> List[MetadataFilter]:
+    def _filters(self, matches: Sequence[Match]) -> list[MetadataFilter]:
         """Filters in query order; several ``==`` values of one key become IN, ``!=`` NIN."""
-        grouped: Dict[Tuple[str, FilterOperator], List[Any]] = {}
-        order: List[Tuple[str, FilterOperator, Any]] = []
+        grouped: dict[tuple[str, FilterOperator], list[Any]] = {}
+        order: list[tuple[str, FilterOperator, Any]] = []
         for m in matches:
             if m.key is None or m.operator is None:
                 continue
@@ -1112,8 +1177,9 @@ class RuleBasedSpecGenerator:
             if (key, operator) in grouped:
                 values, negated = grouped[key, operator], operator == FilterOperator.NE
                 if self._is_list(key) and not negated:
-                    operator, value = ((FilterOperator.CONTAINS, values[0]) if len(values) == 1
-                                       else (FilterOperator.ANY, values))
+                    operator, value = (
+                        (FilterOperator.CONTAINS, values[0]) if len(values) == 1 else (FilterOperator.ANY, values)
+                    )
                 elif self._is_list(key) or len(values) > 1:
                     operator, value = (FilterOperator.NIN if negated else FilterOperator.IN), values
                 else:
@@ -1130,8 +1196,11 @@ class RuleBasedSpecGenerator:
         removed = [taken.overlaps(t.start, t.end) for t in tokens]
 
         def filler(t: _Token) -> bool:
-            return t.text in FILLER_ZH or t.text in DOC_NOUNS_ZH if t.cjk else (
-                t.lower in FILLER_EN or t.lower in DOC_NOUNS_EN)
+            return (
+                t.text in FILLER_ZH or t.text in DOC_NOUNS_ZH
+                if t.cjk
+                else (t.lower in FILLER_EN or t.lower in DOC_NOUNS_EN)
+            )
 
         # filler touching a removed token goes, and so on along a run of filler: a run
         # with a removed token on its left goes in the forward sweep, on its right in the backward one
@@ -1149,7 +1218,7 @@ class RuleBasedSpecGenerator:
         keep = [True] * len(text)
         for tok, gone in zip(tokens, removed):
             if gone:
-                keep[tok.start:tok.end] = [False] * (tok.end - tok.start)
+                keep[tok.start : tok.end] = [False] * (tok.end - tok.start)
         rest = "".join(ch for ch, k in zip(text, keep) if k)
         rest = re.sub(r"\s+", " ", rest)
         rest = re.sub(r"\s+([,.;:?!，。；：？！])", r"\1", rest).strip(" ,;:，；：、-–—'\"")

@@ -15,9 +15,10 @@ child) and the retriever's methods call them, so this module stands below
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, TypeVar, Union
+from typing import Any, TypeVar
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
@@ -35,7 +36,7 @@ VECTOR_FOLDER = "vector"  # the vector child's files: the index searched
 R = TypeVar("R")  # what read_folder's load builds
 
 
-def prompt_template(prompt: BasePromptTemplate) -> Optional[str]:
+def prompt_template(prompt: BasePromptTemplate) -> str | None:
     """The ``prompt_template_str`` setting that stands for ``prompt`` (``None``: the default).
 
     Raises:
@@ -51,7 +52,7 @@ def prompt_template(prompt: BasePromptTemplate) -> Optional[str]:
     )
 
 
-def from_dict(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
+def from_dict(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """The constructor keywords of ``cls`` a configuration dict of its ``to_dict`` stands for."""
     params = init_parameters(cls, data)
     try:
@@ -69,9 +70,10 @@ def from_dict(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
     return params
 
 
-def check_savable(wrapped: Optional[BaseRetriever], vector: Optional[BackfillVectorRetriever]) -> None:
+def check_savable(wrapped: BaseRetriever | None, vector: BackfillVectorRetriever | None) -> BackfillVectorRetriever:
     """Refuse, before anything is written, a retriever whose state is another
-    component's (``wrapped``) or whose vector store keeps its data itself."""
+    component's (``wrapped``) or whose vector store keeps its data itself;
+    return the vector child to write."""
     if wrapped is not None:
         raise PersistError(
             f"this {PERSIST_KIND} searches a wrapped {type(wrapped).__name__}, "
@@ -84,9 +86,10 @@ def check_savable(wrapped: Optional[BaseRetriever], vector: Optional[BackfillVec
             "it holds no index to persist"
         )
     check_persistable(vector)
+    return vector
 
 
-def write_folder(persist_dir: Union[str, Path], config: Dict[str, Any], vector: BackfillVectorRetriever) -> None:
+def write_folder(persist_dir: str | Path, config: dict[str, Any], vector: BackfillVectorRetriever) -> None:
     """Write ``config`` (``config.json``) and the vector child's files (``vector/``) to ``persist_dir``."""
     with write_index(persist_dir, PERSIST_KIND) as staging:
         write_config(staging, config)
@@ -94,9 +97,9 @@ def write_folder(persist_dir: Union[str, Path], config: Dict[str, Any], vector: 
 
 
 def read_folder(
-    persist_dir: Union[str, Path],
-    embed_model: Optional[Any],
-    load: Callable[[Dict[str, Any], VectorStoreIndex], R],
+    persist_dir: str | Path,
+    embed_model: Any | None,
+    load: Callable[[dict[str, Any], VectorStoreIndex], R],
 ) -> R:
     """``load(config, index)`` over what :func:`write_folder` wrote (the index read
     with ``embed_model``); invalid settings are a ``PersistError`` naming the file."""

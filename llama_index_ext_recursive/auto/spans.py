@@ -10,7 +10,8 @@ bisection, reading stays close to linear in the query's length (issue 23).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = ["Spans", "TokenIndex"]
 
@@ -26,9 +27,9 @@ class Spans:
         spans: the spans to start with, in any order.
     """
 
-    def __init__(self, spans: Iterable[Tuple[int, int]] = ()) -> None:
-        self._starts: List[int] = []
-        self._ends: List[int] = []
+    def __init__(self, spans: Iterable[tuple[int, int]] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
         for start, end in spans:
             self.add(start, end)
 
@@ -70,7 +71,7 @@ class TokenIndex:
         """The index of the first token that starts at or after ``pos``."""
         return bisect_left(self._starts, pos)
 
-    def around(self, pos: int) -> Optional[Any]:
+    def around(self, pos: int) -> Any | None:
         """The token with ``start < pos < end``: ``pos`` falls inside it."""
         i = bisect_left(self._starts, pos) - 1
         if i >= 0 and self._ends[i] > pos:
@@ -79,4 +80,4 @@ class TokenIndex:
 
     def between(self, start: int, end: int) -> Sequence[Any]:
         """The tokens wholly inside ``[start, end)``."""
-        return self.tokens[self.starting_from(start):self.ending_by(end)]
+        return self.tokens[self.starting_from(start) : self.ending_by(end)]

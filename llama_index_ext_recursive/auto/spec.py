@@ -36,9 +36,10 @@ from __future__ import annotations
 import difflib
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Literal
 
 from llama_index.core.vector_stores.types import (
     FilterOperator,
@@ -99,8 +100,8 @@ class _Field:
     name: str
     type: FieldType
     year_like: bool
-    vocabulary: Optional[Set[Any]] = None
-    by_text: Dict[str, List[str]] = field(default_factory=dict)
+    vocabulary: set[Any] | None = None
+    by_text: dict[str, list[str]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- validator
@@ -141,12 +142,12 @@ class SpecValidator:
     def __init__(
         self,
         vector_store_info: VectorStoreInfo,
-        vocabulary: Optional[Dict[str, Set[Any]]] = None,
+        vocabulary: dict[str, set[Any]] | None = None,
         key_policy: KeyPolicy = "drop",
         max_top_k: int = 10,
         similarity_top_k: int = DEFAULT_TOP_K,
-        empty_query_top_k: Optional[int] = 10,
-        today: Optional[date] = None,
+        empty_query_top_k: int | None = 10,
+        today: date | None = None,
     ) -> None:
         if key_policy not in ("drop", "reject"):
             raise ValueError(f"key_policy must be 'drop' or 'reject', got {key_policy!r}")
@@ -161,14 +162,16 @@ class SpecValidator:
         if similarity_top_k > max_top_k:
             logger.warning(
                 "similarity_top_k=%d is above max_top_k=%d; specs without top_k use %d",
-                similarity_top_k, max_top_k, max_top_k,
+                similarity_top_k,
+                max_top_k,
+                max_top_k,
             )
-        self._fields: Dict[str, _Field] = {}
+        self._fields: dict[str, _Field] = {}
         for info in vector_store_info.metadata_info:
             if info.name not in self._fields:
                 self._fields[info.name] = self._field(info, vocabulary)
 
-    def _field(self, info: MetadataInfo, vocabulary: Optional[Dict[str, Set[Any]]]) -> _Field:
+    def _field(self, info: MetadataInfo, vocabulary: dict[str, set[Any]] | None) -> _Field:
         name = info.name
         known = (vocabulary or {}).get(name)
         ftype = field_type(info, known)
@@ -186,20 +189,19 @@ class SpecValidator:
                 logger.warning(
                     "metadata values of %r do not all have the declared type %r; "
                     "its vocabulary is not used (filters on it may match nothing)",
-                    name, info.type,
+                    name,
+                    info.type,
                 )
         return entry
 
     # ------------------------------------------------------------------ public
 
     @property
-    def known_values(self) -> Dict[str, Set[Any]]:
+    def known_values(self) -> dict[str, set[Any]]:
         """The values present per declared key that equality values are checked against."""
         return {name: set(f.vocabulary) for name, f in self._fields.items() if f.vocabulary}
 
-    def validate(
-        self, spec: Union[VectorStoreQuerySpec, Mapping[str, Any], str]
-    ) -> Tuple[VectorStoreQuerySpec, SpecReport]:
+    def validate(self, spec: VectorStoreQuerySpec | Mapping[str, Any] | str) -> tuple[VectorStoreQuerySpec, SpecReport]:
         """A spec the store can run, and the report of what was changed.
 
         The input is never modified. The returned ``top_k`` is the k to use.
@@ -215,7 +217,7 @@ class SpecValidator:
         """
         run = RepairLog(self.key_policy)
         query, raw_filters, raw_top_k = self._unpack(spec, run)
-        filters: List[MetadataFilter] = []
+        filters: list[MetadataFilter] = []
         for item in self._filter_items(raw_filters, run):
             checked = self._check_filter(item, run)
             if checked is not None:
@@ -228,7 +230,7 @@ class SpecValidator:
 
     # ------------------------------------------------------------------ input shapes
 
-    def _unpack(self, spec: Any, run: RepairLog) -> Tuple[str, Any, Any]:
+    def _unpack(self, spec: Any, run: RepairLog) -> tuple[str, Any, Any]:
         if isinstance(spec, VectorStoreQuerySpec):
             return spec.query, list(spec.filters), spec.top_k
         if isinstance(spec, str):
@@ -237,24 +239,19 @@ class SpecValidator:
             try:
                 spec = parse_json_markdown(spec)
             except Exception as exc:  # the parser raises OutputParserException or ValueError
-                run.errors.append(Repair("unparseable_spec", None, spec[:200], None,
-                                         f"the spec is not JSON: {exc}"))
+                run.errors.append(Repair("unparseable_spec", None, spec[:200], None, f"the spec is not JSON: {exc}"))
                 raise SpecError(SpecReport(run.repairs, run.errors)) from exc
             if not isinstance(spec, Mapping):
-                run.errors.append(Repair("unparseable_spec", None, plain(spec), None,
-                                         "the spec is not a JSON object"))
+                run.errors.append(Repair("unparseable_spec", None, plain(spec), None, "the spec is not a JSON object"))
                 raise SpecError(SpecReport(run.repairs, run.errors))
         if not isinstance(spec, Mapping):
-            raise TypeError(
-                "spec must be a VectorStoreQuerySpec, a dict or JSON text, "
-                f"got {type(spec).__name__}"
-            )
+            raise TypeError(f"spec must be a VectorStoreQuerySpec, a dict or JSON text, got {type(spec).__name__}")
         query = _first(spec, ("query", "query_str"))
         query = "" if query is _MISSING or query is None else query
         filters = spec.get("filters")
         return (query if isinstance(query, str) else str(query)), filters, spec.get("top_k")
 
-    def _filter_items(self, raw: Any, run: RepairLog) -> List[Any]:
+    def _filter_items(self, raw: Any, run: RepairLog) -> list[Any]:
         """The individual filters of a spec, flattening AND groups."""
         if raw is None:
             return []
@@ -262,9 +259,13 @@ class SpecValidator:
             condition = raw.condition if isinstance(raw, MetadataFilters) else raw.get("condition")
             inner = raw.filters if isinstance(raw, MetadataFilters) else raw.get("filters")
             if str(getattr(condition, "value", condition) or "and").lower() != "and":
-                run.drop("dropped_filter", None, raw,
-                         f"a {condition!s} group cannot be expressed in a VectorStoreQuerySpec "
-                         "(its filters are ANDed); pass it as extra or per-call filters")
+                run.drop(
+                    "dropped_filter",
+                    None,
+                    raw,
+                    f"a {condition!s} group cannot be expressed in a VectorStoreQuerySpec "
+                    "(its filters are ANDed); pass it as extra or per-call filters",
+                )
                 return []
             return self._filter_items(inner, run)
         if isinstance(raw, MetadataFilter):
@@ -276,18 +277,16 @@ class SpecValidator:
                 return [raw]
             return [{"key": key, "value": value} for key, value in raw.items()]  # {key: value}
         if isinstance(raw, (list, tuple)):
-            items: List[Any] = []
+            items: list[Any] = []
             for item in raw:
-                nested = isinstance(item, MetadataFilters) or (
-                    isinstance(item, Mapping) and "filters" in item
-                )
+                nested = isinstance(item, MetadataFilters) or (isinstance(item, Mapping) and "filters" in item)
                 items.extend(self._filter_items(item, run) if nested else [item])
             return items
         run.drop("dropped_filter", None, raw, f"filters must be a list, got {raw!r}")
         return []
 
     @staticmethod
-    def _parts(item: Any) -> Optional[Tuple[Any, Any, Any]]:
+    def _parts(item: Any) -> tuple[Any, Any, Any] | None:
         if isinstance(item, MetadataFilter):
             return item.key, item.operator, item.value
         if isinstance(item, Mapping):
@@ -302,7 +301,7 @@ class SpecValidator:
 
     # ------------------------------------------------------------------ one filter
 
-    def _check_filter(self, item: Any, run: RepairLog) -> Optional[MetadataFilter]:
+    def _check_filter(self, item: Any, run: RepairLog) -> MetadataFilter | None:
         parts = self._parts(item)
         if parts is None:
             run.drop("dropped_filter", None, item, f"not a filter: {item!r}")
@@ -314,20 +313,18 @@ class SpecValidator:
             return None
         op = parse_operator(raw_op)
         if op is None:
-            run.drop("dropped_filter", fld.name, shown,
-                     f"unknown operator {raw_op!r} in the filter on {fld.name!r}")
+            run.drop("dropped_filter", fld.name, shown, f"unknown operator {raw_op!r} in the filter on {fld.name!r}")
             return None
         if not isinstance(raw_op, Op) and raw_op is not None and raw_op != op.value:
-            run.repair("mapped_operator", fld.name, raw_op, op,
-                       f"operator {raw_op!r} on {fld.name!r} read as {op.value!r}")
+            run.repair(
+                "mapped_operator", fld.name, raw_op, op, f"operator {raw_op!r} on {fld.name!r} read as {op.value!r}"
+            )
         if op == Op.IS_EMPTY:
             return MetadataFilter(key=fld.name, value=None, operator=op)
-        if value is _MISSING or value is None or (
-            isinstance(value, (list, tuple, set, frozenset)) and not value
-        ):
+        if value is _MISSING or value is None or (isinstance(value, (list, tuple, set, frozenset)) and not value):
             run.drop("dropped_filter", fld.name, shown, f"the filter on {fld.name!r} has no value")
             return None
-        values: Optional[List[Any]]
+        values: list[Any] | None
         values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
         op = self._shape(fld, op, values, isinstance(value, (list, tuple, set, frozenset)), shown, run)
         if op is None:
@@ -346,7 +343,7 @@ class SpecValidator:
             run.drop("dropped_filter", fld.name, shown, f"the filter on {fld.name!r} is invalid: {reason}")
             return None
 
-    def _resolve_key(self, key: Any, shown: Dict, run: RepairLog) -> Optional[_Field]:
+    def _resolve_key(self, key: Any, shown: dict, run: RepairLog) -> _Field | None:
         if isinstance(key, str) and key in self._fields:
             return self._fields[key]
         declared = ", ".join(self._fields) or "none"
@@ -360,11 +357,10 @@ class SpecValidator:
             return self._fields[same[0]]
         suggestion = self.suggest_key(key)
         hint = f"; did you mean {suggestion!r}?" if suggestion else ""
-        run.drop("dropped_key", key, shown,
-                 f"unknown filter key {key!r} (declared: {declared}){hint}")
+        run.drop("dropped_key", key, shown, f"unknown filter key {key!r} (declared: {declared}){hint}")
         return None
 
-    def suggest_key(self, key: str) -> Optional[str]:
+    def suggest_key(self, key: str) -> str | None:
         """The declared key closest to ``key``, for messages (never applied silently)."""
         norm = _norm_key(key)
         by_norm = {_norm_key(name): name for name in self._fields}
@@ -376,8 +372,8 @@ class SpecValidator:
         return by_norm[close[0]] if close else None
 
     def _shape(
-        self, fld: _Field, op: FilterOperator, values: List[Any], was_list: bool, shown: Dict, run: RepairLog
-    ) -> Optional[FilterOperator]:
+        self, fld: _Field, op: FilterOperator, values: list[Any], was_list: bool, shown: dict, run: RepairLog
+    ) -> FilterOperator | None:
         """Fit the operator to the field's type and the value's shape."""
         ftype, name = fld.type, fld.name
         new = op
@@ -387,8 +383,9 @@ class SpecValidator:
             elif op in (Op.IN, Op.ANY):
                 new = Op.ANY if len(values) > 1 else Op.CONTAINS
             else:
-                run.drop("dropped_filter", name, shown,
-                         f"operator {op.value!r} cannot be used on the list field {name!r}")
+                run.drop(
+                    "dropped_filter", name, shown, f"operator {op.value!r} cannot be used on the list field {name!r}"
+                )
                 return None
         elif ftype.base != "any":
             base = ftype.base
@@ -396,8 +393,9 @@ class SpecValidator:
                 new = Op.IN
             elif op == Op.ALL:
                 if len(values) > 1:
-                    run.drop("dropped_filter", name, shown,
-                             f"{name!r} holds one value, it cannot equal all of {values!r}")
+                    run.drop(
+                        "dropped_filter", name, shown, f"{name!r} holds one value, it cannot equal all of {values!r}"
+                    )
                     return None
                 new = Op.EQ
             elif op == Op.CONTAINS:
@@ -409,43 +407,69 @@ class SpecValidator:
             if new in (Op.EQ, Op.NE) and was_list:
                 new = Op.IN if new == Op.EQ else Op.NIN
             if new in RANGE_OPS and base in ("str", "bool"):
-                run.drop("dropped_filter", name, shown,
-                         f"operator {op.value!r} needs a number or date, {name!r} is {base}")
+                run.drop(
+                    "dropped_filter", name, shown, f"operator {op.value!r} needs a number or date, {name!r} is {base}"
+                )
                 return None
         elif op in (Op.EQ, Op.NE) and was_list:
             new = Op.IN if op == Op.EQ else Op.NIN
         if new not in LIST_OPS and len(values) > 1:
-            run.drop("dropped_filter", name, shown,
-                     f"operator {new.value!r} on {name!r} takes one value, got {values!r}")
+            run.drop(
+                "dropped_filter", name, shown, f"operator {new.value!r} on {name!r} takes one value, got {values!r}"
+            )
             return None
         if new != op:
-            run.repair("changed_operator", name, op, new,
-                       f"operator {op.value!r} on {name!r} ({fld.type.describe()}) becomes {new.value!r}")
+            run.repair(
+                "changed_operator",
+                name,
+                op,
+                new,
+                f"operator {op.value!r} on {name!r} ({fld.type.describe()}) becomes {new.value!r}",
+            )
         if was_list and new not in LIST_OPS:
-            run.repair("coerced_value", name, values, values[0],
-                       f"{new.value!r} on {name!r} takes one value: {values!r} read as {values[0]!r}")
+            run.repair(
+                "coerced_value",
+                name,
+                values,
+                values[0],
+                f"{new.value!r} on {name!r} takes one value: {values!r} read as {values[0]!r}",
+            )
         elif not was_list and new in LIST_OPS:
-            run.repair("coerced_value", name, values[0], values,
-                       f"{new.value!r} on {name!r} takes a list: {values[0]!r} read as {values!r}")
+            run.repair(
+                "coerced_value",
+                name,
+                values[0],
+                values,
+                f"{new.value!r} on {name!r} takes a list: {values[0]!r} read as {values!r}",
+            )
         return new
 
     def _coerce_all(
-        self, fld: _Field, op: FilterOperator, values: List[Any], shown: Dict, run: RepairLog
-    ) -> Tuple[Optional[List[Any]], FilterOperator]:
+        self, fld: _Field, op: FilterOperator, values: list[Any], shown: dict, run: RepairLog
+    ) -> tuple[list[Any] | None, FilterOperator]:
         name = fld.name
         if op not in LIST_OPS:
             value, new_op, why = self._coerce(fld, values[0], op)
             if value is FAIL:
-                run.drop("dropped_filter", name, shown,
-                         f"{values[0]!r} cannot be read as {fld.type.describe()} for {name!r}{why}")
+                run.drop(
+                    "dropped_filter",
+                    name,
+                    shown,
+                    f"{values[0]!r} cannot be read as {fld.type.describe()} for {name!r}{why}",
+                )
                 return None, op
             self._note_coercion(fld, values[0], value, run)
             if new_op != op:
-                run.repair("changed_operator", name, op, new_op,
-                           f"{values[0]!r} on {name!r}{why}: {op.value!r} becomes {new_op.value!r}")
+                run.repair(
+                    "changed_operator",
+                    name,
+                    op,
+                    new_op,
+                    f"{values[0]!r} on {name!r}{why}: {op.value!r} becomes {new_op.value!r}",
+                )
             return [value], new_op
-        kept: List[Any] = []
-        failed: List[Any] = []
+        kept: list[Any] = []
+        failed: list[Any] = []
         for raw in values:
             value, _, why = self._coerce(fld, raw, op)
             if value is FAIL:
@@ -455,29 +479,41 @@ class SpecValidator:
             if not any(same_value(value, k) for k in kept):
                 kept.append(value)
         if not kept:
-            run.drop("dropped_filter", name, shown,
-                     f"no value of {values!r} can be read as {fld.type.describe()} for {name!r}")
+            run.drop(
+                "dropped_filter",
+                name,
+                shown,
+                f"no value of {values!r} can be read as {fld.type.describe()} for {name!r}",
+            )
             return None, op
         if len({isinstance(v, str) for v in kept}) > 1:  # only possible for an unrecognised type
-            run.drop("dropped_filter", name, shown,
-                     f"the values {values!r} for {name!r} mix text and numbers")
+            run.drop("dropped_filter", name, shown, f"the values {values!r} for {name!r} mix text and numbers")
             return None, op
         for raw, why in failed:
-            run.drop("dropped_value", name, raw,
-                     f"{raw!r} cannot be read as {fld.type.describe()} for {name!r}{why}; value dropped")
+            run.drop(
+                "dropped_value",
+                name,
+                raw,
+                f"{raw!r} cannot be read as {fld.type.describe()} for {name!r}{why}; value dropped",
+            )
         return kept, op
 
     def _note_coercion(self, fld: _Field, before: Any, after: Any, run: RepairLog) -> None:
         if not same_value(before, after):
-            run.repair("coerced_value", fld.name, before, after,
-                       f"{before!r} for {fld.name!r} ({fld.type.base}) read as {after!r}")
+            run.repair(
+                "coerced_value",
+                fld.name,
+                before,
+                after,
+                f"{before!r} for {fld.name!r} ({fld.type.base}) read as {after!r}",
+            )
 
-    def _coerce(self, fld: _Field, value: Any, op: FilterOperator) -> Tuple[Any, FilterOperator, str]:
+    def _coerce(self, fld: _Field, value: Any, op: FilterOperator) -> tuple[Any, FilterOperator, str]:
         return coerce_value(fld.type, value, op, year_like=fld.year_like, today=self.today)
 
     def _check_vocabulary(
-        self, fld: _Field, op: FilterOperator, values: List[Any], shown: Dict, run: RepairLog
-    ) -> Tuple[Optional[List[Any]], FilterOperator]:
+        self, fld: _Field, op: FilterOperator, values: list[Any], shown: dict, run: RepairLog
+    ) -> tuple[list[Any] | None, FilterOperator]:
         """Repair values to those present in the corpus; drop absent ones."""
         name, known = fld.name, fld.vocabulary
         if fld.type.base == "date" and op == Op.EQ:
@@ -485,8 +521,8 @@ class SpecValidator:
         checked = (Op.CONTAINS, Op.ANY, Op.ALL) if fld.type.is_list else (Op.EQ, Op.NE, Op.IN, Op.NIN)
         if known is None or op not in checked:
             return values, op
-        kept: List[Any] = []
-        absent: List[Any] = []
+        kept: list[Any] = []
+        absent: list[Any] = []
         for value in values:
             if value in known:
                 found = [value]
@@ -494,31 +530,49 @@ class SpecValidator:
                 found = fld.by_text.get(_norm_text(value), []) if isinstance(value, str) else []
                 if found:
                     after = found if len(found) > 1 else found[0]
-                    run.repair("repaired_value", name, value, after,
-                               f"{value!r} for {name!r} read as {after!r}, the value(s) in the corpus")
+                    run.repair(
+                        "repaired_value",
+                        name,
+                        value,
+                        after,
+                        f"{value!r} for {name!r} read as {after!r}, the value(s) in the corpus",
+                    )
             if not found:
                 absent.append(value)
             kept.extend(v for v in found if not any(same_value(v, k) for k in kept))
         sample = ", ".join(repr(v) for v in sorted(known, key=str)[:10])
         effect = "excludes nothing" if op in (Op.NE, Op.NIN) else "matches nothing"
         if not kept:
-            run.drop("dropped_filter", name, shown,
-                     f"{absent if len(absent) > 1 else absent[0]!r} never occurs in {name!r}, "
-                     f"so the filter {effect} (values include {sample})")
+            run.drop(
+                "dropped_filter",
+                name,
+                shown,
+                f"{absent if len(absent) > 1 else absent[0]!r} never occurs in {name!r}, "
+                f"so the filter {effect} (values include {sample})",
+            )
             return None, op
         for value in absent:
-            run.drop("dropped_value", name, value,
-                     f"{value!r} never occurs in {name!r} (values include {sample}); value dropped")
+            run.drop(
+                "dropped_value",
+                name,
+                value,
+                f"{value!r} never occurs in {name!r} (values include {sample}); value dropped",
+            )
         if len(kept) > 1 and op not in LIST_OPS:  # a case repair found several spellings
             new = {Op.EQ: Op.IN, Op.NE: Op.NIN, Op.CONTAINS: Op.ANY}[op]
-            run.repair("changed_operator", name, op, new,
-                       f"{name!r} has several spellings of the value: {op.value!r} becomes {new.value!r}")
+            run.repair(
+                "changed_operator",
+                name,
+                op,
+                new,
+                f"{name!r} has several spellings of the value: {op.value!r} becomes {new.value!r}",
+            )
             op = new
         return kept, op
 
     def _date_equality(
-        self, fld: _Field, iso: str, shown: Dict, run: RepairLog
-    ) -> Tuple[Optional[List[Any]], FilterOperator]:
+        self, fld: _Field, iso: str, shown: dict, run: RepairLog
+    ) -> tuple[list[Any] | None, FilterOperator]:
         """EQ on a date string: exact if it occurs, else a prefix match (``2023-05`` in ``2023-05-17``)."""
         known, name = fld.vocabulary, fld.name
         if known is None:
@@ -527,31 +581,34 @@ class SpecValidator:
         elif iso in known:
             return [iso], Op.EQ
         elif not any(v.startswith(iso) for v in known):
-            run.drop("dropped_filter", name, shown,
-                     f"no date in {name!r} falls in {iso!r}, so the filter matches nothing")
+            run.drop(
+                "dropped_filter", name, shown, f"no date in {name!r} falls in {iso!r}, so the filter matches nothing"
+            )
             return None, Op.EQ
-        run.repair("changed_operator", name, Op.EQ, Op.TEXT_MATCH,
-                   f"{iso!r} on {name!r} is a whole period: '==' becomes a prefix text_match")
+        run.repair(
+            "changed_operator",
+            name,
+            Op.EQ,
+            Op.TEXT_MATCH,
+            f"{iso!r} on {name!r} is a whole period: '==' becomes a prefix text_match",
+        )
         return [iso], Op.TEXT_MATCH
 
     # ------------------------------------------------------------------ top_k
 
     def _top_k(self, raw: Any, query: str, run: RepairLog) -> int:
-        spec_top_k: Optional[int] = None
+        spec_top_k: int | None = None
         if raw is not None:
             number = parse_number(raw)
             if number is not None and float(number).is_integer():
                 spec_top_k = int(number)
                 if not same_value(raw, spec_top_k):
-                    run.repair("coerced_top_k", "top_k", raw, spec_top_k,
-                               f"top_k {raw!r} read as {spec_top_k}")
+                    run.repair("coerced_top_k", "top_k", raw, spec_top_k, f"top_k {raw!r} read as {spec_top_k}")
             else:
-                run.drop("dropped_top_k", "top_k", raw,
-                         f"top_k {raw!r} is not a whole number; the default k is used")
+                run.drop("dropped_top_k", "top_k", raw, f"top_k {raw!r} is not a whole number; the default k is used")
         k, asked, clamped = top_k_with_reason(
             spec_top_k, self.similarity_top_k, self.max_top_k, query, self.empty_query_top_k
         )
         if clamped is not None:
             run.repair("clamped_top_k", "top_k", asked, k, clamped)
         return k
-

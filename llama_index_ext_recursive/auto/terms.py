@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Dict, Iterable, List
 
 from llama_index_ext_recursive.text import CJK_CLASS
 
@@ -62,14 +62,14 @@ def is_common_word(phrase: str) -> bool:
     return zipf_frequency(phrase, "en") >= COMMON_WORD_ZIPF["en"]
 
 
-def description_synonyms(description: str, values: Iterable[str]) -> Dict[str, str]:
+def description_synonyms(description: str, values: Iterable[str]) -> dict[str, str]:
     """Phrases a key's description gives for its values: ``{phrase: value}``.
 
     ``"starter (前菜), main (主菜)"`` and ``"前菜 (starter)"`` both give
     ``前菜 -> starter``; several phrases in one parenthesis are split on commas,
     slashes and "or".
     """
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     if not description:
         return out
     for value in sorted(values, key=len, reverse=True):
@@ -84,7 +84,7 @@ def description_synonyms(description: str, values: Iterable[str]) -> Dict[str, s
     return out
 
 
-def name_parts(values: Iterable[str]) -> Dict[str, str]:
+def name_parts(values: Iterable[str]) -> dict[str, str]:
     """Rare words of multi-word names that stand for the whole name: ``{"rossi": "Marco Rossi"}``.
 
     A value is a name when it has two or more words, each capitalised; a word
@@ -93,31 +93,35 @@ def name_parts(values: Iterable[str]) -> Dict[str, str]:
     """
     from wordfreq import zipf_frequency
 
-    names = [v for v in values if isinstance(v, str) and len(v.split()) >= 2
-             and all(w[:1].isupper() for w in v.split())]
-    counts: Dict[str, List[str]] = {}
+    names = [
+        v for v in values if isinstance(v, str) and len(v.split()) >= 2 and all(w[:1].isupper() for w in v.split())
+    ]
+    counts: dict[str, list[str]] = {}
     for value in values:
         if isinstance(value, str):
             for word in value.split():
                 counts.setdefault(word.lower(), []).append(value)
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for name in names:
         for word in name.split():
             lowered = word.lower()
-            if (len(lowered) >= 3 and len(counts.get(lowered, ())) == 1
-                    and zipf_frequency(lowered, "en") < NAME_PART_ZIPF):
+            if (
+                len(lowered) >= 3
+                and len(counts.get(lowered, ())) == 1
+                and zipf_frequency(lowered, "en") < NAME_PART_ZIPF
+            ):
                 out[lowered] = name
     return out
 
 
-def pinyin_values(values: Iterable[str]) -> Dict[str, str]:
+def pinyin_values(values: Iterable[str]) -> dict[str, str]:
     """Values that may be stored in pinyin, by their letters: ``{"shanghai": "shanghai"}``.
 
     Every rare Latin-script value of four letters or more is a candidate; a
     Chinese word names it only when its whole reading is exactly those letters
     (:func:`pinyin_of`), which English words almost never are.
     """
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for value in values:
         if not isinstance(value, str) or _CJK.search(value):
             continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import date, datetime, timedelta
-from typing import Any, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple
 
 from llama_index.core.vector_stores.types import FilterOperator
 
@@ -35,12 +35,13 @@ Op = FilterOperator
 
 # --------------------------------------------------------------------------- dates
 
+
 class PartialDate(NamedTuple):
     """A date known to year, month or day precision (``"May 2023"`` is a month)."""
 
     year: int
-    month: Optional[int] = None
-    day: Optional[int] = None
+    month: int | None = None
+    day: int | None = None
 
     def iso(self) -> str:
         """``2023``, ``2023-05`` or ``2023-05-01``: ISO strings sort as dates and prefix-match."""
@@ -62,17 +63,42 @@ class PartialDate(NamedTuple):
 
 
 _MONTHS = {
-    "jan": 1, "january": 1, "feb": 2, "february": 2, "mar": 3, "march": 3,
-    "apr": 4, "april": 4, "may": 5, "jun": 6, "june": 6, "jul": 7, "july": 7,
-    "aug": 8, "august": 8, "sep": 9, "sept": 9, "september": 9, "oct": 10,
-    "october": 10, "nov": 11, "november": 11, "dec": 12, "december": 12,
+    "jan": 1,
+    "january": 1,
+    "feb": 2,
+    "february": 2,
+    "mar": 3,
+    "march": 3,
+    "apr": 4,
+    "april": 4,
+    "may": 5,
+    "jun": 6,
+    "june": 6,
+    "jul": 7,
+    "july": 7,
+    "aug": 8,
+    "august": 8,
+    "sep": 9,
+    "sept": 9,
+    "september": 9,
+    "oct": 10,
+    "october": 10,
+    "nov": 11,
+    "november": 11,
+    "dec": 12,
+    "december": 12,
 }
 _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _ORD = r"(?:st|nd|rd|th)?"
 _DATE_PATTERNS = [
     # 2023, 2023-05, 2023/5/1, 2023.05.01, 2023-05-01T10:00:00Z
-    (re.compile(r"(\d{4})(?:[-/.](\d{1,2})(?:[-/.](\d{1,2}))?)?"
-                r"(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:Z|[+-]\d{2}:?\d{2})?)?"), "ymd"),
+    (
+        re.compile(
+            r"(\d{4})(?:[-/.](\d{1,2})(?:[-/.](\d{1,2}))?)?"
+            r"(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:Z|[+-]\d{2}:?\d{2})?)?"
+        ),
+        "ymd",
+    ),
     # 2023年, 2023年5月, 2023年5月1日
     (re.compile(r"(\d{4})\s*年(?:\s*(\d{1,2})\s*月(?:\s*(\d{1,2})\s*[日号])?)?"), "ymd"),
     # May 2023, May 1, 2023, May 1st 2023
@@ -85,17 +111,30 @@ _DATE_PATTERNS = [
     (re.compile(r"(\d{1,2})[/-](\d{4})"), "my"),
 ]
 _RELATIVE = {
-    "today": (0, "day"), "yesterday": (-1, "day"), "this year": (0, "year"),
-    "last year": (-1, "year"), "next year": (1, "year"), "this month": (0, "month"),
-    "last month": (-1, "month"), "next month": (1, "month"),
-    "今天": (0, "day"), "昨天": (-1, "day"), "今年": (0, "year"), "去年": (-1, "year"),
-    "前年": (-2, "year"), "明年": (1, "year"), "本月": (0, "month"), "这个月": (0, "month"),
-    "上个月": (-1, "month"), "上月": (-1, "month"), "下个月": (1, "month"),
+    "today": (0, "day"),
+    "yesterday": (-1, "day"),
+    "this year": (0, "year"),
+    "last year": (-1, "year"),
+    "next year": (1, "year"),
+    "this month": (0, "month"),
+    "last month": (-1, "month"),
+    "next month": (1, "month"),
+    "今天": (0, "day"),
+    "昨天": (-1, "day"),
+    "今年": (0, "year"),
+    "去年": (-1, "year"),
+    "前年": (-2, "year"),
+    "明年": (1, "year"),
+    "本月": (0, "month"),
+    "这个月": (0, "month"),
+    "上个月": (-1, "month"),
+    "上月": (-1, "month"),
+    "下个月": (1, "month"),
 }
 _YEARS_AGO = re.compile(r"(\d{1,3})\s*(?:years?\s+ago|年前)", re.I)
 
 
-def _partial(year: int, month: Optional[int] = None, day: Optional[int] = None) -> Optional[PartialDate]:
+def _partial(year: int, month: int | None = None, day: int | None = None) -> PartialDate | None:
     if not 1000 <= year <= 9999 or (month is None and day is not None):
         return None
     try:
@@ -105,7 +144,7 @@ def _partial(year: int, month: Optional[int] = None, day: Optional[int] = None) 
     return PartialDate(year, month, day)
 
 
-def _relative(text: str, today: date) -> Optional[PartialDate]:
+def _relative(text: str, today: date) -> PartialDate | None:
     lowered = " ".join(text.lower().split())
     if lowered in _RELATIVE:
         offset, unit = _RELATIVE[lowered]
@@ -122,7 +161,7 @@ def _relative(text: str, today: date) -> Optional[PartialDate]:
     return None
 
 
-def parse_date(value: Any, today: Optional[date] = None) -> Optional[PartialDate]:
+def parse_date(value: Any, today: date | None = None) -> PartialDate | None:
     """A date from text in common formats, a ``date``, or a four-digit year.
 
     LLMs write dates as ``"2023-05-01"``, ``"May 2023"``, ``"2023年5月"`` or
@@ -180,7 +219,7 @@ _TRUE = {"true", "yes", "y", "t", "1", "on"}
 _FALSE = {"false", "no", "n", "f", "0", "off"}
 
 
-def parse_number(value: Any) -> Optional[Union[int, float]]:
+def parse_number(value: Any) -> int | float | None:
     """An int or finite float from a number or numeric text, else ``None``."""
     if isinstance(value, bool):
         return None
@@ -231,8 +270,8 @@ def coerce_value(
     op: FilterOperator,
     *,
     year_like: bool = False,
-    today: Optional[date] = None,
-) -> Tuple[Any, FilterOperator, str]:
+    today: date | None = None,
+) -> tuple[Any, FilterOperator, str]:
     """``value`` as the declared type: ``(value or FAIL, operator, reason)``.
 
     The operator may change with the value: ``year > "May 2023"`` on an int
@@ -319,12 +358,12 @@ def coerce_value(
 
 
 def top_k_with_reason(
-    spec_top_k: Optional[int],
+    spec_top_k: int | None,
     similarity_top_k: int,
     max_top_k: int,
-    query: Optional[str],
-    empty_query_top_k: Optional[int],
-) -> Tuple[int, int, Optional[str]]:
+    query: str | None,
+    empty_query_top_k: int | None,
+) -> tuple[int, int, str | None]:
     """``(k used, k asked for, why it was clamped or None)``: :func:`resolve_top_k` with its reason."""
     empty = not (query or "").strip()
     if spec_top_k is not None:
@@ -340,11 +379,11 @@ def top_k_with_reason(
 
 
 def resolve_top_k(
-    spec_top_k: Optional[int],
+    spec_top_k: int | None,
     similarity_top_k: int,
     max_top_k: int,
-    query: Optional[str] = None,
-    empty_query_top_k: Optional[int] = None,
+    query: str | None = None,
+    empty_query_top_k: int | None = None,
 ) -> int:
     """The k to retrieve: the spec's when given (raise or lower), clamped to ``[1, max_top_k]``.
 
@@ -360,5 +399,3 @@ def resolve_top_k(
             (``None``: use ``similarity_top_k``).
     """
     return top_k_with_reason(spec_top_k, similarity_top_k, max_top_k, query, empty_query_top_k)[0]
-
-

@@ -7,8 +7,8 @@ means (see :mod:`~llama_index_ext_recursive.auto.rules` for the conventions).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import date
-from typing import Callable, List, Tuple
 
 from llama_index.core.vector_stores.types import FilterOperator
 
@@ -18,27 +18,28 @@ from llama_index_ext_recursive.auto.lexicon import NUM_WORD_RE, ZH_NUM_RE, parse
 _Y = r"(?<![0-9A-Za-z.])(?P<{name}>\d{{4}})(?![0-9A-Za-z]|\.\d)"
 YA, YB = _Y.format(name="a"), _Y.format(name="b")
 # a year rule's handler: the regex match -> (operator, year) conditions
-YearHandler = Callable[[re.Match], List[Tuple[FilterOperator, int]]]
+YearHandler = Callable[[re.Match], list[tuple[FilterOperator, int]]]
 
 
-def year_rules(today: date) -> List[Tuple[str, str, YearHandler]]:
+def year_rules(today: date) -> list[tuple[str, str, YearHandler]]:
     """``(rule name, pattern, handler)`` in priority order, longer phrasings first.
 
     A handler turns a match into ``(operator, year)`` conditions (none: not a
     year filter); relative phrasings count from ``today``.
     """
+
     def fixed(op: FilterOperator) -> YearHandler:
         return lambda m: [(op, int(m.group("a")))]
 
-    def decade(m: re.Match) -> List[Tuple[FilterOperator, int]]:
+    def decade(m: re.Match) -> list[tuple[FilterOperator, int]]:
         start = int(m.group("a"))
         return [(FilterOperator.GTE, start), (FilterOperator.LTE, start + 9)] if start % 10 == 0 else []
 
-    def span(m: re.Match) -> List[Tuple[FilterOperator, int]]:
+    def span(m: re.Match) -> list[tuple[FilterOperator, int]]:
         a, b = sorted((int(m.group("a")), int(m.group("b"))))
         return [(FilterOperator.GTE, a), (FilterOperator.LTE, b)]
 
-    def last_n(m: re.Match) -> List[Tuple[FilterOperator, int]]:
+    def last_n(m: re.Match) -> list[tuple[FilterOperator, int]]:
         n = parse_count(m.group("n"))
         return [(FilterOperator.GTE, today.year - n + 1)] if n else []
 
@@ -64,8 +65,12 @@ def year_rules(today: date) -> List[Tuple[str, str, YearHandler]]:
         ("year-range", r"\b(?:the\s+)?(?P<a>[12]\d{2}0)['’]?s\b", decade),
         ("year-range", rf"{YA}\s*年代", decade),
         # up to today
-        ("year-compare", rf"\b(?:from\s+|since\s+)?{YA}\s*(?:-|–|—|to|until|till)\s*"
-                         r"(?:now|today|(?:the\s+)?present|date)\b", fixed(GTE)),
+        (
+            "year-compare",
+            rf"\b(?:from\s+|since\s+)?{YA}\s*(?:-|–|—|to|until|till)\s*"
+            r"(?:now|today|(?:the\s+)?present|date)\b",
+            fixed(GTE),
+        ),
         ("year-compare", rf"(?:从|自)?{YA}{yr}\s*(?:至今|到现在|到今天|到目前为止|到目前|以来至今)", fixed(GTE)),
         # relative ("前三年" is left alone: it also means "the first three years")
         ("relative-year", rf"\b(?:the\s+)?(?:last|past|previous|recent|latest)\s+{n_en}\s+years?\b", last_n),
@@ -85,15 +90,17 @@ def year_rules(today: date) -> List[Tuple[str, str, YearHandler]]:
         ("year-compare", rf"\b(?:(?:up\s+)?to\s+and\s+including|up\s+to\s+including)\s+{YA}", fixed(LTE)),
         ("year-compare", rf"\b(?:no|not)\s+earlier\s+than\s+{YA}", fixed(GTE)),
         ("year-compare", rf"\b(?:not\s+before|(?:in|on)\s+or\s+after)\s+{YA}", fixed(GTE)),
-        ("year-compare", rf"{YA}\s+(?:or|and)\s+(?:later|after|newer|more\s+recent|onwards?|beyond)\b",
-         fixed(GTE)),
+        ("year-compare", rf"{YA}\s+(?:or|and)\s+(?:later|after|newer|more\s+recent|onwards?|beyond)\b", fixed(GTE)),
         ("year-compare", rf"{YA}\s+(?:or|and)\s+(?:earlier|before|older|prior)\b", fixed(LTE)),
         ("year-compare", rf"\bfrom\s+{YA}\s+(?:on|onwards?|forward)\b", fixed(GTE)),
         ("year-compare", rf"\b(?:starting|beginning)(?:\s+(?:in|from))?\s+{YA}", fixed(GTE)),
         ("year-compare", rf"{YA}\s+onwards?\b", fixed(GTE)),
         ("year-compare", rf"\bsince\s+{YA}", fixed(GTE)),
-        ("year-compare", rf"\b(?:after|later\s+than|newer\s+than|more\s+recent\s+than|post)\s*(?:-\s*)?{YA}",
-         fixed(GT)),
+        (
+            "year-compare",
+            rf"\b(?:after|later\s+than|newer\s+than|more\s+recent\s+than|post)\s*(?:-\s*)?{YA}",
+            fixed(GT),
+        ),
         ("year-compare", rf"\b(?:before|earlier\s+than|older\s+than|prior\s+to|pre)\s*(?:-\s*)?{YA}", fixed(LT)),
         ("year-compare", rf"\b(?:up\s+(?:un)?til|up\s+to|until|till|through|thru)\s+{YA}", fixed(LTE)),
         ("year-compare", rf"不早于\s*{YA}{yr}", fixed(GTE)),

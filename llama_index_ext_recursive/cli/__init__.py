@@ -20,7 +20,7 @@ import argparse
 import logging
 import sys
 import traceback
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from llama_index_ext_recursive.cli.checks import CliError, expected_message
 from llama_index_ext_recursive.cli.commands import cmd_build, cmd_demo, cmd_eval, cmd_query
@@ -57,29 +57,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llama-recursive", description="Summary-routed retrieval for LlamaIndex, offline."
     )
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log progress details, and print tracebacks of errors")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log progress details, and print tracebacks of errors"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="build over the bundled sample corpus and query it")
     demo.add_argument("--top-k", type=int, default=3)
     demo.set_defaults(func=cmd_demo)
-    build = sub.add_parser("build", help="index a directory of .txt/.md/.jsonl documents",
-                           description=BUILD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    build = sub.add_parser(
+        "build",
+        help="index a directory of .txt/.md/.jsonl documents",
+        description=BUILD_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     build.add_argument("directory")
-    build.add_argument("--persist", required=True,
-                       help="new or empty folder (or an earlier index) to write the index to")
+    build.add_argument(
+        "--persist", required=True, help="new or empty folder (or an earlier index) to write the index to"
+    )
     build.add_argument("--doc-id-key", default="doc_id")
     caching = build.add_mutually_exclusive_group()
     caching.add_argument(
-        "--embedding-cache", metavar="PATH",
+        "--embedding-cache",
+        metavar="PATH",
         help="SQLite file of embeddings by model and text hash, so an unchanged text is never "
-             "embedded twice (default: $XDG_CACHE_HOME or ~/.cache, then "
-             "llama-index-ext-recursive/embeddings.sqlite); queries are not kept",
+        "embedded twice (default: $XDG_CACHE_HOME or ~/.cache, then "
+        "llama-index-ext-recursive/embeddings.sqlite); queries are not kept",
     )
     caching.add_argument("--no-embedding-cache", action="store_true", help="embed every text")
     build.set_defaults(func=cmd_build)
-    query = sub.add_parser("query", help="query a persisted index", description=QUERY_HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    query = sub.add_parser(
+        "query",
+        help="query a persisted index",
+        description=QUERY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     query.add_argument("persist_dir")
     query.add_argument("question")
     query.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
@@ -89,12 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("eval", help="compare retrievers on a BEIR-layout dataset")
     evaluate.add_argument("--data", required=True, help="dataset directory (BEIR layout)")
     evaluate.add_argument(
-        "--queries-from", metavar="DIR",
+        "--queries-from",
+        metavar="DIR",
         help="take the query texts from this BEIR folder, matched by query id (e.g. the same "
-             "questions in another language); corpus and qrels stay those of --data",
+        "questions in another language); corpus and qrels stay those of --data",
     )
     evaluate.add_argument(
-        "--retrievers", default="upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive",
+        "--retrievers",
+        default="upstream-vector,upstream-bm25,upstream-fusion,upstream-recursive,recursive",
         help="comma-separated names from the harness registry",
     )
     evaluate.add_argument("--top-k", type=int, default=10)
@@ -105,21 +118,24 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", help="write figures as JSON (the folder must exist)")
     evaluate.add_argument("--plot", help="write quality vs latency as PNG (the folder must exist)")
     evaluate.add_argument(
-        "--no-embed-title", action="store_true",
+        "--no-embed-title",
+        action="store_true",
         help="keep chunk titles in metadata but out of the embedded (and BM25-indexed) text; "
-             "default: embedded, and prepended to the text of flat sets",
+        "default: embedded, and prepended to the text of flat sets",
     )
     evaluate.add_argument(
-        "--embed-model", choices=["auto", "minilm", "multilingual"], default="auto",
+        "--embed-model",
+        choices=["auto", "minilm", "multilingual"],
+        default="auto",
         help="auto: what the library uses with no model configured (the bundled model chosen by the "
-             "corpus's scripts); minilm: the bundled all-MiniLM-L6-v2; multilingual: the bundled "
-             "multilingual-e5-small (extra [multilingual])",
+        "corpus's scripts); minilm: the bundled all-MiniLM-L6-v2; multilingual: the bundled "
+        "multilingual-e5-small (extra [multilingual])",
     )
     evaluate.set_defaults(func=cmd_eval)
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return the exit status (0, or 1 after an ``error:`` line)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -140,4 +156,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return 1
     return 0
-

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Literal, Optional, overload
+from typing import Literal, overload
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.persist import PersistError, check_persist_target
@@ -52,10 +52,10 @@ def raised_here(exc: BaseException) -> bool:
     return str(tb.tb_frame.f_globals.get("__name__", "")).startswith(PACKAGE)
 
 
-def missing_extra(exc: ImportError) -> Optional[str]:
+def missing_extra(exc: ImportError) -> str | None:
     """The message for an ``ImportError`` of an optional dependency, else ``None``."""
-    chain: List[BaseException] = []
-    current: Optional[BaseException] = exc
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
     while current is not None and current not in chain:
         chain.append(current)
         current = current.__cause__ or current.__context__
@@ -68,12 +68,14 @@ def missing_extra(exc: ImportError) -> Optional[str]:
             # "llama_index.embeddings" missing means the huggingface one is; "llama_index" alone is core
             inside = "." in name and module.startswith(name + ".")
             if name == module or name.startswith(module + ".") or inside:
-                return (f"{name} is not installed; install the {extra!r} extra: "
-                        f"pip install 'llama-index-ext-recursive[{extra}]'")
+                return (
+                    f"{name} is not installed; install the {extra!r} extra: "
+                    f"pip install 'llama-index-ext-recursive[{extra}]'"
+                )
     return None
 
 
-def expected_message(exc: BaseException) -> Optional[str]:
+def expected_message(exc: BaseException) -> str | None:
     """The one-line message for an expected failure, or ``None`` for a bug.
 
     Expected: this package's own error types (``PersistError``,
@@ -93,14 +95,14 @@ def expected_message(exc: BaseException) -> Optional[str]:
 
 
 @overload
-def count(flag: str, value: Optional[int], allow_none: Literal[False] = False) -> int: ...
+def count(flag: str, value: int | None, allow_none: Literal[False] = False) -> int: ...
 
 
 @overload
-def count(flag: str, value: Optional[int], allow_none: bool) -> Optional[int]: ...
+def count(flag: str, value: int | None, allow_none: bool) -> int | None: ...
 
 
-def count(flag: str, value: Optional[int], allow_none: bool = False) -> Optional[int]:
+def count(flag: str, value: int | None, allow_none: bool = False) -> int | None:
     try:
         return check_count(flag, value, allow_none=allow_none)
     except (TypeError, ValueError) as exc:
@@ -117,7 +119,7 @@ def check_question(question: str) -> str:
     return question
 
 
-def check_output(flag: str, value: Optional[str], example: str) -> None:
+def check_output(flag: str, value: str | None, example: str) -> None:
     """An output file whose folder exists and is writable, checked before any work."""
     if value is None:
         return
@@ -126,11 +128,14 @@ def check_output(flag: str, value: Optional[str], example: str) -> None:
         raise CliError(f"{flag} {path} is a directory; pass a file path such as {path / example}")
     parent = path.parent
     if not parent.is_dir():
-        raise CliError(f"{flag} {path}: the folder {parent} does not exist; create it first "
-                       f"(mkdir -p {parent}) or pass another path")
+        raise CliError(
+            f"{flag} {path}: the folder {parent} does not exist; create it first "
+            f"(mkdir -p {parent}) or pass another path"
+        )
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CliError(f"{flag} {path}: {path if path.exists() else parent} is not writable; "
-                       "pass a path you can write to")
+        raise CliError(
+            f"{flag} {path}: {path if path.exists() else parent} is not writable; pass a path you can write to"
+        )
 
 
 def check_creatable(flag: str, path: Path) -> None:

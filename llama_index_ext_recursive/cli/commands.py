@@ -6,7 +6,6 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from llama_index.core.schema import NodeWithScore
 
@@ -30,9 +29,9 @@ from llama_index_ext_recursive.sample import load_sample_documents, load_sample_
 DEMO_QUESTIONS = 4
 
 
-def _print_results(question: str, results: List[NodeWithScore], width: int = 110) -> None:
+def _print_results(question: str, results: list[NodeWithScore], width: int = 110) -> None:
     print(f"\nQ: {question}")
-    routed: Dict[str, float] = {}
+    routed: dict[str, float] = {}
     for hit in results:
         info = getattr(getattr(hit, "explanation", None), "route", None)
         if info is not None and info.doc_id not in routed:
@@ -73,7 +72,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     _print_results(question, retriever.retrieve(FilteredQueryBundle(question, filters=filters)))
 
 
-def _embedding_cache(args: argparse.Namespace) -> Optional[Path]:
+def _embedding_cache(args: argparse.Namespace) -> Path | None:
     """The cache file of ``build`` (``None``: off), checked before any work."""
     if args.no_embedding_cache:
         return None
@@ -86,7 +85,7 @@ def _embedding_cache(args: argparse.Namespace) -> Optional[Path]:
     return path
 
 
-def _print_embedding(retriever: RecursiveSummaryRetriever, cache_path: Optional[Path]) -> None:
+def _print_embedding(retriever: RecursiveSummaryRetriever, cache_path: Path | None) -> None:
     choice = retriever.index.embedding_choice
     print(f"Embedding model: {choice['name']} ({choice['source']}: {choice['reason']})")
     model = retriever.index.embed_model
@@ -109,7 +108,10 @@ def cmd_build(args: argparse.Namespace) -> None:
     # rebuilding over an earlier index reuses its summaries of unchanged documents
     cache = load_summary_cache(target)
     retriever = RecursiveSummaryRetriever.from_documents(
-        corpus.documents, doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache,
+        corpus.documents,
+        doc_id_key=args.doc_id_key,
+        show_progress=True,
+        summary_cache=cache,
         embedding_cache=cache_path,
     )
     retriever.persist(target)
@@ -151,15 +153,17 @@ def cmd_query(args: argparse.Namespace) -> None:
         _print_results(question, results)
 
 
-def _check_plot_format(path: Optional[str]) -> None:
+def _check_plot_format(path: str | None) -> None:
     if path is None or not Path(path).suffix:
         return
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()
     if Path(path).suffix[1:].lower() not in formats:
-        raise CliError(f"--plot {path}: matplotlib cannot write {Path(path).suffix!r} files; "
-                       f"use one of {', '.join('.' + f for f in sorted(formats))} (e.g. .png)")
+        raise CliError(
+            f"--plot {path}: matplotlib cannot write {Path(path).suffix!r} files; "
+            f"use one of {', '.join('.' + f for f in sorted(formats))} (e.g. .png)"
+        )
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -184,22 +188,28 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if cache.is_dir():
         raise CliError(f"--cache {cache} is a directory; pass a file such as {cache / 'embeddings.sqlite'}")
     check_creatable("--cache", cache)
-    dataset = BeirDataset.load(
-        args.data, split=args.split, max_queries=max_queries, queries_from=args.queries_from
-    )
+    dataset = BeirDataset.load(args.data, split=args.split, max_queries=max_queries, queries_from=args.queries_from)
     print(
         f"{dataset.name}: {len(dataset.corpus)} chunks, {len(dataset.queries)} queries"
         + (f" (capped at {max_queries})" if max_queries else "")
     )
     try:
         embed_model = {
-            "auto": lambda: None, "minilm": bundled_embed_model, "multilingual": bundled_multilingual_model,
+            "auto": lambda: None,
+            "minilm": bundled_embed_model,
+            "multilingual": bundled_multilingual_model,
         }[args.embed_model]()
     except ImportError as exc:
         raise CliError(str(exc)) from None
     comparison = compare(
-        dataset, names, cache_path=cache, k=top_k, concurrency=concurrency, show_progress=True,
-        embed_title=not args.no_embed_title, embed_model=embed_model,
+        dataset,
+        names,
+        cache_path=cache,
+        k=top_k,
+        concurrency=concurrency,
+        show_progress=True,
+        embed_title=not args.no_embed_title,
+        embed_model=embed_model,
     )
     print(f"chunk titles: {comparison.title_convention}")
     print(f"embedding model: {comparison.embedding['name']} ({comparison.embedding['reason']})")

@@ -7,9 +7,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
 
 from llama_index.core.schema import Document
 
@@ -23,9 +23,9 @@ logger = logging.getLogger(__name__)
 class Corpus:
     """What ``build`` read: the documents, and what it skipped and why."""
 
-    documents: List[Document] = field(default_factory=list)
-    empty: List[str] = field(default_factory=list)
-    undecodable: List[str] = field(default_factory=list)
+    documents: list[Document] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
+    undecodable: list[str] = field(default_factory=list)
     hidden: int = 0
 
 
@@ -43,7 +43,7 @@ def _visible_files(directory: Path, corpus: Corpus) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def _decode(path: Path, corpus: Corpus) -> Optional[str]:
+def _decode(path: Path, corpus: Corpus) -> str | None:
     """The file's text (UTF-8, a leading BOM dropped), or ``None`` with a warning if it is not UTF-8."""
     data = path.read_bytes()
     bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
@@ -52,16 +52,17 @@ def _decode(path: Path, corpus: Corpus) -> Optional[str]:
     except UnicodeDecodeError as exc:  # utf-8-sig would count its offset after the BOM
         start = bom + exc.start
         line = data[:start].count(b"\n") + 1
-        reason = (f"{path}:{line}: not UTF-8 (byte 0x{data[start]:02x} at offset {start}); "
-                  "skipped. Convert it, "
-                  f"e.g. iconv -f latin1 -t utf-8 {path} > {path.with_suffix('.utf8' + path.suffix)}")
+        reason = (
+            f"{path}:{line}: not UTF-8 (byte 0x{data[start]:02x} at offset {start}); "
+            "skipped. Convert it, "
+            f"e.g. iconv -f latin1 -t utf-8 {path} > {path.with_suffix('.utf8' + path.suffix)}"
+        )
         print(f"warning: {reason}", file=sys.stderr)
         corpus.undecodable.append(str(path))
         return None
 
 
-def _jsonl_documents(path: Path, text: str, doc_id_key: str, corpus: Corpus,
-                     origin: Dict[str, str]) -> None:
+def _jsonl_documents(path: Path, text: str, doc_id_key: str, corpus: Corpus, origin: dict[str, str]) -> None:
     # split on "\n" only: JSON strings may hold U+2028 and other characters str.splitlines breaks on
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -86,11 +87,13 @@ def _jsonl_documents(path: Path, text: str, doc_id_key: str, corpus: Corpus,
         try:  # the file is UTF-8, but a JSON escape such as "\ud800" is not text
             json.dumps(row, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise CliError(f"{where}: holds an unpaired surrogate escape such as \\ud800, which is "
-                           "not text; fix or remove it") from None
+            raise CliError(
+                f"{where}: holds an unpaired surrogate escape such as \\ud800, which is not text; fix or remove it"
+            ) from None
         if doc_id in origin:
-            raise CliError(f"{where}: doc_id {doc_id!r} is already used by {origin[doc_id]}; "
-                           "give every document its own id")
+            raise CliError(
+                f"{where}: doc_id {doc_id!r} is already used by {origin[doc_id]}; give every document its own id"
+            )
         origin[doc_id] = where
         if not body.strip():
             corpus.empty.append(f"{where} ({doc_id})")
@@ -103,8 +106,7 @@ def _jsonl_documents(path: Path, text: str, doc_id_key: str, corpus: Corpus,
 
 def check_directory(directory: Path) -> None:
     if not directory.is_dir():
-        raise CliError(f"{directory} is not a directory; pass the folder holding your .txt, .md "
-                       "or .jsonl documents")
+        raise CliError(f"{directory} is not a directory; pass the folder holding your .txt, .md or .jsonl documents")
 
 
 def read_documents(directory: Path, doc_id_key: str) -> Corpus:
@@ -117,7 +119,7 @@ def read_documents(directory: Path, doc_id_key: str) -> Corpus:
     """
     check_directory(directory)
     corpus = Corpus()
-    origin: Dict[str, str] = {}
+    origin: dict[str, str] = {}
     for path in _visible_files(directory, corpus):
         suffix = path.suffix.lower()
         if suffix != ".jsonl" and suffix not in TEXT_SUFFIXES:
@@ -130,27 +132,33 @@ def read_documents(directory: Path, doc_id_key: str) -> Corpus:
             continue
         doc_id = path.relative_to(directory).as_posix()
         if doc_id in origin:
-            raise CliError(f"{path}: doc_id {doc_id!r} is already used by {origin[doc_id]}; "
-                           "give every document its own id")
+            raise CliError(
+                f"{path}: doc_id {doc_id!r} is already used by {origin[doc_id]}; give every document its own id"
+            )
         origin[doc_id] = str(path)
         if not text.strip():
             corpus.empty.append(str(path))
             continue
         corpus.documents.append(
-            Document(id_=doc_id, text=text,
-                     metadata={doc_id_key: doc_id, "title": path.stem, "file_name": path.name})
+            Document(id_=doc_id, text=text, metadata={doc_id_key: doc_id, "title": path.stem, "file_name": path.name})
         )
     if corpus.hidden:
         logger.info("skipped %d hidden files and folders under %s", corpus.hidden, directory)
     if corpus.empty:
         shown = ", ".join(corpus.empty[:5]) + (" ..." if len(corpus.empty) > 5 else "")
-        print(f"warning: skipped {len(corpus.empty)} empty or whitespace-only document"
-              f"{'s' if len(corpus.empty) > 1 else ''}: {shown}", file=sys.stderr)
+        print(
+            f"warning: skipped {len(corpus.empty)} empty or whitespace-only document"
+            f"{'s' if len(corpus.empty) > 1 else ''}: {shown}",
+            file=sys.stderr,
+        )
     if not corpus.documents:
         skipped = len(corpus.empty) + len(corpus.undecodable)
         raise CliError(
             f"no documents to index under {directory}"
-            + (f" ({len(corpus.empty)} empty, {len(corpus.undecodable)} not UTF-8, all skipped)"
-               if skipped else " (looked for .txt, .md and .jsonl files; hidden ones are skipped)")
+            + (
+                f" ({len(corpus.empty)} empty, {len(corpus.undecodable)} not UTF-8, all skipped)"
+                if skipped
+                else " (looked for .txt, .md and .jsonl files; hidden ones are skipped)"
+            )
         )
     return corpus

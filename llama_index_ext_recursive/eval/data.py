@@ -14,9 +14,11 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from llama_index.core.schema import TextNode
 
@@ -25,7 +27,7 @@ from llama_index_ext_recursive.validation import check_count, check_unicode
 
 logger = logging.getLogger(__name__)
 
-Qrels = Dict[str, Dict[str, int]]
+Qrels = dict[str, dict[str, int]]
 
 
 class DatasetError(LlamaIndexExtRecursiveError, ValueError):
@@ -37,11 +39,11 @@ class BeirDataset:
     """A loaded dataset: corpus, judged queries, qrels (and document-level qrels)."""
 
     name: str
-    corpus: Dict[str, Dict[str, Any]]
-    queries: Dict[str, str]
+    corpus: dict[str, dict[str, Any]]
+    queries: dict[str, str]
     qrels: Qrels
-    doc_qrels: Optional[Qrels] = None
-    doc_of: Dict[str, str] = field(default_factory=dict)
+    doc_qrels: Qrels | None = None
+    doc_of: dict[str, str] = field(default_factory=dict)
 
     @property
     def hierarchical(self) -> bool:
@@ -51,11 +53,11 @@ class BeirDataset:
     @classmethod
     def load(
         cls,
-        path: Union[str, Path],
+        path: str | Path,
         split: str = "test",
-        max_queries: Optional[int] = None,
-        queries_from: Union[str, Path, None] = None,
-    ) -> "BeirDataset":
+        max_queries: int | None = None,
+        queries_from: str | Path | None = None,
+    ) -> BeirDataset:
         """Load and validate a dataset directory.
 
         Arguments are checked before any file is read: ``split`` is a file name
@@ -98,8 +100,8 @@ class BeirDataset:
                 f"{qrels_path} is missing; splits in {root / 'qrels'}: {available_splits(root) or 'none'}"
             )
         source = root if queries_from is None else _queries_folder(Path(queries_from), qrels_path)
-        corpus: Dict[str, Dict[str, Any]] = {}
-        doc_of: Dict[str, str] = {}
+        corpus: dict[str, dict[str, Any]] = {}
+        doc_of: dict[str, str] = {}
         for where, row in _jsonl(root / "corpus.jsonl"):
             cid = _required_str(row, "_id", where)
             if cid in corpus:
@@ -113,7 +115,7 @@ class BeirDataset:
                 "metadata": metadata,
             }
             doc_of[cid] = _required_str(metadata, "doc_id", f"{where}: metadata", default=cid)
-        all_queries: Dict[str, str] = {}
+        all_queries: dict[str, str] = {}
         for where, row in _jsonl(source / "queries.jsonl"):
             qid = _required_str(row, "_id", where)
             if qid in all_queries:
@@ -141,7 +143,7 @@ class BeirDataset:
             doc_of=doc_of,
         )
 
-    def nodes(self, title_in_text: bool = False, embed_title: bool = True) -> List[TextNode]:
+    def nodes(self, title_in_text: bool = False, embed_title: bool = True) -> list[TextNode]:
         """One ``TextNode`` per corpus item (``id_`` = corpus id).
 
         Metadata carries ``doc_id`` and ``title``. By default the title is
@@ -177,7 +179,7 @@ class BeirDataset:
             )
         return nodes
 
-    def gold_documents(self) -> Dict[str, Tuple[str, ...]]:
+    def gold_documents(self) -> dict[str, tuple[str, ...]]:
         """Query text -> the documents it is judged relevant to (for the oracle retriever).
 
         From ``qrels/<split>.doc-level.tsv`` when the set has it, else the
@@ -185,7 +187,7 @@ class BeirDataset:
         Only positive judgements count; queries sharing one text get the union
         of their documents, since a retriever only ever sees the text.
         """
-        gold: Dict[str, Dict[str, None]] = {}
+        gold: dict[str, dict[str, None]] = {}
         for qid, text in self.queries.items():
             docs = gold.setdefault(text, {})
             if self.doc_qrels is not None:
@@ -197,9 +199,7 @@ class BeirDataset:
         return {text: tuple(docs) for text, docs in gold.items()}
 
 
-def from_pairs(
-    pairs: Sequence[Tuple[str, Sequence[str]]], name: str = "pairs"
-) -> Tuple[Dict[str, str], Qrels]:
+def from_pairs(pairs: Sequence[tuple[str, Sequence[str]]], name: str = "pairs") -> tuple[dict[str, str], Qrels]:
     """Queries and qrels from LlamaIndex-style ``(query, expected node ids)`` pairs."""
     queries, qrels = {}, {}
     for number, (query, expected) in enumerate(pairs):
@@ -234,14 +234,12 @@ def check_split(split: Any) -> str:
     return split
 
 
-def available_splits(root: Union[str, Path]) -> List[str]:
+def available_splits(root: str | Path) -> list[str]:
     """The splits a dataset has: ``qrels/<split>.tsv`` names, document-level files excluded."""
     qrels = Path(root) / "qrels"
     if not qrels.is_dir():
         return []
-    return sorted(
-        p.name[: -len(".tsv")] for p in qrels.glob("*.tsv") if not p.name.endswith(".doc-level.tsv")
-    )
+    return sorted(p.name[: -len(".tsv")] for p in qrels.glob("*.tsv") if not p.name.endswith(".doc-level.tsv"))
 
 
 def _queries_folder(folder: Path, qrels_path: Path) -> Path:
@@ -269,11 +267,16 @@ def _check_aligned(qrels: Qrels, queries: Mapping[str, str], qrels_path: Path, q
         )
     logger.warning(
         "%d of %d query ids judged in %s are not in %s (e.g. %r): evaluating the other %d",
-        len(missing), len(qrels), qrels_path, queries_path, missing[0], len(qrels) - len(missing),
+        len(missing),
+        len(qrels),
+        qrels_path,
+        queries_path,
+        missing[0],
+        len(qrels) - len(missing),
     )
 
 
-def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:
+def _jsonl(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
     if not path.is_file():
         raise DatasetError(f"{path} is missing")
     for number, line in _lines(path):
@@ -281,7 +284,7 @@ def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:
             continue
         where = f"{path}:{number}"
         try:
-            row = json.loads(line, object_pairs_hook=lambda pairs: _unique_keys(pairs, where))
+            row = json.loads(line, object_pairs_hook=partial(_unique_keys, where=where))
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from exc
         if not isinstance(row, dict):
@@ -289,7 +292,7 @@ def _jsonl(path: Path) -> Iterator[Tuple[str, Mapping[str, Any]]]:
         yield where, row
 
 
-def _lines(path: Path) -> Iterator[Tuple[int, str]]:
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """Numbered lines of a UTF-8 file; bytes that are not UTF-8 are named (line and byte), not a bare
     ``UnicodeDecodeError``."""
     with path.open("rb") as handle:
@@ -298,15 +301,15 @@ def _lines(path: Path) -> Iterator[Tuple[int, str]]:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise DatasetError(
-                    f"{path}:{number}: byte {exc.start} of the line ({raw[exc.start:exc.start + 1]!r}) is "
+                    f"{path}:{number}: byte {exc.start} of the line ({raw[exc.start : exc.start + 1]!r}) is "
                     "not UTF-8; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
                 ) from None
 
 
-def _unique_keys(pairs: List[Tuple[str, Any]], where: str) -> Dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, Any]], where: str) -> dict[str, Any]:
     """A JSON object whose keys are each given once: ``json.loads`` keeps the last of
     two ``"_id"``s without a word, so which one the file meant is asked, not guessed."""
-    row: Dict[str, Any] = {}
+    row: dict[str, Any] = {}
     for key, value in pairs:
         if key in row:
             raise DatasetError(f"{where}: key {key!r} is given twice ({row[key]!r:.40} and {value!r:.40}); keep one")
@@ -315,7 +318,7 @@ def _unique_keys(pairs: List[Tuple[str, Any]], where: str) -> Dict[str, Any]:
 
 
 def _required_str(
-    row: Mapping[str, Any], key: str, where: str, allow_empty: bool = False, default: Optional[str] = None
+    row: Mapping[str, Any], key: str, where: str, allow_empty: bool = False, default: str | None = None
 ) -> str:
     """A string field; an id (``_id``, ``doc_id``) given as an integer is its digits. Anything
     else, and a JSON escape that is not text (``"\\ud800"``), is refused, not turned into text.
@@ -350,9 +353,9 @@ def _optional_str(row: Mapping[str, Any], key: str, where: str) -> str:
 
 def _qrels(
     path: Path,
-    queries: Optional[Mapping[str, str]],
-    corpus: Optional[Mapping[str, Any]],
-    known_docs: Optional[set] = None,
+    queries: Mapping[str, str] | None,
+    corpus: Mapping[str, Any] | None,
+    known_docs: set | None = None,
 ) -> Qrels:
     if not path.is_file():
         raise DatasetError(f"{path} is missing")

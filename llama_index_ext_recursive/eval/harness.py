@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode
 
-from llama_index_ext_recursive.models import choose_embed_model, corpus_sample
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.eval.data import BeirDataset
 from llama_index_ext_recursive.eval.registry import REGISTRY, BuildContext, build_retriever
 from llama_index_ext_recursive.eval.runner import evaluate_retriever, measure_build
+from llama_index_ext_recursive.models import choose_embed_model, corpus_sample
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -26,14 +28,14 @@ class RetrieverReport:
     """One retriever's figures: metrics by ir-measures name, latency, build cost."""
 
     name: str
-    metrics: Dict[str, float]
+    metrics: dict[str, float]
     latency_p50_ms: float
     latency_p95_ms: float
     build_seconds: float
     peak_memory_mb: float
-    per_query: Dict[str, Dict[str, float]] = field(default_factory=dict, repr=False)
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 
-    def to_dict(self, per_query: bool = False) -> Dict[str, Any]:
+    def to_dict(self, per_query: bool = False) -> dict[str, Any]:
         data = asdict(self)
         if not per_query:
             data.pop("per_query")
@@ -50,11 +52,11 @@ class Comparison:
     k: int
     embedding_seconds: float
     texts_embedded: int
-    reports: List[RetrieverReport]
+    reports: list[RetrieverReport]
     texts_embedded_in_builds: int = 0
     embed_title: bool = True
     title_in_text: bool = False
-    embedding: Dict[str, str] = field(default_factory=dict)
+    embedding: dict[str, str] = field(default_factory=dict)
 
     @property
     def title_convention(self) -> str:
@@ -63,7 +65,7 @@ class Comparison:
             return "in-text"
         return "embedded-metadata" if self.embed_title else "metadata-not-embedded"
 
-    def to_dict(self, per_query: bool = False) -> Dict[str, Any]:
+    def to_dict(self, per_query: bool = False) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
             "queries": self.queries,
@@ -85,8 +87,8 @@ class Comparison:
 def compare(
     dataset: BeirDataset,
     names: Sequence[str],
-    embed_model: Optional[BaseEmbedding] = None,
-    cache_path: Union[str, Path, None] = None,
+    embed_model: BaseEmbedding | None = None,
+    cache_path: str | Path | None = None,
     k: int = 10,
     concurrency: int = 1,
     show_progress: bool = False,
@@ -120,8 +122,10 @@ def compare(
     k = check_count("k", k)
     concurrency = check_count("concurrency", concurrency)
     if isinstance(names, str):
-        raise TypeError(f"names must be a list of retriever names, got the string {names!r}; "
-                        "use parse_names() for a comma-separated string")
+        raise TypeError(
+            f"names must be a list of retriever names, got the string {names!r}; "
+            "use parse_names() for a comma-separated string"
+        )
     if not names:
         raise ValueError(f"names is empty; pass at least one of: {', '.join(sorted(REGISTRY))}")
     for name in names:  # fail before any embedding work
@@ -131,17 +135,17 @@ def compare(
     if repeated:
         raise ValueError(f"retriever(s) {repeated} named more than once; name each once")
     if cache_path is not None and Path(cache_path).is_dir():
-        raise ValueError(f"cache_path {str(cache_path)!r} is a directory; pass a file such as "
-                         f"{str(Path(cache_path) / 'embeddings.sqlite')!r}")
+        raise ValueError(
+            f"cache_path {str(cache_path)!r} is a directory; pass a file such as "
+            f"{str(Path(cache_path) / 'embeddings.sqlite')!r}"
+        )
     if not isinstance(embed_title, bool):
         raise TypeError(f"embed_title must be True or False, got {embed_title!r}")
     title_in_text = embed_title and not dataset.hierarchical
     nodes = dataset.nodes(title_in_text=title_in_text, embed_title=embed_title)
     # no model given: the one the library would choose for this corpus
     choice = choose_embed_model(embed_model, texts=corpus_sample(nodes))
-    model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(
-        choice.model, cache_path
-    )
+    model = embed_model if isinstance(embed_model, CachedEmbedding) else CachedEmbedding(choice.model, cache_path)
     before = model.computed
     started = time.perf_counter()
     vectors = model.get_text_embedding_batch(
@@ -158,10 +162,8 @@ def compare(
     reports = []
     for name in names:
         logger.info("building %s over %d nodes", name, len(nodes))
-        retriever, build_seconds, peak_mb = measure_build(lambda: build_retriever(name, context))
-        result, run = evaluate_retriever(
-            retriever, dataset, k, query_vectors, concurrency, show_progress
-        )
+        retriever, build_seconds, peak_mb = measure_build(partial(build_retriever, name, context))
+        result, run = evaluate_retriever(retriever, dataset, k, query_vectors, concurrency, show_progress)
         reports.append(
             RetrieverReport(
                 name=name,
@@ -201,13 +203,17 @@ def markdown_table(comparison: Comparison) -> str:
     ]
     for r in comparison.reports:
         cells = [r.name] + [f"{r.metrics.get(m, float('nan')):.4f}" for m in metrics]
-        cells += [f"{r.latency_p50_ms:.2f}", f"{r.latency_p95_ms:.2f}", f"{r.build_seconds:.2f}",
-                  f"{r.peak_memory_mb:.0f}"]
+        cells += [
+            f"{r.latency_p50_ms:.2f}",
+            f"{r.latency_p95_ms:.2f}",
+            f"{r.build_seconds:.2f}",
+            f"{r.peak_memory_mb:.0f}",
+        ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
-def plot(comparison: Comparison, path: Union[str, Path]) -> None:
+def plot(comparison: Comparison, path: str | Path) -> None:
     """Quality (nDCG@k) against p50 latency, one point per retriever, as PNG."""
     import matplotlib
 

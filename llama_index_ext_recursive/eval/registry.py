@@ -9,11 +9,11 @@ that perfect routing would reach.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any
 
 import numpy as np
-
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -38,15 +38,15 @@ class BuildContext:
     from the dataset's judgements, so every other factory stays blind to them.
     """
 
-    nodes: List[BaseNode]
+    nodes: list[BaseNode]
     embed_model: BaseEmbedding
     top_k: int = 10
     doc_id_key: str = "doc_id"
-    gold_docs: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    gold_docs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 Factory = Callable[[BuildContext], BaseRetriever]
-REGISTRY: Dict[str, Factory] = {}
+REGISTRY: dict[str, Factory] = {}
 
 
 def register(name: str) -> Callable[[Factory], Factory]:
@@ -68,23 +68,19 @@ def build_retriever(name: str, context: BuildContext) -> BaseRetriever:
     return REGISTRY[name](context)
 
 
-def parse_names(names: str) -> List[str]:
+def parse_names(names: str) -> list[str]:
     """``"a,b"`` -> ``["a", "b"]``, every name checked against the registry."""
     chosen = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in REGISTRY]
     if unknown or not chosen:
-        raise KeyError(
-            f"unknown retriever(s) {unknown or names!r}; known: {', '.join(sorted(REGISTRY))}"
-        )
+        raise KeyError(f"unknown retriever(s) {unknown or names!r}; known: {', '.join(sorted(REGISTRY))}")
     return chosen
 
 
 @register("upstream-vector")
 def upstream_vector(ctx: BuildContext) -> BaseRetriever:
     """``VectorStoreIndex(nodes).as_retriever(similarity_top_k=k)`` (SimpleVectorStore)."""
-    return VectorStoreIndex(ctx.nodes, embed_model=ctx.embed_model).as_retriever(
-        similarity_top_k=ctx.top_k
-    )
+    return VectorStoreIndex(ctx.nodes, embed_model=ctx.embed_model).as_retriever(similarity_top_k=ctx.top_k)
 
 
 @register("vector")
@@ -139,9 +135,9 @@ def upstream_fusion_relative(ctx: BuildContext) -> BaseRetriever:
 RECIPE_LEAD_WORDS = 60
 
 
-def _by_document(ctx: BuildContext) -> Dict[str, List[BaseNode]]:
+def _by_document(ctx: BuildContext) -> dict[str, list[BaseNode]]:
     """Chunks grouped by document, each group in the order of ``ctx.nodes`` (corpus order)."""
-    by_doc: Dict[str, List[BaseNode]] = {}
+    by_doc: dict[str, list[BaseNode]] = {}
     for node in ctx.nodes:
         by_doc.setdefault(str(node.metadata[ctx.doc_id_key]), []).append(node)
     return by_doc
@@ -177,23 +173,25 @@ def upstream_recursive(ctx: BuildContext) -> BaseRetriever:
     is compared as users run it.
     """
     by_doc = _by_document(ctx)
-    retrievers: Dict[str, BaseRetriever] = {
+    retrievers: dict[str, BaseRetriever] = {
         doc_id: VectorStoreIndex(nodes, embed_model=ctx.embed_model).as_retriever(similarity_top_k=3)
         for doc_id, nodes in by_doc.items()
     }
     summaries: Sequence[IndexNode] = [
         IndexNode(text=recipe_summary(doc_id, nodes), index_id=doc_id) for doc_id, nodes in by_doc.items()
     ]
-    top = VectorStoreIndex(list(summaries), embed_model=ctx.embed_model).as_retriever(
-        similarity_top_k=3
-    )
+    top = VectorStoreIndex(list(summaries), embed_model=ctx.embed_model).as_retriever(similarity_top_k=3)
     return RecursiveRetriever("vector", retriever_dict={"vector": top, **retrievers})
 
 
 def _recursive(ctx: BuildContext, **options: Any) -> BaseRetriever:
     return RecursiveSummaryRetriever.from_nodes(
-        ctx.nodes, doc_id_key=ctx.doc_id_key, embed_model=ctx.embed_model,
-        similarity_top_k=ctx.top_k, show_progress=False, **options,
+        ctx.nodes,
+        doc_id_key=ctx.doc_id_key,
+        embed_model=ctx.embed_model,
+        similarity_top_k=ctx.top_k,
+        show_progress=False,
+        **options,
     )
 
 
@@ -208,7 +206,10 @@ def recursive_vector(ctx: BuildContext) -> BaseRetriever:
     """Ours, the previous default: routing by the centroid of each document's chunk
     embeddings, vector-only levels, chunk scores alone (``score_mode="chunk"``)."""
     return _recursive(
-        ctx, summary_embedding="centroid", summary_mode="vector", chunk_mode="vector",
+        ctx,
+        summary_embedding="centroid",
+        summary_mode="vector",
+        chunk_mode="vector",
         score_mode="chunk",
     )
 
@@ -226,9 +227,7 @@ def hybrid(ctx: BuildContext) -> BaseRetriever:
     """Ours: ``HybridFusionRetriever.from_nodes`` (vector + multilingual BM25, weighted RRF)."""
     from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 
-    return HybridFusionRetriever.from_nodes(
-        ctx.nodes, embed_model=ctx.embed_model, similarity_top_k=ctx.top_k
-    )
+    return HybridFusionRetriever.from_nodes(ctx.nodes, embed_model=ctx.embed_model, similarity_top_k=ctx.top_k)
 
 
 class OracleRoutingRetriever(BaseRetriever):
@@ -269,25 +268,25 @@ class OracleRoutingRetriever(BaseRetriever):
         self._nodes = list(nodes)
         missing = [n.node_id for n in self._nodes if n.embedding is None][:3]
         if missing:
-            raise ValueError(f"oracle-routing needs embedded nodes; {missing} have no embedding "
-                             "(embed them first, as compare() does)")
+            raise ValueError(
+                f"oracle-routing needs embedded nodes; {missing} have no embedding "
+                "(embed them first, as compare() does)"
+            )
         self._gold = {text: tuple(docs) for text, docs in gold_docs.items()}
         self._embed_model = embed_model
         self._doc_id_key = doc_id_key
         matrix = np.asarray([n.embedding for n in self._nodes], dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         self._matrix = matrix / np.where(norms == 0, 1.0, norms)
-        self._rows: Dict[str, List[int]] = {}
+        self._rows: dict[str, list[int]] = {}
         for row, node in enumerate(self._nodes):
             self._rows.setdefault(str(node.metadata[doc_id_key]), []).append(row)
         self._row_of = {node.node_id: row for row, node in enumerate(self._nodes)}
         # every match inside the gold documents, so RRF sees BM25's whole list
-        self._bm25 = MultilingualBM25Retriever.from_defaults(
-            nodes=self._nodes, similarity_top_k=len(self._nodes)
-        )
+        self._bm25 = MultilingualBM25Retriever.from_defaults(nodes=self._nodes, similarity_top_k=len(self._nodes))
         super().__init__()
 
-    def gold_documents(self, query: str) -> Tuple[str, ...]:
+    def gold_documents(self, query: str) -> tuple[str, ...]:
         """The gold document ids of ``query``; ``KeyError`` naming it when it has none on file."""
         if query not in self._gold:
             raise KeyError(
@@ -298,15 +297,13 @@ class OracleRoutingRetriever(BaseRetriever):
             )
         return self._gold[query]
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         check_query(query_bundle)
         docs = [d for d in self.gold_documents(query_bundle.query_str) if d in self._rows]
         rows = np.asarray([r for d in docs for r in self._rows[d]], dtype=np.int64)
         if not len(rows):
             return []
-        embedding = query_bundle.embedding or self._embed_model.get_query_embedding(
-            query_bundle.query_str
-        )
+        embedding = query_bundle.embedding or self._embed_model.get_query_embedding(query_bundle.query_str)
         query = np.asarray(embedding, dtype=np.float32)
         query /= np.linalg.norm(query) or 1.0
         condition = (
@@ -314,9 +311,9 @@ class OracleRoutingRetriever(BaseRetriever):
             if len(docs) == 1
             else MetadataFilter(key=self._doc_id_key, value=docs, operator=FilterOperator.IN)
         )
-        lexical = self._bm25.retrieve(FilteredQueryBundle(
-            query_bundle.query_str, filters=MetadataFilters(filters=[condition])
-        ))
+        lexical = self._bm25.retrieve(
+            FilteredQueryBundle(query_bundle.query_str, filters=MetadataFilters(filters=[condition]))
+        )
         similarity = self._matrix[rows] @ query
         dense_scores = {int(row): float(s) for row, s in zip(rows, similarity)}
         lexical_scores = {self._row_of[h.node.node_id]: float(h.score or 0.0) for h in lexical}
@@ -332,6 +329,9 @@ def oracle_routing(ctx: BuildContext) -> BaseRetriever:
     The perfect-routing upper bound of issue 12; see :class:`OracleRoutingRetriever`.
     """
     return OracleRoutingRetriever(
-        ctx.nodes, ctx.gold_docs, ctx.embed_model, similarity_top_k=ctx.top_k,
+        ctx.nodes,
+        ctx.gold_docs,
+        ctx.embed_model,
+        similarity_top_k=ctx.top_k,
         doc_id_key=ctx.doc_id_key,
     )

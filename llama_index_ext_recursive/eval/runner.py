@@ -12,8 +12,8 @@ import asyncio
 import logging
 import time
 import tracemalloc
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ir_measures
 import numpy as np
@@ -26,14 +26,19 @@ from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
-Run = Dict[str, List[str]]  # query id -> ranked node ids
+Run = dict[str, list[str]]  # query id -> ranked node ids
 DOC_PREFIX = "doc:"
 
 
 def chunk_measures(k: int = 10) -> list:
     """nDCG@k, RR@k, R@k, Success@1, Success@k."""
-    return [ir_measures.nDCG @ k, ir_measures.RR @ k, ir_measures.R @ k, ir_measures.Success @ 1,
-            ir_measures.Success @ k]
+    return [
+        ir_measures.nDCG @ k,
+        ir_measures.RR @ k,
+        ir_measures.R @ k,
+        ir_measures.Success @ 1,
+        ir_measures.Success @ k,
+    ]
 
 
 @dataclass
@@ -41,7 +46,7 @@ class RetrievalRun:
     """Ranked results and per-query latency of one retriever over one query set."""
 
     ranking: Run
-    latencies_ms: List[float]
+    latencies_ms: list[float]
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
@@ -54,15 +59,15 @@ class EvalResult:
     Document-level metrics are prefixed ``doc:`` (``doc:Success@10``).
     """
 
-    aggregate: Dict[str, float]
-    per_query: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    aggregate: dict[str, float]
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def _as_ir_run(ranking: Run) -> Dict[str, Dict[str, float]]:
+def _as_ir_run(ranking: Run) -> dict[str, dict[str, float]]:
     """Scores ``n - rank``; an id repeated in a ranking keeps its first (best) rank."""
-    run: Dict[str, Dict[str, float]] = {}
+    run: dict[str, dict[str, float]] = {}
     for qid, ids in ranking.items():
-        scores: Dict[str, float] = {}
+        scores: dict[str, float] = {}
         for rank, node_id in enumerate(ids):
             scores.setdefault(node_id, float(len(ids) - rank))
         run[qid] = scores
@@ -73,7 +78,7 @@ def to_documents(ranking: Run, doc_of: Mapping[str, str]) -> Run:
     """Map a chunk ranking to documents, keeping each document's best rank."""
     docs: Run = {}
     for qid, ids in ranking.items():
-        seen: Dict[str, None] = {}
+        seen: dict[str, None] = {}
         for node_id in ids:
             seen.setdefault(doc_of.get(node_id, node_id), None)
         docs[qid] = list(seen)
@@ -84,8 +89,8 @@ def score(
     ranking: Run,
     qrels: Qrels,
     k: int = 10,
-    doc_of: Optional[Mapping[str, str]] = None,
-    doc_qrels: Optional[Qrels] = None,
+    doc_of: Mapping[str, str] | None = None,
+    doc_qrels: Qrels | None = None,
 ) -> EvalResult:
     """Score a ranking against qrels with ir-measures; add document-level Success@k.
 
@@ -95,7 +100,7 @@ def score(
     """
     k = check_count("k", k)
     full = {qid: ranking.get(qid, []) for qid in qrels}
-    per_query: Dict[str, Dict[str, float]] = {qid: {} for qid in qrels}
+    per_query: dict[str, dict[str, float]] = {qid: {} for qid in qrels}
     measures = chunk_measures(k)
     for metric in ir_measures.iter_calc(measures, qrels, _as_ir_run(full)):
         per_query[metric.query_id][str(metric.measure)] = metric.value
@@ -105,17 +110,14 @@ def score(
         for metric in ir_measures.iter_calc([ir_measures.Success @ k], doc_qrels, docs):
             per_query[metric.query_id][DOC_PREFIX + str(metric.measure)] = metric.value
     names = sorted({name for values in per_query.values() for name in values})
-    aggregate = {
-        name: float(np.mean([values.get(name, 0.0) for values in per_query.values()]))
-        for name in names
-    }
+    aggregate = {name: float(np.mean([values.get(name, 0.0) for values in per_query.values()])) for name in names}
     return EvalResult(aggregate, per_query)
 
 
 def run_queries(
     retriever: BaseRetriever,
     queries: Mapping[str, str],
-    query_embeddings: Optional[Mapping[str, List[float]]] = None,
+    query_embeddings: Mapping[str, list[float]] | None = None,
     concurrency: int = 1,
     show_progress: bool = False,
     desc: str = "Retrieving",
@@ -127,14 +129,11 @@ def run_queries(
     (``0`` or ``True`` would otherwise silently mean "sequential").
     """
     concurrency = check_count("concurrency", concurrency)
-    bundles = {
-        qid: QueryBundle(text, embedding=(query_embeddings or {}).get(qid))
-        for qid, text in queries.items()
-    }
+    bundles = {qid: QueryBundle(text, embedding=(query_embeddings or {}).get(qid)) for qid, text in queries.items()}
     if concurrency > 1:
         return asyncio.run(_arun(retriever, bundles, concurrency, show_progress, desc))
     ranking: Run = {}
-    latencies: List[float] = []
+    latencies: list[float] = []
     for qid, bundle in tqdm(bundles.items(), desc=desc, disable=not show_progress):
         started = time.perf_counter()
         results = retriever.retrieve(bundle)
@@ -149,7 +148,7 @@ async def _arun(
     limit = asyncio.Semaphore(concurrency)
     progress = tqdm(total=len(bundles), desc=desc, disable=not show_progress)
 
-    async def one(qid: str, bundle: QueryBundle) -> Tuple[str, List[str], float]:
+    async def one(qid: str, bundle: QueryBundle) -> tuple[str, list[str], float]:
         async with limit:
             started = time.perf_counter()
             results = await retriever.aretrieve(bundle)
@@ -161,7 +160,7 @@ async def _arun(
     return RetrievalRun({qid: ids for qid, ids, _ in done}, [ms for _, _, ms in done])
 
 
-def measure_build(build: Callable[[], BaseRetriever]) -> Tuple[BaseRetriever, float, float]:
+def measure_build(build: Callable[[], BaseRetriever]) -> tuple[BaseRetriever, float, float]:
     """Build a retriever; return it with build seconds and peak traced memory (MB).
 
     Timed on an untraced build (tracing slows allocation-heavy builds about
@@ -183,10 +182,10 @@ def evaluate_retriever(
     retriever: BaseRetriever,
     dataset: BeirDataset,
     k: int = 10,
-    query_embeddings: Optional[Mapping[str, List[float]]] = None,
+    query_embeddings: Mapping[str, list[float]] | None = None,
     concurrency: int = 1,
     show_progress: bool = False,
-) -> Tuple[EvalResult, RetrievalRun]:
+) -> tuple[EvalResult, RetrievalRun]:
     """Run ``retriever`` over ``dataset`` and score it (document level where known).
 
     ``k`` and ``concurrency`` are checked before the first query runs.
@@ -198,9 +197,7 @@ def evaluate_retriever(
     return score(run.ranking, dataset.qrels, k, doc_of, dataset.doc_qrels), run
 
 
-def evaluate_pairs(
-    retriever: BaseRetriever, pairs: Sequence[Tuple[str, Sequence[str]]], k: int = 10
-) -> EvalResult:
+def evaluate_pairs(retriever: BaseRetriever, pairs: Sequence[tuple[str, Sequence[str]]], k: int = 10) -> EvalResult:
     """Score a retriever on ``(query, expected node ids)`` pairs, as LlamaIndex users keep them."""
     k = check_count("k", k)
     queries, qrels = from_pairs(pairs)

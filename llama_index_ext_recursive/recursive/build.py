@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
-from llama_index.core.node_parser import NodeParser, SentenceSplitter
-from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 from llama_index.core import Settings
 from llama_index.core.ingestion import run_transformations
+from llama_index.core.node_parser import NodeParser, SentenceSplitter
+from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 from llama_index.core.schema import (
     BaseNode,
     Document,
@@ -72,7 +73,7 @@ class SummaryEmbedding(str, Enum):
     BLEND = "blend"
 
 
-def windowed_sentence_tokenizer(window: int = SENTENCE_WINDOW) -> Callable[[str], List[str]]:
+def windowed_sentence_tokenizer(window: int = SENTENCE_WINDOW) -> Callable[[str], list[str]]:
     """Upstream's punkt sentence tokenizer, fed at most ``window`` characters at a time.
 
     ``SentenceSplitter`` hands the tokenizer a whole paragraph; NLTK stops any
@@ -88,7 +89,7 @@ def windowed_sentence_tokenizer(window: int = SENTENCE_WINDOW) -> Callable[[str]
     check_count("window", window, minimum=1000)
     tokenize = split_by_sentence_tokenizer()
 
-    def split(text: str) -> List[str]:
+    def split(text: str) -> list[str]:
         if len(text) <= window:
             return tokenize(text)
         return [sentence for piece in _windows(text, window) for sentence in tokenize(piece)]
@@ -128,7 +129,7 @@ def default_node_parser(chunk_size: int = 256, chunk_overlap: int = 32) -> NodeP
     )
 
 
-def _explicit_settings_transformations() -> Optional[List[TransformComponent]]:
+def _explicit_settings_transformations() -> list[TransformComponent] | None:
     """What the user set on ``Settings`` (``transformations``, ``node_parser`` or
     ``chunk_size``/``chunk_overlap``), else ``None``.
 
@@ -139,9 +140,7 @@ def _explicit_settings_transformations() -> Optional[List[TransformComponent]]:
     """
     default = SentenceSplitter().to_dict()
     parser = Settings._node_parser
-    parser_set = parser is not None and not (
-        type(parser) is SentenceSplitter and parser.to_dict() == default
-    )
+    parser_set = parser is not None and not (type(parser) is SentenceSplitter and parser.to_dict() == default)
     steps = Settings._transformations
     if steps is not None and not (len(steps) == 1 and steps[0] is parser and not parser_set):
         return list(steps)
@@ -149,8 +148,8 @@ def _explicit_settings_transformations() -> Optional[List[TransformComponent]]:
 
 
 def resolve_transformations(
-    node_parser: Any = None, transformations: Optional[Sequence[TransformComponent]] = None
-) -> List[TransformComponent]:
+    node_parser: Any = None, transformations: Sequence[TransformComponent] | None = None
+) -> list[TransformComponent]:
     """How documents are chunked: ``node_parser=`` or ``transformations=`` (as
     upstream ``VectorStoreIndex.from_documents``), else an explicitly set
     ``Settings.transformations``/``node_parser``/``chunk_size``, else
@@ -194,12 +193,12 @@ class DocumentRecord:
     doc_id: str
     title: str
     content_hash: str
-    chunk_ids: List[str]
+    chunk_ids: list[str]
     summary_node_id: str
-    metadata_keys: List[str] = field(default_factory=list)
-    varying_keys: List[str] = field(default_factory=list)  # differ between its chunks
+    metadata_keys: list[str] = field(default_factory=list)
+    varying_keys: list[str] = field(default_factory=list)  # differ between its chunks
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -207,12 +206,12 @@ class DocumentRecord:
 class BuiltDocuments:
     """Output of the builder: nodes to index and the per-document records."""
 
-    summary_nodes: List[IndexNode]
-    chunk_nodes: List[BaseNode]
-    records: Dict[str, DocumentRecord]
+    summary_nodes: list[IndexNode]
+    chunk_nodes: list[BaseNode]
+    records: dict[str, DocumentRecord]
 
 
-class ChunkedNodes(List[BaseNode]):
+class ChunkedNodes(list[BaseNode]):
     """The chunks :func:`chunk_documents` returns: a list, plus what it skipped.
 
     Attributes:
@@ -223,10 +222,10 @@ class ChunkedNodes(List[BaseNode]):
 
     def __init__(self, nodes: Iterable[BaseNode] = (), skipped_documents: Iterable[str] = ()) -> None:
         super().__init__(nodes)
-        self.skipped_documents: List[str] = list(skipped_documents)
+        self.skipped_documents: list[str] = list(skipped_documents)
 
 
-class NodeGroups(Dict[str, List[BaseNode]]):
+class NodeGroups(dict[str, list[BaseNode]]):
     """The groups :func:`group_nodes` returns: a dict, plus what it skipped.
 
     Attributes:
@@ -238,8 +237,8 @@ class NodeGroups(Dict[str, List[BaseNode]]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.skipped_documents: List[str] = []
-        self.skipped_nodes: List[str] = []
+        self.skipped_documents: list[str] = []
+        self.skipped_nodes: list[str] = []
 
 
 def _names(ids: Sequence[str]) -> str:
@@ -271,8 +270,8 @@ def _document_key(document: Document, doc_id_key: str) -> str:
 
 def chunk_documents(
     documents: Iterable[Document],
-    node_parser: Union[NodeParser, Sequence[TransformComponent], None] = None,
-    doc_id_key: Optional[str] = None,
+    node_parser: NodeParser | Sequence[TransformComponent] | None = None,
+    doc_id_key: str | None = None,
     show_progress: bool = False,
 ) -> ChunkedNodes:
     """Chunk documents; each chunk's metadata names its document under ``doc_id_key``
@@ -297,9 +296,9 @@ def chunk_documents(
     """
     _refuse_single(documents, "documents", Document)
     doc_id_key = doc_id_key or DOC_ID_KEY
-    keyed: List[Document] = []
-    seen: Dict[str, int] = {}
-    blank: List[str] = []
+    keyed: list[Document] = []
+    seen: dict[str, int] = {}
+    blank: list[str] = []
     for position, document in enumerate(documents):
         if not isinstance(document, Document):
             raise TypeError(
@@ -321,11 +320,11 @@ def chunk_documents(
         copy.metadata = json_metadata(copy.metadata, f"document {key!r}")
         copy.metadata[doc_id_key] = key
         keyed.append(copy)
-    steps: List[TransformComponent] = [node_parser] if isinstance(node_parser, NodeParser) else resolve_transformations(
-        None, node_parser
+    steps: list[TransformComponent] = (
+        [node_parser] if isinstance(node_parser, NodeParser) else resolve_transformations(None, node_parser)
     )
-    chunks: List[BaseNode] = []
-    chunkless: List[str] = []
+    chunks: list[BaseNode] = []
+    chunkless: list[str] = []
     items: Iterable[Document] = keyed
     if show_progress:
         items = tqdm(keyed, desc="Chunking documents")
@@ -346,12 +345,14 @@ def chunk_documents(
         logger.warning(
             "skipped %d of %d documents with no text to index (empty, whitespace-only, or no "
             "chunks from the node parser): %s",
-            len(nodes.skipped_documents), len(seen), _names(nodes.skipped_documents),
+            len(nodes.skipped_documents),
+            len(seen),
+            _names(nodes.skipped_documents),
         )
     return nodes
 
 
-def _parse_one(steps: List[TransformComponent], document: Document) -> Sequence[BaseNode]:
+def _parse_one(steps: list[TransformComponent], document: Document) -> Sequence[BaseNode]:
     """One document's chunks; a parser timeout names the document and the fix."""
     try:
         if len(steps) == 1 and isinstance(steps[0], NodeParser):
@@ -366,7 +367,7 @@ def _parse_one(steps: List[TransformComponent], document: Document) -> Sequence[
         ) from exc
 
 
-def _node_key(node: BaseNode, doc_id_key: Optional[str]) -> Any:
+def _node_key(node: BaseNode, doc_id_key: str | None) -> Any:
     """The document a node belongs to: ``metadata[doc_id_key]``; by default
     ``metadata["doc_id"]`` when present, else the node's ``ref_doc_id`` (what
     every LlamaIndex reader and ``VectorStoreIndex`` sets)."""
@@ -376,9 +377,7 @@ def _node_key(node: BaseNode, doc_id_key: Optional[str]) -> Any:
     return key if key not in (None, "") else node.ref_doc_id
 
 
-def group_nodes(
-    nodes: Iterable[BaseNode], doc_id_key: Optional[str] = None
-) -> NodeGroups:
+def group_nodes(nodes: Iterable[BaseNode], doc_id_key: str | None = None) -> NodeGroups:
     """Copies of ``nodes`` grouped by document, with ``ref_doc_id`` set to the key.
 
     The user's nodes are never modified; a different original ``ref_doc_id``
@@ -399,8 +398,8 @@ def group_nodes(
     """
     _refuse_single(nodes, "nodes", BaseNode)
     groups = NodeGroups()
-    owners: Dict[str, Tuple[str, int]] = {}
-    blank: Dict[str, List[str]] = {}
+    owners: dict[str, tuple[str, int]] = {}
+    blank: dict[str, list[str]] = {}
     for position, node in enumerate(nodes):
         if not isinstance(node, BaseNode):
             raise TypeError(
@@ -410,7 +409,8 @@ def group_nodes(
         key = _node_key(node, doc_id_key)
         if key in (None, ""):
             named = (
-                f"metadata[{doc_id_key!r}]" if doc_id_key is not None
+                f"metadata[{doc_id_key!r}]"
+                if doc_id_key is not None
                 else f"metadata[{DOC_ID_KEY!r}] nor a ref_doc_id (a SOURCE relationship)"
             )
             raise ValueError(
@@ -444,22 +444,21 @@ def group_nodes(
             )
         logger.warning(
             "skipped %d blank nodes (no text): %s; documents left with no node, skipped: %s",
-            len(groups.skipped_nodes), _names(groups.skipped_nodes), _names(emptied) or "none",
+            len(groups.skipped_nodes),
+            _names(groups.skipped_nodes),
+            _names(emptied) or "none",
         )
     return groups
 
 
-def _refuse_duplicate(
-    node_id: str, doc_id: str, position: int, owners: Dict[str, Tuple[str, int]]
-) -> None:
+def _refuse_duplicate(node_id: str, doc_id: str, position: int, owners: dict[str, tuple[str, int]]) -> None:
     """Refuse a node id seen before: the second node would overwrite the first in the stores."""
     if node_id not in owners:
         owners[node_id] = (doc_id, position)
         return
     first_doc, first_position = owners[node_id]
     where = (
-        f"twice in document {doc_id!r}" if first_doc == doc_id
-        else f"in two documents, {first_doc!r} and {doc_id!r}"
+        f"twice in document {doc_id!r}" if first_doc == doc_id else f"in two documents, {first_doc!r} and {doc_id!r}"
     )
     raise ValueError(
         f"node id {node_id!r} is used {where} (nodes[{first_position}] and nodes[{position}]); "
@@ -468,9 +467,7 @@ def _refuse_duplicate(
     )
 
 
-def check_new_node_ids(
-    groups: Mapping[str, Sequence[BaseNode]], indexed: Mapping[str, str]
-) -> None:
+def check_new_node_ids(groups: Mapping[str, Sequence[BaseNode]], indexed: Mapping[str, str]) -> None:
     """Refuse new nodes whose id is already indexed under another document.
 
     An id may be reused only by its own document (an update replaces all its
@@ -505,7 +502,7 @@ def _own_copy(node: BaseNode) -> BaseNode:
     return copy
 
 
-def _exclude(node: BaseNode, keys: List[str], llm: bool = True) -> None:
+def _exclude(node: BaseNode, keys: list[str], llm: bool = True) -> None:
     for key in keys:
         if key not in node.excluded_embed_metadata_keys:
             node.excluded_embed_metadata_keys.append(key)
@@ -513,7 +510,7 @@ def _exclude(node: BaseNode, keys: List[str], llm: bool = True) -> None:
             node.excluded_llm_metadata_keys.append(key)
 
 
-def _shared_metadata(chunks: Sequence[BaseNode]) -> Dict[str, Any]:
+def _shared_metadata(chunks: Sequence[BaseNode]) -> dict[str, Any]:
     """Metadata every chunk of a document agrees on: the document's metadata."""
     shared = dict(chunks[0].metadata)
     for chunk in chunks[1:]:
@@ -550,20 +547,20 @@ def version_hash(text: str, chunks: Sequence[BaseNode]) -> str:
 
 
 def build_documents(
-    groups: Dict[str, List[BaseNode]],
-    doc_id_key: Optional[str] = None,
-    summarizer: Optional[Summarizer] = None,
-    summary_cache: Optional[SummaryCache] = None,
+    groups: dict[str, list[BaseNode]],
+    doc_id_key: str | None = None,
+    summarizer: Summarizer | None = None,
+    summary_cache: SummaryCache | None = None,
     show_progress: bool = False,
 ) -> BuiltDocuments:
     """Summaries and records for grouped chunks (see :func:`group_nodes`)."""
     doc_id_key = doc_id_key or DOC_ID_KEY
     summarizer = summarizer or ExtractiveSummarizer()
     cache = summary_cache if summary_cache is not None else SummaryCache()
-    summaries: List[IndexNode] = []
-    chunks: List[BaseNode] = []
-    records: Dict[str, DocumentRecord] = {}
-    items: Iterable[Tuple[str, List[BaseNode]]] = groups.items()
+    summaries: list[IndexNode] = []
+    chunks: list[BaseNode] = []
+    records: dict[str, DocumentRecord] = {}
+    items: Iterable[tuple[str, list[BaseNode]]] = groups.items()
     if show_progress:
         items = tqdm(items, total=len(groups), desc="Summarizing documents")
     for doc_id, doc_chunks in items:

@@ -17,8 +17,9 @@ own evidence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any
 
 from llama_index_ext_recursive.retrievers.fusion_scores import relative_score_fusion
 
@@ -40,8 +41,8 @@ class ChunkEvidence:
 
     node_id: str
     doc_id: str
-    dense: Optional[float]
-    lexical: Optional[float]
+    dense: float | None
+    lexical: float | None
     chunk: float
     document: float
     final: float
@@ -66,7 +67,7 @@ def document_text(title: str, metadata: Mapping[str, Any], summary: str, chunks:
 
 def fuse_document_scores(
     dense: Mapping[str, float], lexical: Mapping[str, float], weights: Sequence[float] = EQUAL_WEIGHTS
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Each document's routing score in [0, 1]: relative-score fusion of its two searches."""
     return relative_score_fusion([dense, lexical], list(weights))
 
@@ -78,8 +79,8 @@ def rank_chunks(
     document_scores: Mapping[str, float],
     weights: Sequence[float] = EQUAL_WEIGHTS,
     document_weight: float = DEFAULT_DOCUMENT_WEIGHT,
-    top_k: Optional[int] = None,
-) -> List[ChunkEvidence]:
+    top_k: int | None = None,
+) -> list[ChunkEvidence]:
     """Rank chunks by fused chunk evidence plus weighted document evidence.
 
     Args:

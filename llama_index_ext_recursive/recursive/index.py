@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -46,12 +47,12 @@ from llama_index_ext_recursive.recursive.build import (
     resolve_transformations,
 )
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
-from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
+from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
+from llama_index_ext_recursive.retrievers.store_facts import store_dimension
 from llama_index_ext_recursive.rwlock import ReadWriteLock
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.retrievers.store_facts import store_dimension
 from llama_index_ext_recursive.validation import closest
 
 logger = logging.getLogger(__name__)
@@ -90,38 +91,38 @@ class SummaryIndex:
     def __init__(
         self,
         summary_index: VectorStoreIndex,
-        chunk_index: Optional[VectorStoreIndex] = None,
-        documents: Optional[Mapping[str, DocumentRecord]] = None,
-        retriever_dict: Optional[Mapping[str, BaseRetriever]] = None,
-        embed_model: Optional[BaseEmbedding] = None,
-        doc_id_key: Optional[str] = None,
-        transformations: Optional[Sequence[TransformComponent]] = None,
-        summarizer: Optional[Summarizer] = None,
-        summary_cache: Optional[SummaryCache] = None,
-        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
-        embedding_choice: Optional[Mapping[str, str]] = None,
+        chunk_index: VectorStoreIndex | None = None,
+        documents: Mapping[str, DocumentRecord] | None = None,
+        retriever_dict: Mapping[str, BaseRetriever] | None = None,
+        embed_model: BaseEmbedding | None = None,
+        doc_id_key: str | None = None,
+        transformations: Sequence[TransformComponent] | None = None,
+        summarizer: Summarizer | None = None,
+        summary_cache: SummaryCache | None = None,
+        summary_embedding: SummaryEmbedding | str = SummaryEmbedding.BLEND,
+        embedding_choice: Mapping[str, str] | None = None,
         loaded: bool = False,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
         self.summary_index = summary_index
         self.chunk_index = chunk_index
-        self.retriever_dict: Dict[str, BaseRetriever] = checked_retriever_dict(retriever_dict or {})
+        self.retriever_dict: dict[str, BaseRetriever] = checked_retriever_dict(retriever_dict or {})
         choice = choose_embed_model(embed_model)
         self.embed_model = choice.model
-        self.embedding_choice: Dict[str, str] = dict(embedding_choice or choice.to_dict())
+        self.embedding_choice: dict[str, str] = dict(embedding_choice or choice.to_dict())
         self.doc_id_key = doc_id_key
         self.transformations = resolve_transformations(None, transformations)
         self.summarizer = summarizer or ExtractiveSummarizer()
         self.summary_cache = summary_cache if summary_cache is not None else SummaryCache()
         self.summary_embedding = SummaryEmbedding(summary_embedding)
         self.summaries = self._load_summaries()
-        self.documents: Dict[str, DocumentRecord] = dict(documents or {})
+        self.documents: dict[str, DocumentRecord] = dict(documents or {})
         self.document_keys = self._summary_filter_keys()
         self.state_lock = ReadWriteLock()
         self.generation = 0  # bumped by every swap
         self._update_lock = threading.Lock()
-        self._vocabulary: Optional[FilterVocabulary] = None
+        self._vocabulary: FilterVocabulary | None = None
         self.validate_links(changed=() if loaded else None)
 
     # ------------------------------------------------------------------ build
@@ -131,11 +132,11 @@ class SummaryIndex:
         documents: Iterable[Document],
         *,
         node_parser: Any = None,
-        transformations: Optional[Sequence[TransformComponent]] = None,
-        doc_id_key: Optional[str] = None,
-        show_progress: Optional[bool] = None,
+        transformations: Sequence[TransformComponent] | None = None,
+        doc_id_key: str | None = None,
+        show_progress: bool | None = None,
         **kwargs: Any,
-    ) -> "SummaryIndex":
+    ) -> SummaryIndex:
         """Chunk (``node_parser=`` or ``transformations=``; else an explicitly
         set ``Settings.transformations``/``node_parser``/``chunk_size``; else
         :func:`default_node_parser`), summarize and index ``documents``.
@@ -145,26 +146,24 @@ class SummaryIndex:
         documents = list(documents)
         progress = auto_progress(show_progress, len(documents))
         nodes = chunk_documents(documents, steps, doc_id_key, progress)
-        return cls.from_nodes(
-            nodes, doc_id_key=doc_id_key, show_progress=progress, transformations=steps, **kwargs
-        )
+        return cls.from_nodes(nodes, doc_id_key=doc_id_key, show_progress=progress, transformations=steps, **kwargs)
 
     @classmethod
     def from_nodes(
         cls,
         nodes: Iterable[BaseNode],
         *,
-        doc_id_key: Optional[str] = None,
-        embed_model: Optional[BaseEmbedding] = None,
-        summarizer: Optional[Summarizer] = None,
-        summary_cache: Optional[SummaryCache] = None,
-        show_progress: Optional[bool] = None,
-        summary_embedding: Union[SummaryEmbedding, str] = SummaryEmbedding.BLEND,
-        chunk_vector_store: Optional[BasePydanticVectorStore] = None,
-        summary_vector_store: Optional[BasePydanticVectorStore] = None,
-        transformations: Optional[Sequence[TransformComponent]] = None,
-        embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
-    ) -> "SummaryIndex":
+        doc_id_key: str | None = None,
+        embed_model: BaseEmbedding | None = None,
+        summarizer: Summarizer | None = None,
+        summary_cache: SummaryCache | None = None,
+        show_progress: bool | None = None,
+        summary_embedding: SummaryEmbedding | str = SummaryEmbedding.BLEND,
+        chunk_vector_store: BasePydanticVectorStore | None = None,
+        summary_vector_store: BasePydanticVectorStore | None = None,
+        transformations: Sequence[TransformComponent] | None = None,
+        embedding_cache: str | Path | CachedEmbedding | None = None,
+    ) -> SummaryIndex:
         """Index pre-chunked ``nodes`` grouped by document (see ``doc_id_key``);
         nodes that carry embeddings are not embedded again.
 
@@ -205,8 +204,8 @@ class SummaryIndex:
 
     @classmethod
     def from_index(
-        cls, index: VectorStoreIndex, *, embed_model: Optional[BaseEmbedding] = None, **kwargs: Any
-    ) -> "SummaryIndex":
+        cls, index: VectorStoreIndex, *, embed_model: BaseEmbedding | None = None, **kwargs: Any
+    ) -> SummaryIndex:
         """Build over the chunks of an existing ``VectorStoreIndex``, reusing their
         stored embeddings (only the summaries are embedded).
 
@@ -216,8 +215,7 @@ class SummaryIndex:
         """
         if not isinstance(index, VectorStoreIndex):
             raise TypeError(
-                f"from_index expects a VectorStoreIndex, got {type(index).__name__}; "
-                "use from_nodes(...) for nodes"
+                f"from_index expects a VectorStoreIndex, got {type(index).__name__}; use from_nodes(...) for nodes"
             )
         nodes = list(index.docstore.docs.values())
         if not nodes:
@@ -233,13 +231,13 @@ class SummaryIndex:
         cls,
         summary_nodes: Sequence[IndexNode],
         retriever_dict: Mapping[str, BaseRetriever],
-        embed_model: Optional[BaseEmbedding] = None,
-    ) -> "SummaryIndex":
+        embed_model: BaseEmbedding | None = None,
+    ) -> SummaryIndex:
         """Upstream ``RecursiveRetriever``'s setup: summary ``IndexNode``s plus
         ``retriever_dict`` (an ``IndexNode`` whose ``obj`` is a retriever may
         stand in for its entry)."""
         retrievers = checked_retriever_dict(retriever_dict)
-        plain: List[IndexNode] = []
+        plain: list[IndexNode] = []
         for node in summary_nodes:
             if not isinstance(node, IndexNode):
                 raise TypeError(
@@ -254,12 +252,12 @@ class SummaryIndex:
 
     # ------------------------------------------------------------------ state
     @property
-    def docstore(self) -> Optional[BaseDocumentStore]:
+    def docstore(self) -> BaseDocumentStore | None:
         """The chunk docstore (``None`` for a ``retriever_dict`` setup)."""
         return self.chunk_index.docstore if self.chunk_index is not None else None
 
     @property
-    def doc_ids(self) -> List[str]:
+    def doc_ids(self) -> list[str]:
         return list(self.retriever_dict) if self.retriever_dict else list(self.documents)
 
     @property
@@ -269,15 +267,13 @@ class SummaryIndex:
         check their own."""
         vocabulary = self._vocabulary
         if vocabulary is None:
-            vocabulary = FilterVocabulary.from_nodes(
-                self.docstore.docs.values() if self.docstore is not None else []
-            )
+            vocabulary = FilterVocabulary.from_nodes(self.docstore.docs.values() if self.docstore is not None else [])
             self._vocabulary = vocabulary
         return vocabulary
 
-    def _load_summaries(self) -> Dict[str, IndexNode]:
+    def _load_summaries(self) -> dict[str, IndexNode]:
         docstore = self.summary_index.docstore
-        summaries: Dict[str, IndexNode] = {}
+        summaries: dict[str, IndexNode] = {}
         for node_id in self.summary_index.index_struct.nodes_dict.values():
             node = docstore.get_node(node_id)
             if not isinstance(node, IndexNode):
@@ -306,7 +302,7 @@ class SummaryIndex:
             keys -= set(record.varying_keys)
         return keys
 
-    def validate_links(self, changed: Optional[Collection[str]] = None) -> None:
+    def validate_links(self, changed: Collection[str] | None = None) -> None:
         """Check that every ``IndexNode`` resolves and no links form a cycle.
 
         Raises :class:`LinkError` naming the bad id and the closest known ids.
@@ -326,15 +322,13 @@ class SummaryIndex:
             )
         return self.chunk_index
 
-    def add_documents(
-        self, documents: Iterable[Document], show_progress: Optional[bool] = None
-    ) -> List[str]:
+    def add_documents(self, documents: Iterable[Document], show_progress: bool | None = None) -> list[str]:
         """Add or update documents (chunked as the index was); returns the ids (re)indexed."""
         self.require_stores("add_documents")
         nodes = chunk_documents(list(documents), self.transformations, self.doc_id_key)
         return self.add_nodes(nodes, show_progress=show_progress)
 
-    def add_nodes(self, nodes: Iterable[BaseNode], show_progress: Optional[bool] = None) -> List[str]:
+    def add_nodes(self, nodes: Iterable[BaseNode], show_progress: bool | None = None) -> list[str]:
         """Add or update pre-chunked nodes; unchanged documents are left alone.
 
         Everything that can fail runs first, on copies; the prepared nodes are
@@ -346,9 +340,7 @@ class SummaryIndex:
             current = self.documents  # only updates (serialised here) replace it
             check_new_node_ids(groups, {c: r.doc_id for r in current.values() for c in r.chunk_ids})
             progress = auto_progress(show_progress, len(groups))
-            built = build_documents(
-                groups, self.doc_id_key, self.summarizer, self.summary_cache, progress
-            )
+            built = build_documents(groups, self.doc_id_key, self.summarizer, self.summary_cache, progress)
             changed = []
             for doc_id, record in built.records.items():
                 existing = current.get(doc_id)
@@ -377,9 +369,13 @@ class SummaryIndex:
             replaced = [d for d in changed if d in current]
             try:
                 check_links(
-                    summaries, documents, list(documents), self.docstore,
+                    summaries,
+                    documents,
+                    list(documents),
+                    self.docstore,
                     {n.node_id: n for n in built.chunk_nodes},
-                    removed={c for d in replaced for c in current[d].chunk_ids}, changed=changed,
+                    removed={c for d in replaced for c in current[d].chunk_ids},
+                    changed=changed,
                 )
             except LinkError as exc:
                 if not replaced:
@@ -410,8 +406,14 @@ class SummaryIndex:
                 raise KeyError(f"no document {doc_id!r} ({closest(doc_id, list(self.documents))})")
             rest = {d: r for d, r in self.documents.items() if d != doc_id}
             try:  # a link left pointing at it would fail every later update and query
-                check_links({d: s for d, s in self.summaries.items() if d != doc_id}, rest, list(rest),
-                            self.docstore, removed={doc_id, *record.chunk_ids}, changed=())
+                check_links(
+                    {d: s for d, s in self.summaries.items() if d != doc_id},
+                    rest,
+                    list(rest),
+                    self.docstore,
+                    removed={doc_id, *record.chunk_ids},
+                    changed=(),
+                )
             except LinkError as exc:
                 raise LinkError(
                     f"deleting document {doc_id!r} would leave a link pointing nowhere: {exc}; delete or "
@@ -420,7 +422,7 @@ class SummaryIndex:
             with self.state_lock.writing():
                 self._swap(remove=[record], add=None)
 
-    def _swap(self, remove: List[DocumentRecord], add: Optional[BuiltDocuments]) -> None:
+    def _swap(self, remove: list[DocumentRecord], add: BuiltDocuments | None) -> None:
         """Replace ``remove``'s nodes by ``add``'s (call under the write lock).
 
         Only store calls happen here, on nodes already validated and embedded.
@@ -463,7 +465,7 @@ class SummaryIndex:
         self.generation += 1
 
 
-def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> Dict[str, BaseRetriever]:
+def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> dict[str, BaseRetriever]:
     """``retriever_dict`` keyed by document ids as ``IndexNode.index_id`` holds them: strings.
 
     ``{5: retriever}`` could never be routed to (an ``index_id`` is always a
@@ -478,8 +480,8 @@ def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> Dict[str, BaseR
             not a retriever.
         ValueError: two keys that name one document (``5`` and ``"5"``).
     """
-    checked: Dict[str, BaseRetriever] = {}
-    given: Dict[str, Any] = {}
+    checked: dict[str, BaseRetriever] = {}
+    given: dict[str, Any] = {}
     for key, child in retriever_dict.items():
         if isinstance(key, bool) or not isinstance(key, (str, int)):
             raise TypeError(
@@ -500,7 +502,7 @@ def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> Dict[str, BaseR
     return checked
 
 
-def auto_progress(show_progress: Optional[bool], count: int) -> bool:
+def auto_progress(show_progress: bool | None, count: int) -> bool:
     return count >= 20 if show_progress is None else show_progress
 
 
@@ -508,7 +510,7 @@ def new_index(
     nodes: Sequence[BaseNode],
     embed_model: BaseEmbedding,
     show_progress: bool,
-    vector_store: Optional[BasePydanticVectorStore] = None,
+    vector_store: BasePydanticVectorStore | None = None,
 ) -> VectorStoreIndex:
     """A ``VectorStoreIndex`` over ``nodes`` (already embedded, except ``text`` summaries)."""
     return vector_index(
@@ -523,7 +525,7 @@ def new_index(
     )
 
 
-def _saved_nodes(index: VectorStoreIndex, node_ids: List[str]) -> List[BaseNode]:
+def _saved_nodes(index: VectorStoreIndex, node_ids: list[str]) -> list[BaseNode]:
     """Copies of indexed nodes with their vectors, to put back if a swap fails."""
     saved = []
     store = index.vector_store
@@ -543,7 +545,7 @@ def _saved_nodes(index: VectorStoreIndex, node_ids: List[str]) -> List[BaseNode]
     return saved
 
 
-def _delete_quietly(index: VectorStoreIndex, node_ids: List[str]) -> None:
+def _delete_quietly(index: VectorStoreIndex, node_ids: list[str]) -> None:
     try:
         index.delete_nodes(node_ids, delete_from_docstore=True)
     except Exception:  # restoring after a failure: absent ids are fine

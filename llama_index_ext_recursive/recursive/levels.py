@@ -13,11 +13,11 @@ travel in the bundle each child receives.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, cast
 
-from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.indices.vector_store import VectorStoreIndex
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 
 from llama_index_ext_recursive.recursive.build import DocumentRecord
@@ -30,7 +30,6 @@ from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS, HYBRID_NAMES, hybrid_retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.text import QueryScript
-
 
 # a change to more than this share of the documents rebuilds the levels instead of updating them
 UPDATE_SHARE = 0.1
@@ -60,18 +59,18 @@ class Levels:
 
     generation: int
     summary_vector: BackfillVectorRetriever
-    chunk_vector: Optional[BackfillVectorRetriever]
-    summary_bm25: Optional[MultilingualBM25Retriever]  # fused mode reads its scores_by_id
-    chunk_bm25: Optional[MultilingualBM25Retriever]
-    summary_search: Optional[BaseRetriever]
-    chunk_search: Optional[BaseRetriever]
-    chunk_doc: Dict[str, str]
+    chunk_vector: BackfillVectorRetriever | None
+    summary_bm25: MultilingualBM25Retriever | None  # fused mode reads its scores_by_id
+    chunk_bm25: MultilingualBM25Retriever | None
+    summary_search: BaseRetriever | None
+    chunk_search: BaseRetriever | None
+    chunk_doc: dict[str, str]
     link_ids: frozenset
-    summary_doc: Dict[str, str]
+    summary_doc: dict[str, str]
     records: Mapping[str, DocumentRecord]
 
 
-def document_nodes(owner: Owner, doc_ids: Optional[Iterable[str]] = None) -> List[IndexNode]:
+def document_nodes(owner: Owner, doc_ids: Iterable[str] | None = None) -> list[IndexNode]:
     """One node per document for summary-level BM25 (:func:`document_text`:
     title, document-level metadata, summary, chunks); ids and ``index_id``
     as the summary's, so hits route. ``doc_ids``: only these (default: all)."""
@@ -100,7 +99,7 @@ def document_nodes(owner: Owner, doc_ids: Optional[Iterable[str]] = None) -> Lis
     return nodes
 
 
-def levels_for(owner: Owner, previous: Optional[Levels]) -> Levels:
+def levels_for(owner: Owner, previous: Levels | None) -> Levels:
     """The levels of the index's current state: ``previous`` brought up to date
     when few documents changed since it was built (:func:`updated_levels`), else
     built anew (:func:`build_levels`)."""
@@ -111,7 +110,7 @@ def levels_for(owner: Owner, previous: Optional[Levels]) -> Levels:
     return build_levels(owner)
 
 
-def updated_levels(owner: Owner, previous: Levels) -> Optional[Levels]:
+def updated_levels(owner: Owner, previous: Levels) -> Levels | None:
     """``previous`` with the documents changed since it was built re-indexed, and
     nothing else: the BM25 levels take the changed documents' nodes
     (:meth:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever.with_changes`),
@@ -151,8 +150,9 @@ def updated_levels(owner: Owner, previous: Levels) -> Optional[Levels]:
     depth = owner.document_depth(owner.similarity_top_k)
     summary_vector = _vector(owner, index.summary_index, depth)
     chunk_vector = _vector(owner, index.chunk_index, owner.similarity_top_k) if index.chunk_index is not None else None
-    return _assemble(owner, summary_bm25, chunk_bm25, depth, summary_vector, chunk_vector,
-                     chunk_doc, frozenset(links), summary_doc)
+    return _assemble(
+        owner, summary_bm25, chunk_bm25, depth, summary_vector, chunk_vector, chunk_doc, frozenset(links), summary_doc
+    )
 
 
 def build_levels(owner: Owner) -> Levels:
@@ -162,10 +162,7 @@ def build_levels(owner: Owner) -> Levels:
     depth = owner.document_depth(owner.similarity_top_k)
     chunk_nodes = list(index.docstore.docs.values()) if index.docstore is not None else []
     summary_vector = _vector(owner, index.summary_index, depth)
-    chunk_vector = (
-        _vector(owner, index.chunk_index, owner.similarity_top_k)
-        if index.chunk_index is not None else None
-    )
+    chunk_vector = _vector(owner, index.chunk_index, owner.similarity_top_k) if index.chunk_index is not None else None
     summary_bm25 = chunk_bm25 = None
     if owner.summary_mode != LevelMode.VECTOR and index.summaries:
         summary_bm25 = MultilingualBM25Retriever.from_defaults(
@@ -192,7 +189,12 @@ def build_levels(owner: Owner) -> Levels:
             absent_script_weights=CROSS_SCRIPT_WEIGHTS,
         )
     return _assemble(
-        owner, summary_bm25, chunk_bm25, depth, summary_vector, chunk_vector,
+        owner,
+        summary_bm25,
+        chunk_bm25,
+        depth,
+        summary_vector,
+        chunk_vector,
         chunk_doc={c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
         link_ids=frozenset(n.node_id for n in chunk_nodes if isinstance(n, IndexNode)),
         summary_doc={summary.node_id: doc_id for doc_id, summary in index.summaries.items()},
@@ -201,14 +203,14 @@ def build_levels(owner: Owner) -> Levels:
 
 def _assemble(
     owner: Owner,
-    summary_bm25: Optional[MultilingualBM25Retriever],
-    chunk_bm25: Optional[MultilingualBM25Retriever],
+    summary_bm25: MultilingualBM25Retriever | None,
+    chunk_bm25: MultilingualBM25Retriever | None,
     depth: int,
     summary_vector: BackfillVectorRetriever,
-    chunk_vector: Optional[BackfillVectorRetriever],
-    chunk_doc: Dict[str, str],
+    chunk_vector: BackfillVectorRetriever | None,
+    chunk_doc: dict[str, str],
     link_ids: frozenset,
-    summary_doc: Dict[str, str],
+    summary_doc: dict[str, str],
 ) -> Levels:
     """The levels around given searchers; the hybrid searchers are wrappers, made each time."""
     index = owner.index
@@ -231,7 +233,7 @@ def _assemble(
     )
 
 
-def _vector(owner: Owner, store_index, top_k: int) -> BackfillVectorRetriever:
+def _vector(owner: Owner, store_index: VectorStoreIndex, top_k: int) -> BackfillVectorRetriever:
     return BackfillVectorRetriever(
         store_index,
         similarity_top_k=top_k,
@@ -245,18 +247,16 @@ def _calibrate_documents(
     owner: Owner,
     dense: BaseRetriever,
     summary_bm25: BaseRetriever,
-    chunk_nodes: List[BaseNode],
+    chunk_nodes: list[BaseNode],
 ) -> Calibration:
     """Weights of the document level, from pseudo-queries cut from each
     document's chunks (from its summary in a ``retriever_dict`` setup)
     whose answer is that document."""
     index = owner.index
     summary_of = {
-        chunk_id: record.summary_node_id
-        for record in index.documents.values()
-        for chunk_id in record.chunk_ids
+        chunk_id: record.summary_node_id for record in index.documents.values() for chunk_id in record.chunk_ids
     }
-    source: List[BaseNode] = list(chunk_nodes) or list(index.summaries.values())
+    source: list[BaseNode] = list(chunk_nodes) or list(index.summaries.values())
     summary_of.update({s.node_id: s.node_id for s in index.summaries.values()})
     pairs: PairsByScript = {
         script: [(summary_of[node_id], query) for node_id, query in found if node_id in summary_of]
@@ -275,9 +275,9 @@ def _calibrate_documents(
 def _hybrid_level(
     owner: Owner,
     level: str,
-    bm25: Optional[BaseRetriever],
+    bm25: BaseRetriever | None,
     top_k: int,
-) -> Optional[BaseRetriever]:
+) -> BaseRetriever | None:
     """The level searcher of the ``chunk``/``weighted``/``product`` modes: the
     level's BM25, or the package's one vector + BM25 hybrid with the level's
     calibrated weights."""

@@ -8,7 +8,7 @@ refused with the bad id and the closest known ones, not met at query time.
 from __future__ import annotations
 
 import logging
-from typing import Collection, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from llama_index.core.schema import BaseNode, IndexNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
@@ -28,10 +28,10 @@ def check_links(
     summaries: Mapping[str, IndexNode],
     documents: Mapping[str, DocumentRecord],
     known: Sequence[str],
-    docstore: Optional[BaseDocumentStore],
-    pending: Optional[Mapping[str, BaseNode]] = None,
+    docstore: BaseDocumentStore | None,
+    pending: Mapping[str, BaseNode] | None = None,
     removed: Collection[str] = (),
-    changed: Optional[Collection[str]] = None,
+    changed: Collection[str] | None = None,
 ) -> None:
     """Check that every summary and ``IndexNode`` resolves and no links form a cycle.
 
@@ -55,7 +55,7 @@ def check_links(
         LinkError: naming the bad id and the closest known ids.
     """
     pending = pending or {}
-    stale: List[str] = []
+    stale: list[str] = []
     known_set = set(known)
     for doc_id, summary in summaries.items():
         if doc_id not in known_set:
@@ -73,7 +73,7 @@ def check_links(
         )
     if docstore is None:
         return
-    edges: Dict[str, List[str]] = {}
+    edges: dict[str, list[str]] = {}
     for record in documents.values():
         for chunk_id in record.chunk_ids:
             node = pending.get(chunk_id) or docstore.get_node(chunk_id, raise_error=False)
@@ -101,25 +101,23 @@ def check_links(
                     edges.setdefault(record.doc_id, []).append(target)
     if stale:
         logger.warning(
-            "%d link(s) already pointed nowhere and are not followed: %s; update or delete the "
-            "linking document to fix", len(stale), "; ".join(stale[:5]),
+            "%d link(s) already pointed nowhere and are not followed: %s; update or delete the linking document to fix",
+            len(stale),
+            "; ".join(stale[:5]),
         )
     raise_on_cycle(edges)
 
 
-def raise_on_cycle(edges: Dict[str, List[str]]) -> None:
+def raise_on_cycle(edges: dict[str, list[str]]) -> None:
     """Raise :class:`LinkError` naming the first cycle in a document link graph."""
-    state: Dict[str, int] = {}  # 1 = on the current path, 2 = done
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
 
-    def visit(node: str, path: List[str]) -> None:
+    def visit(node: str, path: list[str]) -> None:
         state[node] = 1
         for nxt in edges.get(node, []):
             if state.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
-                raise LinkError(
-                    "IndexNode links form a cycle: " + " -> ".join(cycle)
-                    + "; remove one of these links"
-                )
+                cycle = path[path.index(nxt) :] + [nxt]
+                raise LinkError("IndexNode links form a cycle: " + " -> ".join(cycle) + "; remove one of these links")
             if nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = 2

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -53,26 +54,35 @@ INDEX_FILE = "index.json"
 LEGACY_FORMAT = 1  # one flat config.json holding the index and the settings
 # settings of the previous format that are the retriever's, not the index's
 LEGACY_SETTINGS = (
-    "similarity_top_k", "num_routed_docs", "score_mode", "score_alpha", "document_weight",
-    "calibration", "filters", "filter_policy", "max_link_depth", "summary_mode", "chunk_mode",
+    "similarity_top_k",
+    "num_routed_docs",
+    "score_mode",
+    "score_alpha",
+    "document_weight",
+    "calibration",
+    "filters",
+    "filter_policy",
+    "max_link_depth",
+    "summary_mode",
+    "chunk_mode",
     "unknown_filter_key",
 )
 
 
-def transformations_config(steps: Sequence[TransformComponent]) -> List[Dict[str, Any]]:
+def transformations_config(steps: Sequence[TransformComponent]) -> list[dict[str, Any]]:
     """JSON-able descriptions of chunking steps, restored by :func:`transformations_from_config`."""
     return [config for config in (node_parser_config(step) for step in steps) if config is not None]
 
 
-def transformations_from_config(configs: Optional[Sequence[Dict[str, Any]]]) -> Optional[List[TransformComponent]]:
+def transformations_from_config(configs: Sequence[dict[str, Any]] | None) -> list[TransformComponent] | None:
     """The chunking steps :func:`transformations_config` described (``None``: none could be)."""
-    steps: List[TransformComponent] = [
+    steps: list[TransformComponent] = [
         step for step in (node_parser_from_config(c) for c in configs or []) if step is not None
     ]
     return steps or None
 
 
-def node_parser_config(parser: Optional[TransformComponent]) -> Optional[Dict[str, Any]]:
+def node_parser_config(parser: TransformComponent | None) -> dict[str, Any] | None:
     """A JSON-able description of ``parser`` that :func:`node_parser_from_config` restores."""
     if parser is None:
         return None
@@ -81,12 +91,13 @@ def node_parser_config(parser: Optional[TransformComponent]) -> Optional[Dict[st
     if isinstance(id_func, dict) and id_func.get("id_func_name") not in (None, "default_id_func"):
         logger.warning(
             "node parser %s has a custom id_func, which cannot be persisted; pass "
-            "node_parser= to from_persist_dir to keep it", config.get("class_name")
+            "node_parser= to from_persist_dir to keep it",
+            config.get("class_name"),
         )
     return config
 
 
-def node_parser_from_config(config: Optional[Dict[str, Any]]) -> Optional[NodeParser]:
+def node_parser_from_config(config: dict[str, Any] | None) -> NodeParser | None:
     """Rebuild a LlamaIndex node parser from :func:`node_parser_config` output.
 
     A ``SentenceSplitter`` gets :func:`windowed_sentence_tokenizer` back (a
@@ -110,7 +121,7 @@ def node_parser_from_config(config: Optional[Dict[str, Any]]) -> Optional[NodePa
     return parser_class.from_dict(dict(config))
 
 
-def index_to_dict(index: SummaryIndex) -> Dict[str, Any]:
+def index_to_dict(index: SummaryIndex) -> dict[str, Any]:
     """``index.json``: what a :class:`SummaryIndex` needs besides its stores."""
     summarizer = index.summarizer
     return component_to_dict(
@@ -120,7 +131,8 @@ def index_to_dict(index: SummaryIndex) -> Dict[str, Any]:
         embed_model_identity=model_identity(index.embed_model).to_dict(),
         embedding_choice=index.embedding_choice,
         summarizer=(
-            summarizer.to_dict() if isinstance(summarizer, ExtractiveSummarizer)
+            summarizer.to_dict()
+            if isinstance(summarizer, ExtractiveSummarizer)
             else {"type": "custom", "fingerprint": summarizer.fingerprint}
         ),
         transformations=transformations_config(index.transformations),
@@ -129,7 +141,7 @@ def index_to_dict(index: SummaryIndex) -> Dict[str, Any]:
     )
 
 
-def persist_index(index: SummaryIndex, persist_dir: Union[str, Path], config: Mapping[str, Any]) -> None:
+def persist_index(index: SummaryIndex, persist_dir: str | Path, config: Mapping[str, Any]) -> None:
     """Write ``index`` and the retriever ``config`` to the index folder ``persist_dir``.
 
     Raises:
@@ -156,11 +168,11 @@ def persist_index(index: SummaryIndex, persist_dir: Union[str, Path], config: Ma
 
 
 def load_persisted(
-    persist_dir: Union[str, Path],
-    make: Callable[[SummaryIndex, Dict[str, Any]], Any],
-    embed_model: Optional[BaseEmbedding] = None,
-    summarizer: Optional[Summarizer] = None,
-    transformations: Optional[list] = None,
+    persist_dir: str | Path,
+    make: Callable[[SummaryIndex, dict[str, Any]], Any],
+    embed_model: BaseEmbedding | None = None,
+    summarizer: Summarizer | None = None,
+    transformations: list | None = None,
 ) -> Any:
     """Load the folder at ``persist_dir`` and return ``make(index, retriever settings)``.
 
@@ -175,7 +187,8 @@ def load_persisted(
             settings = init_parameters_of(raw, config_path)
             index_path = root / INDEX_FILE
             stored = init_parameters_of(
-                load_json_object(index_path, ("type", "init_parameters")), index_path,
+                load_json_object(index_path, ("type", "init_parameters")),
+                index_path,
                 ("documents", "embed_model"),
             )
         elif raw.get("format_version") == LEGACY_FORMAT:
@@ -218,22 +231,16 @@ def load_persisted(
                 loaded=True,
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise PersistError(
-                f"{index_path} holds an invalid setting ({exc}); persist the retriever again"
-            ) from exc
+            raise PersistError(f"{index_path} holds an invalid setting ({exc}); persist the retriever again") from exc
         try:
             return make(index, settings)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise PersistError(
-                f"{config_path} holds an invalid setting ({exc}); persist the retriever again"
-            ) from exc
+            raise PersistError(f"{config_path} holds an invalid setting ({exc}); persist the retriever again") from exc
 
     return read_index(persist_dir, PERSIST_KIND, load)
 
 
-def init_parameters_of(
-    data: Mapping[str, Any], path: Path, required: Tuple[str, ...] = ()
-) -> Dict[str, Any]:
+def init_parameters_of(data: Mapping[str, Any], path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
     """The init parameters of a configuration file, or a :class:`PersistError` naming it."""
     if not isinstance(data.get("init_parameters"), dict):
         raise PersistError(f"{path} holds no init_parameters object: it is damaged; persist it again")
@@ -243,7 +250,7 @@ def init_parameters_of(
     return dict(data["init_parameters"])
 
 
-def _summarizer(config: Any, root: Path) -> Optional[Summarizer]:
+def _summarizer(config: Any, root: Path) -> Summarizer | None:
     if isinstance(config, dict) and config.get("type") == "extractive":
         return ExtractiveSummarizer.from_dict(config)
     logger.warning(
@@ -255,9 +262,9 @@ def _summarizer(config: Any, root: Path) -> Optional[Summarizer]:
     return None
 
 
-def _records(raw: Any, path: Path) -> Dict[str, DocumentRecord]:
-    documents: Dict[str, DocumentRecord] = {}
-    for doc_id, fields in (raw.items() if isinstance(raw, dict) else [(None, raw)]):
+def _records(raw: Any, path: Path) -> dict[str, DocumentRecord]:
+    documents: dict[str, DocumentRecord] = {}
+    for doc_id, fields in raw.items() if isinstance(raw, dict) else [(None, raw)]:
         try:
             record = DocumentRecord(**fields)
             lists = (record.chunk_ids, record.metadata_keys, record.varying_keys)
@@ -315,9 +322,7 @@ def load_level(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
     vectors_path = path / "default__vector_store.json"
     docstore = load_json_object(docstore_path, ("docstore/data",))
     stored = docstore["docstore/data"]
-    if not isinstance(stored, dict) or not all(
-        isinstance(v, dict) and "__data__" in v for v in stored.values()
-    ):
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) and "__data__" in v for v in stored.values()):
         raise PersistError(f"{docstore_path} holds no valid nodes: it is damaged; persist it again")
     structs = load_json_object(index_path, ("index_store/data",))["index_store/data"]
     try:
@@ -355,7 +360,7 @@ def load_level(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
     return index
 
 
-def load_summary_cache(persist_dir: Union[str, Path]) -> SummaryCache:
+def load_summary_cache(persist_dir: str | Path) -> SummaryCache:
     """The summaries of the index persisted at ``persist_dir``, for a rebuild to reuse.
 
     The cache is in memory (``path`` is ``None``): the index's own copy is
@@ -374,9 +379,7 @@ def load_summary_cache(persist_dir: Union[str, Path]) -> SummaryCache:
     """
     cache = SummaryCache()
     try:
-        cache.entries = read_index(
-            persist_dir, PERSIST_KIND, lambda root: load_string_map(root / "summary_cache.json")
-        )
+        cache.entries = read_index(persist_dir, PERSIST_KIND, lambda root: load_string_map(root / "summary_cache.json"))
     except NoIndexError:
         pass
     return cache

@@ -15,8 +15,8 @@ child attached (a hybrid level's fusion hits).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
@@ -39,10 +39,10 @@ class Route:
     """A document to search, with the score and path that led there."""
 
     doc_id: str
-    score: Optional[float]
-    summary_node_id: Optional[str]
-    summary_score: Optional[float]
-    path: Tuple[str, ...]
+    score: float | None
+    summary_node_id: str | None
+    summary_score: float | None
+    path: tuple[str, ...]
 
 
 @dataclass
@@ -54,10 +54,10 @@ class Plan:
     call: Call
     summary_bundle: FilteredQueryBundle
     chunk_bundle: FilteredQueryBundle
-    chunk_filters: Optional[MetadataFilters]
-    summary_filters: Optional[MetadataFilters]
-    document_weights: Tuple[float, float] = EQUAL_WEIGHTS
-    chunk_weights: Tuple[float, float] = EQUAL_WEIGHTS
+    chunk_filters: MetadataFilters | None
+    summary_filters: MetadataFilters | None
+    document_weights: tuple[float, float] = EQUAL_WEIGHTS
+    chunk_weights: tuple[float, float] = EQUAL_WEIGHTS
     document_weight: float = DEFAULT_DOCUMENT_WEIGHT  # fused mode: see RecursiveSummaryRetriever._document_weight
 
     @property
@@ -65,7 +65,7 @@ class Plan:
         return self.call.top_k
 
 
-def combine(owner: Owner, parent: Optional[float], child: Optional[float]) -> float:
+def combine(owner: Owner, parent: float | None, child: float | None) -> float:
     """A chunk's score from its document's and its own (``chunk``/``weighted``/``product``)."""
     child = 0.0 if child is None else child
     if parent is None or owner.score_mode == ScoreMode.CHUNK:
@@ -75,9 +75,7 @@ def combine(owner: Owner, parent: Optional[float], child: Optional[float]) -> fl
     return owner.score_alpha * parent + (1.0 - owner.score_alpha) * child
 
 
-def follow_link(
-    owner: Owner, route: Route, hit: NodeWithScore
-) -> Union[Route, BaseNode, None]:
+def follow_link(owner: Owner, route: Route, hit: NodeWithScore) -> Route | BaseNode | None:
     """Resolve an ``IndexNode`` hit to a document to search or a node."""
     index = owner.index
     target = hit.node.index_id  # type: ignore[attr-defined]
@@ -101,8 +99,12 @@ def follow_link(
             return node
         # builds and updates refuse such a link, so an index loaded from a previous
         # release's folder holds it (validate_links warned at load): nothing to follow
-        logger.warning("IndexNode %r of document %r points to %r, which no longer exists; not followed",
-                       hit.node.node_id, route.doc_id, target)
+        logger.warning(
+            "IndexNode %r of document %r points to %r, which no longer exists; not followed",
+            hit.node.node_id,
+            route.doc_id,
+            target,
+        )
         return None
     raise LinkError(
         f"IndexNode {hit.node.node_id!r} returned for document {route.doc_id!r} points to "
@@ -113,17 +115,17 @@ def follow_link(
 
 def collect(
     owner: Owner,
-    routes: List[Route],
-    results: List[List[NodeWithScore]],
+    routes: list[Route],
+    results: list[list[NodeWithScore]],
     plan: Plan,
-    best: Dict[str, ExplainedNodeWithScore],
-) -> List[Route]:
+    best: dict[str, ExplainedNodeWithScore],
+) -> list[Route]:
     """Fold one wave of chunk results into ``best``; return links to follow.
 
     A ``retriever_dict`` child may ignore the filters it is given, and a link
     target was not searched at all: those hits are post-checked here.
     """
-    follow: List[Route] = []
+    follow: list[Route] = []
     opaque = owner.index.chunk_index is None
     for route, hits in zip(routes, results):
         for hit in hits:
@@ -158,7 +160,7 @@ def collect(
     return follow
 
 
-def rank_best(best: Dict[str, ExplainedNodeWithScore], top_k: int) -> List[NodeWithScore]:
+def rank_best(best: dict[str, ExplainedNodeWithScore], top_k: int) -> list[NodeWithScore]:
     ranked = sorted(best.values(), key=lambda n: (-(n.score or 0.0), n.node.node_id))
     return list(ranked[:top_k])
 
@@ -170,19 +172,17 @@ class ChunkEvidenceSet:
     Searches hand in ``id -> score`` maps; nodes are fetched for the final top-k
     (and for ``IndexNode`` links, which are followed instead of ranked)."""
 
-    def __init__(
-        self, owner: Owner, levels: Levels, documents: Mapping[str, float]
-    ) -> None:
+    def __init__(self, owner: Owner, levels: Levels, documents: Mapping[str, float]) -> None:
         self._owner = owner
         self._levels = levels
         assert owner.index.docstore is not None
         self._docstore = owner.index.docstore
-        self.document_scores: Dict[str, float] = dict(documents)  # fused routing scores
-        self.dense: Dict[str, float] = {}
-        self.lexical: Dict[str, float] = {}
-        self.nodes: Dict[str, BaseNode] = {}  # linked targets, fetched while following
-        self.doc_of: Dict[str, str] = {}
-        self.paths: Dict[str, Tuple[str, ...]] = {}
+        self.document_scores: dict[str, float] = dict(documents)  # fused routing scores
+        self.dense: dict[str, float] = {}
+        self.lexical: dict[str, float] = {}
+        self.nodes: dict[str, BaseNode] = {}  # linked targets, fetched while following
+        self.doc_of: dict[str, str] = {}
+        self.paths: dict[str, tuple[str, ...]] = {}
         self.linked: set = set()  # nodes reached through an IndexNode: filters checked here
 
     def _route_of(self, node_id: str) -> Route:
@@ -190,15 +190,13 @@ class ChunkEvidenceSet:
         score = self.document_scores.get(doc_id, 0.0)
         return Route(doc_id, score, self._summary_id(doc_id), score, (doc_id,))
 
-    def _summary_id(self, doc_id: str) -> Optional[str]:
+    def _summary_id(self, doc_id: str) -> str | None:
         summary = self._owner.index.summaries.get(doc_id)
         return summary.node_id if summary is not None else None
 
-    def add(
-        self, dense: Mapping[str, float], lexical: Mapping[str, float], route: Optional[Route]
-    ) -> List[Route]:
+    def add(self, dense: Mapping[str, float], lexical: Mapping[str, float], route: Route | None) -> list[Route]:
         """Record scores (of one route, or flat when ``route`` is None); return links to follow."""
-        follow: List[Route] = []
+        follow: list[Route] = []
         links = self._levels.link_ids
         for scores, hits in ((self.dense, dense), (self.lexical, lexical)):
             for node_id, score in hits.items():
@@ -226,42 +224,39 @@ class ChunkEvidenceSet:
                 self.paths.setdefault(node_id, current.path)
         return follow
 
-    def add_wave(
-        self, routes: List[Route], dense: Mapping[str, float], lexical: Mapping[str, float]
-    ) -> List[Route]:
+    def add_wave(self, routes: list[Route], dense: Mapping[str, float], lexical: Mapping[str, float]) -> list[Route]:
         """Record one wave of routed searches; return the documents links lead to."""
-        slot: Dict[str, int] = {}
-        i: Optional[int]
+        slot: dict[str, int] = {}
+        i: int | None
         for i, route in enumerate(routes):
             slot.setdefault(route.doc_id, i)
-        parts: List[Tuple[Dict[str, float], Dict[str, float]]] = [({}, {}) for _ in routes]
+        parts: list[tuple[dict[str, float], dict[str, float]]] = [({}, {}) for _ in routes]
         chunk_doc = self._levels.chunk_doc
         for which, hits in ((0, dense), (1, lexical)):
             for node_id, score in hits.items():
                 i = slot.get(chunk_doc.get(node_id, ""))
                 if i is not None:
                     parts[i][which][node_id] = score
-        follow: List[Route] = []
+        follow: list[Route] = []
         seen = {r.doc_id for r in routes}
-        for route, (d, l) in zip(routes, parts):
-            for link in self.add(d, l, route):
+        for route, (dense_part, lexical_part) in zip(routes, parts):
+            for link in self.add(dense_part, lexical_part, route):
                 if link.doc_id not in seen:
                     seen.add(link.doc_id)
                     follow.append(link)
         return follow
 
-    def _node(self, node_id: str) -> Optional[BaseNode]:
+    def _node(self, node_id: str) -> BaseNode | None:
         return self.nodes.get(node_id) or self._docstore.get_node(node_id, raise_error=False)
 
-    def _fusion_parts(self, plan: Plan) -> Callable[[str], List[FusionHit]]:
+    def _fusion_parts(self, plan: Plan) -> Callable[[str], list[FusionHit]]:
         """``node id -> fusion part``: each chunk search's hit behind a chunk, with
         its rank, raw score and what it added to the chunk's fused score (the
         parts add up to ``chunk_score``), as a hybrid retriever reports them."""
         weights = list(plan.chunk_weights)
         searches = [(0, "vector", self.dense), (1, "bm25", self.lexical)]
         shares = [
-            relative_score_fusion([scores if i == j else {} for j in range(2)], weights)
-            for i, _, scores in searches
+            relative_score_fusion([scores if i == j else {} for j in range(2)], weights) for i, _, scores in searches
         ]
         ranks = [
             {node_id: r for r, node_id in enumerate(sorted(scores, key=lambda n: (-scores[n], n)), 1)}
@@ -269,7 +264,7 @@ class ChunkEvidenceSet:
         ]
         query = plan.call.bundle.query_str
 
-        def part(node_id: str) -> List[FusionHit]:
+        def part(node_id: str) -> list[FusionHit]:
             return [
                 FusionHit(
                     retriever_index=i,
@@ -285,7 +280,7 @@ class ChunkEvidenceSet:
 
         return part
 
-    def ranked(self, plan: Plan) -> List[NodeWithScore]:
+    def ranked(self, plan: Plan) -> list[NodeWithScore]:
         owner = self._owner
         if self.linked and plan.chunk_filters is not None:
             # link targets were not searched, so the filters were not applied to them
@@ -303,7 +298,7 @@ class ChunkEvidenceSet:
             plan.document_weight,
         )
         fusion = self._fusion_parts(plan) if owner.chunk_mode == LevelMode.HYBRID else None
-        out: List[NodeWithScore] = []
+        out: list[NodeWithScore] = []
         for e in ranked:
             node = self._node(e.node_id)
             if node is None:

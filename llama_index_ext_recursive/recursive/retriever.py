@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -53,12 +54,12 @@ from llama_index_ext_recursive.filters import (
 )
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, as_query_bundle, resolve_call
+from llama_index_ext_recursive.recursive import search
 from llama_index_ext_recursive.recursive.build import DocumentRecord, SummaryEmbedding
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.levels import Levels, levels_for
 from llama_index_ext_recursive.recursive.persist import load_persisted, persist_index
-from llama_index_ext_recursive.recursive import search
 from llama_index_ext_recursive.recursive.ranking import (
     Plan,
     collect,
@@ -76,10 +77,9 @@ from llama_index_ext_recursive.recursive.settings import (
 )
 from llama_index_ext_recursive.results import DocumentWithScore
 from llama_index_ext_recursive.retrievers.calibration import Calibration
-from llama_index_ext_recursive.text import QueryScript, query_script
 from llama_index_ext_recursive.retrievers.store_facts import store_dimension
+from llama_index_ext_recursive.text import QueryScript, query_script
 from llama_index_ext_recursive.validation import check_vectors
-
 
 __all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode"]
 
@@ -134,18 +134,18 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         index: SummaryIndex,
         similarity_top_k: int = DEFAULT_TOP_K,
         num_routed_docs: int = DEFAULT_NUM_ROUTED_DOCS,
-        score_mode: Union[ScoreMode, str, None] = None,
+        score_mode: ScoreMode | str | None = None,
         score_alpha: float = DEFAULT_SCORE_ALPHA,
         document_weight: float = DEFAULT_DOCUMENT_WEIGHT,
         filters: FiltersLike = None,
-        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
+        filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
         max_link_depth: int = 3,
-        callback_manager: Optional[CallbackManager] = None,
+        callback_manager: CallbackManager | None = None,
         verbose: bool = False,
-        summary_mode: Union[LevelMode, str] = LevelMode.HYBRID,
-        chunk_mode: Union[LevelMode, str, None] = None,
-        unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
-        calibration: Optional[Mapping[str, Any]] = None,
+        summary_mode: LevelMode | str = LevelMode.HYBRID,
+        chunk_mode: LevelMode | str | None = None,
+        unknown_filter_key: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
+        calibration: Mapping[str, Any] | None = None,
         show_progress: bool = False,
     ) -> None:
         if not isinstance(index, SummaryIndex):
@@ -189,16 +189,16 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         self.filters = to_filters(filters)
         self.filter_policy = FilterPolicy(filter_policy)
         self.max_link_depth = max_link_depth
-        self._calibration: Dict[str, Calibration] = calibration_from_config(calibration)
+        self._calibration: dict[str, Calibration] = calibration_from_config(calibration)
         self._show_progress = show_progress
-        self._built: Optional[Levels] = None
+        self._built: Levels | None = None
         self._levels_lock = threading.Lock()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self._levels()
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def from_documents(cls, documents: Sequence[Document], **kwargs: Any) -> "RecursiveSummaryRetriever":
+    def from_documents(cls, documents: Sequence[Document], **kwargs: Any) -> RecursiveSummaryRetriever:
         """Chunk, summarize and index ``documents`` (:meth:`SummaryIndex.from_documents`).
 
         Chunking: ``node_parser=`` or ``transformations=[...]`` (as upstream
@@ -216,7 +216,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return cls._over(SummaryIndex.from_documents(documents, **own), settings)
 
     @classmethod
-    def from_nodes(cls, nodes: Sequence[BaseNode], **kwargs: Any) -> "RecursiveSummaryRetriever":
+    def from_nodes(cls, nodes: Sequence[BaseNode], **kwargs: Any) -> RecursiveSummaryRetriever:
         """Index pre-chunked ``nodes`` (:meth:`SummaryIndex.from_nodes`), grouped by
         document: ``metadata[doc_id_key]``; by default ``metadata["doc_id"]``
         when present, else the node's ``ref_doc_id``, so the nodes of any
@@ -231,7 +231,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return cls._over(SummaryIndex.from_nodes(nodes, **own), settings)
 
     @classmethod
-    def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> "RecursiveSummaryRetriever":
+    def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> RecursiveSummaryRetriever:
         """Build over an existing ``VectorStoreIndex``, reusing its stored chunk
         embeddings: only the summaries are embedded (:meth:`SummaryIndex.from_index`).
 
@@ -247,9 +247,9 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         cls,
         summary_nodes: Sequence[IndexNode],
         retriever_dict: Mapping[str, BaseRetriever],
-        embed_model: Optional[BaseEmbedding] = None,
+        embed_model: BaseEmbedding | None = None,
         **kwargs: Any,
-    ) -> "RecursiveSummaryRetriever":
+    ) -> RecursiveSummaryRetriever:
         """Upstream-compatible setup: summary ``IndexNode``s plus ``retriever_dict``.
 
         Each summary's ``index_id`` must be a key of ``retriever_dict``; this is
@@ -261,13 +261,13 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return cls(index, **kwargs)
 
     @classmethod
-    def _over(cls, index: SummaryIndex, settings: Dict[str, Any]) -> "RecursiveSummaryRetriever":
+    def _over(cls, index: SummaryIndex, settings: dict[str, Any]) -> RecursiveSummaryRetriever:
         if "show_progress" not in settings:
             settings["show_progress"] = len(index.documents) >= 20
         return cls(index, **settings)
 
     # ------------------------------------------------------------ configuration
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The query settings (and measured calibration) in the package's
         ``{"type", "init_parameters"}`` convention; :meth:`from_dict` with the
         same index builds an equal retriever."""
@@ -288,17 +288,15 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         )
 
     @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], index: SummaryIndex, **overrides: Any
-    ) -> "RecursiveSummaryRetriever":
+    def from_dict(cls, data: Mapping[str, Any], index: SummaryIndex, **overrides: Any) -> RecursiveSummaryRetriever:
         """A retriever over ``index`` with the settings :meth:`to_dict` wrote."""
         settings = init_parameters(cls, data)
         return cls._from_settings(index, settings, overrides)
 
     @classmethod
     def _from_settings(
-        cls, index: SummaryIndex, settings: Dict[str, Any], overrides: Mapping[str, Any]
-    ) -> "RecursiveSummaryRetriever":
+        cls, index: SummaryIndex, settings: dict[str, Any], overrides: Mapping[str, Any]
+    ) -> RecursiveSummaryRetriever:
         if settings.get("filters"):  # written by MetadataFilters.model_dump
             settings["filters"] = MetadataFilters.model_validate(settings["filters"])
         check_arguments([cls.__init__], settings, f"{cls.__name__} settings")
@@ -307,14 +305,14 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return cls(index, **settings)
 
     @property
-    def calibration(self) -> Dict[str, Dict[str, Any]]:
+    def calibration(self) -> dict[str, dict[str, Any]]:
         """The fusion weights measured for each hybrid level (``documents``,
         ``chunks``), JSON-safe; pass it back as ``calibration=`` (``persist``
         does) to reuse it."""
         return {level: found.to_dict() for level, found in self._calibration.items()}
 
     @property
-    def documents(self) -> Dict[str, DocumentRecord]:
+    def documents(self) -> dict[str, DocumentRecord]:
         """Per-document records (id, title, content hash, chunk ids)."""
         with self.index.state_lock.reading():
             return dict(self.index.documents)
@@ -325,7 +323,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return self.index.filter_vocabulary
 
     @property
-    def doc_id_key(self) -> Optional[str]:
+    def doc_id_key(self) -> str | None:
         return self.index.doc_id_key
 
     @property
@@ -337,7 +335,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         self.index.validate_links()
 
     # ------------------------------------------------------------ updates
-    def add_documents(self, documents: Iterable[Document], show_progress: Optional[bool] = None) -> List[str]:
+    def add_documents(self, documents: Iterable[Document], show_progress: bool | None = None) -> list[str]:
         """Add or update documents without rebuilding the rest (:meth:`SummaryIndex.add_documents`).
 
         A document whose id exists is re-indexed when its content changed and
@@ -347,7 +345,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         """
         return self.index.add_documents(documents, show_progress=show_progress)
 
-    def add_nodes(self, nodes: Iterable[BaseNode], show_progress: Optional[bool] = None) -> List[str]:
+    def add_nodes(self, nodes: Iterable[BaseNode], show_progress: bool | None = None) -> list[str]:
         """Add or update pre-chunked nodes (:meth:`SummaryIndex.add_nodes`)."""
         return self.index.add_nodes(nodes, show_progress=show_progress)
 
@@ -356,7 +354,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         self.index.delete_document(doc_id)
 
     # ------------------------------------------------------------ persistence
-    def persist(self, persist_dir: Union[str, Path]) -> None:
+    def persist(self, persist_dir: str | Path) -> None:
         """Write the index and these settings to the index folder ``persist_dir``.
 
         ``persist_dir`` must be missing, empty, or hold an index a
@@ -373,13 +371,13 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
     @classmethod
     def from_persist_dir(
         cls,
-        persist_dir: Union[str, Path],
-        embed_model: Optional[BaseEmbedding] = None,
+        persist_dir: str | Path,
+        embed_model: BaseEmbedding | None = None,
         summarizer: Any = None,
         node_parser: Any = None,
-        transformations: Optional[list] = None,
+        transformations: list | None = None,
         **overrides: Any,
-    ) -> "RecursiveSummaryRetriever":
+    ) -> RecursiveSummaryRetriever:
         """Load a retriever written by :meth:`persist` (or by a previous release).
 
         Args:
@@ -412,7 +410,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             built = self._built
             if built is None or built.generation != self.index.generation:
                 built = self._built = levels_for(self, built)
-                self.index.filter_vocabulary  # built alongside: resolve_call reads it every call
+                _ = self.index.filter_vocabulary  # built alongside: resolve_call reads it every call
             return built
 
     async def _aprepare(self) -> None:
@@ -425,7 +423,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         """Summary candidates per search: spare ones for documents too small to fill the top-k."""
         return self.num_routed_docs + top_k
 
-    def _level_weights(self, level: str, mode: LevelMode, script: QueryScript) -> Tuple[float, float]:
+    def _level_weights(self, level: str, mode: LevelMode, script: QueryScript) -> tuple[float, float]:
         """(dense, lexical) fusion weights of one level for the query's script."""
         if mode == LevelMode.VECTOR:
             return (1.0, 0.0)
@@ -460,7 +458,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             unknown_filter_key=self.unknown_filter_key,
         )
 
-    def _plan(self, call: Call, embedding: Optional[List[float]]) -> Plan:
+    def _plan(self, call: Call, embedding: list[float] | None) -> Plan:
         summary_filters = relax_to_keys(call.filters, self.index.document_keys)
         script = query_script(call.bundle.query_str)
         return Plan(
@@ -468,9 +466,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             summary_bundle=call.child_bundle(
                 filters=summary_filters, top_k=self.document_depth(call.top_k), embedding=embedding
             ),
-            chunk_bundle=call.child_bundle(
-                embedding=embedding if self.index.chunk_index is not None else None
-            ),
+            chunk_bundle=call.child_bundle(embedding=embedding if self.index.chunk_index is not None else None),
             chunk_filters=call.filters,
             summary_filters=summary_filters,
             document_weights=self._level_weights("documents", self.summary_mode, script),
@@ -478,27 +474,25 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             document_weight=self._document_weight(script),
         )
 
-    def _query_embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
+    def _query_embedding(self, query_bundle: QueryBundle) -> list[float] | None:
         embedding = query_bundle.embedding
         if embedding is None and query_bundle.embedding_strs:
             embedding = self.index.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
         return self._checked_embedding(embedding)
 
-    async def _aquery_embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
+    async def _aquery_embedding(self, query_bundle: QueryBundle) -> list[float] | None:
         embedding = query_bundle.embedding
         if embedding is None and query_bundle.embedding_strs:
-            embedding = await self.index.embed_model.aget_agg_embedding_from_queries(
-                query_bundle.embedding_strs
-            )
+            embedding = await self.index.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
         return self._checked_embedding(embedding)
 
-    def _checked_embedding(self, embedding: Optional[List[float]]) -> Optional[List[float]]:
+    def _checked_embedding(self, embedding: list[float] | None) -> list[float] | None:
         if embedding is not None:
             dim = store_dimension(self.index.summary_index.vector_store)
             check_vectors(embedding, embed_model_name(self.index.embed_model), "the query", dim)
         return embedding
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
         embedding = self._query_embedding(query_bundle)
         with self.index.state_lock.reading():
@@ -509,7 +503,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
                 return search.fused_ranking(self, plan, levels, routes, documents)
             searcher = levels.summary_search or levels.summary_vector
             routes = search.routes(self, searcher._retrieve(plan.summary_bundle), plan)
-            best: Dict[str, Any] = {}
+            best: dict[str, Any] = {}
             while routes:
                 if levels.chunk_search is None:
                     results = [search.retrieve_child(self, levels, route, plan) for route in routes]
@@ -519,7 +513,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
                 routes = collect(self, routes, results, plan, best)
             return rank_best(best, plan.top_k)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
         embedding = await self._aquery_embedding(query_bundle)
         async with self.index.state_lock.areading():
@@ -535,12 +529,12 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
                 return await search.afused_ranking(self, plan, levels, routes, documents, flat)
             searcher = levels.summary_search or levels.summary_vector
             routes = search.routes(self, await searcher._aretrieve(plan.summary_bundle), plan)
-            best: Dict[str, Any] = {}
+            best: dict[str, Any] = {}
             while routes:
                 if levels.chunk_search is None:
-                    results = list(await asyncio.gather(
-                        *(search.aretrieve_child(self, levels, route, plan) for route in routes)
-                    ))
+                    results = list(
+                        await asyncio.gather(*(search.aretrieve_child(self, levels, route, plan) for route in routes))
+                    )
                 else:
                     hits = await levels.chunk_search._aretrieve(search.wave_bundle(self, routes, plan))
                     results = search.split_wave(routes, hits)
@@ -548,7 +542,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             return rank_best(best, plan.top_k)
 
     # ------------------------------------------------------ document results
-    def retrieve_documents(self, str_or_query_bundle: Union[str, QueryBundle]) -> List[DocumentWithScore]:
+    def retrieve_documents(self, str_or_query_bundle: str | QueryBundle) -> list[DocumentWithScore]:
         """The documents a query routes to, best first, with the evidence that routed them.
 
         Each result's node is the document's summary ``IndexNode``
@@ -565,9 +559,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             dense, lexical = search.document_scores(self, plan, self._levels())
             return search.documents_with_scores(self, search.route(self, plan, dense, lexical)[1], dense, lexical)
 
-    async def aretrieve_documents(
-        self, str_or_query_bundle: Union[str, QueryBundle]
-    ) -> List[DocumentWithScore]:
+    async def aretrieve_documents(self, str_or_query_bundle: str | QueryBundle) -> list[DocumentWithScore]:
         """Async :meth:`retrieve_documents` (the same results; never blocks the loop)."""
         call = self._resolve(as_query_bundle(str_or_query_bundle))
         embedding = await self._aquery_embedding(call.bundle)

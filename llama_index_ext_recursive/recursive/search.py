@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import IndexNode, NodeWithScore
@@ -45,7 +46,7 @@ from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.validation import closest
 
 
-def summary_doc_ids(levels: Levels, node_ids: Iterable[str]) -> List[str]:
+def summary_doc_ids(levels: Levels, node_ids: Iterable[str]) -> list[str]:
     """Document ids of summary node ids; an unknown id means the stores drifted."""
     by_node = levels.summary_doc
     out = []
@@ -60,7 +61,7 @@ def summary_doc_ids(levels: Levels, node_ids: Iterable[str]) -> List[str]:
     return out
 
 
-def dense_document_scores(owner: Owner, plan: Plan, levels: Levels) -> Dict[str, float]:
+def dense_document_scores(owner: Owner, plan: Plan, levels: Levels) -> dict[str, float]:
     """``doc id -> similarity`` of the best documents by routing vector."""
     store = owner.index.summary_index.vector_store
     bundle = plan.summary_bundle
@@ -79,26 +80,25 @@ def dense_document_scores(owner: Owner, plan: Plan, levels: Levels) -> Dict[str,
     return {d: float(v) for d, v in zip(summary_doc_ids(levels, ids), scores)}
 
 
-def lexical_document_scores(owner: Owner, plan: Plan, levels: Levels) -> Dict[str, float]:
+def lexical_document_scores(owner: Owner, plan: Plan, levels: Levels) -> dict[str, float]:
     """``doc id -> BM25 score`` over each document's title, metadata, summary, chunks."""
     assert levels.summary_bm25 is not None
     found = levels.summary_bm25.scores_by_id(plan.summary_bundle, owner.document_depth(plan.top_k))
     return dict(zip(summary_doc_ids(levels, found), found.values()))
 
 
-def document_scores(owner: Owner, plan: Plan, levels: Levels) -> Tuple[Dict[str, float], Dict[str, float]]:
+def document_scores(owner: Owner, plan: Plan, levels: Levels) -> tuple[dict[str, float], dict[str, float]]:
     weights = plan.document_weights
     dense = dense_document_scores(owner, plan, levels) if weights[0] > 0 else {}
     use_lexical = weights[1] > 0 and levels.summary_bm25 is not None
     return dense, lexical_document_scores(owner, plan, levels) if use_lexical else {}
 
 
-async def adocument_scores(
-    owner: Owner, plan: Plan, levels: Levels
-) -> Tuple[Dict[str, float], Dict[str, float]]:
+async def adocument_scores(owner: Owner, plan: Plan, levels: Levels) -> tuple[dict[str, float], dict[str, float]]:
     weights = plan.document_weights
     if weights[0] > 0 and not isinstance(owner.index.summary_index.vector_store, NumpyVectorStore):
-        async def dense_call() -> Dict[str, float]:
+
+        async def dense_call() -> dict[str, float]:
             hits = await levels.summary_vector._aretrieve(plan.summary_bundle)
             ids = summary_doc_ids(levels, (h.node.node_id for h in hits))
             return {d: float(h.score or 0.0) for d, h in zip(ids, hits)}
@@ -118,14 +118,14 @@ async def adocument_scores(
 
 
 def route(
-    owner: Owner, plan: Plan, dense: Dict[str, float], lexical: Dict[str, float]
-) -> Tuple[List[Route], Dict[str, float]]:
+    owner: Owner, plan: Plan, dense: dict[str, float], lexical: dict[str, float]
+) -> tuple[list[Route], dict[str, float]]:
     """Fuse the document searches; route to the best documents (and more
     while they hold fewer than ``top_k`` chunks). Returns the routes and
     every scored document's fused score."""
     lexical = {d: v for d, v in lexical.items() if v > 0}
     fused = fuse_document_scores(dense, lexical, plan.document_weights)
-    routes: List[Route] = []
+    routes: list[Route] = []
     chunks = 0
     for doc_id in sorted(fused, key=lambda d: (-fused[d], d)):
         if len(routes) >= owner.num_routed_docs and chunks >= plan.top_k:
@@ -137,9 +137,7 @@ def route(
     return routes, fused
 
 
-def _flat_chunk_search(
-    owner: Owner, levels: Levels
-) -> Tuple[BasePydanticVectorStore, BackfillVectorRetriever]:
+def _flat_chunk_search(owner: Owner, levels: Levels) -> tuple[BasePydanticVectorStore, BackfillVectorRetriever]:
     """The chunk store and its dense search, which ``fused`` mode searches flat."""
     chunk_index = owner.index.chunk_index
     if chunk_index is None or levels.chunk_vector is None:  # score_mode set to fused after construction
@@ -150,9 +148,7 @@ def _flat_chunk_search(
     return chunk_index.vector_store, levels.chunk_vector
 
 
-def dense_scores(
-    owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int
-) -> Dict[str, float]:
+def dense_scores(owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int) -> dict[str, float]:
     """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
 
     The embedded store is asked for ids and scores only (nodes are fetched
@@ -162,18 +158,14 @@ def dense_scores(
     store, chunk_vector = _flat_chunk_search(owner, levels)
     if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
         found = store.query(
-            VectorStoreQuery(
-                query_embedding=bundle.embedding, similarity_top_k=top_k, filters=filters_of(bundle)
-            )
+            VectorStoreQuery(query_embedding=bundle.embedding, similarity_top_k=top_k, filters=filters_of(bundle))
         )
         return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
     hits = chunk_vector._retrieve(replace(bundle, top_k=top_k))
     return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
 
 
-async def adense_scores(
-    owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int
-) -> Dict[str, float]:
+async def adense_scores(owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int) -> dict[str, float]:
     store, chunk_vector = _flat_chunk_search(owner, levels)
     if isinstance(store, NumpyVectorStore):
         return await asyncio.to_thread(dense_scores, owner, levels, bundle, top_k)  # numpy: CPU work
@@ -183,22 +175,18 @@ async def adense_scores(
 
 def chunk_scores(
     owner: Owner, plan: Plan, levels: Levels, bundle: FilteredQueryBundle, top_k: int
-) -> Tuple[Dict[str, float], Dict[str, float]]:
+) -> tuple[dict[str, float], dict[str, float]]:
     """Dense and lexical scores of the best ``top_k`` chunks each ({} where
     this query's script gives that search weight 0)."""
     weights = plan.chunk_weights
     dense = dense_scores(owner, levels, bundle, top_k) if weights[0] > 0 else {}
-    lexical = (
-        levels.chunk_bm25.scores_by_id(bundle, top_k)
-        if weights[1] > 0 and levels.chunk_bm25 is not None
-        else {}
-    )
+    lexical = levels.chunk_bm25.scores_by_id(bundle, top_k) if weights[1] > 0 and levels.chunk_bm25 is not None else {}
     return dense, lexical
 
 
 async def achunk_scores(
     owner: Owner, plan: Plan, levels: Levels, bundle: FilteredQueryBundle, top_k: int
-) -> Tuple[Dict[str, float], Dict[str, float]]:
+) -> tuple[dict[str, float], dict[str, float]]:
     weights = plan.chunk_weights
     dense, lexical = await asyncio.gather(
         adense_scores(owner, levels, bundle, top_k) if weights[0] > 0 else _no_scores(),
@@ -209,7 +197,7 @@ async def achunk_scores(
     return dense, lexical
 
 
-def routed_pool(owner: Owner, routes: List[Route], plan: Plan) -> int:
+def routed_pool(owner: Owner, routes: list[Route], plan: Plan) -> int:
     """Chunks a wave keeps per search: ``ROUTED_POOL_FACTOR * top_k`` per
     routed document, so the named document's clause is a candidate even
     when every routed document holds a near copy of it."""
@@ -217,8 +205,8 @@ def routed_pool(owner: Owner, routes: List[Route], plan: Plan) -> int:
 
 
 def fused_ranking(
-    owner: Owner, plan: Plan, levels: Levels, routes: List[Route], documents: Dict[str, float]
-) -> List[NodeWithScore]:
+    owner: Owner, plan: Plan, levels: Levels, routes: list[Route], documents: dict[str, float]
+) -> list[NodeWithScore]:
     evidence = ChunkEvidenceSet(owner, levels, documents)
     evidence.add(*chunk_scores(owner, plan, levels, plan.chunk_bundle, plan.top_k), None)
     while routes:
@@ -231,10 +219,10 @@ async def afused_ranking(
     owner: Owner,
     plan: Plan,
     levels: Levels,
-    routes: List[Route],
-    documents: Dict[str, float],
-    flat: Tuple[Dict[str, float], Dict[str, float]],
-) -> List[NodeWithScore]:
+    routes: list[Route],
+    documents: dict[str, float],
+    flat: tuple[dict[str, float], dict[str, float]],
+) -> list[NodeWithScore]:
     evidence = ChunkEvidenceSet(owner, levels, documents)
     evidence.add(*flat, None)
     while routes:
@@ -244,8 +232,8 @@ async def afused_ranking(
 
 
 def documents_with_scores(
-    owner: Owner, fused: Dict[str, float], dense: Dict[str, float], lexical: Dict[str, float]
-) -> List[DocumentWithScore]:
+    owner: Owner, fused: dict[str, float], dense: dict[str, float], lexical: dict[str, float]
+) -> list[DocumentWithScore]:
     index = owner.index
     order = sorted(fused, key=lambda d: (-fused[d], d))
     return [
@@ -265,7 +253,7 @@ def documents_with_scores(
     ]
 
 
-def wave_bundle(owner: Owner, routes: List[Route], plan: Plan) -> FilteredQueryBundle:
+def wave_bundle(owner: Owner, routes: list[Route], plan: Plan) -> FilteredQueryBundle:
     """One chunk query for a whole wave (or one route): its documents' chunks, plus the filters."""
     routing = MetadataFilters(
         filters=[
@@ -281,13 +269,13 @@ def wave_bundle(owner: Owner, routes: List[Route], plan: Plan) -> FilteredQueryB
     )
 
 
-def split_wave(routes: List[Route], hits: List[NodeWithScore]) -> List[List[NodeWithScore]]:
+def split_wave(routes: list[Route], hits: list[NodeWithScore]) -> list[list[NodeWithScore]]:
     """Hand each hit of a wave query to the (first) route of its document."""
-    slot: Dict[str, int] = {}
-    i: Optional[int]
+    slot: dict[str, int] = {}
+    i: int | None
     for i, route in enumerate(routes):
         slot.setdefault(route.doc_id, i)
-    out: List[List[NodeWithScore]] = [[] for _ in routes]
+    out: list[list[NodeWithScore]] = [[] for _ in routes]
     for hit in hits:
         i = slot.get(hit.node.ref_doc_id or "")
         if i is not None:
@@ -296,16 +284,14 @@ def split_wave(routes: List[Route], hits: List[NodeWithScore]) -> List[List[Node
 
 
 # ------------------------------------------- chunk / weighted / product modes
-def routes(owner: Owner, summary_hits: List[NodeWithScore], plan: Plan) -> List[Route]:
+def routes(owner: Owner, summary_hits: list[NodeWithScore], plan: Plan) -> list[Route]:
     """The top ``num_routed_docs`` documents, and more while they hold fewer
     than ``top_k`` chunks (a global top-k needs k candidates)."""
     index = owner.index
-    routes: List[Route] = []
+    routes: list[Route] = []
     chunks = 0
     for hit in summary_hits:
-        if len(routes) >= owner.num_routed_docs and (
-            chunks >= plan.top_k or index.chunk_index is None
-        ):
+        if len(routes) >= owner.num_routed_docs and (chunks >= plan.top_k or index.chunk_index is None):
             break
         node = hit.node
         doc_id = node.index_id if isinstance(node, IndexNode) else None
@@ -324,13 +310,12 @@ def child(owner: Owner, route: Route) -> BaseRetriever:
     retriever = owner.index.retriever_dict.get(route.doc_id)
     if retriever is None:
         raise LinkError(
-            f"no retriever for document {route.doc_id!r} "
-            f"({closest(route.doc_id, list(owner.index.retriever_dict))})"
+            f"no retriever for document {route.doc_id!r} ({closest(route.doc_id, list(owner.index.retriever_dict))})"
         )
     return retriever
 
 
-def child_results(route: Route, retriever: BaseRetriever, search: Callable[[], Any]) -> List[NodeWithScore]:
+def child_results(route: Route, retriever: BaseRetriever, search: Callable[[], Any]) -> list[NodeWithScore]:
     """A ``retriever_dict`` child's hits; a child that breaks is named."""
     where = f"retriever_dict[{route.doc_id!r}] ({type(retriever).__name__})"
     try:
@@ -342,18 +327,18 @@ def child_results(route: Route, retriever: BaseRetriever, search: Callable[[], A
     return hits
 
 
-def retrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
+def retrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> list[NodeWithScore]:
     if levels.chunk_vector is not None:  # our chunk store: the route is a ref_doc_id filter
         return levels.chunk_vector._retrieve(wave_bundle(owner, [route], plan))
     retriever = child(owner, route)  # the user's retriever: its own span, nested under ours
     return child_results(route, retriever, lambda: retriever.retrieve(replace(plan.chunk_bundle)))
 
 
-async def aretrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> List[NodeWithScore]:
+async def aretrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> list[NodeWithScore]:
     if levels.chunk_vector is not None:
         return await levels.chunk_vector._aretrieve(wave_bundle(owner, [route], plan))
     retriever = child(owner, route)
-    hits: Union[List[NodeWithScore], TypeError]
+    hits: list[NodeWithScore] | TypeError
     try:
         hits = await retriever.aretrieve(replace(plan.chunk_bundle))
     except TypeError as exc:
@@ -367,6 +352,6 @@ def _raise_or(value: Any) -> Any:
     return value
 
 
-async def _no_scores() -> Dict[str, float]:
+async def _no_scores() -> dict[str, float]:
     """What a search the query's weights switch off contributes."""
     return {}

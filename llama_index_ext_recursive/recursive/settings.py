@@ -11,8 +11,9 @@ retriever that runs them, so those modules stand below the retriever's.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple, Type
+from typing import Any, Protocol
 
 from llama_index.core.callbacks import CallbackManager
 
@@ -77,14 +78,14 @@ class Owner(Protocol):
     summary_mode: LevelMode
     chunk_mode: LevelMode
     callback_manager: CallbackManager
-    _calibration: Dict[str, Calibration]  # per hybrid level; building the levels fills it
+    _calibration: dict[str, Calibration]  # per hybrid level; building the levels fills it
     _show_progress: bool  # a bar while calibrating
 
     def document_depth(self, top_k: int) -> int: ...
 
 
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
-_CHOICE_SETTINGS: Dict[str, Type[Enum]] = {
+_CHOICE_SETTINGS: dict[str, type[Enum]] = {
     "score_mode": ScoreMode,
     "filter_policy": FilterPolicy,
     "summary_mode": LevelMode,
@@ -106,16 +107,12 @@ def check_settings(**settings: Any) -> None:
     for name, choices in _CHOICE_SETTINGS.items():
         value = settings.get(name)
         if value is not None and value not in {c.value for c in choices} | set(choices):
-            raise ValueError(
-                f"{name} must be one of {[c.value for c in choices]}, got {value!r}"
-            )
+            raise ValueError(f"{name} must be one of {[c.value for c in choices]}, got {value!r}")
     if "filters" in settings:
         to_filters(settings["filters"])  # a TypeError now rather than after embedding
 
 
-def check_arguments(
-    targets: Sequence[Callable[..., Any]], kwargs: Mapping[str, Any], where: str
-) -> None:
+def check_arguments(targets: Sequence[Callable[..., Any]], kwargs: Mapping[str, Any], where: str) -> None:
     """Refuse a keyword none of ``targets`` accepts (naming the closest valid one
     across all of them), then check the settings, before any work is done."""
     known = set()
@@ -123,6 +120,7 @@ def check_arguments(
         known |= set(inspect.signature(target).parameters)
     unknown = {k: v for k, v in kwargs.items() if k not in known}
     if unknown:
+
         def accepts_all(**_: Any) -> None: ...
 
         accepts_all.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -135,29 +133,26 @@ def check_arguments(
     check_settings(**kwargs)
 
 
-def calibration_from_config(data: Optional[Mapping[str, Any]]) -> Dict[str, Calibration]:
+def calibration_from_config(data: Mapping[str, Any] | None) -> dict[str, Calibration]:
     """``calibration=`` (as :attr:`RecursiveSummaryRetriever.calibration` gives
     it) -> one :class:`Calibration` per level; a bad entry names itself."""
     if data is None:
         return {}
     if not isinstance(data, Mapping):
         raise TypeError(
-            f"calibration must be the mapping RecursiveSummaryRetriever.calibration returns, "
-            f"got {type(data).__name__}"
+            f"calibration must be the mapping RecursiveSummaryRetriever.calibration returns, got {type(data).__name__}"
         )
-    levels: Dict[str, Calibration] = {}
+    levels: dict[str, Calibration] = {}
     for level, value in data.items():
         if level not in ("documents", "chunks"):
-            raise ValueError(
-                f"calibration has an unknown level {level!r}; known: 'documents', 'chunks'"
-            )
+            raise ValueError(f"calibration has an unknown level {level!r}; known: 'documents', 'chunks'")
         levels[level] = value if isinstance(value, Calibration) else Calibration.from_dict(value)
     return levels
 
 
 def split_arguments(
     kwargs: Mapping[str, Any], where: str, constructor: Callable[..., Any], documents: bool = False
-) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Keywords of the index build and of the constructor, every one checked
     (an unknown one names the closest valid keyword; ``transformations=`` is
     checked too) before any chunking, summarizing or embedding."""

@@ -20,7 +20,7 @@ import math
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from llama_index.core.llms.utils import LLMType
@@ -46,12 +46,12 @@ _STOPWORDS = frozenset(
 )
 
 
-def split_sentences(text: str) -> List[str]:
+def split_sentences(text: str) -> list[str]:
     """Split prose into sentences (English and Chinese punctuation, line breaks)."""
     return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
 
 
-def _terms(sentence: str) -> List[str]:
+def _terms(sentence: str) -> list[str]:
     """Latin words (stopwords dropped) and CJK character bigrams (:mod:`~llama_index_ext_recursive.text`'s table)."""
     words = [w.lower() for w in LATIN_WORD.findall(sentence)]
     chars = CJK_CHARACTER.findall(sentence)
@@ -104,9 +104,7 @@ class ExtractiveSummarizer:
         max_sentences: int = 10_000,
     ) -> None:
         if min(max_chars, max_chars_cjk) < 50:
-            raise ValueError(
-                f"max_chars and max_chars_cjk must be at least 50, got {max_chars}, {max_chars_cjk}"
-            )
+            raise ValueError(f"max_chars and max_chars_cjk must be at least 50, got {max_chars}, {max_chars_cjk}")
         if not 0.0 <= diversity_lambda <= 1.0:
             raise ValueError(f"diversity_lambda must be within [0, 1], got {diversity_lambda}")
         self.max_chars = max_chars
@@ -121,7 +119,7 @@ class ExtractiveSummarizer:
             f"{self.diversity_lambda}:{self.max_sentences}"
         )
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "type": "extractive",
             "max_chars": self.max_chars,
@@ -131,7 +129,7 @@ class ExtractiveSummarizer:
         }
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "ExtractiveSummarizer":
+    def from_dict(cls, data: dict[str, Any]) -> ExtractiveSummarizer:
         return cls(
             max_chars=data["max_chars"],
             diversity_lambda=data["diversity_lambda"],
@@ -139,7 +137,7 @@ class ExtractiveSummarizer:
             max_sentences=data.get("max_sentences", 10_000),
         )
 
-    def candidates(self, text: str) -> List[str]:
+    def candidates(self, text: str) -> list[str]:
         """The sentences :meth:`select` chooses from, in document order.
 
         Headings (``#`` lines) are left out. Beyond ``max_sentences``, every
@@ -153,7 +151,7 @@ class ExtractiveSummarizer:
         logger.debug("summarizing from %d of %d sentences", self.max_sentences, total)
         return [sentences[i] for i in np.arange(self.max_sentences) * total // self.max_sentences]
 
-    def select(self, text: str, budget: int, segments: int = 1) -> List[str]:
+    def select(self, text: str, budget: int, segments: int = 1) -> list[str]:
         """Central, mutually different sentences of ``text`` within ``budget`` characters.
 
         With ``segments > 1`` the document is cut into that many consecutive
@@ -173,17 +171,15 @@ class ExtractiveSummarizer:
         lengths = np.array([len(s) + 1 for s in sentences])
         fit = budget // max(1, 2 * int(lengths.mean()))  # each part fits about two sentences
         parts = np.array_split(np.arange(len(sentences)), max(1, min(segments, len(sentences), fit)))
-        chosen: List[int] = []
+        chosen: list[int] = []
         for part in parts:
             rows = slice(int(part[0]), int(part[-1]) + 1)  # parts are consecutive
-            chosen.extend(
-                self._mmr(matrix[rows], centrality[rows], lengths[rows], budget // len(parts), part)
-            )
+            chosen.extend(self._mmr(matrix[rows], centrality[rows], lengths[rows], budget // len(parts), part))
         return [sentences[i] for i in sorted(chosen)]
 
     def _mmr(
         self, matrix: sparse.csr_array, centrality: np.ndarray, lengths: np.ndarray, budget: int, ids: np.ndarray
-    ) -> List[int]:
+    ) -> list[int]:
         """Greedy maximal marginal relevance within a character budget.
 
         A sentence longer than the budget left can never be chosen later, so it
@@ -214,7 +210,7 @@ class ExtractiveSummarizer:
         return summary[:limit].strip() or text[:limit].strip()
 
 
-def _unit_rows(bags: List[Counter], vocab: Dict[str, int], idf: np.ndarray) -> sparse.csr_array:
+def _unit_rows(bags: list[Counter], vocab: dict[str, int], idf: np.ndarray) -> sparse.csr_array:
     """Sparse TF-IDF rows of unit length (all-zero rows stay zero)."""
     counts = [len(bag) for bag in bags]
     rows = np.repeat(np.arange(len(bags)), counts)
@@ -271,11 +267,11 @@ class LLMSummarizer:
 
     def __init__(
         self,
-        llm: Optional[LLMType] = None,
+        llm: LLMType | None = None,
         max_chars: int = 800,
         max_input_chars: int = 6000,
         timeout: float = 60.0,
-        fallback: Optional[Summarizer] = None,
+        fallback: Summarizer | None = None,
         prompt: str = DEFAULT_SUMMARY_PROMPT,
         input_segments: int = 8,
     ) -> None:
@@ -298,9 +294,7 @@ class LLMSummarizer:
         return f"llm:{model_name}:{self.max_chars}:{self.max_input_chars}:{self.input_segments}:{prompt_hash}"
 
     def build_prompt(self, title: str, text: str) -> str:
-        content = "\n".join(
-            ExtractiveSummarizer().select(text, self.max_input_chars, segments=self.input_segments)
-        )
+        content = "\n".join(ExtractiveSummarizer().select(text, self.max_input_chars, segments=self.input_segments))
         language = "Chinese, Japanese or Korean" if is_cjk(text) else "the document's language"
         return self.prompt.format(
             title=title or "(untitled)",
@@ -351,9 +345,9 @@ class SummaryCache:
         path: JSON file to load from and save to (optional).
     """
 
-    def __init__(self, path: Union[str, Path, None] = None) -> None:
+    def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
-        self.entries: Dict[str, str] = {}
+        self.entries: dict[str, str] = {}
         self.hits = 0
         self.misses = 0
         if self.path is not None and self.path.exists():
@@ -372,7 +366,7 @@ class SummaryCache:
             self.entries[key] = summarizer.summarize(title, text)
         return self.entries[key]
 
-    def save(self, path: Union[str, Path, None] = None) -> None:
+    def save(self, path: str | Path | None = None) -> None:
         target = Path(path) if path else self.path
         if target is None:
             raise ValueError("SummaryCache.save needs a path (none was given at construction)")

@@ -9,7 +9,8 @@ node. Summaries are routed by :class:`~llama_index_ext_recursive.recursive.build
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 from llama_index.core import VectorStoreIndex
@@ -38,8 +39,8 @@ def attach_embeddings(
     embed_model: BaseEmbedding,
     summary_embedding: SummaryEmbedding = SummaryEmbedding.TEXT,
     show_progress: bool = False,
-    dim: Optional[int] = None,
-) -> Optional[int]:
+    dim: int | None = None,
+) -> int | None:
     """Embed chunks that lack an embedding, then set each summary's routing vector.
 
     Works on the builder's own copies; chunks that already carry embeddings
@@ -77,9 +78,7 @@ def attach_embeddings(
         else {}
     )
     if texts:
-        _check_embeddings(
-            built.summary_nodes, texts, model_name, lambda n: f"the summary of {n.index_id!r}", dim
-        )
+        _check_embeddings(built.summary_nodes, texts, model_name, lambda n: f"the summary of {n.index_id!r}", dim)
     for node in built.chunk_nodes:
         node.embedding = vectors[node.node_id]
     if mode == SummaryEmbedding.TEXT:
@@ -98,9 +97,9 @@ def _check_embeddings(
     vectors: Mapping[str, Sequence[float]],
     model_name: str,
     describe: Callable[[_Node], str],
-    dim: Optional[int],
+    dim: int | None,
     block: int = 4096,
-) -> Optional[int]:
+) -> int | None:
     """:func:`check_vectors` over every node's vector, ``block`` rows at a time.
 
     The bulk check is one numpy pass per block; only a failing vector is
@@ -122,7 +121,7 @@ def _check_embeddings(
     return dim
 
 
-def embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding, dim: Optional[int]) -> None:
+def embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding, dim: int | None) -> None:
     """Embed (and check) summaries that still lack a vector (``SummaryEmbedding.TEXT``)
     before anything is indexed, so neither a build nor an update's swap calls the model."""
     todo = [s for s in built.summary_nodes if s.embedding is None]
@@ -135,7 +134,7 @@ def embed_summaries(built: BuiltDocuments, embed_model: BaseEmbedding, dim: Opti
         summary.embedding = vectors[summary.node_id]
 
 
-def _stored_vectors(index: VectorStoreIndex, node_ids: List[str]) -> Dict[str, List[float]]:
+def _stored_vectors(index: VectorStoreIndex, node_ids: list[str]) -> dict[str, list[float]]:
     """The vectors an index's store holds for ``node_ids`` (those it can tell)."""
     store = index.vector_store
     if isinstance(store, SimpleVectorStore):
@@ -148,14 +147,17 @@ def _stored_vectors(index: VectorStoreIndex, node_ids: List[str]) -> Dict[str, L
         return {}
 
 
-def with_stored_embeddings(index: VectorStoreIndex, nodes: List[BaseNode]) -> List[BaseNode]:
+def with_stored_embeddings(index: VectorStoreIndex, nodes: list[BaseNode]) -> list[BaseNode]:
     """Copies of an index's nodes carrying the vectors its store holds for them."""
     vectors = _stored_vectors(index, [n.node_id for n in nodes])
     missing = [n.node_id for n in nodes if n.node_id not in vectors and n.embedding is None]
     if missing:
         logger.warning(
             "%s holds no vector for %d of %d nodes (e.g. %r); they are embedded again",
-            type(index.vector_store).__name__, len(missing), len(nodes), missing[0],
+            type(index.vector_store).__name__,
+            len(missing),
+            len(nodes),
+            missing[0],
         )
     out = []
     for node in nodes:

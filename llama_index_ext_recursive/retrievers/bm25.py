@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, cast
 
 import bm25s
 import numpy as np
@@ -127,18 +128,18 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         self,
         nodes: Sequence[BaseNode],
         similarity_top_k: int = DEFAULT_TOP_K,
-        tokenizer: Optional[MultilingualTokenizer] = None,
+        tokenizer: MultilingualTokenizer | None = None,
         language: str = "auto",
         filters: FiltersLike = None,
         metadata_mode: MetadataMode = MetadataMode.EMBED,
-        callback_manager: Optional[CallbackManager] = None,
+        callback_manager: CallbackManager | None = None,
         verbose: bool = False,
-        existing_bm25: Optional[bm25s.BM25] = None,
-        existing_terms: Optional[Terms] = None,
-        unknown_filter_key: Optional[Union[UnknownFilterPolicy, str]] = UnknownFilterPolicy.RAISE,
-        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
-        objects: Optional[List[IndexNode]] = None,
-        object_map: Optional[dict] = None,
+        existing_bm25: bm25s.BM25 | None = None,
+        existing_terms: Terms | None = None,
+        unknown_filter_key: UnknownFilterPolicy | str | None = UnknownFilterPolicy.RAISE,
+        filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
+        objects: list[IndexNode] | None = None,
+        object_map: dict | None = None,
     ) -> None:
         check_count("similarity_top_k", similarity_top_k)
         nodes = json_nodes(nodes or [])  # filters see plain numbers; bad metadata named before tokenizing
@@ -170,34 +171,32 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         self.filters = to_filters(filters)
         self.filter_policy = policy
         self.unknown_filter_key = unknown
-        self.nodes: List[BaseNode] = nodes
-        self._vocabulary: Optional[FilterVocabulary] = None
-        self._postings_cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
-        self._last_scores: Optional[Tuple[Tuple[str, ...], np.ndarray]] = None
+        self.nodes: list[BaseNode] = nodes
+        self._vocabulary: FilterVocabulary | None = None
+        self._postings_cache: dict[str, dict[Any, np.ndarray] | None] = {}
+        self._last_scores: tuple[tuple[str, ...], np.ndarray] | None = None
         # what the bm25s index was computed from, and the segments added and
         # removed since (with_changes); None: not known (a previous release's folder)
-        self._terms: Optional[Terms] = terms
-        self._row_of: Optional[Dict[str, int]] = None
+        self._terms: Terms | None = terms
+        self._row_of: dict[str, int] | None = None
         self._base_mask = self._mask(self.filters)
         if self._base_mask is not None and not self._base_mask.any():
             logger.warning("construction-time filters match none of the %d nodes", len(nodes))
 
     @staticmethod
     def _index_nodes(
-        nodes: List[BaseNode],
+        nodes: list[BaseNode],
         tokenizer: MultilingualTokenizer,
         metadata_mode: MetadataMode,
-        existing_bm25: Optional[bm25s.BM25],
-        existing_terms: Optional[Terms],
-    ) -> Tuple[bm25s.BM25, Optional[Terms]]:
+        existing_bm25: bm25s.BM25 | None,
+        existing_terms: Terms | None,
+    ) -> tuple[bm25s.BM25, Terms | None]:
         """The bm25s index of ``nodes`` and its term statistics (``existing_bm25``
         and ``existing_terms`` when given, checked)."""
         if existing_bm25 is not None:
             num_docs = int(existing_bm25.scores.get("num_docs", -1))
             if num_docs != len(nodes):
-                raise ValueError(
-                    f"existing_bm25 indexes {num_docs} documents but {len(nodes)} nodes were given"
-                )
+                raise ValueError(f"existing_bm25 indexes {num_docs} documents but {len(nodes)} nodes were given")
             if existing_terms is not None and (
                 existing_terms.changed
                 or len(existing_terms.lengths) != num_docs
@@ -214,7 +213,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         return index_tokens(corpus_tokens)
 
     # -- updates: segments (a delta and tombstones), merged past a share --
-    def with_changes(self, add: Sequence[BaseNode], remove: Iterable[str]) -> "MultilingualBM25Retriever":
+    def with_changes(self, add: Sequence[BaseNode], remove: Iterable[str]) -> MultilingualBM25Retriever:
         """A retriever over these nodes without ``remove`` (node ids) and with ``add``.
 
         This one is not changed (a query may be reading it). The new one shares
@@ -264,10 +263,10 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             del new._row_of[node_id]
         return new
 
-    def _postings_with(self, add: List[BaseNode]) -> Dict[str, Optional[Dict[Any, np.ndarray]]]:
+    def _postings_with(self, add: list[BaseNode]) -> dict[str, dict[Any, np.ndarray] | None]:
         """The posting lists built so far with ``add`` appended as the next rows
         (a removed row may stay listed: it scores 0, so it is never returned)."""
-        cache: Dict[str, Optional[Dict[Any, np.ndarray]]] = {}
+        cache: dict[str, dict[Any, np.ndarray] | None] = {}
         for key, postings in self._postings_cache.items():
             if postings is None:
                 cache[key] = None
@@ -284,20 +283,20 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         return cache
 
     @property
-    def terms(self) -> Optional[Terms]:
+    def terms(self) -> Terms | None:
         """The term statistics under the bm25s index, with the segments of the
         updates since (``None``: not known, for an index loaded from a folder
         written before terms format 2)."""
         return self._terms
 
-    def _rows(self) -> Dict[str, int]:
+    def _rows(self) -> dict[str, int]:
         """Row of each live node id (built once, carried over by :meth:`with_changes`)."""
         if self._row_of is None:
             dead = None if self._terms is None else self._terms.dead
             self._row_of = {n.node_id: row for row, n in enumerate(self.nodes) if dead is None or not dead[row]}
         return self._row_of
 
-    def _with_index(self, nodes: List[BaseNode], bm25: bm25s.BM25, terms: Terms) -> "MultilingualBM25Retriever":
+    def _with_index(self, nodes: list[BaseNode], bm25: bm25s.BM25, terms: Terms) -> MultilingualBM25Retriever:
         """A copy of this retriever over ``nodes`` (rows of ``terms``), with the caches derived from nodes reset."""
         new = copy.copy(self)
         new.nodes = nodes
@@ -310,7 +309,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         new._base_mask = new._mask(new.filters)
         return new
 
-    def _rebuilt(self, nodes: List[BaseNode]) -> "MultilingualBM25Retriever":
+    def _rebuilt(self, nodes: list[BaseNode]) -> MultilingualBM25Retriever:
         """A fresh index over ``nodes`` with these settings, tokenising them."""
         return type(self)(
             nodes=nodes,
@@ -323,7 +322,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             filter_policy=self.filter_policy,
         )
 
-    def compacted(self) -> "MultilingualBM25Retriever":
+    def compacted(self) -> MultilingualBM25Retriever:
         """This retriever with its segments merged into one bm25s index (itself when
         it has none): the same scores, from the kept term frequencies."""
         terms = self._terms
@@ -334,16 +333,16 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
     @classmethod
     def from_defaults(  # type: ignore[override]
         cls,
-        index: Optional[VectorStoreIndex] = None,
-        nodes: Optional[Sequence[BaseNode]] = None,
-        docstore: Optional[BaseDocumentStore] = None,
+        index: VectorStoreIndex | None = None,
+        nodes: Sequence[BaseNode] | None = None,
+        docstore: BaseDocumentStore | None = None,
         similarity_top_k: int = DEFAULT_TOP_K,
-        tokenizer: Optional[MultilingualTokenizer] = None,
+        tokenizer: MultilingualTokenizer | None = None,
         language: str = "auto",
         filters: FiltersLike = None,
         verbose: bool = False,
         **kwargs: Any,
-    ) -> "MultilingualBM25Retriever":
+    ) -> MultilingualBM25Retriever:
         """Build from exactly one of ``index``, ``nodes`` or ``docstore``.
 
         Args:
@@ -363,7 +362,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         if index is not None:
             docstore = index.docstore
         if docstore is not None:
-            nodes = cast(List[BaseNode], list(docstore.docs.values()))
+            nodes = cast(list[BaseNode], list(docstore.docs.values()))
         return cls(
             nodes=cast(Sequence[BaseNode], nodes),
             similarity_top_k=similarity_top_k,
@@ -375,7 +374,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         )
 
     # -- scoring -------------------------------------------------------
-    def _mask(self, filters: Optional[MetadataFilters]) -> Optional[np.ndarray]:
+    def _mask(self, filters: MetadataFilters | None) -> np.ndarray | None:
         """Boolean mask of nodes passing ``filters`` (``None``: no filtering).
 
         Equality and ``IN`` conditions ANDed at the top (a routed document's
@@ -396,10 +395,10 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             mask[row] = bool(matches(filterable_metadata(self.nodes[row])))
         return mask
 
-    def _candidates(self, filters: MetadataFilters) -> Tuple[Optional[np.ndarray], bool]:
+    def _candidates(self, filters: MetadataFilters) -> tuple[np.ndarray | None, bool]:
         """Rows that can satisfy the top-level equality conditions (``None``:
         all), and whether every condition was looked up in a posting list."""
-        rows: Optional[np.ndarray] = None
+        rows: np.ndarray | None = None
         complete = True
         for key, values in equality_constraints(filters):
             postings = self._postings(key)
@@ -415,7 +414,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             rows = found if rows is None else np.intersect1d(rows, found, assume_unique=True)
         return rows, complete
 
-    def _postings(self, key: str) -> Optional[Dict[Any, np.ndarray]]:
+    def _postings(self, key: str) -> dict[Any, np.ndarray] | None:
         """``value -> rows`` for ``key``, built once (``None`` if a value is unhashable)."""
         cache = self._postings_cache
         if key not in cache:
@@ -425,7 +424,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
                 cache[key] = None
         return cache[key]
 
-    def _score_all(self, query_tokens: List[str]) -> np.ndarray:
+    def _score_all(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 score of every indexed node for ``query_tokens`` (CPU-bound).
 
         The last query's scores are kept: a recursive retrieval asks the same
@@ -453,7 +452,9 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         """Metadata keys (and value kinds) of the indexed nodes (removed ones
         excluded), which filters are checked against; shared, not to be changed."""
         if self._vocabulary is None:
-            self._vocabulary = FilterVocabulary.from_nodes(_live(self.nodes, self._terms) if self._terms else self.nodes)
+            self._vocabulary = FilterVocabulary.from_nodes(
+                _live(self.nodes, self._terms) if self._terms else self.nodes
+            )
         return self._vocabulary
 
     def _resolve(self, query_bundle: QueryBundle) -> Call:
@@ -467,7 +468,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             unknown_filter_key=self.unknown_filter_key or UnknownFilterPolicy.RAISE,
         )
 
-    def _ranked_rows(self, call: Call, top_k: int) -> Tuple[np.ndarray, np.ndarray]:
+    def _ranked_rows(self, call: Call, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows of the best ``top_k`` nodes matching the call's filters, and all nodes' scores."""
         tokens = self.tokenizer(call.bundle.query_str)
         # the construction-time filters' mask is computed once, in __init__
@@ -485,7 +486,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             logger.info("bm25 query tokens=%s matches=%d returned=%d", tokens, len(candidates), len(order))
         return order, scores
 
-    def scores_by_id(self, query_bundle: QueryBundle, top_k: Optional[int] = None) -> Dict[str, float]:
+    def scores_by_id(self, query_bundle: QueryBundle, top_k: int | None = None) -> dict[str, float]:
         """``node_id -> score`` of the best matches, best first, without building
         result objects: for callers that fuse scores and keep only a few nodes.
 
@@ -495,19 +496,19 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         rows, scores = self._ranked_rows(call, top_k or call.top_k)
         return {self.nodes[i].node_id: float(scores[i]) for i in rows}
 
-    def _results(self, call: Call) -> List[NodeWithScore]:
+    def _results(self, call: Call) -> list[NodeWithScore]:
         rows, scores = self._ranked_rows(call, call.top_k)
         return [unexplained(self.nodes[i], float(scores[i])) for i in rows]
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._results(self._resolve(query_bundle))
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         # resolving may build the filter vocabulary (a pass over every node): off the loop too
         return await asyncio.to_thread(lambda: self._results(self._resolve(query_bundle)))
 
     # -- configuration and persistence ---------------------------------
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`).
 
         The nodes are data, not settings: :meth:`from_dict` takes them again.
@@ -519,15 +520,11 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             tokenizer=self.tokenizer.to_dict(),
             filters=self.filters.model_dump(mode="json") if self.filters is not None else None,
             filter_policy=self.filter_policy.value,
-            unknown_filter_key=(
-                self.unknown_filter_key.value if self.unknown_filter_key is not None else None
-            ),
+            unknown_filter_key=(self.unknown_filter_key.value if self.unknown_filter_key is not None else None),
         )
 
     @classmethod
-    def from_dict(
-        cls, data: Dict[str, Any], nodes: Sequence[BaseNode], **overrides: Any
-    ) -> "MultilingualBM25Retriever":
+    def from_dict(cls, data: dict[str, Any], nodes: Sequence[BaseNode], **overrides: Any) -> MultilingualBM25Retriever:
         """A retriever over ``nodes`` with the settings of :meth:`to_dict` (``overrides`` win).
 
         Raises:
@@ -535,11 +532,11 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         """
         return cls(nodes=nodes, **{**settings_from_config(init_parameters(cls, data)), **overrides})
 
-    def get_persist_args(self) -> Dict[str, Any]:
+    def get_persist_args(self) -> dict[str, Any]:
         """The settings :meth:`persist` writes (upstream's name for them)."""
         return self.to_dict()["init_parameters"]
 
-    def persist(self, path: Union[str, Path], **kwargs: Any) -> None:  # type: ignore[override]
+    def persist(self, path: str | Path, **kwargs: Any) -> None:  # type: ignore[override]
         """Write index, nodes and settings (``config.json``) to the index folder ``path``.
 
         ``path`` must be missing, empty, or hold a BM25 index persisted earlier
@@ -565,8 +562,8 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
 
     @classmethod
     def from_persist_dir(  # type: ignore[override]
-        cls, path: Union[str, Path], **kwargs: Any
-    ) -> "MultilingualBM25Retriever":
+        cls, path: str | Path, **kwargs: Any
+    ) -> MultilingualBM25Retriever:
         """Load a retriever written by :meth:`persist` (or by the previous releases).
 
         Every file is checked against the folder's manifest (size and sha256)
@@ -583,20 +580,20 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         return read_index(path, PERSIST_KIND, lambda folder: cls.read_files(folder, **kwargs))
 
     @classmethod
-    def read_files(cls, folder: Path, **overrides: Any) -> "MultilingualBM25Retriever":
+    def read_files(cls, folder: Path, **overrides: Any) -> MultilingualBM25Retriever:
         """Load what :meth:`write_files` wrote into ``folder`` (or a previous
         release's ``retriever.json`` layout)."""
         data, settings = read_bm25_files(cls, folder)
         return cls(**data, **{**settings, **overrides})
 
 
-def _value_rows(nodes: Sequence[BaseNode], key: str, first: int) -> Dict[Any, List[int]]:
+def _value_rows(nodes: Sequence[BaseNode], key: str, first: int) -> dict[Any, list[int]]:
     """``value -> rows`` of ``key`` over ``nodes`` numbered from ``first``.
 
     Raises:
         TypeError: a value is unhashable (a list or dict: no posting list can hold it).
     """
-    lists: Dict[Any, List[int]] = {}
+    lists: dict[Any, list[int]] = {}
     for row, node in enumerate(nodes, start=first):
         value = filterable_metadata(node).get(key)
         if value is not None:
@@ -604,7 +601,7 @@ def _value_rows(nodes: Sequence[BaseNode], key: str, first: int) -> Dict[Any, Li
     return lists
 
 
-def _live(nodes: List[BaseNode], terms: Terms) -> List[BaseNode]:
+def _live(nodes: list[BaseNode], terms: Terms) -> list[BaseNode]:
     """``nodes`` without the rows ``terms`` marks removed (the rows of a compacted index)."""
     dead = terms.dead
     return list(nodes) if dead is None else [n for row, n in enumerate(nodes) if not dead[row]]

@@ -22,8 +22,9 @@ module stands below the retriever's.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -55,9 +56,9 @@ LENGTHS_FILE = "lengths.index.npy"  # token count of each row
 def write_bm25_files(
     folder: Path,
     bm25: bm25s.BM25,
-    terms: Optional[Terms],
+    terms: Terms | None,
     nodes: Sequence[BaseNode],
-    config: Dict[str, Any],
+    config: dict[str, Any],
     **kwargs: Any,
 ) -> None:
     """Write a bm25s index, its term statistics, its nodes and the retriever's
@@ -75,7 +76,7 @@ def write_bm25_files(
     write_config(folder, config)
 
 
-def read_bm25_files(cls: type, folder: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def read_bm25_files(cls: type, folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """What :func:`write_bm25_files` wrote into ``folder`` (or a previous release's
     ``retriever.json`` layout), as the constructor arguments of ``cls`` (the
     retriever class the configuration must name): the data (``nodes``,
@@ -93,9 +94,7 @@ def read_bm25_files(cls: type, folder: Path) -> Tuple[Dict[str, Any], Dict[str, 
     nodes_path = folder / NODES_FILE
     raw_nodes = load_json(nodes_path)
     if not isinstance(raw_nodes, list) or not raw_nodes:
-        raise PersistError(
-            f"{nodes_path} holds no list of nodes: it is damaged; persist the retriever again"
-        )
+        raise PersistError(f"{nodes_path} holds no list of nodes: it is damaged; persist the retriever again")
     try:
         nodes = [json_to_doc(item) for item in raw_nodes]
     except (KeyError, TypeError, ValueError) as exc:
@@ -109,10 +108,14 @@ def read_bm25_files(cls: type, folder: Path) -> Tuple[Dict[str, Any], Dict[str, 
     return {"nodes": nodes, "existing_bm25": bm25, "existing_terms": terms}, settings
 
 
-def settings_from_config(parameters: Dict[str, Any]) -> Dict[str, Any]:
+def settings_from_config(parameters: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments from :meth:`MultilingualBM25Retriever.to_dict`'s init parameters."""
     known = {
-        "similarity_top_k", "metadata_mode", "tokenizer", "filters", "filter_policy",
+        "similarity_top_k",
+        "metadata_mode",
+        "tokenizer",
+        "filters",
+        "filter_policy",
         "unknown_filter_key",
     }
     unknown = set(parameters) - known
@@ -133,7 +136,7 @@ def settings_from_config(parameters: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _legacy_settings(path: Path) -> Dict[str, Any]:
+def _legacy_settings(path: Path) -> dict[str, Any]:
     """Constructor arguments from a previous release's ``retriever.json``."""
     settings = load_json_object(path, ("format_version", "tokenizer"))
     if settings.get("format_version") != LEGACY_FORMAT_VERSION:
@@ -201,14 +204,22 @@ def _load_terms(folder: Path, bm25: bm25s.BM25) -> Terms:
     scores = bm25.scores
     if (
         (bm25.method, bm25.idf_method) != (METHOD, METHOD)  # the scoring Terms reproduces
-        or tf.dtype.kind != "i" or lengths.dtype.kind != "i" or tf.shape != np.shape(scores["data"])
-        or lengths.shape != (scores["num_docs"],) or (tf.size and int(tf.min()) < 1)
+        or tf.dtype.kind != "i"
+        or lengths.dtype.kind != "i"
+        or tf.shape != np.shape(scores["data"])
+        or lengths.shape != (scores["num_docs"],)
+        or (tf.size and int(tf.min()) < 1)
         or (lengths.size and int(lengths.min()) < 0)
     ):
         raise PersistError(
             f"{folder}: {TF_FILE} and {LENGTHS_FILE} do not match the BM25 matrix files; persist the retriever again"
         )
     return Terms(
-        vocab=bm25.vocab_dict, indptr=np.asarray(scores["indptr"]), rows=np.asarray(scores["indices"]),
-        tf=tf, lengths=lengths, main_rows=int(scores["num_docs"]), extra={},
+        vocab=bm25.vocab_dict,
+        indptr=np.asarray(scores["indptr"]),
+        rows=np.asarray(scores["indices"]),
+        tf=tf,
+        lengths=lengths,
+        main_rows=int(scores["num_docs"]),
+        extra={},
     )

@@ -22,8 +22,9 @@ built by :func:`index_tokens` in vectorised NumPy: the same scores as
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -54,17 +55,17 @@ class Terms:
         dead: removed rows (``None``: none).
     """
 
-    vocab: Dict[str, int]
+    vocab: dict[str, int]
     indptr: np.ndarray
     rows: np.ndarray
     tf: np.ndarray
     lengths: np.ndarray
     main_rows: int
-    extra: Dict[str, int]
+    extra: dict[str, int]
     delta_tokens: np.ndarray = field(default_factory=lambda: _NONE)
     delta_rows: np.ndarray = field(default_factory=lambda: _NONE)
     delta_tf: np.ndarray = field(default_factory=lambda: _NONE)
-    dead: Optional[np.ndarray] = None
+    dead: np.ndarray | None = None
 
     @property
     def changed(self) -> bool:
@@ -76,7 +77,7 @@ class Terms:
         return len(self.lengths) - self.main_rows + (0 if self.dead is None else int(self.dead.sum()))
 
     # -- updates -------------------------------------------------------
-    def with_rows(self, added: Sequence[List[str]], removed: Sequence[int]) -> "Terms":
+    def with_rows(self, added: Sequence[list[str]], removed: Sequence[int]) -> Terms:
         """These statistics with rows ``removed`` marked dead and ``added`` appended
         as delta rows. Cost: the added tokens and the delta, never the main segment.
 
@@ -85,9 +86,9 @@ class Terms:
             removed: rows (live ones) to mark removed.
         """
         extra = self.extra
-        tokens: List[int] = []
-        rows: List[int] = []
-        counts: List[int] = []
+        tokens: list[int] = []
+        rows: list[int] = []
+        counts: list[int] = []
         first = len(self.lengths)
         for offset, row_tokens in enumerate(added):
             for token, count in Counter(row_tokens).items():
@@ -120,7 +121,7 @@ class Terms:
             dead=dead if dead.any() else None,
         )
 
-    def compacted(self) -> Tuple[bm25s.BM25, "Terms"]:
+    def compacted(self) -> tuple[bm25s.BM25, Terms]:
         """One bm25s index over the live rows (renumbered in order) from the kept
         frequencies: what a fresh build on those rows holds, without tokenising."""
         main_tokens = np.repeat(np.arange(len(self.indptr) - 1, dtype=_INT), np.diff(self.indptr))
@@ -197,20 +198,26 @@ def posting_scores(
         average: the average row length (float64, as ``np.mean`` gives it).
     """
     tfc = _select_tfc_scorer(bm25.method)(
-        tf_array=tf.astype(np.float32), l_d=lengths.astype(np.float64), l_avg=average,
-        k1=bm25.k1, b=bm25.b, delta=bm25.delta,
+        tf_array=tf.astype(np.float32),
+        l_d=lengths.astype(np.float64),
+        l_avg=average,
+        k1=bm25.k1,
+        b=bm25.b,
+        delta=bm25.delta,
     )
     return (idf * tfc).astype(np.float32)
 
 
-def count_tokens(corpus_tokens: Sequence[List[str]]) -> Tuple[Dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def count_tokens(
+    corpus_tokens: Sequence[list[str]],
+) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vocabulary (first-seen order) and the postings of ``corpus_tokens``:
     token ids, rows and term frequencies sorted by token then row, and row lengths.
 
     Args:
         corpus_tokens: the token list of each row.
     """
-    vocab: Dict[str, int] = {}
+    vocab: dict[str, int] = {}
     flat = [vocab.setdefault(token, len(vocab)) for tokens in corpus_tokens for token in tokens]
     lengths = np.fromiter((len(tokens) for tokens in corpus_tokens), dtype=_INT, count=len(corpus_tokens))
     rows = np.repeat(np.arange(len(corpus_tokens), dtype=np.int64), lengths)
@@ -219,7 +226,7 @@ def count_tokens(corpus_tokens: Sequence[List[str]]) -> Tuple[Dict[str, int], np
     return vocab, (keys // width).astype(_INT), (keys % width).astype(_INT), tf.astype(_INT), lengths
 
 
-def index_tokens(corpus_tokens: Sequence[List[str]]) -> Tuple[bm25s.BM25, Terms]:
+def index_tokens(corpus_tokens: Sequence[list[str]]) -> tuple[bm25s.BM25, Terms]:
     """The bm25s index of ``corpus_tokens`` (as ``bm25s.BM25().index`` builds it) and its :class:`Terms`.
 
     Args:
@@ -229,8 +236,8 @@ def index_tokens(corpus_tokens: Sequence[List[str]]) -> Tuple[bm25s.BM25, Terms]
 
 
 def build_index(
-    vocab: Dict[str, int], tokens: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray
-) -> Tuple[bm25s.BM25, Terms]:
+    vocab: dict[str, int], tokens: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray
+) -> tuple[bm25s.BM25, Terms]:
     """A bm25s index from postings sorted by token then row (bm25s' CSC order),
     and its :class:`Terms`: one function for a fresh build and a merge of segments.
 
@@ -254,6 +261,13 @@ def build_index(
     bm25.vocab_dict = vocab
     bm25.unique_token_ids_set = set(vocab.values())
     bm25.nonoccurrence_array = None
-    terms = Terms(vocab=vocab, indptr=indptr, rows=rows, tf=tf, lengths=np.asarray(lengths, dtype=_INT),
-                  main_rows=n_rows, extra={})
+    terms = Terms(
+        vocab=vocab,
+        indptr=indptr,
+        rows=rows,
+        tf=tf,
+        lengths=np.asarray(lengths, dtype=_INT),
+        main_rows=n_rows,
+        extra={},
+    )
     return bm25, terms

@@ -37,18 +37,11 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import product
 from typing import (
     Any,
-    Dict,
-    Iterable,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
 )
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -81,9 +74,10 @@ GRID_STEP = 0.1
 MAX_GRID_POINTS = 300  # a simplex grid coarser than GRID_STEP beyond this
 PROGRESS_MIN_QUERIES = 500  # show_progress=None shows a bar from this many queries
 
+
 def pseudo_queries(
     nodes: Sequence[BaseNode], per_script: int = DEFAULT_CALIBRATION_SAMPLES, seed: int = 0
-) -> Dict[QueryScript, List[Tuple[str, str]]]:
+) -> dict[QueryScript, list[tuple[str, str]]]:
     """Up to ``per_script`` (node_id, query) pairs per script, cut from sampled nodes.
 
     A query is a random window of the node's text: 5-9 words for Latin text,
@@ -96,11 +90,11 @@ def pseudo_queries(
     """
     check_count("per_script", per_script)
     rng = random.Random(seed)
-    by_script: Dict[QueryScript, List[BaseNode]] = {}
+    by_script: dict[QueryScript, list[BaseNode]] = {}
     for node in nodes:
         text = node.get_content(metadata_mode=MetadataMode.NONE)
         by_script.setdefault(query_script(text), []).append(node)
-    out: Dict[QueryScript, List[Tuple[str, str]]] = {}
+    out: dict[QueryScript, list[tuple[str, str]]] = {}
     for script, group in sorted(by_script.items()):
         pairs = []
         for node in rng.sample(group, len(group)):
@@ -129,11 +123,11 @@ ResultsPerChild = Sequence[Sequence[ScoreMap]]  # [child][query] -> node_id -> s
 def collect_child_results(
     children: Sequence[BaseRetriever],
     queries: Sequence[str],
-    embed_model: Optional[BaseEmbedding] = None,
-    show_progress: Optional[bool] = None,
+    embed_model: BaseEmbedding | None = None,
+    show_progress: bool | None = None,
     *,
-    score_directions: Optional[Sequence[str]] = None,
-) -> List[List[Dict[str, float]]]:
+    score_directions: Sequence[str] | None = None,
+) -> list[list[dict[str, float]]]:
     """What each child finds for each query, as ``node_id -> score`` maps.
 
     Queries are embedded in batches (:func:`embed_queries`) and passed as
@@ -161,15 +155,14 @@ def collect_child_results(
     queries = list(queries)
     distance = _distance_flags(score_directions, len(children))
     show = len(queries) >= PROGRESS_MIN_QUERIES if show_progress is None else bool(show_progress)
-    models: List[Optional[BaseEmbedding]] = [
-        embed_model if embed_model is not None else getattr(child, "_embed_model", None)
-        for child in children
+    models: list[BaseEmbedding | None] = [
+        embed_model if embed_model is not None else getattr(child, "_embed_model", None) for child in children
     ]
     distinct = {id(m): m for m in models if m is not None}
     steps = len(queries) * (len(distinct) + len(children))
     with tqdm(total=steps, desc="calibrating fusion weights", disable=not show) as bar:
         vectors = {key: embed_queries(model, queries, bar) for key, model in distinct.items()}
-        out: List[List[Dict[str, float]]] = []
+        out: list[list[dict[str, float]]] = []
         for child, model, is_distance in zip(children, models, distance):
             embedded = vectors.get(id(model)) if model is not None else None
             per_query = []
@@ -181,7 +174,7 @@ def collect_child_results(
     return out
 
 
-def _distance_flags(directions: Optional[Sequence[str]], count: int) -> List[bool]:
+def _distance_flags(directions: Sequence[str] | None, count: int) -> list[bool]:
     if directions is None:
         return [False] * count
     if len(directions) != count:
@@ -190,9 +183,7 @@ def _distance_flags(directions: Optional[Sequence[str]], count: int) -> List[boo
     for i, direction in enumerate(directions):
         value = getattr(direction, "value", direction)
         if value not in ("similarity", "distance"):
-            raise ValueError(
-                f"score_directions[{i}] is {direction!r}: use 'similarity' or 'distance'"
-            )
+            raise ValueError(f"score_directions[{i}] is {direction!r}: use 'similarity' or 'distance'")
         flags.append(value == "distance")
     return flags
 
@@ -230,7 +221,7 @@ def fused_mrr(
     return total / len(targets)
 
 
-def weight_grid(count: int, step: float = GRID_STEP) -> List[List[float]]:
+def weight_grid(count: int, step: float = GRID_STEP) -> list[list[float]]:
     """Points of the weight simplex (weights summing to 1) with the given step.
 
     Each child alone is a point. Two children, step 0.1: ``(1 - t, t)`` for
@@ -254,10 +245,10 @@ def weight_grid(count: int, step: float = GRID_STEP) -> List[List[float]]:
 def fit_weights(
     results_per_child: ResultsPerChild,
     targets: Sequence[str],
-    grid: Optional[Sequence[Sequence[float]]] = None,
+    grid: Sequence[Sequence[float]] | None = None,
     fuse: FuseFunction = relative_score_fusion,
     tolerance: float = DEFAULT_TOLERANCE,
-) -> Tuple[List[float], List[Tuple[List[float], float]]]:
+) -> tuple[list[float], list[tuple[list[float], float]]]:
     """Fused MRR at every grid point, and the weights chosen from them.
 
     Chosen: among the points whose MRR is within ``tolerance`` of the best
@@ -318,7 +309,7 @@ def _same_direction(a: Sequence[float], b: Sequence[float]) -> bool:
     return all(abs(x / sa - y / sb) < 1e-12 for x, y in zip(a, b))
 
 
-def _single(weights: Sequence[float]) -> Optional[int]:
+def _single(weights: Sequence[float]) -> int | None:
     """The child a weight vector gives all the weight to, if it does."""
     positive = [i for i, w in enumerate(weights) if w > 0]
     return positive[0] if len(positive) == 1 else None
@@ -332,38 +323,36 @@ def _distance(weights: Sequence[float], target: Sequence[float]) -> float:
 def _check_results(results_per_child: ResultsPerChild, targets: Sequence[str], count: int) -> None:
     if len(results_per_child) != count:
         raise ValueError(
-            f"results_per_child has {len(results_per_child)} children for {count} weights: "
-            "give one weight per child"
+            f"results_per_child has {len(results_per_child)} children for {count} weights: give one weight per child"
         )
     for i, child in enumerate(results_per_child):
         if len(child) != len(targets):
             raise ValueError(
-                f"results_per_child[{i}] has {len(child)} queries for {len(targets)} targets: "
-                "give one target per query"
+                f"results_per_child[{i}] has {len(child)} queries for {len(targets)} targets: give one target per query"
             )
 
 
 # ------------------------------------------------------------ calibrating
 
 
-PairsByScript = Mapping[Union[str, QueryScript], Sequence[Tuple[str, str]]]
+PairsByScript = Mapping[str | QueryScript, Sequence[tuple[str, str]]]
 
 
 def calibrate_children(
     children: Sequence[BaseRetriever],
-    nodes_or_pairs: Union[Sequence[BaseNode], PairsByScript, Sequence[Tuple[str, str]]],
-    embed_model: Optional[BaseEmbedding] = None,
+    nodes_or_pairs: Sequence[BaseNode] | PairsByScript | Sequence[tuple[str, str]],
+    embed_model: BaseEmbedding | None = None,
     fuse: FuseFunction = relative_score_fusion,
-    grid: Optional[Sequence[Sequence[float]]] = None,
+    grid: Sequence[Sequence[float]] | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
-    show_progress: Optional[bool] = None,
-    names: Optional[Sequence[str]] = None,
+    show_progress: bool | None = None,
+    names: Sequence[str] | None = None,
     *,
-    score_directions: Optional[Sequence[str]] = None,
+    score_directions: Sequence[str] | None = None,
     samples_per_script: int = DEFAULT_CALIBRATION_SAMPLES,
     seed: int = 0,
-    fusion: Optional[str] = None,
-    absent_script_weights: Optional[Sequence[float]] = None,
+    fusion: str | None = None,
+    absent_script_weights: Sequence[float] | None = None,
 ) -> Calibration:
     """Fit fusion weights per query script for ``children``.
 
@@ -404,13 +393,15 @@ def calibrate_children(
     pairs_by_script = _pairs_by_script(nodes_or_pairs, samples_per_script, seed)
     measured = {s: p for s, p in pairs_by_script.items() if len(p) >= MIN_CALIBRATION_SAMPLES}
     queries = [query for pairs in measured.values() for _, query in pairs]
-    results = collect_child_results(
-        children, queries, embed_model, show_progress, score_directions=score_directions
-    ) if queries else [[] for _ in children]
+    results = (
+        collect_child_results(children, queries, embed_model, show_progress, score_directions=score_directions)
+        if queries
+        else [[] for _ in children]
+    )
     distance = _distance_flags(score_directions, len(children))
     if any(distance):
         fuse = partial(fuse, distance=distance)
-    scripts: Dict[str, ScriptCalibration] = {}
+    scripts: dict[str, ScriptCalibration] = {}
     offset = 0
     for script, pairs in pairs_by_script.items():
         if script not in measured:
@@ -429,20 +420,25 @@ def calibrate_children(
         chosen = scripts[script].mrr
         logger.info(
             "fusion calibration %s: %d pseudo-queries, child MRR %s, weights %s (MRR %.3f)",
-            script, len(pairs), dict(zip(names, (round(m, 3) for m in child_mrr))), weights, chosen,
+            script,
+            len(pairs),
+            dict(zip(names, (round(m, 3) for m in child_mrr))),
+            weights,
+            chosen,
         )
     if absent_script_weights is not None:
         for script in QueryScript:
             if script.value not in pairs_by_script:
                 scripts[script.value] = ScriptCalibration(0, [], list(absent_script_weights), [])
-                logger.info("fusion calibration %s: no text in this script, weights %s",
-                            script.value, scripts[script.value].weights)
+                logger.info(
+                    "fusion calibration %s: no text in this script, weights %s",
+                    script.value,
+                    scripts[script.value].weights,
+                )
     return Calibration(scripts=scripts, names=names, fusion=fusion)
 
 
-def _pairs_by_script(
-    nodes_or_pairs: Any, samples_per_script: int, seed: int
-) -> Dict[str, List[Tuple[str, str]]]:
+def _pairs_by_script(nodes_or_pairs: Any, samples_per_script: int, seed: int) -> dict[str, list[tuple[str, str]]]:
     if isinstance(nodes_or_pairs, Mapping):
         out = {}
         known = [s.value for s in QueryScript]
@@ -456,22 +452,23 @@ def _pairs_by_script(
     if items and all(isinstance(item, BaseNode) for item in items):
         return {s.value: p for s, p in pseudo_queries(items, samples_per_script, seed).items()}
     pairs = _checked_pairs(items, "nodes_or_pairs")
-    grouped: Dict[str, List[Tuple[str, str]]] = {}
+    grouped: dict[str, list[tuple[str, str]]] = {}
     for target, query in pairs:
         grouped.setdefault(query_script(query).value, []).append((target, query))
     return dict(sorted(grouped.items()))
 
 
-def _checked_pairs(pairs: Iterable[Any], where: str) -> List[Tuple[str, str]]:
+def _checked_pairs(pairs: Iterable[Any], where: str) -> list[tuple[str, str]]:
     out = []
     for i, pair in enumerate(pairs):
         if (
-            not isinstance(pair, (tuple, list)) or len(pair) != 2
-            or not all(isinstance(x, str) for x in pair) or not pair[1].strip()
+            not isinstance(pair, (tuple, list))
+            or len(pair) != 2
+            or not all(isinstance(x, str) for x in pair)
+            or not pair[1].strip()
         ):
             raise ValueError(
-                f"{where}[{i}] is {pair!r}: give nodes, or (target_node_id, query) pairs of "
-                "non-empty strings"
+                f"{where}[{i}] is {pair!r}: give nodes, or (target_node_id, query) pairs of non-empty strings"
             )
         out.append((pair[0], pair[1]))
     return out

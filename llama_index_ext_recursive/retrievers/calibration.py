@@ -8,8 +8,9 @@ and applies again (``calibration=``) without measuring again.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any
 
 from llama_index_ext_recursive.text import QueryScript
 
@@ -27,12 +28,12 @@ class ScriptCalibration:
     """
 
     samples: int
-    child_mrr: List[float]
-    weights: Optional[List[float]]
-    grid: List[Tuple[List[float], float]] = field(default_factory=list)
+    child_mrr: list[float]
+    weights: list[float] | None
+    grid: list[tuple[list[float], float]] = field(default_factory=list)
 
     @property
-    def mrr(self) -> Optional[float]:
+    def mrr(self) -> float | None:
         """The fused MRR of the chosen weights (``None`` when none were chosen)."""
         for weights, mrr in self.grid:
             if self.weights is not None and weights == self.weights:
@@ -55,24 +56,24 @@ class Calibration:
             ``FUSION_MODES`` value), when known.
     """
 
-    scripts: Dict[str, ScriptCalibration]
-    names: List[str]
-    fusion: Optional[str] = None
+    scripts: dict[str, ScriptCalibration]
+    names: list[str]
+    fusion: str | None = None
 
     VERSION = 1
 
-    def lacks_text_in(self, script: Union[str, QueryScript]) -> bool:
+    def lacks_text_in(self, script: str | QueryScript) -> bool:
         """Whether the calibrated nodes had no text at all in ``script`` (zero
         pseudo-queries: English questions over a Chinese corpus, say)."""
         entry = self.scripts.get(getattr(script, "value", script))
         return entry is not None and entry.samples == 0
 
-    def weights_for(self, script: Union[str, QueryScript]) -> Optional[List[float]]:
+    def weights_for(self, script: str | QueryScript) -> list[float] | None:
         """The fitted weights for ``script`` (``None``: none fitted)."""
         entry = self.scripts.get(getattr(script, "value", script))
         return None if entry is None or entry.weights is None else list(entry.weights)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict; :meth:`from_dict` reads it back."""
         return {
             "version": self.VERSION,
@@ -90,7 +91,7 @@ class Calibration:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Calibration":
+    def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
         """Read :meth:`to_dict`'s output back.
 
         Raises:
@@ -115,7 +116,7 @@ class Calibration:
         if not isinstance(scripts, Mapping):
             raise ValueError(f"calibration field 'scripts' must be a dict of script -> entry, got {scripts!r}")
         known = [s.value for s in QueryScript]
-        parsed: Dict[str, ScriptCalibration] = {}
+        parsed: dict[str, ScriptCalibration] = {}
         for script, entry in scripts.items():
             where = f"scripts.{script}"
             if script not in known:
@@ -150,7 +151,7 @@ class Calibration:
         return cls(scripts=parsed, names=list(names), fusion=fusion)
 
 
-def _numbers(value: Any, where: str, count: Optional[int]) -> List[float]:
+def _numbers(value: Any, where: str, count: int | None) -> list[float]:
     if not isinstance(value, list):
         raise ValueError(f"calibration field {where!r} must be a list of numbers, got {value!r}")
     if count is not None and len(value) != count:
@@ -170,6 +171,5 @@ def script_key(name: Any) -> QueryScript:
         return QueryScript(name)
     except ValueError:
         raise ValueError(
-            f"script_weights has an unknown script {name!r}: use one of "
-            f"{[s.value for s in QueryScript]}"
+            f"script_weights has an unknown script {name!r}: use one of {[s.value for s in QueryScript]}"
         ) from None

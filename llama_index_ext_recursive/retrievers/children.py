@@ -7,13 +7,13 @@ the auto-retriever).
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 
-def retrieve_from_child(retriever: BaseRetriever, bundle: QueryBundle, name: str) -> List[NodeWithScore]:
+def retrieve_from_child(retriever: BaseRetriever, bundle: QueryBundle, name: str) -> list[NodeWithScore]:
     """``retriever.retrieve(bundle)``, which must give a list of ``NodeWithScore``.
 
     A child whose ``_retrieve`` returns ``None`` fails inside upstream's
@@ -28,9 +28,7 @@ def retrieve_from_child(retriever: BaseRetriever, bundle: QueryBundle, name: str
     return _checked_results(retriever, name, results)
 
 
-async def aretrieve_from_child(
-    retriever: BaseRetriever, bundle: QueryBundle, name: str
-) -> List[NodeWithScore]:
+async def aretrieve_from_child(retriever: BaseRetriever, bundle: QueryBundle, name: str) -> list[NodeWithScore]:
     """The async :func:`retrieve_from_child`."""
     try:
         results = await retriever.aretrieve(bundle)
@@ -56,7 +54,7 @@ def _raise_if_bad_result(retriever: BaseRetriever, name: str, exc: BaseException
         ) from exc
 
 
-def _checked_results(retriever: BaseRetriever, name: str, results: Any) -> List[NodeWithScore]:
+def _checked_results(retriever: BaseRetriever, name: str, results: Any) -> list[NodeWithScore]:
     if isinstance(results, list) and all(isinstance(hit, NodeWithScore) for hit in results):
         return results
     got = (
@@ -65,6 +63,5 @@ def _checked_results(retriever: BaseRetriever, name: str, results: Any) -> List[
         else type(results).__name__
     )
     raise TypeError(
-        f"retriever {name!r} ({type(retriever).__name__}) returned {got}, not a list of "
-        "NodeWithScore ([] for no hits)"
+        f"retriever {name!r} ({type(retriever).__name__}) returned {got}, not a list of NodeWithScore ([] for no hits)"
     )

@@ -53,10 +53,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from enum import Enum
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -69,6 +70,7 @@ from llama_index.core.retrievers.fusion_retriever import FUSION_MODES, QueryFusi
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
 
 from llama_index_ext_recursive.config import component_to_dict, init_parameters, read_config, write_config
+from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -78,9 +80,14 @@ from llama_index_ext_recursive.filters import (
     to_filters,
 )
 from llama_index_ext_recursive.models import resolve_llm
-from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.persist import PersistError, read_index, write_index
-from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, FilteredQueryBundle, QueryCheckingRetriever, resolve_call
+from llama_index_ext_recursive.query import (
+    DEFAULT_TOP_K,
+    Call,
+    FilteredQueryBundle,
+    QueryCheckingRetriever,
+    resolve_call,
+)
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
 from llama_index_ext_recursive.retrievers.calibrate import DEFAULT_CALIBRATION_SAMPLES, calibrate_children
 from llama_index_ext_recursive.retrievers.calibration import Calibration, script_key
@@ -122,7 +129,7 @@ class ScoreDirection(str, Enum):
 
 
 # (query index, retriever index) -> the child's list
-_Results = Dict[Tuple[int, int], List[NodeWithScore]]
+_Results = dict[tuple[int, int], list[NodeWithScore]]
 
 
 class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
@@ -184,28 +191,28 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
 
     def __init__(
         self,
-        retrievers: List[BaseRetriever],
-        llm: Optional[LLMType] = None,
-        query_gen_prompt: Optional[str] = None,
-        mode: Union[FUSION_MODES, str] = FUSION_MODES.RECIPROCAL_RANK,
+        retrievers: list[BaseRetriever],
+        llm: LLMType | None = None,
+        query_gen_prompt: str | None = None,
+        mode: FUSION_MODES | str = FUSION_MODES.RECIPROCAL_RANK,
         similarity_top_k: int = DEFAULT_TOP_K,
         num_queries: int = 1,
         use_async: bool = True,
         verbose: bool = False,
-        callback_manager: Optional[CallbackManager] = None,
-        objects: Optional[List[IndexNode]] = None,
-        object_map: Optional[dict] = None,
-        retriever_weights: Optional[List[float]] = None,
+        callback_manager: CallbackManager | None = None,
+        objects: list[IndexNode] | None = None,
+        object_map: dict | None = None,
+        retriever_weights: list[float] | None = None,
         *,
         rrf_k: float = DEFAULT_RRF_K,
-        score_directions: Optional[Sequence[Union[ScoreDirection, str]]] = None,
-        retriever_names: Optional[Sequence[str]] = None,
+        score_directions: Sequence[ScoreDirection | str] | None = None,
+        retriever_names: Sequence[str] | None = None,
         filters: FiltersLike = None,
-        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
-        script_weights: Optional[Dict[str, Sequence[float]]] = None,
-        unknown_filter_key: Union[UnknownFilterPolicy, str] = UnknownFilterPolicy.RAISE,
-        calibration: Optional[Calibration] = None,
-        child_top_k: Optional[int] = None,
+        filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
+        script_weights: dict[str, Sequence[float]] | None = None,
+        unknown_filter_key: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
+        calibration: Calibration | None = None,
+        child_top_k: int | None = None,
     ) -> None:
         retrievers = list(retrievers)
         if not retrievers:
@@ -231,15 +238,11 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         directions = [ScoreDirection(d) for d in (score_directions or ["similarity"] * count)]
         if len(directions) != count:
             raise ValueError(f"score_directions has {len(directions)} entries for {count} retrievers")
-        names = list(retriever_names) if retriever_names is not None else [
-            type(r).__name__ for r in retrievers
-        ]
+        names = list(retriever_names) if retriever_names is not None else [type(r).__name__ for r in retrievers]
         if len(names) != count:
             raise ValueError(f"retriever_names has {len(names)} entries for {count} retrievers")
         if calibration is not None and script_weights is not None:
-            raise ValueError(
-                "pass calibration= (saved fitted weights) or script_weights= (your own), not both"
-            )
+            raise ValueError("pass calibration= (saved fitted weights) or script_weights= (your own), not both")
         resolved = self._resolve_llm(llm, num_queries, callback_manager)
         # The parent resolves Settings.llm (OpenAI by default) whenever it is
         # given no llm, even with num_queries=1; a MockLLM stands in for it
@@ -262,8 +265,8 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         self._llm = resolved  # type: ignore[assignment]
         # the parent normalises the weights to sum 1; RRF adds them unnormalised
         self._retriever_weights = weights
-        self.script_weights: Dict[QueryScript, List[float]] = per_script
-        self.calibration: Optional[Calibration] = None
+        self.script_weights: dict[QueryScript, list[float]] = per_script
+        self.calibration: Calibration | None = None
         self.rrf_k = float(rrf_k)
         self.score_directions = directions
         self.retriever_names = names
@@ -272,14 +275,12 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         self.unknown_filter_key = UnknownFilterPolicy(unknown_filter_key)
         self.child_top_k = child_top_k
         # the metadata of the indexed nodes, when known (from_nodes/from_index)
-        self.filter_vocabulary: Optional[FilterVocabulary] = None
+        self.filter_vocabulary: FilterVocabulary | None = None
         if calibration is not None:
             self.apply_calibration(calibration)
 
     @staticmethod
-    def _resolve_llm(
-        llm: Optional[LLMType], num_queries: int, callback_manager: Optional[CallbackManager]
-    ) -> Optional[LLM]:
+    def _resolve_llm(llm: LLMType | None, num_queries: int, callback_manager: CallbackManager | None) -> LLM | None:
         if num_queries <= 1:
             return llm if isinstance(llm, LLM) else None  # never resolved
         return resolve_llm(
@@ -290,13 +291,13 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         )
 
     @property
-    def retrievers(self) -> List[BaseRetriever]:
+    def retrievers(self) -> list[BaseRetriever]:
         """The children, in order."""
         return list(self._retrievers)
 
     # ------------------------------------------------------------------ queries
 
-    def _distinct(self, original: str, generated: Sequence[QueryBundle]) -> List[str]:
+    def _distinct(self, original: str, generated: Sequence[QueryBundle]) -> list[str]:
         seen = {original.strip()}
         out = []
         for bundle in generated:
@@ -316,13 +317,13 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             unknown_filter_key=self.unknown_filter_key,
         )
 
-    def _child_k(self, call: Call) -> Optional[int]:
+    def _child_k(self, call: Call) -> int | None:
         """The k a child is asked for (``None``: its own; see ``child_top_k``)."""
         if call.top_k <= self.similarity_top_k:
             return self.child_top_k
         return max(call.top_k, self.child_top_k or 0)
 
-    def _bundles(self, call: Call, extra: Sequence[str]) -> List[QueryBundle]:
+    def _bundles(self, call: Call, extra: Sequence[str]) -> list[QueryBundle]:
         """The bundles to pass down: the caller's (first) and each generated query,
         with the call's filters and the children's k (a call with neither passes
         the caller's bundle on unchanged, so upstream children see what they know)."""
@@ -332,7 +333,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         first = call.child_bundle(top_k=k)
         return [first, *(FilteredQueryBundle(text, filters=call.filters, top_k=k) for text in extra)]
 
-    def weights_for(self, query_str: str) -> List[float]:
+    def weights_for(self, query_str: str) -> list[float]:
         """The child weights used for ``query_str`` (its script's, else the defaults)."""
         return self.script_weights.get(query_script(query_str), self._retriever_weights)
 
@@ -343,8 +344,8 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         nodes: Sequence[BaseNode],
         samples_per_script: int = DEFAULT_CALIBRATION_SAMPLES,
         seed: int = 0,
-        show_progress: Optional[bool] = None,
-        absent_script_weights: Optional[Sequence[float]] = None,
+        show_progress: bool | None = None,
+        absent_script_weights: Sequence[float] | None = None,
         **removed: Any,
     ) -> Calibration:
         """Fit ``script_weights`` on pseudo-queries cut from ``nodes``.
@@ -425,7 +426,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
                 f"calibration was fitted for mode {calibration.fusion!r}, this hybrid fuses with "
                 f"{self.mode.value!r}: pass mode={calibration.fusion!r} or recalibrate"
             )
-        weights: Dict[QueryScript, List[float]] = {}
+        weights: dict[QueryScript, list[float]] = {}
         for script, entry in calibration.scripts.items():
             if entry.weights is not None:
                 weights[script_key(script)] = check_weights(
@@ -446,9 +447,9 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
 
     # ---------------------------------------------------------------- retrieval
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
-        extra: List[str] = []
+        extra: list[str] = []
         if self.num_queries > 1:
             extra = self._distinct(call.bundle.query_str, self._get_queries(call.bundle.query_str))
         bundles = self._bundles(call, extra)
@@ -456,26 +457,19 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         results: _Results = {}
         for q, bundle in enumerate(bundles):
             for i in _active(weights):
-                results[(q, i)] = retrieve_from_child(
-                    self._retrievers[i], bundle, self.retriever_names[i]
-                )
+                results[(q, i)] = retrieve_from_child(self._retrievers[i], bundle, self.retriever_names[i])
         return list(self._fuse(results, bundles, weights, call))
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
-        extra: List[str] = []
+        extra: list[str] = []
         if self.num_queries > 1:
-            extra = self._distinct(
-                call.bundle.query_str, await self._aget_queries(call.bundle.query_str)
-            )
+            extra = self._distinct(call.bundle.query_str, await self._aget_queries(call.bundle.query_str))
         bundles = self._bundles(call, extra)
         weights = self.weights_for(call.bundle.query_str)
         keys = [(q, i) for q in range(len(bundles)) for i in _active(weights)]
         outputs = await asyncio.gather(
-            *(
-                aretrieve_from_child(self._retrievers[i], bundles[q], self.retriever_names[i])
-                for q, i in keys
-            )
+            *(aretrieve_from_child(self._retrievers[i], bundles[q], self.retriever_names[i]) for q, i in keys)
         )
         return list(self._fuse(dict(zip(keys, outputs)), bundles, weights, call))
 
@@ -487,7 +481,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         bundles: Sequence[QueryBundle],
         weights: Sequence[float],
         call: Call,
-    ) -> List[ExplainedNodeWithScore]:
+    ) -> list[ExplainedNodeWithScore]:
         """The fused top-k (the call's k), post-checked against the call's filters.
 
         Result objects and their ``fusion`` part are built for the top-k
@@ -497,12 +491,17 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         usable = {key: usable_hits(hits, distance[key[1]]) for key, hits in results.items()}
         added = {
             key: contributions(
-                hits, self.mode, weights, key[1],
-                distance=distance[key[1]], rrf_k=self.rrf_k, num_lists=len(bundles),
+                hits,
+                self.mode,
+                weights,
+                key[1],
+                distance=distance[key[1]],
+                rrf_k=self.rrf_k,
+                num_lists=len(bundles),
             )
             for key, hits in usable.items()
         }
-        parts: Dict[str, List[Tuple[Tuple[int, int], int, NodeWithScore, float]]] = {}
+        parts: dict[str, list[tuple[tuple[int, int], int, NodeWithScore, float]]] = {}
         for key in sorted(usable):  # query order, then retriever order: deterministic
             for (rank, hit), value in zip(usable[key], added[key]):
                 parts.setdefault(hit.node.node_id, []).append((key, rank, hit, value))
@@ -535,10 +534,10 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
     @classmethod
     def from_defaults(
         cls,
-        index: Optional[VectorStoreIndex] = None,
-        nodes: Optional[Sequence[BaseNode]] = None,
+        index: VectorStoreIndex | None = None,
+        nodes: Sequence[BaseNode] | None = None,
         **kwargs: Any,
-    ) -> "HybridFusionRetriever":
+    ) -> HybridFusionRetriever:
         """A vector + BM25 hybrid from exactly one of ``index`` (:meth:`from_index`)
         or ``nodes`` (:meth:`from_nodes`), as ``BM25Retriever.from_defaults``
         takes its corpus; ``QueryFusionRetriever`` itself has no ``from_defaults``.
@@ -558,15 +557,15 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
     def from_nodes(
         cls,
         nodes: Sequence[BaseNode],
-        embed_model: Optional[BaseEmbedding] = None,
+        embed_model: BaseEmbedding | None = None,
         similarity_top_k: int = DEFAULT_TOP_K,
         *,
-        child_top_k: Optional[int] = None,
+        child_top_k: int | None = None,
         show_progress: bool = False,
         calibrate: bool = True,
-        embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
+        embedding_cache: str | Path | CachedEmbedding | None = None,
         **kwargs: Any,
-    ) -> "HybridFusionRetriever":
+    ) -> HybridFusionRetriever:
         """A vector (``NumpyVectorStore``) + BM25 hybrid over ``nodes``.
 
         Nodes that carry embeddings are not embedded again, nor are texts
@@ -589,7 +588,8 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         naming the node and the model.
         """
         check_hybrid_arguments(
-            "from_nodes", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k},
+            "from_nodes",
+            {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k},
             cls.__init__,
         )
         return hybrid_from_nodes(
@@ -610,18 +610,19 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         index: VectorStoreIndex,
         similarity_top_k: int = DEFAULT_TOP_K,
         *,
-        child_top_k: Optional[int] = None,
+        child_top_k: int | None = None,
         calibrate: bool = True,
-        embed_model: Optional[BaseEmbedding] = None,
+        embed_model: BaseEmbedding | None = None,
         **kwargs: Any,
-    ) -> "HybridFusionRetriever":
+    ) -> HybridFusionRetriever:
         """A vector + BM25 hybrid over an existing index: the vector child
         searches the index's stored embeddings (nothing is embedded again), BM25
         indexes its docstore nodes; arguments checked, calibrated and filters
         checked as in :meth:`from_nodes`. ``embed_model`` embeds queries
         (default: the index's)."""
         check_hybrid_arguments(
-            "from_index", {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k},
+            "from_index",
+            {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k},
             cls.__init__,
         )
         return hybrid_retriever(
@@ -636,7 +637,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
 
     # ------------------------------------------------- configuration and persistence
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`):
         mode, k, weights, calibration, filters and their policies. The children
         and the LLM are not settings: :meth:`from_dict` takes them again."""
@@ -658,20 +659,21 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             # fitted weights travel as their calibration (with what was measured)
             calibration=calibration.to_dict() if calibration is not None else None,
             script_weights=(
-                None if calibration is not None or not self.script_weights
+                None
+                if calibration is not None or not self.script_weights
                 else {script.value: list(w) for script, w in self.script_weights.items()}
             ),
         )
 
     @classmethod
     def from_dict(
-        cls, data: Dict[str, Any], retrievers: Sequence[BaseRetriever], **overrides: Any
-    ) -> "HybridFusionRetriever":
+        cls, data: dict[str, Any], retrievers: Sequence[BaseRetriever], **overrides: Any
+    ) -> HybridFusionRetriever:
         """A hybrid of ``retrievers`` with the settings of :meth:`to_dict`
         (``overrides`` win, e.g. ``llm=`` when ``num_queries > 1``)."""
         return cls(list(retrievers), **{**settings_from_config(init_parameters(cls, data)), **overrides})
 
-    def persist(self, persist_dir: Union[str, Path]) -> None:
+    def persist(self, persist_dir: str | Path) -> None:
         """Write the settings and every child to the index folder ``persist_dir``.
 
         Each child must be able to persist into a folder of the hybrid's
@@ -694,10 +696,10 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
     @classmethod
     def from_persist_dir(
         cls,
-        persist_dir: Union[str, Path],
-        embed_model: Optional[BaseEmbedding] = None,
+        persist_dir: str | Path,
+        embed_model: BaseEmbedding | None = None,
         **overrides: Any,
-    ) -> "HybridFusionRetriever":
+    ) -> HybridFusionRetriever:
         """Load a hybrid written by :meth:`persist`: same children, weights,
         calibration and settings, so it returns the same results.
 
@@ -709,14 +711,12 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             **overrides: constructor arguments that win over the saved ones
                 (``llm=``, ``callback_manager=``, ...).
         """
-        return read_index(
-            persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides)
-        )
+        return read_index(persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides))
 
     @classmethod
     def read_files(
-        cls, folder: Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
-    ) -> "HybridFusionRetriever":
+        cls, folder: Path, embed_model: BaseEmbedding | None = None, **overrides: Any
+    ) -> HybridFusionRetriever:
         """Load what :meth:`write_files` wrote into ``folder``."""
         data = read_config(folder)
         children = read_children(folder, data, child_kinds(HybridFusionRetriever), embed_model)
@@ -730,7 +730,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         return hybrid
 
 
-def _active(weights: Sequence[float]) -> List[int]:
+def _active(weights: Sequence[float]) -> list[int]:
     return [i for i, w in enumerate(weights) if w > 0]
 
 

@@ -18,8 +18,9 @@ the hybrid's methods call them, so this module stands below
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -35,7 +36,7 @@ PERSIST_KIND = "HybridFusionRetriever"  # names the index kind in its folder's m
 CHILD_FOLDER = "retriever-{}"
 
 
-def settings_from_config(parameters: Dict[str, Any]) -> Dict[str, Any]:
+def settings_from_config(parameters: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments from :meth:`HybridFusionRetriever.to_dict`'s init parameters."""
     if parameters.get("filters") is not None:
         parameters["filters"] = MetadataFilters.model_validate(parameters["filters"])
@@ -44,13 +45,13 @@ def settings_from_config(parameters: Dict[str, Any]) -> Dict[str, Any]:
     return parameters
 
 
-def child_kinds(hybrid_class: type) -> Dict[str, type]:
+def child_kinds(hybrid_class: type) -> dict[str, type]:
     """The children a hybrid can persist, by configuration ``type``."""
     kinds = (BackfillVectorRetriever, MultilingualBM25Retriever, hybrid_class)
     return {type_name(kind): kind for kind in kinds}
 
 
-def check_children(names: Sequence[str], children: Sequence[BaseRetriever], kinds: Dict[str, type]) -> None:
+def check_children(names: Sequence[str], children: Sequence[BaseRetriever], kinds: dict[str, type]) -> None:
     """Refuse, before anything is written, a child (or a nested hybrid's child)
     that is not one of ``kinds``."""
     for name, child in zip(names, children):
@@ -72,19 +73,19 @@ def write_children(folder: Path, children: Sequence[BaseRetriever]) -> None:
         child.write_files(child_folder)  # type: ignore[attr-defined]
 
 
-def vocabulary_child(children: Sequence[BaseRetriever]) -> Optional[int]:
+def vocabulary_child(children: Sequence[BaseRetriever]) -> int | None:
     """The first child that keeps nodes: filters are checked against them when loaded."""
     return next((i for i, child in enumerate(children) if getattr(child, "nodes", None)), None)
 
 
 def read_children(
-    folder: Path, data: Dict[str, Any], kinds: Dict[str, type], embed_model: Optional[BaseEmbedding]
-) -> List[BaseRetriever]:
+    folder: Path, data: dict[str, Any], kinds: dict[str, type], embed_model: BaseEmbedding | None
+) -> list[BaseRetriever]:
     """The children :func:`write_children` wrote into ``folder``, one per name of
     the configuration ``data``; ``embed_model`` embeds the vector children's queries."""
     parameters = data.get("init_parameters") or {}
     names = parameters.get("retriever_names") or []
-    children: List[BaseRetriever] = []
+    children: list[BaseRetriever] = []
     for i in range(len(names)):
         child_folder = folder / CHILD_FOLDER.format(i)
         child_config = read_config(child_folder)
@@ -95,7 +96,7 @@ def read_children(
                 "retriever a hybrid persists; the folder is damaged"
             )
         if kind is MultilingualBM25Retriever:
-            children.append(kind.read_files(child_folder))  # type: ignore[attr-defined]
+            children.append(kind.read_files(child_folder))
         else:
             children.append(kind.read_files(child_folder, embed_model=embed_model))  # type: ignore[attr-defined]
     return children

@@ -10,7 +10,8 @@ retrieval fuses its evidence with :func:`relative_score_fusion`.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore
@@ -25,11 +26,11 @@ class FuseFunction(Protocol):
     (calibration passes ``distance`` whenever a child scores by distance)."""
 
     def __call__(
-        self, lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
-    ) -> Dict[str, float]: ...
+        self, lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Sequence[bool] | None = None
+    ) -> dict[str, float]: ...
 
 
-RankedHits = List[Tuple[int, NodeWithScore]]
+RankedHits = list[tuple[int, NodeWithScore]]
 # what reciprocal_rank_fusion ranks: node ids, or any other key (row numbers in eval's oracle)
 _Key = TypeVar("_Key", bound=Hashable)
 
@@ -54,7 +55,7 @@ def usable_hits(hits: Sequence[NodeWithScore], distance: bool = False) -> Ranked
     return kept
 
 
-def score_map(hits: Sequence[NodeWithScore], distance: bool = False) -> Dict[str, float]:
+def score_map(hits: Sequence[NodeWithScore], distance: bool = False) -> dict[str, float]:
     """One child's list as the ``node_id -> score`` map the functions below fuse."""
     return {hit.node.node_id: float(hit.score) for _, hit in usable_hits(hits, distance)}  # type: ignore[arg-type]
 
@@ -68,7 +69,7 @@ def contributions(
     distance: bool = False,
     rrf_k: float = DEFAULT_RRF_K,
     num_lists: int = 1,
-) -> List[float]:
+) -> list[float]:
     """What each of one child's usable hits adds to its node's fused score, as the
     ``mode``'s function below computes it (``num_lists``: lists fused per child,
     one per query)."""
@@ -87,7 +88,7 @@ def contributions(
     return [value * (w / total) / num_lists for value in scale(scores, distance)]  # type: ignore[arg-type]
 
 
-def min_max_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
+def min_max_scores(scores: Sequence[float], distance: bool = False) -> list[float]:
     """Scores scaled to [0, 1] by their min and max (1 = best).
 
     A list whose scores are all equal gives 1.0 when they are > 0 (or are
@@ -98,7 +99,7 @@ def min_max_scores(scores: Sequence[float], distance: bool = False) -> List[floa
     return _scaled(scores, min(scores), max(scores), distance)
 
 
-def dist_based_scores(scores: Sequence[float], distance: bool = False) -> List[float]:
+def dist_based_scores(scores: Sequence[float], distance: bool = False) -> list[float]:
     """Scores scaled by mean +- 3 standard deviations (upstream's ``dist_based_score``)."""
     if not scores:
         return []
@@ -107,7 +108,7 @@ def dist_based_scores(scores: Sequence[float], distance: bool = False) -> List[f
     return _scaled(scores, mean - 3 * std, mean + 3 * std, distance)
 
 
-def _scaled(scores: Sequence[float], low: float, high: float, distance: bool) -> List[float]:
+def _scaled(scores: Sequence[float], low: float, high: float, distance: bool) -> list[float]:
     if high == low:
         return [1.0 if (distance or high > 0) else 0.0] * len(scores)
     if distance:
@@ -118,11 +119,11 @@ def _scaled(scores: Sequence[float], low: float, high: float, distance: bool) ->
 def _weighted_sum(
     lists: Sequence[ScoreMap],
     weights: Sequence[float],
-    normalize: Callable[[Sequence[float], bool], List[float]],
-    distance: Optional[Sequence[bool]],
-) -> Dict[str, float]:
+    normalize: Callable[[Sequence[float], bool], list[float]],
+    distance: Sequence[bool] | None,
+) -> dict[str, float]:
     total = _check_fusion_input(lists, weights, distance)
-    parts: Dict[str, List[float]] = {}
+    parts: dict[str, list[float]] = {}
     for i, (scores, w) in enumerate(zip(lists, weights)):
         if w <= 0 or not scores:
             continue
@@ -135,8 +136,8 @@ def _weighted_sum(
 
 
 def relative_score_fusion(
-    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
-) -> Dict[str, float]:
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Sequence[bool] | None = None
+) -> dict[str, float]:
     """Weighted sum of min-max normalised scores, divided by the sum of the weights.
 
     Args:
@@ -151,8 +152,8 @@ def relative_score_fusion(
 
 
 def distribution_based_fusion(
-    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
-) -> Dict[str, float]:
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Sequence[bool] | None = None
+) -> dict[str, float]:
     """As :func:`relative_score_fusion`, each list scaled by its mean +- 3 std."""
     return _weighted_sum(lists, weights, dist_based_scores, distance)
 
@@ -162,8 +163,8 @@ def reciprocal_rank_fusion(
     weights: Sequence[float],
     k: float = DEFAULT_RRF_K,
     *,
-    distance: Optional[Sequence[bool]] = None,
-) -> Dict[_Key, float]:
+    distance: Sequence[bool] | None = None,
+) -> dict[_Key, float]:
     """Weighted reciprocal rank fusion, ``sum_i w_i / (k + rank_i)``.
 
     Ranks are 1-based, by descending score (ascending for distance lists;
@@ -176,7 +177,7 @@ def reciprocal_rank_fusion(
         distance: per list, whether its scores are distances.
     """
     _check_fusion_input(lists, weights, distance)
-    parts: Dict[_Key, List[float]] = {}
+    parts: dict[_Key, list[float]] = {}
     for i, (scores, w) in enumerate(zip(lists, weights)):
         if w <= 0:
             continue
@@ -188,15 +189,15 @@ def reciprocal_rank_fusion(
 
 
 def simple_fusion(
-    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Optional[Sequence[bool]] = None
-) -> Dict[str, float]:
+    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Sequence[bool] | None = None
+) -> dict[str, float]:
     """Each node's best raw score, scaled by ``w_i / max(w)`` (upstream's ``simple`` mode).
 
     Distances ``d`` count as ``1 / (1 + max(d, 0))``.
     """
     _check_fusion_input(lists, weights, distance)
     top = max(weights)
-    fused: Dict[str, float] = {}
+    fused: dict[str, float] = {}
     for i, (scores, w) in enumerate(zip(lists, weights)):
         if w <= 0:
             continue
@@ -207,7 +208,7 @@ def simple_fusion(
 
 
 def _check_fusion_input(
-    lists: Sequence[Mapping[Any, float]], weights: Sequence[float], distance: Optional[Sequence[bool]]
+    lists: Sequence[Mapping[Any, float]], weights: Sequence[float], distance: Sequence[bool] | None
 ) -> float:
     if len(weights) != len(lists):
         raise ValueError(f"weights has {len(weights)} values for {len(lists)} score lists: give one per list")

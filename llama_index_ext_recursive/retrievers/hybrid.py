@@ -16,8 +16,9 @@ themselves), not an import, so this module stands below
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar, Union
+from typing import Any, Protocol, TypeVar
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -35,7 +36,14 @@ from llama_index_ext_recursive.retrievers.fusion_scores import DEFAULT_RRF_K
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real, check_vectors, check_weights, json_nodes
+from llama_index_ext_recursive.validation import (
+    check_count,
+    check_kwargs,
+    check_real,
+    check_vectors,
+    check_weights,
+    json_nodes,
+)
 
 # The hybrid knows its children's scores (cosine, BM25), so it fuses
 # min-max-normalised scores: on SciFact 0.723 nDCG@10 vs 0.716 for RRF, XQuAD-en
@@ -54,10 +62,10 @@ _CHECK_BATCH = 4096
 class _Hybrid(Protocol):
     """What the assembly does to the hybrid it builds, besides constructing it."""
 
-    filter_vocabulary: Optional[FilterVocabulary]
+    filter_vocabulary: FilterVocabulary | None
 
     def calibrate(
-        self, nodes: Sequence[BaseNode], *, absent_script_weights: Optional[Sequence[float]] = None
+        self, nodes: Sequence[BaseNode], *, absent_script_weights: Sequence[float] | None = None
     ) -> Calibration: ...
 
 
@@ -66,14 +74,14 @@ H = TypeVar("H", bound=_Hybrid)
 
 def hybrid_retriever(
     fusion_class: Callable[..., H],
-    index: Optional[VectorStoreIndex] = None,
-    nodes: Optional[Sequence[BaseNode]] = None,
+    index: VectorStoreIndex | None = None,
+    nodes: Sequence[BaseNode] | None = None,
     *,
     similarity_top_k: int = DEFAULT_TOP_K,
-    child_top_k: Optional[int] = None,
-    embed_model: Optional[BaseEmbedding] = None,
-    vector: Optional[BaseRetriever] = None,
-    bm25: Optional[BaseRetriever] = None,
+    child_top_k: int | None = None,
+    embed_model: BaseEmbedding | None = None,
+    vector: BaseRetriever | None = None,
+    bm25: BaseRetriever | None = None,
     calibrate: bool = True,
     check_filters: bool = True,
     **kwargs: Any,
@@ -118,16 +126,14 @@ def hybrid_retriever(
                 "pass the nodes (HybridFusionRetriever.from_nodes) instead"
             )
         bm25 = _bm25(nodes, k)
-    bm25_nodes: List[BaseNode] = list(getattr(bm25, "nodes", None) or nodes or [])
+    bm25_nodes: list[BaseNode] = list(getattr(bm25, "nodes", None) or nodes or [])
     kwargs.setdefault("retriever_names", list(HYBRID_NAMES))
     kwargs.setdefault("mode", HYBRID_MODE)
     explicit = any(kwargs.get(key) is not None for key in ("retriever_weights", "script_weights", "calibration"))
     if vector is None:
         assert index is not None  # checked above
         vector = BackfillVectorRetriever(index, k, embed_model=embed_model, unknown_filter_key=None)
-    hybrid = fusion_class(
-        [vector, bm25], similarity_top_k=similarity_top_k, child_top_k=child_top_k, **kwargs
-    )
+    hybrid = fusion_class([vector, bm25], similarity_top_k=similarity_top_k, child_top_k=child_top_k, **kwargs)
     if bm25_nodes and check_filters:
         # the package's BM25 keeps its nodes' vocabulary (up to date across its updates)
         kept = getattr(bm25, "filter_vocabulary", None)
@@ -142,10 +148,10 @@ def hybrid_retriever(
 def hybrid_from_nodes(
     fusion_class: Callable[..., H],
     nodes: Sequence[BaseNode],
-    embed_model: Optional[BaseEmbedding] = None,
+    embed_model: BaseEmbedding | None = None,
     *,
     show_progress: bool = False,
-    embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
+    embedding_cache: str | Path | CachedEmbedding | None = None,
     **options: Any,
 ) -> H:
     """:func:`hybrid_retriever` over a new :func:`~llama_index_ext_recursive.stores.numpy_store.vector_index`
@@ -160,7 +166,7 @@ def hybrid_from_nodes(
     return hybrid_retriever(fusion_class, index, nodes, **options)
 
 
-def check_hybrid_arguments(where: str, kwargs: Dict[str, Any], constructor: Callable[..., Any]) -> None:
+def check_hybrid_arguments(where: str, kwargs: dict[str, Any], constructor: Callable[..., Any]) -> None:
     """The checks of ``constructor`` (``HybridFusionRetriever.__init__``) for a
     two-child hybrid, before anything is embedded."""
     check_kwargs(constructor, kwargs, f"HybridFusionRetriever.{where}")
@@ -182,7 +188,7 @@ def check_hybrid_arguments(where: str, kwargs: Dict[str, Any], constructor: Call
     FUSION_MODES(kwargs.get("mode", HYBRID_MODE))
 
 
-def _bm25(nodes: List[BaseNode], k: int) -> BaseRetriever:
+def _bm25(nodes: list[BaseNode], k: int) -> BaseRetriever:
     """The lexical child: ours, or upstream's ``BM25Retriever`` where ours cannot be imported."""
     try:
         from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
@@ -200,7 +206,7 @@ def check_node_embeddings(index: VectorStoreIndex, model_name: str) -> None:
     if not isinstance(store, SimpleVectorStore):  # NumpyVectorStore is one
         raise TypeError(f"check_node_embeddings reads the vectors of a SimpleVectorStore, not a {type(store).__name__}")
     items = list(store.data.embedding_dict.items())
-    dim: Optional[int] = None
+    dim: int | None = None
     for start in range(0, len(items), _CHECK_BATCH):
         batch = items[start : start + _CHECK_BATCH]
         try:  # one array per batch: a loop over 50k vectors costs seconds

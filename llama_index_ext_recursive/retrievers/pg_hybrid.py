@@ -12,7 +12,7 @@ store and checks it uses (the store module imports no retriever).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Union
+from typing import Any
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.vector_stores.types import VectorStoreQueryMode
@@ -28,10 +28,10 @@ def pg_hybrid_retriever(
     index: VectorStoreIndex,
     similarity_top_k: int = DEFAULT_TOP_K,
     *,
-    child_top_k: Optional[int] = None,
-    retriever_weights: Optional[List[float]] = None,
+    child_top_k: int | None = None,
+    retriever_weights: list[float] | None = None,
     filters: FiltersLike = None,
-    filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
+    filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
     **kwargs: Any,
 ) -> HybridFusionRetriever:
     """Vector + PostgreSQL full-text search over one PGVectorStore index, fused by rank.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Optional, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from llama_index.core.schema import NodeRelationship
 from llama_index.core.storage.docstore.types import BaseDocumentStore
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 # Retrievers are often built per call (the auto retriever, the recursive
 # retriever's routes), and reading every node of a docstore costs O(n): the
 # vocabulary is kept per docstore, for as long as the docstore lives.
-_VOCABULARIES: "weakref.WeakKeyDictionary[Any, FilterVocabulary]" = weakref.WeakKeyDictionary()
+_VOCABULARIES: weakref.WeakKeyDictionary[Any, FilterVocabulary] = weakref.WeakKeyDictionary()
 _VOCABULARIES_LOCK = threading.Lock()
 
 
@@ -67,7 +67,7 @@ def _read_vocabulary(docstore: BaseDocumentStore) -> FilterVocabulary:
     return FilterVocabulary.from_nodes(docstore.docs.values())
 
 
-def _raw_nodes(docstore: BaseDocumentStore) -> Optional[Dict[str, Any]]:
+def _raw_nodes(docstore: BaseDocumentStore) -> dict[str, Any] | None:
     """The stored JSON of every node of an in-memory docstore (``SimpleDocumentStore``).
 
     Reading metadata from it is about 12x faster than building every node
@@ -82,7 +82,7 @@ def _raw_nodes(docstore: BaseDocumentStore) -> Optional[Dict[str, Any]]:
     return kvstore.get_all(collection)
 
 
-def _stored_metadata(data: Dict[str, Any]) -> Dict[str, Any]:
+def _stored_metadata(data: dict[str, Any]) -> dict[str, Any]:
     """What ``filterable_metadata`` gives for a node, from its stored JSON."""
     metadata = data.get("metadata") or {}
     source = (data.get("relationships") or {}).get(NodeRelationship.SOURCE.value)
@@ -94,7 +94,7 @@ def _stored_metadata(data: Dict[str, Any]) -> Dict[str, Any]:
 # -- the store's dimension ------------------------------------------------------------
 
 
-def store_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
+def store_dimension(vector_store: BasePydanticVectorStore) -> int | None:
     """The dimension a store states, or reads from its first embedding, cheaply."""
     for source, name in (
         (vector_store, "dimension"),  # NumpyVectorStore
@@ -110,7 +110,7 @@ def store_dimension(vector_store: BasePydanticVectorStore) -> Optional[int]:
     return None
 
 
-def store_size(vector_store: BasePydanticVectorStore) -> Optional[int]:
+def store_size(vector_store: BasePydanticVectorStore) -> int | None:
     """How many vectors a store holds, where it says so cheaply (``None``: unknown).
 
     A search never needs more rows than that: FAISS allocates ``k`` rows per
@@ -132,7 +132,7 @@ def is_chroma(vector_store: BasePydanticVectorStore) -> TypeGuard[ChromaVectorSt
     return isinstance(vector_store, ChromaVectorStore)
 
 
-def chroma_dimension(vector_store: ChromaVectorStore) -> Optional[int]:
+def chroma_dimension(vector_store: ChromaVectorStore) -> int | None:
     """The length of one stored embedding of a Chroma collection (``None`` when empty)."""
     rows = vector_store._collection.get(limit=1, include=["embeddings"])
     embeddings = rows.get("embeddings")

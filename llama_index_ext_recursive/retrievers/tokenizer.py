@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from typing import Any, Dict, Iterable, List, Optional
+from collections.abc import Iterable
+from typing import Any
 
 import jieba
 import Stemmer
@@ -37,10 +38,25 @@ CHINESE_STOPWORDS = frozenset(
 )
 # language code -> PyStemmer algorithm for Latin-script tokens
 _STEMMER_LANGUAGES = {
-    "auto": "english", "en": "english", "zh": "english", "ja": "english", "ko": "english",
-    "de": "german", "fr": "french", "es": "spanish", "it": "italian", "pt": "portuguese",
-    "nl": "dutch", "sv": "swedish", "da": "danish", "no": "norwegian", "fi": "finnish",
-    "ru": "russian", "tr": "turkish", "ro": "romanian", "hu": "hungarian",
+    "auto": "english",
+    "en": "english",
+    "zh": "english",
+    "ja": "english",
+    "ko": "english",
+    "de": "german",
+    "fr": "french",
+    "es": "spanish",
+    "it": "italian",
+    "pt": "portuguese",
+    "nl": "dutch",
+    "sv": "swedish",
+    "da": "danish",
+    "no": "norwegian",
+    "fi": "finnish",
+    "ru": "russian",
+    "tr": "turkish",
+    "ro": "romanian",
+    "hu": "hungarian",
 }
 _ENGLISH_LIKE = {"auto", "en", "zh", "ja", "ko"}
 _BIGRAM_HAN = {"ja", "ko"}  # Han runs inside Japanese/Korean text: bigrams, not jieba
@@ -50,7 +66,7 @@ LATIN_TOKEN = re.compile(r"[^\W_]+(?:[-./_+:'’&][^\W_]+)*")
 _LATIN_PART = re.compile(r"[^\W_]+")
 
 
-def _bigrams(run: str) -> List[str]:
+def _bigrams(run: str) -> list[str]:
     if len(run) < 2:
         return [run] if run else []
     return [run[i : i + 2] for i in range(len(run) - 1)]
@@ -88,15 +104,13 @@ class MultilingualTokenizer:
         self,
         language: str = "auto",
         stem: bool = True,
-        stopwords: Optional[Iterable[str]] = None,
+        stopwords: Iterable[str] | None = None,
         chinese_stopwords: bool = True,
         split_compounds: bool = True,
     ) -> None:
         language = (language or "auto").lower()
         if language not in _STEMMER_LANGUAGES:
-            raise ValueError(
-                f"unsupported language {language!r}; use one of {sorted(_STEMMER_LANGUAGES)}"
-            )
+            raise ValueError(f"unsupported language {language!r}; use one of {sorted(_STEMMER_LANGUAGES)}")
         self.language = language
         self.stem = bool(stem)
         if stopwords is None:
@@ -105,10 +119,10 @@ class MultilingualTokenizer:
             self.stopwords = frozenset(word.lower() for word in stopwords)
         self.chinese_stopwords = bool(chinese_stopwords)
         self.split_compounds = bool(split_compounds)
-        self._stemmer: Optional[Stemmer.Stemmer] = None
+        self._stemmer: Stemmer.Stemmer | None = None
 
     # -- configuration -------------------------------------------------
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-serializable settings; :meth:`from_dict` rebuilds an equal tokenizer."""
         return {
             "language": self.language,
@@ -119,7 +133,7 @@ class MultilingualTokenizer:
         }
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "MultilingualTokenizer":
+    def from_dict(cls, data: dict[str, Any]) -> MultilingualTokenizer:
         """Rebuild a tokenizer from :meth:`to_dict` output.
 
         Settings absent from older files keep the behaviour those files were
@@ -140,10 +154,10 @@ class MultilingualTokenizer:
             f"split_compounds={self.split_compounds})"
         )
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         return self.to_dict()
 
-    def __setstate__(self, state: Dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
 
     # -- tokenization --------------------------------------------------
@@ -153,8 +167,8 @@ class MultilingualTokenizer:
             self._stemmer = Stemmer.Stemmer(_STEMMER_LANGUAGES[self.language])
         return self._stemmer
 
-    def _latin(self, run: str) -> List[str]:
-        tokens: List[str] = []
+    def _latin(self, run: str) -> list[str]:
+        tokens: list[str] = []
         for token in LATIN_TOKEN.findall(run):
             # only a token holding a joiner (C57BL/6, e-mail) has parts; most are plain words
             parts = _LATIN_PART.findall(token) if self.split_compounds and not token.isalnum() else ()
@@ -170,7 +184,7 @@ class MultilingualTokenizer:
         stems = iter(self.stemmer.stemWords(words))  # one call for the run, not one per word
         return [next(stems) if t.isalpha() else t for t in tokens]
 
-    def _han(self, run: str) -> List[str]:
+    def _han(self, run: str) -> list[str]:
         if self.language in _BIGRAM_HAN:
             return _bigrams(run)
         words = [w for w in jieba.lcut(run) if w.strip()]
@@ -178,7 +192,7 @@ class MultilingualTokenizer:
             words = [w for w in words if w not in CHINESE_STOPWORDS]
         return words
 
-    def __call__(self, text: str) -> List[str]:
+    def __call__(self, text: str) -> list[str]:
         """Tokens of ``text`` (an empty list when nothing indexable is left).
 
         Lone surrogates (from a mis-decoded file or a broken client) cannot be
@@ -186,7 +200,7 @@ class MultilingualTokenizer:
         """
         text = _LONE_SURROGATE.sub("\ufffd", text or "")
         text = unicodedata.normalize("NFKC", text).lower()
-        tokens: List[str] = []
+        tokens: list[str] = []
         for kind, run in script_runs(text):
             if kind == Script.HAN:
                 tokens.extend(self._han(run))

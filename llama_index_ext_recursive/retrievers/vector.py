@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -60,7 +61,6 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_recursive.config import component_to_dict, init_parameters, write_config
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
-from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -69,6 +69,7 @@ from llama_index_ext_recursive.filters import (
     keep_matching,
     to_filters,
 )
+from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.persist import PersistError, read_index, write_index
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import unexplained
@@ -164,17 +165,17 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         index: VectorStoreIndex,
         similarity_top_k: int = DEFAULT_TOP_K,
         filters: FiltersLike = None,
-        filter_policy: Union[FilterPolicy, str] = FilterPolicy.MERGE,
-        stale_policy: Union[StalePolicy, str] = StalePolicy.SKIP,
-        filter_in_store: Optional[bool] = None,
-        embed_model: Optional[BaseEmbedding] = None,
-        object_map: Optional[dict] = None,
-        unknown_filter_key: Optional[Union[UnknownFilterPolicy, str]] = UnknownFilterPolicy.RAISE,
+        filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
+        stale_policy: StalePolicy | str = StalePolicy.SKIP,
+        filter_in_store: bool | None = None,
+        embed_model: BaseEmbedding | None = None,
+        object_map: dict | None = None,
+        unknown_filter_key: UnknownFilterPolicy | str | None = UnknownFilterPolicy.RAISE,
         vector_store_query_mode: VectorStoreQueryMode = VectorStoreQueryMode.DEFAULT,
-        alpha: Optional[float] = None,
-        sparse_top_k: Optional[int] = None,
-        hybrid_top_k: Optional[int] = None,
-        callback_manager: Optional[CallbackManager] = None,
+        alpha: float | None = None,
+        sparse_top_k: int | None = None,
+        hybrid_top_k: int | None = None,
+        callback_manager: CallbackManager | None = None,
         verbose: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -201,22 +202,20 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         )
         self.filter_policy = FilterPolicy(filter_policy)
         self.stale_policy = StalePolicy(stale_policy)
-        self.filter_in_store = (
-            store_can_filter(self._vector_store) if filter_in_store is None else filter_in_store
-        )
+        self.filter_in_store = store_can_filter(self._vector_store) if filter_in_store is None else filter_in_store
         self.stale_ids_skipped = 0
         self.unknown_filter_key = policy
         self._logged_unchecked = False
-        self._chroma_dimension: Optional[int] = None
+        self._chroma_dimension: int | None = None
 
     @classmethod
     def from_vector_store(
         cls,
         vector_store: BasePydanticVectorStore,
-        docstore: Optional[BaseDocumentStore] = None,
-        embed_model: Optional[BaseEmbedding] = None,
+        docstore: BaseDocumentStore | None = None,
+        embed_model: BaseEmbedding | None = None,
         **kwargs: Any,
-    ) -> "BackfillVectorRetriever":
+    ) -> BackfillVectorRetriever:
         """Retrieve from an already populated store.
 
         Upstream's ``VectorStoreIndex.from_vector_store`` refuses stores that
@@ -231,13 +230,11 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 "it was built from (e.g. StorageContext.from_defaults(persist_dir=...).docstore)"
             )
         storage = StorageContext.from_defaults(vector_store=vector_store, docstore=docstore)
-        index = VectorStoreIndex(
-            nodes=[], storage_context=storage, embed_model=resolve_embed_model(embed_model)
-        )
+        index = VectorStoreIndex(nodes=[], storage_context=storage, embed_model=resolve_embed_model(embed_model))
         return cls(index, **kwargs)
 
     # ------------------------------------------------- configuration and persistence
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The settings as a configuration dict (:mod:`llama_index_ext_recursive.config`),
         with the index they search (its id, store class and embedding model):
         the index is data, :meth:`from_dict` takes it again."""
@@ -249,9 +246,7 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
             filter_policy=self.filter_policy.value,
             stale_policy=self.stale_policy.value,
             filter_in_store=self.filter_in_store,
-            unknown_filter_key=(
-                self.unknown_filter_key.value if self.unknown_filter_key is not None else None
-            ),
+            unknown_filter_key=(self.unknown_filter_key.value if self.unknown_filter_key is not None else None),
             vector_store_query_mode=self._vector_store_query_mode.value,
             alpha=self._alpha,
             sparse_top_k=self._sparse_top_k,
@@ -261,13 +256,11 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         return data
 
     @classmethod
-    def from_dict(
-        cls, data: Dict[str, Any], index: VectorStoreIndex, **overrides: Any
-    ) -> "BackfillVectorRetriever":
+    def from_dict(cls, data: dict[str, Any], index: VectorStoreIndex, **overrides: Any) -> BackfillVectorRetriever:
         """A retriever over ``index`` with the settings of :meth:`to_dict` (``overrides`` win)."""
         return cls(index, **{**settings_from_config(init_parameters(cls, data)), **overrides})
 
-    def persist(self, persist_dir: Union[str, Path]) -> None:
+    def persist(self, persist_dir: str | Path) -> None:
         """Write the index and the settings to the index folder ``persist_dir``
         (atomically, as every index folder of the package).
 
@@ -290,10 +283,10 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
     @classmethod
     def from_persist_dir(
         cls,
-        persist_dir: Union[str, Path],
-        embed_model: Optional[BaseEmbedding] = None,
+        persist_dir: str | Path,
+        embed_model: BaseEmbedding | None = None,
         **overrides: Any,
-    ) -> "BackfillVectorRetriever":
+    ) -> BackfillVectorRetriever:
         """Load a retriever written by :meth:`persist`.
 
         Args:
@@ -302,14 +295,12 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 bundled); another model than the persisted one is logged.
             **overrides: constructor arguments that win over the saved ones.
         """
-        return read_index(
-            persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides)
-        )
+        return read_index(persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides))
 
     @classmethod
     def read_files(
-        cls, folder: Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
-    ) -> "BackfillVectorRetriever":
+        cls, folder: Path, embed_model: BaseEmbedding | None = None, **overrides: Any
+    ) -> BackfillVectorRetriever:
         """Load what :meth:`write_files` wrote into ``folder``."""
         data, index = read_index_files(folder, embed_model)
         try:
@@ -329,7 +320,7 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         )
 
     def _query(
-        self, embedding: Optional[List[float]], query_str: str, filters: Optional[MetadataFilters], top_k: int
+        self, embedding: list[float] | None, query_str: str, filters: MetadataFilters | None, top_k: int
     ) -> VectorStoreQuery:
         # node_ids only when the caller restricts them: as_retriever's list of
         # nodes_dict values is empty over a rebuilt index and returns nothing
@@ -347,7 +338,7 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
             hybrid_top_k=self._hybrid_top_k,
         )
 
-    def _store_filters(self, filters: Optional[MetadataFilters]) -> bool:
+    def _store_filters(self, filters: MetadataFilters | None) -> bool:
         """Whether the store applies ``filters`` itself (else they are checked here).
 
         Upstream's ``SimpleVectorStore`` (the ``VectorStoreIndex`` default)
@@ -364,29 +355,27 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         nested = any(isinstance(f, MetadataFilters) for f in filters.filters)
         return not (nested or self.filter_vocabulary.needs_own_evaluation(filters))
 
-    def _embedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
+    def _embedding(self, query_bundle: QueryBundle) -> list[float] | None:
         if query_bundle.embedding is not None or not self._needs_embedding():
             return self._checked_embedding(query_bundle.embedding, given=True)
         embedding = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
         return self._checked_embedding(embedding, given=False)
 
-    async def _aembedding(self, query_bundle: QueryBundle) -> Optional[List[float]]:
+    async def _aembedding(self, query_bundle: QueryBundle) -> list[float] | None:
         if query_bundle.embedding is not None or not self._needs_embedding():
             return self._checked_embedding(query_bundle.embedding, given=True)
         embedding = await self._embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
         return self._checked_embedding(embedding, given=False)
 
-    def _checked_embedding(self, embedding: Optional[List[float]], given: bool) -> Optional[List[float]]:
+    def _checked_embedding(self, embedding: list[float] | None, given: bool) -> list[float] | None:
         """Refuse a NaN/inf query vector or one of another dimension than the
         index's: the store would score every node NaN or fail inside numpy."""
         if embedding is not None:
             what = "the query embedding given in the QueryBundle" if given else "the query"
-            check_vectors(
-                embedding, embed_model_name(self._embed_model), what, self.index_dimension()
-            )
+            check_vectors(embedding, embed_model_name(self._embed_model), what, self.index_dimension())
         return embedding
 
-    def index_dimension(self) -> Optional[int]:
+    def index_dimension(self) -> int | None:
         """The dimension of the vectors in the store, ``None`` when it cannot tell cheaply.
 
         Read from the store when it exposes it (``NumpyVectorStore.dimension``,
@@ -417,7 +406,7 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         """Re-read the docstore's metadata keys (after nodes were added to it) and return them."""
         return docstore_vocabulary(self._docstore, refresh=True)
 
-    def _check_filters(self, filters: Optional[MetadataFilters]) -> None:
+    def _check_filters(self, filters: MetadataFilters | None) -> None:
         """Apply ``unknown_filter_key`` to filters that cannot match (see the class)."""
         if filters is None or not filters.filters or self.unknown_filter_key is None:
             return
@@ -429,12 +418,13 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 self._logged_unchecked = True
                 logger.debug(
                     "the docstore of this index holds no nodes (%s keeps the text?): filter keys "
-                    "are unknown, so filters are not checked", type(self._vector_store).__name__,
+                    "are unknown, so filters are not checked",
+                    type(self._vector_store).__name__,
                 )
             return
         vocabulary.check(filters, self.unknown_filter_key)
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
         self._check_filters(call.filters)
         embedding = self._embedding(call.bundle)
@@ -450,7 +440,7 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 return self._finish(hits, stale, call.top_k)
             asked *= WIDEN_FACTOR
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
         if call.filters is not None and self.unknown_filter_key is not None:
             # reading the docstore's nodes may be I/O (Redis, MongoDB): off the loop
@@ -471,32 +461,29 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
             asked *= WIDEN_FACTOR
 
     # ---------------------------------------------------------- resolution
-    def _hit_node_ids(self, result: VectorStoreQueryResult) -> List[str]:
+    def _hit_node_ids(self, result: VectorStoreQueryResult) -> list[str]:
         """The node id behind each store id (FAISS row numbers map through nodes_dict)."""
         nodes_dict = self._index.index_struct.nodes_dict
         return [nodes_dict.get(str(i), str(i)) for i in (result.ids or [])]
 
-    def _to_fetch(self, result: VectorStoreQueryResult) -> List[str]:
+    def _to_fetch(self, result: VectorStoreQueryResult) -> list[str]:
         """Docstore ids to fetch: every hit of an ids-only store; the non-text
         nodes (``IndexNode``s, ...) of a text-storing one."""
         if result.nodes:
-            return [
-                n.node_id for n in result.nodes
-                if n.as_related_node_info().node_type != ObjectType.TEXT
-            ]
+            return [n.node_id for n in result.nodes if n.as_related_node_info().node_type != ObjectType.TEXT]
         return self._hit_node_ids(result)
 
     def _assemble(
         self,
         result: VectorStoreQueryResult,
         fetched: Sequence[BaseNode],
-        filters: Optional[MetadataFilters],
+        filters: MetadataFilters | None,
         asked: int,
-    ) -> Tuple[List[NodeWithScore], List[str], bool]:
+    ) -> tuple[list[NodeWithScore], list[str], bool]:
         """Scored nodes in store order, the stale ids among the store's hits,
         and whether the store has no more hits."""
-        by_id: Dict[str, BaseNode] = {n.node_id: n for n in fetched if n is not None}
-        stale: List[str] = []
+        by_id: dict[str, BaseNode] = {n.node_id: n for n in fetched if n is not None}
+        stale: list[str] = []
         if result.nodes:
             # a text-storing store's own node unless the docstore has a richer copy
             pairs = [(pos, by_id.get(n.node_id, n)) for pos, n in enumerate(result.nodes)]
@@ -508,20 +495,20 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 self._on_stale(stale)
             pairs = [(pos, by_id[i]) for pos, i in enumerate(node_ids) if i in by_id]
             returned = len(node_ids)
-        scores: Sequence[Optional[float]] = result.similarities or []
-        hits: List[NodeWithScore] = [
+        scores: Sequence[float | None] = result.similarities or []
+        hits: list[NodeWithScore] = [
             unexplained(node, scores[pos] if pos < len(scores) else None) for pos, node in pairs
         ]
         if not self._store_filters(filters):
             hits = keep_matching(hits, filters)
         return hits, stale, returned < asked
 
-    def _finish(self, hits: List[NodeWithScore], stale: List[str], top_k: int) -> List[NodeWithScore]:
+    def _finish(self, hits: list[NodeWithScore], stale: list[str], top_k: int) -> list[NodeWithScore]:
         if stale:  # reported once per query, from the widest search
             self._on_stale(stale)
         return hits[:top_k]
 
-    def _on_stale(self, stale: List[str]) -> None:
+    def _on_stale(self, stale: list[str]) -> None:
         if self.stale_policy == StalePolicy.RAISE:
             raise StaleIdError(
                 f"the vector store returned {len(stale)} id(s) the docstore does not hold: "
@@ -529,9 +516,7 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
                 "stale_policy='skip'"
             )
         self.stale_ids_skipped += len(stale)
-        logger.warning(
-            "skipped %d stale id(s) the docstore does not hold: %s", len(stale), stale[:10]
-        )
+        logger.warning("skipped %d stale id(s) the docstore does not hold: %s", len(stale), stale[:10])
 
 
 def _reject_row_numbers(index: VectorStoreIndex) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any
 
 from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 PERSIST_KIND = "BackfillVectorRetriever"  # names the index kind in its folder's manifest
 
 
-def _store_kinds() -> Dict[str, Type[BasePydanticVectorStore]]:
+def _store_kinds() -> dict[str, type[BasePydanticVectorStore]]:
     """The vector stores whose data ``StorageContext.persist`` writes into the folder."""
     from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 
@@ -52,14 +52,14 @@ def _store_kinds() -> Dict[str, Type[BasePydanticVectorStore]]:
     return {type_name(kind): kind for kind in kinds}
 
 
-def settings_from_config(parameters: Dict[str, Any]) -> Dict[str, Any]:
+def settings_from_config(parameters: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments from :meth:`BackfillVectorRetriever.to_dict`'s init parameters."""
     if parameters.get("filters") is not None:
         parameters["filters"] = MetadataFilters.model_validate(parameters["filters"])
     return parameters
 
 
-def index_entry(retriever: VectorIndexRetriever) -> Dict[str, Any]:
+def index_entry(retriever: VectorIndexRetriever) -> dict[str, Any]:
     """The configuration's ``index`` entry: the index id, the vector store's class
     and the embedding model (name and identity) the retriever searches with."""
     return {
@@ -81,9 +81,7 @@ def check_persistable(retriever: VectorIndexRetriever) -> None:
         )
 
 
-def read_index_files(
-    folder: Path, embed_model: Optional[BaseEmbedding]
-) -> Tuple[Dict[str, Any], VectorStoreIndex]:
+def read_index_files(folder: Path, embed_model: BaseEmbedding | None) -> tuple[dict[str, Any], VectorStoreIndex]:
     """The configuration dict and the index a retriever's ``write_files`` wrote into
     ``folder``, the index loaded with ``embed_model`` (argument > ``Settings.embed_model``
     > the saved model's bundled one), which must be the saved model."""
@@ -108,9 +106,7 @@ def read_index_files(
     try:
         store = store_kind.from_persist_dir(str(folder))  # type: ignore[attr-defined]
         storage = StorageContext.from_defaults(persist_dir=str(folder), vector_store=store)
-        index = load_index_from_storage(
-            storage, index_id=index_info.get("index_id"), embed_model=model
-        )
+        index = load_index_from_storage(storage, index_id=index_info.get("index_id"), embed_model=model)
     except (OSError, ValueError, KeyError) as exc:
         raise PersistError(f"{folder}: the index files cannot be loaded ({exc})") from exc
     if not isinstance(index, VectorStoreIndex):  # index_store.json names another kind of index

@@ -11,20 +11,21 @@ once per call.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Set, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.docstore.utils import doc_to_json
 
-_KV = List[Tuple[str, dict]]
+_KV = list[tuple[str, dict]]
 
 
 class LinearDocumentStore(SimpleDocumentStore):
     """Drop-in ``SimpleDocumentStore`` for documents with many nodes (same files)."""
 
-    def _ref_doc_entry(self, ref_doc_id: str) -> Dict[str, Any]:
+    def _ref_doc_entry(self, ref_doc_id: str) -> dict[str, Any]:
         """The stored entry, extended in place: upstream's index adds nodes one call
         at a time, so copying the id list per call would be quadratic again."""
         info = self.get_ref_doc_info(ref_doc_id) or RefDocInfo()
@@ -32,20 +33,18 @@ class LinearDocumentStore(SimpleDocumentStore):
 
     def _prepare_kv_pairs(
         self, nodes: Sequence[BaseNode], allow_update: bool, store_text: bool
-    ) -> Tuple[_KV, _KV, _KV]:
+    ) -> tuple[_KV, _KV, _KV]:
         node_pairs: _KV = []
         metadata_pairs: _KV = []
-        entries: Dict[str, Dict[str, Any]] = {}
-        added: Set[Tuple[str, str]] = set()  # (document, node) listed by this call
-        unset: Set[str] = set()  # entries stored without metadata: upstream's merge keeps the last node's
+        entries: dict[str, dict[str, Any]] = {}
+        added: set[tuple[str, str]] = set()  # (document, node) listed by this call
+        unset: set[str] = set()  # entries stored without metadata: upstream's merge keeps the last node's
         for node in nodes:
             if not allow_update and self.document_exists(node.node_id):
-                raise ValueError(
-                    f"node_id {node.node_id} already exists. Set allow_update to True to overwrite."
-                )
+                raise ValueError(f"node_id {node.node_id} already exists. Set allow_update to True to overwrite.")
             if store_text:
                 node_pairs.append((node.node_id, doc_to_json(node)))
-            metadata: Dict[str, Any] = {"doc_hash": node.hash}
+            metadata: dict[str, Any] = {"doc_hash": node.hash}
             source = node.source_node
             if source is not None and node.ref_doc_id:
                 entry = entries.get(source.node_id)
@@ -68,7 +67,7 @@ class LinearDocumentStore(SimpleDocumentStore):
 
     async def _async_prepare_kv_pairs(
         self, nodes: Sequence[BaseNode], allow_update: bool, store_text: bool
-    ) -> Tuple[_KV, _KV, _KV]:
+    ) -> tuple[_KV, _KV, _KV]:
         return self._prepare_kv_pairs(nodes, allow_update, store_text)  # in memory: no I/O
 
     def _remove_from_ref_doc_node(self, doc_id: str) -> None:

@@ -10,7 +10,7 @@ vectorise is evaluated per value by
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -29,15 +29,15 @@ class MetadataColumn:
 
     __slots__ = ("values", "_none", "_other", "_postings", "_arrays", "_numeric")
 
-    def __init__(self, values: List[Any]) -> None:
+    def __init__(self, values: list[Any]) -> None:
         self.values = values
         self.reset()
 
     def reset(self) -> None:
-        self._none: Optional[np.ndarray] = None
-        self._other: Optional[np.ndarray] = None  # non-None values of other types (lists, dicts)
-        self._postings: Optional[Dict[Any, List[int]]] = None
-        self._arrays: Dict[Any, np.ndarray] = {}
+        self._none: np.ndarray | None = None
+        self._other: np.ndarray | None = None  # non-None values of other types (lists, dicts)
+        self._postings: dict[Any, list[int]] | None = None
+        self._arrays: dict[Any, np.ndarray] = {}
         self._numeric: Any = False  # not computed yet; None = not all numbers
 
     def none(self) -> np.ndarray:
@@ -45,8 +45,8 @@ class MetadataColumn:
             self._none = np.fromiter((v is None for v in self.values), bool, len(self.values))
         return self._none
 
-    def _index(self) -> Tuple[Dict[Any, List[int]], np.ndarray]:
-        postings: Dict[Any, List[int]] = {}
+    def _index(self) -> tuple[dict[Any, list[int]], np.ndarray]:
+        postings: dict[Any, list[int]] = {}
         other = np.zeros(len(self.values), dtype=bool)
         for row, value in enumerate(self.values):
             if value is None:
@@ -73,11 +73,11 @@ class MetadataColumn:
             rows = self._arrays[value] = np.asarray(postings.get(value, ()), dtype=np.int64)
         return rows
 
-    def postings(self) -> Dict[Any, np.ndarray]:
+    def postings(self) -> dict[Any, np.ndarray]:
         postings = self._postings if self._postings is not None else self._index()[0]
         return {value: self.equal_rows(value) for value in postings}
 
-    def numeric(self) -> Optional[np.ndarray]:
+    def numeric(self) -> np.ndarray | None:
         """float64 column (NaN where None) when every value is an exact number."""
         if self._numeric is False:
             values = self.values

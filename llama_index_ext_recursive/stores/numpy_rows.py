@@ -12,7 +12,8 @@ Both stand above this module, which knows neither.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from llama_index.core.vector_stores.simple import SimpleVectorStoreData
@@ -21,11 +22,19 @@ from llama_index.core.vector_stores.types import FilterCondition, FilterOperator
 from llama_index_ext_recursive.filters import operator_fn
 from llama_index_ext_recursive.stores.numpy_columns import EMPTY_ROWS, MetadataColumn, exact_number
 
-_VECTORISED = frozenset({
-    FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.NIN,
-    FilterOperator.IS_EMPTY, FilterOperator.GT, FilterOperator.GTE,
-    FilterOperator.LT, FilterOperator.LTE,
-})
+_VECTORISED = frozenset(
+    {
+        FilterOperator.EQ,
+        FilterOperator.NE,
+        FilterOperator.IN,
+        FilterOperator.NIN,
+        FilterOperator.IS_EMPTY,
+        FilterOperator.GT,
+        FilterOperator.GTE,
+        FilterOperator.LT,
+        FilterOperator.LTE,
+    }
+)
 
 
 class RowState:
@@ -43,32 +52,38 @@ class RowState:
     def __reduce__(self) -> Any:
         return (RowState, ())
 
-    def __deepcopy__(self, memo: Any) -> "RowState":
+    def __deepcopy__(self, memo: Any) -> RowState:
         return RowState()
 
-    def __copy__(self) -> "RowState":
+    def __copy__(self) -> RowState:
         return RowState()
 
-    def reset(self, data: Optional[SimpleVectorStoreData]) -> None:
+    def reset(self, data: SimpleVectorStoreData | None) -> None:
         self.data = data
-        self.emb: Optional[Dict[str, Any]] = data.embedding_dict if data is not None else None
-        self.meta: Optional[Dict[str, Any]] = data.metadata_dict if data is not None else None
+        self.emb: dict[str, Any] = data.embedding_dict if data is not None else {}
+        self.meta: dict[str, Any] = data.metadata_dict if data is not None else {}
         self.matrix = np.zeros((0, 0))  # unit rows, float64; capacity rows, rows >= n unused
         self.matrix32 = np.zeros((0, 0), dtype=np.float32)  # the same rows in float32 (screening)
-        self.buffers: Dict[tuple, np.ndarray] = {}  # see numpy_search._gather_dot
+        self.buffers: dict[tuple, np.ndarray] = {}  # see numpy_search._gather_dot
         self.alive = np.zeros(0, dtype=bool)
         self.bad = np.zeros(0, dtype=bool)  # zero or non-finite norm: upstream's score is NaN
         self.no_meta = np.zeros(0, dtype=bool)  # live rows without a metadata_dict entry
         self.n = 0
         self.n_dead = 0
         self.n_bad = 0
-        self.ids: List[Optional[str]] = []
-        self.row_of: Dict[str, int] = {}
-        self.metas: List[Optional[Mapping[str, Any]]] = []
-        self.columns: Dict[str, MetadataColumn] = {}
+        self.ids: list[str | None] = []
+        self.row_of: dict[str, int] = {}
+        self.metas: list[Mapping[str, Any] | None] = []
+        self.columns: dict[str, MetadataColumn] = {}
         self.version = 0
-        self.allowed_cache: Optional[tuple] = None
+        self.allowed_cache: tuple | None = None
         self.broken = False  # embeddings of different lengths: leave queries to upstream
+
+    def live_id(self, row: int) -> str:
+        """The id of a live row (tombstoned rows hold ``None`` until compaction)."""
+        node_id = self.ids[row]
+        assert node_id is not None, f"row {row} is tombstoned"
+        return node_id
 
     # ------------------------------------------------------------ building
     def synced(self, data: SimpleVectorStoreData) -> bool:
@@ -83,7 +98,7 @@ class RowState:
         self.reset(data)
         self.append(list(data.embedding_dict))
 
-    def _unit_rows(self, vectors: List[Any]) -> Optional[tuple]:
+    def _unit_rows(self, vectors: list[Any]) -> tuple | None:
         """(unit rows, mask of zero/non-finite rows), ``None`` if not a matrix of our width."""
         try:
             matrix = np.array(vectors, dtype=np.float64)
@@ -98,7 +113,7 @@ class RowState:
         matrix[bad] = 0.0
         return matrix, bad
 
-    def append(self, new_ids: List[str]) -> None:
+    def append(self, new_ids: list[str]) -> None:
         """Append rows for ids that are new keys of the embedding dict, in order."""
         if not new_ids or self.broken:
             return
@@ -138,11 +153,11 @@ class RowState:
         self.n = end
         self.version += 1
 
-    def overwrite(self, rows: List[int]) -> None:
+    def overwrite(self, rows: list[int]) -> None:
         """Rows whose id was added again: new vector and metadata, same position."""
         if not rows or self.broken:
             return
-        unit = self._unit_rows([self.emb[self.ids[r]] for r in rows])
+        unit = self._unit_rows([self.emb[self.live_id(r)] for r in rows])
         if unit is None:
             self.broken = True
             return
@@ -153,11 +168,12 @@ class RowState:
         self.bad[index] = bad
         self.n_bad = int(self.bad[: self.n].sum())
         for r in rows:
-            self.metas[r] = self.meta.get(self.ids[r])
+            self.metas[r] = self.meta.get(self.live_id(r))
             self.no_meta[r] = self.metas[r] is None
         for key, column in self.columns.items():
             for r in rows:
-                column.values[r] = None if self.metas[r] is None else self.metas[r].get(key)
+                meta = self.metas[r]
+                column.values[r] = None if meta is None else meta.get(key)
             column.reset()
         self.version += 1
 
@@ -165,7 +181,7 @@ class RowState:
         if self.broken:  # rebuilt (and checked again) by the next query
             self.data = None
             return
-        new: List[str] = []
+        new: list[str] = []
         seen: set = set()
         again: set = set()
         for node_id in ids:
@@ -178,7 +194,7 @@ class RowState:
         self.overwrite(sorted(again))
         self.append(new)
 
-    def removed(self, candidates: Optional[Sequence[str]] = None) -> None:
+    def removed(self, candidates: Sequence[str] | None = None) -> None:
         """Tombstone the rows whose id left the embedding dict."""
         if self.broken:  # rebuilt (and checked again) by the next query
             self.data = None
@@ -191,7 +207,7 @@ class RowState:
         if not gone:
             return
         for r in gone:
-            del self.row_of[self.ids[r]]
+            del self.row_of[self.live_id(r)]
             self.ids[r] = None
             self.metas[r] = None
         index = np.asarray(gone, dtype=np.int64)
@@ -213,7 +229,7 @@ class RowState:
         self.no_meta = self.no_meta[keep]
         self.ids = [self.ids[r] for r in keep.tolist()]
         self.metas = [self.metas[r] for r in keep.tolist()]
-        self.row_of = {node_id: r for r, node_id in enumerate(self.ids)}
+        self.row_of = {node_id: r for r, node_id in enumerate(self.ids) if node_id is not None}
         self.columns = {}
         self.n, self.n_dead = len(keep), 0
         self.version += 1
@@ -225,20 +241,20 @@ class RowState:
             column = self.columns[key] = MetadataColumn([None if m is None else m.get(key) for m in self.metas])
         return column
 
-    def allowed(self, node_ids: Sequence[str]) -> Optional[np.ndarray]:
+    def allowed(self, node_ids: Sequence[str]) -> np.ndarray | None:
         """Mask of the rows in ``node_ids``; ``None`` when that is every live row."""
         cached = self.allowed_cache
         if cached is not None and cached[0] == self.version and cached[1] == node_ids:
             return cached[2]
         rows = [r for r in map(self.row_of.get, node_ids) if r is not None]
-        mask: Optional[np.ndarray] = np.zeros(self.n, dtype=bool)
-        mask[rows] = True
-        if int(mask.sum()) == self.n - self.n_dead:
-            mask = None  # as_retriever() passes every id of the index
+        selected = np.zeros(self.n, dtype=bool)
+        selected[rows] = True
+        # None: as_retriever() passes every id of the index
+        mask = None if int(selected.sum()) == self.n - self.n_dead else selected
         self.allowed_cache = (self.version, list(node_ids), mask)
         return mask
 
-    def equality_rows(self, filters: MetadataFilters) -> Optional[np.ndarray]:
+    def equality_rows(self, filters: MetadataFilters) -> np.ndarray | None:
         """Sorted rows of an AND of ``EQ``/``IN`` leaves, straight from the postings.
 
         ``None`` when the filter has another shape or a column holds values
@@ -246,10 +262,11 @@ class RowState:
         """
         if (filters.condition or FilterCondition.AND) != FilterCondition.AND:
             return None
-        rows: Optional[np.ndarray] = None
+        rows: np.ndarray | None = None
         for item in filters.filters:
             if isinstance(item, MetadataFilters):
                 return None
+            values: list[Any]
             if item.operator == FilterOperator.EQ and not isinstance(item.value, list):
                 values = [item.value]
             elif item.operator == FilterOperator.IN and isinstance(item.value, list):
@@ -272,8 +289,9 @@ class RowState:
         condition = filters.condition or FilterCondition.AND
         if condition == FilterCondition.AND:
             # cheap column-wise conditions first: the per-row ones see fewer rows
-            ordered = sorted(items, key=lambda f: 2 if isinstance(f, MetadataFilters)
-                             else 0 if f.operator in _VECTORISED else 1)
+            ordered = sorted(
+                items, key=lambda f: 2 if isinstance(f, MetadataFilters) else 0 if f.operator in _VECTORISED else 1
+            )
             for item in ordered:
                 scope = self._item_mask(item, scope)
             return scope

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import List, Optional
 
 import numpy as np
 from llama_index.core.base.embeddings.base import similarity as upstream_similarity
@@ -26,10 +25,10 @@ def answer_query(state: RowState, query: VectorStoreQuery) -> VectorStoreQueryRe
     n = state.n
     if query.query_embedding is None or n == state.n_dead:
         return VectorStoreQueryResult(similarities=[], ids=[])
-    scope: Optional[np.ndarray] = None  # None: every live row
+    scope: np.ndarray | None = None  # None: every live row
     if query.node_ids is not None:
         scope = state.allowed(query.node_ids)
-    rows: Optional[np.ndarray] = None  # None: every row (and none is dead)
+    rows: np.ndarray | None = None  # None: every row (and none is dead)
     filters = query.filters
     if filters is not None and filters.filters:
         base = scope if scope is not None else state.alive[:n]
@@ -88,16 +87,14 @@ def answer_query(state: RowState, query: VectorStoreQuery) -> VectorStoreQueryRe
         # near-equal scores in the top k+1: upstream's heap decides their order
         return _replay_upstream(state, query, rows, _scores(state, rows, unit))
     ids = state.ids
-    return VectorStoreQueryResult(
-        similarities=values[:k].tolist(), ids=[ids[cand[t]] for t in order[:k].tolist()]
-    )
+    return VectorStoreQueryResult(similarities=values[:k].tolist(), ids=[ids[cand[t]] for t in order[:k].tolist()])
 
 
 _SCREEN_FROM = 512  # more candidate rows than this: float32 screen first
 _BLOCK = 512  # rows gathered at a time into a reused buffer
 
 
-def _scores(state: RowState, rows: Optional[np.ndarray], unit: np.ndarray) -> np.ndarray:
+def _scores(state: RowState, rows: np.ndarray | None, unit: np.ndarray) -> np.ndarray:
     """float64 scores of ``rows`` (all rows when ``None``)."""
     if rows is None:
         return state.matrix[: state.n] @ unit
@@ -125,7 +122,7 @@ def _gather_dot(state: RowState, matrix: np.ndarray, rows: np.ndarray, vector: n
 
 
 def _replay_upstream(
-    state: RowState, query: VectorStoreQuery, rows: Optional[np.ndarray], scores: np.ndarray
+    state: RowState, query: VectorStoreQuery, rows: np.ndarray | None, scores: np.ndarray
 ) -> VectorStoreQueryResult:
     """Upstream's heap over ``rows`` in dict order: the exact answer with ties or NaN.
 
@@ -152,9 +149,9 @@ def _replay_upstream(
                 recompute = np.union1d(recompute, np.union1d(by_score[close], by_score[close + 1]))
             for i in recompute.tolist():
                 # arrays, as upstream's own store passes them (it types the arguments as lists)
-                values[i] = upstream_similarity(q_np, np.array(emb[ids[rows[i]]]))  # type: ignore[arg-type]
+                values[i] = upstream_similarity(q_np, np.array(emb[state.live_id(rows[i])]))  # type: ignore[arg-type]
     top_k = query.similarity_top_k
-    heap: List[tuple] = []
+    heap: list[tuple] = []
     push, pop = heapq.heappush, heapq.heappop
     for value, row in zip(values.tolist(), rows.tolist()):
         push(heap, (value, ids[row]))

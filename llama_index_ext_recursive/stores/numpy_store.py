@@ -48,8 +48,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -62,8 +63,8 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 from llama_index.core.vector_stores.types import (
     DEFAULT_PERSIST_DIR,
-    BasePydanticVectorStore,
     DEFAULT_PERSIST_FNAME,
+    BasePydanticVectorStore,
     MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryMode,
@@ -77,13 +78,14 @@ from llama_index_ext_recursive.stores.numpy_rows import RowState
 from llama_index_ext_recursive.stores.numpy_search import answer_query
 from llama_index_ext_recursive.validation import check_count, json_nodes
 
+
 class _PostingsView(Mapping):
     """``store._postings[key][value]`` -> rows (read-only, for benchmarks)."""
 
     def __init__(self, state: RowState) -> None:
         self._state = state
 
-    def __getitem__(self, key: str) -> Dict[Any, np.ndarray]:
+    def __getitem__(self, key: str) -> dict[Any, np.ndarray]:
         with self._state.lock:
             return self._state.column(key).postings()
 
@@ -116,12 +118,12 @@ class NumpyVectorStore(SimpleVectorStore):
         return "NumpyVectorStore"
 
     @property
-    def _ids(self) -> List[Optional[str]]:
+    def _ids(self) -> list[str | None]:
         """Node id per matrix row (``None`` for a deleted row not compacted yet)."""
         return self._state.ids
 
     @property
-    def _postings(self) -> Mapping[str, Dict[Any, np.ndarray]]:
+    def _postings(self) -> Mapping[str, dict[Any, np.ndarray]]:
         return _PostingsView(self._state)
 
     # ------------------------------------------------------------ updates
@@ -130,7 +132,7 @@ class NumpyVectorStore(SimpleVectorStore):
         if not state.synced(self.data):
             state.rebuild(self.data)
 
-    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> List[str]:
+    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
         """Add ``nodes`` (with embeddings); NumPy scalars in metadata are stored as the
         Python numbers they hold (upstream fails on them without naming the key), and a
         value JSON cannot hold is refused naming node, key and fix (:func:`json_nodes`)."""
@@ -151,8 +153,8 @@ class NumpyVectorStore(SimpleVectorStore):
 
     def delete_nodes(
         self,
-        node_ids: Optional[List[str]] = None,
-        filters: Optional[MetadataFilters] = None,
+        node_ids: list[str] | None = None,
+        filters: MetadataFilters | None = None,
         **delete_kwargs: Any,
     ) -> None:
         state = self._state
@@ -171,7 +173,7 @@ class NumpyVectorStore(SimpleVectorStore):
     def persist(
         self,
         persist_path: str = os.path.join(DEFAULT_PERSIST_DIR, DEFAULT_PERSIST_FNAME),
-        fs: Optional[fsspec.AbstractFileSystem] = None,
+        fs: fsspec.AbstractFileSystem | None = None,
     ) -> None:
         """Write the store to ``persist_path`` in upstream's format, atomically.
 
@@ -190,23 +192,22 @@ class NumpyVectorStore(SimpleVectorStore):
         path = Path(persist_path)
         if path.exists() and not _looks_like_store_file(path):
             raise PersistError(
-                f"refusing to replace {path}: it is not a vector store file (left untouched); "
-                "choose another path"
+                f"refusing to replace {path}: it is not a vector store file (left untouched); choose another path"
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._state.lock:  # a consistent copy even while another thread adds
             # the fields as they are: dataclasses_json's to_dict walks every float (slow)
-            payload = json.dumps({
-                "embedding_dict": self.data.embedding_dict,
-                "text_id_to_ref_doc_id": self.data.text_id_to_ref_doc_id,
-                "metadata_dict": self.data.metadata_dict,
-            })
+            payload = json.dumps(
+                {
+                    "embedding_dict": self.data.embedding_dict,
+                    "text_id_to_ref_doc_id": self.data.text_id_to_ref_doc_id,
+                    "metadata_dict": self.data.metadata_dict,
+                }
+            )
         write_file_atomically(path, lambda handle: handle.write(payload))
 
     @classmethod
-    def from_persist_path(
-        cls, persist_path: str, fs: Optional[fsspec.AbstractFileSystem] = None
-    ) -> "NumpyVectorStore":
+    def from_persist_path(cls, persist_path: str, fs: fsspec.AbstractFileSystem | None = None) -> NumpyVectorStore:
         """Load a store written by ``persist`` (ours or upstream's).
 
         Raises:
@@ -215,21 +216,16 @@ class NumpyVectorStore(SimpleVectorStore):
         """
         fs = fs or fsspec.filesystem("file")
         if not fs.exists(persist_path):
-            raise PersistError(
-                f"{persist_path} is missing: no vector store was persisted there; persist it again"
-            )
+            raise PersistError(f"{persist_path} is missing: no vector store was persisted there; persist it again")
         try:
             with fs.open(persist_path, "rb") as handle:
                 data = json.load(handle)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise PersistError(
-                f"{persist_path} is corrupted ({exc}); restore it or persist the store again"
-            ) from exc
+            raise PersistError(f"{persist_path} is corrupted ({exc}); restore it or persist the store again") from exc
         problem = _store_file_problem(data)
         if problem is not None:
             raise PersistError(
-                f"{persist_path} is not a usable vector store file: {problem}; restore it or "
-                "persist the store again"
+                f"{persist_path} is not a usable vector store file: {problem}; restore it or persist the store again"
             )
         # checked above, so built directly: dataclasses_json's from_dict decodes
         # every float one by one (about 95% of loading a 5k-node index)
@@ -266,13 +262,13 @@ _STORE_FILE_START = re.compile(rb'\s*\{\s*"(embedding_dict|text_id_to_ref_doc_id
 
 def vector_index(
     nodes: Sequence[BaseNode],
-    embed_model: Optional[BaseEmbedding] = None,
+    embed_model: BaseEmbedding | None = None,
     *,
-    vector_store: Optional[BasePydanticVectorStore] = None,
-    docstore: Optional[BaseDocumentStore] = None,
+    vector_store: BasePydanticVectorStore | None = None,
+    docstore: BaseDocumentStore | None = None,
     show_progress: bool = False,
     store_nodes_override: bool = False,
-    embedding_cache: Union[str, Path, CachedEmbedding, None] = None,
+    embedding_cache: str | Path | CachedEmbedding | None = None,
 ) -> VectorStoreIndex:
     """A ``VectorStoreIndex`` over ``nodes`` in a new :class:`NumpyVectorStore`.
 
@@ -318,7 +314,7 @@ def _looks_like_store_file(path: Path) -> bool:
         return bool(_STORE_FILE_START.match(handle.read(256)))
 
 
-def _store_file_problem(data: Any) -> Optional[str]:
+def _store_file_problem(data: Any) -> str | None:
     """Why a parsed store file cannot be loaded faithfully (``None``: it can)."""
     if not isinstance(data, dict):
         return f"it holds a JSON {type(data).__name__}, not an object"

@@ -48,7 +48,8 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Type
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import (
@@ -85,7 +86,7 @@ class UnstorableNodeError(LlamaIndexExtRecursiveError, ValueError):
     """
 
 
-def sql_text(what: str, value: Any, error: Type[ValueError] = FilterError) -> str:
+def sql_text(what: str, value: Any, error: type[ValueError] = FilterError) -> str:
     """``value`` if PostgreSQL can hold it as text, else ``error`` naming it.
 
     PostgreSQL text and JSON cannot contain NUL, and the drivers cannot encode
@@ -134,12 +135,12 @@ def check_storable(nodes: Iterable[BaseNode]) -> None:
                 sql_text(f"{owner} {where}", value, error=UnstorableNodeError)
 
 
-def _metadata_strings(value: Any, path: str) -> List[Tuple[str, Any]]:
+def _metadata_strings(value: Any, path: str) -> list[tuple[str, Any]]:
     """``(path, string)`` for every key and string value in ``value``, nested ones included."""
     if isinstance(value, str):
         return [(path, value)]
     if isinstance(value, dict):
-        found: List[Tuple[str, Any]] = []
+        found: list[tuple[str, Any]] = []
         for key, item in value.items():
             found += _metadata_strings(key, f"{path} key")
             found += _metadata_strings(item, f"{path}[{shown(key)}]")
@@ -149,7 +150,7 @@ def _metadata_strings(value: Any, path: str) -> List[Tuple[str, Any]]:
     return []
 
 
-def sql_ids(what: str, ids: Iterable[Any]) -> List[str]:
+def sql_ids(what: str, ids: Iterable[Any]) -> list[str]:
     """Node or document ids checked by :func:`sql_text` (they are matched as text).
 
     A single string is refused: iterated, its characters would be taken as
@@ -172,12 +173,12 @@ class ScopedFilters(MetadataFilters):
     they travel beside the filter tree to :func:`where_clause`.
     """
 
-    node_ids: Optional[List[str]] = None
+    node_ids: list[str] | None = None
 
 
 def scoped_filters(
-    filters: Optional[MetadataFilters], node_ids: Optional[Sequence[Any]], doc_ids: Optional[Sequence[Any]]
-) -> Optional[MetadataFilters]:
+    filters: MetadataFilters | None, node_ids: Sequence[Any] | None, doc_ids: Sequence[Any] | None
+) -> MetadataFilters | None:
     """``filters`` limited to ``node_ids`` and to the documents ``doc_ids``.
 
     Upstream ``PGVectorStore`` ignores a query's ``node_ids`` and ``doc_ids``,
@@ -195,7 +196,7 @@ def scoped_filters(
     """
     if not node_ids and not doc_ids:
         return filters
-    items: List[Any] = [] if filters is None else [filters]
+    items: list[Any] = [] if filters is None else [filters]
     if doc_ids:
         documents = sql_ids("document id", doc_ids)
         items.append(MetadataFilter(key="ref_doc_id", operator=FilterOperator.IN, value=documents))
@@ -232,9 +233,7 @@ class _Builder:
             return or_(*parts)
         if condition == FilterCondition.NOT:
             return _negated(or_(*parts))
-        raise FilterError(
-            f"unknown filter condition {condition!r}; use one of {[c.value for c in FilterCondition]}"
-        )
+        raise FilterError(f"unknown filter condition {condition!r}; use one of {[c.value for c in FilterCondition]}")
 
     # ------------------------------------------------------------ pieces
 
@@ -376,11 +375,10 @@ def _negated(clause: ColumnElement[bool]) -> ColumnElement[bool]:
     return clause.is_not(true())
 
 
-def _listed(key: str, op: FilterOperator, value: Any) -> List[Any]:
+def _listed(key: str, op: FilterOperator, value: Any) -> list[Any]:
     if not isinstance(value, (list, tuple)):
         raise FilterError(
-            f"filter {shown(key)} {op.value} {shown(value)}: {op.value} takes a list of values, "
-            f"e.g. [{shown(value)}]"
+            f"filter {shown(key)} {op.value} {shown(value)}: {op.value} takes a list of values, e.g. [{shown(value)}]"
         )
     if any(v is None for v in value):
         raise FilterError(

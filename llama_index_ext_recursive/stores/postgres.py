@@ -83,9 +83,10 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -100,11 +101,10 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.stores.pg_filters import (
-    UnstorableNodeError,
     check_storable,
     scoped_filters,
-    sql_ids,
     shown,
+    sql_ids,
     sql_text,
     where_clause,
 )
@@ -130,7 +130,7 @@ logger = logging.getLogger(__name__)
 
 # pgvector's own defaults (m=16, ef_construction=64, ef_search=40), cosine distance
 # as PGVectorStore's queries use
-DEFAULT_HNSW: Dict[str, Any] = {
+DEFAULT_HNSW: dict[str, Any] = {
     "hnsw_m": 16,
     "hnsw_ef_construction": 64,
     "hnsw_ef_search": 40,
@@ -217,6 +217,7 @@ class _Timeouts:
 
 # ------------------------------------------------------------------ psycopg2
 
+
 class _ClientTimeout(psycopg2.OperationalError):
     """The watchdog cut a connection whose server did not reply in time."""
 
@@ -232,12 +233,12 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._deadlines: Dict[int, Tuple[float, "_WatchedConnection"]] = {}
+        self._deadlines: dict[int, tuple[float, _WatchedConnection]] = {}
         self._tokens = itertools.count()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     @contextmanager
-    def watch(self, conn: "_WatchedConnection") -> Iterator[None]:
+    def watch(self, conn: _WatchedConnection) -> Iterator[None]:
         token = next(self._tokens)
         with self._cond:
             self._deadlines[token] = (time.monotonic() + conn.client_timeout, conn)
@@ -303,13 +304,11 @@ class _WatchedCursor(psycopg2.extensions.cursor):
             super().executemany(query, vars_list)
 
 
-def _psycopg2_creator(params: Dict[str, Any], timeouts: _Timeouts) -> Callable[[], Any]:
+def _psycopg2_creator(params: dict[str, Any], timeouts: _Timeouts) -> Callable[[], Any]:
     def connect() -> _WatchedConnection:
         started = time.monotonic()
         try:
-            conn = psycopg2.connect(
-                connection_factory=_WatchedConnection, cursor_factory=_WatchedCursor, **params
-            )
+            conn = psycopg2.connect(connection_factory=_WatchedConnection, cursor_factory=_WatchedCursor, **params)
         except psycopg2.OperationalError as exc:
             # libpq's own message ("timeout expired") may be localised; the clock is not
             if time.monotonic() - started >= timeouts.connect:
@@ -323,7 +322,8 @@ def _psycopg2_creator(params: Dict[str, Any], timeouts: _Timeouts) -> Callable[[
 
 # ------------------------------------------------------------------- asyncpg
 
-def _asyncpg_creator(params: Dict[str, Any], timeouts: _Timeouts) -> Callable[[], Any]:
+
+def _asyncpg_creator(params: dict[str, Any], timeouts: _Timeouts) -> Callable[[], Any]:
     import asyncpg
 
     async def connect() -> Any:
@@ -349,7 +349,7 @@ class _LoopEngines:
     def __init__(self, make_engine: Callable[[], AsyncEngine]) -> None:
         self._make_engine = make_engine
         self._lock = threading.Lock()
-        self._engines: Dict[asyncio.AbstractEventLoop, Tuple[AsyncEngine, async_sessionmaker]] = {}
+        self._engines: dict[asyncio.AbstractEventLoop, tuple[AsyncEngine, async_sessionmaker]] = {}
 
     def __call__(self) -> AsyncSession:
         """A session on the running loop's engine (what ``PGVectorStore`` calls ``_async_session()``)."""
@@ -382,6 +382,7 @@ class _LoopEngines:
 
 
 # --------------------------------------------------------------------- store
+
 
 class _PGVectorStore(PGVectorStore):
     """``PGVectorStore`` on the engines :func:`pgvector_store` builds: one async
@@ -457,7 +458,7 @@ class _PGVectorStore(PGVectorStore):
         return where_clause(self._table_class, filters, jsonb=self.use_jsonb)
 
     # List as PGVectorStore.add takes, which itself narrows the base class's Sequence
-    def add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:  # type: ignore[override]
+    def add(self, nodes: list[BaseNode], **add_kwargs: Any) -> list[str]:  # type: ignore[override]
         """Add ``nodes``; a node PostgreSQL cannot store is named (the driver named none).
 
         Checked only once the driver has refused the batch (one transaction,
@@ -478,7 +479,7 @@ class _PGVectorStore(PGVectorStore):
             raise
 
     # List as PGVectorStore.async_add takes (see add)
-    async def async_add(self, nodes: List[BaseNode], **add_kwargs: Any) -> List[str]:  # type: ignore[override]
+    async def async_add(self, nodes: list[BaseNode], **add_kwargs: Any) -> list[str]:  # type: ignore[override]
         """Add ``nodes``; a node PostgreSQL cannot store is named, as by :meth:`add`.
 
         Args:
@@ -503,32 +504,30 @@ class _PGVectorStore(PGVectorStore):
         await super().adelete(sql_text("document id", ref_doc_id), **delete_kwargs)
 
     def delete_nodes(
-        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
     ) -> None:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
         if ids != []:
             super().delete_nodes(ids, filters, **delete_kwargs)
 
     async def adelete_nodes(
-        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
     ) -> None:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
         if ids != []:
             await super().adelete_nodes(ids, filters, **delete_kwargs)
 
-    def get_nodes(
-        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
-    ) -> List[BaseNode]:
+    def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
         return [] if ids == [] else super().get_nodes(ids, filters)
 
     async def aget_nodes(
-        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
-    ) -> List[BaseNode]:
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+    ) -> list[BaseNode]:
         ids = None if node_ids is None else sql_ids("node id", node_ids)
         return [] if ids == [] else await super().aget_nodes(ids, filters)
 
-    def _get_query_session_settings(self, **kwargs: Any) -> List[Tuple[str, Dict[str, Any]]]:
+    def _get_query_session_settings(self, **kwargs: Any) -> list[tuple[str, dict[str, Any]]]:
         """Upstream's index settings for MMR queries, with values bound through ``set_config``.
 
         Upstream sends ``SET hnsw.ef_search = :value``; PostgreSQL cannot take a
@@ -538,7 +537,7 @@ class _PGVectorStore(PGVectorStore):
         Args:
             **kwargs: the query's keyword arguments (``ivfflat_probes``, ``hnsw_ef_search``).
         """
-        settings: List[Tuple[str, Dict[str, Any]]] = []
+        settings: list[tuple[str, dict[str, Any]]] = []
         probes = check_count("ivfflat_probes", kwargs.get("ivfflat_probes"), allow_none=True)
         if probes:
             settings.append(("SELECT set_config('ivfflat.probes', :value, false)", {"value": str(probes)}))
@@ -551,9 +550,9 @@ class _PGVectorStore(PGVectorStore):
 
     def _build_sparse_query(
         self,
-        query_str: Optional[str],
+        query_str: str | None,
         limit: int,
-        metadata_filters: Optional[MetadataFilters] = None,
+        metadata_filters: MetadataFilters | None = None,
         **kwargs: Any,
     ) -> Any:
         """Upstream's text search (``ts_rank``, words OR'ed) with the words as a balanced tree.
@@ -598,10 +597,10 @@ class _PGVectorStore(PGVectorStore):
         )
         if self._customize_query_fn is not None:
             # called as upstream calls it; its annotation lists three positional arguments
-            stmt = self._customize_query_fn(stmt, table, **kwargs)  # type: ignore[call-arg]
+            stmt = self._customize_query_fn(stmt, table, **kwargs)  # type: ignore[call-arg,misc]
         return self._apply_filters_and_limit(stmt, limit, metadata_filters)
 
-    def _checked(self, query: VectorStoreQuery, kwargs: Dict[str, Any]) -> VectorStoreQuery:
+    def _checked(self, query: VectorStoreQuery, kwargs: dict[str, Any]) -> VectorStoreQuery:
         """``query`` with its ``node_ids`` and ``doc_ids`` in its filters, its counts checked.
 
         Upstream ignores ``node_ids`` and ``doc_ids`` (a retriever scoped to
@@ -655,20 +654,20 @@ class _RegConfig(UserDefinedType):
 _TS_SEPARATORS = re.compile(r"(?!\b\.\b)\W+")
 
 
-def _ts_words(query_str: str) -> List[str]:
+def _ts_words(query_str: str) -> list[str]:
     """The distinct words of a text search query, in order, as upstream reads them."""
     return list(dict.fromkeys(_TS_SEPARATORS.sub(" ", query_str).split()))
 
 
-def _or_tree(words: List[str]) -> str:
+def _or_tree(words: list[str]) -> str:
     """``words`` OR'ed as a balanced ``tsquery`` (``(a|b)|(c|d)``)."""
     while len(words) > 1:
         pairs = [f"({words[i]}|{words[i + 1]})" for i in range(0, len(words) - 1, 2)]
-        words = pairs + words[len(pairs) * 2:]
+        words = pairs + words[len(pairs) * 2 :]
     return words[0] if words else ""
 
 
-def _identifier(name: str, value: Any, pattern: "re.Pattern[str]" = _IDENTIFIER) -> str:
+def _identifier(name: str, value: Any, pattern: re.Pattern[str] = _IDENTIFIER) -> str:
     """``value`` if it is a plain SQL identifier; PGVectorStore writes it into DDL unquoted."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ValueError(
@@ -701,7 +700,7 @@ def _names_fit(table_name: str, hnsw: bool, indexed_metadata_keys: Any) -> None:
             )
 
 
-def _hnsw_kwargs(hnsw: Union[bool, Dict[str, Any], None]) -> Optional[Dict[str, Any]]:
+def _hnsw_kwargs(hnsw: bool | dict[str, Any] | None) -> dict[str, Any] | None:
     if hnsw is None or hnsw is False:
         return None
     if hnsw is True:
@@ -725,21 +724,21 @@ def _hnsw_kwargs(hnsw: Union[bool, Dict[str, Any], None]) -> Optional[Dict[str, 
 
 def pgvector_store(
     host: str,
-    port: Union[int, str],
+    port: int | str,
     database: str,
     user: str,
     password: str,
     table_name: str,
     embed_dim: int,
     *,
-    hnsw: Union[bool, Dict[str, Any]] = True,
+    hnsw: bool | dict[str, Any] = True,
     hybrid_search: bool = False,
     text_search_config: str = "english",
-    iterative_scan: Optional[str] = "relaxed_order",
+    iterative_scan: str | None = "relaxed_order",
     schema_name: str = "public",
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
-    create_engine_kwargs: Optional[Dict[str, Any]] = None,
+    create_engine_kwargs: dict[str, Any] | None = None,
     max_text_query_words: int = DEFAULT_MAX_TEXT_QUERY_WORDS,
     **kwargs: Any,
 ) -> PGVectorStore:
@@ -836,13 +835,21 @@ def pgvector_store(
     options = " ".join([driver_args.pop("options", ""), *(f"-c {k}={v}" for k, v in settings.items())])
     sync_params = {
         **driver_args,
-        "host": host, "port": int(port), "user": user, "password": password, "dbname": database,
+        "host": host,
+        "port": int(port),
+        "user": user,
+        "password": password,
+        "dbname": database,
         "connect_timeout": max(2, math.ceil(timeouts.connect)),
         "options": options.strip(),
     }
     async_params = {
         **driver_args,
-        "host": host, "port": int(port), "user": user, "password": password, "database": database,
+        "host": host,
+        "port": int(port),
+        "user": user,
+        "password": password,
+        "database": database,
         "timeout": timeouts.connect,
         "command_timeout": timeouts.statement + CLIENT_GRACE,
         "server_settings": {**driver_args.get("server_settings", {}), **settings},
@@ -867,8 +874,15 @@ def pgvector_store(
     logger.debug(
         "pgvector_store %s:%s/%s table=%s hnsw=%s iterative_scan=%s hybrid_search=%s "
         "connect_timeout=%s statement_timeout=%s",
-        host, port, database, table_name, bool(hnsw), iterative_scan, hybrid_search,
-        timeouts.connect, timeouts.statement,
+        host,
+        port,
+        database,
+        table_name,
+        bool(hnsw),
+        iterative_scan,
+        hybrid_search,
+        timeouts.connect,
+        timeouts.statement,
     )
     return _PGVectorStore(
         engine=engine,
@@ -901,9 +915,7 @@ def check_text_search_index(index: VectorStoreIndex) -> None:
     """
     store = getattr(index, "vector_store", None)
     if not isinstance(store, PGVectorStore):
-        raise TypeError(
-            f"pg_hybrid_retriever needs an index over a PGVectorStore, got {type(store).__name__}"
-        )
+        raise TypeError(f"pg_hybrid_retriever needs an index over a PGVectorStore, got {type(store).__name__}")
     if not store.hybrid_search:
         raise ValueError(
             "the PGVectorStore was built without hybrid_search=True, so its table has no "
