@@ -3,7 +3,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test
+.PHONY: demo test test-fast lint
+
+# test workers (pytest-xdist): this machine and CI have 2 cores
+JOBS ?= 2
+# a test file runs in one worker, so its module fixtures (a server, an executed notebook) run once
+PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,5 +21,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/llama-recursive demo
 
-test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+# ruff (lint, format) over the repository and mypy over the package; part of make test
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# everything, what CI runs (.ci/run): the static checks, then every test (real models, servers)
+test: lint
+	$(PYTEST)
+
+# the edit loop: tests without a real model, a server or a subprocess (markers set in tests/conftest.py)
+test-fast: $(STAMP)
+	$(PYTEST) -m "not integration and not server"

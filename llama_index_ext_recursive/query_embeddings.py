@@ -12,6 +12,7 @@ the models.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,10 +70,9 @@ def _query_batch_function(model: BaseEmbedding) -> Callable[[list[str]], Any] | 
     batch = getattr(model, "_get_query_embeddings", None)
     if callable(batch):
         return batch
-    try:
-        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-    except ImportError:  # the [local] extra is not installed
-        return None
-    if isinstance(model, HuggingFaceEmbedding):
-        return lambda texts: model._embed(texts, prompt_name="query")  # type: ignore[arg-type]  # list is invariant
+    # a HuggingFaceEmbedding's class has imported its module; importing it here for any
+    # other model would load torch and sentence-transformers (9 s) for an isinstance check
+    huggingface = sys.modules.get("llama_index.embeddings.huggingface")
+    if huggingface is not None and isinstance(model, huggingface.HuggingFaceEmbedding):
+        return lambda texts: model._embed(texts, prompt_name="query")
     return None

@@ -59,6 +59,32 @@ class LexicalEmbedding(BaseEmbedding):
         return self._vector(query)
 
 
+# The fast tier (`make test-fast`: `-m "not integration and not server"`) leaves out every
+# test that loads a real model or starts a server. Marked here from the fixtures a test
+# uses (directly or through other fixtures), so a new test is tiered by what it needs.
+MODEL_FIXTURES = frozenset({"real_model", "e5", "executed_pages", "executed_notebooks"})
+SERVER_FIXTURES = frozenset({"pg_server", "fault_server"})
+
+
+# Fixtures that run for minutes in one go (every docs page, every notebook). Their files are
+# handed to the test workers first, so the two long runs overlap with everything else instead
+# of being what the suite waits for at the end.
+LONG_FIXTURES = frozenset({"executed_pages", "executed_notebooks"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    long_files = set()
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ()))
+        if needs & MODEL_FIXTURES:
+            item.add_marker(pytest.mark.integration)
+        if needs & SERVER_FIXTURES:
+            item.add_marker(pytest.mark.server)
+        if needs & LONG_FIXTURES:
+            long_files.add(item.path)
+    items.sort(key=lambda item: item.path not in long_files)  # stable: each file keeps its order
+
+
 @pytest.fixture
 def lexical() -> LexicalEmbedding:
     return LexicalEmbedding(model_name="lexical-test")

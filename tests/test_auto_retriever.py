@@ -8,6 +8,7 @@ needed. No network, no API key.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from datetime import date
 from typing import Any
@@ -68,14 +69,21 @@ def _index() -> VectorStoreIndex:
     return VectorStoreIndex.from_documents(DOCS, embed_model=EMBED, storage_context=storage)
 
 
-INDEX = _index()
-RECURSIVE = RecursiveSummaryRetriever.from_documents(DOCS, embed_model=EMBED, similarity_top_k=10)
+@functools.cache
+def shared_index() -> VectorStoreIndex:
+    """Built on first use, not at import: every xdist worker imports this file."""
+    return _index()
+
+
+@functools.cache
+def shared_recursive() -> RecursiveSummaryRetriever:
+    return RecursiveSummaryRetriever.from_documents(DOCS, embed_model=EMBED, similarity_top_k=10)
 
 
 def auto(**kwargs: Any) -> ValidatedAutoRetriever:
     kwargs.setdefault("today", TODAY)
     kwargs.setdefault("similarity_top_k", 5)
-    index = kwargs.pop("index", INDEX)
+    index = kwargs.pop("index", None) or shared_index()
     return ValidatedAutoRetriever(index, INFO, **kwargs)
 
 
@@ -105,7 +113,7 @@ def test_constructs_and_works_without_llm_or_openai_key(monkeypatch):
     # upstream resolves Settings.llm (OpenAI) in its constructor: ImportError without
     # llama-index-llms-openai, ValueError with it but without a key
     with pytest.raises((ImportError, ValueError)):
-        VectorIndexAutoRetriever(INDEX, INFO)
+        VectorIndexAutoRetriever(shared_index(), INFO)
     assert Settings._llm is None
     retriever = auto()
     hits, explanation = retriever.retrieve_with_explanation("English blog posts about marathon training")
@@ -166,7 +174,7 @@ def test_invented_key_dropped_with_suggestion_instead_of_silent_empty():
 
 def test_string_year_is_coerced_and_applied():
     bad = answer("history", [{"key": "year", "value": "2019", "operator": ">"}])
-    upstream = VectorIndexAutoRetriever(INDEX, INFO, llm=llm(bad), similarity_top_k=5)
+    upstream = VectorIndexAutoRetriever(shared_index(), INFO, llm=llm(bad), similarity_top_k=5)
     # '>' between str and int: NumpyVectorStore lets no row match (upstream's SimpleVectorStore raises)
     assert upstream.retrieve("history after 2019") == []
     hits, explanation = auto(llm=llm(bad)).retrieve_with_explanation("history after 2019")
@@ -176,7 +184,7 @@ def test_string_year_is_coerced_and_applied():
 
 def test_llm_top_k_raises_k_within_max_top_k():
     ask = answer("bees", top_k=8)
-    upstream = VectorIndexAutoRetriever(INDEX, INFO, llm=llm(ask), similarity_top_k=2)
+    upstream = VectorIndexAutoRetriever(shared_index(), INFO, llm=llm(ask), similarity_top_k=2)
     assert len(upstream.retrieve("eight documents please")) == 2  # min(8, max_top_k, similarity_top_k)
     hits = auto(llm=llm(ask), similarity_top_k=2).retrieve("eight documents please")
     assert len(hits) == 8 and hits[0].explanation.auto.top_k == 8
@@ -185,7 +193,7 @@ def test_llm_top_k_raises_k_within_max_top_k():
 
 
 def test_similarity_top_k_above_max_top_k_is_clamped():
-    upstream = VectorIndexAutoRetriever(INDEX, INFO, llm=llm(answer("bees")), similarity_top_k=12, max_top_k=3)
+    upstream = VectorIndexAutoRetriever(shared_index(), INFO, llm=llm(answer("bees")), similarity_top_k=12, max_top_k=3)
     assert len(upstream.retrieve("bees")) == 12
     hits, explanation = auto(similarity_top_k=12, max_top_k=3).retrieve_with_explanation("bees and honey")
     assert len(hits) == 3 and explanation.top_k == 3
@@ -195,7 +203,7 @@ def test_similarity_top_k_above_max_top_k_is_clamped():
 def test_or_extra_filters_are_accepted_and_applied():
     extra = MetadataFilters(filters=[F("language", "zh"), F("year", 2024, Op.GTE)], condition=FilterCondition.OR)
     with pytest.raises(ValueError, match="OR"):
-        VectorIndexAutoRetriever(INDEX, INFO, llm=llm(), extra_filters=extra)
+        VectorIndexAutoRetriever(shared_index(), INFO, llm=llm(), extra_filters=extra)
     hits, explanation = auto(extra_filters=extra, similarity_top_k=10).retrieve_with_explanation("garden tea software")
     assert hits and satisfies(hits, extra)
     assert {META[h.node.ref_doc_id]["doc_id"] for h in hits} <= {
@@ -223,7 +231,7 @@ def test_unknown_operator_keeps_the_rest_of_the_spec():
             {"key": "year", "value": 2019, "operator": "roughly"},
         ],
     )
-    upstream = VectorIndexAutoRetriever(INDEX, INFO, llm=llm(bad), similarity_top_k=10)
+    upstream = VectorIndexAutoRetriever(shared_index(), INFO, llm=llm(bad), similarity_top_k=10)
     assert len({h.node.metadata["category"] for h in upstream.retrieve("biology around 2019")}) > 1  # no filters
     hits, explanation = auto(llm=llm(bad, bad), similarity_top_k=10).retrieve_with_explanation("biology around 2019")
     assert hits and satisfies(hits, [F("category", "biology")])
@@ -240,7 +248,7 @@ def test_bad_json_retried_then_used():
 
 def test_bad_twice_falls_back_to_rules_never_silent_no_filters():
     bad = "I think you want the Chinese encyclopedia."
-    upstream = VectorIndexAutoRetriever(INDEX, INFO, llm=llm(bad), similarity_top_k=10)
+    upstream = VectorIndexAutoRetriever(shared_index(), INFO, llm=llm(bad), similarity_top_k=10)
     assert len({h.node.metadata["language"] for h in upstream.retrieve("Chinese encyclopedia entries")}) == 2
     hits, explanation = auto(llm=llm(bad, bad), similarity_top_k=10).retrieve_with_explanation(
         "Chinese encyclopedia entries"
@@ -298,7 +306,7 @@ def test_filter_policy_replace_swaps_extra_for_per_call():
 
 
 def test_over_recursive_summary_retriever_filters_reach_both_levels():
-    retriever = auto(index=None, retriever=RECURSIVE, similarity_top_k=10)
+    retriever = auto(index=None, retriever=shared_recursive(), similarity_top_k=10)
     assert retriever.vocabulary["source"] >= {"blog", "manual"}  # read from the recursive chunk store
     hits, explanation = retriever.retrieve_with_explanation(
         FilteredQueryBundle("biology encyclopedia entries about reefs and bees", filters={"language": "en"})
@@ -312,13 +320,13 @@ def test_over_recursive_summary_retriever_filters_reach_both_levels():
 
 
 def test_wrapped_retriever_results_are_cut_to_the_spec_top_k():
-    retriever = auto(index=None, retriever=RECURSIVE, llm=llm(answer("bees", top_k=3)))
+    retriever = auto(index=None, retriever=shared_recursive(), llm=llm(answer("bees", top_k=3)))
     assert len(retriever.retrieve("three passages about bees")) == 3
-    assert RECURSIVE.similarity_top_k == 10  # the shared retriever is never mutated
+    assert shared_recursive().similarity_top_k == 10  # the shared retriever is never mutated
 
 
 def test_wrapped_backfill_retriever_and_index_both_given():
-    wrapped = BackfillVectorRetriever(INDEX, similarity_top_k=10)
+    wrapped = BackfillVectorRetriever(shared_index(), similarity_top_k=10)
     hits = auto(retriever=wrapped).retrieve("handbooks")
     assert len(hits) == 2 and satisfies(hits, [F("source", "handbook")])  # the two handbooks
 
@@ -335,7 +343,7 @@ def test_needs_index_or_retriever():
     "query", ["English blog posts about bread", "2020年以后的中文百科", "top 3 manuals", "history of lighthouses"]
 )
 async def test_sync_and_async_give_identical_results(query):
-    for retriever in (auto(), auto(index=None, retriever=RECURSIVE)):
+    for retriever in (auto(), auto(index=None, retriever=shared_recursive())):
         sync_hits, sync_expl = retriever.retrieve_with_explanation(query)
         async_hits, async_expl = await retriever.aretrieve_with_explanation(query)
         assert ids(sync_hits) == ids(async_hits)
@@ -409,7 +417,7 @@ def test_generator_results_are_json_serialisable():
 
 
 def test_the_parent_constructor_runs_without_resolving_an_llm_and_k_defaults_to_ten():
-    retriever = ValidatedAutoRetriever(INDEX, INFO, today=TODAY)
+    retriever = ValidatedAutoRetriever(shared_index(), INFO, today=TODAY)
     assert Settings._llm is None and retriever._llm is None  # upstream's `llm or Settings.llm` never ran
     assert isinstance(retriever._output_parser, VectorStoreQueryOutputParser)  # set by upstream's __init__ only
     assert retriever._similarity_top_k == DEFAULT_TOP_K == 10  # upstream: 2
@@ -426,7 +434,7 @@ def test_a_misspelt_keyword_fails_at_construction_naming_the_right_one():
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["index", "wrapped-recursive"])
 def test_per_call_top_k_replaces_the_spec_and_own_k(wrapped):
-    retriever = auto(index=None, retriever=RECURSIVE) if wrapped else auto()
+    retriever = auto(index=None, retriever=shared_recursive()) if wrapped else auto()
     assert len(retriever.retrieve("bees and flowers")) == 5  # own k
     hits, explanation = retriever.retrieve_with_explanation(FilteredQueryBundle("bees and flowers", top_k=3))
     assert len(hits) == 3 and explanation.top_k == 3
@@ -448,9 +456,9 @@ def test_retrieve_with_explanation_reports_the_bundles_own_options():
 
 
 def test_a_wrapped_recursive_retrievers_route_part_survives():
-    retriever = auto(index=None, retriever=RECURSIVE, similarity_top_k=10)
+    retriever = auto(index=None, retriever=shared_recursive(), similarity_top_k=10)
     hits, explanation = retriever.retrieve_with_explanation("coral reefs and bees")
-    inner = RECURSIVE.retrieve(
+    inner = shared_recursive().retrieve(
         FilteredQueryBundle(explanation.search_query, filters=explanation.filters, top_k=explanation.top_k)
     )
     routes = {hit.node.node_id: hit.explanation.route for hit in inner}
@@ -461,7 +469,7 @@ def test_a_wrapped_recursive_retrievers_route_part_survives():
 
 def test_a_wrapped_hybrid_retrievers_fusion_part_survives():
     hybrid = HybridFusionRetriever.from_nodes(
-        list(INDEX.docstore.docs.values()), embed_model=EMBED, similarity_top_k=10, calibrate=False
+        list(shared_index().docstore.docs.values()), embed_model=EMBED, similarity_top_k=10, calibrate=False
     )
     retriever = auto(index=None, retriever=hybrid, vocabulary=metadata_vocabulary(DOCS))
     hits, explanation = retriever.retrieve_with_explanation("English articles about bees and honey")
@@ -472,7 +480,7 @@ def test_a_wrapped_hybrid_retrievers_fusion_part_survives():
 
 
 def test_an_upstream_retriever_that_ignores_the_bundle_is_never_unfiltered(caplog):
-    upstream = INDEX.as_retriever(similarity_top_k=12)  # reads no FilteredQueryBundle options
+    upstream = shared_index().as_retriever(similarity_top_k=12)  # reads no FilteredQueryBundle options
     retriever = auto(index=None, retriever=upstream, vocabulary=metadata_vocabulary(DOCS))
     with caplog.at_level("WARNING", logger="llama_index_ext_recursive.auto.retriever"):
         hits = retriever.retrieve("English blog posts about bread")
@@ -519,7 +527,7 @@ def test_settings_round_trip_through_to_dict_and_from_dict():
     data = original.to_dict()
     assert data["type"] == "llama_index_ext_recursive.auto.retriever.ValidatedAutoRetriever"
     assert json.loads(json.dumps(data)) == data
-    again = ValidatedAutoRetriever.from_dict(data, INDEX)
+    again = ValidatedAutoRetriever.from_dict(data, shared_index())
     assert again.to_dict() == data
     assert answers(again) == answers(original)
 
@@ -527,7 +535,7 @@ def test_settings_round_trip_through_to_dict_and_from_dict():
 def test_a_vocabulary_read_from_the_index_is_not_saved_but_read_again():
     data = auto().to_dict()
     assert data["init_parameters"]["vocabulary"] is None
-    assert ValidatedAutoRetriever.from_dict(data, INDEX).vocabulary == auto().vocabulary
+    assert ValidatedAutoRetriever.from_dict(data, shared_index()).vocabulary == auto().vocabulary
 
 
 def test_persist_and_reload_answer_identically(tmp_path):
@@ -564,9 +572,9 @@ def test_a_store_that_keeps_its_own_data_is_refused_before_anything_is_written(t
 
 
 def test_a_wrapping_retriever_is_saved_as_settings_beside_its_child(tmp_path):
-    retriever = auto(index=None, retriever=RECURSIVE)
+    retriever = auto(index=None, retriever=shared_recursive())
     with pytest.raises(PersistError, match="persist that retriever"):
         retriever.persist(tmp_path / "auto")
     assert not (tmp_path / "auto").exists()
-    again = ValidatedAutoRetriever.from_dict(retriever.to_dict(), retriever=RECURSIVE)
+    again = ValidatedAutoRetriever.from_dict(retriever.to_dict(), retriever=shared_recursive())
     assert ids(again.retrieve("coral reefs and bees")) == ids(retriever.retrieve("coral reefs and bees"))

@@ -474,6 +474,7 @@ def test_indexed_filter_masks_equal_a_full_scan():
         assert bm25._mask(filters).tolist() == full
 
 
+@pytest.mark.integration  # a real Python process
 def test_bm25s_debug_logs_follow_the_apps_level():
     """bm25s sets its logger to DEBUG at import, which made every index print
     "Building index from tokens" in apps with a root handler. Checked in a fresh

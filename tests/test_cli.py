@@ -343,6 +343,7 @@ def test_a_missing_extra_names_the_extra_to_install(monkeypatch, capsys):
     assert "pip install 'llama-index-ext-recursive[local]'" in _error(capsys)
 
 
+@pytest.mark.integration  # a real Python process
 def test_a_missing_eval_extra_names_it_in_a_real_process(tmp_path):
     code = (
         "import sys; sys.modules['ir_measures'] = None; from llama_index_ext_recursive.cli import main; "
@@ -439,6 +440,7 @@ def test_verbose_adds_the_traceback_of_an_expected_error(tmp_path, capsys):
 # ------------------------------------------------------------------ real processes
 
 
+@pytest.mark.integration  # a real Python process
 def test_refusals_in_a_real_process_are_one_line(tmp_path):
     docs = _corpus(tmp_path)
     for args in (
@@ -455,6 +457,7 @@ def test_refusals_in_a_real_process_are_one_line(tmp_path):
     assert [p.name for p in docs.iterdir()] == ["bees.md"]
 
 
+@pytest.mark.integration  # a real Python process
 def test_demo_runs_as_a_module_offline():
     result = _run("demo")
     assert result.returncode == 0, result.stderr

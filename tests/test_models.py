@@ -34,6 +34,7 @@ def test_cjk_share_counts_texts_not_characters():
     assert cjk_share([]) == 0.0
 
 
+@pytest.mark.integration  # loads the bundled model
 def test_an_english_corpus_keeps_the_fast_english_model():
     texts = ENGLISH * 10 + CHINESE[:1]  # one CJK text in 21: below the share
     assert 0 < cjk_share(texts) < MULTILINGUAL_CORPUS_SHARE
@@ -42,6 +43,7 @@ def test_an_english_corpus_keeps_the_fast_english_model():
     assert "fast English model" in choice.reason
 
 
+@pytest.mark.integration  # loads the bundled model
 def test_a_chinese_or_mixed_corpus_gets_the_multilingual_model(caplog):
     with caplog.at_level(logging.INFO, logger="llama_index_ext_recursive.models"):
         choice = choose_embed_model(texts=ENGLISH + CHINESE)
@@ -51,6 +53,7 @@ def test_a_chinese_or_mixed_corpus_gets_the_multilingual_model(caplog):
     assert any(MULTILINGUAL_MODEL_NAME in r.getMessage() for r in caplog.records)  # the choice is logged
 
 
+@pytest.mark.integration  # loads the bundled model
 def test_without_the_extra_a_chinese_corpus_keeps_minilm_and_the_warning_names_the_extra(
     without_multilingual_extra, caplog
 ):
@@ -74,6 +77,7 @@ def test_an_index_built_with_the_multilingual_model_needs_the_extra_to_load(with
         choose_embed_model(built_with=MULTILINGUAL_MODEL_NAME)
 
 
+@pytest.mark.integration  # loads the bundled model
 def test_a_chinese_corpus_is_indexed_searched_and_reloaded_with_the_multilingual_model(tmp_path):
     docs = [
         Document(text="绿茶最好放在冰箱里冷藏保存，避免受潮和串味。", metadata={"doc_id": "tea"}),
@@ -95,6 +99,7 @@ def test_a_chinese_corpus_is_indexed_searched_and_reloaded_with_the_multilingual
     )
 
 
+@pytest.mark.integration  # loads the bundled model
 def test_an_english_corpus_is_indexed_with_minilm_and_says_why():
     docs = [Document(text=t, metadata={"doc_id": f"d{i}"}) for i, t in enumerate(ENGLISH)]
     retriever = RecursiveSummaryRetriever.from_documents(docs, similarity_top_k=1)
@@ -102,6 +107,7 @@ def test_an_english_corpus_is_indexed_with_minilm_and_says_why():
     assert "0%" in retriever.index.embedding_choice["reason"]
 
 
+@pytest.mark.integration  # loads the bundled model
 def test_without_the_extra_the_cli_build_of_a_chinese_folder_works_and_names_the_extra(
     without_multilingual_extra, tmp_path, capsys, monkeypatch
 ):

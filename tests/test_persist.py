@@ -485,6 +485,7 @@ def _big(version: str):
     return retriever, signature(retriever)
 
 
+@pytest.mark.integration  # a real Python process
 def test_sigkill_in_the_middle_of_persisting_leaves_the_old_or_the_new_index(tmp_path):
     target = tmp_path / "idx"
     (a, sig_a), (_, sig_b) = _big("a"), _big("b")
@@ -515,6 +516,7 @@ def test_sigkill_in_the_middle_of_persisting_leaves_the_old_or_the_new_index(tmp
     assert signature(KINDS["recursive"].load(target)) == sig_a
 
 
+@pytest.mark.integration  # a real Python process
 def test_two_processes_persisting_while_a_third_loads(tmp_path):
     target, stop = tmp_path / "idx", tmp_path / "stop"
     (a, sig_a), (_, sig_b) = _big("a"), _big("b")

@@ -605,6 +605,7 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")  # a zombie has exited; only its parent has not reaped it
 
 
+@pytest.mark.server
 def test_test_server_is_stopped_even_when_paused_and_the_test_fails():
     with pytest.raises(RuntimeError, match="the test failed"):
         with start_server() as server:

@@ -310,6 +310,7 @@ def test_hybrid_with_a_child_it_cannot_persist_writes_nothing(tmp_path):
 # ------------------------------------------------------------------------ logging
 
 
+@pytest.mark.integration  # a real Python process
 def test_bm25s_is_quiet_in_an_app_logging_at_debug_unless_asked():
     """bm25s sets its own logger to DEBUG at import; an app at DEBUG or INFO
     got "Building index from tokens" for every index. Fresh interpreters: in

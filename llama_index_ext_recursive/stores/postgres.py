@@ -100,7 +100,8 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
-from llama_index_ext_recursive.stores.pg_filters import (
+from llama_index_ext_recursive.stores.pg_filters import (  # UnstorableNodeError: raised by add, caught from here
+    UnstorableNodeError,  # noqa: F401
     check_storable,
     scoped_filters,
     shown,
