@@ -177,11 +177,19 @@ def write_file_atomically(path: PathLike, write: Callable[[IO[str]], object]) ->
         path: The file to create or replace.
         write: Writes the content to the (UTF-8 text) handle it is given.
     """
-    path = Path(path)
+    _write_atomically(Path(path), lambda fd: open(fd, "w", encoding="utf-8", closefd=True), write)
+
+
+def write_binary_atomically(path: PathLike, write: Callable[[IO[bytes]], object]) -> None:
+    """:func:`write_file_atomically` for a binary file (an array, a sparse matrix)."""
+    _write_atomically(Path(path), lambda fd: open(fd, "wb", closefd=True), write)
+
+
+def _write_atomically(path: Path, opener: Callable[[int], Any], write: Callable[[Any], object]) -> None:
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with open(fd, "w", encoding="utf-8", closefd=True) as handle:
+        with opener(fd) as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
