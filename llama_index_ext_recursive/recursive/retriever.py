@@ -62,8 +62,6 @@ from llama_index_ext_recursive.recursive.levels import Levels, levels_for
 from llama_index_ext_recursive.recursive.persist import load_persisted, persist_index
 from llama_index_ext_recursive.recursive.ranking import (
     Plan,
-    collect,
-    rank_best,
 )
 from llama_index_ext_recursive.recursive.settings import (
     DEFAULT_NUM_ROUTED_DOCS,
@@ -497,21 +495,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         embedding = self._query_embedding(query_bundle)
         with self.index.state_lock.reading():
             plan = self._plan(call, embedding)
-            levels = self._levels()
-            if self.score_mode == ScoreMode.FUSED:
-                routes, documents = search.route(self, plan, *search.document_scores(self, plan, levels))
-                return search.fused_ranking(self, plan, levels, routes, documents)
-            searcher = levels.summary_search or levels.summary_vector
-            routes = search.routes(self, searcher._retrieve(plan.summary_bundle), plan)
-            best: dict[str, Any] = {}
-            while routes:
-                if levels.chunk_search is None:
-                    results = [search.retrieve_child(self, levels, route, plan) for route in routes]
-                else:
-                    hits = levels.chunk_search._retrieve(search.wave_bundle(self, routes, plan))
-                    results = search.split_wave(routes, hits)
-                routes = collect(self, routes, results, plan, best)
-            return rank_best(best, plan.top_k)
+            return search.run(self._search(plan, self._levels()))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
@@ -519,27 +503,12 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         async with self.index.state_lock.areading():
             await self._aprepare()
             plan = self._plan(call, embedding)
-            levels = self._levels()
-            if self.score_mode == ScoreMode.FUSED:
-                flat, found = await asyncio.gather(
-                    search.achunk_scores(self, plan, levels, plan.chunk_bundle, plan.top_k),
-                    search.adocument_scores(self, plan, levels),
-                )
-                routes, documents = search.route(self, plan, *found)
-                return await search.afused_ranking(self, plan, levels, routes, documents, flat)
-            searcher = levels.summary_search or levels.summary_vector
-            routes = search.routes(self, await searcher._aretrieve(plan.summary_bundle), plan)
-            best: dict[str, Any] = {}
-            while routes:
-                if levels.chunk_search is None:
-                    results = list(
-                        await asyncio.gather(*(search.aretrieve_child(self, levels, route, plan) for route in routes))
-                    )
-                else:
-                    hits = await levels.chunk_search._aretrieve(search.wave_bundle(self, routes, plan))
-                    results = search.split_wave(routes, hits)
-                routes = collect(self, routes, results, plan, best)
-            return rank_best(best, plan.top_k)
+            return await search.arun(self._search(plan, self._levels()))
+
+    def _search(self, plan: Plan, levels: Levels) -> search.Search[list[NodeWithScore]]:
+        if self.score_mode == ScoreMode.FUSED:
+            return search.fused_search(self, plan, levels)
+        return search.routed_search(self, plan, levels)
 
     # ------------------------------------------------------ document results
     def retrieve_documents(self, str_or_query_bundle: str | QueryBundle) -> list[DocumentWithScore]:
@@ -556,8 +525,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         embedding = self._query_embedding(call.bundle)
         with self.index.state_lock.reading():
             plan = self._plan(call, embedding)
-            dense, lexical = search.document_scores(self, plan, self._levels())
-            return search.documents_with_scores(self, search.route(self, plan, dense, lexical)[1], dense, lexical)
+            return search.run(search.document_search(self, plan, self._levels()))
 
     async def aretrieve_documents(self, str_or_query_bundle: str | QueryBundle) -> list[DocumentWithScore]:
         """Async :meth:`retrieve_documents` (the same results; never blocks the loop)."""
@@ -566,5 +534,4 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         async with self.index.state_lock.areading():
             await self._aprepare()
             plan = self._plan(call, embedding)
-            dense, lexical = await search.adocument_scores(self, plan, self._levels())
-            return search.documents_with_scores(self, search.route(self, plan, dense, lexical)[1], dense, lexical)
+            return await search.arun(search.document_search(self, plan, self._levels()))

@@ -1,26 +1,30 @@
-"""The searches of one recursive call: document scores, routing, chunk scores and waves.
+"""The searches of one recursive call, written once and driven sync or async.
 
 Functions of the retriever (``owner``, an :class:`~llama_index_ext_recursive.recursive.settings.Owner`)
 and the call's :class:`~llama_index_ext_recursive.recursive.ranking.Plan`,
 kept apart from :mod:`~llama_index_ext_recursive.recursive.retriever` so the
-retriever module holds construction, settings and the two entry points. The
-``fused`` score mode (the default) runs here end to end: dense and lexical
-document scores (:func:`document_scores`), fused into routes (:func:`route`),
-then flat and routed chunk scores gathered wave by wave into a
-:class:`~llama_index_ext_recursive.recursive.ranking.ChunkEvidenceSet`
-(:func:`fused_ranking`). The embedded store is asked for ids and scores
-directly; other stores go through the levels' ``BackfillVectorRetriever``,
-called through ``_retrieve`` (no span of its own). Sync and async run the
-same steps; the async ones move CPU work (numpy, BM25) off the event loop.
+retriever module holds construction, settings and the two entry points.
+
+Each algorithm (:func:`fused_search`, the default score mode end to end;
+:func:`routed_search` for the others; :func:`document_search` for
+``retrieve_documents``) is a generator: it yields the searches it needs next
+as a tuple of requests (:class:`DenseDocuments`, :class:`DenseChunks`,
+:class:`Lexical`, :class:`Hits`, :class:`RouteHits`) and receives their
+answers. :func:`run` answers them one after another; :func:`arun` answers the
+requests of one step concurrently on the event loop, moving CPU work (NumPy,
+BM25) to threads. So sync and async take the same steps by construction, and
+what differs between stores lives in the requests alone: the embedded store
+is asked for ids and scores directly, other stores go through the levels'
+``BackfillVectorRetriever``, called through ``_retrieve`` (no span of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import IndexNode, NodeWithScore
@@ -38,9 +42,10 @@ from llama_index_ext_recursive.recursive.build import ROUTING_KEY
 from llama_index_ext_recursive.recursive.evidence import fuse_document_scores
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
-from llama_index_ext_recursive.recursive.ranking import ChunkEvidenceSet, Plan, Route
+from llama_index_ext_recursive.recursive.ranking import ChunkEvidenceSet, Plan, Route, collect, rank_best
 from llama_index_ext_recursive.recursive.settings import ROUTED_POOL_FACTOR, Owner
 from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.validation import closest
@@ -59,62 +64,6 @@ def summary_doc_ids(levels: Levels, node_ids: Iterable[str]) -> list[str]:
             )
         out.append(doc_id)
     return out
-
-
-def dense_document_scores(owner: Owner, plan: Plan, levels: Levels) -> dict[str, float]:
-    """``doc id -> similarity`` of the best documents by routing vector."""
-    store = owner.index.summary_index.vector_store
-    bundle = plan.summary_bundle
-    if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
-        found = store.query(
-            VectorStoreQuery(
-                query_embedding=bundle.embedding,
-                similarity_top_k=owner.document_depth(plan.top_k),
-                filters=plan.summary_filters,
-            )
-        )
-        ids, scores = found.ids or [], found.similarities or []
-    else:
-        hits = levels.summary_vector._retrieve(bundle)
-        ids, scores = [h.node.node_id for h in hits], [h.score or 0.0 for h in hits]
-    return {d: float(v) for d, v in zip(summary_doc_ids(levels, ids), scores)}
-
-
-def lexical_document_scores(owner: Owner, plan: Plan, levels: Levels) -> dict[str, float]:
-    """``doc id -> BM25 score`` over each document's title, metadata, summary, chunks."""
-    assert levels.summary_bm25 is not None
-    found = levels.summary_bm25.scores_by_id(plan.summary_bundle, owner.document_depth(plan.top_k))
-    return dict(zip(summary_doc_ids(levels, found), found.values()))
-
-
-def document_scores(owner: Owner, plan: Plan, levels: Levels) -> tuple[dict[str, float], dict[str, float]]:
-    weights = plan.document_weights
-    dense = dense_document_scores(owner, plan, levels) if weights[0] > 0 else {}
-    use_lexical = weights[1] > 0 and levels.summary_bm25 is not None
-    return dense, lexical_document_scores(owner, plan, levels) if use_lexical else {}
-
-
-async def adocument_scores(owner: Owner, plan: Plan, levels: Levels) -> tuple[dict[str, float], dict[str, float]]:
-    weights = plan.document_weights
-    if weights[0] > 0 and not isinstance(owner.index.summary_index.vector_store, NumpyVectorStore):
-
-        async def dense_call() -> dict[str, float]:
-            hits = await levels.summary_vector._aretrieve(plan.summary_bundle)
-            ids = summary_doc_ids(levels, (h.node.node_id for h in hits))
-            return {d: float(h.score or 0.0) for d, h in zip(ids, hits)}
-
-        dense = dense_call()
-    elif weights[0] > 0:
-        dense = asyncio.to_thread(dense_document_scores, owner, plan, levels)  # numpy: CPU work
-    else:
-        dense = _no_scores()
-    lexical = (
-        asyncio.to_thread(lexical_document_scores, owner, plan, levels)
-        if weights[1] > 0 and levels.summary_bm25 is not None
-        else _no_scores()
-    )
-    found = await asyncio.gather(dense, lexical)
-    return found[0], found[1]
 
 
 def route(
@@ -148,87 +97,11 @@ def _flat_chunk_search(owner: Owner, levels: Levels) -> tuple[BasePydanticVector
     return chunk_index.vector_store, levels.chunk_vector
 
 
-def dense_scores(owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int) -> dict[str, float]:
-    """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
-
-    The embedded store is asked for ids and scores only (nodes are fetched
-    for the final top-k alone); other stores go through
-    :class:`BackfillVectorRetriever`, which filters what they cannot.
-    """
-    store, chunk_vector = _flat_chunk_search(owner, levels)
-    if isinstance(store, NumpyVectorStore) and bundle.embedding is not None:
-        found = store.query(
-            VectorStoreQuery(query_embedding=bundle.embedding, similarity_top_k=top_k, filters=filters_of(bundle))
-        )
-        return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
-    hits = chunk_vector._retrieve(replace(bundle, top_k=top_k))
-    return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
-
-
-async def adense_scores(owner: Owner, levels: Levels, bundle: FilteredQueryBundle, top_k: int) -> dict[str, float]:
-    store, chunk_vector = _flat_chunk_search(owner, levels)
-    if isinstance(store, NumpyVectorStore):
-        return await asyncio.to_thread(dense_scores, owner, levels, bundle, top_k)  # numpy: CPU work
-    hits = await chunk_vector._aretrieve(replace(bundle, top_k=top_k))
-    return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
-
-
-def chunk_scores(
-    owner: Owner, plan: Plan, levels: Levels, bundle: FilteredQueryBundle, top_k: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Dense and lexical scores of the best ``top_k`` chunks each ({} where
-    this query's script gives that search weight 0)."""
-    weights = plan.chunk_weights
-    dense = dense_scores(owner, levels, bundle, top_k) if weights[0] > 0 else {}
-    lexical = levels.chunk_bm25.scores_by_id(bundle, top_k) if weights[1] > 0 and levels.chunk_bm25 is not None else {}
-    return dense, lexical
-
-
-async def achunk_scores(
-    owner: Owner, plan: Plan, levels: Levels, bundle: FilteredQueryBundle, top_k: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    weights = plan.chunk_weights
-    dense, lexical = await asyncio.gather(
-        adense_scores(owner, levels, bundle, top_k) if weights[0] > 0 else _no_scores(),
-        asyncio.to_thread(levels.chunk_bm25.scores_by_id, bundle, top_k)
-        if weights[1] > 0 and levels.chunk_bm25 is not None
-        else _no_scores(),
-    )
-    return dense, lexical
-
-
 def routed_pool(owner: Owner, routes: list[Route], plan: Plan) -> int:
     """Chunks a wave keeps per search: ``ROUTED_POOL_FACTOR * top_k`` per
     routed document, so the named document's clause is a candidate even
     when every routed document holds a near copy of it."""
     return math.ceil(ROUTED_POOL_FACTOR * plan.top_k) * min(len(routes), owner.num_routed_docs)
-
-
-def fused_ranking(
-    owner: Owner, plan: Plan, levels: Levels, routes: list[Route], documents: dict[str, float]
-) -> list[NodeWithScore]:
-    evidence = ChunkEvidenceSet(owner, levels, documents)
-    evidence.add(*chunk_scores(owner, plan, levels, plan.chunk_bundle, plan.top_k), None)
-    while routes:
-        bundle, pool = wave_bundle(owner, routes, plan), routed_pool(owner, routes, plan)
-        routes = evidence.add_wave(routes, *chunk_scores(owner, plan, levels, bundle, pool))
-    return evidence.ranked(plan)
-
-
-async def afused_ranking(
-    owner: Owner,
-    plan: Plan,
-    levels: Levels,
-    routes: list[Route],
-    documents: dict[str, float],
-    flat: tuple[dict[str, float], dict[str, float]],
-) -> list[NodeWithScore]:
-    evidence = ChunkEvidenceSet(owner, levels, documents)
-    evidence.add(*flat, None)
-    while routes:
-        bundle, pool = wave_bundle(owner, routes, plan), routed_pool(owner, routes, plan)
-        routes = evidence.add_wave(routes, *(await achunk_scores(owner, plan, levels, bundle, pool)))
-    return evidence.ranked(plan)
 
 
 def documents_with_scores(
@@ -327,31 +200,260 @@ def child_results(route: Route, retriever: BaseRetriever, search: Callable[[], A
     return hits
 
 
-def retrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> list[NodeWithScore]:
-    if levels.chunk_vector is not None:  # our chunk store: the route is a ref_doc_id filter
-        return levels.chunk_vector._retrieve(wave_bundle(owner, [route], plan))
-    retriever = child(owner, route)  # the user's retriever: its own span, nested under ours
-    return child_results(route, retriever, lambda: retriever.retrieve(replace(plan.chunk_bundle)))
-
-
-async def aretrieve_child(owner: Owner, levels: Levels, route: Route, plan: Plan) -> list[NodeWithScore]:
-    if levels.chunk_vector is not None:
-        return await levels.chunk_vector._aretrieve(wave_bundle(owner, [route], plan))
-    retriever = child(owner, route)
-    hits: list[NodeWithScore] | TypeError
-    try:
-        hits = await retriever.aretrieve(replace(plan.chunk_bundle))
-    except TypeError as exc:
-        hits = exc
-    return child_results(route, retriever, lambda: _raise_or(hits))
-
-
 def _raise_or(value: Any) -> Any:
     if isinstance(value, BaseException):
         raise value
     return value
 
 
-async def _no_scores() -> dict[str, float]:
-    """What a search the query's weights switch off contributes."""
-    return {}
+# ------------------------------------------------------------------ requests
+# What an algorithm below asks for: one search of one level. Each request knows
+# how its store answers, blocking (``run``) and on the event loop (``arun``:
+# a store's own async call, or CPU work moved to a thread). The algorithms are
+# written once, as generators that yield a tuple of requests and receive their
+# answers; :func:`run` and :func:`arun` drive them, the async driver answering
+# the requests of one step concurrently.
+class Request(Protocol):
+    def run(self) -> Any: ...
+
+    async def arun(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DenseDocuments:
+    """``summary node id -> similarity`` of the best documents by routing vector."""
+
+    owner: Owner
+    plan: Plan
+    levels: Levels
+
+    def _embedded(self) -> NumpyVectorStore | None:
+        store = self.owner.index.summary_index.vector_store
+        return store if isinstance(store, NumpyVectorStore) else None
+
+    def run(self) -> dict[str, float]:
+        store, bundle = self._embedded(), self.plan.summary_bundle
+        if store is not None and bundle.embedding is not None:
+            found = store.query(
+                VectorStoreQuery(
+                    query_embedding=bundle.embedding,
+                    similarity_top_k=self.owner.document_depth(self.plan.top_k),
+                    filters=self.plan.summary_filters,
+                )
+            )
+            return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
+        return _routing_scores(self.levels.summary_vector._retrieve(bundle))
+
+    async def arun(self) -> dict[str, float]:
+        if self._embedded() is not None:
+            return await asyncio.to_thread(self.run)  # numpy: CPU work
+        return _routing_scores(await self.levels.summary_vector._aretrieve(self.plan.summary_bundle))
+
+
+@dataclass(frozen=True)
+class DenseChunks:
+    """``chunk id -> similarity`` of the best ``top_k`` chunks for ``bundle``.
+
+    The embedded store is asked for ids and scores only (nodes are fetched
+    for the final top-k alone); other stores go through
+    :class:`BackfillVectorRetriever`, which filters what they cannot.
+    """
+
+    owner: Owner
+    levels: Levels
+    bundle: FilteredQueryBundle
+    top_k: int
+
+    def run(self) -> dict[str, float]:
+        store, chunk_vector = _flat_chunk_search(self.owner, self.levels)
+        if isinstance(store, NumpyVectorStore) and self.bundle.embedding is not None:
+            query = VectorStoreQuery(
+                query_embedding=self.bundle.embedding, similarity_top_k=self.top_k, filters=filters_of(self.bundle)
+            )
+            found = store.query(query)
+            return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
+        return _scores(chunk_vector._retrieve(replace(self.bundle, top_k=self.top_k)))
+
+    async def arun(self) -> dict[str, float]:
+        store, chunk_vector = _flat_chunk_search(self.owner, self.levels)
+        if isinstance(store, NumpyVectorStore):
+            return await asyncio.to_thread(self.run)  # numpy: CPU work
+        return _scores(await chunk_vector._aretrieve(replace(self.bundle, top_k=self.top_k)))
+
+
+@dataclass(frozen=True)
+class Lexical:
+    """``node id -> BM25 score`` of the best ``top_k`` rows of a BM25 level."""
+
+    bm25: MultilingualBM25Retriever
+    bundle: FilteredQueryBundle
+    top_k: int
+
+    def run(self) -> dict[str, float]:
+        return self.bm25.scores_by_id(self.bundle, self.top_k)
+
+    async def arun(self) -> dict[str, float]:
+        return await asyncio.to_thread(self.run)  # BM25: CPU work
+
+
+@dataclass(frozen=True)
+class Hits:
+    """A child retriever's hits, through ``_retrieve`` (no span of its own)."""
+
+    retriever: BaseRetriever
+    bundle: FilteredQueryBundle
+
+    def run(self) -> list[NodeWithScore]:
+        return self.retriever._retrieve(self.bundle)
+
+    async def arun(self) -> list[NodeWithScore]:
+        return await self.retriever._aretrieve(self.bundle)
+
+
+@dataclass(frozen=True)
+class RouteHits:
+    """One routed document's hits: our chunk store filtered to the document,
+    or the user's ``retriever_dict`` retriever (its own span, nested under ours)."""
+
+    owner: Owner
+    levels: Levels
+    route: Route
+    plan: Plan
+
+    def run(self) -> list[NodeWithScore]:
+        if self.levels.chunk_vector is not None:  # our chunk store: the route is a ref_doc_id filter
+            return self.levels.chunk_vector._retrieve(wave_bundle(self.owner, [self.route], self.plan))
+        retriever = child(self.owner, self.route)
+        return child_results(self.route, retriever, lambda: retriever.retrieve(replace(self.plan.chunk_bundle)))
+
+    async def arun(self) -> list[NodeWithScore]:
+        if self.levels.chunk_vector is not None:
+            return await self.levels.chunk_vector._aretrieve(wave_bundle(self.owner, [self.route], self.plan))
+        retriever = child(self.owner, self.route)
+        hits: list[NodeWithScore] | TypeError
+        try:
+            hits = await retriever.aretrieve(replace(self.plan.chunk_bundle))
+        except TypeError as exc:
+            hits = exc
+        return child_results(self.route, retriever, lambda: _raise_or(hits))
+
+
+def _scores(hits: list[NodeWithScore]) -> dict[str, float]:
+    return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
+
+
+def _routing_scores(hits: list[NodeWithScore]) -> dict[str, float]:
+    """A summary hit routes even without a score (a store that gives none): it counts as 0."""
+    return {h.node.node_id: float(h.score or 0.0) for h in hits}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The dense and lexical searches of one level for one step; a search the
+    query's weights switch off is not asked, and contributes ``{}``."""
+
+    dense: Request | None
+    lexical: Request | None
+
+    @property
+    def requests(self) -> tuple[Request, ...]:
+        return tuple(r for r in (self.dense, self.lexical) if r is not None)
+
+    def read(self, answers: Sequence[dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+        found = iter(answers)
+        dense = next(found) if self.dense is not None else {}
+        lexical = next(found) if self.lexical is not None else {}
+        return dense, lexical
+
+
+def document_pair(owner: Owner, plan: Plan, levels: Levels) -> Pair:
+    weights = plan.document_weights
+    bm25 = levels.summary_bm25
+    return Pair(
+        DenseDocuments(owner, plan, levels) if weights[0] > 0 else None,
+        Lexical(bm25, plan.summary_bundle, owner.document_depth(plan.top_k))
+        if weights[1] > 0 and bm25 is not None
+        else None,
+    )
+
+
+def chunk_pair(owner: Owner, plan: Plan, levels: Levels, bundle: FilteredQueryBundle, top_k: int) -> Pair:
+    weights = plan.chunk_weights
+    bm25 = levels.chunk_bm25
+    return Pair(
+        DenseChunks(owner, levels, bundle, top_k) if weights[0] > 0 else None,
+        Lexical(bm25, bundle, top_k) if weights[1] > 0 and bm25 is not None else None,
+    )
+
+
+def document_ids(levels: Levels, scores: dict[str, float]) -> dict[str, float]:
+    """Summary node id keys replaced by their document ids."""
+    return dict(zip(summary_doc_ids(levels, scores), scores.values()))
+
+
+# ---------------------------------------------------------------- algorithms
+T = TypeVar("T")
+Search = Generator[tuple[Request, ...], list[Any], T]
+
+
+def fused_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[NodeWithScore]]:
+    """The ``fused`` score mode: flat chunk and document searches, routes from
+    the fused document scores, then routed chunk searches wave by wave into a
+    :class:`~llama_index_ext_recursive.recursive.ranking.ChunkEvidenceSet`."""
+    flat, documents = chunk_pair(owner, plan, levels, plan.chunk_bundle, plan.top_k), document_pair(owner, plan, levels)
+    answers = yield flat.requests + documents.requests
+    split = len(flat.requests)
+    dense, lexical = documents.read(answers[split:])
+    routes, fused = route(owner, plan, document_ids(levels, dense), document_ids(levels, lexical))
+    evidence = ChunkEvidenceSet(owner, levels, fused)
+    evidence.add(*flat.read(answers[:split]), None)
+    while routes:
+        wave = chunk_pair(owner, plan, levels, wave_bundle(owner, routes, plan), routed_pool(owner, routes, plan))
+        routes = evidence.add_wave(routes, *wave.read((yield wave.requests)))
+    return evidence.ranked(plan)
+
+
+def routed_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[NodeWithScore]]:
+    """The ``chunk``/``weighted``/``product`` score modes: route by the summary
+    searcher's hits, then search the routed documents wave by wave."""
+    searcher = levels.summary_search or levels.summary_vector
+    (summary_hits,) = yield (Hits(searcher, plan.summary_bundle),)
+    waves = routes(owner, summary_hits, plan)
+    best: dict[str, Any] = {}
+    while waves:
+        if levels.chunk_search is None:
+            results = list((yield tuple(RouteHits(owner, levels, r, plan) for r in waves)))
+        else:
+            (hits,) = yield (Hits(levels.chunk_search, wave_bundle(owner, waves, plan)),)
+            results = split_wave(waves, hits)
+        waves = collect(owner, waves, results, plan, best)
+    return rank_best(best, plan.top_k)
+
+
+def document_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[DocumentWithScore]]:
+    """The documents a query routes to, with the evidence that routed them."""
+    documents = document_pair(owner, plan, levels)
+    dense, lexical = documents.read((yield documents.requests))
+    dense, lexical = document_ids(levels, dense), document_ids(levels, lexical)
+    return documents_with_scores(owner, route(owner, plan, dense, lexical)[1], dense, lexical)
+
+
+# ------------------------------------------------------------------- drivers
+def run(search: Search[T]) -> T:
+    """Drive ``search`` to its result, answering each request in turn."""
+    try:
+        step = next(search)
+        while True:
+            step = search.send([request.run() for request in step])
+    except StopIteration as done:
+        return done.value
+
+
+async def arun(search: Search[T]) -> T:
+    """Drive ``search`` on the event loop, the requests of one step concurrently."""
+    try:
+        step = next(search)
+        while True:
+            step = search.send(list(await asyncio.gather(*(request.arun() for request in step))))
+    except StopIteration as done:
+        return done.value
