@@ -203,14 +203,24 @@ def _write_atomically(path: Path, opener: Callable[[int], Any], write: Callable[
     _fsync_dir(path.parent)
 
 
-def _seal(staging: Path) -> dict[str, dict[str, Any]]:
-    """fsync every file and folder under ``staging``; return each file's size and sha256."""
+def _seal(staging: Path, carried: dict[str, tuple[int, dict[str, Any]]] | None = None) -> dict[str, dict[str, Any]]:
+    """fsync every file and folder under ``staging``; return each file's size and sha256.
+
+    ``carried``: files linked in from the previous generation (path -> (inode,
+    manifest entry)); one that is still that inode is the same bytes, already
+    durable and hashed, so its entry is reused instead of reading it again.
+    """
     files: dict[str, dict[str, Any]] = {}
     folders: list[Path] = []
     for root, _, names in os.walk(staging):
         folders.append(Path(root))
         for name in names:
             path = Path(root) / name
+            relative = path.relative_to(staging).as_posix()
+            known = (carried or {}).get(relative)
+            if known is not None and os.stat(path).st_ino == known[0]:
+                files[relative] = dict(known[1])
+                continue
             digest = hashlib.sha256()
             size = 0
             with open(path, "rb") as handle:
@@ -218,10 +228,32 @@ def _seal(staging: Path) -> dict[str, dict[str, Any]]:
                     digest.update(block)
                     size += len(block)
                 os.fsync(handle.fileno())
-            files[path.relative_to(staging).as_posix()] = {"size": size, "sha256": digest.hexdigest()}
+            files[relative] = {"size": size, "sha256": digest.hexdigest()}
     for folder in reversed(folders):
         _fsync_dir(folder)
     return files
+
+
+def _carry_over(root: Path, previous: dict[str, Any], staging: Path) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Hard-link every file of the current generation into ``staging``.
+
+    A link costs nothing however large the file, and the previous generation
+    stays intact as long as the writer replaces a carried file (a new file
+    under the name, ``os.replace``) instead of writing into it. Where the file
+    system cannot link, the file is copied.
+    """
+    current = root / str(previous.get("directory", ""))
+    carried: dict[str, tuple[int, dict[str, Any]]] = {}
+    for name, entry in previous.get("files", {}).items():
+        source, target = current / name, staging / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+            continue  # a copy is another inode: sealed (hashed) like a new file
+        carried[name] = (os.stat(target).st_ino, entry)
+    return carried
 
 
 # ------------------------------------------------------------ folder checks
@@ -389,8 +421,8 @@ def check_persist_target(path: PathLike, kind: str) -> None:
 
 # ------------------------------------------------------------------ writing
 @contextmanager
-def write_index(path: PathLike, kind: str) -> Iterator[Path]:
-    """Yield an empty staging folder that becomes the index at ``path`` on success.
+def write_index(path: PathLike, kind: str, carry_over: bool = False) -> Iterator[Path]:
+    """Yield a staging folder that becomes the index at ``path`` on success.
 
     Writers of one folder are serialised by a lock file; the new generation is
     published by replacing ``MANIFEST.json`` atomically, then old generations,
@@ -402,6 +434,10 @@ def write_index(path: PathLike, kind: str) -> Iterator[Path]:
         path: The index folder (created with normal permissions if missing).
         kind: The kind of index (the retriever's class name); a folder holding
             another kind is refused.
+        carry_over: Start the staging folder with the current generation's
+            files, hard-linked (an index of large immutable segments writes only
+            what changed); the writer must replace a file it changes, never
+            write into it. ``False``: the staging folder starts empty.
 
     Raises:
         PersistError: ``path`` is a file, a folder holding other things, or an
@@ -429,8 +465,9 @@ def write_index(path: PathLike, kind: str) -> Iterator[Path]:
         final = root / f"gen-{number:06d}-{token}"
         os.mkdir(staging)
         try:
+            carried = _carry_over(root, previous, staging) if carry_over and folder.state == "manifest" else {}
             yield staging
-            files = _seal(staging)
+            files = _seal(staging, carried)
             os.replace(staging, final)
             _fsync_dir(root)
             legacy = [n for n in previous.get("legacy", []) if (root / n).exists()]

@@ -43,6 +43,7 @@ from llama_index_ext_recursive.persist import (
     check_persist_target,
     current_generation,
     read_index,
+    write_index,
 )
 from llama_index_ext_recursive.recursive.persist import load_summary_cache
 
@@ -846,3 +847,70 @@ def test_round_trip_with_the_real_model(real_model, tmp_path):
     with pytest.raises(PersistError, match="thesis.txt"):
         loaded.persist(_user_folder(tmp_path))
     assert (tmp_path / "docs" / "thesis.txt").read_text() == "three years of work"
+
+
+# ------------------------------------------------- carrying files over (segments)
+def _publish(path: Path, files: dict[str, bytes], carry_over: bool = True, fail: bool = False) -> None:
+    with write_index(path, "Segments", carry_over=carry_over) as staging:
+        for name, data in files.items():
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temp = target.with_name(target.name + ".new")
+            temp.write_bytes(data)
+            os.replace(temp, target)  # replace, never write into a carried file
+        if fail:
+            raise RuntimeError("the writer failed")
+
+
+def _files(generation: Path) -> dict[str, bytes]:
+    return {p.relative_to(generation).as_posix(): p.read_bytes() for p in sorted(generation.rglob("*")) if p.is_file()}
+
+
+def _contents(path: Path) -> dict[str, bytes]:
+    return _files(current_generation(path))
+
+
+def test_carry_over_links_the_previous_files_and_hashes_only_what_changed(tmp_path, monkeypatch):
+    _publish(tmp_path / "idx", {"seg/a.npy": b"A" * 1000, "state.json": b"{}"})
+    first = current_generation(tmp_path / "idx")
+    hashed: list[int] = []
+    real_sha256 = hashlib.sha256
+    monkeypatch.setattr(persist_module.hashlib, "sha256", lambda: hashed.append(1) or real_sha256())
+    _publish(tmp_path / "idx", {"seg/b.npy": b"B" * 10, "state.json": b'{"n": 2}'})
+    second = current_generation(tmp_path / "idx")
+    assert _contents(tmp_path / "idx") == {"seg/a.npy": b"A" * 1000, "seg/b.npy": b"B" * 10, "state.json": b'{"n": 2}'}
+    assert len(hashed) == 2  # b.npy and the replaced state.json; a.npy's hash is carried with it
+    assert not first.exists()  # the old generation is cleaned up as before
+    monkeypatch.undo()
+    assert read_index(tmp_path / "idx", "Segments", _files) == _contents(tmp_path / "idx")  # verifies every sha256
+    manifest = json.loads((tmp_path / "idx" / "MANIFEST.json").read_text())
+    assert manifest["files"]["seg/a.npy"]["sha256"] == hashlib.sha256(b"A" * 1000).hexdigest()
+    assert second.name == manifest["directory"]
+
+
+def test_a_failed_carry_over_persist_leaves_the_previous_generation_byte_for_byte(tmp_path):
+    _publish(tmp_path / "idx", {"seg/a.npy": b"A" * 100, "state.json": b"{}"})
+    before = _contents(tmp_path / "idx")
+    with pytest.raises(RuntimeError, match="the writer failed"):
+        _publish(tmp_path / "idx", {"seg/a.npy": b"changed", "state.json": b'{"n": 2}'}, fail=True)
+    assert _contents(tmp_path / "idx") == before
+    assert [p.name for p in (tmp_path / "idx").iterdir() if p.name.startswith(".gen")] == []
+
+
+def test_without_carry_over_the_staging_folder_starts_empty(tmp_path):
+    _publish(tmp_path / "idx", {"a": b"1"}, carry_over=False)
+    _publish(tmp_path / "idx", {"b": b"2"}, carry_over=False)
+    assert _contents(tmp_path / "idx") == {"b": b"2"}
+
+
+def test_where_links_are_refused_the_files_are_copied_and_hashed(tmp_path, monkeypatch):
+    _publish(tmp_path / "idx", {"a": b"1", "b": b"2"})
+
+    def no_links(*args: Any) -> None:
+        raise OSError(errno.EXDEV, "cross-device link")
+
+    monkeypatch.setattr(persist_module.os, "link", no_links)
+    _publish(tmp_path / "idx", {"c": b"3"})
+    assert _contents(tmp_path / "idx") == {"a": b"1", "b": b"2", "c": b"3"}
+    monkeypatch.undo()
+    assert read_index(tmp_path / "idx", "Segments", _files) == {"a": b"1", "b": b"2", "c": b"3"}
