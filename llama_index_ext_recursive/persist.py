@@ -228,7 +228,13 @@ def _seal(staging: Path, carried: dict[str, tuple[int, dict[str, Any]]] | None =
                     digest.update(block)
                     size += len(block)
                 os.fsync(handle.fileno())
-            files[relative] = {"size": size, "sha256": digest.hexdigest()}
+            status = os.stat(path)
+            files[relative] = {
+                "size": size,
+                "sha256": digest.hexdigest(),
+                "inode": status.st_ino,
+                "mtime_ns": status.st_mtime_ns,
+            }
     for folder in reversed(folders):
         _fsync_dir(folder)
     return files
@@ -555,7 +561,14 @@ def _shared_lock(root: Path) -> ReadWriteLock:
 
 # ------------------------------------------------------------------ reading
 def _verified_generation(root: Path, manifest: dict[str, Any]) -> Path:
-    """The generation folder ``manifest`` names, after checking every file's size and sha256."""
+    """The generation folder ``manifest`` names, after checking every file's size and sha256.
+
+    A file that is still the inode the writer sealed, with the modification
+    time it had then, is the file the writer hashed: its sha256 is not read
+    again, so opening a multi-gigabyte index of segments costs a ``stat`` per
+    file. Any write, truncation, replacement or copy changes one of the two,
+    and the file is then hashed in full.
+    """
     generation = root / manifest["directory"]
     if not generation.is_dir():
         raise PersistError(
@@ -575,6 +588,9 @@ def _verified_generation(root: Path, manifest: dict[str, Any]) -> Path:
                 f"{path} is truncated or was modified: it has {size} bytes, the manifest records "
                 f"{entry['size']}; restore it or persist the retriever again"
             )
+        status = path.stat()
+        if (status.st_ino, status.st_mtime_ns) == (entry.get("inode"), entry.get("mtime_ns")):
+            continue  # untouched since it was sealed
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):

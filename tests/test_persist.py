@@ -914,3 +914,19 @@ def test_where_links_are_refused_the_files_are_copied_and_hashed(tmp_path, monke
     assert _contents(tmp_path / "idx") == {"a": b"1", "b": b"2", "c": b"3"}
     monkeypatch.undo()
     assert read_index(tmp_path / "idx", "Segments", _files) == {"a": b"1", "b": b"2", "c": b"3"}
+
+
+def test_loading_reads_no_file_again_until_one_is_touched(tmp_path, monkeypatch):
+    _publish(tmp_path / "idx", {"seg/a.npy": b"A" * 1000, "state.json": b"{}"})
+    hashed: list[int] = []
+    real_sha256 = hashlib.sha256
+    monkeypatch.setattr(persist_module.hashlib, "sha256", lambda: hashed.append(1) or real_sha256())
+    read_index(tmp_path / "idx", "Segments", _files)
+    assert hashed == []  # each file is still the inode, with the mtime, the writer sealed
+    shutil.copytree(tmp_path / "idx", tmp_path / "copy")  # new inodes: every file is hashed, and loads
+    assert read_index(tmp_path / "copy", "Segments", _files) == _contents(tmp_path / "idx")
+    assert len(hashed) == 2
+    state = current_generation(tmp_path / "idx") / "state.json"
+    state.write_bytes(b"[]")  # same size, rewritten in place
+    with pytest.raises(PersistError, match="state.json was modified after it was persisted"):
+        read_index(tmp_path / "idx", "Segments", _files)
