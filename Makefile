@@ -13,9 +13,10 @@ PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch first, pinned to the CPU wheel, or pip pulls a multi-GB CUDA build
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# torch first, pinned to the CPU wheel, or pip pulls a multi-GB CUDA build. --no-compile: Python
+	# compiles a module on first import; pip would compile all of torch and transformers (2 minutes)
+	$(PY) -m pip install --quiet --no-compile torch==2.13.0
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
