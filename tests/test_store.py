@@ -145,6 +145,18 @@ def test_same_top_k_and_scores_as_simple_vector_store(filters, top_k):
         assert_same(ours, upstream, query)
 
 
+def test_query_ids_are_the_ids_and_scores_of_query():
+    """The recursive search asks for ids and scores alone (ScoredIdSearch); they are query's, in its order."""
+    from llama_index_ext_recursive.stores.protocol import ScoredIdSearch
+
+    ours, upstream = both(random_nodes())
+    assert isinstance(ours, ScoredIdSearch) and not isinstance(upstream, ScoredIdSearch)
+    query = VectorStoreQuery(query_embedding=[0.5] * 16, similarity_top_k=7, filters=FILTERS[2])
+    found = ours.query(query)
+    ids, scores = ours.query_ids(query)
+    assert ids == found.ids and len(ids) == 7 and scores == [float(v) for v in found.similarities]
+
+
 def test_filters_select_some_but_not_all_nodes():
     """Guard for the table above: a filter matching nothing (or everything) would test little."""
     nodes = random_nodes()

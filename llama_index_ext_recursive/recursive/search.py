@@ -47,7 +47,7 @@ from llama_index_ext_recursive.recursive.settings import ROUTED_POOL_FACTOR, Own
 from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
-from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
+from llama_index_ext_recursive.stores.protocol import ScoredIdSearch
 from llama_index_ext_recursive.validation import closest
 
 
@@ -227,26 +227,26 @@ class DenseDocuments:
     plan: Plan
     levels: Levels
 
-    def _embedded(self) -> NumpyVectorStore | None:
+    def _embedded(self) -> ScoredIdSearch | None:
         store = self.owner.index.summary_index.vector_store
-        return store if isinstance(store, NumpyVectorStore) else None
+        return store if isinstance(store, ScoredIdSearch) else None
 
     def run(self) -> dict[str, float]:
         store, bundle = self._embedded(), self.plan.summary_bundle
         if store is not None and bundle.embedding is not None:
-            found = store.query(
+            ids, scores = store.query_ids(
                 VectorStoreQuery(
                     query_embedding=bundle.embedding,
                     similarity_top_k=self.owner.document_depth(self.plan.top_k),
                     filters=self.plan.summary_filters,
                 )
             )
-            return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
+            return dict(zip(ids, scores))
         return _routing_scores(self.levels.summary_vector._retrieve(bundle))
 
     async def arun(self) -> dict[str, float]:
         if self._embedded() is not None:
-            return await asyncio.to_thread(self.run)  # numpy: CPU work
+            return await asyncio.to_thread(self.run)  # embedded store: CPU work
         return _routing_scores(await self.levels.summary_vector._aretrieve(self.plan.summary_bundle))
 
 
@@ -266,18 +266,17 @@ class DenseChunks:
 
     def run(self) -> dict[str, float]:
         store, chunk_vector = _flat_chunk_search(self.owner, self.levels)
-        if isinstance(store, NumpyVectorStore) and self.bundle.embedding is not None:
+        if isinstance(store, ScoredIdSearch) and self.bundle.embedding is not None:
             query = VectorStoreQuery(
                 query_embedding=self.bundle.embedding, similarity_top_k=self.top_k, filters=filters_of(self.bundle)
             )
-            found = store.query(query)
-            return {i: float(v) for i, v in zip(found.ids or [], found.similarities or [])}
+            return dict(zip(*store.query_ids(query)))
         return _scores(chunk_vector._retrieve(replace(self.bundle, top_k=self.top_k)))
 
     async def arun(self) -> dict[str, float]:
         store, chunk_vector = _flat_chunk_search(self.owner, self.levels)
-        if isinstance(store, NumpyVectorStore):
-            return await asyncio.to_thread(self.run)  # numpy: CPU work
+        if isinstance(store, ScoredIdSearch):
+            return await asyncio.to_thread(self.run)  # embedded store: CPU work
         return _scores(await chunk_vector._aretrieve(replace(self.bundle, top_k=self.top_k)))
 
 

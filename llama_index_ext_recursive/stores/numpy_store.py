@@ -256,6 +256,11 @@ class NumpyVectorStore(SimpleVectorStore):
                 return answer_query(state, query)
         return super().query(query, **kwargs)
 
+    def query_ids(self, query: VectorStoreQuery) -> tuple[list[str], list[float]]:
+        """:class:`~llama_index_ext_recursive.stores.protocol.ScoredIdSearch`: ids and scores of :meth:`query`."""
+        found = self.query(query)
+        return list(found.ids or []), [float(v) for v in found.similarities or []]
+
 
 _STORE_FILE_START = re.compile(rb'\s*\{\s*"(embedding_dict|text_id_to_ref_doc_id|metadata_dict)"\s*:')
 
