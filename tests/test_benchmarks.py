@@ -168,9 +168,20 @@ def test_hashed_words_are_unit_vectors_of_the_dimension_asked() -> None:
 def test_topic_embedding_maps_a_summary_to_its_documents_topic() -> None:
     small = corpus.TopicCorpus(docs=2, chunks=1, dim=8)
     model = models.topic_embedding(small)
-    assert np.allclose(model.get_text_embedding("doc00001. Some summary."), small.topics[1])
+    assert np.allclose(model.get_text_embedding("doc00001. Some summary."), small.topic(1))
+    assert np.allclose(small.document(1).topic, small.topic(1)) and not np.allclose(small.topic(0), small.topic(1))
     other = model.get_text_embedding("unrelated text")
     assert len(other) == 8 and other == model.get_text_embedding("unrelated text")
+
+
+def test_topic_corpus_draws_any_document_alone_as_a_full_pass_does() -> None:
+    """Streaming scale runs draw documents one by one; queries draw the ones they aim at."""
+    small = corpus.TopicCorpus(docs=4, chunks=3, dim=8)
+    passed = list(small.documents())
+    alone = small.document(2)
+    assert [c.text for c in alone.chunks] == [c.text for c in passed[2].chunks]
+    assert [c.embedding for c in alone.chunks] == [c.embedding for c in passed[2].chunks]
+    assert passed[2].chunks[0].text != passed[1].chunks[0].text
 
 
 # ------------------------------------------------------------------ data, cli, memory

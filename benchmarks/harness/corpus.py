@@ -138,8 +138,10 @@ class TopicCorpus:
     ``words`` words from the document's vocabulary. Chunk ids are
     ``doc{d:05d}-c{c:03d}``, metadata ``doc_id`` (kept out of the embedded text).
 
-    The topics are drawn when the corpus is made (the queries need them); the
-    chunks are drawn again on every :meth:`documents` pass, identically.
+    Each document is drawn from its own generator (seeded by ``seed`` and its
+    number), so a corpus of any size streams: nothing is held for the
+    documents not being drawn, and :meth:`document` draws any one alone,
+    identically on every pass.
     """
 
     def __init__(
@@ -154,39 +156,50 @@ class TopicCorpus:
         sentences: int = 3,
         words: int = 8,
     ) -> None:
-        self.chunks, self.dim, self.seed, self.noise = chunks, dim, seed, noise
+        self.docs, self.chunks, self.dim, self.seed, self.noise = docs, chunks, dim, seed, noise
         self.vocabulary_size, self.doc_vocabulary = vocabulary_size, doc_vocabulary
         self.sentences, self.words = sentences, words
-        self.doc_ids = [f"doc{d:05d}" for d in range(docs)]
-        self.topics = self._topics(np.random.default_rng(seed))
+        self.pool = vocabulary(vocabulary_size, "w", 4)
 
-    def _topics(self, rng: np.random.Generator) -> np.ndarray:
-        return unit_rows(rng.standard_normal((len(self.doc_ids), self.dim)))
+    def doc_id(self, d: int) -> str:
+        return f"doc{d:05d}"
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return [self.doc_id(d) for d in range(self.docs)]
+
+    def topic(self, d: int) -> np.ndarray:
+        """Document ``d``'s unit topic vector (the first draw of its generator)."""
+        return unit(np.random.default_rng([self.seed, d]).standard_normal(self.dim))
+
+    def document(self, d: int) -> TopicDocument:
+        """Document ``d``, drawn from its own generator."""
+        rng = np.random.default_rng([self.seed, d])
+        topic = unit(rng.standard_normal(self.dim))
+        doc_id = self.doc_id(d)
+        own = rng.choice(self.vocabulary_size, size=self.doc_vocabulary, replace=False)
+        vectors = unit_rows(topic + self.noise * unit_rows(rng.standard_normal((self.chunks, self.dim))))
+        chunks = []
+        for c in range(self.chunks):
+            text = " ".join(
+                " ".join(self.pool[w] for w in rng.choice(own, size=self.words)).capitalize() + "."
+                for _ in range(self.sentences)
+            )
+            chunks.append(
+                TextNode(
+                    id_=f"{doc_id}-c{c:03d}",
+                    text=text,
+                    metadata={"doc_id": doc_id},
+                    excluded_embed_metadata_keys=["doc_id"],
+                    embedding=vectors[c].tolist(),
+                )
+            )
+        return TopicDocument(doc_id, topic, own, chunks)
 
     def documents(self) -> Iterator[TopicDocument]:
         """The documents in order, each drawn as it is asked for."""
-        rng = np.random.default_rng(self.seed)
-        self._topics(rng)  # the same draws as the topics, so the chunks follow them
-        pool = vocabulary(self.vocabulary_size, "w", 4)
-        for d, doc_id in enumerate(self.doc_ids):
-            own = rng.choice(self.vocabulary_size, size=self.doc_vocabulary, replace=False)
-            vectors = unit_rows(self.topics[d] + self.noise * unit_rows(rng.standard_normal((self.chunks, self.dim))))
-            chunks = []
-            for c in range(self.chunks):
-                text = " ".join(
-                    " ".join(pool[w] for w in rng.choice(own, size=self.words)).capitalize() + "."
-                    for _ in range(self.sentences)
-                )
-                chunks.append(
-                    TextNode(
-                        id_=f"{doc_id}-c{c:03d}",
-                        text=text,
-                        metadata={"doc_id": doc_id},
-                        excluded_embed_metadata_keys=["doc_id"],
-                        embedding=vectors[c].tolist(),
-                    )
-                )
-            yield TopicDocument(doc_id, self.topics[d], own, chunks)
+        for d in range(self.docs):
+            yield self.document(d)
 
     def nodes(self) -> Iterator[TextNode]:
         """Every chunk, document after document."""
@@ -196,8 +209,8 @@ class TopicCorpus:
     def document_queries(self, n: int, noise: float) -> tuple[list[list[float]], list[int]]:
         """``n`` query vectors ``unit(topic + noise * unit_noise)`` and the index of each one's document."""
         rng = np.random.default_rng(self.seed + 1)
-        targets = rng.integers(0, len(self.topics), size=n)
-        vectors = [unit(self.topics[t] + noise * unit(rng.standard_normal(self.dim))).tolist() for t in targets]
+        targets = rng.integers(0, self.docs, size=n)
+        vectors = [unit(self.topic(t) + noise * unit(rng.standard_normal(self.dim))).tolist() for t in targets]
         return vectors, [int(t) for t in targets]
 
     def chunk_queries(
@@ -211,7 +224,7 @@ class TopicCorpus:
         corpus's chunks in order, ``vocabularies`` its documents' word indices.
         """
         rng = np.random.default_rng(self.seed + 1)
-        pool = vocabulary(self.vocabulary_size, "w", 4)
+        pool = self.pool
         out = []
         for row in rng.integers(0, len(nodes), size=n):
             node = nodes[int(row)]

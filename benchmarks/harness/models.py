@@ -123,8 +123,8 @@ class TopicEmbedding(BaseEmbedding):
 def topic_embedding(corpus) -> TopicEmbedding:
     """A :class:`TopicEmbedding` that knows every topic of ``corpus`` (a ``TopicCorpus``)."""
     model = TopicEmbedding(dim=corpus.dim)
-    for doc_id, topic in zip(corpus.doc_ids, corpus.topics):
-        model.register_topic(doc_id, topic)
+    for d in range(corpus.docs):
+        model.register_topic(corpus.doc_id(d), corpus.topic(d))
     return model
 
 
