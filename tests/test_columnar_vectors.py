@@ -1,0 +1,343 @@
+"""Vector column: exact search equals brute force, persistence writes only what is new,
+the approximate path rescores exactly and keeps recall, bad input is named."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llama_index_ext_recursive.columnar.vectors import VectorColumn
+from llama_index_ext_recursive.persist import PersistError
+
+
+def dot_in_order(row: np.ndarray, unit_query: np.ndarray) -> float:
+    """The column's score definition, one Python float at a time: products summed in dimension order."""
+    total = 0.0
+    for value, weight in zip(row.astype(np.float64).tolist(), unit_query.tolist()):
+        total += value * weight
+    return total
+
+
+def unit(vector: np.ndarray) -> np.ndarray:
+    """``vector`` (as float64) over its norm, squares summed in dimension order."""
+    values = np.asarray(vector, dtype=np.float64)
+    return values / math.sqrt(dot_in_order(values, values))
+
+
+class Reference:
+    """Brute force over a plain list of rows: what the column must answer."""
+
+    def __init__(self) -> None:
+        self.vectors: list[np.ndarray] = []
+        self.alive: list[bool] = []
+
+    def append(self, matrix: np.ndarray) -> None:
+        for row in np.asarray(matrix, dtype=np.float64):
+            self.vectors.append(unit(row).astype(np.float32))
+            self.alive.append(True)
+
+    def delete(self, rows: np.ndarray) -> None:
+        for row in rows:
+            self.alive[int(row)] = False
+
+    def compact(self) -> None:
+        self.vectors = [v for v, a in zip(self.vectors, self.alive) if a]
+        self.alive = [True] * len(self.vectors)
+
+    def search(self, query: np.ndarray, k: int, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        unit_query = unit(query)
+        allowed = range(len(self.vectors)) if rows is None else sorted(set(int(r) for r in rows))
+        live = np.array([r for r in allowed if self.alive[r]], dtype=np.int64)
+        if not len(live):
+            return live, np.zeros(0, dtype=np.float32)
+        scores = np.array([dot_in_order(self.vectors[r], unit_query) for r in live]).astype(np.float32)
+        order = np.lexsort((live, -scores))[:k]
+        return live[order], scores[order]
+
+
+def small_integer_rows(count: int, dim: int, seed: int) -> np.ndarray:
+    """Rows of small integers: many duplicates after normalising, so ties are common."""
+    rows = np.random.default_rng(seed).integers(-2, 3, size=(count, dim)).astype(np.float64)
+    rows[~rows.any(axis=1), 0] = 1.0
+    return rows
+
+
+def clustered_rows(count: int, dim: int, centers: np.ndarray, seed: int) -> np.ndarray:
+    generator = np.random.default_rng(seed)
+    picked = centers[generator.integers(0, len(centers), count)]
+    return picked + 0.08 * generator.standard_normal((count, dim))
+
+
+def assert_same(found: tuple[np.ndarray, np.ndarray], expected: tuple[np.ndarray, np.ndarray]) -> None:
+    assert found[0].dtype == np.int64 and found[1].dtype == np.float32
+    assert np.array_equal(found[0], expected[0])
+    assert np.array_equal(found[1], expected[1])
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 40), st.integers(0, 2**16)),
+        st.tuples(st.just("delete"), st.integers(0, 2**16), st.floats(0, 0.6)),
+        st.tuples(st.just("compact"), st.just(0), st.just(0)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations=operations, k=st.integers(1, 30), seed=st.integers(0, 2**16), restrict=st.floats(0, 1))
+def test_exact_search_equals_brute_force_through_appends_deletes_and_compaction(operations, k, seed, restrict):
+    dim = 5
+    column, reference = VectorColumn(dim), Reference()
+    for name, number, extra in operations:
+        if name == "append":
+            matrix = small_integer_rows(number, dim, number)
+            rows = column.append(matrix)
+            assert np.array_equal(rows, np.arange(len(reference.vectors), len(reference.vectors) + number))
+            reference.append(matrix)
+        elif name == "delete" and reference.vectors:
+            generator = np.random.default_rng(number)
+            doomed = np.flatnonzero(generator.random(len(reference.vectors)) < extra)
+            expected = sum(reference.alive[r] for r in doomed)
+            assert column.delete(doomed) == expected
+            reference.delete(doomed)
+        elif name == "compact":
+            mapping = column.compact()
+            alive = np.array(reference.alive, dtype=bool)
+            assert np.array_equal(mapping[~alive], np.full(int((~alive).sum()), -1))
+            assert np.array_equal(mapping[alive], np.arange(int(alive.sum())))
+            reference.compact()
+        assert column.live_count == sum(reference.alive)
+        assert column.row_count == len(reference.vectors)
+    generator = np.random.default_rng(seed)
+    query = small_integer_rows(1, dim, seed)[0]
+    assert_same(column.search(query, k), reference.search(query, k))
+    rows = np.flatnonzero(generator.random(len(reference.vectors)) < restrict)
+    assert_same(column.search(query, k, rows=rows), reference.search(query, k, rows))
+    queries = small_integer_rows(3, dim, seed + 1)
+    many_rows, many_scores = column.search_many(queries, k)
+    for query_row, found_rows, found_scores in zip(queries, many_rows, many_scores):
+        assert_same((found_rows, found_scores), reference.search(query_row, k))
+
+
+def test_ties_go_to_the_lower_row_id():
+    column = VectorColumn(3)
+    column.append(np.array([[1.0, 0, 0], [0, 1.0, 0], [2.0, 0, 0], [3.0, 0, 0]]))
+    rows, scores = column.search(np.array([1.0, 0, 0]), 2)
+    assert rows.tolist() == [0, 2] and scores.tolist() == [1.0, 1.0]
+    assert column.search(np.array([1.0, 0, 0]), 2, rows=np.array([3, 2, 3]))[0].tolist() == [2, 3]
+
+
+def state_of(folder: Path) -> dict:
+    return json.loads((folder / "vectors.state.json").read_text())
+
+
+def test_persistence_round_trips_and_writes_only_new_segments(tmp_path):
+    column, reference = VectorColumn(6), Reference()
+    for seed in range(3):
+        matrix = small_integer_rows(30, 6, seed)
+        column.append(matrix)
+        reference.append(matrix)
+    column.delete(np.array([1, 31, 89]))
+    reference.delete([1, 31, 89])
+    column.write(tmp_path)
+    files = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    assert set(files) == {
+        "vectors.state.json",
+        "vectors-000000.npy",
+        "vectors-000001.npy",
+        "vectors-000002.npy",
+        "vectors-tombstones-000001.npy",
+    }
+    matrix = small_integer_rows(2, 6, 99)
+    column.append(matrix)
+    reference.append(matrix)
+    column.write(tmp_path)
+    after = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    assert set(after) - set(files) == {"vectors-000003.npy"}
+    assert {name for name in files if files[name] != after[name]} == {"vectors.state.json"}
+
+    opened = VectorColumn.open(tmp_path)
+    assert (opened.dim, opened.row_count, opened.live_count) == (6, 92, 89)
+    for seed in range(5):
+        query = small_integer_rows(1, 6, 1000 + seed)[0]
+        assert_same(opened.search(query, 7), reference.search(query, 7))
+        assert_same(opened.search(query, 7), column.search(query, 7))
+        assert_same(opened.search(query, 7, rows=np.arange(0, 92, 3)), reference.search(query, 7, np.arange(0, 92, 3)))
+    opened.delete(np.array([5]))
+    opened.write(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} - set(after) == {"vectors-tombstones-000002.npy"}
+    assert VectorColumn.open(tmp_path).alive(np.array([1, 5, 6])).tolist() == [False, False, True]
+
+
+def mapped_files() -> set[str]:
+    return {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(".npy")}
+
+
+def test_a_reopened_column_reads_its_segments_memory_mapped(tmp_path):
+    column = VectorColumn(4)
+    column.append(small_integer_rows(10, 4, 0))
+    column.append(small_integer_rows(10, 4, 1))
+    column.write(tmp_path)
+    opened = VectorColumn.open(tmp_path)
+    assert {str(tmp_path / "vectors-000000.npy"), str(tmp_path / "vectors-000001.npy")} <= mapped_files()
+    assert opened.search(np.ones(4), 3)[0].shape == (3,)
+
+
+def test_a_compacted_column_writes_new_segments_and_reopens(tmp_path):
+    column, reference = VectorColumn(4, name="chunk_vectors"), Reference()
+    for seed in range(4):
+        matrix = small_integer_rows(25, 4, seed)
+        column.append(matrix)
+        reference.append(matrix)
+    column.write(tmp_path)
+    column.delete(np.arange(10, 60))
+    reference.delete(range(10, 60))
+    column.compact()
+    reference.compact()
+    column.write(tmp_path)
+    state = json.loads((tmp_path / "chunk_vectors.state.json").read_text())
+    assert [s["number"] for s in state["segments"]] == [4] and state["tombstones"] is None
+    opened = VectorColumn.open(tmp_path, name="chunk_vectors")
+    assert opened.row_count == 50
+    query = np.array([1.0, -1.0, 0.5, 2.0])
+    assert_same(opened.search(query, 50), reference.search(query, 50))
+
+
+def test_the_approximate_path_returns_exact_scores_and_keeps_recall(tmp_path):
+    dim = 32
+    generator = np.random.default_rng(7)
+    centers = generator.standard_normal((60, dim))
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    column, reference = VectorColumn(dim, approximate_threshold=3000, nprobe=8), Reference()
+    for seed in range(6):
+        matrix = clustered_rows(1000, dim, centers, seed)
+        column.append(matrix)
+        reference.append(matrix)
+    assert column.approximate
+    doomed = np.arange(0, 6000, 7)
+    column.delete(doomed)
+    reference.delete(doomed)
+    queries = clustered_rows(60, dim, centers, 1234)
+    exact = [reference.search(q, 10) for q in queries]
+    found_rows, found_scores = column.search_many(queries, 10)
+    hits = 0
+    for rows, (expected_rows, _) in zip(found_rows, exact):
+        assert len(rows) == 10 and not np.isin(rows, doomed).any()
+        hits += len(np.intersect1d(rows, expected_rows))
+    assert hits / (10 * len(queries)) >= 0.99
+    for query, rows, scores in zip(queries, found_rows, found_scores):
+        assert_same((rows, scores), reference.search(query, 10, rows))  # exact scores, in exact order
+
+    column.write(tmp_path)
+    assert {"vectors-quantizer-000000.npy", "vectors-codes0-000000.npy"} <= {p.name for p in tmp_path.iterdir()}
+    opened = VectorColumn.open(tmp_path, approximate_threshold=3000, nprobe=8)
+    assert opened.approximate
+    reopened_rows, reopened_scores = opened.search_many(queries, 10)
+    for a, b, c, d in zip(found_rows, found_scores, reopened_rows, reopened_scores):
+        assert_same((c, d), (a, b))
+    before = {p.name for p in tmp_path.iterdir()}
+    opened.append(clustered_rows(5, dim, centers, 99))
+    opened.write(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} - before == {"vectors-000006.npy", "vectors-codes0-000006.npy"}
+
+
+def test_restricted_search_stays_exact_above_the_threshold():
+    dim = 16
+    generator = np.random.default_rng(3)
+    centers = generator.standard_normal((20, dim))
+    column, reference = VectorColumn(dim, approximate_threshold=1000, nprobe=1), Reference()
+    matrix = clustered_rows(2500, dim, centers, 5)
+    column.append(matrix)
+    reference.append(matrix)
+    assert column.approximate
+    rows = generator.choice(2500, size=300, replace=False)
+    for query in clustered_rows(10, dim, centers, 6):
+        assert_same(column.search(query, 10, rows=rows), reference.search(query, 10, rows))
+
+
+def test_compaction_keeps_the_approximate_index_in_step():
+    dim = 16
+    generator = np.random.default_rng(4)
+    centers = generator.standard_normal((20, dim))
+    column, reference = VectorColumn(dim, approximate_threshold=1000, nprobe=20), Reference()
+    for seed in range(3):
+        matrix = clustered_rows(800, dim, centers, seed)
+        column.append(matrix)
+        reference.append(matrix)
+    column.delete(np.arange(100, 900))
+    reference.delete(range(100, 900))
+    column.compact()
+    reference.compact()
+    assert column.approximate
+    for query in clustered_rows(10, dim, centers, 8):
+        assert_same(column.search(query, 10), reference.search(query, 10))
+
+
+def test_a_query_sees_a_change_whole_or_not_at_all():
+    column = VectorColumn(8)
+    target = np.eye(8)[0]
+    column.append(np.eye(8)[1:])
+    failures: list[int] = []
+    stop = threading.Event()
+
+    def query() -> None:
+        while not stop.is_set():
+            rows, _ = column.search(target, 10_000)
+            matching = len(rows) - 7
+            if matching % 50:
+                failures.append(matching)
+
+    readers = [threading.Thread(target=query) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for _ in range(40):
+        added = column.append(np.tile(target, (50, 1)))
+        column.delete(added)
+        column.append(np.tile(target, (50, 1)))
+    stop.set()
+    for reader in readers:
+        reader.join()
+    assert failures == []
+    assert column.live_count == 7 + 40 * 50
+
+
+def test_bad_input_is_refused_with_the_problem_and_the_fix(tmp_path):
+    column = VectorColumn(4)
+    with pytest.raises(ValueError, match="width 3 but this column holds width 4"):
+        column.append(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"vector 1 of the batch \(it would be row 1\) is all zeros"):
+        column.append(np.array([[1.0, 0, 0, 0], [0, 0, 0, 0]]))
+    column.append(np.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"vector 0 of the batch \(it would be row 2\) holds a NaN"):
+        column.append(np.array([[np.nan, 0, 0, 1.0]]))
+    with pytest.raises(ValueError, match="row 5 does not exist: row ids run from 0 to 1"):
+        column.delete(np.array([0, 5]))
+    with pytest.raises(ValueError, match="row -1 does not exist"):
+        column.search(np.ones(4), 1, rows=np.array([-1]))
+    with pytest.raises(ValueError, match="queries must have width 4"):
+        column.search(np.ones(5), 1)
+    with pytest.raises(ValueError, match="zero or not finite"):
+        column.search(np.zeros(4), 1)
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        column.search(np.ones(4), 0)
+    with pytest.raises(ValueError, match="name 'Vectors!'"):
+        VectorColumn(4, name="Vectors!")
+    assert column.row_count == 2  # refused batches took no row ids
+    column.write(tmp_path)
+    state = state_of(tmp_path)
+    (tmp_path / "vectors.state.json").write_text(json.dumps({**state, "version": 99}))
+    with pytest.raises(PersistError, match="format version 99; this version reads version 1: upgrade"):
+        VectorColumn.open(tmp_path)
+    (tmp_path / "vectors.state.json").write_text(json.dumps(state))
+    (tmp_path / "vectors-000000.npy").rename(tmp_path / "moved.npy")
+    with pytest.raises(PersistError, match="vectors-000000.npy is missing"):
+        VectorColumn.open(tmp_path)
