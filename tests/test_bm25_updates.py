@@ -14,9 +14,9 @@ from llama_index.core import Document
 from llama_index.core.schema import QueryBundle, TextNode
 
 from llama_index_ext_recursive import MultilingualBM25Retriever, RecursiveSummaryRetriever
+from llama_index_ext_recursive.columnar.terms import index_tokens
 from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.retrievers.bm25 import COMPACT_SHARE
-from llama_index_ext_recursive.retrievers.bm25_terms import index_tokens
 
 logging.getLogger("bm25s").setLevel(logging.ERROR)
 

@@ -319,7 +319,7 @@ def test_bm25s_is_quiet_in_an_app_logging_at_debug_unless_asked():
         "from llama_index.core.schema import TextNode; "
         "from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever; "
         "MultilingualBM25Retriever([TextNode(text='bees make honey')])"
-        # the package builds its bm25s index itself (retrievers/bm25_terms.py): bm25s'
+        # the package builds its bm25s index itself (columnar/terms.py): bm25s'
         # own indexing, called here, is what logs
         ".bm25.index([['bees']], show_progress=False)"
     )

@@ -28,6 +28,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index.retrievers.bm25 import BM25Retriever
 
+from llama_index_ext_recursive.columnar.terms import Terms, index_tokens
 from llama_index_ext_recursive.config import component_to_dict, init_parameters
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
@@ -48,7 +49,6 @@ from llama_index_ext_recursive.retrievers.bm25_persist import (
     settings_from_config,
     write_bm25_files,
 )
-from llama_index_ext_recursive.retrievers.bm25_terms import Terms, index_tokens
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.tokenizer import (
     CHINESE_STOPWORDS,
@@ -119,7 +119,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         verbose: Log per-query details.
         existing_bm25: A prebuilt ``bm25s.BM25`` over ``nodes`` (used when loading).
         existing_terms: The term statistics of ``existing_bm25``
-            (:class:`~llama_index_ext_recursive.retrievers.bm25_terms.Terms`),
+            (:class:`~llama_index_ext_recursive.columnar.terms.Terms`),
             which let it be updated without tokenising every node again.
         objects, object_map: as upstream (``IndexNode`` objects for recursive retrieval).
     """
@@ -218,7 +218,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
 
         This one is not changed (a query may be reading it). The new one shares
         its bm25s index as the main segment: removed rows become tombstones and
-        the added nodes a delta segment (:class:`~llama_index_ext_recursive.retrievers.bm25_terms.Terms`),
+        the added nodes a delta segment (:class:`~llama_index_ext_recursive.columnar.terms.Terms`),
         scored with the statistics of the live rows, so its scores are those of
         a fresh build on its nodes, exactly. Cost: tokenising the added nodes;
         once the segments pass :data:`COMPACT_SHARE` of the main segment they

@@ -6,7 +6,7 @@ settings as ``config.json`` in the package's configuration convention
 frequencies and row lengths the index was computed from (``terms.index.json``
 naming the format, ``tf.csc.index.npy``, ``lengths.index.npy``), so that a
 loaded retriever is updated without tokenising its nodes again
-(:class:`~llama_index_ext_recursive.retrievers.bm25_terms.Terms`; a retriever
+(:class:`~llama_index_ext_recursive.columnar.terms.Terms`; a retriever
 with segments is written merged). Folders without them (format 1) still load,
 and are indexed again from their nodes at their first change; so do folders of
 older releases, whose settings are in ``retriever.json`` (``format_version`` 1).
@@ -32,11 +32,11 @@ from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_ext_recursive.columnar.terms import METHOD, Terms
 from llama_index_ext_recursive.config import CONFIG_FILE, init_parameters, read_config, write_config
 from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy
 from llama_index_ext_recursive.persist import PersistError, load_json, load_json_object
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
-from llama_index_ext_recursive.retrievers.bm25_terms import METHOD, Terms
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
 from llama_index_ext_recursive.retrievers.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
