@@ -38,7 +38,7 @@ from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.persist import PathLike, PersistError
 
-__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "RowDocumentStore", "RowNotFoundError", "RowStore"]
+__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "RowDocumentStore", "RowNotFoundError", "RowStore", "node_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,36 @@ def _marks(count: int) -> str:
     return ",".join("?" * count)
 
 
+def node_json(node: BaseNode) -> str:
+    """``node`` as the JSON a docstore writes, without its embedding.
+
+    The embedding lives in the vector column (384 floats as JSON text would be
+    about 8 KB a row, more than the text); a hydrated node has ``embedding=None``,
+    as nodes from upstream's docstores of a ``VectorStoreIndex`` do.
+    """
+    data = doc_to_json(node)
+    data["__data__"]["embedding"] = None
+    return json.dumps(data)
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Raise unless ``path`` is missing, empty or a row database: checked read-only, so a
+    database of something else is left byte for byte as it was (opening it in WAL mode
+    would rewrite its header)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        connection.close()
+    if "settings" not in tables:
+        raise PersistError(
+            f"{path} is an SQLite database of something else (tables {sorted(tables)[:5]}); "
+            "it was left untouched: give the index a folder of its own"
+        )
+
+
 class RowStore:
     """Node JSON per row id in SQLite (WAL), with node id <-> row id through an index.
 
@@ -96,6 +126,7 @@ class RowStore:
         self._registry = threading.Lock()
         self._write_lock = threading.Lock()
         try:
+            _refuse_foreign(self.path)
             with self._writing() as connection:
                 for statement in _SCHEMA:
                     connection.execute(statement)
@@ -105,6 +136,9 @@ class RowStore:
                         "INSERT INTO settings (name, value) VALUES (?, ?)",
                         [("schema_version", str(SCHEMA_VERSION)), ("next_row", "0")],
                     )
+        except PersistError:
+            self.close()
+            raise
         except sqlite3.DatabaseError as exc:
             self.close()
             raise PersistError(
@@ -244,7 +278,7 @@ class RowStore:
         Raises:
             ValueError: a node id is stored already or repeats within ``nodes``.
         """
-        records = [(node.node_id, node.ref_doc_id, json.dumps(doc_to_json(node))) for node in nodes]
+        records = [(node.node_id, node.ref_doc_id, node_json(node)) for node in nodes]
         with self._writing() as connection:
             start = self._next_row(connection)
             if replace:
@@ -255,12 +289,15 @@ class RowStore:
                     ((start + offset, *record) for offset, record in enumerate(records)),
                 )
             except sqlite3.IntegrityError:
-                raise ValueError(self._duplicate_message(connection, [node_id for node_id, _, _ in records])) from None
+                raise ValueError(
+                    self._duplicate_message(connection, [node_id for node_id, _, _ in records], start)
+                ) from None
             self._set_next_row(connection, start + len(records))
         return np.arange(start, start + len(records), dtype=np.int64)
 
     @staticmethod
-    def _duplicate_message(connection: sqlite3.Connection, node_ids: list[str]) -> str:
+    def _duplicate_message(connection: sqlite3.Connection, node_ids: list[str], start: int) -> str:
+        """Why an insert of rows ``start ..`` failed (the rows it inserted before failing are not counted)."""
         seen: set[str] = set()
         repeated = next((node_id for node_id in node_ids if node_id in seen or seen.add(node_id)), None)  # type: ignore[func-returns-value]
         if repeated is not None:
@@ -268,7 +305,8 @@ class RowStore:
         stored = next(
             node_id
             for node_id in node_ids
-            if connection.execute("SELECT 1 FROM rows WHERE node_id = ?", (node_id,)).fetchone() is not None
+            if connection.execute("SELECT 1 FROM rows WHERE node_id = ? AND row < ?", (node_id, start)).fetchone()
+            is not None
         )
         return f"node id {stored!r} is stored already; delete its row first or append with replace=True"
 
