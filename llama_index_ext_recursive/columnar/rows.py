@@ -1,0 +1,595 @@
+"""The rows' nodes (text, metadata, relationships) in SQLite, read only for the final top-k.
+
+A query ranks rows with arrays (vectors, postings, metadata codes) and turns
+only the few rows it returns into LlamaIndex nodes; those nodes, and the map
+between node ids and row ids, live in one SQLite database (standard-library
+``sqlite3``) in the index folder, e.g. ``<folder>/rows.sqlite3``. Each node is
+stored as the JSON LlamaIndex's docstores write
+(:func:`llama_index.core.storage.docstore.utils.doc_to_json`), never pickled.
+
+How this relates to :mod:`.segments`: the array components are immutable
+segment files plus a small state file replaced atomically; this database is
+the one mutable, crash-safe part of an index. SQLite in WAL mode with
+``synchronous=FULL`` makes each append, delete or compaction one durable
+transaction, so a query (in another thread or process) sees a change whole or
+not at all, and a one-document change writes kilobytes without any segment
+being rewritten. The node id -> row id map is an SQLite index, so 2M ids cost
+no Python memory. The file is opened where it lies: it is not copied by the
+segment writer, and a persisted schema version other than
+:data:`SCHEMA_VERSION` is refused with the version and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore, RefDocInfo
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.persist import PathLike, PersistError
+
+__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "RowDocumentStore", "RowNotFoundError", "RowStore", "node_json"]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+DATABASE_NAME = "rows.sqlite3"
+
+# host parameters per statement: far below SQLite's limit (32766 since 3.32, 999 before)
+_BATCH = 500
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS rows (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL, ref_doc_id TEXT, node TEXT NOT NULL)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS rows_by_node_id ON rows (node_id)",
+    "CREATE INDEX IF NOT EXISTS rows_by_ref_doc_id ON rows (ref_doc_id)",
+    "CREATE TABLE IF NOT EXISTS hashes (node_id TEXT PRIMARY KEY, hash TEXT NOT NULL)",
+)
+
+
+class RowNotFoundError(LlamaIndexExtRecursiveError, KeyError):
+    """A row id that was never appended, or was deleted."""
+
+
+def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _BATCH):
+        yield items[start : start + _BATCH]
+
+
+def _marks(count: int) -> str:
+    return ",".join("?" * count)
+
+
+def node_json(node: BaseNode) -> str:
+    """``node`` as the JSON a docstore writes, without its embedding.
+
+    The embedding lives in the vector column (384 floats as JSON text would be
+    about 8 KB a row, more than the text); a hydrated node has ``embedding=None``,
+    as nodes from upstream's docstores of a ``VectorStoreIndex`` do.
+    """
+    data = doc_to_json(node)
+    data["__data__"]["embedding"] = None
+    return json.dumps(data)
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Raise unless ``path`` is missing, empty or a row database: checked read-only, so a
+    database of something else is left byte for byte as it was (opening it in WAL mode
+    would rewrite its header)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        connection.close()
+    if "settings" not in tables:
+        raise PersistError(
+            f"{path} is an SQLite database of something else (tables {sorted(tables)[:5]}); "
+            "it was left untouched: give the index a folder of its own"
+        )
+
+
+class RowStore:
+    """Node JSON per row id in SQLite (WAL), with node id <-> row id through an index.
+
+    Row ids are ``0, 1, 2, ...`` in append order and never reused; a deleted
+    row is gone from the database (its id stays unused) until :meth:`compact`
+    renumbers the rows. Safe for threads: each thread reads through its own
+    connection, writes are serialised by a lock, and every change is one
+    transaction.
+
+    Args:
+        path: the database file (created with its folder if missing), by
+            convention ``<index folder>/``:data:`DATABASE_NAME`.
+
+    Raises:
+        PersistError: the file is not a row database, or was written with
+            another schema version (naming it and the fix).
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._registry = threading.Lock()
+        self._write_lock = threading.Lock()
+        try:
+            _refuse_foreign(self.path)
+            with self._writing() as connection:
+                for statement in _SCHEMA:
+                    connection.execute(statement)
+                found = connection.execute("SELECT value FROM settings WHERE name = 'schema_version'").fetchone()
+                if found is None:
+                    connection.executemany(
+                        "INSERT INTO settings (name, value) VALUES (?, ?)",
+                        [("schema_version", str(SCHEMA_VERSION)), ("next_row", "0")],
+                    )
+        except PersistError:
+            self.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise PersistError(
+                f"{self.path} is not a readable row database ({exc}); restore it or build the index again"
+            ) from exc
+        if found is not None and found[0] != str(SCHEMA_VERSION):
+            self.close()
+            newer = found[0].isdigit() and int(found[0]) > SCHEMA_VERSION
+            fix = "upgrade llama-index-ext-recursive to read it" if newer else "rebuild the index with this version"
+            raise PersistError(
+                f"{self.path} was written with row schema version {found[0]}; this version reads version "
+                f"{SCHEMA_VERSION}: {fix}"
+            )
+
+    # ------------------------------------------------------------------ connections
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection (autocommit: transactions are explicit)."""
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            self._local.connection = connection
+            with self._registry:
+                self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every statement in it sees the same committed state."""
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            yield connection
+        finally:
+            connection.execute("COMMIT")
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed whole or rolled back."""
+        with self._write_lock:
+            connection = self._connection()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every thread's connection (the store cannot be used afterwards)."""
+        with self._registry:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> RowStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        """Rows ever appended (deleted ones included, until :meth:`compact`)."""
+        with self._reading() as connection:
+            return self._next_row(connection)
+
+    @staticmethod
+    def _next_row(connection: sqlite3.Connection) -> int:
+        return int(connection.execute("SELECT value FROM settings WHERE name = 'next_row'").fetchone()[0])
+
+    def live_count(self) -> int:
+        """Rows not deleted."""
+        with self._reading() as connection:
+            return int(connection.execute("SELECT COUNT(*) FROM rows").fetchone()[0])
+
+    def _column_of_rows(self, rows: Sequence[int] | np.ndarray, column: str) -> list[Any]:
+        ids = [int(row) for row in np.asarray(rows, dtype=np.int64).reshape(-1)]
+        found: dict[int, Any] = {}
+        with self._reading() as connection:
+            for batch in _batches(sorted(set(ids))):
+                found.update(
+                    connection.execute(f"SELECT row, {column} FROM rows WHERE row IN ({_marks(len(batch))})", batch)
+                )
+        missing = [row for row in ids if row not in found]
+        if missing:
+            raise RowNotFoundError(
+                f"rows {missing[:5]}{' ...' if len(missing) > 5 else ''} do not exist (never appended, or deleted); "
+                "ask only for rows a search returned from the current index"
+            )
+        return [found[row] for row in ids]
+
+    def nodes(self, rows: Sequence[int] | np.ndarray) -> list[BaseNode]:
+        """The nodes of ``rows``, in the order asked (repeats allowed).
+
+        Raises:
+            RowNotFoundError: a row was never appended or was deleted (naming it).
+        """
+        return [json_to_doc(json.loads(text)) for text in self._column_of_rows(rows, "node")]
+
+    def node_ids(self, rows: Sequence[int] | np.ndarray) -> list[str]:
+        """The node ids of ``rows``, in the order asked.
+
+        Raises:
+            RowNotFoundError: a row was never appended or was deleted (naming it).
+        """
+        return self._column_of_rows(rows, "node_id")
+
+    def row_of(self, node_ids: Sequence[str]) -> np.ndarray:
+        """The row id of each node id (``int64``; ``-1``: not stored)."""
+        found: dict[str, int] = {}
+        with self._reading() as connection:
+            for batch in _batches(sorted(set(node_ids))):
+                found.update(
+                    connection.execute(f"SELECT node_id, row FROM rows WHERE node_id IN ({_marks(len(batch))})", batch)
+                )
+        return np.fromiter((found.get(node_id, -1) for node_id in node_ids), dtype=np.int64, count=len(node_ids))
+
+    def rows_of_document(self, ref_doc_id: str) -> np.ndarray:
+        """The rows whose node's ``ref_doc_id`` is ``ref_doc_id``, ascending (``int64``)."""
+        with self._reading() as connection:
+            found = connection.execute("SELECT row FROM rows WHERE ref_doc_id = ? ORDER BY row", (ref_doc_id,))
+            return np.fromiter((row for (row,) in found), dtype=np.int64)
+
+    # ------------------------------------------------------------------ changes
+    def append(self, nodes: Sequence[BaseNode], replace: bool = False) -> np.ndarray:
+        """Store ``nodes`` as new rows in one transaction; returns their row ids (``int64``).
+
+        Args:
+            nodes: the nodes, each stored as its docstore JSON.
+            replace: delete the stored rows of these node ids first (in the
+                same transaction); without it a stored node id is refused.
+
+        Raises:
+            ValueError: a node id is stored already or repeats within ``nodes``.
+        """
+        records = [(node.node_id, node.ref_doc_id, node_json(node)) for node in nodes]
+        with self._writing() as connection:
+            start = self._next_row(connection)
+            if replace:
+                self._delete_ids(connection, [node_id for node_id, _, _ in records])
+            try:
+                connection.executemany(
+                    "INSERT INTO rows (row, node_id, ref_doc_id, node) VALUES (?, ?, ?, ?)",
+                    ((start + offset, *record) for offset, record in enumerate(records)),
+                )
+            except sqlite3.IntegrityError:
+                raise ValueError(
+                    self._duplicate_message(connection, [node_id for node_id, _, _ in records], start)
+                ) from None
+            self._set_next_row(connection, start + len(records))
+        return np.arange(start, start + len(records), dtype=np.int64)
+
+    @staticmethod
+    def _duplicate_message(connection: sqlite3.Connection, node_ids: list[str], start: int) -> str:
+        """Why an insert of rows ``start ..`` failed (the rows it inserted before failing are not counted)."""
+        seen: set[str] = set()
+        repeated = next((node_id for node_id in node_ids if node_id in seen or seen.add(node_id)), None)  # type: ignore[func-returns-value]
+        if repeated is not None:
+            return f"node id {repeated!r} appears twice in one append; pass each node once"
+        stored = next(
+            node_id
+            for node_id in node_ids
+            if connection.execute("SELECT 1 FROM rows WHERE node_id = ? AND row < ?", (node_id, start)).fetchone()
+            is not None
+        )
+        return f"node id {stored!r} is stored already; delete its row first or append with replace=True"
+
+    @staticmethod
+    def _set_next_row(connection: sqlite3.Connection, next_row: int) -> None:
+        connection.execute("UPDATE settings SET value = ? WHERE name = 'next_row'", (str(next_row),))
+
+    @staticmethod
+    def _delete_ids(connection: sqlite3.Connection, node_ids: Sequence[str]) -> None:
+        for batch in _batches(list(node_ids)):
+            connection.execute(f"DELETE FROM rows WHERE node_id IN ({_marks(len(batch))})", batch)
+
+    def delete(self, rows: Sequence[int] | np.ndarray) -> None:
+        """Delete ``rows`` in one transaction (deleted ones are skipped).
+
+        Raises:
+            IndexError: a row id was never appended.
+        """
+        ids = sorted({int(row) for row in np.asarray(rows, dtype=np.int64).reshape(-1)})
+        with self._writing() as connection:
+            count = self._next_row(connection)
+            bad = next((row for row in ids if not 0 <= row < count), None)
+            if bad is not None:
+                raise IndexError(f"row {bad} does not exist: rows are 0 .. {count - 1}")
+            for batch in _batches(ids):
+                connection.execute(f"DELETE FROM rows WHERE row IN ({_marks(len(batch))})", batch)
+
+    def compact(self, mapping: np.ndarray | None = None) -> np.ndarray:
+        """Renumber the rows ``0 .. m-1`` in their order, in one transaction.
+
+        Args:
+            mapping: old row id -> new row id (``-1``: dropped), as another
+                component's compaction returned it; ``None`` drops exactly the
+                deleted rows. Kept rows must keep their order; a deleted row
+                must be dropped.
+
+        Returns:
+            The mapping applied.
+
+        Raises:
+            ValueError: ``mapping`` does not fit these rows (the message says how).
+        """
+        with self._writing() as connection:
+            count = self._next_row(connection)
+            present = np.zeros(count, dtype=bool)
+            present[np.fromiter((row for (row,) in connection.execute("SELECT row FROM rows")), dtype=np.int64)] = True
+            if mapping is None:
+                mapping = np.full(count, -1, dtype=np.int64)
+                mapping[present] = np.arange(int(present.sum()), dtype=np.int64)
+            mapping = np.asarray(mapping)
+            if mapping.shape != (count,) or not np.issubdtype(mapping.dtype, np.integer):
+                raise ValueError(
+                    f"a compaction mapping holds one integer per row ({count}), got shape {mapping.shape} of "
+                    f"{mapping.dtype}; pass the array another component's compact() returned"
+                )
+            kept = mapping[mapping >= 0]
+            if not np.array_equal(kept, np.arange(len(kept))):
+                raise ValueError(
+                    "a compaction mapping numbers the kept rows 0 .. m-1 in their old order; this one does not"
+                )
+            resurrected = np.flatnonzero(~present & (mapping >= 0))
+            if len(resurrected):
+                raise ValueError(
+                    f"the compaction mapping keeps deleted row {int(resurrected[0])}; "
+                    "delete the same rows in every component before compacting"
+                )
+            connection.execute("CREATE TEMP TABLE renumber (old INTEGER PRIMARY KEY, new INTEGER NOT NULL)")
+            old = np.flatnonzero(mapping >= 0)
+            connection.executemany(
+                "INSERT INTO renumber (old, new) VALUES (?, ?)", zip(old.tolist(), mapping[old].tolist(), strict=True)
+            )
+            connection.execute(
+                "CREATE TABLE rows_compacted (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL, ref_doc_id TEXT, "
+                "node TEXT NOT NULL)"
+            )
+            connection.execute(
+                "INSERT INTO rows_compacted SELECT renumber.new, rows.node_id, rows.ref_doc_id, rows.node "
+                "FROM rows JOIN renumber ON renumber.old = rows.row ORDER BY renumber.new"
+            )
+            connection.execute("DROP TABLE rows")
+            connection.execute("ALTER TABLE rows_compacted RENAME TO rows")
+            for statement in _SCHEMA[2:4]:
+                connection.execute(statement)
+            connection.execute("DROP TABLE temp.renumber")
+            self._set_next_row(connection, len(kept))
+        return mapping.astype(np.int64)
+
+
+class _StoredNodes(Mapping[str, BaseNode]):
+    """``docs`` of :class:`RowDocumentStore`: a read-only view that reads a node when asked."""
+
+    def __init__(self, rows: RowStore) -> None:
+        self._rows = rows
+
+    def __getitem__(self, node_id: str) -> BaseNode:
+        row = self._rows.row_of([node_id])[0]
+        if row < 0:
+            raise KeyError(node_id)
+        return self._rows.nodes([row])[0]
+
+    def __iter__(self) -> Iterator[str]:
+        with self._rows._reading() as connection:
+            ids = [node_id for (node_id,) in connection.execute("SELECT node_id FROM rows ORDER BY row")]
+        return iter(ids)
+
+    def __len__(self) -> int:
+        return self._rows.live_count()
+
+
+class RowDocumentStore(BaseDocumentStore):
+    """LlamaIndex's docstore interface over a :class:`RowStore`, so ``index.docstore.get_node`` works.
+
+    Behaves as upstream's ``SimpleDocumentStore`` on the same calls (node
+    JSON, hashes, ref-doc info, deletes), except that nothing is held in
+    memory: :attr:`docs` is a read-only mapping that reads a node when it is
+    asked for (iterating it reads the ids only), and :meth:`persist` has
+    nothing to do because every change is committed to SQLite already.
+    ``RefDocInfo.metadata`` is the metadata of the document's first stored node.
+
+    Args:
+        rows: the row store holding the nodes.
+    """
+
+    def __init__(self, rows: RowStore) -> None:
+        self._rows = rows
+
+    def persist(self, persist_path: str = "", fs: Any = None) -> None:
+        """Nothing to write: each change was one committed SQLite transaction."""
+        logger.debug("RowDocumentStore.persist: %s is already durable", self._rows.path)
+
+    @property
+    def docs(self) -> Mapping[str, BaseNode]:  # type: ignore[override]
+        """Every stored node by id, read lazily (never all at once unless iterated so)."""
+        return _StoredNodes(self._rows)
+
+    def add_documents(
+        self,
+        docs: Sequence[BaseNode],
+        allow_update: bool = True,
+        batch_size: int | None = None,
+        store_text: bool = True,
+    ) -> None:
+        """Store ``docs`` (a stored id is replaced) and their hashes, in one transaction each.
+
+        Raises:
+            ValueError: a node id is stored already and ``allow_update`` is False.
+        """
+        if not allow_update:
+            stored = self._rows.row_of([doc.node_id for doc in docs])
+            if (stored >= 0).any():
+                node_id = docs[int(np.flatnonzero(stored >= 0)[0])].node_id
+                raise ValueError(f"node_id {node_id} already exists. Set allow_update to True to overwrite.")
+        latest = list({doc.node_id: doc for doc in docs}.values())  # a repeated id: the last one wins, as upstream
+        if store_text:
+            self._rows.append(latest, replace=True)
+        self.set_document_hashes({doc.node_id: doc.hash for doc in latest})
+
+    async def async_add_documents(
+        self,
+        docs: Sequence[BaseNode],
+        allow_update: bool = True,
+        batch_size: int | None = None,
+        store_text: bool = True,
+    ) -> None:
+        self.add_documents(docs, allow_update, batch_size, store_text)
+
+    def get_document(self, doc_id: str, raise_error: bool = True) -> BaseNode | None:
+        row = self._rows.row_of([doc_id])[0]
+        if row < 0:
+            if raise_error:
+                raise ValueError(f"doc_id {doc_id} not found.")
+            return None
+        return self._rows.nodes([row])[0]
+
+    async def aget_document(self, doc_id: str, raise_error: bool = True) -> BaseNode | None:
+        return self.get_document(doc_id, raise_error)
+
+    def get_nodes(self, node_ids: list[str], raise_error: bool = True) -> list[BaseNode]:
+        """The nodes of ``node_ids`` in order, read in one batch (unknown ids: skipped, or ``ValueError``)."""
+        rows = self._rows.row_of(node_ids)
+        if raise_error and (rows < 0).any():
+            raise ValueError(f"Node {node_ids[int(np.flatnonzero(rows < 0)[0])]} not found")
+        return self._rows.nodes(rows[rows >= 0])
+
+    async def aget_nodes(self, node_ids: list[str], raise_error: bool = True) -> list[BaseNode]:
+        return self.get_nodes(node_ids, raise_error)
+
+    def delete_document(self, doc_id: str, raise_error: bool = True) -> None:
+        """Delete one node and its hash; a document left without nodes loses its own entry too."""
+        with self._rows._writing() as connection:
+            found = connection.execute("SELECT ref_doc_id FROM rows WHERE node_id = ?", (doc_id,)).fetchone()
+            connection.execute("DELETE FROM rows WHERE node_id = ?", (doc_id,))
+            connection.execute("DELETE FROM hashes WHERE node_id = ?", (doc_id,))
+            ref_doc_id = found[0] if found else None
+            if (
+                ref_doc_id is not None
+                and not connection.execute("SELECT 1 FROM rows WHERE ref_doc_id = ? LIMIT 1", (ref_doc_id,)).fetchone()
+            ):
+                connection.execute("DELETE FROM rows WHERE node_id = ?", (ref_doc_id,))
+                connection.execute("DELETE FROM hashes WHERE node_id = ?", (ref_doc_id,))
+        if found is None and raise_error:
+            raise ValueError(f"doc_id {doc_id} not found.")
+
+    async def adelete_document(self, doc_id: str, raise_error: bool = True) -> None:
+        self.delete_document(doc_id, raise_error)
+
+    def document_exists(self, doc_id: str) -> bool:
+        return bool(self._rows.row_of([doc_id])[0] >= 0)
+
+    async def adocument_exists(self, doc_id: str) -> bool:
+        return self.document_exists(doc_id)
+
+    def set_document_hash(self, doc_id: str, doc_hash: str) -> None:
+        self.set_document_hashes({doc_id: doc_hash})
+
+    async def aset_document_hash(self, doc_id: str, doc_hash: str) -> None:
+        self.set_document_hash(doc_id, doc_hash)
+
+    def set_document_hashes(self, doc_hashes: dict[str, str]) -> None:
+        with self._rows._writing() as connection:
+            connection.executemany("INSERT OR REPLACE INTO hashes (node_id, hash) VALUES (?, ?)", doc_hashes.items())
+
+    async def aset_document_hashes(self, doc_hashes: dict[str, str]) -> None:
+        self.set_document_hashes(doc_hashes)
+
+    def get_document_hash(self, doc_id: str) -> str | None:
+        with self._rows._reading() as connection:
+            found = connection.execute("SELECT hash FROM hashes WHERE node_id = ?", (doc_id,)).fetchone()
+        return None if found is None else str(found[0])
+
+    async def aget_document_hash(self, doc_id: str) -> str | None:
+        return self.get_document_hash(doc_id)
+
+    def get_all_document_hashes(self) -> dict[str, str]:
+        """``{hash: node id}`` for every stored hash, as upstream (reads them all: the caller asked)."""
+        with self._rows._reading() as connection:
+            return {doc_hash: node_id for node_id, doc_hash in connection.execute("SELECT node_id, hash FROM hashes")}
+
+    async def aget_all_document_hashes(self) -> dict[str, str]:
+        return self.get_all_document_hashes()
+
+    def _ref_doc_infos(self, ref_doc_ids: Iterable[str] | None) -> dict[str, RefDocInfo]:
+        query = "SELECT ref_doc_id, node_id, json_extract(node, '$.__data__.metadata') FROM rows WHERE ref_doc_id "
+        with self._rows._reading() as connection:
+            if ref_doc_ids is None:
+                found = connection.execute(query + "IS NOT NULL ORDER BY row").fetchall()
+            else:
+                wanted = list(ref_doc_ids)
+                found = connection.execute(query + f"IN ({_marks(len(wanted))}) ORDER BY row", wanted).fetchall()
+        infos: dict[str, RefDocInfo] = {}
+        for ref_doc_id, node_id, metadata in found:
+            info = infos.get(ref_doc_id)
+            if info is None:
+                info = infos[ref_doc_id] = RefDocInfo(metadata=json.loads(metadata) if metadata else {})
+            info.node_ids.append(node_id)
+        return infos
+
+    def get_all_ref_doc_info(self) -> dict[str, RefDocInfo] | None:
+        """Every document's node ids and metadata (reads them all: the caller asked)."""
+        return self._ref_doc_infos(None)
+
+    async def aget_all_ref_doc_info(self) -> dict[str, RefDocInfo] | None:
+        return self.get_all_ref_doc_info()
+
+    def get_ref_doc_info(self, ref_doc_id: str) -> RefDocInfo | None:
+        return self._ref_doc_infos([ref_doc_id]).get(ref_doc_id)
+
+    async def aget_ref_doc_info(self, ref_doc_id: str) -> RefDocInfo | None:
+        return self.get_ref_doc_info(ref_doc_id)
+
+    def delete_ref_doc(self, ref_doc_id: str, raise_error: bool = True) -> None:
+        """Delete a document's nodes, its own entry and their hashes, in one transaction."""
+        with self._rows._writing() as connection:
+            node_ids = [
+                node_id
+                for (node_id,) in connection.execute("SELECT node_id FROM rows WHERE ref_doc_id = ?", (ref_doc_id,))
+            ]
+            if node_ids:
+                for batch in _batches([*node_ids, ref_doc_id]):
+                    connection.execute(f"DELETE FROM rows WHERE node_id IN ({_marks(len(batch))})", batch)
+                    connection.execute(f"DELETE FROM hashes WHERE node_id IN ({_marks(len(batch))})", batch)
+        if not node_ids and raise_error:
+            raise ValueError(f"ref_doc_id {ref_doc_id} not found.")
+
+    async def adelete_ref_doc(self, ref_doc_id: str, raise_error: bool = True) -> None:
+        self.delete_ref_doc(ref_doc_id, raise_error)
