@@ -84,6 +84,24 @@ def node_json(node: BaseNode) -> str:
     return json.dumps(data)
 
 
+def _refuse_foreign(path: Path) -> None:
+    """Raise unless ``path`` is missing, empty or a row database: checked read-only, so a
+    database of something else is left byte for byte as it was (opening it in WAL mode
+    would rewrite its header)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        connection.close()
+    if "settings" not in tables:
+        raise PersistError(
+            f"{path} is an SQLite database of something else (tables {sorted(tables)[:5]}); "
+            "it was left untouched: give the index a folder of its own"
+        )
+
+
 class RowStore:
     """Node JSON per row id in SQLite (WAL), with node id <-> row id through an index.
 
@@ -110,13 +128,8 @@ class RowStore:
         self._registry = threading.Lock()
         self._write_lock = threading.Lock()
         try:
+            _refuse_foreign(self.path)
             with self._writing() as connection:
-                tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if tables and "settings" not in tables:
-                    raise PersistError(
-                        f"{self.path} is an SQLite database of something else (tables {sorted(tables)[:5]}); "
-                        "it was left untouched: give the index a folder of its own"
-                    )
                 for statement in _SCHEMA:
                     connection.execute(statement)
                 found = connection.execute("SELECT value FROM settings WHERE name = 'schema_version'").fetchone()
@@ -245,14 +258,19 @@ class RowStore:
         with self._reading() as connection:
             for batch in _batches(sorted(set(node_ids))):
                 found.update(
-                    connection.execute(f"SELECT node_id, row FROM rows WHERE deleted IS NULL AND node_id IN ({_marks(len(batch))})", batch)
+                    connection.execute(
+                        f"SELECT node_id, row FROM rows WHERE deleted IS NULL AND node_id IN ({_marks(len(batch))})",
+                        batch,
+                    )
                 )
         return np.fromiter((found.get(node_id, -1) for node_id in node_ids), dtype=np.int64, count=len(node_ids))
 
     def rows_of_document(self, ref_doc_id: str) -> np.ndarray:
         """The rows whose node's ``ref_doc_id`` is ``ref_doc_id``, ascending (``int64``)."""
         with self._reading() as connection:
-            found = connection.execute("SELECT row FROM rows WHERE deleted IS NULL AND ref_doc_id = ? ORDER BY row", (ref_doc_id,))
+            found = connection.execute(
+                "SELECT row FROM rows WHERE deleted IS NULL AND ref_doc_id = ? ORDER BY row", (ref_doc_id,)
+            )
             return np.fromiter((row for (row,) in found), dtype=np.int64)
 
     # ------------------------------------------------------------------ changes
@@ -278,7 +296,9 @@ class RowStore:
                     ((start + offset, *record) for offset, record in enumerate(records)),
                 )
             except sqlite3.IntegrityError:
-                raise ValueError(self._duplicate_message(connection, [node_id for node_id, _, _ in records])) from None
+                raise ValueError(
+                    self._duplicate_message(connection, [node_id for node_id, _, _ in records], start)
+                ) from None
             self._set_next_row(connection, start + len(records))
         return np.arange(start, start + len(records), dtype=np.int64)
 
@@ -325,7 +345,10 @@ class RowStore:
                     ((int(row), *record, generation) for row, record in zip(rows, records, strict=True)),
                 )
             except sqlite3.IntegrityError:
-                raise ValueError(self._duplicate_message(connection, [node_id for node_id, _, _ in records])) from None
+                first = int(rows.min()) if len(rows) else 0
+                raise ValueError(
+                    self._duplicate_message(connection, [node_id for node_id, _, _ in records], first)
+                ) from None
             self._set_next_row(connection, max(self._next_row(connection), int(rows.max(initial=-1)) + 1))
 
     def settle(self, generation: int) -> int:
@@ -365,7 +388,8 @@ class RowStore:
         return np.fromiter((found.get(node_id, -1) for node_id in node_ids), dtype=np.int64, count=len(node_ids))
 
     @staticmethod
-    def _duplicate_message(connection: sqlite3.Connection, node_ids: list[str]) -> str:
+    def _duplicate_message(connection: sqlite3.Connection, node_ids: list[str], start: int) -> str:
+        """Why an insert of rows ``start ..`` failed (the rows it inserted before failing are not counted)."""
         seen: set[str] = set()
         repeated = next((node_id for node_id in node_ids if node_id in seen or seen.add(node_id)), None)  # type: ignore[func-returns-value]
         if repeated is not None:
@@ -373,7 +397,10 @@ class RowStore:
         stored = next(
             node_id
             for node_id in node_ids
-            if connection.execute("SELECT 1 FROM rows WHERE node_id = ?", (node_id,)).fetchone() is not None
+            if connection.execute(
+                "SELECT 1 FROM rows WHERE node_id = ? AND row < ? AND deleted IS NULL", (node_id, start)
+            ).fetchone()
+            is not None
         )
         return f"node id {stored!r} is stored already; delete its row first or append with replace=True"
 

@@ -1,0 +1,126 @@
+"""columnar.metadata: a filter's row mask equals the package's filter algebra applied to each row's
+metadata (nested trees, every operator, missing keys, lists, mixed types), through deletes,
+compaction and persistence; values that are not JSON data are refused by name."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+
+from llama_index_ext_recursive.columnar.metadata import MetadataColumns
+from llama_index_ext_recursive.filters import metadata_matcher
+from llama_index_ext_recursive.persist import PersistError
+
+KEYS = ("kind", "year", "tags", "score")
+scalars = st.one_of(
+    st.sampled_from(["a", "b", "abc", "", "B"]),
+    st.integers(-3, 2030),
+    st.sampled_from([1.5, 2.0, -0.5]),
+    st.booleans(),
+)
+filter_scalars = st.one_of(  # a filter's value cannot be a bool (upstream's MetadataFilter type)
+    st.sampled_from(["a", "b", "abc", "", "B"]), st.integers(-3, 2030), st.sampled_from([1.5, 2.0, -0.5])
+)
+values = st.one_of(scalars, st.lists(st.sampled_from(["a", "b", "c", 1, 2]), max_size=3), st.none())
+metadatas = st.lists(st.dictionaries(st.sampled_from(KEYS), values, max_size=4), min_size=1, max_size=25)
+
+LIST_OPERATORS = (FilterOperator.IN, FilterOperator.NIN, FilterOperator.ALL, FilterOperator.ANY)
+leaves = st.builds(
+    lambda key, operator, scalar, listed: MetadataFilter(
+        key=key, operator=operator, value=listed if operator in LIST_OPERATORS else scalar
+    ),
+    st.sampled_from(KEYS),
+    st.sampled_from(list(FilterOperator)),
+    filter_scalars,
+    st.one_of(  # lists of one type (upstream's MetadataFilter type)
+        st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3),
+        st.lists(st.integers(0, 2030), min_size=1, max_size=3),
+    ),
+)
+trees = st.recursive(
+    st.builds(
+        lambda items, c: MetadataFilters(filters=items, condition=c),
+        st.lists(leaves, min_size=1, max_size=3),
+        st.sampled_from(list(FilterCondition)),
+    ),
+    lambda inner: st.builds(
+        lambda items, c: MetadataFilters(filters=items, condition=c),
+        st.lists(st.one_of(leaves, inner), min_size=1, max_size=3),
+        st.sampled_from(list(FilterCondition)),
+    ),
+    max_leaves=6,
+)
+
+
+def _expected(rows, filters, dead=()):
+    match = metadata_matcher(filters)
+    return np.array([row not in dead and match(metadata) for row, metadata in enumerate(rows)], dtype=bool)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(metadatas, trees)
+def test_masks_equal_the_filter_algebra_on_every_row(rows, filters):
+    columns = MetadataColumns()
+    half = len(rows) // 2
+    assert columns.append(rows[:half]).tolist() == list(range(half))
+    assert columns.append(rows[half:]).tolist() == list(range(half, len(rows)))
+    assert columns.mask(filters).tolist() == _expected(rows, filters).tolist()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(metadatas, trees, st.data())
+def test_deletes_compaction_and_persistence_keep_the_masks_of_the_kept_rows(tmp_path_factory, rows, filters, data):
+    columns = MetadataColumns()
+    columns.append(rows)
+    dead = set(data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=len(rows))))
+    columns.delete(sorted(dead))
+    assert columns.mask(filters).tolist() == _expected(rows, filters, dead).tolist()
+    assert columns.mask(None).tolist() == [row not in dead for row in range(len(rows))]
+
+    folder = tmp_path_factory.mktemp("metadata")
+    columns.write(folder)
+    reopened = MetadataColumns.open(folder)
+    assert reopened.mask(filters).tolist() == columns.mask(filters).tolist()
+    assert all(isinstance(s.codes, np.memmap) or isinstance(s.codes.base, np.memmap) for s in reopened._segments)
+
+    mapping = reopened.compact()
+    kept = [metadata for row, metadata in enumerate(rows) if row not in dead]
+    assert mapping.tolist() == [
+        -1 if r in dead else sum(1 for x in range(r) if x not in dead) for r in range(len(rows))
+    ]
+    assert reopened.mask(filters).tolist() == _expected(kept, filters).tolist()
+
+
+def test_the_filter_vocabulary_lists_distinct_values_per_key():
+    columns = MetadataColumns()
+    columns.append([{"kind": "a", "year": 2020}, {"kind": "b"}, {"kind": "a", "year": 2021, "tags": ["x", "y"]}])
+    assert columns.keys() == ["kind", "tags", "year"]
+    assert columns.values("kind") == ["a", "b"]
+    assert columns.codes("year").tolist() == [0, -1, 1]
+    assert columns.values("missing") == []
+
+
+@pytest.mark.parametrize("value", [object(), {1, 2}, float("nan"), b"bytes"])
+def test_a_value_that_is_not_json_data_is_refused_naming_the_key(value):
+    columns = MetadataColumns()
+    columns.append([{"kind": "a"}])
+    with pytest.raises((ValueError, TypeError), match="odd"):
+        columns.append([{"kind": "b"}, {"odd": value}])
+    assert len(columns) == 1 and columns.values("kind") == ["a"]  # nothing of the refused batch was kept
+
+
+def test_another_format_version_is_refused_naming_it(tmp_path):
+    columns = MetadataColumns()
+    columns.append([{"kind": "a"}])
+    columns.write(tmp_path)
+    state_file = next(tmp_path.glob("metadata*.state.json"))
+    state = json.loads(state_file.read_text())
+    state["version"] = 42
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(PersistError, match="42"):
+        MetadataColumns.open(tmp_path)

@@ -1,0 +1,207 @@
+"""columnar.postings: BM25 scores equal a fresh bm25s build on the live rows after any appends,
+deletes and compactions; restrictions keep the global statistics; persistence is incremental and
+memory-mapped; tokenising on two processes equals one; bad input is named."""
+
+import json
+import os
+
+import bm25s
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llama_index_ext_recursive.columnar.postings import COMPONENT, Postings
+from llama_index_ext_recursive.persist import PersistError
+from llama_index_ext_recursive.retrievers.tokenizer import MultilingualTokenizer, tokenize_texts
+
+WORDS = [f"w{i}" for i in range(30)]
+QUERIES = (["w0"], ["w1", "w2", "w1"], ["w3", "w29", "w7"], ["w5", "nowhere"])
+
+rows_of_tokens = st.lists(st.lists(st.sampled_from(WORDS), min_size=0, max_size=12), min_size=1, max_size=8)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), rows_of_tokens),
+        st.tuples(st.just("delete"), st.lists(st.integers(0, 10_000), min_size=1, max_size=3)),
+        st.tuples(st.just("compact"), st.none()),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def _replay(ops):
+    """Apply ``ops`` to a Postings and to a plain list model; return both."""
+    postings, model = Postings(), []  # model: [tokens or None] per row id
+    for op, arg in ops:
+        if op == "append":
+            rows = postings.append(arg)
+            assert rows.tolist() == list(range(len(model), len(model) + len(arg)))
+            model.extend(list(tokens) for tokens in arg)
+        elif op == "delete":
+            live = [row for row, tokens in enumerate(model) if tokens is not None]
+            if not live:
+                continue
+            chosen = sorted({live[i % len(live)] for i in arg})
+            postings.delete(chosen)
+            for row in chosen:
+                model[row] = None
+        else:
+            mapping = postings.compact()
+            kept = [tokens for tokens in model if tokens is not None]
+            assert mapping.tolist() == _expected_mapping(model)
+            model = kept
+    return postings, model
+
+
+def _expected_mapping(model):
+    mapping, next_row = [], 0
+    for tokens in model:
+        mapping.append(-1 if tokens is None else next_row)
+        next_row += tokens is not None
+    return mapping
+
+
+def _reference(model, query):
+    """{row id: score} of a fresh bm25s build on the live rows, rows scoring > 0 only."""
+    live = [row for row, tokens in enumerate(model) if tokens is not None]
+    corpus = [model[row] for row in live]
+    known = {token for tokens in corpus for token in tokens}
+    asked = [token for token in query if token in known]
+    if not asked or not any(corpus):
+        return {}
+    reference = bm25s.BM25()
+    reference.index(corpus, show_progress=False)
+    scores = reference.get_scores(asked)
+    return {live[i]: float(s) for i, s in enumerate(scores) if s > 0}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations)
+def test_scores_equal_a_fresh_bm25s_build_on_the_live_rows(ops):
+    postings, model = _replay(ops)
+    for query in QUERIES:
+        expected = _reference(model, query)
+        rows, scores = postings.search(query, k=max(1, len(model)))
+        assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == expected
+        order = sorted(expected, key=lambda row: (-expected[row], row))
+        assert rows.tolist() == order  # ties: the lower row first
+        if len(model):
+            every = np.arange(len(model))
+            assert postings.scores(query, every).tolist() == [expected.get(r, 0.0) for r in range(len(model))]
+
+
+@settings(max_examples=40, deadline=None)
+@given(operations, st.data())
+def test_a_restriction_filters_the_ranking_without_changing_any_score(ops, data):
+    postings, model = _replay(ops)
+    if not model:
+        return
+    allowed = data.draw(st.lists(st.integers(0, len(model) - 1), max_size=len(model)))
+    for query in QUERIES:
+        full_rows, full_scores = postings.search(query, k=len(model))
+        rows, scores = postings.search(query, k=len(model), rows=allowed)
+        kept = [(r, s) for r, s in zip(full_rows.tolist(), full_scores.tolist(), strict=True) if r in set(allowed)]
+        assert list(zip(rows.tolist(), scores.tolist(), strict=True)) == kept
+        top2 = postings.search(query, k=2, rows=allowed)
+        assert top2[0].tolist() == [r for r, _ in kept[:2]]
+
+
+def test_write_and_open_round_trip_and_later_writes_add_only_new_files(tmp_path):
+    rng = np.random.default_rng(3)
+    postings = Postings()
+    postings.append([list(rng.choice(WORDS, 8)) for _ in range(50)])
+    postings.write(tmp_path)
+    first = set(os.listdir(tmp_path))
+    stamps = {name: os.stat(tmp_path / name).st_ino for name in first}
+    postings.append([["w1", "fresh"], ["w2"]])
+    postings.delete([3, 7])
+    postings.write(tmp_path)
+    after = set(os.listdir(tmp_path))
+    state = f"{COMPONENT}.state.json"
+    assert first - {state} <= after
+    assert all(os.stat(tmp_path / name).st_ino == stamps[name] for name in first - {state})  # never rewritten
+    assert len(after - first) >= 2  # the new segment's files and the tombstones
+
+    reopened = Postings.open(tmp_path)
+    assert (reopened.row_count, reopened.live_rows, reopened.vocabulary_size) == (52, 50, postings.vocabulary_size)
+    for query in (*QUERIES, ["fresh"]):
+        expected = postings.search(query, k=60)
+        got = reopened.search(query, k=60)
+        assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    segment = reopened._snapshot.segments[0]
+    assert isinstance(segment.tf, np.memmap) or isinstance(segment.tf.base, np.memmap)
+
+
+def test_a_reopened_postings_keeps_appending_where_it_stopped(tmp_path):
+    postings = Postings()
+    postings.append([["w1"], ["w2"]])
+    postings.write(tmp_path)
+    reopened = Postings.open(tmp_path)
+    assert reopened.append([["w1", "w3"]]).tolist() == [2]
+    reopened.write(tmp_path)
+    again = Postings.open(tmp_path)
+    model = [["w1"], ["w2"], ["w1", "w3"]]
+    rows, scores = again.search(["w1", "w3"], k=3)
+    assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == _reference(model, ["w1", "w3"])
+
+
+def test_another_format_version_is_refused_naming_it_and_the_fix(tmp_path):
+    postings = Postings()
+    postings.append([["w1"]])
+    postings.write(tmp_path)
+    path = tmp_path / f"{COMPONENT}.state.json"
+    state = json.loads(path.read_text())
+    state["version"] = 99
+    path.write_text(json.dumps(state))
+    with pytest.raises(PersistError, match=r"version 99.*upgrade"):
+        Postings.open(tmp_path)
+
+
+def test_a_folder_holding_other_postings_is_refused(tmp_path):
+    one, two = Postings(), Postings()
+    one.append([["w1"]])
+    two.append([["w2"]])
+    one.write(tmp_path)
+    with pytest.raises(PersistError, match="another index"):
+        two.write(tmp_path)
+    assert Postings.open(tmp_path).search(["w1"], k=1)[0].tolist() == [0]
+
+
+def test_bad_input_is_named():
+    postings = Postings()
+    postings.append([["w1"], ["w2"]])
+    with pytest.raises(TypeError, match="list of tokens per row"):
+        postings.append(["a whole text"])
+    with pytest.raises(ValueError, match="k"):
+        postings.search(["w1"], k=0)
+    with pytest.raises(ValueError, match="5"):
+        postings.search(["w1"], k=1, rows=[5])
+    with pytest.raises(ValueError, match="5"):
+        postings.delete([5])
+    postings.delete([0])
+    with pytest.raises(ValueError, match="deleted already"):
+        postings.delete([0])
+    with pytest.raises(TypeError):
+        postings.search("w1", k=1)
+    assert postings.row_count == 2 and postings.live_rows == 1
+
+
+TEXTS = [
+    "The court held that the contract was void.",
+    "合同无效的法律后果由法院认定。",
+    "mixed 中文 and English: getUserName() returns 用户名",
+    "",
+] * 7
+
+
+@pytest.mark.parametrize("language", [None, "zh"])
+def test_tokenising_on_two_processes_equals_one(language):
+    tokenizer = MultilingualTokenizer(language=language) if language else MultilingualTokenizer()
+    serial = [tokenizer(text) for text in TEXTS]
+    assert tokenize_texts(TEXTS, tokenizer, workers=1) == serial
+    assert tokenize_texts(TEXTS, tokenizer, workers=2, min_parallel=4) == serial
+    with pytest.raises(ValueError, match="workers"):
+        tokenize_texts(TEXTS, tokenizer, workers=0)
+    with pytest.raises(TypeError):
+        tokenize_texts(["text", 3], tokenizer)  # type: ignore[list-item]
