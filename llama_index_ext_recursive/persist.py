@@ -8,6 +8,10 @@ Layout of a folder written by :func:`write_index`::
       .llama-index.lock      serialises writers (filelock.FileLock)
       .llama-index.rwlock    readers share it while loading; a writer takes it
                              alone only to delete old generations (filelock.ReadWriteLock)
+      rows.sqlite3           only for indexes that keep their rows in SQLite
+                             (columnar.rows): the one mutable file, outside the
+                             generations; each row records the generation that
+                             published it, so it follows the manifest
 
 A persist writes a whole new generation under a staging name, fsyncs it,
 renames it, then atomically replaces ``MANIFEST.json`` (temp file, fsync,
@@ -66,6 +70,8 @@ _GENERATION = re.compile(r"gen-(\d{6,})-[0-9a-f]{8}")
 _STAGING = re.compile(r"\.gen-\d{6,}-[0-9a-f]{8}\.staging")
 _MANIFEST_TEMP = re.compile(r"\.MANIFEST\.json\.[0-9a-f]{8}\.tmp")
 _LOCK_FILES = frozenset({WRITE_LOCK, READ_LOCK, READ_LOCK + "-journal"})
+ROWS_DATABASE = "rows.sqlite3"
+_DATABASE_FILES = frozenset({ROWS_DATABASE, *(f"{ROWS_DATABASE}-{suffix}" for suffix in ("wal", "shm", "journal"))})
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -278,7 +284,7 @@ class _Folder:
 def _is_ours(root: Path, name: str) -> bool:
     """Entries our persists create in an index folder, besides MANIFEST.json."""
     path = root / name
-    if name in _LOCK_FILES or _MANIFEST_TEMP.fullmatch(name):
+    if name in _LOCK_FILES or name in _DATABASE_FILES or _MANIFEST_TEMP.fullmatch(name):
         return path.is_file() and not path.is_symlink()
     if _GENERATION.fullmatch(name) or _STAGING.fullmatch(name):
         return path.is_dir() and not path.is_symlink()
@@ -638,6 +644,16 @@ def _generation_of(root: Path, kind: str) -> Path:
         f"{root} holds no index written by persist() ({_describe(root, folder.entries)}): "
         f"{MANIFEST} is missing; pass the folder a {kind} was persisted to"
     )
+
+
+def published_generation(path: PathLike) -> int:
+    """The generation number the manifest at ``path`` publishes (``0``: none yet).
+
+    Inside :func:`write_index`'s block (the write lock held) it is stable, and
+    the generation being written is this number plus one.
+    """
+    manifest = _inspect(Path(path)).manifest
+    return 0 if manifest is None else int(manifest["generation"])
 
 
 def current_generation(path: PathLike) -> Path:

@@ -10,7 +10,13 @@ import pytest
 from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from llama_index_ext_recursive.columnar.rows import DATABASE_NAME, RowDocumentStore, RowNotFoundError, RowStore
+from llama_index_ext_recursive.columnar.rows import (
+    DATABASE_NAME,
+    RowDocumentStore,
+    RowNotFoundError,
+    RowStore,
+    node_json,
+)
 from llama_index_ext_recursive.persist import PersistError
 
 HOSTILE = "x'); DROP TABLE rows; --"
@@ -181,3 +187,23 @@ def test_a_database_of_something_else_is_left_untouched(tmp_path):
     with pytest.raises(PersistError, match=r"something else.*\['customers'\].*left untouched"):
         RowStore(path)
     assert path.read_bytes() == before
+
+
+def _records(*ids):
+    return [(node_id, "d0", node_json(TextNode(id_=node_id, text=f"text of {node_id}"))) for node_id in ids]
+
+
+def test_generations_publish_rows_and_settle_undoes_an_unpublished_one(rows):
+    rows.commit(1, np.array([0, 1, 2]), _records("a", "b", "c"), np.array([], dtype=np.int64))
+    # generation 2 replaces b (row 1 -> row 3) and deletes c; then its persist "crashes"
+    rows.commit(2, np.array([3]), _records("b"), np.array([1, 2]))
+    assert rows.visible_rows_of(["a", "b", "c"], 2).tolist() == [0, 3, -1]
+    assert rows.visible_rows_of(["a", "b", "c"], 1).tolist() == [0, 1, 2]  # a reader of generation 1
+    assert rows.node_ids([1, 2]) == ["b", "c"]  # deleted rows stay readable for such readers
+    assert rows.settle(1) == 3  # one row added, two deletions undone
+    assert rows.visible_rows_of(["a", "b", "c"], 5).tolist() == [0, 1, 2]
+    assert rows.settle(1) == 0
+    rows.commit(2, np.array([3]), _records("d"), np.array([], dtype=np.int64))  # row 3 is free again
+    with pytest.raises(ValueError, match="'a' is stored already"):
+        rows.commit(3, np.array([4]), _records("a"), np.array([], dtype=np.int64))
+    assert rows.visible_rows_of(["a", "d"], 3).tolist() == [0, 3]

@@ -39,9 +39,11 @@ from llama_index_ext_recursive import MultilingualBM25Retriever, PersistError, R
 from llama_index_ext_recursive import persist as persist_module
 from llama_index_ext_recursive.persist import (
     MANIFEST,
+    ROWS_DATABASE,
     NoIndexError,
     check_persist_target,
     current_generation,
+    published_generation,
     read_index,
     write_index,
 )
@@ -930,3 +932,22 @@ def test_loading_reads_no_file_again_until_one_is_touched(tmp_path, monkeypatch)
     state.write_bytes(b"[]")  # same size, rewritten in place
     with pytest.raises(PersistError, match="state.json was modified after it was persisted"):
         read_index(tmp_path / "idx", "Segments", _files)
+
+
+def test_the_rows_database_beside_the_generations_is_part_of_the_index_folder(tmp_path):
+    """An index that keeps its rows in SQLite (columnar.rows) persists again into its folder, and the
+    database survives every persist: only generations and leftovers are cleaned up."""
+    root = tmp_path / "index"
+    assert published_generation(root) == 0
+    for expected in (1, 2):
+        with write_index(root, "ColumnarVectorStore", carry_over=True) as staging:
+            assert published_generation(root) == expected - 1
+            (staging / "state.json").write_text(json.dumps({"generation": expected}))
+            for suffix in ("", "-wal", "-shm"):
+                (root / f"{ROWS_DATABASE}{suffix}").write_text(f"rows {expected}")
+        assert published_generation(root) == expected
+    assert (root / ROWS_DATABASE).read_text() == "rows 2"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / ROWS_DATABASE.replace(".sqlite3", ".db")).write_text("a user's file")
+    with pytest.raises(PersistError, match="not empty"), write_index(tmp_path / "mine", "ColumnarVectorStore"):
+        pass

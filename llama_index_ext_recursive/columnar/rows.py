@@ -36,22 +36,24 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore, RefDocInf
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
-from llama_index_ext_recursive.persist import PathLike, PersistError
+from llama_index_ext_recursive.persist import ROWS_DATABASE, PathLike, PersistError
 
 __all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "RowDocumentStore", "RowNotFoundError", "RowStore", "node_json"]
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-DATABASE_NAME = "rows.sqlite3"
+DATABASE_NAME = ROWS_DATABASE  # persist.py knows it as part of an index folder
 
 # host parameters per statement: far below SQLite's limit (32766 since 3.32, 999 before)
 _BATCH = 500
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS rows (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL, ref_doc_id TEXT, node TEXT NOT NULL)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS rows_by_node_id ON rows (node_id)",
+    # added/deleted: the index generation that published the row / its deletion (see commit)
+    "CREATE TABLE IF NOT EXISTS rows (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL, ref_doc_id TEXT, "
+    "node TEXT NOT NULL, added INTEGER NOT NULL DEFAULT 0, deleted INTEGER)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS rows_by_node_id ON rows (node_id) WHERE deleted IS NULL",
     "CREATE INDEX IF NOT EXISTS rows_by_ref_doc_id ON rows (ref_doc_id)",
     "CREATE TABLE IF NOT EXISTS hashes (node_id TEXT PRIMARY KEY, hash TEXT NOT NULL)",
 )
@@ -216,7 +218,7 @@ class RowStore:
     def live_count(self) -> int:
         """Rows not deleted."""
         with self._reading() as connection:
-            return int(connection.execute("SELECT COUNT(*) FROM rows").fetchone()[0])
+            return int(connection.execute("SELECT COUNT(*) FROM rows WHERE deleted IS NULL").fetchone()[0])
 
     def _column_of_rows(self, rows: Sequence[int] | np.ndarray, column: str) -> list[Any]:
         ids = [int(row) for row in np.asarray(rows, dtype=np.int64).reshape(-1)]
@@ -256,14 +258,19 @@ class RowStore:
         with self._reading() as connection:
             for batch in _batches(sorted(set(node_ids))):
                 found.update(
-                    connection.execute(f"SELECT node_id, row FROM rows WHERE node_id IN ({_marks(len(batch))})", batch)
+                    connection.execute(
+                        f"SELECT node_id, row FROM rows WHERE deleted IS NULL AND node_id IN ({_marks(len(batch))})",
+                        batch,
+                    )
                 )
         return np.fromiter((found.get(node_id, -1) for node_id in node_ids), dtype=np.int64, count=len(node_ids))
 
     def rows_of_document(self, ref_doc_id: str) -> np.ndarray:
         """The rows whose node's ``ref_doc_id`` is ``ref_doc_id``, ascending (``int64``)."""
         with self._reading() as connection:
-            found = connection.execute("SELECT row FROM rows WHERE ref_doc_id = ? ORDER BY row", (ref_doc_id,))
+            found = connection.execute(
+                "SELECT row FROM rows WHERE deleted IS NULL AND ref_doc_id = ? ORDER BY row", (ref_doc_id,)
+            )
             return np.fromiter((row for (row,) in found), dtype=np.int64)
 
     # ------------------------------------------------------------------ changes
@@ -295,6 +302,91 @@ class RowStore:
             self._set_next_row(connection, start + len(records))
         return np.arange(start, start + len(records), dtype=np.int64)
 
+    def commit(
+        self,
+        generation: int,
+        rows: np.ndarray,
+        records: Sequence[tuple[str, str | None, str]],
+        deleted_rows: np.ndarray,
+    ) -> None:
+        """Publish one index generation's row changes in one transaction.
+
+        An index whose arrays are persisted as generations (see
+        :mod:`llama_index_ext_recursive.persist`) keeps its rows here, outside
+        the generation folders; each row records the generation that added it
+        and the one that deleted it, so the database can be brought back to
+        any published generation (:meth:`settle`) when a persist was
+        interrupted between this commit and publishing its manifest. Deleted
+        rows stay readable (readers of an older generation may still hydrate
+        them) until a compaction.
+
+        Args:
+            generation: the generation being published (greater than every earlier one).
+            rows: the row id of each record (the arrays' numbering).
+            records: ``(node_id, ref_doc_id, node JSON)`` per new row (see :func:`node_json`).
+            deleted_rows: rows published earlier that this generation deletes.
+
+        Raises:
+            ValueError: a new row id is taken, or a node id would be live twice.
+        """
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(rows) != len(records):
+            raise ValueError(f"{len(rows)} row ids for {len(records)} records: pass one row id per record")
+        deleted = sorted({int(row) for row in np.asarray(deleted_rows, dtype=np.int64).reshape(-1)})
+        with self._writing() as connection:
+            for batch in _batches(deleted):
+                connection.execute(
+                    f"UPDATE rows SET deleted = ? WHERE deleted IS NULL AND row IN ({_marks(len(batch))})",
+                    [generation, *batch],
+                )
+            try:
+                connection.executemany(
+                    "INSERT INTO rows (row, node_id, ref_doc_id, node, added) VALUES (?, ?, ?, ?, ?)",
+                    ((int(row), *record, generation) for row, record in zip(rows, records, strict=True)),
+                )
+            except sqlite3.IntegrityError:
+                first = int(rows.min()) if len(rows) else 0
+                raise ValueError(
+                    self._duplicate_message(connection, [node_id for node_id, _, _ in records], first)
+                ) from None
+            self._set_next_row(connection, max(self._next_row(connection), int(rows.max(initial=-1)) + 1))
+
+    def settle(self, generation: int) -> int:
+        """Undo every change of generations after ``generation`` (a persist that never published).
+
+        Call it only while holding the index folder's write lock, with the
+        generation its manifest publishes.
+
+        Returns:
+            How many rows or deletions were undone.
+        """
+        with self._writing() as connection:
+            undone = connection.execute("DELETE FROM rows WHERE added > ?", (generation,)).rowcount
+            undone += connection.execute("UPDATE rows SET deleted = NULL WHERE deleted > ?", (generation,)).rowcount
+            last = connection.execute("SELECT MAX(row) FROM rows").fetchone()[0]
+            self._set_next_row(connection, 0 if last is None else int(last) + 1)
+        if undone:
+            logger.warning(
+                "%s: undid %d row changes of a persist that did not finish; the index is as last published",
+                self.path,
+                undone,
+            )
+        return int(undone)
+
+    def visible_rows_of(self, node_ids: Sequence[str], generation: int) -> np.ndarray:
+        """The row of each node id as generation ``generation`` publishes it (``-1``: not there)."""
+        found: dict[str, int] = {}
+        with self._reading() as connection:
+            for batch in _batches(sorted(set(node_ids))):
+                found.update(
+                    connection.execute(
+                        f"SELECT node_id, row FROM rows WHERE node_id IN ({_marks(len(batch))}) "
+                        "AND added <= ? AND (deleted IS NULL OR deleted > ?)",
+                        [*batch, generation, generation],
+                    )
+                )
+        return np.fromiter((found.get(node_id, -1) for node_id in node_ids), dtype=np.int64, count=len(node_ids))
+
     @staticmethod
     def _duplicate_message(connection: sqlite3.Connection, node_ids: list[str], start: int) -> str:
         """Why an insert of rows ``start ..`` failed (the rows it inserted before failing are not counted)."""
@@ -305,7 +397,9 @@ class RowStore:
         stored = next(
             node_id
             for node_id in node_ids
-            if connection.execute("SELECT 1 FROM rows WHERE node_id = ? AND row < ?", (node_id, start)).fetchone()
+            if connection.execute(
+                "SELECT 1 FROM rows WHERE node_id = ? AND row < ? AND deleted IS NULL", (node_id, start)
+            ).fetchone()
             is not None
         )
         return f"node id {stored!r} is stored already; delete its row first or append with replace=True"
@@ -380,11 +474,11 @@ class RowStore:
             )
             connection.execute(
                 "CREATE TABLE rows_compacted (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL, ref_doc_id TEXT, "
-                "node TEXT NOT NULL)"
+                "node TEXT NOT NULL, added INTEGER NOT NULL DEFAULT 0, deleted INTEGER)"
             )
             connection.execute(
-                "INSERT INTO rows_compacted SELECT renumber.new, rows.node_id, rows.ref_doc_id, rows.node "
-                "FROM rows JOIN renumber ON renumber.old = rows.row ORDER BY renumber.new"
+                "INSERT INTO rows_compacted SELECT renumber.new, rows.node_id, rows.ref_doc_id, rows.node, "
+                "rows.added, rows.deleted FROM rows JOIN renumber ON renumber.old = rows.row ORDER BY renumber.new"
             )
             connection.execute("DROP TABLE rows")
             connection.execute("ALTER TABLE rows_compacted RENAME TO rows")
