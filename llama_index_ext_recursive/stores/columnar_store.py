@@ -26,10 +26,18 @@ Updates take the write side of one reader-writer lock; queries the read
 side, so a query sees the store before or after an update, never a mix.
 Adding a node whose id is already stored replaces it (as upstream's
 ``SimpleVectorStore`` does): the old row becomes a tombstone.
+
+Persistence: a store given a folder opens the index published there and
+:meth:`persist` publishes its changes as one new generation
+(:func:`~llama_index_ext_recursive.persist.write_index`, only new segment
+files written) with the rows committed to ``rows.sqlite3`` in the same
+step (see ``docs/design/columnar.md``). Nodes added since the last persist
+are held as JSON until it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +46,7 @@ from typing import Any
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     FilterOperator,
@@ -49,43 +58,63 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.columnar.metadata import MetadataColumns
-from llama_index_ext_recursive.columnar.rows import RowStore
+from llama_index_ext_recursive.columnar.rows import RowStore, node_json
+from llama_index_ext_recursive.columnar.segments import read_state, write_state
 from llama_index_ext_recursive.columnar.vectors import VectorColumn
+from llama_index_ext_recursive.persist import (
+    ROWS_DATABASE,
+    PersistError,
+    published_generation,
+    read_index,
+    write_index,
+)
 from llama_index_ext_recursive.rwlock import ReadWriteLock
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
 REF_KEY = "ref_doc_id"  # the one key of the ref_doc_id column
+KIND = "ColumnarVectorStore"  # the index kind in a folder's manifest
+FORMAT_VERSION = 1
+STATE = "store"  # store.state.json in each generation
 
 
 class ColumnarVectorStore(BasePydanticVectorStore):
     """Vector store whose rows live in columnar arrays and SQLite, not in Python objects.
 
     Args:
-        dim: the embedding width (``None``: taken from the first nodes added).
-        path: the SQLite file the rows are kept in (``None``: in memory, for
-            small indexes; a large index needs a file, or its text is held in RAM).
+        path: the index folder: its published index is opened, and
+            :meth:`persist` publishes there (``None``: in memory until
+            :meth:`persist` is given a folder).
+        approximate_threshold: live rows from which unrestricted searches use
+            the approximate candidate step of
+            :class:`~llama_index_ext_recursive.columnar.vectors.VectorColumn`.
     """
 
     stores_text: bool = True
     is_embedding_query: bool = True
     flat_metadata: bool = False
 
+    _folder: Path | None = PrivateAttr(default=None)
+    _threshold: int = PrivateAttr(default=50_000)
     _vectors: VectorColumn | None = PrivateAttr(default=None)
-    _metadata: MetadataColumns = PrivateAttr()
-    _refs: MetadataColumns = PrivateAttr()
-    _rows: RowStore = PrivateAttr()
+    _metadata: MetadataColumns = PrivateAttr(default_factory=MetadataColumns)
+    _refs: MetadataColumns = PrivateAttr(default_factory=MetadataColumns)
+    _rows: RowStore | None = PrivateAttr(default=None)
+    _generation: int = PrivateAttr(default=0)
+    _pending: dict[int, tuple[str, str | None, str]] = PrivateAttr(default_factory=dict)
+    _pending_ids: dict[str, int] = PrivateAttr(default_factory=dict)
+    _pending_deletes: set[int] = PrivateAttr(default_factory=set)
     _lock: ReadWriteLock = PrivateAttr(default_factory=ReadWriteLock)
 
-    def __init__(self, dim: int | None = None, path: str | Path | None = None, **kwargs: Any) -> None:
+    def __init__(self, path: str | Path | None = None, approximate_threshold: int = 50_000, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if dim is not None:
-            check_count("dim", dim, minimum=1)
-            self._vectors = VectorColumn(dim)
-        self._metadata = MetadataColumns()
-        self._refs = MetadataColumns()
-        self._rows = RowStore(path)
+        check_count("approximate_threshold", approximate_threshold, minimum=1)
+        self._threshold = approximate_threshold
+        if path is not None:
+            self._folder = Path(path)
+            if (self._folder / "MANIFEST.json").exists():
+                self._open()
 
     @classmethod
     def class_name(cls) -> str:
@@ -97,12 +126,86 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         return None
 
     @property
-    def dimension(self) -> int | None:
-        """The embedding width (``None`` until the first add)."""
-        return None if self._vectors is None else self._vectors.dim
-
-    def __len__(self) -> int:
+    def node_count(self) -> int:
+        """Live nodes (not ``__len__``: ``StorageContext.from_defaults(vector_store=...)`` tests
+        the store for truth, and an empty store must not be replaced by a SimpleVectorStore)."""
         return 0 if self._vectors is None else int(self._vectors.live_count)
+
+    # --------------------------------------------------------- persistence
+    def _open(self) -> None:
+        folder = self._folder
+        assert folder is not None
+
+        def load(generation: Path) -> tuple[dict[str, Any], VectorColumn | None, MetadataColumns, MetadataColumns]:
+            state = read_state(generation, STATE, FORMAT_VERSION)
+            vectors = (
+                None if state["dim"] is None else VectorColumn.open(generation, approximate_threshold=self._threshold)
+            )
+            return state, vectors, MetadataColumns.open(generation), MetadataColumns.open(generation, component="refs")
+
+        state, vectors, metadata, refs = read_index(folder, KIND, load)
+        counts = {len(metadata), len(refs), 0 if vectors is None else vectors.row_count, int(state["rows"])}
+        if len(counts) != 1:
+            raise PersistError(f"{folder}: its columns hold different row counts {sorted(counts)}; restore the folder")
+        self._vectors, self._metadata, self._refs = vectors, metadata, refs
+        self._generation = int(state["generation"])
+        self._rows = RowStore(folder / ROWS_DATABASE)
+
+    def persist(self, persist_path: str | None = None, fs: Any = None) -> None:
+        """Publish every change since the last persist as one generation of the index folder.
+
+        Args:
+            persist_path: the folder, for a store created without one; a store
+                with a folder always publishes there (``StorageContext.persist``
+                passes its own path, which is then not used).
+
+        Raises:
+            PersistError: no folder is known, the folder holds something else,
+                or another process published there since this store opened it.
+        """
+        if self._folder is None:
+            if persist_path is None:
+                raise PersistError("this ColumnarVectorStore has no folder: pass persist(persist_path=<folder>)")
+            self._folder = Path(persist_path)
+        elif persist_path is not None and Path(persist_path) != self._folder:
+            logger.info("ColumnarVectorStore keeps its index in %s; %s is not used", self._folder, persist_path)
+        folder = self._folder
+        with self._lock.writing(), write_index(folder, KIND, carry_over=True) as staging:
+            published = published_generation(folder)
+            if published != self._generation:
+                raise PersistError(
+                    f"{folder} was published (generation {published}) since this store read generation "
+                    f"{self._generation}; nothing was written: open the folder again and repeat the changes"
+                )
+            rows = self._rows or RowStore(folder / ROWS_DATABASE)
+            rows.settle(published)
+            generation = published + 1
+            if self._vectors is not None:
+                self._vectors.write(staging)
+            self._metadata.write(staging)
+            self._refs.write(staging, component="refs")
+            write_state(
+                staging,
+                STATE,
+                FORMAT_VERSION,
+                {
+                    "generation": generation,
+                    "dim": None if self._vectors is None else self._vectors.dim,
+                    "rows": len(self._metadata),
+                },
+            )
+            new_rows = np.fromiter(sorted(self._pending), dtype=np.int64, count=len(self._pending))
+            rows.commit(
+                generation,
+                new_rows,
+                [self._pending[int(row)] for row in new_rows],
+                np.fromiter(sorted(self._pending_deletes), dtype=np.int64, count=len(self._pending_deletes)),
+            )
+            self._rows = rows
+        self._generation = generation
+        self._pending.clear()
+        self._pending_ids.clear()
+        self._pending_deletes.clear()
 
     # ------------------------------------------------------------ updates
     def _matrix(self, nodes: Sequence[BaseNode]) -> np.ndarray:
@@ -125,30 +228,43 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             twice = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"node id {twice!r} appears twice in one add; node ids must be unique")
         matrix = self._matrix(nodes)
+        records = [(n.node_id, n.ref_doc_id, node_json(n)) for n in nodes]
         with self._lock.writing():
-            vectors = self._vectors if self._vectors is not None else VectorColumn(matrix.shape[1])
-            old = self._rows.row_of(ids)
-            new = vectors.append(matrix)  # checks the width and refuses zero/non-finite rows first
+            vectors = (
+                self._vectors
+                if self._vectors is not None
+                else VectorColumn(matrix.shape[1], approximate_threshold=self._threshold)
+            )
+            old = self._row_of(ids)
+            new = vectors.append(matrix)  # refuses a wrong width and zero/non-finite rows before any change
             try:
-                added = (
-                    self._metadata.append([n.metadata for n in nodes]),
-                    self._refs.append([{REF_KEY: n.ref_doc_id} if n.ref_doc_id is not None else {} for n in nodes]),
-                    self._rows.append(nodes),
-                )
+                self._metadata.append([n.metadata for n in nodes])  # refuses non-JSON values before any change
             except Exception:
-                vectors.delete(new)  # the other components are checked before they change
+                self._metadata.append([{}] * len(nodes))  # keep the row numbering shared, as tombstones
+                self._refs.append([{}] * len(nodes))
+                self._delete_rows(new)
                 raise
-            if any(not np.array_equal(rows, new) for rows in added):
-                raise RuntimeError(f"columnar components out of step: rows {new[:3]}... vs {[a[:3] for a in added]}")
+            self._refs.append([{REF_KEY: n.ref_doc_id} if n.ref_doc_id is not None else {} for n in nodes])
             self._vectors = vectors
+            for row, record in zip(new.tolist(), records, strict=True):
+                self._pending[row] = record
+                self._pending_ids[record[0]] = row
             self._delete_rows(old[old >= 0])
         return ids
 
     def _delete_rows(self, rows: np.ndarray) -> None:
         """Tombstone ``rows`` in every component (call under the write lock)."""
-        if rows.size and self._vectors is not None:
-            for component in (self._vectors, self._metadata, self._refs, self._rows):
-                component.delete(rows)
+        if not rows.size or self._vectors is None:
+            return
+        self._vectors.delete(rows)
+        self._metadata.delete(rows)
+        self._refs.delete(rows)
+        for row in rows.tolist():
+            record = self._pending.pop(row, None)
+            if record is None:
+                self._pending_deletes.add(row)
+            elif self._pending_ids.get(record[0]) == row:
+                del self._pending_ids[record[0]]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every node whose ``ref_doc_id`` is ``ref_doc_id``."""
@@ -166,16 +282,44 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """Delete every node."""
         self.delete_nodes()
 
+    # ------------------------------------------------------------- rows
+    def _row_of(self, node_ids: Sequence[str]) -> np.ndarray:
+        """The live row of each node id (``-1``: not stored)."""
+        found = np.full(len(node_ids), -1, dtype=np.int64)
+        if self._rows is not None:
+            found = self._rows.visible_rows_of(node_ids, self._generation)
+            for position, row in enumerate(found.tolist()):
+                if row in self._pending_deletes:
+                    found[position] = -1
+        for position, node_id in enumerate(node_ids):
+            row = self._pending_ids.get(node_id)
+            if row is not None:
+                found[position] = row
+        return found
+
+    def _nodes(self, rows: np.ndarray) -> list[BaseNode]:
+        """The nodes of ``rows`` in order: pending ones from memory, the rest from SQLite."""
+        stored = [int(row) for row in rows.tolist() if int(row) not in self._pending]
+        by_row = dict(zip(stored, self._rows.nodes(stored), strict=True)) if stored and self._rows else {}
+        return [
+            by_row[row] if row in by_row else json_to_doc(json.loads(self._pending[row][2])) for row in rows.tolist()
+        ]
+
+    def _node_ids(self, rows: np.ndarray) -> list[str]:
+        stored = [int(row) for row in rows.tolist() if int(row) not in self._pending]
+        by_row = dict(zip(stored, self._rows.node_ids(stored), strict=True)) if stored and self._rows else {}
+        return [by_row[row] if row in by_row else self._pending[row][0] for row in rows.tolist()]
+
     # ------------------------------------------------------------- queries
     def _selected(
         self, node_ids: Sequence[str] | None, filters: MetadataFilters | None, doc_ids: Sequence[str] | None = None
     ) -> np.ndarray:
         """Live rows allowed by every restriction given, as a mask over all rows."""
-        mask = self._metadata.mask(filters if filters is not None else MetadataFilters(filters=[]))
+        mask = self._metadata.mask(filters)
         if doc_ids is not None:
             mask &= self._refs.mask(_refs_filter(doc_ids))
         if node_ids is not None:
-            rows = self._rows.row_of(list(node_ids))
+            rows = self._row_of(list(node_ids))
             allowed = np.zeros_like(mask)
             allowed[rows[rows >= 0]] = True
             mask &= allowed
@@ -194,8 +338,11 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             check_count("similarity_top_k", query.similarity_top_k, minimum=0)
         if self._vectors is None:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        restricted = query.filters is not None or query.node_ids is not None or query.doc_ids is not None
-        allowed = np.flatnonzero(self._selected(query.node_ids, query.filters, query.doc_ids)) if restricted else None
+        # an empty node_ids/doc_ids list restricts nothing, as database stores read it:
+        # VectorStoreIndex.as_retriever passes node_ids=[] for a store that keeps the text
+        node_ids, doc_ids = query.node_ids or None, query.doc_ids or None
+        restricted = query.filters is not None or node_ids is not None or doc_ids is not None
+        allowed = np.flatnonzero(self._selected(node_ids, query.filters, doc_ids)) if restricted else None
         k = query.similarity_top_k or int(self._vectors.live_count)  # 0 or None: every row, as upstream
         return self._vectors.search(np.asarray(query.query_embedding, dtype=np.float32), k, rows=allowed)
 
@@ -203,7 +350,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """The ``similarity_top_k`` nearest live nodes allowed by the query's restrictions, as nodes."""
         with self._lock.reading():
             rows, scores = self._search(query)
-            nodes = self._rows.nodes(rows)
+            nodes = self._nodes(rows)
         return VectorStoreQueryResult(
             nodes=nodes, similarities=[float(s) for s in scores], ids=[n.node_id for n in nodes]
         )
@@ -212,7 +359,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """:class:`~llama_index_ext_recursive.stores.protocol.ScoredIdSearch`: ids and scores, no node read."""
         with self._lock.reading():
             rows, scores = self._search(query)
-            ids = self._rows.node_ids(rows)
+            ids = self._node_ids(rows)
         return list(ids), [float(s) for s in scores]
 
     def get_nodes(
@@ -220,7 +367,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     ) -> list[BaseNode]:
         """The stored nodes of ``node_ids`` (in row order) that ``filters`` match."""
         with self._lock.reading():
-            return self._rows.nodes(np.flatnonzero(self._selected(node_ids, filters)))
+            return self._nodes(np.flatnonzero(self._selected(node_ids, filters)))
 
 
 def _refs_filter(doc_ids: Sequence[str]) -> MetadataFilters:

@@ -1,0 +1,167 @@
+"""stores.columnar_store: the columnar store answers as NumpyVectorStore on the same nodes, queries,
+filters, deletes and replacements, before and after persisting and reopening; it works as a
+VectorStoreIndex's store; a persist that fails leaves the published index as it was."""
+
+import numpy as np
+import pytest
+from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters, VectorStoreQuery
+
+from llama_index_ext_recursive.persist import PersistError
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
+
+DIM = 8
+
+
+def _nodes(count, seed=0, prefix="n"):
+    rng = np.random.default_rng(seed)
+    return [
+        TextNode(
+            id_=f"{prefix}{i}",
+            text=f"text {prefix}{i}",
+            embedding=rng.normal(size=DIM).tolist(),
+            metadata={"kind": ["a", "b", "c"][i % 3], "year": 2000 + i % 5},
+            relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"doc{i // 4}")},
+        )
+        for i in range(count)
+    ]
+
+
+QUERY_VECTORS = np.random.default_rng(99).normal(size=(5, DIM)).tolist()
+FILTERS = [
+    None,
+    MetadataFilters(filters=[MetadataFilter(key="kind", value="a")]),
+    MetadataFilters(filters=[MetadataFilter(key="year", value=2002, operator=FilterOperator.GTE)]),
+]
+
+
+def _answers(store):
+    answers = []
+    for vector in QUERY_VECTORS:
+        for filters in FILTERS:
+            result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=5, filters=filters))
+            answers.append((result.ids, np.round(result.similarities, 5).tolist()))
+        result = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=3, node_ids=DOCS_1_AND_3))
+        answers.append((result.ids, np.round(result.similarities, 5).tolist()))
+    return answers
+
+
+DOCS_1_AND_3 = [f"n{i}" for i in (4, 5, 6, 7, 12, 13, 14, 15)]
+
+
+def test_doc_ids_restrict_to_those_documents_nodes():
+    """Upstream's SimpleVectorStore ignores doc_ids; database stores (pgvector) honour them, and so does this one."""
+    store = _changed(ColumnarVectorStore())
+    for vector in QUERY_VECTORS:
+        by_doc = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=4, doc_ids=["doc1", "doc3"]))
+        by_node = store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=4, node_ids=DOCS_1_AND_3))
+        assert by_doc.ids == by_node.ids and len(by_doc.ids) == 4
+
+
+def _changed(store):
+    store.add(_nodes(30))
+    store.delete("doc2")
+    store.delete_nodes(["n5", "n17"])
+    store.add(_nodes(3, seed=5))  # replaces n0, n1, n2
+    return store
+
+
+def test_answers_equal_numpy_store_through_changes_persist_and_reopen(tmp_path):
+    reference = _answers(_changed(NumpyVectorStore()))
+    store = _changed(ColumnarVectorStore(tmp_path / "index"))
+    assert _answers(store) == reference
+    store.persist()
+    assert _answers(store) == reference
+    reopened = ColumnarVectorStore(tmp_path / "index")
+    assert _answers(reopened) == reference
+    hit = reopened.query(VectorStoreQuery(query_embedding=QUERY_VECTORS[0], similarity_top_k=1)).nodes[0]
+    assert hit.text == f"text {hit.node_id}" and hit.ref_doc_id is not None and hit.embedding is None
+
+    reopened.add(_nodes(2, seed=7, prefix="m"))
+    reopened.delete("doc4")
+    reopened.persist()
+    again = ColumnarVectorStore(tmp_path / "index")
+    assert _answers(again) == _answers(reopened)
+    assert again.node_count == reopened.node_count
+
+
+def test_a_persist_that_fails_leaves_the_published_index_and_the_next_one_succeeds(tmp_path, monkeypatch):
+    store = ColumnarVectorStore(tmp_path / "index")
+    store.add(_nodes(12))
+    store.persist()
+    published = _answers(ColumnarVectorStore(tmp_path / "index"))
+    store.delete("doc0")
+    store.add(_nodes(2, seed=3))  # replaces n0, n1 (deleted above: now new rows)
+
+    from llama_index_ext_recursive import persist as persist_module
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(persist_module, "write_file_atomically", fail)  # the manifest is never replaced
+    with pytest.raises(OSError, match="disk full"):
+        store.persist()
+    monkeypatch.undo()
+    assert _answers(ColumnarVectorStore(tmp_path / "index")) == published  # rows committed, then undone on read
+    expected = _answers(store)
+    store.persist()
+    assert _answers(ColumnarVectorStore(tmp_path / "index")) == expected
+
+
+def test_a_folder_published_by_another_writer_is_refused(tmp_path):
+    first = ColumnarVectorStore(tmp_path / "index")
+    first.add(_nodes(4))
+    first.persist()
+    second = ColumnarVectorStore(tmp_path / "index")
+    second.add(_nodes(2, seed=1, prefix="s"))
+    second.persist()
+    first.add(_nodes(2, seed=2, prefix="f"))
+    with pytest.raises(PersistError, match="open the folder again"):
+        first.persist()
+    assert sorted(ColumnarVectorStore(tmp_path / "index")._row_of(["s0", "f0"]) >= 0) == [False, True]
+
+
+def test_bad_input_is_named():
+    store = ColumnarVectorStore()
+    with pytest.raises(ValueError, match="no embedding"):
+        store.add([TextNode(id_="x", text="x")])
+    with pytest.raises(ValueError, match="twice"):
+        store.add(_nodes(1) + _nodes(1))
+    with pytest.raises(PersistError, match="persist_path"):
+        store.persist()
+    store.add(_nodes(3))
+    with pytest.raises(ValueError, match="width"):
+        store.add([TextNode(id_="w", text="w", embedding=[1.0, 2.0])])
+    assert store.node_count == 3
+
+
+def test_a_vector_store_index_over_it_retrieves_full_nodes_and_reopens(tmp_path):
+    from conftest import LexicalEmbedding
+    from llama_index.core import StorageContext, VectorStoreIndex
+
+    texts = ["bees make honey in the hive", "solar panels feed the inverter", "bread needs a sourdough starter"]
+    store = ColumnarVectorStore(tmp_path / "index")
+    index = VectorStoreIndex(
+        [TextNode(id_=f"t{i}", text=text, metadata={"i": i}) for i, text in enumerate(texts)],
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=LexicalEmbedding(),
+    )
+    upstream = VectorStoreIndex(
+        [TextNode(id_=f"t{i}", text=text, metadata={"i": i}) for i, text in enumerate(texts)],
+        embed_model=LexicalEmbedding(),
+    )
+    for question in ("where do bees keep honey", "solar inverter", "sourdough bread"):
+        hits = index.as_retriever(similarity_top_k=3).retrieve(question)
+        expected = upstream.as_retriever(similarity_top_k=3).retrieve(question)
+        assert [(h.node.node_id, h.node.text, h.node.metadata, round(h.score, 5)) for h in hits] == [
+            (h.node.node_id, h.node.text, h.node.metadata, round(h.score, 5)) for h in expected
+        ]
+    index.storage_context.persist(str(tmp_path / "elsewhere"))  # the store publishes into its own folder
+    reopened = VectorStoreIndex.from_vector_store(
+        ColumnarVectorStore(tmp_path / "index"), embed_model=LexicalEmbedding()
+    )
+    question = "sourdough bread"
+    assert [h.node.node_id for h in reopened.as_retriever(similarity_top_k=3).retrieve(question)] == [
+        h.node.node_id for h in upstream.as_retriever(similarity_top_k=3).retrieve(question)
+    ]
