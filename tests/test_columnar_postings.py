@@ -205,3 +205,18 @@ def test_tokenising_on_two_processes_equals_one(language):
         tokenize_texts(TEXTS, tokenizer, workers=0)
     with pytest.raises(TypeError):
         tokenize_texts(["text", 3], tokenizer)  # type: ignore[list-item]
+
+
+def test_writing_into_a_folder_never_removes_files_it_did_not_write(tmp_path):
+    theirs = [tmp_path / "postings-000001-notes.npy", tmp_path / "postings-000009-rows.npy"]
+    for path in theirs:
+        path.write_bytes(b"a user's file")
+    postings = Postings()
+    postings.append([["w1"], ["w2"]])
+    postings.append([["w3"]])
+    postings.write(tmp_path)  # no state of ours here yet: nothing is retired
+    postings.compact()
+    postings.write(tmp_path)  # retires our merged segments only
+    assert all(path.read_bytes() == b"a user's file" for path in theirs)
+    assert not (tmp_path / "postings-000000-rows.npy").exists()  # our merged segment was retired
+    assert Postings.open(tmp_path).search(["w3"], k=1)[0].tolist() == [2]

@@ -347,7 +347,7 @@ class Postings:
         folder.mkdir(parents=True, exist_ok=True)
         with self._lock:
             snapshot = self._snapshot
-            self._check_owner(folder)
+            previous = self._check_owner(folder)
             for segment in snapshot.segments:
                 for array in _SEGMENT_ARRAYS:
                     _write_once(folder, _file(segment.number, array), getattr(segment, array))
@@ -355,7 +355,8 @@ class Postings:
                 for array, values in piece.arrays.items():
                     _write_once(folder, _file(piece.number, array), values)
             write_state(folder, COMPONENT, FORMAT_VERSION, self._state(snapshot))
-            _remove_unlisted(folder, snapshot)
+            if previous is not None:
+                _retire(folder, previous, snapshot)
             self._snapshot = replace(snapshot, segments=tuple(_mapped(folder, s) for s in snapshot.segments))
 
     @classmethod
@@ -421,15 +422,20 @@ class Postings:
             "next_number": snapshot.next_number,
         }
 
-    def _check_owner(self, folder: Path) -> None:
-        """Refuse a folder holding another postings: its files would be taken for ours."""
+    def _check_owner(self, folder: Path) -> dict[str, Any] | None:
+        """Refuse a folder holding another postings: its files would be taken for ours.
+
+        Returns:
+            The state these postings wrote in ``folder`` before (``None``: none).
+        """
         if not (folder / f"{COMPONENT}.state.json").exists():
-            return
-        owner = read_state(folder, COMPONENT, FORMAT_VERSION).get("identity")
-        if owner != self._identity:
+            return None
+        state = read_state(folder, COMPONENT, FORMAT_VERSION)
+        if state.get("identity") != self._identity:
             raise PersistError(
                 f"{folder} holds the postings of another index; write into an empty folder or remove that one first"
             )
+        return state
 
 
 # -- building and merging segments ---------------------------------------
@@ -706,13 +712,18 @@ def _mapped(folder: Path, segment: _Segment) -> _Segment:
     )
 
 
-def _remove_unlisted(folder: Path, snapshot: _Snapshot) -> None:
-    """Remove this component's files that the state no longer lists (merged segments,
-    tombstones of compacted rows). A reader that has them open keeps reading them."""
-    listed = {segment.number for segment in snapshot.segments}
-    listed |= {piece.number for piece in (*snapshot.vocabulary_pieces, *snapshot.tombstones)}
-    for path in folder.glob(f"{COMPONENT}-*.npy"):
-        number = path.name[len(COMPONENT) + 1 :].split("-", 1)[0]
-        if number.isdigit() and int(number) not in listed:
+def _retire(folder: Path, previous: dict[str, Any], snapshot: _Snapshot) -> None:
+    """Remove the files the ``previous`` state listed that the new one does not (segments merged
+    by a compaction, tombstones of compacted rows): only files this component wrote, by their
+    exact names. A reader that has them open keeps reading them."""
+    segments = {int(number) for number, _ in previous.get("segments", [])}
+    segments -= {segment.number for segment in snapshot.segments}
+    tombstones = {int(number) for number in previous.get("tombstones", [])}
+    tombstones -= {piece.number for piece in snapshot.tombstones}
+    names = [_file(n, array) for n in sorted(segments) for array in _SEGMENT_ARRAYS]
+    names += [_file(n, "dead") for n in sorted(tombstones)]
+    for name in names:
+        path = folder / f"{name}.npy"
+        if path.is_file():
             path.unlink()
             logger.debug("postings: removed %s (no longer listed)", path)
