@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llama_index_ext_recursive.columnar.postings import COMPONENT, Postings
 from llama_index_ext_recursive.persist import PersistError
-from llama_index_ext_recursive.retrievers.tokenizer import MultilingualTokenizer, tokenize_texts
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts
 
 WORDS = [f"w{i}" for i in range(30)]
 QUERIES = (["w0"], ["w1", "w2", "w1"], ["w3", "w29", "w7"], ["w5", "nowhere"])

@@ -7,7 +7,7 @@ filters only at construction, forgets its tokenizer on reload and scores on
 the event loop in async code. :class:`MultilingualBM25Retriever` keeps the
 upstream contract (``retrieve``/``aretrieve`` return ``NodeWithScore`` lists)
 and fixes those points; its tokenizer is
-:class:`~llama_index_ext_recursive.retrievers.tokenizer.MultilingualTokenizer`.
+:class:`~llama_index_ext_recursive.tokenizer.MultilingualTokenizer`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from llama_index_ext_recursive.retrievers.bm25_persist import (
     write_bm25_files,
 )
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
-from llama_index_ext_recursive.retrievers.tokenizer import (
+from llama_index_ext_recursive.tokenizer import (
     CHINESE_STOPWORDS,
     ENGLISH_STOPWORDS,
     LATIN_TOKEN,

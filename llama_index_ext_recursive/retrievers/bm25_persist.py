@@ -38,7 +38,7 @@ from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy
 from llama_index_ext_recursive.persist import PersistError, load_json, load_json_object
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
 from llama_index_ext_recursive.retrievers.nodes import refuse_duplicate_ids
-from llama_index_ext_recursive.retrievers.tokenizer import MultilingualTokenizer
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
 
 LEGACY_FORMAT_VERSION = 1

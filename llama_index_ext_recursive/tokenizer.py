@@ -1,4 +1,9 @@
-"""The tokenizer behind :class:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever`.
+"""The tokenizer of every BM25 index of the package.
+
+Used by :class:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever`
+and by the lexical column of
+:class:`~llama_index_ext_recursive.stores.columnar_store.ColumnarVectorStore`
+(which sits below the retrievers, hence this module's place).
 
 Upstream ``BM25Retriever`` tokenizes with ``(?u)\\b\\w\\w+\\b``, so an
 unspaced Chinese sentence is one token and any sub-phrase query scores 0.
