@@ -165,3 +165,133 @@ def test_a_vector_store_index_over_it_retrieves_full_nodes_and_reopens(tmp_path)
     assert [h.node.node_id for h in reopened.as_retriever(similarity_top_k=3).retrieve(question)] == [
         h.node.node_id for h in upstream.as_retriever(similarity_top_k=3).retrieve(question)
     ]
+
+
+# ---------------------------------------------------------------- the BM25 column
+WORDS = ["contract", "termination", "notice", "party", "confidential", "合同", "终止", "通知", "保密", "court"]
+LEXICAL_QUERIES = ["termination notice", "合同终止", "confidential party court", "nothing matches xyzzy", "保密 notice"]
+
+
+def _worded(count, seed=0, prefix="n"):
+    rng = np.random.default_rng(seed + 1000)
+    nodes = _nodes(count, seed, prefix)
+    for node in nodes:
+        node.text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 12))))
+    return nodes
+
+
+def _worded_changes(store):
+    """_changed's sequence of changes, on worded nodes; returns the live nodes in row order."""
+    live = {n.node_id: n for n in _worded(30)}
+    store.add(list(live.values()))
+    store.delete("doc2")
+    store.delete_nodes(["n5", "n17"])
+    for node_id in [n for n, node in live.items() if node.ref_doc_id == "doc2"] + ["n5", "n17"]:
+        live.pop(node_id, None)
+    again = _worded(3, seed=5)  # replaces n0, n1, n2, which move to the end
+    store.add(again)
+    for node in again:
+        live.pop(node.node_id)
+        live[node.node_id] = node
+    return list(live.values())
+
+
+def _lexical_answers(store):
+    answers = []
+    for text in LEXICAL_QUERIES:
+        for filters in FILTERS:
+            query = VectorStoreQuery(query_str=text, similarity_top_k=6, filters=filters, mode="text_search")
+            ids, scores = store.query_ids(query)
+            answers.append((ids, np.round(scores, 4).tolist()))
+    return answers
+
+
+def _reference_answers(live):
+    from llama_index_ext_recursive.query import FilteredQueryBundle
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+
+    bm25 = MultilingualBM25Retriever(nodes=live, similarity_top_k=6, unknown_filter_key=None)
+    answers = []
+    for text in LEXICAL_QUERIES:
+        for filters in FILTERS:
+            found = bm25.scores_by_id(FilteredQueryBundle(text, filters=filters))
+            answers.append((list(found), np.round(list(found.values()), 4).tolist()))
+    return answers
+
+
+def test_the_bm25_column_ranks_as_the_bm25_retriever_through_changes_persist_and_reopen(tmp_path):
+    """Scores, order, ties and filters equal MultilingualBM25Retriever built on the live nodes,
+    in the same order; the column follows deletes and replacements, and a reopened store keeps it
+    and its tokenizer."""
+    from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+    store = ColumnarVectorStore(tmp_path / "index", tokenizer=MultilingualTokenizer())
+    live = _worded_changes(store)
+    reference = _reference_answers(live)
+    assert sum(len(ids) for ids, _ in reference) > 20  # the queries do find things
+    assert _lexical_answers(store) == reference
+    store.persist()
+    reopened = ColumnarVectorStore(tmp_path / "index")
+    assert reopened.tokenizer == MultilingualTokenizer()
+    assert _lexical_answers(reopened) == reference
+    # an update after reopening appends to the column: the new node is found by its words
+    extra = _worded(1, seed=9, prefix="x")[0]
+    extra.text = "arbitration clause"
+    reopened.add([extra])
+    ids, _ = reopened.query_ids(VectorStoreQuery(query_str="arbitration", similarity_top_k=3, mode="text_search"))
+    assert ids == ["x0"]
+
+
+def test_lexical_texts_replace_what_the_column_indexes():
+    from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+    store = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    nodes = _nodes(2)
+    store.add(nodes, lexical_texts=["indemnity cap", "governing law"])
+    ids, scores = store.query_ids(VectorStoreQuery(query_str="governing", similarity_top_k=5, mode="text_search"))
+    assert ids == ["n1"] and scores[0] > 0
+    nodes_found = store.query(VectorStoreQuery(query_str="indemnity", similarity_top_k=5, mode="text_search")).nodes
+    assert [n.node_id for n in nodes_found] == ["n0"] and nodes_found[0].text == "text n0"
+
+
+def test_the_bm25_column_refuses_bad_use_by_name(tmp_path):
+    from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+    plain = ColumnarVectorStore(tmp_path / "plain")
+    plain.add(_nodes(3))
+    with pytest.raises(ValueError, match="keeps no BM25 column"):
+        plain.query(VectorStoreQuery(query_str="text", similarity_top_k=2, mode="text_search"))
+    with pytest.raises(ValueError, match="keeps no BM25 column"):
+        plain.add(_nodes(1, prefix="m"), lexical_texts=["a"])
+    plain.persist()
+    with pytest.raises(PersistError, match="no BM25 column"):
+        ColumnarVectorStore(tmp_path / "plain", tokenizer=MultilingualTokenizer())
+    store = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    with pytest.raises(ValueError, match="one text per node"):
+        store.add(_nodes(2), lexical_texts=["only one"])
+    with pytest.raises(ValueError, match="needs query_str"):
+        store.query(VectorStoreQuery(similarity_top_k=2, mode="text_search"))
+    with pytest.raises(TypeError, match="MultilingualTokenizer"):
+        ColumnarVectorStore(tokenizer=str.split)
+    with pytest.raises(NotImplementedError, match="text_search"):
+        store.query(VectorStoreQuery(query_embedding=[1.0] * DIM, similarity_top_k=2, mode="hybrid"))
+    assert store.node_count == 0  # the refused add changed nothing
+
+
+def test_a_refused_add_keeps_every_column_on_the_same_rows():
+    """A node whose metadata cannot be stored is refused after its vector was appended: the columns
+    stay row-aligned, so the next add's words and vector belong to the same node."""
+    from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+    store = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    bad = _worded(2, prefix="bad")
+    bad[1].metadata["when"] = object()
+    with pytest.raises((TypeError, ValueError)):
+        store.add(bad)
+    good = _worded(2, prefix="ok")
+    good[0].text, good[1].text = "escrow account", "warranty period"
+    store.add(good)
+    ids, _ = store.query_ids(VectorStoreQuery(query_str="warranty", similarity_top_k=5, mode="text_search"))
+    assert ids == ["ok1"]
+    vector = store.query_ids(VectorStoreQuery(query_embedding=good[1].embedding, similarity_top_k=1))[0]
+    assert vector == ["ok1"] and store.node_count == 2

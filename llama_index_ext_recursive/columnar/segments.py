@@ -94,8 +94,9 @@ def write_state(folder: PathLike, component: str, version: int, state: dict[str,
     return path
 
 
-def read_state(folder: PathLike, component: str, version: int) -> dict[str, Any]:
-    """Read ``folder/<component>.state.json`` written with format ``version``.
+def read_state(folder: PathLike, component: str, version: int | tuple[int, ...]) -> dict[str, Any]:
+    """Read ``folder/<component>.state.json`` written with format ``version``
+    (or one of several: a component that still reads an older format lists both).
 
     Raises:
         PersistError: the file is missing or damaged, belongs to another
@@ -107,14 +108,16 @@ def read_state(folder: PathLike, component: str, version: int) -> dict[str, Any]
     if state["component"] != component:
         raise PersistError(f"{path} describes {state['component']!r}, not {component!r}: the folder is damaged")
     found = state["version"]
-    if found != version:
-        newer = isinstance(found, int) and found > version
+    readable = (version,) if isinstance(version, int) else version
+    if found not in readable:
+        newer = isinstance(found, int) and found > max(readable)
         fix = (
             "upgrade llama-index-ext-recursive to read it"
             if newer
             else "rebuild the index with this version (or open it with the version that wrote it)"
         )
         raise PersistError(
-            f"{path} was written in {component} format version {found!r}; this version reads version {version}: {fix}"
+            f"{path} was written in {component} format version {found!r}; "
+            f"this version reads version {' or '.join(map(str, readable))}: {fix}"
         )
     return state

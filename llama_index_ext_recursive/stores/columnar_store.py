@@ -13,7 +13,11 @@ components of :mod:`llama_index_ext_recursive.columnar` that share the row ids:
   (``delete(ref_doc_id)`` and ``doc_ids=`` queries use the same masks);
 * :class:`~llama_index_ext_recursive.columnar.rows.RowStore`: each node's JSON
   (text, metadata, relationships) in SQLite, read only for the rows a query
-  returns.
+  returns;
+* optionally (``tokenizer=``) :class:`~llama_index_ext_recursive.columnar.postings.Postings`:
+  each row's BM25 terms, so the same rows answer keyword queries
+  (:meth:`lexical_ids`, or ``VectorStoreQueryMode.TEXT_SEARCH``) under the
+  same filters, and an update appends a segment instead of re-indexing.
 
 So a query costs a filter mask, one search and the hydration of ``top_k``
 nodes, and the store holds no Python object per row. ``stores_text`` is
@@ -45,7 +49,7 @@ from typing import Any
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -58,6 +62,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.columnar.metadata import MetadataColumns
+from llama_index_ext_recursive.columnar.postings import Postings
 from llama_index_ext_recursive.columnar.rows import RowStore, node_json
 from llama_index_ext_recursive.columnar.segments import read_state, write_state
 from llama_index_ext_recursive.columnar.vectors import VectorColumn
@@ -69,13 +74,15 @@ from llama_index_ext_recursive.persist import (
     write_index,
 )
 from llama_index_ext_recursive.rwlock import ReadWriteLock
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
 REF_KEY = "ref_doc_id"  # the one key of the ref_doc_id column
 KIND = "ColumnarVectorStore"  # the index kind in a folder's manifest
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: an optional BM25 column (postings) and its tokenizer
+READABLE_VERSIONS = (1, 2)  # a version-1 folder is one without the BM25 column
 STATE = "store"  # store.state.json in each generation
 
 
@@ -89,6 +96,10 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         approximate_threshold: live rows from which unrestricted searches use
             the approximate candidate step of
             :class:`~llama_index_ext_recursive.columnar.vectors.VectorColumn`.
+        tokenizer: keep a BM25 column too, of the texts this tokenizer makes
+            (``None``: none; a folder that has one keeps its own tokenizer, and
+            a different one given here is refused).
+        workers: processes that tokenise a large ``add`` (:func:`tokenize_texts`).
     """
 
     stores_text: bool = True
@@ -105,16 +116,35 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     _pending: dict[int, tuple[str, str | None, str]] = PrivateAttr(default_factory=dict)
     _pending_ids: dict[str, int] = PrivateAttr(default_factory=dict)
     _pending_deletes: set[int] = PrivateAttr(default_factory=set)
+    _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
+    _postings: Postings | None = PrivateAttr(default=None)
+    _workers: int = PrivateAttr(default=2)
     _lock: ReadWriteLock = PrivateAttr(default_factory=ReadWriteLock)
 
-    def __init__(self, path: str | Path | None = None, approximate_threshold: int = 50_000, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        approximate_threshold: int = 50_000,
+        tokenizer: MultilingualTokenizer | None = None,
+        workers: int = 2,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         check_count("approximate_threshold", approximate_threshold, minimum=1)
+        check_count("workers", workers, minimum=1)
+        if tokenizer is not None and not isinstance(tokenizer, MultilingualTokenizer):
+            raise TypeError(
+                f"tokenizer must be a MultilingualTokenizer (e.g. MultilingualTokenizer(language='auto')), "
+                f"got {type(tokenizer).__name__}"
+            )
         self._threshold = approximate_threshold
+        self._workers = workers
+        self._tokenizer = tokenizer
+        self._postings = Postings() if tokenizer is not None else None
         if path is not None:
             self._folder = Path(path)
             if (self._folder / "MANIFEST.json").exists():
-                self._open()
+                self._open(tokenizer)
 
     @classmethod
     def class_name(cls) -> str:
@@ -126,28 +156,53 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         return None
 
     @property
+    def tokenizer(self) -> MultilingualTokenizer | None:
+        """The tokenizer of the BM25 column (``None``: the store has none)."""
+        return self._tokenizer
+
+    @property
     def node_count(self) -> int:
         """Live nodes (not ``__len__``: ``StorageContext.from_defaults(vector_store=...)`` tests
         the store for truth, and an empty store must not be replaced by a SimpleVectorStore)."""
         return 0 if self._vectors is None else int(self._vectors.live_count)
 
     # --------------------------------------------------------- persistence
-    def _open(self) -> None:
+    def _open(self, tokenizer: MultilingualTokenizer | None) -> None:
         folder = self._folder
         assert folder is not None
 
-        def load(generation: Path) -> tuple[dict[str, Any], VectorColumn | None, MetadataColumns, MetadataColumns]:
-            state = read_state(generation, STATE, FORMAT_VERSION)
+        def load(
+            generation: Path,
+        ) -> tuple[dict[str, Any], VectorColumn | None, MetadataColumns, MetadataColumns, Postings | None]:
+            state = read_state(generation, STATE, READABLE_VERSIONS)
             vectors = (
                 None if state["dim"] is None else VectorColumn.open(generation, approximate_threshold=self._threshold)
             )
-            return state, vectors, MetadataColumns.open(generation), MetadataColumns.open(generation, component="refs")
+            postings = Postings.open(generation) if state.get("tokenizer") is not None else None
+            return (
+                state,
+                vectors,
+                MetadataColumns.open(generation),
+                MetadataColumns.open(generation, component="refs"),
+                postings,
+            )
 
-        state, vectors, metadata, refs = read_index(folder, KIND, load)
+        state, vectors, metadata, refs, postings = read_index(folder, KIND, load)
         counts = {len(metadata), len(refs), 0 if vectors is None else vectors.row_count, int(state["rows"])}
+        if postings is not None:
+            counts.add(postings.row_count)
         if len(counts) != 1:
             raise PersistError(f"{folder}: its columns hold different row counts {sorted(counts)}; restore the folder")
+        stored = None if state.get("tokenizer") is None else MultilingualTokenizer.from_dict(state["tokenizer"])
+        if tokenizer is not None and stored != tokenizer:
+            raise PersistError(
+                f"{folder} holds "
+                + ("no BM25 column" if stored is None else f"a BM25 column tokenised by {stored.to_dict()}")
+                + f", not one by {tokenizer.to_dict()}: open it without tokenizer= (its own is used), "
+                "or build a new index with this tokenizer"
+            )
         self._vectors, self._metadata, self._refs = vectors, metadata, refs
+        self._tokenizer, self._postings = stored, postings
         self._generation = int(state["generation"])
         self._rows = RowStore(folder / ROWS_DATABASE)
 
@@ -184,6 +239,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
                 self._vectors.write(staging)
             self._metadata.write(staging)
             self._refs.write(staging, component="refs")
+            if self._postings is not None:
+                self._postings.write(staging)
             write_state(
                 staging,
                 STATE,
@@ -192,6 +249,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
                     "generation": generation,
                     "dim": None if self._vectors is None else self._vectors.dim,
                     "rows": len(self._metadata),
+                    "tokenizer": None if self._tokenizer is None else self._tokenizer.to_dict(),
                 },
             )
             new_rows = np.fromiter(sorted(self._pending), dtype=np.int64, count=len(self._pending))
@@ -218,8 +276,17 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             )
         return np.asarray([n.embedding for n in nodes], dtype=np.float32).reshape(len(nodes), -1)
 
-    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
-        """Append ``nodes`` as rows; an id already stored is replaced (its old row tombstoned)."""
+    def add(
+        self, nodes: Sequence[BaseNode], lexical_texts: Sequence[str] | None = None, **add_kwargs: Any
+    ) -> list[str]:
+        """Append ``nodes`` as rows; an id already stored is replaced (its old row tombstoned).
+
+        Args:
+            nodes: embedded nodes.
+            lexical_texts: what the BM25 column indexes for each node (default:
+                its text with the metadata it is embedded with, as
+                ``BM25Retriever`` indexes it); only for a store with a ``tokenizer``.
+        """
         if not nodes:
             return []
         ids = [n.node_id for n in nodes]
@@ -228,6 +295,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             twice = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"node id {twice!r} appears twice in one add; node ids must be unique")
         matrix = self._matrix(nodes)
+        tokens = self._tokens(nodes, lexical_texts)  # CPU work, before the lock
         records = [(n.node_id, n.ref_doc_id, node_json(n)) for n in nodes]
         with self._lock.writing():
             vectors = (
@@ -239,9 +307,10 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             new = vectors.append(matrix)  # refuses a wrong width and zero/non-finite rows before any change
             try:
                 self._metadata.append([n.metadata for n in nodes])  # refuses non-JSON values before any change
+                if self._postings is not None and tokens is not None:
+                    self._postings.append(tokens)  # refuses a token UTF-8 cannot hold before any change
             except Exception:
-                self._metadata.append([{}] * len(nodes))  # keep the row numbering shared, as tombstones
-                self._refs.append([{}] * len(nodes))
+                self._pad_to(vectors.row_count)  # keep the row numbering shared, as tombstones
                 self._delete_rows(new)
                 raise
             self._refs.append([{REF_KEY: n.ref_doc_id} if n.ref_doc_id is not None else {} for n in nodes])
@@ -252,6 +321,35 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             self._delete_rows(old[old >= 0])
         return ids
 
+    def _tokens(self, nodes: Sequence[BaseNode], lexical_texts: Sequence[str] | None) -> list[list[str]] | None:
+        """The BM25 terms of each node (``None``: the store keeps no BM25 column)."""
+        if self._tokenizer is None:
+            if lexical_texts is not None:
+                raise ValueError(
+                    "lexical_texts= was given, but this store keeps no BM25 column: "
+                    "create it with tokenizer=MultilingualTokenizer()"
+                )
+            return None
+        if lexical_texts is None:
+            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        elif isinstance(lexical_texts, str) or len(lexical_texts) != len(nodes):
+            raise ValueError(
+                f"lexical_texts must hold one text per node ({len(nodes)}), got "
+                + ("one string" if isinstance(lexical_texts, str) else f"{len(lexical_texts)}")
+            )
+        else:
+            texts = list(lexical_texts)
+        return tokenize_texts(texts, self._tokenizer, workers=self._workers)
+
+    def _pad_to(self, rows: int) -> None:
+        """Give every column empty rows up to ``rows`` (after a refused append), so
+        they keep sharing row ids; the caller tombstones the padded rows."""
+        for columns in (self._metadata, self._refs):
+            if len(columns) < rows:
+                columns.append([{}] * (rows - len(columns)))
+        if self._postings is not None and self._postings.row_count < rows:
+            self._postings.append([[]] * (rows - self._postings.row_count))
+
     def _delete_rows(self, rows: np.ndarray) -> None:
         """Tombstone ``rows`` in every component (call under the write lock)."""
         if not rows.size or self._vectors is None:
@@ -259,6 +357,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         self._vectors.delete(rows)
         self._metadata.delete(rows)
         self._refs.delete(rows)
+        if self._postings is not None:
+            self._postings.delete(rows)
         for row in rows.tolist():
             record = self._pending.pop(row, None)
             if record is None:
@@ -325,26 +425,55 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             mask &= allowed
         return mask
 
-    def _search(self, query: VectorStoreQuery) -> tuple[np.ndarray, np.ndarray]:
-        """Rows and scores of ``query`` (call under the read lock)."""
-        if query.mode != VectorStoreQueryMode.DEFAULT:
-            raise NotImplementedError(
-                f"ColumnarVectorStore answers the default (dense) query mode, not {query.mode.value!r}; "
-                "combine it with a BM25 retriever (e.g. HybridFusionRetriever) for hybrid search"
-            )
-        if query.query_embedding is None:
-            raise ValueError("the query has no embedding: embed it first (VectorStoreIndex retrievers do)")
-        if query.similarity_top_k is not None:
-            check_count("similarity_top_k", query.similarity_top_k, minimum=0)
-        if self._vectors is None:
-            return np.empty(0, np.int64), np.empty(0, np.float32)
+    def _allowed(self, query: VectorStoreQuery) -> np.ndarray | None:
+        """The rows ``query``'s restrictions allow (``None``: no restriction)."""
         # an empty node_ids/doc_ids list restricts nothing, as database stores read it:
         # VectorStoreIndex.as_retriever passes node_ids=[] for a store that keeps the text
         node_ids, doc_ids = query.node_ids or None, query.doc_ids or None
-        restricted = query.filters is not None or node_ids is not None or doc_ids is not None
-        allowed = np.flatnonzero(self._selected(node_ids, query.filters, doc_ids)) if restricted else None
+        if query.filters is None and node_ids is None and doc_ids is None:
+            return None
+        return np.flatnonzero(self._selected(node_ids, query.filters, doc_ids))
+
+    def _search(self, query: VectorStoreQuery) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and scores of ``query`` (call under the read lock)."""
+        if query.similarity_top_k is not None:
+            check_count("similarity_top_k", query.similarity_top_k, minimum=0)
+        if query.mode == VectorStoreQueryMode.TEXT_SEARCH:
+            return self._lexical(query)
+        if query.mode != VectorStoreQueryMode.DEFAULT:
+            raise NotImplementedError(
+                f"ColumnarVectorStore answers the default (dense) and text_search (BM25) query modes, "
+                f"not {VectorStoreQueryMode(query.mode).value!r}; fuse the two (e.g. HybridFusionRetriever) for hybrid search"
+            )
+        if query.query_embedding is None:
+            raise ValueError("the query has no embedding: embed it first (VectorStoreIndex retrievers do)")
+        if self._vectors is None:
+            return _NOTHING
+        allowed = self._allowed(query)
         k = query.similarity_top_k or int(self._vectors.live_count)  # 0 or None: every row, as upstream
         return self._vectors.search(np.asarray(query.query_embedding, dtype=np.float32), k, rows=allowed)
+
+    def _lexical(self, query: VectorStoreQuery) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and BM25 scores of a ``TEXT_SEARCH`` query (call under the read lock).
+
+        As :class:`~llama_index_ext_recursive.retrievers.bm25.MultilingualBM25Retriever`
+        ranks: rows matching no query term are never returned, ties go to the
+        earlier row, and a restriction selects rows without changing any score.
+        """
+        postings, tokenizer = self._postings, self._tokenizer
+        if postings is None or tokenizer is None:
+            raise ValueError(
+                "this ColumnarVectorStore keeps no BM25 column, so it cannot answer text_search queries: "
+                "create it with tokenizer=MultilingualTokenizer()"
+            )
+        if query.query_str is None:
+            raise ValueError("a text_search query needs query_str: the words to look for")
+        tokens = tokenizer(query.query_str)
+        allowed = self._allowed(query)
+        if not tokens or not postings.live_rows or (allowed is not None and not allowed.size):
+            return _NOTHING
+        k = query.similarity_top_k or postings.live_rows
+        return postings.search(tokens, k, rows=allowed)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """The ``similarity_top_k`` nearest live nodes allowed by the query's restrictions, as nodes."""
@@ -368,6 +497,9 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """The stored nodes of ``node_ids`` (in row order) that ``filters`` match."""
         with self._lock.reading():
             return self._nodes(np.flatnonzero(self._selected(node_ids, filters)))
+
+
+_NOTHING = (np.empty(0, np.int64), np.empty(0, np.float32))
 
 
 def _refs_filter(doc_ids: Sequence[str]) -> MetadataFilters:
