@@ -33,6 +33,13 @@ FILTERS = [
     None,
     MetadataFilters(filters=[MetadataFilter(key="kind", value="a")]),
     MetadataFilters(filters=[MetadataFilter(key="year", value=2002, operator=FilterOperator.GTE)]),
+    # a search routed to two documents, as the recursive retriever asks it, nested under an AND
+    MetadataFilters(
+        filters=[
+            MetadataFilter(key="ref_doc_id", value=["doc1", "doc5"], operator=FilterOperator.IN),
+            MetadataFilters(filters=[MetadataFilter(key="kind", value="c", operator=FilterOperator.NE)]),
+        ]
+    ),
 ]
 
 

@@ -9,8 +9,10 @@ components of :mod:`llama_index_ext_recursive.columnar` that share the row ids:
   rescoring above its size threshold), restricted to the rows a filter allows;
 * :class:`~llama_index_ext_recursive.columnar.metadata.MetadataColumns`: the
   metadata as dictionary-encoded columns, so a filter is a mask computed on
-  codes, plus a second instance holding each row's ``ref_doc_id``
-  (``delete(ref_doc_id)`` and ``doc_ids=`` queries use the same masks);
+  codes. As in every store, filters also see each row's ``ref_doc_id`` under
+  that key (:func:`~llama_index_ext_recursive.filters.filterable_metadata`),
+  so a search routed to some documents is a filter like any other, and
+  ``delete(ref_doc_id)`` and ``doc_ids=`` queries use the same masks;
 * :class:`~llama_index_ext_recursive.columnar.rows.RowStore`: each node's JSON
   (text, metadata, relationships) in SQLite, read only for the rows a query
   returns;
@@ -66,6 +68,7 @@ from llama_index_ext_recursive.columnar.postings import Postings
 from llama_index_ext_recursive.columnar.rows import RowStore, node_json
 from llama_index_ext_recursive.columnar.segments import read_state, write_state
 from llama_index_ext_recursive.columnar.vectors import VectorColumn
+from llama_index_ext_recursive.filters import filterable_metadata
 from llama_index_ext_recursive.persist import (
     ROWS_DATABASE,
     PersistError,
@@ -79,10 +82,9 @@ from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
 
-REF_KEY = "ref_doc_id"  # the one key of the ref_doc_id column
+REF_KEY = "ref_doc_id"  # the key filters read a row's ref_doc_id from (filterable_metadata)
 KIND = "ColumnarVectorStore"  # the index kind in a folder's manifest
-FORMAT_VERSION = 2  # 2: an optional BM25 column (postings) and its tokenizer
-READABLE_VERSIONS = (1, 2)  # a version-1 folder is one without the BM25 column
+FORMAT_VERSION = 2  # 2: ref_doc_id among the filterable metadata; an optional BM25 column
 STATE = "store"  # store.state.json in each generation
 
 
@@ -110,7 +112,6 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     _threshold: int = PrivateAttr(default=50_000)
     _vectors: VectorColumn | None = PrivateAttr(default=None)
     _metadata: MetadataColumns = PrivateAttr(default_factory=MetadataColumns)
-    _refs: MetadataColumns = PrivateAttr(default_factory=MetadataColumns)
     _rows: RowStore | None = PrivateAttr(default=None)
     _generation: int = PrivateAttr(default=0)
     _pending: dict[int, tuple[str, str | None, str]] = PrivateAttr(default_factory=dict)
@@ -173,22 +174,16 @@ class ColumnarVectorStore(BasePydanticVectorStore):
 
         def load(
             generation: Path,
-        ) -> tuple[dict[str, Any], VectorColumn | None, MetadataColumns, MetadataColumns, Postings | None]:
-            state = read_state(generation, STATE, READABLE_VERSIONS)
+        ) -> tuple[dict[str, Any], VectorColumn | None, MetadataColumns, Postings | None]:
+            state = read_state(generation, STATE, FORMAT_VERSION)
             vectors = (
                 None if state["dim"] is None else VectorColumn.open(generation, approximate_threshold=self._threshold)
             )
             postings = Postings.open(generation) if state.get("tokenizer") is not None else None
-            return (
-                state,
-                vectors,
-                MetadataColumns.open(generation),
-                MetadataColumns.open(generation, component="refs"),
-                postings,
-            )
+            return state, vectors, MetadataColumns.open(generation), postings
 
-        state, vectors, metadata, refs, postings = read_index(folder, KIND, load)
-        counts = {len(metadata), len(refs), 0 if vectors is None else vectors.row_count, int(state["rows"])}
+        state, vectors, metadata, postings = read_index(folder, KIND, load)
+        counts = {len(metadata), 0 if vectors is None else vectors.row_count, int(state["rows"])}
         if postings is not None:
             counts.add(postings.row_count)
         if len(counts) != 1:
@@ -201,7 +196,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
                 + f", not one by {tokenizer.to_dict()}: open it without tokenizer= (its own is used), "
                 "or build a new index with this tokenizer"
             )
-        self._vectors, self._metadata, self._refs = vectors, metadata, refs
+        self._vectors, self._metadata = vectors, metadata
         self._tokenizer, self._postings = stored, postings
         self._generation = int(state["generation"])
         self._rows = RowStore(folder / ROWS_DATABASE)
@@ -238,7 +233,6 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             if self._vectors is not None:
                 self._vectors.write(staging)
             self._metadata.write(staging)
-            self._refs.write(staging, component="refs")
             if self._postings is not None:
                 self._postings.write(staging)
             write_state(
@@ -306,14 +300,15 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             old = self._row_of(ids)
             new = vectors.append(matrix)  # refuses a wrong width and zero/non-finite rows before any change
             try:
-                self._metadata.append([n.metadata for n in nodes])  # refuses non-JSON values before any change
+                self._metadata.append(
+                    [dict(filterable_metadata(n)) for n in nodes]
+                )  # refuses non-JSON values before any change
                 if self._postings is not None and tokens is not None:
                     self._postings.append(tokens)  # refuses a token UTF-8 cannot hold before any change
             except Exception:
                 self._pad_to(vectors.row_count)  # keep the row numbering shared, as tombstones
                 self._delete_rows(new)
                 raise
-            self._refs.append([{REF_KEY: n.ref_doc_id} if n.ref_doc_id is not None else {} for n in nodes])
             self._vectors = vectors
             for row, record in zip(new.tolist(), records, strict=True):
                 self._pending[row] = record
@@ -344,9 +339,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     def _pad_to(self, rows: int) -> None:
         """Give every column empty rows up to ``rows`` (after a refused append), so
         they keep sharing row ids; the caller tombstones the padded rows."""
-        for columns in (self._metadata, self._refs):
-            if len(columns) < rows:
-                columns.append([{}] * (rows - len(columns)))
+        if len(self._metadata) < rows:
+            self._metadata.append([{}] * (rows - len(self._metadata)))
         if self._postings is not None and self._postings.row_count < rows:
             self._postings.append([[]] * (rows - self._postings.row_count))
 
@@ -356,7 +350,6 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             return
         self._vectors.delete(rows)
         self._metadata.delete(rows)
-        self._refs.delete(rows)
         if self._postings is not None:
             self._postings.delete(rows)
         for row in rows.tolist():
@@ -369,7 +362,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every node whose ``ref_doc_id`` is ``ref_doc_id``."""
         with self._lock.writing():
-            self._delete_rows(np.flatnonzero(self._refs.mask(_refs_filter([ref_doc_id]))))
+            self._delete_rows(np.flatnonzero(self._metadata.mask(_refs_filter([ref_doc_id]))))
 
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
@@ -417,7 +410,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """Live rows allowed by every restriction given, as a mask over all rows."""
         mask = self._metadata.mask(filters)
         if doc_ids is not None:
-            mask &= self._refs.mask(_refs_filter(doc_ids))
+            mask &= self._metadata.mask(_refs_filter(doc_ids))
         if node_ids is not None:
             rows = self._row_of(list(node_ids))
             allowed = np.zeros_like(mask)
