@@ -277,6 +277,16 @@ class VectorColumn:
         with self._lock.reading():
             return self._alive[self._checked_rows(rows)]
 
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The stored (unit float32) vectors of ``rows``, in their order (deleted rows too:
+        the row still holds its vector until :meth:`compact`)."""
+        with self._lock.reading():
+            wanted = self._checked_rows(rows)
+            order = np.argsort(wanted, kind="stable")
+            out = np.empty((len(wanted), self.dim), dtype=np.float32)
+            out[order] = self._gather(wanted[order])
+        return out
+
     # --------------------------------------------------------------- changes
     def append(self, matrix: np.ndarray) -> np.ndarray:
         """Append ``matrix`` ``[n, dim]`` as one segment; returns the new row ids (consecutive, int64).

@@ -9,6 +9,17 @@
 (:mod:`~llama_index_ext_recursive.recursive.persist`). The retriever holds the
 query settings and searches it; several retrievers may share one index.
 
+Storage: by default each level is a ``VectorStoreIndex`` over a
+:class:`~llama_index_ext_recursive.stores.numpy_store.NumpyVectorStore` with
+its nodes in a docstore. Pass a
+:class:`~llama_index_ext_recursive.stores.columnar_store.ColumnarVectorStore`
+created with a ``tokenizer`` for a level (``chunk_vector_store=``,
+``summary_vector_store=``), and that level's nodes, vectors, metadata and BM25
+terms live in the store alone, on disk and memory-mapped: its docstore is a
+view of the store (:class:`~llama_index_ext_recursive.stores.columnar_docstore.ColumnarDocumentStore`)
+and its BM25 level asks the store (:class:`~llama_index_ext_recursive.retrievers.store_bm25.StoreBM25Retriever`),
+so no node is held in memory per chunk (issue 25).
+
 Updates prepare everything that can fail (chunking, summarizing, embedding)
 before they change anything, then swap the new nodes in under the write lock
 (:attr:`state_lock`); searches hold the read lock, so they see the index
@@ -21,14 +32,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llama_index.core import VectorStoreIndex
+from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
+from llama_index.core.schema import BaseNode, Document, IndexNode, MetadataMode, TransformComponent
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
@@ -46,14 +57,17 @@ from llama_index_ext_recursive.recursive.build import (
     group_nodes,
     resolve_transformations,
 )
+from llama_index_ext_recursive.recursive.evidence import document_text
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
 from llama_index_ext_recursive.retrievers.store_facts import store_dimension
 from llama_index_ext_recursive.rwlock import ReadWriteLock
+from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentStore
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.validation import closest
+from llama_index_ext_recursive.validation import closest, json_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +204,13 @@ class SummaryIndex:
         dim = attach_embeddings(built, model, SummaryEmbedding(summary_embedding), progress)
         embed_summaries(built, model, dim)
         return cls(
-            new_index(built.summary_nodes, model, progress, summary_vector_store),
+            new_index(
+                built.summary_nodes,
+                model,
+                progress,
+                summary_vector_store,
+                lambda: search_texts(built.summary_nodes, built.records, built.chunk_nodes),
+            ),
             new_index(built.chunk_nodes, model, progress, chunk_vector_store),
             documents=built.records,
             embed_model=model,
@@ -267,15 +287,26 @@ class SummaryIndex:
         check their own."""
         vocabulary = self._vocabulary
         if vocabulary is None:
-            vocabulary = FilterVocabulary.from_nodes(self.docstore.docs.values() if self.docstore is not None else [])
+            store = self.chunk_index.vector_store if self.chunk_index is not None else None
+            if isinstance(store, ColumnarVectorStore):  # from its columns, without reading a node
+                vocabulary = store.filter_vocabulary()
+            else:
+                vocabulary = FilterVocabulary.from_nodes(
+                    self.docstore.docs.values() if self.docstore is not None else []
+                )
             self._vocabulary = vocabulary
         return vocabulary
 
     def _load_summaries(self) -> dict[str, IndexNode]:
         docstore = self.summary_index.docstore
         summaries: dict[str, IndexNode] = {}
-        for node_id in self.summary_index.index_struct.nodes_dict.values():
-            node = docstore.get_node(node_id)
+        stored: Iterable[BaseNode]
+        if isinstance(docstore, ColumnarDocumentStore):  # the store holds them, not the index struct
+            stored = docstore.docs.values()
+        else:
+            stored = (docstore.get_node(node_id) for node_id in self.summary_index.index_struct.nodes_dict.values())
+        for node in stored:
+            node_id = node.node_id
             if not isinstance(node, IndexNode):
                 raise LinkError(
                     f"summary node {node_id!r} is a {type(node).__name__}, not an IndexNode: "
@@ -438,8 +469,12 @@ class SummaryIndex:
                 chunk_index.delete_nodes(record.chunk_ids, delete_from_docstore=True)
                 summary_index.delete_nodes([record.summary_node_id], delete_from_docstore=True)
             if add is not None:
-                chunk_index.insert_nodes(add.chunk_nodes)
-                summary_index.insert_nodes(add.summary_nodes)
+                insert_nodes(chunk_index, add.chunk_nodes)
+                insert_nodes(
+                    summary_index,
+                    add.summary_nodes,
+                    lambda: search_texts(add.summary_nodes, add.records, add.chunk_nodes),
+                )
         except Exception:
             logger.exception("update failed in the store; restoring the previous state")
             if add is not None:
@@ -447,8 +482,12 @@ class SummaryIndex:
                 _delete_quietly(summary_index, [n.node_id for n in add.summary_nodes])
             _delete_quietly(chunk_index, [n.node_id for n in saved])
             _delete_quietly(summary_index, [n.node_id for n in saved_summaries])
-            chunk_index.insert_nodes(saved)
-            summary_index.insert_nodes(saved_summaries)
+            insert_nodes(chunk_index, saved)
+            insert_nodes(
+                summary_index,
+                saved_summaries,
+                lambda: search_texts(saved_summaries, {r.doc_id: r for r in remove}, saved),  # type: ignore[arg-type]  # summary copies are IndexNodes
+            )
             raise
         removed = {r.doc_id for r in remove}
         documents = {k: v for k, v in self.documents.items() if k not in removed}
@@ -458,7 +497,9 @@ class SummaryIndex:
             summaries.update({s.index_id: s for s in add.summary_nodes})
         self.documents, self.summaries = documents, summaries
         self.document_keys = self._summary_filter_keys()
-        if self._vocabulary is not None:
+        if isinstance(chunk_index.vector_store, ColumnarVectorStore):
+            self._vocabulary = None  # read from the store's columns again when next asked
+        elif self._vocabulary is not None:
             self._vocabulary.remove_nodes(saved)
             if add is not None:
                 self._vocabulary.add_nodes(add.chunk_nodes)
@@ -506,13 +547,66 @@ def auto_progress(show_progress: bool | None, count: int) -> bool:
     return count >= 20 if show_progress is None else show_progress
 
 
+def document_search_text(doc_id: str, record: DocumentRecord | None, summary: IndexNode, chunks: Iterable[str]) -> str:
+    """What a document is found by at the summary level's BM25 (:func:`~.evidence.document_text`:
+    its title, document-level metadata, summary, then its chunks' text)."""
+    title = record.title if record is not None else doc_id
+    return document_text(title, summary.metadata, summary.get_content(), list(chunks))
+
+
+def search_texts(
+    summaries: Sequence[IndexNode], records: Mapping[str, DocumentRecord], chunks: Iterable[BaseNode]
+) -> list[str]:
+    """:func:`document_search_text` of each summary, its chunks taken from ``chunks`` in their order."""
+    texts: dict[str, list[str]] = {}
+    for chunk in chunks:
+        texts.setdefault(chunk.ref_doc_id or "", []).append(chunk.get_content(metadata_mode=MetadataMode.NONE))
+    return [document_search_text(s.index_id, records.get(s.index_id), s, texts.get(s.index_id, [])) for s in summaries]
+
+
+def insert_nodes(
+    index: VectorStoreIndex, nodes: Sequence[BaseNode], lexical_texts: Callable[[], list[str]] | None = None
+) -> None:
+    """Add embedded ``nodes`` to one level.
+
+    A :class:`ColumnarVectorStore` is given them directly, with the text its
+    BM25 column indexes for each (``lexical_texts``; default: the node's
+    own): nothing goes through the index struct or a docstore, which are
+    views of the store. Any other store is filled through the index.
+    """
+    store = index.vector_store
+    if not nodes:
+        return
+    if isinstance(store, ColumnarVectorStore):
+        texts = lexical_texts() if lexical_texts is not None and store.tokenizer is not None else None
+        store.add(nodes, lexical_texts=texts)
+    else:
+        index.insert_nodes(nodes)
+
+
 def new_index(
     nodes: Sequence[BaseNode],
     embed_model: BaseEmbedding,
     show_progress: bool,
     vector_store: BasePydanticVectorStore | None = None,
+    lexical_texts: Callable[[], list[str]] | None = None,
 ) -> VectorStoreIndex:
-    """A ``VectorStoreIndex`` over ``nodes`` (already embedded, except ``text`` summaries)."""
+    """A ``VectorStoreIndex`` over ``nodes`` (already embedded, except ``text`` summaries).
+
+    Over a :class:`ColumnarVectorStore`, the index is a thin view: the store
+    holds the nodes (:func:`insert_nodes`) and its docstore reads them from the
+    store (:class:`ColumnarDocumentStore`).
+    """
+    if isinstance(vector_store, ColumnarVectorStore):
+        index = VectorStoreIndex(
+            [],
+            storage_context=StorageContext.from_defaults(
+                vector_store=vector_store, docstore=ColumnarDocumentStore(vector_store)
+            ),
+            embed_model=embed_model,
+        )
+        insert_nodes(index, json_nodes(nodes), lexical_texts)
+        return index
     return vector_index(
         nodes,
         embed_model,

@@ -7,7 +7,10 @@ retriever's settings, and calibrates hybrid levels that have no weights yet.
 A retriever builds them on first need; after the index changed
 (:attr:`SummaryIndex.generation`) it updates them with the changed documents
 only (:func:`levels_for`), never per query: per-call filters and ``top_k``
-travel in the bundle each child receives.
+travel in the bundle each child receives. A level whose store keeps a BM25
+column (a ``ColumnarVectorStore`` with a tokenizer) is searched lexically by
+that store (:class:`StoreBM25Retriever`), which an update has changed already,
+so nothing is re-indexed for it.
 """
 
 from __future__ import annotations
@@ -21,15 +24,20 @@ from llama_index.core.indices.vector_store import VectorStoreIndex
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 
 from llama_index_ext_recursive.recursive.build import DocumentRecord
-from llama_index_ext_recursive.recursive.evidence import document_text
+from llama_index_ext_recursive.recursive.index import document_search_text
 from llama_index_ext_recursive.recursive.settings import LevelMode, Owner, ScoreMode
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 from llama_index_ext_recursive.retrievers.calibrate import PairsByScript, calibrate_children, pseudo_queries
 from llama_index_ext_recursive.retrievers.calibration import Calibration
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS, HYBRID_NAMES, hybrid_retriever
+from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.text import QueryScript
+
+# a level's BM25: in memory, or the BM25 column of its ColumnarVectorStore
+LexicalLevel = MultilingualBM25Retriever | StoreBM25Retriever
 
 # a change to more than this share of the documents rebuilds the levels instead of updating them
 UPDATE_SHARE = 0.1
@@ -60,8 +68,8 @@ class Levels:
     generation: int
     summary_vector: BackfillVectorRetriever
     chunk_vector: BackfillVectorRetriever | None
-    summary_bm25: MultilingualBM25Retriever | None  # fused mode reads its scores_by_id
-    chunk_bm25: MultilingualBM25Retriever | None
+    summary_bm25: LexicalLevel | None  # fused mode reads its scores_by_id
+    chunk_bm25: LexicalLevel | None
     summary_search: BaseRetriever | None
     chunk_search: BaseRetriever | None
     chunk_doc: dict[str, str]
@@ -86,12 +94,11 @@ def document_nodes(owner: Owner, doc_ids: Iterable[str] | None = None) -> list[I
                 chunk = docstore.get_node(chunk_id, raise_error=False)
                 if chunk is not None:
                     chunks.append(chunk.get_content(metadata_mode=MetadataMode.NONE))
-        title = record.title if record is not None else doc_id
         nodes.append(
             IndexNode(
                 id_=summary.node_id,
                 index_id=doc_id,
-                text=document_text(title, summary.metadata, summary.get_content(), chunks),
+                text=document_search_text(doc_id, record, summary, chunks),
                 metadata=dict(summary.metadata),
                 excluded_embed_metadata_keys=list(summary.metadata),
             )
@@ -126,18 +133,19 @@ def updated_levels(owner: Owner, previous: Levels) -> Levels | None:
         return None
 
     for bm25 in (previous.summary_bm25, previous.chunk_bm25):
-        if bm25 is not None and not isinstance(bm25, MultilingualBM25Retriever):
+        if bm25 is not None and not isinstance(bm25, (MultilingualBM25Retriever, StoreBM25Retriever)):
             return None
     gone_chunks = [c for d in changed if d in before for c in before[d].chunk_ids]
     gone_summaries = [before[d].summary_node_id for d in changed if d in before]
     kept = [d for d in changed if d in now]
     new_chunks = [n for n in index.docstore.get_nodes([c for d in kept for c in now[d].chunk_ids])]
     summary_bm25, chunk_bm25 = previous.summary_bm25, previous.chunk_bm25
-    if summary_bm25 is not None:
+    # a StoreBM25Retriever searches its store, which the update changed already
+    if isinstance(summary_bm25, MultilingualBM25Retriever):
         summary_bm25 = summary_bm25.with_changes(
             document_nodes(owner, [d for d in kept if d in index.summaries]), gone_summaries
         )
-    if chunk_bm25 is not None:
+    if isinstance(chunk_bm25, MultilingualBM25Retriever):
         chunk_bm25 = chunk_bm25.with_changes(new_chunks, gone_chunks)
     chunk_doc = dict(previous.chunk_doc)
     for chunk_id in gone_chunks:
@@ -163,16 +171,18 @@ def build_levels(owner: Owner) -> Levels:
     chunk_nodes = list(index.docstore.docs.values()) if index.docstore is not None else []
     summary_vector = _vector(owner, index.summary_index, depth)
     chunk_vector = _vector(owner, index.chunk_index, owner.similarity_top_k) if index.chunk_index is not None else None
-    summary_bm25 = chunk_bm25 = None
+    summary_bm25: LexicalLevel | None = None
+    chunk_bm25: LexicalLevel | None = None
     if owner.summary_mode != LevelMode.VECTOR and index.summaries:
-        summary_bm25 = MultilingualBM25Retriever.from_defaults(
+        summary_bm25 = _store_bm25(index.summary_index, depth) or MultilingualBM25Retriever.from_defaults(
             nodes=document_nodes(owner),
             similarity_top_k=depth,
             metadata_mode=MetadataMode.NONE,  # document_text holds the metadata
             unknown_filter_key=None,  # checked by the retriever's resolve_call
         )
     if owner.chunk_mode != LevelMode.VECTOR and chunk_nodes:
-        chunk_bm25 = MultilingualBM25Retriever.from_defaults(
+        assert index.chunk_index is not None  # chunk nodes come from its docstore
+        chunk_bm25 = _store_bm25(index.chunk_index, owner.similarity_top_k) or MultilingualBM25Retriever.from_defaults(
             nodes=chunk_nodes, similarity_top_k=owner.similarity_top_k, unknown_filter_key=None
         )
     calibration = owner._calibration
@@ -201,10 +211,18 @@ def build_levels(owner: Owner) -> Levels:
     )
 
 
+def _store_bm25(store_index: VectorStoreIndex, top_k: int) -> StoreBM25Retriever | None:
+    """The level's BM25 answered by its store's BM25 column (``None``: the store keeps none)."""
+    store = store_index.vector_store
+    if isinstance(store, ColumnarVectorStore) and store.tokenizer is not None:
+        return StoreBM25Retriever(store, similarity_top_k=top_k, unknown_filter_key=None)
+    return None
+
+
 def _assemble(
     owner: Owner,
-    summary_bm25: MultilingualBM25Retriever | None,
-    chunk_bm25: MultilingualBM25Retriever | None,
+    summary_bm25: LexicalLevel | None,
+    chunk_bm25: LexicalLevel | None,
     depth: int,
     summary_vector: BackfillVectorRetriever,
     chunk_vector: BackfillVectorRetriever | None,

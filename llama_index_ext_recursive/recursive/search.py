@@ -40,12 +40,11 @@ from llama_index_ext_recursive.filters import merge_filters
 from llama_index_ext_recursive.query import FilteredQueryBundle, filters_of
 from llama_index_ext_recursive.recursive.build import ROUTING_KEY
 from llama_index_ext_recursive.recursive.evidence import fuse_document_scores
-from llama_index_ext_recursive.recursive.levels import Levels
+from llama_index_ext_recursive.recursive.levels import Levels, LexicalLevel
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.ranking import ChunkEvidenceSet, Plan, Route, collect, rank_best
 from llama_index_ext_recursive.recursive.settings import ROUTED_POOL_FACTOR, Owner
 from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore
-from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.stores.protocol import ScoredIdSearch
 from llama_index_ext_recursive.validation import closest
@@ -284,7 +283,7 @@ class DenseChunks:
 class Lexical:
     """``node id -> BM25 score`` of the best ``top_k`` rows of a BM25 level."""
 
-    bm25: MultilingualBM25Retriever
+    bm25: LexicalLevel
     bundle: FilteredQueryBundle
     top_k: int
 

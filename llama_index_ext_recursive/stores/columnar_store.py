@@ -68,7 +68,7 @@ from llama_index_ext_recursive.columnar.postings import Postings
 from llama_index_ext_recursive.columnar.rows import RowStore, node_json
 from llama_index_ext_recursive.columnar.segments import read_state, write_state
 from llama_index_ext_recursive.columnar.vectors import VectorColumn
-from llama_index_ext_recursive.filters import filterable_metadata
+from llama_index_ext_recursive.filters import FilterVocabulary, filterable_metadata
 from llama_index_ext_recursive.persist import (
     ROWS_DATABASE,
     PersistError,
@@ -487,9 +487,41 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     def get_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
     ) -> list[BaseNode]:
-        """The stored nodes of ``node_ids`` (in row order) that ``filters`` match."""
+        """The stored nodes of ``node_ids`` (in row order) that ``filters`` match, each with
+        the vector the store holds for it (unit length), so a node read back can be added again."""
         with self._lock.reading():
-            return self._nodes(np.flatnonzero(self._selected(node_ids, filters)))
+            rows = np.flatnonzero(self._selected(node_ids, filters))
+            nodes = self._nodes(rows)
+            vectors = self._vectors.vectors(rows) if self._vectors is not None else None
+        if vectors is not None:
+            for node, vector in zip(nodes, vectors, strict=True):
+                node.embedding = vector.tolist()
+        return nodes
+
+    def nodes_by_id(self, node_ids: Sequence[str]) -> list[BaseNode | None]:
+        """The stored node of each id, in the order given (``None``: not stored), without its
+        vector: what a docstore returns (:class:`~.columnar_docstore.ColumnarDocumentStore`)."""
+        with self._lock.reading():
+            rows = self._row_of(list(node_ids))
+            found = iter(self._nodes(rows[rows >= 0]))
+        return [next(found) if row >= 0 else None for row in rows.tolist()]
+
+    def live_node_ids(self) -> list[str]:
+        """The id of every stored node, in the order they were added (a replaced node at its new place)."""
+        with self._lock.reading():
+            if self._vectors is None:
+                return []
+            return list(self._node_ids(np.flatnonzero(self._metadata.live)))
+
+    def filter_vocabulary(self) -> FilterVocabulary:
+        """The metadata keys filters may name and the kinds of value each holds (``ref_doc_id``
+        included), from the metadata columns' dictionaries: no node is read."""
+        vocabulary = FilterVocabulary()
+        with self._lock.reading():
+            for key in self._metadata.keys():
+                for value in self._metadata.values(key):
+                    vocabulary.add_metadata({key: value})
+        return vocabulary
 
 
 _NOTHING = (np.empty(0, np.int64), np.empty(0, np.float32))

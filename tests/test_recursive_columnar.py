@@ -1,0 +1,182 @@
+"""A summary index stored in ColumnarVectorStores (issue 25) answers as the default storage:
+the same chunks, scores, documents and explanations in every score mode, sync and async, with
+per-call filters, after adds, replacements and deletes; no node per chunk is held in memory."""
+
+import asyncio
+import hashlib
+
+import numpy as np
+import pytest
+from conftest import LexicalEmbedding
+from llama_index.core.schema import Document, TextNode
+
+from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
+from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
+from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentStore
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+MODES = [
+    {},
+    {"score_mode": "chunk"},
+    {"score_mode": "weighted", "summary_mode": "vector", "chunk_mode": "vector"},
+    {"score_mode": "product", "summary_mode": "bm25", "chunk_mode": "bm25"},
+]
+TOPIC_WORDS = {
+    "law": "contract termination notice breach party clause liability indemnity court",
+    "bees": "queen hive nectar pollen drone worker honey swarm flower",
+    "solar": "panel inverter sunlight photovoltaic current battery roof grid",
+    "bread": "sourdough starter flour yeast dough oven crust proofing",
+    "合同": "合同 终止 通知 违约 当事人 条款 责任 赔偿 法院",
+}
+QUERIES = [
+    "termination notice of the contract",
+    "queen bee hive",
+    "inverter current from the panel",
+    "sourdough starter yeast",
+    "合同终止通知",
+    "battery grid breach",
+]
+FILTERS = [None, {"category": "bees"}, {"year": {"op": ">=", "value": 2021}}]
+
+
+def _documents(count=20, seed=0, prefix="d"):
+    rng = np.random.default_rng(seed)
+    topics = list(TOPIC_WORDS)
+    documents = []
+    for i in range(count):
+        topic = topics[i % len(topics)]
+        words = TOPIC_WORDS[topic].split()
+        joiner = "" if topic == "合同" else " "
+        paragraphs = [
+            joiner.join(rng.choice(words, size=int(rng.integers(8, 16)))) + ("。" if joiner == "" else ".")
+            for _ in range(int(rng.integers(3, 6)))
+        ]
+        documents.append(
+            Document(
+                text="\n\n".join(paragraphs),
+                metadata={"doc_id": f"{prefix}{i}", "category": topic, "year": 2018 + i % 6},
+            )
+        )
+    return documents
+
+
+class NoTieEmbedding(LexicalEmbedding):
+    """The lexical test embedding plus a little text-seeded noise, so no two similarities are
+    exactly equal: among exact ties the stores differ by design (NumpyVectorStore replays
+    upstream's heap; the columnar store takes the earlier row), and real models give none."""
+
+    def _vector(self, text):
+        base = np.asarray(super()._vector(text))
+        rng = np.random.default_rng(int(hashlib.md5(text.encode()).hexdigest()[:8], 16))
+        vector = base + 0.05 * rng.random(len(base))
+        return list(vector / np.linalg.norm(vector))
+
+
+@pytest.fixture
+def embedding():
+    return NoTieEmbedding()
+
+
+def _columnar(**kwargs):
+    return {
+        "chunk_vector_store": ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+        "summary_vector_store": ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+        **kwargs,
+    }
+
+
+def _pair(lexical):
+    from llama_index.core.node_parser import SentenceSplitter
+
+    # chunk ids from the document id and position: ties are broken by id, so both builds must share them
+    parser = SentenceSplitter(chunk_size=64, chunk_overlap=0, id_func=lambda i, doc: f"{doc.id_}-{i}")
+    default = SummaryIndex.from_documents(_documents(), embed_model=lexical, node_parser=parser)
+    columnar = SummaryIndex.from_documents(_documents(), embed_model=lexical, node_parser=parser, **_columnar())
+    return default, columnar
+
+
+def _answers(retriever):
+    out = []
+    for query in QUERIES:
+        for filters in FILTERS:
+            hits = retriever.retrieve(FilteredQueryBundle(query, filters=filters))
+            out.append([(h.node.node_id, h.score, h.node.text) for h in hits])
+        documents = retriever.retrieve_documents(query)
+        out.append([(d.node.index_id, d.score) for d in documents])
+    return out
+
+
+async def _async_answers(retriever):
+    out = []
+    for query in QUERIES:
+        for filters in FILTERS:
+            hits = await retriever.aretrieve(FilteredQueryBundle(query, filters=filters))
+            out.append([(h.node.node_id, h.score, h.node.text) for h in hits])
+        documents = await retriever.aretrieve_documents(query)
+        out.append([(d.node.index_id, d.score) for d in documents])
+    return out
+
+
+def _same(answers, expected):
+    """The same nodes (and texts) in the same order; scores equal up to float32 rounding (the
+    columnar store keeps float32 vectors, NumpyVectorStore rescores in float64)."""
+    strip = [[tuple(x for i, x in enumerate(hit) if i != 1) for hit in hits] for hits in answers]
+    assert strip == [[tuple(x for i, x in enumerate(hit) if i != 1) for hit in hits] for hits in expected]
+    scores = [hit[1] for hits in answers for hit in hits]
+    assert scores == pytest.approx([hit[1] for hits in expected for hit in hits], abs=1e-4)
+    return True
+
+
+@pytest.mark.parametrize("options", MODES, ids=lambda o: "-".join(o.values()) or "fused")
+def test_columnar_storage_answers_as_the_default_through_updates(embedding, options):
+    default_index, columnar_index = _pair(embedding)
+    default = RecursiveSummaryRetriever(default_index, similarity_top_k=4, **options)
+    columnar = RecursiveSummaryRetriever(columnar_index, similarity_top_k=4, **options)
+    expected = _answers(default)
+    assert sum(len(a) for a in expected) > 50
+    assert _same(_answers(columnar), expected)
+    assert _same(asyncio.run(_async_answers(columnar)), expected)
+    # an added document, a replaced one (new text) and a deleted one
+    changes = _documents(2, seed=7, prefix="new") + [_documents(1, seed=3, prefix="d")[0]]
+    for index in (default_index, columnar_index):
+        assert index.add_documents(changes) == ["new0", "new1", "d0"]
+        index.delete_document("d4")
+    expected = _answers(default)
+    assert _same(_answers(columnar), expected)
+
+
+def test_columnar_levels_hold_no_node_and_ask_the_stores(lexical):
+    """The levels' BM25 is the stores' column and the docstores are views of the stores: no
+    node list, no bm25s index, and index.docstore still answers as LlamaIndex expects."""
+    default_index, index = _pair(lexical)
+    retriever = RecursiveSummaryRetriever(index)
+    levels = retriever._levels()
+    assert isinstance(levels.chunk_bm25, StoreBM25Retriever) and isinstance(levels.summary_bm25, StoreBM25Retriever)
+    assert not isinstance(levels.chunk_bm25, MultilingualBM25Retriever)
+    docstore = index.docstore
+    assert isinstance(docstore, ColumnarDocumentStore)
+    chunk_id = index.documents["d1"].chunk_ids[0]
+    node = docstore.get_node(chunk_id)
+    assert node.ref_doc_id == "d1" and node.embedding is None and node.metadata["category"] == "bees"
+    assert docstore.get_ref_doc_info("d1").node_ids == index.documents["d1"].chunk_ids
+    assert len(docstore.docs) == sum(len(r.chunk_ids) for r in index.documents.values())
+    assert index.chunk_index.index_struct.nodes_dict == {}  # no per-node entry in the index struct
+    assert sorted(index.summaries) == sorted(index.documents)
+    # filters are checked against the store's columns, as against the nodes
+    assert index.filter_vocabulary.keys == default_index.filter_vocabulary.keys
+    assert {"category", "year", "doc_id", "ref_doc_id"} <= set(index.filter_vocabulary.keys)
+
+
+def test_a_columnar_index_over_user_nodes_keeps_links_and_text(lexical):
+    nodes = [
+        TextNode(id_=f"c{i}", text=text, metadata={"doc_id": doc})
+        for i, (doc, text) in enumerate(
+            [("a", "alpha clause on notice"), ("a", "alpha liability cap"), ("b", "beta warranty period")]
+        )
+    ]
+    index = SummaryIndex.from_nodes(nodes, embed_model=lexical, **_columnar())
+    hits = RecursiveSummaryRetriever(index, similarity_top_k=2).retrieve("warranty period")
+    assert hits[0].node.node_id == "c2" and hits[0].node.text == "beta warranty period"
