@@ -71,7 +71,19 @@ _STAGING = re.compile(r"\.gen-\d{6,}-[0-9a-f]{8}\.staging")
 _MANIFEST_TEMP = re.compile(r"\.MANIFEST\.json\.[0-9a-f]{8}\.tmp")
 _LOCK_FILES = frozenset({WRITE_LOCK, READ_LOCK, READ_LOCK + "-journal"})
 ROWS_DATABASE = "rows.sqlite3"
-_DATABASE_FILES = frozenset({ROWS_DATABASE, *(f"{ROWS_DATABASE}-{suffix}" for suffix in ("wal", "shm", "journal"))})
+# an index's SQLite rows beside its generations: rows.sqlite3, or <part>.rows.sqlite3 for an
+# index of several parts (a summary index's chunks and summaries), with SQLite's side files
+_DATABASE_FILE = re.compile(r"(?:[a-z][a-z0-9_]*\.)?rows\.sqlite3(?:-wal|-shm|-journal)?")
+
+
+def rows_database(part: str | None = None) -> str:
+    """The file name of an index's SQLite rows (``part``: one part of an index of several)."""
+    name = ROWS_DATABASE if part is None else f"{part}.{ROWS_DATABASE}"
+    if not _DATABASE_FILE.fullmatch(name):
+        raise ValueError(f"part {part!r} must be lower-case letters, digits and '_', starting with a letter")
+    return name
+
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -284,7 +296,7 @@ class _Folder:
 def _is_ours(root: Path, name: str) -> bool:
     """Entries our persists create in an index folder, besides MANIFEST.json."""
     path = root / name
-    if name in _LOCK_FILES or name in _DATABASE_FILES or _MANIFEST_TEMP.fullmatch(name):
+    if name in _LOCK_FILES or _DATABASE_FILE.fullmatch(name) or _MANIFEST_TEMP.fullmatch(name):
         return path.is_file() and not path.is_symlink()
     if _GENERATION.fullmatch(name) or _STAGING.fullmatch(name):
         return path.is_dir() and not path.is_symlink()

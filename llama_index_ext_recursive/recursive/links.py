@@ -8,13 +8,14 @@ refused with the bad id and the closest known ones, not met at query time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from llama_index.core.schema import BaseNode, IndexNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.recursive.build import DocumentRecord
+from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentStore
 from llama_index_ext_recursive.validation import closest
 
 logger = logging.getLogger(__name__)
@@ -74,31 +75,22 @@ def check_links(
     if docstore is None:
         return
     edges: dict[str, list[str]] = {}
-    for record in documents.values():
-        for chunk_id in record.chunk_ids:
-            node = pending.get(chunk_id) or docstore.get_node(chunk_id, raise_error=False)
-            if node is None:
-                raise LinkError(
-                    f"document {record.doc_id!r} lists chunk {chunk_id!r}, which is not in "
-                    "the chunk store; rebuild or delete_document() it"
-                )
-            if isinstance(node, IndexNode):
-                target = node.index_id
-                if (
-                    target not in known_set
-                    and target not in pending
-                    and (target in removed or not docstore.document_exists(target))
-                ):
-                    problem = (
-                        f"IndexNode {node.node_id!r} in document {record.doc_id!r} points "
-                        f"to {target!r}, which is neither a document nor a chunk "
-                        f"({closest(target, known)})"
-                    )
-                    if changed is None or record.doc_id in changed or target in removed:
-                        raise LinkError(problem)
-                    stale.append(problem)
-                if target in known_set:
-                    edges.setdefault(record.doc_id, []).append(target)
+    for record, chunk_id, target in _links(documents, docstore, pending):
+        if (
+            target not in known_set
+            and target not in pending
+            and (target in removed or not docstore.document_exists(target))
+        ):
+            problem = (
+                f"IndexNode {chunk_id!r} in document {record.doc_id!r} points "
+                f"to {target!r}, which is neither a document nor a chunk "
+                f"({closest(target, known)})"
+            )
+            if changed is None or record.doc_id in changed or target in removed:
+                raise LinkError(problem)
+            stale.append(problem)
+        if target in known_set:
+            edges.setdefault(record.doc_id, []).append(target)
     if stale:
         logger.warning(
             "%d link(s) already pointed nowhere and are not followed: %s; update or delete the linking document to fix",
@@ -106,6 +98,44 @@ def check_links(
             "; ".join(stale[:5]),
         )
     raise_on_cycle(edges)
+
+
+def _links(
+    documents: Mapping[str, DocumentRecord], docstore: BaseDocumentStore, pending: Mapping[str, BaseNode]
+) -> Iterator[tuple[DocumentRecord, str, str]]:
+    """``(record, chunk id, target)`` of every ``IndexNode`` chunk.
+
+    The view of a columnar store answers from the store's map of its
+    ``IndexNode`` rows (``link_targets``), so no chunk is read: a 2M-chunk
+    index is checked in a pass over the ids. Any other docstore is
+    read chunk by chunk, and a listed chunk it lacks is an error.
+
+    Raises:
+        LinkError: a record lists a chunk the docstore lacks.
+    """
+    if isinstance(docstore, ColumnarDocumentStore):
+        targets = docstore.store.link_targets()
+        for chunk_id, node in pending.items():  # an update's chunks replace the stored ones
+            if isinstance(node, IndexNode):
+                targets[chunk_id] = node.index_id
+            else:
+                targets.pop(chunk_id, None)
+        for record in documents.values():
+            for chunk_id in record.chunk_ids:
+                target = targets.get(chunk_id)
+                if target is not None:
+                    yield record, chunk_id, target
+        return
+    for record in documents.values():
+        for chunk_id in record.chunk_ids:
+            found = pending.get(chunk_id) or docstore.get_node(chunk_id, raise_error=False)
+            if found is None:
+                raise LinkError(
+                    f"document {record.doc_id!r} lists chunk {chunk_id!r}, which is not in "
+                    "the chunk store; rebuild or delete_document() it"
+                )
+            if isinstance(found, IndexNode):
+                yield record, chunk_id, found.index_id
 
 
 def raise_on_cycle(edges: dict[str, list[str]]) -> None:

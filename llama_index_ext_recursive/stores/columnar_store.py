@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -71,6 +71,7 @@ from llama_index_ext_recursive.columnar.vectors import VectorColumn
 from llama_index_ext_recursive.filters import FilterVocabulary, filterable_metadata
 from llama_index_ext_recursive.persist import (
     ROWS_DATABASE,
+    PathLike,
     PersistError,
     published_generation,
     read_index,
@@ -120,6 +121,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
     _postings: Postings | None = PrivateAttr(default=None)
     _workers: int = PrivateAttr(default=2)
+    _links: dict[int, tuple[str, str]] = PrivateAttr(default_factory=dict)  # row -> IndexNode id, index_id
+    _part: bool = PrivateAttr(default=False)  # a level of a larger index, persisted by it (open_part)
     _lock: ReadWriteLock = PrivateAttr(default_factory=ReadWriteLock)
 
     def __init__(
@@ -169,20 +172,17 @@ class ColumnarVectorStore(BasePydanticVectorStore):
 
     # --------------------------------------------------------- persistence
     def _open(self, tokenizer: MultilingualTokenizer | None) -> None:
+        """Open the index published in this store's own folder."""
         folder = self._folder
         assert folder is not None
+        read_index(folder, KIND, lambda generation: self._load(generation, folder / ROWS_DATABASE, tokenizer))
 
-        def load(
-            generation: Path,
-        ) -> tuple[dict[str, Any], VectorColumn | None, MetadataColumns, Postings | None]:
-            state = read_state(generation, STATE, FORMAT_VERSION)
-            vectors = (
-                None if state["dim"] is None else VectorColumn.open(generation, approximate_threshold=self._threshold)
-            )
-            postings = Postings.open(generation) if state.get("tokenizer") is not None else None
-            return state, vectors, MetadataColumns.open(generation), postings
-
-        state, vectors, metadata, postings = read_index(folder, KIND, load)
+    def _load(self, folder: Path, rows_path: Path, tokenizer: MultilingualTokenizer | None) -> None:
+        """Read the components written into ``folder`` (a verified generation), rows in ``rows_path``."""
+        state = read_state(folder, STATE, FORMAT_VERSION)
+        vectors = None if state["dim"] is None else VectorColumn.open(folder, approximate_threshold=self._threshold)
+        postings = Postings.open(folder) if state.get("tokenizer") is not None else None
+        metadata = MetadataColumns.open(folder)
         counts = {len(metadata), 0 if vectors is None else vectors.row_count, int(state["rows"])}
         if postings is not None:
             counts.add(postings.row_count)
@@ -198,8 +198,90 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             )
         self._vectors, self._metadata = vectors, metadata
         self._tokenizer, self._postings = stored, postings
+        self._links = {int(row): (str(node_id), str(target)) for row, node_id, target in state.get("links", [])}
         self._generation = int(state["generation"])
-        self._rows = RowStore(folder / ROWS_DATABASE)
+        self._rows = RowStore(rows_path)
+
+    @classmethod
+    def open_part(
+        cls, folder: PathLike, rows_path: PathLike, approximate_threshold: int = 50_000, workers: int = 2
+    ) -> ColumnarVectorStore:
+        """The store :meth:`write_part` wrote as one part of a larger index.
+
+        The owning index (a summary index's chunk or summary level) verified
+        the generation ``folder`` belongs to and persists the store again
+        (:meth:`write_part`); :meth:`persist` refuses, so the store never
+        publishes a folder of its own inside the owner's.
+
+        Args:
+            folder: the part's folder inside the owner's current generation.
+            rows_path: the part's SQLite rows (beside the owner's generations).
+            approximate_threshold: as the constructor's.
+            workers: as the constructor's.
+        """
+        store = cls(approximate_threshold=approximate_threshold, workers=workers)
+        store._load(Path(folder), Path(rows_path), None)
+        store._part = True
+        return store
+
+    def write_part(self, staging: PathLike, rows_path: PathLike, published: int) -> None:
+        """Write every change since the last persist as one part of generation ``published + 1``
+        of a larger index, inside that index's :func:`~llama_index_ext_recursive.persist.write_index` block.
+
+        Components go into ``staging`` (only new segment files; the rest were
+        carried over), the new and deleted rows are committed to ``rows_path``
+        under the new generation. Call :meth:`mark_published` once the owner's
+        manifest is published; until then the changes stay pending, so a failed
+        publish is written again by the next one (the rows database discards
+        what an unpublished generation committed, :meth:`RowStore.settle`).
+
+        Raises:
+            PersistError: the folder was published (generation ``published``)
+                since this store read it, or holds another index.
+        """
+        if published != self._generation:
+            raise PersistError(
+                f"the index folder holds generation {published}, but this store read generation "
+                f"{self._generation}: another writer persisted there (or another index lives there); nothing "
+                "was written: open the folder again and repeat the changes, or persist into an empty folder"
+            )
+        staging = Path(staging)
+        staging.mkdir(parents=True, exist_ok=True)
+        rows = self._rows if self._rows is not None and self._rows.path == Path(rows_path) else RowStore(rows_path)
+        rows.settle(published)
+        generation = published + 1
+        if self._vectors is not None:
+            self._vectors.write(staging)
+        self._metadata.write(staging)
+        if self._postings is not None:
+            self._postings.write(staging)
+        write_state(
+            staging,
+            STATE,
+            FORMAT_VERSION,
+            {
+                "generation": generation,
+                "dim": None if self._vectors is None else self._vectors.dim,
+                "rows": len(self._metadata),
+                "tokenizer": None if self._tokenizer is None else self._tokenizer.to_dict(),
+                "links": [[row, node_id, target] for row, (node_id, target) in sorted(self._links.items())],
+            },
+        )
+        new_rows = np.fromiter(sorted(self._pending), dtype=np.int64, count=len(self._pending))
+        rows.commit(
+            generation,
+            new_rows,
+            [self._pending[int(row)] for row in new_rows],
+            np.fromiter(sorted(self._pending_deletes), dtype=np.int64, count=len(self._pending_deletes)),
+        )
+        self._rows = rows
+
+    def mark_published(self, generation: int) -> None:
+        """The owner published ``generation``, which :meth:`write_part` wrote: the pending changes are durable."""
+        self._generation = generation
+        self._pending.clear()
+        self._pending_ids.clear()
+        self._pending_deletes.clear()
 
     def persist(self, persist_path: str | None = None, fs: Any = None) -> None:
         """Publish every change since the last persist as one generation of the index folder.
@@ -211,8 +293,14 @@ class ColumnarVectorStore(BasePydanticVectorStore):
 
         Raises:
             PersistError: no folder is known, the folder holds something else,
-                or another process published there since this store opened it.
+                or another process published there since this store opened it;
+                or the store is a part of a larger index, which persists it.
         """
+        if self._part:
+            raise PersistError(
+                "this ColumnarVectorStore is one level of a larger index (a summary index) and is "
+                "persisted with it: persist that index (or its retriever) instead"
+            )
         if self._folder is None:
             if persist_path is None:
                 raise PersistError("this ColumnarVectorStore has no folder: pass persist(persist_path=<folder>)")
@@ -220,44 +308,11 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         elif persist_path is not None and Path(persist_path) != self._folder:
             logger.info("ColumnarVectorStore keeps its index in %s; %s is not used", self._folder, persist_path)
         folder = self._folder
-        with self._lock.writing(), write_index(folder, KIND, carry_over=True) as staging:
-            published = published_generation(folder)
-            if published != self._generation:
-                raise PersistError(
-                    f"{folder} was published (generation {published}) since this store read generation "
-                    f"{self._generation}; nothing was written: open the folder again and repeat the changes"
-                )
-            rows = self._rows or RowStore(folder / ROWS_DATABASE)
-            rows.settle(published)
-            generation = published + 1
-            if self._vectors is not None:
-                self._vectors.write(staging)
-            self._metadata.write(staging)
-            if self._postings is not None:
-                self._postings.write(staging)
-            write_state(
-                staging,
-                STATE,
-                FORMAT_VERSION,
-                {
-                    "generation": generation,
-                    "dim": None if self._vectors is None else self._vectors.dim,
-                    "rows": len(self._metadata),
-                    "tokenizer": None if self._tokenizer is None else self._tokenizer.to_dict(),
-                },
-            )
-            new_rows = np.fromiter(sorted(self._pending), dtype=np.int64, count=len(self._pending))
-            rows.commit(
-                generation,
-                new_rows,
-                [self._pending[int(row)] for row in new_rows],
-                np.fromiter(sorted(self._pending_deletes), dtype=np.int64, count=len(self._pending_deletes)),
-            )
-            self._rows = rows
-        self._generation = generation
-        self._pending.clear()
-        self._pending_ids.clear()
-        self._pending_deletes.clear()
+        with self._lock.writing():
+            with write_index(folder, KIND, carry_over=True) as staging:
+                published = published_generation(folder)
+                self.write_part(staging, folder / ROWS_DATABASE, published)
+            self.mark_published(published + 1)
 
     # ------------------------------------------------------------ updates
     def _matrix(self, nodes: Sequence[BaseNode]) -> np.ndarray:
@@ -299,6 +354,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             )
             old = self._row_of(ids)
             new = vectors.append(matrix)  # refuses a wrong width and zero/non-finite rows before any change
+            self._vectors = vectors
             try:
                 self._metadata.append(
                     [dict(filterable_metadata(n)) for n in nodes]
@@ -309,10 +365,11 @@ class ColumnarVectorStore(BasePydanticVectorStore):
                 self._pad_to(vectors.row_count)  # keep the row numbering shared, as tombstones
                 self._delete_rows(new)
                 raise
-            self._vectors = vectors
-            for row, record in zip(new.tolist(), records, strict=True):
+            for row, record, node in zip(new.tolist(), records, nodes, strict=True):
                 self._pending[row] = record
                 self._pending_ids[record[0]] = row
+                if isinstance(node, IndexNode):
+                    self._links[row] = (node.node_id, node.index_id)
             self._delete_rows(old[old >= 0])
         return ids
 
@@ -352,6 +409,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         self._metadata.delete(rows)
         if self._postings is not None:
             self._postings.delete(rows)
+        for row in rows.tolist():
+            self._links.pop(row, None)
         for row in rows.tolist():
             record = self._pending.pop(row, None)
             if record is None:
@@ -505,6 +564,12 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             rows = self._row_of(list(node_ids))
             found = iter(self._nodes(rows[rows >= 0]))
         return [next(found) if row >= 0 else None for row in rows.tolist()]
+
+    def link_targets(self) -> dict[str, str]:
+        """``node id -> index_id`` of every stored ``IndexNode`` (a link), kept as rows are added
+        and deleted, so links are checked without reading a node."""
+        with self._lock.reading():
+            return dict(self._links.values())
 
     def live_node_ids(self) -> list[str]:
         """The id of every stored node, in the order they were added (a replaced node at its new place)."""
