@@ -8,6 +8,7 @@ import hashlib
 import numpy as np
 import pytest
 from conftest import LexicalEmbedding
+from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import Document, TextNode
 
 from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
@@ -88,11 +89,17 @@ def _columnar(**kwargs):
     }
 
 
-def _pair(lexical):
-    from llama_index.core.node_parser import SentenceSplitter
-
+def _parser():
     # chunk ids from the document id and position: ties are broken by id, so both builds must share them
-    parser = SentenceSplitter(chunk_size=64, chunk_overlap=0, id_func=lambda i, doc: f"{doc.id_}-{i}")
+    return SentenceSplitter(chunk_size=64, chunk_overlap=0, id_func=lambda i, doc: f"{doc.id_}-{i}")
+
+
+def _load(root, embedding):
+    return RecursiveSummaryRetriever.from_persist_dir(root, embed_model=embedding, node_parser=_parser())
+
+
+def _pair(lexical):
+    parser = _parser()
     default = SummaryIndex.from_documents(_documents(), embed_model=lexical, node_parser=parser)
     columnar = SummaryIndex.from_documents(_documents(), embed_model=lexical, node_parser=parser, **_columnar())
     return default, columnar
@@ -180,3 +187,88 @@ def test_a_columnar_index_over_user_nodes_keeps_links_and_text(lexical):
     index = SummaryIndex.from_nodes(nodes, embed_model=lexical, **_columnar())
     hits = RecursiveSummaryRetriever(index, similarity_top_k=2).retrieve("warranty period")
     assert hits[0].node.node_id == "c2" and hits[0].node.text == "beta warranty period"
+
+
+# ------------------------------------------------------------------ persistence
+def _retriever(index, **options):
+    return RecursiveSummaryRetriever(index, similarity_top_k=4, **options)
+
+
+def _update(target):
+    changes = _documents(2, seed=7, prefix="new") + [_documents(1, seed=3, prefix="d")[0]]
+    target.add_documents(changes)
+    target.delete_document("d4")
+
+
+def test_a_persisted_columnar_index_reloads_updates_and_persists_only_what_changed(embedding, tmp_path):
+    default_index, columnar_index = _pair(embedding)
+    default, columnar = _retriever(default_index), _retriever(columnar_index)
+    root = tmp_path / "index"
+    columnar.persist(root)
+    loaded = _load(root, embedding)
+    assert isinstance(loaded.index.chunk_index.vector_store, ColumnarVectorStore)
+    assert isinstance(loaded._levels().chunk_bm25, StoreBM25Retriever)
+    assert loaded.calibration == columnar.calibration  # persisted: not measured again
+    assert _same(_answers(loaded), _answers(default))
+    vectors_file = next((root / "MANIFEST.json").parent.glob("gen-*/chunks/*.npy"))
+    first_inode = vectors_file.stat().st_ino
+    _update(default)
+    _update(loaded)
+    loaded.persist(root)
+    again = _load(root, embedding)
+    assert _same(_answers(again), _answers(default))
+    # the second generation links the first one's segment files instead of writing them again
+    carried = [p for p in root.glob("gen-*/chunks/*.npy") if p.name == vectors_file.name]
+    assert [p.stat().st_ino for p in carried] == [first_inode]
+    assert not vectors_file.exists()  # the first generation itself was retired
+    assert sorted(p.name for p in root.iterdir() if p.name.endswith(".sqlite3")) == [
+        "chunks.rows.sqlite3",
+        "summaries.rows.sqlite3",
+    ]
+
+
+def test_a_failed_persist_leaves_the_published_index_and_the_next_one_succeeds(embedding, tmp_path, monkeypatch):
+    from llama_index_ext_recursive.recursive import persist as recursive_persist
+
+    _, index = _pair(embedding)
+    root = tmp_path / "index"
+    _retriever(index).persist(root)
+    loaded = _load(root, embedding)
+    before = _answers(loaded)
+    _update(loaded)
+    after = _answers(loaded)
+    assert after != before
+
+    def broken(folder, data):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(recursive_persist, "write_config", broken)
+    with pytest.raises(OSError, match="disk full"):
+        loaded.persist(root)
+    assert _same(_answers(_load(root, embedding)), before)
+    monkeypatch.undo()
+    loaded.persist(root)
+    assert _same(_answers(_load(root, embedding)), after)
+
+
+def test_another_writer_or_another_index_in_the_folder_is_refused(embedding, tmp_path):
+    from llama_index_ext_recursive.persist import PersistError
+
+    _, index = _pair(embedding)
+    root = tmp_path / "index"
+    _retriever(index).persist(root)
+    first = _load(root, embedding)
+    second = _load(root, embedding)
+    first.delete_document("d1")
+    first.persist(root)
+    second.delete_document("d2")
+    with pytest.raises(PersistError, match="another writer"):
+        second.persist(root)
+    assert "d1" not in _load(root, embedding).index.documents
+    manifest = (root / "MANIFEST.json").read_bytes()
+    _, fresh = _pair(embedding)  # a new build is not written over the rows of the one in the folder
+    with pytest.raises(PersistError, match="persist into an empty folder"):
+        _retriever(fresh).persist(root)
+    assert (root / "MANIFEST.json").read_bytes() == manifest
+    with pytest.raises(PersistError, match="persisted with it"):  # a level is persisted by its index
+        first.index.chunk_index.vector_store.persist()

@@ -584,6 +584,16 @@ def insert_nodes(
         index.insert_nodes(nodes)
 
 
+def store_view_index(store: ColumnarVectorStore, embed_model: BaseEmbedding) -> VectorStoreIndex:
+    """A ``VectorStoreIndex`` over ``store`` whose docstore is the store's view: the level
+    as LlamaIndex code expects it, holding nothing but the store."""
+    return VectorStoreIndex(
+        [],
+        storage_context=StorageContext.from_defaults(vector_store=store, docstore=ColumnarDocumentStore(store)),
+        embed_model=embed_model,
+    )
+
+
 def new_index(
     nodes: Sequence[BaseNode],
     embed_model: BaseEmbedding,
@@ -598,13 +608,7 @@ def new_index(
     store (:class:`ColumnarDocumentStore`).
     """
     if isinstance(vector_store, ColumnarVectorStore):
-        index = VectorStoreIndex(
-            [],
-            storage_context=StorageContext.from_defaults(
-                vector_store=vector_store, docstore=ColumnarDocumentStore(vector_store)
-            ),
-            embed_model=embed_model,
-        )
+        index = store_view_index(vector_store, embed_model)
         insert_nodes(index, json_nodes(nodes), lexical_texts)
         return index
     return vector_index(

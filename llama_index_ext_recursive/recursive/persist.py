@@ -13,6 +13,17 @@ Every file is checked for its shape and against the others (the records
 against the docstores, each docstore against its vector store), so a damaged
 folder raises :class:`PersistError` naming the file instead of loading an
 index that answers ``[]``.
+
+An index whose two levels are each a
+:class:`~llama_index_ext_recursive.stores.columnar_store.ColumnarVectorStore`
+(``index.json`` says ``"storage": "columnar"``) keeps each level's column
+files in ``summaries/`` and ``chunks/`` of the generation and its rows in
+``summaries.rows.sqlite3``/``chunks.rows.sqlite3`` beside the generations.
+Its persist carries the previous generation's files over and writes only
+what changed (new segments, tombstones, the small JSON files), so persisting
+a one-document update of a 2M-chunk index writes kilobytes, and the rows
+follow the generation (a failed persist leaves the published index). Such an
+index is loaded memory-mapped, and its levels are checked by their counts.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from llama_index.core.schema import TransformComponent
 from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
-from llama_index_ext_recursive.config import component_to_dict, write_config
+from llama_index_ext_recursive.config import CONFIG_FILE, component_to_dict, write_config
 from llama_index_ext_recursive.model_identity import ModelIdentity, ModelMismatchError, check_same_model, model_identity
 from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
 from llama_index_ext_recursive.persist import (
@@ -38,12 +49,15 @@ from llama_index_ext_recursive.persist import (
     PersistError,
     load_json_object,
     load_string_map,
+    published_generation,
     read_index,
+    rows_database,
     write_index,
 )
 from llama_index_ext_recursive.recursive.build import DocumentRecord, windowed_sentence_tokenizer
-from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.index import SummaryIndex, store_view_index
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 
@@ -51,6 +65,9 @@ logger = logging.getLogger(__name__)
 
 PERSIST_KIND = "RecursiveSummaryRetriever"  # names the index kind in its folder's manifest
 INDEX_FILE = "index.json"
+SUMMARY_CACHE_FILE = "summary_cache.json"
+SIMPLE, COLUMNAR = "simple", "columnar"  # how index.json says the levels are stored
+LEVELS = ("summaries", "chunks")
 LEGACY_FORMAT = 1  # one flat config.json holding the index and the settings
 # settings of the previous format that are the retriever's, not the index's
 LEGACY_SETTINGS = (
@@ -138,7 +155,18 @@ def index_to_dict(index: SummaryIndex) -> dict[str, Any]:
         transformations=transformations_config(index.transformations),
         doc_id_key=index.doc_id_key,
         summary_embedding=index.summary_embedding.value,
+        storage=COLUMNAR if _columnar_stores(index) else SIMPLE,
     )
+
+
+def _columnar_stores(index: SummaryIndex) -> dict[str, ColumnarVectorStore] | None:
+    """The two levels' stores by folder name, when both are columnar (``None`` otherwise)."""
+    if index.chunk_index is None:
+        return None
+    stores = dict(zip(LEVELS, (index.summary_index.vector_store, index.chunk_index.vector_store), strict=True))
+    if all(isinstance(store, ColumnarVectorStore) for store in stores.values()):
+        return stores  # type: ignore[return-value]
+    return None
 
 
 def persist_index(index: SummaryIndex, persist_dir: str | Path, config: Mapping[str, Any]) -> None:
@@ -149,22 +177,51 @@ def persist_index(index: SummaryIndex, persist_dir: str | Path, config: Mapping[
         NotImplementedError: the vectors live in an external store.
     """
     chunk_index = index.require_stores("persist")
+    stores = _columnar_stores(index)
+    if stores is not None:
+        _persist_columnar(index, Path(persist_dir), stores, config)
+        return
     for part in (index.summary_index, chunk_index):
         if not isinstance(part.vector_store, SimpleVectorStore):
             raise NotImplementedError(
-                f"persist writes the embedded store, but this retriever uses "
-                f"{type(part.vector_store).__name__}, which keeps its own data; rebuild with "
-                "the default store to persist, or keep the external store and rebuild "
+                f"persist writes the embedded stores (the default, or a ColumnarVectorStore for both "
+                f"levels), but this retriever uses {type(part.vector_store).__name__}, which keeps its own "
+                "data; rebuild with an embedded store to persist, or keep the external store and rebuild "
                 "the retriever over it"
             )
     with write_index(persist_dir, PERSIST_KIND) as staging, index.state_lock.reading():
         index.summary_index.storage_context.persist(str(staging / "summaries"))
         chunk_index.storage_context.persist(str(staging / "chunks"))
-        index.summary_cache.save(staging / "summary_cache.json")
-        (staging / INDEX_FILE).write_text(
-            json.dumps(index_to_dict(index), ensure_ascii=False, indent=1), encoding="utf-8"
-        )
-        write_config(staging, config)
+        _write_index_files(index, staging, config)
+
+
+def _write_index_files(index: SummaryIndex, staging: Path, config: Mapping[str, Any]) -> None:
+    """``summary_cache.json``, ``index.json`` and ``config.json``, as new files: a staging
+    folder that carries the previous generation over holds links to its files, which
+    must be replaced, never written into."""
+    for name in (SUMMARY_CACHE_FILE, INDEX_FILE, CONFIG_FILE):
+        (staging / name).unlink(missing_ok=True)
+    index.summary_cache.save(staging / SUMMARY_CACHE_FILE)
+    (staging / INDEX_FILE).write_text(json.dumps(index_to_dict(index), ensure_ascii=False, indent=1), encoding="utf-8")
+    write_config(staging, config)
+
+
+def _persist_columnar(
+    index: SummaryIndex, root: Path, stores: Mapping[str, ColumnarVectorStore], config: Mapping[str, Any]
+) -> None:
+    """Publish the changes of both columnar levels and the index files as one generation.
+
+    Raises:
+        PersistError: another writer published at ``root`` since the index was
+            read, or ``root`` holds another index (nothing is written).
+    """
+    with write_index(root, PERSIST_KIND, carry_over=True) as staging, index.state_lock.reading():
+        published = published_generation(root)
+        for part, store in stores.items():
+            store.write_part(staging / part, root / rows_database(part), published)
+        _write_index_files(index, staging, config)
+    for store in stores.values():
+        store.mark_published(published + 1)
 
 
 def load_persisted(
@@ -210,11 +267,21 @@ def load_persisted(
         except ModelMismatchError as exc:
             raise PersistError(str(exc)) from exc
         documents = _records(stored["documents"], index_path)
-        summary_index = load_level(root / "summaries", model[0])
-        chunk_index = load_level(root / "chunks", model[0])
-        _check_records(documents, summary_index, chunk_index, root, index_path)
+        storage = stored.get("storage", SIMPLE)
+        if storage == COLUMNAR:
+            summary_index, chunk_index = (columnar_level(root, part, model[0]) for part in LEVELS)
+            _check_counts(documents, summary_index, chunk_index, index_path)
+        elif storage == SIMPLE:
+            summary_index = load_level(root / "summaries", model[0])
+            chunk_index = load_level(root / "chunks", model[0])
+            _check_records(documents, summary_index, chunk_index, root, index_path)
+        else:
+            raise PersistError(
+                f"{index_path} keeps its levels in {storage!r} storage, which this version cannot read "
+                f"(it reads {SIMPLE!r} and {COLUMNAR!r}): upgrade llama-index-ext-recursive"
+            )
         cache = SummaryCache()
-        cache.entries = load_string_map(root / "summary_cache.json")
+        cache.entries = load_string_map(root / SUMMARY_CACHE_FILE)
         try:
             steps = transformations or transformations_from_config(stored.get("transformations"))
             index = SummaryIndex(
@@ -310,6 +377,31 @@ def _check_records(
             )
 
 
+def columnar_level(generation: Path, part: str, embed_model: BaseEmbedding) -> VectorStoreIndex:
+    """One columnar level: its column files memory-mapped from the verified ``generation``,
+    its rows in the SQLite file beside the generations."""
+    store = ColumnarVectorStore.open_part(generation / part, generation.parent / rows_database(part))
+    return store_view_index(store, embed_model)
+
+
+def _check_counts(
+    documents: Mapping[str, DocumentRecord], summary_index: VectorStoreIndex, chunk_index: VectorStoreIndex, path: Path
+) -> None:
+    """The records and the columnar levels hold as many chunks and summaries (a check that
+    reads no node: the levels' files come from one generation, verified by the manifest)."""
+    chunks = sum(len(record.chunk_ids) for record in documents.values())
+    for level, expected, store in (
+        ("chunks", chunks, chunk_index.vector_store),
+        ("summaries", len(documents), summary_index.vector_store),
+    ):
+        held = store.node_count if isinstance(store, ColumnarVectorStore) else -1
+        if held != expected:
+            raise PersistError(
+                f"{path} lists {expected} {level} but the {level} level holds {held}: the files come "
+                "from different persists; persist the retriever again"
+            )
+
+
 def load_level(path: Path, embed_model: BaseEmbedding) -> VectorStoreIndex:
     """Load one persisted level (``summaries/`` or ``chunks/``), checking its files agree.
 
@@ -379,7 +471,7 @@ def load_summary_cache(persist_dir: str | Path) -> SummaryCache:
     """
     cache = SummaryCache()
     try:
-        cache.entries = read_index(persist_dir, PERSIST_KIND, lambda root: load_string_map(root / "summary_cache.json"))
+        cache.entries = read_index(persist_dir, PERSIST_KIND, lambda root: load_string_map(root / SUMMARY_CACHE_FILE))
     except NoIndexError:
         pass
     return cache
