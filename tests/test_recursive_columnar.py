@@ -272,3 +272,55 @@ def test_another_writer_or_another_index_in_the_folder_is_refused(embedding, tmp
     assert (root / "MANIFEST.json").read_bytes() == manifest
     with pytest.raises(PersistError, match="persisted with it"):  # a level is persisted by its index
         first.index.chunk_index.vector_store.persist()
+
+
+# ------------------------------------------------------------------ streaming build
+def test_a_streamed_build_in_small_batches_answers_as_the_default(embedding, monkeypatch):
+    """Documents from a generator are chunked, summarized, embedded and stored a few at a time;
+    the index answers as one built from the whole list in memory."""
+    from llama_index_ext_recursive.recursive import build
+
+    monkeypatch.setattr(build, "STREAM_DOCUMENTS", 3)
+    monkeypatch.setattr(build, "STREAM_NODES", 7)
+    chunk_store = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    stored_while_reading = []
+
+    def documents():
+        for document in _documents():
+            stored_while_reading.append(chunk_store.node_count)
+            yield document
+
+    streamed = SummaryIndex.from_documents(
+        documents(),
+        embed_model=embedding,
+        node_parser=_parser(),
+        chunk_vector_store=chunk_store,
+        summary_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+    )
+    assert stored_while_reading[0] == 0 and stored_while_reading[-1] > 0  # indexed before the stream ended
+    default = SummaryIndex.from_documents(_documents(), embed_model=embedding, node_parser=_parser())
+    assert streamed.documents == default.documents
+    for options in MODES:
+        assert _same(_answers(_retriever(streamed, **options)), _answers(_retriever(default, **options)))
+
+
+def test_a_stream_whose_documents_are_not_together_or_reuse_ids_is_refused_by_name(embedding, monkeypatch):
+    from llama_index_ext_recursive.recursive import build as build_module
+
+    monkeypatch.setattr(build_module, "STREAM_NODES", 2)
+
+    def node(node_id, doc):
+        return TextNode(id_=node_id, text=f"text of {node_id}", metadata={"doc_id": doc})
+
+    def build(nodes):
+        return SummaryIndex.from_nodes(nodes, embed_model=embedding, **_columnar())
+
+    with pytest.raises(ValueError, match="the nodes of document 'a' are not together"):
+        build(iter([node("a1", "a"), node("a2", "a"), node("b1", "b"), node("b2", "b"), node("a3", "a")]))
+    with pytest.raises(ValueError, match="node id 'x' is used in two documents, 'a' and 'b'"):
+        build(iter([node("x", "a"), node("a2", "a"), node("x", "b")]))
+    with pytest.raises(ValueError, match="no nodes to index"):
+        build(iter([TextNode(id_="blank", text="  ", metadata={"doc_id": "a"})]))
+    # a list needs no order: it is grouped whole, then indexed in batches
+    index = build([node("a1", "a"), node("b1", "b"), node("c1", "c"), node("a2", "a"), node("b2", "b")])
+    assert index.documents["a"].chunk_ids == ["a1", "a2"] and index.documents["b"].chunk_ids == ["b1", "b2"]

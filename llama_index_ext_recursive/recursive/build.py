@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -273,6 +273,10 @@ def chunk_documents(
     node_parser: NodeParser | Sequence[TransformComponent] | None = None,
     doc_id_key: str | None = None,
     show_progress: bool = False,
+    *,
+    seen: dict[str, int] | None = None,
+    start: int = 0,
+    allow_empty: bool = False,
 ) -> ChunkedNodes:
     """Chunk documents; each chunk's metadata names its document under ``doc_id_key``
     (``None``: ``"doc_id"``).
@@ -288,6 +292,10 @@ def chunk_documents(
             when ``None``).
         doc_id_key: metadata key naming a document's id (else its ``doc_id``).
         show_progress: show a progress bar over the documents.
+        seen: document id -> position of the documents of earlier batches of one
+            stream (:func:`stream_chunks`), so an id is refused across batches too.
+        start: the position of the first of ``documents`` in that stream.
+        allow_empty: a batch of a stream may hold only empty documents.
 
     Raises:
         TypeError: an item is not a ``Document``.
@@ -297,9 +305,10 @@ def chunk_documents(
     _refuse_single(documents, "documents", Document)
     doc_id_key = doc_id_key or DOC_ID_KEY
     keyed: list[Document] = []
-    seen: dict[str, int] = {}
+    seen = {} if seen is None else seen
+    batch: list[str] = []
     blank: list[str] = []
-    for position, document in enumerate(documents):
+    for position, document in enumerate(documents, start=start):
         if not isinstance(document, Document):
             raise TypeError(
                 f"documents[{position}] is a {type(document).__name__}, not a Document; "
@@ -312,6 +321,7 @@ def chunk_documents(
                 f"{key!r} (metadata[{doc_id_key!r}] or doc_id): give each document its own id"
             )
         seen[key] = position
+        batch.append(key)
         if not document.get_content(metadata_mode=MetadataMode.NONE).strip():
             blank.append(key)
             continue
@@ -334,11 +344,11 @@ def chunk_documents(
             chunkless.append(document.id_)
         chunks.extend(parsed)
     skipped = set(blank + chunkless)
-    nodes = ChunkedNodes(chunks, [key for key in seen if key in skipped])
+    nodes = ChunkedNodes(chunks, [key for key in batch if key in skipped])
     if nodes.skipped_documents:
-        if not nodes:
+        if not nodes and not allow_empty:
             raise ValueError(
-                f"every document was empty: the {len(seen)} given ({_names(nodes.skipped_documents)}) "
+                f"every document was empty: the {len(batch)} given ({_names(nodes.skipped_documents)}) "
                 "have no text to index (empty, whitespace-only, or no chunks from the node "
                 "parser); check how they were read (file type, encoding, text field)"
             )
@@ -346,10 +356,111 @@ def chunk_documents(
             "skipped %d of %d documents with no text to index (empty, whitespace-only, or no "
             "chunks from the node parser): %s",
             len(nodes.skipped_documents),
-            len(seen),
+            len(batch),
             _names(nodes.skipped_documents),
         )
     return nodes
+
+
+STREAM_DOCUMENTS = 256  # documents chunked at a time by a streaming build
+
+
+def stream_chunks(
+    documents: Iterable[Document],
+    node_parser: NodeParser | Sequence[TransformComponent] | None = None,
+    doc_id_key: str | None = None,
+    batch_documents: int | None = None,
+) -> Iterator[BaseNode]:
+    """The chunks of ``documents``, chunked ``batch_documents`` at a time as they are consumed.
+
+    :func:`chunk_documents` over a stream: each document's chunks come
+    together, a document id used twice is refused across batches, and only
+    when no document at all had text is that an error. What a streaming
+    build (:func:`node_batches`) reads, so no list of documents or chunks is
+    ever held.
+    """
+    _refuse_single(documents, "documents", Document)
+    seen: dict[str, int] = {}
+    produced = 0
+    position = 0
+    for batch in _batched(documents, batch_documents or STREAM_DOCUMENTS):
+        chunks = chunk_documents(batch, node_parser, doc_id_key, seen=seen, start=position, allow_empty=True)
+        position += len(batch)
+        produced += len(chunks)
+        yield from chunks
+    if not produced:
+        raise ValueError(
+            f"every document was empty: the {position} given have no text to index (empty, whitespace-only, "
+            "or no chunks from the node parser); check how they were read (file type, encoding, text field)"
+        )
+
+
+def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+STREAM_NODES = 20_000  # nodes a streaming build summarizes, embeds and stores at a time
+
+
+def node_batches(
+    nodes: Iterable[BaseNode], doc_id_key: str | None = None, batch_nodes: int | None = None
+) -> Iterator[NodeGroups]:
+    """:func:`group_nodes` over a stream, about ``batch_nodes`` nodes at a time, cut between documents.
+
+    A streaming build indexes each batch before reading the next, so the
+    stream is never held whole. That needs each document's nodes together
+    (as :func:`stream_chunks` and every reader of one document at a time
+    give them); a document met again after its batch was indexed is refused,
+    naming it. Node ids are checked across batches, and only a stream with
+    no node of text at all is an error. A list (any sequence) is grouped
+    whole first, so its documents need no order: the caller holds it anyway.
+
+    Raises:
+        ValueError: a document's nodes are not together, or any error of :func:`group_nodes`.
+    """
+    _refuse_single(nodes, "nodes", BaseNode)
+    batch_nodes = batch_nodes or STREAM_NODES
+    if isinstance(nodes, Sequence):
+        yield from _split(group_nodes(nodes, doc_id_key), batch_nodes)
+        return
+    owners: dict[str, tuple[str, int]] = {}
+    indexed: set[str] = set()
+    batch: list[BaseNode] = []
+    keys: set[str] = set()
+    current: str | None = None
+    start = position = produced = 0
+    for position, node in enumerate(nodes):
+        key = _node_key(node, doc_id_key) if isinstance(node, BaseNode) else None
+        key = None if key in (None, "") else str(key)
+        if key != current and key is not None:
+            if len(batch) >= batch_nodes:
+                groups = group_nodes(batch, doc_id_key, owners=owners, start=start, allow_empty=True)
+                produced += len(groups)
+                indexed |= keys
+                yield groups
+                batch, keys, start = [], set(), position
+            if key in indexed:
+                raise ValueError(
+                    f"the nodes of document {key!r} are not together (nodes[{position}] comes after the "
+                    "document was indexed): a streaming build indexes each document when its nodes end; "
+                    "give each document's nodes in one run (sort them by document), or pass a list"
+                )
+            current = key
+            keys.add(key)
+        batch.append(node)
+    if batch:
+        groups = group_nodes(batch, doc_id_key, owners=owners, start=start, allow_empty=True)
+        produced += len(groups)
+        yield groups
+    if not produced:
+        raise ValueError("no nodes to index: the stream held no node with text (IndexNode links count)")
 
 
 def _parse_one(steps: list[TransformComponent], document: Document) -> Sequence[BaseNode]:
@@ -377,7 +488,29 @@ def _node_key(node: BaseNode, doc_id_key: str | None) -> Any:
     return key if key not in (None, "") else node.ref_doc_id
 
 
-def group_nodes(nodes: Iterable[BaseNode], doc_id_key: str | None = None) -> NodeGroups:
+def _split(groups: NodeGroups, batch_nodes: int) -> Iterator[NodeGroups]:
+    """``groups`` in parts of about ``batch_nodes`` nodes, whole documents each (the first
+    part carries what grouping skipped)."""
+    part = NodeGroups()
+    part.skipped_documents, part.skipped_nodes = groups.skipped_documents, groups.skipped_nodes
+    size = 0
+    for doc_id, nodes in groups.items():
+        if size >= batch_nodes:
+            yield part
+            part, size = NodeGroups(), 0
+        part[doc_id] = nodes
+        size += len(nodes)
+    yield part
+
+
+def group_nodes(
+    nodes: Iterable[BaseNode],
+    doc_id_key: str | None = None,
+    *,
+    owners: dict[str, tuple[str, int]] | None = None,
+    start: int = 0,
+    allow_empty: bool = False,
+) -> NodeGroups:
     """Copies of ``nodes`` grouped by document, with ``ref_doc_id`` set to the key.
 
     The user's nodes are never modified; a different original ``ref_doc_id``
@@ -390,6 +523,10 @@ def group_nodes(nodes: Iterable[BaseNode], doc_id_key: str | None = None) -> Nod
         nodes: any iterable of nodes (a list, a generator, ...).
         doc_id_key: metadata key naming each node's document (``None``:
             ``metadata["doc_id"]``, else the node's ``ref_doc_id``).
+        owners: node id -> (document, position) of earlier batches of one stream
+            (:func:`node_batches`), so an id is refused across batches too.
+        start: the position of the first of ``nodes`` in that stream.
+        allow_empty: a batch of a stream may hold only blank nodes.
 
     Raises:
         TypeError: an item is not a node.
@@ -398,9 +535,9 @@ def group_nodes(nodes: Iterable[BaseNode], doc_id_key: str | None = None) -> Nod
     """
     _refuse_single(nodes, "nodes", BaseNode)
     groups = NodeGroups()
-    owners: dict[str, tuple[str, int]] = {}
+    owners = {} if owners is None else owners
     blank: dict[str, list[str]] = {}
-    for position, node in enumerate(nodes):
+    for position, node in enumerate(nodes, start=start):
         if not isinstance(node, BaseNode):
             raise TypeError(
                 f"nodes[{position}] is a {type(node).__name__}, not a node (TextNode, IndexNode, "
@@ -436,7 +573,7 @@ def group_nodes(nodes: Iterable[BaseNode], doc_id_key: str | None = None) -> Nod
     emptied = [key for key in blank if key not in groups]
     groups.skipped_documents = list(getattr(nodes, "skipped_documents", [])) + emptied
     if groups.skipped_nodes:
-        if not groups:
+        if not groups and not allow_empty:
             raise ValueError(
                 f"every document was empty: all {len(groups.skipped_nodes)} nodes "
                 f"({_names(groups.skipped_nodes)}) of {_names(emptied)} have no text; "

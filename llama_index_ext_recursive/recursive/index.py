@@ -43,6 +43,7 @@ from llama_index.core.schema import BaseNode, Document, IndexNode, MetadataMode,
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
+from tqdm.auto import tqdm
 
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.filters import FilterVocabulary
@@ -55,7 +56,9 @@ from llama_index_ext_recursive.recursive.build import (
     check_new_node_ids,
     chunk_documents,
     group_nodes,
+    node_batches,
     resolve_transformations,
+    stream_chunks,
 )
 from llama_index_ext_recursive.recursive.evidence import document_text
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
@@ -157,6 +160,14 @@ class SummaryIndex:
         Other keywords (``embed_model``, ``embedding_cache``, ...) are
         :meth:`from_nodes`'s."""
         steps = resolve_transformations(node_parser, transformations)
+        if _columnar_levels(kwargs.get("summary_vector_store"), kwargs.get("chunk_vector_store")):
+            return cls.from_nodes(
+                stream_chunks(documents, steps, doc_id_key),
+                doc_id_key=doc_id_key,
+                show_progress=show_progress,
+                transformations=steps,
+                **kwargs,
+            )
         documents = list(documents)
         progress = auto_progress(show_progress, len(documents))
         nodes = chunk_documents(documents, steps, doc_id_key, progress)
@@ -188,7 +199,27 @@ class SummaryIndex:
         :meth:`add_documents`/:meth:`add_nodes`. A cache created from a path
         does not keep queries. The index records the inner model's name, and
         a persisted index loads back with the plain model.
+
+        With a :class:`ColumnarVectorStore` for both levels the build streams:
+        ``nodes`` (a list, or a generator that yields each document's nodes
+        together) are summarized, embedded and stored about
+        :data:`~.build.STREAM_NODES` at a time, so memory holds one batch of
+        nodes, not the corpus; the bundled model, when one is chosen, is
+        chosen by the first batch.
         """
+        if _columnar_levels(summary_vector_store, chunk_vector_store):
+            return cls._streamed(
+                node_batches(nodes, doc_id_key),
+                doc_id_key=doc_id_key,
+                embed_model=embed_model,
+                summarizer=summarizer or ExtractiveSummarizer(),
+                summary_cache=summary_cache if summary_cache is not None else SummaryCache(),
+                show_progress=show_progress is not False,
+                summary_embedding=SummaryEmbedding(summary_embedding),
+                stores=(summary_vector_store, chunk_vector_store),  # type: ignore[arg-type]
+                transformations=transformations,
+                embedding_cache=embedding_cache,
+            )
         nodes = list(nodes)
         if not nodes:
             raise ValueError("no nodes to index: pass at least one node or document")
@@ -218,6 +249,61 @@ class SummaryIndex:
             transformations=transformations,
             summarizer=summarizer,
             summary_cache=cache,
+            summary_embedding=summary_embedding,
+            embedding_choice=choice.to_dict(),
+        )
+
+    @classmethod
+    def _streamed(
+        cls,
+        batches: Iterable[dict[str, list[BaseNode]]],
+        *,
+        doc_id_key: str | None,
+        embed_model: BaseEmbedding | None,
+        summarizer: Summarizer,
+        summary_cache: SummaryCache,
+        show_progress: bool,
+        summary_embedding: SummaryEmbedding,
+        stores: tuple[ColumnarVectorStore, ColumnarVectorStore],
+        transformations: Sequence[TransformComponent] | None,
+        embedding_cache: str | Path | CachedEmbedding | None,
+    ) -> SummaryIndex:
+        """Build over columnar stores one batch of documents at a time (see :meth:`from_nodes`)."""
+        check_embedding_cache(embedding_cache)  # a file that is not a cache fails before any work
+        levels: tuple[VectorStoreIndex, VectorStoreIndex] | None = None
+        choice = None
+        model: BaseEmbedding | None = None
+        dim: int | None = None
+        records: dict[str, DocumentRecord] = {}
+        with tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar:
+            for groups in batches:
+                built = build_documents(groups, doc_id_key, summarizer, summary_cache)
+                if levels is None:
+                    choice = choose_embed_model(embed_model, texts=corpus_sample(built.chunk_nodes))
+                    model = as_cached(choice.model, embedding_cache)
+                    levels = (store_view_index(stores[0], model), store_view_index(stores[1], model))
+                assert model is not None
+                dim = attach_embeddings(built, model, summary_embedding, dim=dim)
+                embed_summaries(built, model, dim)
+                insert_nodes(levels[1], built.chunk_nodes)
+                insert_nodes(
+                    levels[0],
+                    built.summary_nodes,
+                    # called at once, inside this iteration
+                    lambda: search_texts(built.summary_nodes, built.records, built.chunk_nodes),  # noqa: B023
+                )
+                records.update(built.records)
+                bar.update(len(built.records))
+        assert levels is not None and choice is not None  # node_batches yields at least one batch or raises
+        return cls(
+            levels[0],
+            levels[1],
+            documents=records,
+            embed_model=model,
+            doc_id_key=doc_id_key,
+            transformations=transformations,
+            summarizer=summarizer,
+            summary_cache=summary_cache,
             summary_embedding=summary_embedding,
             embedding_choice=choice.to_dict(),
         )
@@ -504,6 +590,11 @@ class SummaryIndex:
             if add is not None:
                 self._vocabulary.add_nodes(add.chunk_nodes)
         self.generation += 1
+
+
+def _columnar_levels(summary_store: Any, chunk_store: Any) -> bool:
+    """Both levels are a :class:`ColumnarVectorStore`: the build streams and persists as one."""
+    return isinstance(summary_store, ColumnarVectorStore) and isinstance(chunk_store, ColumnarVectorStore)
 
 
 def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> dict[str, BaseRetriever]:
