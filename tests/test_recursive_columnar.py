@@ -324,3 +324,19 @@ def test_a_stream_whose_documents_are_not_together_or_reuse_ids_is_refused_by_na
     # a list needs no order: it is grouped whole, then indexed in batches
     index = build([node("a1", "a"), node("b1", "b"), node("c1", "c"), node("a2", "a"), node("b2", "b")])
     assert index.documents["a"].chunk_ids == ["a1", "a2"] and index.documents["b"].chunk_ids == ["b1", "b2"]
+
+
+def test_columnar_stores_without_a_keyword_column_still_search_hybrid(embedding):
+    """Stores created without tokenizer=: the BM25 levels are built in memory from the stored
+    nodes, and the answers are the default storage's."""
+    default_index, _ = _pair(embedding)
+    plain = SummaryIndex.from_documents(
+        _documents(),
+        embed_model=embedding,
+        node_parser=_parser(),
+        chunk_vector_store=ColumnarVectorStore(),
+        summary_vector_store=ColumnarVectorStore(),
+    )
+    levels = _retriever(plain)._levels()
+    assert isinstance(levels.chunk_bm25, MultilingualBM25Retriever)
+    assert _same(_answers(_retriever(plain)), _answers(_retriever(default_index)))

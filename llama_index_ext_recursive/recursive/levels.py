@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store import VectorStoreIndex
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
@@ -168,7 +169,7 @@ def build_levels(owner: Owner) -> Levels:
 
     index = owner.index
     depth = owner.document_depth(owner.similarity_top_k)
-    chunk_nodes = list(index.docstore.docs.values()) if index.docstore is not None else []
+    chunks = _Chunks(index.chunk_index)
     summary_vector = _vector(owner, index.summary_index, depth)
     chunk_vector = _vector(owner, index.chunk_index, owner.similarity_top_k) if index.chunk_index is not None else None
     summary_bm25: LexicalLevel | None = None
@@ -180,19 +181,19 @@ def build_levels(owner: Owner) -> Levels:
             metadata_mode=MetadataMode.NONE,  # document_text holds the metadata
             unknown_filter_key=None,  # checked by the retriever's resolve_call
         )
-    if owner.chunk_mode != LevelMode.VECTOR and chunk_nodes:
-        assert index.chunk_index is not None  # chunk nodes come from its docstore
+    if owner.chunk_mode != LevelMode.VECTOR and chunks.count:
+        assert index.chunk_index is not None  # chunks come from its store
         chunk_bm25 = _store_bm25(index.chunk_index, owner.similarity_top_k) or MultilingualBM25Retriever.from_defaults(
-            nodes=chunk_nodes, similarity_top_k=owner.similarity_top_k, unknown_filter_key=None
+            nodes=chunks.nodes(), similarity_top_k=owner.similarity_top_k, unknown_filter_key=None
         )
     calibration = owner._calibration
     if "documents" not in calibration and owner.summary_mode == LevelMode.HYBRID and summary_bm25:
-        calibration["documents"] = _calibrate_documents(owner, summary_vector, summary_bm25, chunk_nodes)
+        calibration["documents"] = _calibrate_documents(owner, summary_vector, summary_bm25, chunks.sample())
     # chunk_bm25 means chunks, so a chunk index and its chunk_vector
     if "chunks" not in calibration and owner.chunk_mode == LevelMode.HYBRID and chunk_bm25 and chunk_vector is not None:
         calibration["chunks"] = calibrate_children(
             [chunk_vector, chunk_bm25],
-            chunk_nodes,
+            chunks.sample(),
             embed_model=index.embed_model,
             show_progress=owner._show_progress,
             names=list(HYBRID_NAMES),
@@ -206,9 +207,58 @@ def build_levels(owner: Owner) -> Levels:
         summary_vector,
         chunk_vector,
         chunk_doc={c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
-        link_ids=frozenset(n.node_id for n in chunk_nodes if isinstance(n, IndexNode)),
+        link_ids=chunks.link_ids(),
         summary_doc={summary.node_id: doc_id for doc_id, summary in index.summaries.items()},
     )
+
+
+CALIBRATION_POOL = 20_000  # chunks of a columnar store calibration samples its pseudo-queries from
+
+
+class _Chunks:
+    """What the levels read of the chunk level: its size, its links, nodes to calibrate on.
+
+    A docstore in memory is read once, whole. A columnar store is not read
+    whole at all: its size and links are known without a node, and
+    calibration (which cuts :data:`~llama_index_ext_recursive.retrievers.calibrate.DEFAULT_CALIBRATION_SAMPLES`
+    pseudo-queries per script) reads every chunk up to :data:`CALIBRATION_POOL`
+    chunks, beyond it that many chunks evenly spaced over the rows.
+    """
+
+    def __init__(self, chunk_index: VectorStoreIndex | None) -> None:
+        store = chunk_index.vector_store if chunk_index is not None else None
+        self._store = store if isinstance(store, ColumnarVectorStore) else None
+        self._nodes: list[BaseNode] | None = None
+        self._sampled = False
+        if self._store is None:
+            self._nodes = list(chunk_index.docstore.docs.values()) if chunk_index is not None else []
+        self.count = self._store.node_count if self._store is not None else len(self._nodes or [])
+
+    def sample(self) -> list[BaseNode]:
+        """The chunks calibration cuts pseudo-queries from (read once, kept for both levels)."""
+        if self._nodes is None:
+            assert self._store is not None
+            ids = self._store.live_node_ids()
+            if len(ids) > CALIBRATION_POOL:
+                ids = [ids[i] for i in np.linspace(0, len(ids) - 1, CALIBRATION_POOL).astype(int)]
+            self._sampled = True
+            self._nodes = [node for node in self._store.nodes_by_id(ids) if node is not None]
+        return self._nodes
+
+    def nodes(self) -> list[BaseNode]:
+        """Every chunk: for a level in memory, or an in-memory BM25 over a columnar store
+        created without a tokenizer (which then reads every chunk once)."""
+        if self._nodes is None or self._sampled:
+            assert self._store is not None
+            self._nodes = [n for n in self._store.nodes_by_id(self._store.live_node_ids()) if n is not None]
+            self._sampled = False
+        return self._nodes
+
+    def link_ids(self) -> frozenset[str]:
+        """Ids of the chunks that are ``IndexNode`` links."""
+        if self._store is not None:
+            return frozenset(self._store.link_targets())
+        return frozenset(n.node_id for n in self.nodes() if isinstance(n, IndexNode))
 
 
 def _store_bm25(store_index: VectorStoreIndex, top_k: int) -> StoreBM25Retriever | None:
