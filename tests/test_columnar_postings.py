@@ -207,6 +207,30 @@ def test_tokenising_on_two_processes_equals_one(language):
         tokenize_texts(["text", 3], tokenizer)  # type: ignore[list-item]
 
 
+def test_a_script_without_a_main_guard_tokenises_on_two_processes_once(tmp_path):
+    """The workers are not multiprocessing's: they do not run the caller's script again, so a
+    plain script (no ``if __name__ == "__main__":``) tokenises in parallel, once."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "runs"
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import json, pathlib\n"
+        "from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts\n"
+        f"pathlib.Path({str(marker)!r}).open('a').write('run\\n')\n"
+        f"texts = {TEXTS!r}\n"
+        "tokenizer = MultilingualTokenizer()\n"
+        "parallel = tokenize_texts(texts, tokenizer, workers=2, min_parallel=4)\n"
+        "print(json.dumps(parallel == [tokenizer(t) for t in texts]))\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "true"
+    assert marker.read_text() == "run\n"  # the script ran once: no worker re-ran it
+
+
 def test_writing_into_a_folder_never_removes_files_it_did_not_write(tmp_path):
     theirs = [tmp_path / "postings-000001-notes.npy", tmp_path / "postings-000009-rows.npy"]
     for path in theirs:
