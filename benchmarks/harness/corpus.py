@@ -224,15 +224,28 @@ class TopicCorpus:
         corpus's chunks in order, ``vocabularies`` its documents' word indices.
         """
         rng = np.random.default_rng(self.seed + 1)
-        pool = self.pool
+        return [
+            self._query_for(nodes[int(row)], vocabularies[int(row) // self.chunks], rng, noise)
+            for row in rng.integers(0, len(nodes), size=n)
+        ]
+
+    def sampled_chunk_queries(self, n: int, noise: float) -> list[tuple[str, list[float], str, str]]:
+        """:meth:`chunk_queries` without the corpus in memory: each query's document is drawn
+        alone (:meth:`document`), so a 2M-chunk corpus is never held."""
+        rng = np.random.default_rng(self.seed + 1)
         out = []
-        for row in rng.integers(0, len(nodes), size=n):
-            node = nodes[int(row)]
-            picked = list(rng.choice(node.text.replace(".", "").lower().split(), size=6, replace=False))
-            picked += [pool[w] for w in rng.choice(vocabularies[int(row) // self.chunks], size=2)]
-            vector = unit(np.asarray(node.embedding) + noise * unit(rng.standard_normal(self.dim)))
-            out.append((" ".join(picked), vector.tolist(), node.node_id, node.metadata["doc_id"]))
+        for row in rng.integers(0, self.docs * self.chunks, size=n):
+            document = self.document(int(row) // self.chunks)
+            out.append(self._query_for(document.chunks[int(row) % self.chunks], document.vocabulary, rng, noise))
         return out
+
+    def _query_for(
+        self, node: TextNode, vocabulary: np.ndarray, rng: np.random.Generator, noise: float
+    ) -> tuple[str, list[float], str, str]:
+        picked = list(rng.choice(node.text.replace(".", "").lower().split(), size=6, replace=False))
+        picked += [self.pool[w] for w in rng.choice(vocabulary, size=2)]
+        vector = unit(np.asarray(node.embedding) + noise * unit(rng.standard_normal(self.dim)))
+        return " ".join(picked), vector.tolist(), node.node_id, node.metadata["doc_id"]
 
 
 # ------------------------------------------------------------ large documents

@@ -48,13 +48,19 @@ DATABASE_NAME = ROWS_DATABASE  # persist.py knows it as part of an index folder
 # host parameters per statement: far below SQLite's limit (32766 since 3.32, 999 before)
 _BATCH = 500
 
+_INDEXES = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS rows_by_node_id ON rows (node_id) WHERE deleted IS NULL",
+    "CREATE INDEX IF NOT EXISTS rows_by_ref_doc_id ON rows (ref_doc_id)",
+    # every version of a node id, deleted ones included: a reader of an older generation
+    # looks a node up among them (visible_rows_of), which the partial index above cannot answer
+    "CREATE INDEX IF NOT EXISTS rows_by_node_version ON rows (node_id, added)",
+)
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     # added/deleted: the index generation that published the row / its deletion (see commit)
     "CREATE TABLE IF NOT EXISTS rows (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL, ref_doc_id TEXT, "
     "node TEXT NOT NULL, added INTEGER NOT NULL DEFAULT 0, deleted INTEGER)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS rows_by_node_id ON rows (node_id) WHERE deleted IS NULL",
-    "CREATE INDEX IF NOT EXISTS rows_by_ref_doc_id ON rows (ref_doc_id)",
+    *_INDEXES,
     "CREATE TABLE IF NOT EXISTS hashes (node_id TEXT PRIMARY KEY, hash TEXT NOT NULL)",
 )
 
@@ -482,7 +488,7 @@ class RowStore:
             )
             connection.execute("DROP TABLE rows")
             connection.execute("ALTER TABLE rows_compacted RENAME TO rows")
-            for statement in _SCHEMA[2:4]:
+            for statement in _INDEXES:
                 connection.execute(statement)
             connection.execute("DROP TABLE temp.renumber")
             self._set_next_row(connection, len(kept))

@@ -246,8 +246,14 @@ class ChunkEvidenceSet:
                     follow.append(link)
         return follow
 
-    def _node(self, node_id: str) -> BaseNode | None:
-        return self.nodes.get(node_id) or self._docstore.get_node(node_id, raise_error=False)
+    def _nodes(self, node_ids: list[str]) -> dict[str, BaseNode]:
+        """The nodes of ``node_ids`` that exist, read in one docstore call (a columnar
+        store answers it with one query, not one per node)."""
+        found = {n: self.nodes[n] for n in node_ids if n in self.nodes}
+        wanted = [n for n in node_ids if n not in found]
+        if wanted:
+            found.update((node.node_id, node) for node in self._docstore.get_nodes(wanted, raise_error=False))
+        return found
 
     def _fusion_parts(self, plan: Plan) -> Callable[[str], list[FusionHit]]:
         """``node id -> fusion part``: each chunk search's hit behind a chunk, with
@@ -299,8 +305,11 @@ class ChunkEvidenceSet:
         )
         fusion = self._fusion_parts(plan) if owner.chunk_mode == LevelMode.HYBRID else None
         out: list[NodeWithScore] = []
-        for e in ranked:
-            node = self._node(e.node_id)
+        nodes: dict[str, BaseNode] = {}
+        for position, e in enumerate(ranked):
+            if position % plan.top_k == 0:  # the next top_k candidates, read at once
+                nodes = self._nodes([c.node_id for c in ranked[position : position + plan.top_k]])
+            node = nodes.get(e.node_id)
             if node is None:
                 logger.debug("chunk %r is in the store but not the docstore; skipped", e.node_id)
                 continue

@@ -451,16 +451,16 @@ class ColumnarVectorStore(BasePydanticVectorStore):
 
     def _nodes(self, rows: np.ndarray) -> list[BaseNode]:
         """The nodes of ``rows`` in order: pending ones from memory, the rest from SQLite."""
-        stored = [int(row) for row in rows.tolist() if int(row) not in self._pending]
+        pending, wanted = self._pending, rows.tolist()  # locals: a pydantic attribute read is slow
+        stored = [row for row in wanted if row not in pending]
         by_row = dict(zip(stored, self._rows.nodes(stored), strict=True)) if stored and self._rows else {}
-        return [
-            by_row[row] if row in by_row else json_to_doc(json.loads(self._pending[row][2])) for row in rows.tolist()
-        ]
+        return [by_row[row] if row in by_row else json_to_doc(json.loads(pending[row][2])) for row in wanted]
 
     def _node_ids(self, rows: np.ndarray) -> list[str]:
-        stored = [int(row) for row in rows.tolist() if int(row) not in self._pending]
+        pending, wanted = self._pending, rows.tolist()
+        stored = [row for row in wanted if row not in pending]
         by_row = dict(zip(stored, self._rows.node_ids(stored), strict=True)) if stored and self._rows else {}
-        return [by_row[row] if row in by_row else self._pending[row][0] for row in rows.tolist()]
+        return [by_row[row] if row in by_row else pending[row][0] for row in wanted]
 
     # ------------------------------------------------------------- queries
     def _selected(

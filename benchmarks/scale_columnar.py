@@ -1,0 +1,296 @@
+"""Issue 25 at scale: a summary index over ColumnarVectorStores, built from a stream, reopened, updated.
+
+Synthetic corpus (:class:`harness.corpus.TopicCorpus`): ``--docs`` documents of
+``--chunks`` chunks; chunk text of ``--sentences`` sentences of 12 words
+(about 900 characters at the default 12), 384-d topic embeddings assigned up
+front, so no model embeds anything (:func:`harness.models.topic_embedding`
+with ``lazy=True`` embeds the summaries as their document's topic). Every
+chunk also carries ``year`` (2000 + document number % 20) for the filtered
+queries (``year >= 2010``: half the corpus).
+
+Each size runs in three child processes, each measured from outside (peak
+RSS from ``wait4``):
+
+* ``build``: ``RecursiveSummaryRetriever.from_nodes`` over a generator of the
+  corpus's nodes (the caller holds no list), both levels
+  ``ColumnarVectorStore(tokenizer=MultilingualTokenizer())``, equal fusion
+  weights (no calibration), then ``persist``;
+* ``serve``: ``from_persist_dir`` (open), the first query, then ``--queries``
+  queries of the default recursive retriever (fused mode), the same queries
+  filtered, and their p50/p95; peak RSS is the open plus the queries;
+* ``update``: open, add one new document (``--chunks`` chunks) and persist,
+  delete one document and persist.
+
+``--baseline`` sizes also build the default storage (NumpyVectorStore and
+in-memory docstore and BM25) in a child, for the same figures side by side.
+
+Usage (repository root)::
+
+    .venv/bin/python benchmarks/scale_columnar.py --docs 2500,10000 --queries 1000
+    .venv/bin/python benchmarks/scale_columnar.py --docs 200 --queries 50   # quick
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import RESULTS, cli, memory, timing
+from harness.corpus import TopicCorpus
+from harness.models import equal_calibration, topic_embedding
+from harness.report import Table, fmt, library_fingerprint, load_average, machine, write
+
+pct = timing.percentile
+WORDS = 12
+
+
+def corpus_of(args) -> TopicCorpus:
+    return TopicCorpus(args.docs_n, args.chunks, sentences=args.sentences, words=WORDS)
+
+
+def nodes(corpus: TopicCorpus, first: int = 0, count: int | None = None):
+    """The corpus's chunks, document after document, with a ``year`` to filter on."""
+    for d in range(first, corpus.docs if count is None else first + count):
+        for node in corpus.document(d).chunks:
+            node.metadata["year"] = 2000 + d % 20
+            node.excluded_embed_metadata_keys.append("year")
+            yield node
+
+
+def stores(columnar: bool) -> dict[str, object]:
+    if not columnar:
+        return {}
+    from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+    from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+    return {
+        "chunk_vector_store": ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+        "summary_vector_store": ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+    }
+
+
+# ------------------------------------------------------------------ children
+def child_build(args) -> dict[str, object]:
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
+
+    corpus = corpus_of(args)
+    model = topic_embedding(corpus, lazy=True)
+    started = time.perf_counter()
+    retriever = RecursiveSummaryRetriever.from_nodes(
+        nodes(corpus),
+        embed_model=model,
+        show_progress=False,
+        **stores(args.storage == "columnar"),
+        **equal_calibration(RecursiveSummaryRetriever),
+    )
+    built = time.perf_counter() - started
+    rss_built = memory.peak_rss_mib()
+    started = time.perf_counter()
+    retriever.persist(args.folder)
+    return {
+        "build_s": built,
+        "persist_s": time.perf_counter() - started,
+        "rss_after_build_mib": rss_built,
+    }
+
+
+def child_serve(args) -> dict[str, object]:
+    from llama_index.core.schema import QueryBundle
+
+    from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
+
+    corpus = corpus_of(args)
+    queries = corpus.sampled_chunk_queries(args.queries, noise=1.0)
+    model = topic_embedding(corpus, lazy=True)
+    rss_before = memory.peak_rss_mib()
+    started = time.perf_counter()
+    retriever = RecursiveSummaryRetriever.from_persist_dir(args.folder, embed_model=model)
+    open_s = time.perf_counter() - started
+    bundles = [QueryBundle(text, embedding=vector) for text, vector, _, _ in queries]
+    first_ms = timing.latencies_ms(retriever.retrieve, bundles[:1])[0]
+    plain = timing.latencies_ms(retriever.retrieve, bundles[1:], warmup=0)
+    filtered_bundles = [
+        FilteredQueryBundle(text, embedding=vector, filters={"year": {"op": ">=", "value": 2010}})
+        for text, vector, _, _ in queries
+    ]
+    filtered = timing.latencies_ms(retriever.retrieve, filtered_bundles, warmup=3)
+    hits = sum(
+        any(h.node.node_id == chunk for h in retriever.retrieve(b))
+        for b, (_, _, chunk, _) in zip(bundles[:100], queries[:100], strict=True)
+    )
+    return {
+        "open_s": open_s,
+        "first_ms": first_ms,
+        "p50_ms": pct(plain, 50),
+        "p95_ms": pct(plain, 95),
+        "filtered_p50_ms": pct(filtered, 50),
+        "filtered_p95_ms": pct(filtered, 95),
+        "target_in_top10": hits / min(100, len(queries)),
+        "rss_before_open_mib": rss_before,
+    }
+
+
+def child_update(args) -> dict[str, object]:
+    from llama_index_ext_recursive import RecursiveSummaryRetriever
+
+    corpus = TopicCorpus(args.docs_n + 1, args.chunks, sentences=args.sentences, words=WORDS)
+    model = topic_embedding(corpus, lazy=True)
+    retriever = RecursiveSummaryRetriever.from_persist_dir(args.folder, embed_model=model)
+    new = list(nodes(corpus, first=args.docs_n, count=1))
+    started = time.perf_counter()
+    retriever.add_nodes(new)
+    added = time.perf_counter() - started
+    started = time.perf_counter()
+    retriever.persist(args.folder)
+    add_persist = time.perf_counter() - started
+    started = time.perf_counter()
+    retriever.delete_document(corpus.doc_id(0))
+    deleted = time.perf_counter() - started
+    started = time.perf_counter()
+    retriever.persist(args.folder)
+    delete_persist = time.perf_counter() - started
+    return {"add_s": added, "add_persist_s": add_persist, "delete_s": deleted, "delete_persist_s": delete_persist}
+
+
+CHILDREN = {"build": child_build, "serve": child_serve, "update": child_update}
+
+
+# ------------------------------------------------------------------ driver
+def run(stage: str, storage: str, docs: int, folder: Path, args) -> dict[str, object]:
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        stage,
+        "--storage",
+        storage,
+        "--docs",
+        str(docs),
+        "--chunks",
+        str(args.chunks),
+        "--sentences",
+        str(args.sentences),
+        "--queries",
+        str(args.queries),
+        "--folder",
+        str(folder),
+    ]
+    done = memory.run_child(command, env=os.environ, timeout=args.timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"{stage} {storage} {docs} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["peak_rss_mib"] = done.peak_rss_mib
+    figures["wall_s"] = done.wall_s
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser(__doc__)
+    p.add_argument("--docs", type=cli.csv(int), default=[2500, 10000], help="corpus sizes in documents")
+    p.add_argument("--chunks", type=int, default=20, help="chunks per document")
+    p.add_argument("--sentences", type=int, default=6, help="12-word sentences per chunk")
+    p.add_argument("--queries", type=int, default=1000, help="timed queries per size")
+    p.add_argument("--baseline", type=cli.csv(int), default=[2500], help="sizes also built with the default storage")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child")
+    p.add_argument("--child", choices=sorted(CHILDREN), help=argparse_hidden())
+    p.add_argument("--storage", default="columnar", help=argparse_hidden())
+    p.add_argument("--folder", type=Path, help=argparse_hidden())
+    cli.add_out(p, RESULTS / "scale_columnar.md")
+    args = p.parse_args(argv)
+    if args.child:
+        args.docs_n = args.docs[0]
+        print(json.dumps(CHILDREN[args.child](args)), flush=True)
+        return
+    rows = []
+    table = Table(
+        [
+            "storage",
+            "chunks",
+            "build s",
+            "persist s",
+            "build peak RSS MiB",
+            "open s",
+            "first query ms",
+            "p50 / p95 ms",
+            "filtered p50 / p95 ms",
+            "serving peak RSS MiB",
+            "add+persist s",
+            "delete+persist s",
+            "target in top 10",
+        ],
+        align="lrrrrrrrrrrrr",
+    )
+    print(table.header(), flush=True)
+    for docs in args.docs:
+        for storage in ("default", "columnar") if docs in args.baseline else ("columnar",):
+            with tempfile.TemporaryDirectory(prefix="scale-columnar-") as tmp:
+                folder = Path(tmp) / "index"
+                build = run("build", storage, docs, folder, args)
+                serve = run("serve", storage, docs, folder, args)
+                update = run("update", storage, docs, folder, args) if storage == "columnar" else {}
+            row = {"storage": storage, "chunks": docs * args.chunks, "build": build, "serve": serve, "update": update}
+            rows.append(row)
+            print(
+                table.row(
+                    storage,
+                    f"{docs * args.chunks:,}",
+                    fmt(build["build_s"], 1),
+                    fmt(build["persist_s"], 1),
+                    fmt(build["peak_rss_mib"], 0),
+                    fmt(serve["open_s"], 2),
+                    fmt(serve["first_ms"], 1),
+                    f"{fmt(serve['p50_ms'], 1)} / {fmt(serve['p95_ms'], 1)}",
+                    f"{fmt(serve['filtered_p50_ms'], 1)} / {fmt(serve['filtered_p95_ms'], 1)}",
+                    fmt(serve["peak_rss_mib"], 0),
+                    fmt(update["add_s"] + update["add_persist_s"], 2) if update else "-",
+                    fmt(update["delete_s"] + update["delete_persist_s"], 2) if update else "-",
+                    fmt(serve["target_in_top10"], 2),
+                ),
+                flush=True,
+            )
+    text = "\n".join(
+        [
+            "# Columnar summary index at scale (issue 25)",
+            "",
+            f"Command: `{cli.command(argv)}`",
+            "",
+            machine(),
+            f"Load average at the end: {load_average():.2f}. Code: {library_fingerprint()}.",
+            "",
+            table.render(
+                [
+                    [
+                        r["storage"],
+                        f"{r['chunks']:,}",
+                        fmt(r["build"]["build_s"], 1),
+                        fmt(r["build"]["persist_s"], 1),
+                        fmt(r["build"]["peak_rss_mib"], 0),
+                        fmt(r["serve"]["open_s"], 2),
+                        fmt(r["serve"]["first_ms"], 1),
+                        f"{fmt(r['serve']['p50_ms'], 1)} / {fmt(r['serve']['p95_ms'], 1)}",
+                        f"{fmt(r['serve']['filtered_p50_ms'], 1)} / {fmt(r['serve']['filtered_p95_ms'], 1)}",
+                        fmt(r["serve"]["peak_rss_mib"], 0),
+                        fmt(r["update"]["add_s"] + r["update"]["add_persist_s"], 2) if r["update"] else "-",
+                        fmt(r["update"]["delete_s"] + r["update"]["delete_persist_s"], 2) if r["update"] else "-",
+                        fmt(r["serve"]["target_in_top10"], 2),
+                    ]
+                    for r in rows
+                ]
+            ),
+        ]
+    )
+    write(args.out, text + "\n", rows)
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    main()
