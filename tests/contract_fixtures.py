@@ -35,6 +35,9 @@ from llama_index_ext_recursive import (
     ValidatedAutoRetriever,
 )
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
+from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 
 OWN_K = 4  # every retriever's own k; per-call top_k of 2 and 6 are below and above it
 
@@ -155,6 +158,10 @@ class Corpus:
         storage = StorageContext.from_defaults(vector_store=NumpyVectorStore())
         return VectorStoreIndex(self.nodes(), storage_context=storage, embed_model=self.model)
 
+    def columnar_index(self) -> VectorStoreIndex:
+        storage = StorageContext.from_defaults(vector_store=ColumnarVectorStore())
+        return VectorStoreIndex(self.nodes(), storage_context=storage, embed_model=self.model)
+
     def native_index(self) -> VectorStoreIndex:
         """An upstream app's index: default stores, and chunks that name their document
         by ``ref_doc_id`` alone (as ``SimpleDirectoryReader`` + a node parser make them)."""
@@ -190,8 +197,16 @@ class Kind:
     persists: bool
 
 
-def _recursive(summary_mode: str, chunk_mode: str, score_mode: str) -> Factory:
+def _recursive(summary_mode: str, chunk_mode: str, score_mode: str, columnar: bool = False) -> Factory:
     def build(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
+        stores = (
+            {
+                "chunk_vector_store": ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+                "summary_vector_store": ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+            }
+            if columnar
+            else {}
+        )
         return RecursiveSummaryRetriever.from_nodes(
             corpus.nodes(),
             embed_model=corpus.model,
@@ -201,6 +216,7 @@ def _recursive(summary_mode: str, chunk_mode: str, score_mode: str) -> Factory:
             score_mode=score_mode,
             filters=filters,
             filter_policy=filter_policy,
+            **stores,
         )
 
     return build
@@ -259,9 +275,21 @@ def _bm25(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
     )
 
 
+def _store_bm25(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
+    """BM25 answered by the keyword column of a ColumnarVectorStore."""
+    store = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    store.add([node for node in corpus.nodes()])
+    return StoreBM25Retriever(store, similarity_top_k=OWN_K, filters=filters, filter_policy=filter_policy)
+
+
 def _backfill(store: str) -> Factory:
     def build(corpus: Corpus, filters: Any, filter_policy: str) -> BaseRetriever:
-        index = {"numpy": corpus.numpy_index, "faiss": corpus.faiss_index, "simple": corpus.native_index}[store]()
+        index = {
+            "numpy": corpus.numpy_index,
+            "faiss": corpus.faiss_index,
+            "simple": corpus.native_index,
+            "columnar": corpus.columnar_index,
+        }[store]()
         return BackfillVectorRetriever(index, similarity_top_k=OWN_K, filters=filters, filter_policy=filter_policy)
 
     return build
@@ -299,14 +327,22 @@ KINDS: list[Kind] = [
     Kind("recursive-vector-bm25-chunk", _recursive("vector", "bm25", "chunk"), frozenset({ROUTE}), True),
     Kind("recursive-bm25-hybrid-chunk", _recursive("bm25", "hybrid", "chunk"), frozenset({ROUTE, FUSION}), True),
     Kind("recursive-hybrid-vector-chunk", _recursive("hybrid", "vector", "chunk"), frozenset({ROUTE}), True),
+    Kind(
+        "recursive-columnar-hybrid-fused",
+        _recursive("hybrid", "hybrid", "fused", columnar=True),
+        frozenset({ROUTE, FUSION}),
+        True,
+    ),
     Kind("recursive-from-index", _recursive_from_index, frozenset({ROUTE, FUSION}), True),
     Kind("recursive-retriever-dict", _recursive_dict, frozenset({ROUTE}), False),
     Kind("hybrid", _hybrid, frozenset({FUSION}), True),
     Kind("hybrid-from-index", _hybrid_from_index, frozenset({FUSION}), True),
     Kind("bm25", _bm25, frozenset(), True),
+    Kind("bm25-columnar-store", _store_bm25, frozenset(), False),
     Kind("backfill-numpy", _backfill("numpy"), frozenset(), True),
     Kind("backfill-faiss", _backfill("faiss"), frozenset(), True),
     Kind("backfill-simple", _backfill("simple"), frozenset(), True),
+    Kind("backfill-columnar", _backfill("columnar"), frozenset(), False),  # the store persists itself
     Kind("auto", _auto, frozenset({AUTO}), True),
     Kind("auto-over-recursive", _auto_over_recursive, frozenset({AUTO, ROUTE, FUSION}), False),
 ]

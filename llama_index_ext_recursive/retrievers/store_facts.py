@@ -19,6 +19,7 @@ from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_recursive.filters import FilterVocabulary
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 
 if TYPE_CHECKING:  # the chroma extra: imported only when a store is one
     from llama_index.vector_stores.chroma import ChromaVectorStore
@@ -33,6 +34,14 @@ logger = logging.getLogger(__name__)
 # vocabulary is kept per docstore, for as long as the docstore lives.
 _VOCABULARIES: weakref.WeakKeyDictionary[Any, FilterVocabulary] = weakref.WeakKeyDictionary()
 _VOCABULARIES_LOCK = threading.Lock()
+
+
+def store_vocabulary(vector_store: BasePydanticVectorStore) -> FilterVocabulary | None:
+    """The filter vocabulary a store keeps itself (a :class:`ColumnarVectorStore`, from its
+    metadata columns, always current), or ``None``: read it from the docstore."""
+    if isinstance(vector_store, ColumnarVectorStore):
+        return vector_store.filter_vocabulary()
+    return None
 
 
 def docstore_vocabulary(docstore: BaseDocumentStore, refresh: bool) -> FilterVocabulary:
@@ -121,6 +130,8 @@ def store_size(vector_store: BasePydanticVectorStore) -> int | None:
         return faiss_index.ntotal
     if isinstance(vector_store, SimpleVectorStore):  # NumpyVectorStore included
         return len(vector_store.data.embedding_dict)
+    if isinstance(vector_store, ColumnarVectorStore):
+        return vector_store.node_count
     return None
 
 

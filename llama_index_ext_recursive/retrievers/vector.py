@@ -79,6 +79,7 @@ from llama_index_ext_recursive.retrievers.store_facts import (
     is_chroma,
     store_dimension,
     store_size,
+    store_vocabulary,
 )
 from llama_index_ext_recursive.retrievers.vector_persist import (
     PERSIST_KIND,
@@ -394,17 +395,18 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
     # ------------------------------------------------------------- filters
     @property
     def filter_vocabulary(self) -> FilterVocabulary:
-        """The metadata keys (and value kinds) of the docstore's nodes.
+        """The metadata keys (and value kinds) of the docstore's nodes (of the store's
+        own columns, for a store that keeps them: a ``ColumnarVectorStore``).
 
         Shared by every retriever over the same docstore and built on first
         use; empty when the docstore holds no nodes (then filters are not
         checked). :meth:`refresh_filter_vocabulary` re-reads the docstore.
         """
-        return docstore_vocabulary(self._docstore, refresh=False)
+        return store_vocabulary(self._vector_store) or docstore_vocabulary(self._docstore, refresh=False)
 
     def refresh_filter_vocabulary(self) -> FilterVocabulary:
         """Re-read the docstore's metadata keys (after nodes were added to it) and return them."""
-        return docstore_vocabulary(self._docstore, refresh=True)
+        return store_vocabulary(self._vector_store) or docstore_vocabulary(self._docstore, refresh=True)
 
     def _check_filters(self, filters: MetadataFilters | None) -> None:
         """Apply ``unknown_filter_key`` to filters that cannot match (see the class)."""

@@ -165,6 +165,11 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         return self._tokenizer
 
     @property
+    def dimension(self) -> int | None:
+        """The width of the stored vectors (``None`` until the first add)."""
+        return None if self._vectors is None else self._vectors.dim
+
+    @property
     def node_count(self) -> int:
         """Live nodes (not ``__len__``: ``StorageContext.from_defaults(vector_store=...)`` tests
         the store for truth, and an empty store must not be replaced by a SimpleVectorStore)."""
