@@ -251,6 +251,8 @@ def test_the_approximate_path_returns_exact_scores_and_keeps_recall(tmp_path):
 
 
 def test_restricted_search_stays_exact_above_the_threshold():
+    """A restriction to fewer rows than the threshold (a routed document's chunks) is exact,
+    gathered (a few rows) or scanned in place (a broad one), even with a one-list probe."""
     dim = 16
     generator = np.random.default_rng(3)
     centers = generator.standard_normal((20, dim))
@@ -259,9 +261,32 @@ def test_restricted_search_stays_exact_above_the_threshold():
     column.append(matrix)
     reference.append(matrix)
     assert column.approximate
-    rows = generator.choice(2500, size=300, replace=False)
-    for query in clustered_rows(10, dim, centers, 6):
-        assert_same(column.search(query, 10, rows=rows), reference.search(query, 10, rows))
+    for size in (300, 900):  # gathered, then scanned in place (more than 1/8 of the rows)
+        rows = generator.choice(2500, size=size, replace=False)
+        for query in clustered_rows(10, dim, centers, 6):
+            assert_same(column.search(query, 10, rows=rows), reference.search(query, 10, rows))
+
+
+def test_a_broad_restriction_above_the_threshold_is_searched_approximately_among_its_rows():
+    """A filter allowing more rows than the threshold: FAISS scans only those rows, and the hits
+    carry exact scores, all within the restriction, with the recall of an unrestricted search."""
+    dim = 32
+    generator = np.random.default_rng(8)
+    centers = generator.standard_normal((60, dim))
+    column, reference = VectorColumn(dim, approximate_threshold=2000, nprobe=8), Reference()
+    matrix = clustered_rows(6000, dim, centers, 11)
+    column.append(matrix)
+    reference.append(matrix)
+    allowed = np.flatnonzero(generator.random(6000) < 0.5)
+    assert column.approximate and len(allowed) >= column.approximate_threshold
+    hits = 0
+    queries = clustered_rows(50, dim, centers, 12)
+    found_rows, found_scores = column.search_many(queries, 10, rows=allowed)
+    for query, rows, scores in zip(queries, found_rows, found_scores):
+        assert np.isin(rows, allowed).all() and len(rows) == 10
+        assert_same((rows, scores), reference.search(query, 10, rows))  # exact scores of those rows
+        hits += len(np.intersect1d(rows, reference.search(query, 10, allowed)[0]))
+    assert hits / (10 * len(queries)) >= 0.99
 
 
 def test_compaction_keeps_the_approximate_index_in_step():

@@ -59,6 +59,8 @@ FORMAT_VERSION = 1
 
 # rows scored per block in an exact scan: 16k x 384 float64 is 48 MB of scratch
 _SCAN_BLOCK_ROWS = 16_384
+# a restriction to fewer than 1/_DENSE_SHARE of the rows gathers them; more are scanned in place
+_DENSE_SHARE = 8
 # a compaction leaves clean segments of at least this many rows as they are and
 # merges the others (dirty ones, runs of small ones) into segments of at most
 # _MAX_SEGMENT_ROWS rows
@@ -234,9 +236,11 @@ class VectorColumn:
             the approximate candidate step (FAISS IVF-SQ8) before exact
             rescoring; below it every search is an exact scan.
         nprobe: inverted lists the approximate step scans per query (more:
-            higher recall, slower); 48 reached recall@10 0.9995 against exact
-            search on 200k clustered rows (2.6 ms a query), and
-            ``tests/test_columnar_vectors.py`` holds it to >= 0.99.
+            higher recall, slower). Recall depends on how clustered the vectors
+            are: 48 reached recall@10 0.9995 against exact search on tightly
+            clustered rows but 0.94 on ``benchmarks/scale_columnar.py``'s corpus
+            (every document a random direction, queries far from their chunk)
+            at 80k rows, where 128 reached 0.99 (docs/BENCHMARKS.md, issue 25).
         candidates: how many candidates per requested result the approximate
             step proposes for exact rescoring (at least 100 in all).
     """
@@ -247,7 +251,7 @@ class VectorColumn:
         *,
         name: str = "vectors",
         approximate_threshold: int = 50_000,
-        nprobe: int = 48,
+        nprobe: int = 128,
         candidates: int = 10,
     ) -> None:
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
@@ -426,8 +430,11 @@ class VectorColumn:
         Args:
             query: ``[dim]`` real numbers (normalised here).
             k: results wanted; fewer come back when fewer rows are live.
-            rows: restrict the search to these row ids (dead ones are skipped);
-                always exact, costing what gathering these rows costs.
+            rows: restrict the search to these row ids (dead ones are skipped).
+                Fewer than ``approximate_threshold`` rows are searched exactly
+                (gathered, or scanned in place when they are more than an eighth
+                of the column); more are searched as the whole column is, the
+                approximate step skipping the other rows.
 
         Returns:
             ``(rows int64, scores float32)``, best first, ties by ascending row id.
@@ -453,13 +460,16 @@ class VectorColumn:
         k = int(k)
         unit = _unit_queries(queries, self.dim)
         with self._lock.reading():
-            if rows is not None:
-                return self._search_rows(unit, k, self._checked_rows(rows))
-            if self.approximate:
-                found = self._search_approximate(unit, k)
+            allowed = None if rows is None else self._checked_rows(rows)
+            # a restriction to many rows (a broad filter) is searched like the whole column:
+            # approximately above the threshold, else by one scan that skips the other rows
+            if self.approximate and (allowed is None or len(allowed) >= self.approximate_threshold):
+                found = self._search_approximate(unit, k, allowed)
                 if found is not None:
                     return found
-            return self._search_all(unit, k)
+            if allowed is not None and len(allowed) * _DENSE_SHARE < len(self._alive):
+                return self._search_rows(unit, k, allowed)
+            return self._search_all(unit, k, allowed)
 
     def _checked_rows(self, rows: np.ndarray) -> np.ndarray:
         array = np.asarray(rows)
@@ -500,12 +510,21 @@ class VectorColumn:
 
         return self._screened(unit, k, blocks())
 
-    def _search_all(self, unit: np.ndarray, k: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _search_all(
+        self, unit: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Every live row (of ``allowed`` only, when given) scanned in place, segment by segment."""
+        wanted = self._alive
+        if allowed is not None:
+            wanted = np.zeros_like(self._alive)
+            wanted[allowed] = True
+            wanted &= self._alive
+
         def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
             for segment in self._segments:
                 for start in range(0, segment.rows, _SCAN_BLOCK_ROWS):
                     stop = min(start + _SCAN_BLOCK_ROWS, segment.rows)
-                    alive = self._alive[segment.start + start : segment.start + stop]
+                    alive = wanted[segment.start + start : segment.start + stop]
                     local = np.flatnonzero(alive)
                     if not len(local):
                         continue
@@ -550,17 +569,29 @@ class VectorColumn:
             found_scores.append(top_scores)
         return found_rows, found_scores
 
-    def _search_approximate(self, unit: np.ndarray, k: int) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
-        """Candidates from the IVF-SQ8 index, rescored exactly; ``None`` if a query got too few."""
+    def _search_approximate(
+        self, unit: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+        """Candidates from the IVF-SQ8 index (among ``allowed`` rows only, when given: FAISS
+        skips the others while it scans), rescored exactly; ``None`` if a query got too few."""
         faiss = _faiss()
         assert self._approximate is not None and faiss is not None
-        wanted = min(self._live, max(100, k * self.candidates))
-        params = faiss.SearchParametersIVF(nprobe=self.nprobe)
+        available = self._live if allowed is None else int(self._alive[allowed].sum())
+        wanted = min(available, max(100, k * self.candidates))
+        if wanted == 0:
+            return [np.zeros(0, dtype=np.int64)] * len(unit), [np.zeros(0, dtype=np.float32)] * len(unit)
+        selector = None
+        if allowed is not None:
+            bits = np.zeros(len(self._alive), dtype=bool)
+            bits[allowed] = True
+            packed = np.packbits(bits, bitorder="little")
+            selector = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(packed))
+        params = faiss.SearchParametersIVF(nprobe=self.nprobe, sel=selector)
         _, ids = self._approximate.index.search(unit.astype(np.float32), wanted, params=params)
         found_rows, found_scores = [], []
         for q in range(len(unit)):
             candidates = np.unique(ids[q][ids[q] >= 0])
-            if len(candidates) < min(k, self._live):
+            if len(candidates) < min(k, available):
                 return None
             scores = _exact_scores(self._gather(candidates), unit[q : q + 1])[:, 0]
             rows, top_scores = _top(candidates, scores, k)
@@ -713,7 +744,7 @@ class VectorColumn:
         *,
         name: str = "vectors",
         approximate_threshold: int = 50_000,
-        nprobe: int = 48,
+        nprobe: int = 128,
         candidates: int = 10,
     ) -> VectorColumn:
         """Open a column written by :meth:`write`, its segments memory-mapped (nothing copied into RAM).

@@ -201,6 +201,20 @@ def recursive(ctx: BuildContext) -> BaseRetriever:
     return _recursive(ctx)
 
 
+@register("recursive-columnar")
+def recursive_columnar(ctx: BuildContext) -> BaseRetriever:
+    """Ours, with its defaults, each level in a ``ColumnarVectorStore`` (the storage of a
+    2M-chunk index: columns on disk, BM25 in the store): must rank as ``recursive``."""
+    from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+    from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+    return _recursive(
+        ctx,
+        chunk_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+        summary_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+    )
+
+
 @register("recursive-vector")
 def recursive_vector(ctx: BuildContext) -> BaseRetriever:
     """Ours, the previous default: routing by the centroid of each document's chunk
