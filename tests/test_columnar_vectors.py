@@ -192,6 +192,25 @@ def test_a_reopened_column_reads_its_segments_memory_mapped(tmp_path):
     assert opened.search(np.ones(4), 3)[0].shape == (3,)
 
 
+def test_rows_of_a_mapped_segment_are_read_from_the_file_or_from_the_map_once_it_is_retired(tmp_path):
+    """Candidates of a reopened column are read with pread (rows read through the map would stay
+    resident); a segment file retired since it was mapped is still read, through the map."""
+    column, reference = VectorColumn(8), Reference()
+    for seed in range(2):
+        matrix = small_integer_rows(40, 8, seed)
+        column.append(matrix)
+        reference.append(matrix)
+    column.write(tmp_path)
+    opened = VectorColumn.open(tmp_path)
+    rows = np.arange(5, 70, 3)
+    query = np.arange(8, dtype=np.float64) - 3
+    expected = reference.search(query, 6, rows)
+    assert_same(opened.search(query, 6, rows=rows), expected)
+    (tmp_path / "vectors-000000.npy").unlink()  # as a compaction's write retires it
+    assert_same(opened.search(query, 6, rows=rows), expected)
+    assert np.array_equal(opened.vectors(rows), column.vectors(rows))
+
+
 def test_a_compacted_column_writes_new_segments_and_reopens(tmp_path):
     column, reference = VectorColumn(4, name="chunk_vectors"), Reference()
     for seed in range(4):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -193,6 +194,33 @@ def _exact_scores(vectors: np.ndarray, unit_queries: np.ndarray) -> np.ndarray:
         for column, weights in zip(by_dimension, unit_queries.T):
             total += column[:, None] * weights[None, :]
         out[start : start + by_dimension.shape[1]] = total
+    return out
+
+
+def _rows_of(vectors: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """``vectors[local]``; rows of a memory-mapped segment are read with ``pread``.
+
+    A row read through the map stays in the process's resident memory, with
+    the pages the kernel maps around it, so the candidates of many queries
+    grew a serving process's RSS towards the whole vector file (2.9 GB of
+    file pages at 2M rows, benchmarks/columnar_components.py). Read into a
+    buffer, they pass through the page cache only.
+    """
+    if not isinstance(vectors, np.memmap) or vectors.filename is None:
+        return vectors[local]
+    width = vectors.shape[1] * vectors.itemsize
+    out = np.empty((len(local), vectors.shape[1]), dtype=vectors.dtype)
+    buffer = out.data.cast("B")
+    try:
+        with open(vectors.filename, "rb", buffering=0) as handle:
+            for i, row in enumerate(local.tolist()):
+                if (
+                    os.preadv(handle.fileno(), [buffer[i * width : (i + 1) * width]], vectors.offset + row * width)
+                    != width
+                ):
+                    raise OSError(f"{vectors.filename} is shorter than its map")
+    except OSError:  # the file was retired (a compaction wrote new segments): the map still holds it
+        return vectors[local]
     return out
 
 
@@ -496,7 +524,7 @@ class VectorColumn:
         bounds = np.flatnonzero(np.diff(owner)) + 1
         for begin, end in zip(np.r_[0, bounds], np.r_[bounds, len(rows)]):
             segment = self._segments[int(owner[begin])]
-            out[begin:end] = segment.vectors[rows[begin:end] - segment.start]
+            out[begin:end] = _rows_of(segment.vectors, rows[begin:end] - segment.start)
         return out
 
     def _search_rows(self, unit: np.ndarray, k: int, rows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
