@@ -37,12 +37,14 @@ from llama_index_ext_recursive.results import (
 )
 from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever, MultilingualTokenizer
 from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
+from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever, StaleIdError, StalePolicy
 from llama_index_ext_recursive.sample import (
     load_sample_documents,
     load_sample_questions,
     write_sample_dataset,
 )
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
 from llama_index_ext_recursive.tools import as_retrieval_tool
 
@@ -51,6 +53,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackfillVectorRetriever",
     "CachedEmbedding",
+    "ColumnarVectorStore",
     "StaleIdError",
     "StalePolicy",
     "UnknownFilterPolicy",
@@ -78,6 +81,7 @@ __all__ = [
     "RecursiveSummaryRetriever",
     "RetrievalExplanation",
     "ScoreMode",
+    "StoreBM25Retriever",
     "SummaryIndex",
     "Summarizer",
     "SummaryCache",
