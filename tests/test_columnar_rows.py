@@ -1,6 +1,6 @@
 """columnar.rows: nodes round-trip exactly through SQLite by row id, node ids map to rows through an
 index, appends are whole transactions, hostile strings are data, other schema versions are refused;
-RowDocumentStore answers as upstream's SimpleDocumentStore on the same calls."""
+rows follow the published generation (the docstore over them is stores.columnar_docstore's)."""
 
 import sqlite3
 import threading
@@ -8,11 +8,9 @@ import threading
 import numpy as np
 import pytest
 from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
-from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from llama_index_ext_recursive.columnar.rows import (
     DATABASE_NAME,
-    RowDocumentStore,
     RowNotFoundError,
     RowStore,
     node_json,
@@ -131,38 +129,6 @@ def test_a_reader_during_appends_sees_whole_appends(rows):
     stop.set()
     reader.join()
     assert seen and all((count - 1) % 10 == 0 for count in seen)
-
-
-def _docstore_calls(store):
-    nodes = [_node(i, doc="d0") for i in range(3)] + [_node(i, doc="d1") for i in range(3, 5)]
-    store.add_documents(nodes)
-    store.add_documents([TextNode(id_="n1", text="updated", relationships=nodes[1].relationships)])
-    answers = [
-        store.get_node("n1").text,
-        [n.node_id for n in store.get_nodes(["n4", "n0"])],
-        store.document_exists("n2"),
-        store.document_exists("nope"),
-        sorted(store.get_ref_doc_info("d1").node_ids),
-        store.get_document_hash("n3") == nodes[3].hash,
-    ]
-    with pytest.raises(ValueError):
-        store.get_document("nope")
-    with pytest.raises(ValueError):
-        store.add_documents([nodes[0]], allow_update=False)
-    store.delete_document("n0")
-    store.delete_ref_doc("d1")
-    answers += [
-        store.document_exists("n0"),
-        store.document_exists("n3"),
-        store.get_ref_doc_info("d1"),
-        sorted(store.get_ref_doc_info("d0").node_ids),
-        store.get_document("n2", raise_error=False).text,
-    ]
-    return answers
-
-
-def test_the_document_store_answers_as_upstreams(rows):
-    assert _docstore_calls(RowDocumentStore(rows)) == _docstore_calls(SimpleDocumentStore())
 
 
 def test_embeddings_are_not_stored_with_the_text(rows, tmp_path):

@@ -25,20 +25,19 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from llama_index.core.schema import BaseNode
-from llama_index.core.storage.docstore.types import BaseDocumentStore, RefDocInfo
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.persist import ROWS_DATABASE, PathLike, PersistError
 
-__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "RowDocumentStore", "RowNotFoundError", "RowStore", "node_json"]
+__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "RowNotFoundError", "RowStore", "node_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +60,6 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS rows (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL, ref_doc_id TEXT, "
     "node TEXT NOT NULL, added INTEGER NOT NULL DEFAULT 0, deleted INTEGER)",
     *_INDEXES,
-    "CREATE TABLE IF NOT EXISTS hashes (node_id TEXT PRIMARY KEY, hash TEXT NOT NULL)",
 )
 
 
@@ -493,203 +491,3 @@ class RowStore:
             connection.execute("DROP TABLE temp.renumber")
             self._set_next_row(connection, len(kept))
         return mapping.astype(np.int64)
-
-
-class _StoredNodes(Mapping[str, BaseNode]):
-    """``docs`` of :class:`RowDocumentStore`: a read-only view that reads a node when asked."""
-
-    def __init__(self, rows: RowStore) -> None:
-        self._rows = rows
-
-    def __getitem__(self, node_id: str) -> BaseNode:
-        row = self._rows.row_of([node_id])[0]
-        if row < 0:
-            raise KeyError(node_id)
-        return self._rows.nodes([row])[0]
-
-    def __iter__(self) -> Iterator[str]:
-        with self._rows._reading() as connection:
-            ids = [node_id for (node_id,) in connection.execute("SELECT node_id FROM rows ORDER BY row")]
-        return iter(ids)
-
-    def __len__(self) -> int:
-        return self._rows.live_count()
-
-
-class RowDocumentStore(BaseDocumentStore):
-    """LlamaIndex's docstore interface over a :class:`RowStore`, so ``index.docstore.get_node`` works.
-
-    Behaves as upstream's ``SimpleDocumentStore`` on the same calls (node
-    JSON, hashes, ref-doc info, deletes), except that nothing is held in
-    memory: :attr:`docs` is a read-only mapping that reads a node when it is
-    asked for (iterating it reads the ids only), and :meth:`persist` has
-    nothing to do because every change is committed to SQLite already.
-    ``RefDocInfo.metadata`` is the metadata of the document's first stored node.
-
-    Args:
-        rows: the row store holding the nodes.
-    """
-
-    def __init__(self, rows: RowStore) -> None:
-        self._rows = rows
-
-    def persist(self, persist_path: str = "", fs: Any = None) -> None:
-        """Nothing to write: each change was one committed SQLite transaction."""
-        logger.debug("RowDocumentStore.persist: %s is already durable", self._rows.path)
-
-    @property
-    def docs(self) -> Mapping[str, BaseNode]:  # type: ignore[override]
-        """Every stored node by id, read lazily (never all at once unless iterated so)."""
-        return _StoredNodes(self._rows)
-
-    def add_documents(
-        self,
-        docs: Sequence[BaseNode],
-        allow_update: bool = True,
-        batch_size: int | None = None,
-        store_text: bool = True,
-    ) -> None:
-        """Store ``docs`` (a stored id is replaced) and their hashes, in one transaction each.
-
-        Raises:
-            ValueError: a node id is stored already and ``allow_update`` is False.
-        """
-        if not allow_update:
-            stored = self._rows.row_of([doc.node_id for doc in docs])
-            if (stored >= 0).any():
-                node_id = docs[int(np.flatnonzero(stored >= 0)[0])].node_id
-                raise ValueError(f"node_id {node_id} already exists. Set allow_update to True to overwrite.")
-        latest = list({doc.node_id: doc for doc in docs}.values())  # a repeated id: the last one wins, as upstream
-        if store_text:
-            self._rows.append(latest, replace=True)
-        self.set_document_hashes({doc.node_id: doc.hash for doc in latest})
-
-    async def async_add_documents(
-        self,
-        docs: Sequence[BaseNode],
-        allow_update: bool = True,
-        batch_size: int | None = None,
-        store_text: bool = True,
-    ) -> None:
-        self.add_documents(docs, allow_update, batch_size, store_text)
-
-    def get_document(self, doc_id: str, raise_error: bool = True) -> BaseNode | None:
-        row = self._rows.row_of([doc_id])[0]
-        if row < 0:
-            if raise_error:
-                raise ValueError(f"doc_id {doc_id} not found.")
-            return None
-        return self._rows.nodes([row])[0]
-
-    async def aget_document(self, doc_id: str, raise_error: bool = True) -> BaseNode | None:
-        return self.get_document(doc_id, raise_error)
-
-    def get_nodes(self, node_ids: list[str], raise_error: bool = True) -> list[BaseNode]:
-        """The nodes of ``node_ids`` in order, read in one batch (unknown ids: skipped, or ``ValueError``)."""
-        rows = self._rows.row_of(node_ids)
-        if raise_error and (rows < 0).any():
-            raise ValueError(f"Node {node_ids[int(np.flatnonzero(rows < 0)[0])]} not found")
-        return self._rows.nodes(rows[rows >= 0])
-
-    async def aget_nodes(self, node_ids: list[str], raise_error: bool = True) -> list[BaseNode]:
-        return self.get_nodes(node_ids, raise_error)
-
-    def delete_document(self, doc_id: str, raise_error: bool = True) -> None:
-        """Delete one node and its hash; a document left without nodes loses its own entry too."""
-        with self._rows._writing() as connection:
-            found = connection.execute("SELECT ref_doc_id FROM rows WHERE node_id = ?", (doc_id,)).fetchone()
-            connection.execute("DELETE FROM rows WHERE node_id = ?", (doc_id,))
-            connection.execute("DELETE FROM hashes WHERE node_id = ?", (doc_id,))
-            ref_doc_id = found[0] if found else None
-            if (
-                ref_doc_id is not None
-                and not connection.execute("SELECT 1 FROM rows WHERE ref_doc_id = ? LIMIT 1", (ref_doc_id,)).fetchone()
-            ):
-                connection.execute("DELETE FROM rows WHERE node_id = ?", (ref_doc_id,))
-                connection.execute("DELETE FROM hashes WHERE node_id = ?", (ref_doc_id,))
-        if found is None and raise_error:
-            raise ValueError(f"doc_id {doc_id} not found.")
-
-    async def adelete_document(self, doc_id: str, raise_error: bool = True) -> None:
-        self.delete_document(doc_id, raise_error)
-
-    def document_exists(self, doc_id: str) -> bool:
-        return bool(self._rows.row_of([doc_id])[0] >= 0)
-
-    async def adocument_exists(self, doc_id: str) -> bool:
-        return self.document_exists(doc_id)
-
-    def set_document_hash(self, doc_id: str, doc_hash: str) -> None:
-        self.set_document_hashes({doc_id: doc_hash})
-
-    async def aset_document_hash(self, doc_id: str, doc_hash: str) -> None:
-        self.set_document_hash(doc_id, doc_hash)
-
-    def set_document_hashes(self, doc_hashes: dict[str, str]) -> None:
-        with self._rows._writing() as connection:
-            connection.executemany("INSERT OR REPLACE INTO hashes (node_id, hash) VALUES (?, ?)", doc_hashes.items())
-
-    async def aset_document_hashes(self, doc_hashes: dict[str, str]) -> None:
-        self.set_document_hashes(doc_hashes)
-
-    def get_document_hash(self, doc_id: str) -> str | None:
-        with self._rows._reading() as connection:
-            found = connection.execute("SELECT hash FROM hashes WHERE node_id = ?", (doc_id,)).fetchone()
-        return None if found is None else str(found[0])
-
-    async def aget_document_hash(self, doc_id: str) -> str | None:
-        return self.get_document_hash(doc_id)
-
-    def get_all_document_hashes(self) -> dict[str, str]:
-        """``{hash: node id}`` for every stored hash, as upstream (reads them all: the caller asked)."""
-        with self._rows._reading() as connection:
-            return {doc_hash: node_id for node_id, doc_hash in connection.execute("SELECT node_id, hash FROM hashes")}
-
-    async def aget_all_document_hashes(self) -> dict[str, str]:
-        return self.get_all_document_hashes()
-
-    def _ref_doc_infos(self, ref_doc_ids: Iterable[str] | None) -> dict[str, RefDocInfo]:
-        query = "SELECT ref_doc_id, node_id, json_extract(node, '$.__data__.metadata') FROM rows WHERE ref_doc_id "
-        with self._rows._reading() as connection:
-            if ref_doc_ids is None:
-                found = connection.execute(query + "IS NOT NULL ORDER BY row").fetchall()
-            else:
-                wanted = list(ref_doc_ids)
-                found = connection.execute(query + f"IN ({_marks(len(wanted))}) ORDER BY row", wanted).fetchall()
-        infos: dict[str, RefDocInfo] = {}
-        for ref_doc_id, node_id, metadata in found:
-            info = infos.get(ref_doc_id)
-            if info is None:
-                info = infos[ref_doc_id] = RefDocInfo(metadata=json.loads(metadata) if metadata else {})
-            info.node_ids.append(node_id)
-        return infos
-
-    def get_all_ref_doc_info(self) -> dict[str, RefDocInfo] | None:
-        """Every document's node ids and metadata (reads them all: the caller asked)."""
-        return self._ref_doc_infos(None)
-
-    async def aget_all_ref_doc_info(self) -> dict[str, RefDocInfo] | None:
-        return self.get_all_ref_doc_info()
-
-    def get_ref_doc_info(self, ref_doc_id: str) -> RefDocInfo | None:
-        return self._ref_doc_infos([ref_doc_id]).get(ref_doc_id)
-
-    async def aget_ref_doc_info(self, ref_doc_id: str) -> RefDocInfo | None:
-        return self.get_ref_doc_info(ref_doc_id)
-
-    def delete_ref_doc(self, ref_doc_id: str, raise_error: bool = True) -> None:
-        """Delete a document's nodes, its own entry and their hashes, in one transaction."""
-        with self._rows._writing() as connection:
-            node_ids = [
-                node_id
-                for (node_id,) in connection.execute("SELECT node_id FROM rows WHERE ref_doc_id = ?", (ref_doc_id,))
-            ]
-            if node_ids:
-                for batch in _batches([*node_ids, ref_doc_id]):
-                    connection.execute(f"DELETE FROM rows WHERE node_id IN ({_marks(len(batch))})", batch)
-                    connection.execute(f"DELETE FROM hashes WHERE node_id IN ({_marks(len(batch))})", batch)
-        if not node_ids and raise_error:
-            raise ValueError(f"ref_doc_id {ref_doc_id} not found.")
-
-    async def adelete_ref_doc(self, ref_doc_id: str, raise_error: bool = True) -> None:
-        self.delete_ref_doc(ref_doc_id, raise_error)
