@@ -137,7 +137,7 @@ def child_serve(args) -> dict[str, object]:
 
 def approximate_recall(retriever, vectors: list[list[float]]) -> dict[str, object]:
     """Recall@10 of the chunk level's approximate search against its exact search, for the
-    columnar store (``{}`` for the default one, which is exact), at nprobe 48, 96 and 128."""
+    columnar store (``{}`` for the default one, which is exact), at nprobe 16, 32, 64 and 128."""
     import numpy as np
 
     store = retriever.index.chunk_index.vector_store
@@ -151,7 +151,7 @@ def approximate_recall(retriever, vectors: list[list[float]]) -> dict[str, objec
     column.approximate_threshold = threshold
     nprobe = column.nprobe
     recall = {}
-    for probes in (48, 96, 128):
+    for probes in (16, 32, 64, 128):
         column.nprobe = probes
         found, _ = column.search_many(queries, 10)
         recall[f"recall@10 nprobe={probes}"] = float(

@@ -225,9 +225,10 @@ class MultilingualTokenizer:
     tokenize = __call__
 
 
-# below this many texts a batch is tokenised in this process: the first parallel
-# batch starts the worker processes (each imports the package, ~2 s)
+# a batch of fewer texts, and fewer characters, is tokenised in this process: the
+# first parallel batch starts the worker processes (each imports the package, ~2 s)
 PARALLEL_MIN_TEXTS = 5_000
+PARALLEL_MIN_CHARACTERS = 2_000_000  # a few hundred whole documents count as much as 2000 chunks
 
 
 def tokenize_texts(
@@ -254,7 +255,8 @@ def tokenize_texts(
         texts: the texts to tokenise.
         tokenizer: the tokenizer (its settings are sent to the workers).
         workers: processes to use; 1 tokenises here.
-        min_parallel: smaller batches are tokenised here.
+        min_parallel: batches of fewer texts are tokenised here, unless they hold
+            :data:`PARALLEL_MIN_CHARACTERS` characters or more (long documents).
 
     Raises:
         ValueError: ``workers`` or ``min_parallel`` is not a positive integer.
@@ -268,7 +270,7 @@ def tokenize_texts(
     for text in texts:
         if not isinstance(text, str):
             raise TypeError(f"texts must be strings, got {type(text).__name__}: {text!r:.60}")
-    if workers == 1 or len(texts) < min_parallel:
+    if workers == 1 or (len(texts) < min_parallel and sum(map(len, texts)) < PARALLEL_MIN_CHARACTERS):
         return [tokenizer(text) for text in texts]
     size = -(-len(texts) // workers)
     parts = [list(texts[start : start + size]) for start in range(0, len(texts), size)]

@@ -248,8 +248,14 @@ def _top(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.n
 
 
 def _nlist(live_rows: int) -> int:
-    """Inverted lists for ``live_rows`` rows: about sqrt(rows), so a probe scans few rows."""
-    return max(16, int(math.sqrt(live_rows)))
+    """Inverted lists for ``live_rows`` rows: 4 sqrt(rows) (FAISS's advice is 4 to 16).
+
+    With sqrt(rows), a list of a corpus whose documents point in unrelated
+    directions held about 20 of them, and its centroid, their mean, told a
+    query little: recall@10 at 128 probes was 0.987 at 200k rows; with four
+    times as many lists it is 1.0 at 16 probes (benchmarks, issue 25).
+    """
+    return max(16, int(4 * math.sqrt(live_rows)))
 
 
 class VectorColumn:
@@ -263,12 +269,11 @@ class VectorColumn:
         approximate_threshold: live rows from which an unrestricted search uses
             the approximate candidate step (FAISS IVF-SQ8) before exact
             rescoring; below it every search is an exact scan.
-        nprobe: inverted lists the approximate step scans per query (more:
-            higher recall, slower). Recall depends on how clustered the vectors
-            are: 48 reached recall@10 0.9995 against exact search on tightly
-            clustered rows but 0.94 on ``benchmarks/scale_columnar.py``'s corpus
-            (every document a random direction, queries far from their chunk)
-            at 80k rows, where 128 reached 0.99 (docs/BENCHMARKS.md, issue 25).
+        nprobe: inverted lists (of about 4 sqrt(rows)) the approximate step
+            scans per query (more: higher recall, slower). 64 keeps recall@10
+            against exact search at 1.0 on ``benchmarks/scale_columnar.py``'s
+            corpus at 200k rows (every document a random direction, queries far
+            from their chunk), where 16 already did (docs/BENCHMARKS.md, issue 25).
         candidates: how many candidates per requested result the approximate
             step proposes for exact rescoring (at least 100 in all).
     """
@@ -279,7 +284,7 @@ class VectorColumn:
         *,
         name: str = "vectors",
         approximate_threshold: int = 50_000,
-        nprobe: int = 128,
+        nprobe: int = 64,
         candidates: int = 10,
     ) -> None:
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
@@ -772,7 +777,7 @@ class VectorColumn:
         *,
         name: str = "vectors",
         approximate_threshold: int = 50_000,
-        nprobe: int = 128,
+        nprobe: int = 64,
         candidates: int = 10,
     ) -> VectorColumn:
         """Open a column written by :meth:`write`, its segments memory-mapped (nothing copied into RAM).

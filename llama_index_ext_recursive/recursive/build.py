@@ -406,7 +406,7 @@ def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-STREAM_NODES = 20_000  # nodes a streaming build summarizes, embeds and stores at a time
+STREAM_NODES = 5_000  # nodes a streaming build summarizes, embeds and stores at a time
 
 
 def node_batches(
