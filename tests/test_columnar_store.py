@@ -303,3 +303,26 @@ def test_a_refused_add_keeps_every_column_on_the_same_rows():
     assert ids == ["ok1"]
     vector = store.query_ids(VectorStoreQuery(query_embedding=good[1].embedding, similarity_top_k=1))[0]
     assert vector == ["ok1"] and store.node_count == 2
+
+
+def test_merging_segments_keeps_every_answer_and_is_refused_after_a_delete(tmp_path):
+    """Each add appends a segment to every column; merging them (while no row was deleted, so no
+    row id moves) leaves dense and keyword answers, pending rows and persistence as they were."""
+    from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+    store = ColumnarVectorStore(tmp_path / "index", tokenizer=MultilingualTokenizer())
+    nodes = _worded(30)
+    for start in range(0, 30, 5):
+        store.add(nodes[start : start + 5])
+    store.persist()
+    store.add(_worded(4, seed=3, prefix="p"))  # pending when merged
+    before, lexical = _answers(store), _lexical_answers(store)
+    assert store._postings.segment_count == 7
+    assert store.merge_segments()
+    assert store._postings.segment_count == 1
+    assert _answers(store) == before and _lexical_answers(store) == lexical
+    store.persist()
+    reopened = ColumnarVectorStore(tmp_path / "index")
+    assert _answers(reopened) == before and _lexical_answers(reopened) == lexical
+    reopened.delete_nodes(["n3"])
+    assert not reopened.merge_segments()  # would renumber rows: store compaction's job

@@ -298,6 +298,7 @@ def test_a_streamed_build_in_small_batches_answers_as_the_default(embedding, mon
         summary_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
     )
     assert stored_while_reading[0] == 0 and stored_while_reading[-1] > 0  # indexed before the stream ended
+    assert chunk_store._postings.segment_count == 1  # the batches' segments were merged at the end
     default = SummaryIndex.from_documents(_documents(), embed_model=embedding, node_parser=_parser())
     assert streamed.documents == default.documents
     for options in MODES:

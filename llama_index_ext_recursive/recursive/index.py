@@ -295,6 +295,8 @@ class SummaryIndex:
                 records.update(built.records)
                 bar.update(len(built.records))
         assert levels is not None and choice is not None  # node_batches yields at least one batch or raises
+        for store in stores:  # one segment per batch so far: a query would visit each
+            store.merge_segments()
         return cls(
             levels[0],
             levels[1],

@@ -406,6 +406,31 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         if self._postings is not None and self._postings.row_count < rows:
             self._postings.append([[]] * (rows - self._postings.row_count))
 
+    def merge_segments(self) -> bool:
+        """Merge each column's segments into as few as they fit, when no row was ever deleted.
+
+        Every ``add`` appends a segment to each column, and a query visits every
+        segment: a streaming build (a few thousand nodes per batch) leaves
+        hundreds. Without deleted rows a merge keeps every row id, so the rows
+        in SQLite and those pending stay where they are; with deleted rows it
+        would renumber them, which is the store compaction (not done here).
+
+        Returns:
+            Whether the segments were merged.
+        """
+        with self._lock.writing():
+            vectors = self._vectors
+            if vectors is None or vectors.live_count != vectors.row_count:
+                return False
+            same = np.arange(vectors.row_count, dtype=np.int64)
+            for mapping in (
+                vectors.compact(),
+                self._metadata.compact(),
+                *([self._postings.compact()] if self._postings is not None else []),
+            ):
+                assert np.array_equal(mapping, same), "a merge without deleted rows keeps every row id"
+            return True
+
     def _delete_rows(self, rows: np.ndarray) -> None:
         """Tombstone ``rows`` in every component (call under the write lock)."""
         if not rows.size or self._vectors is None:
