@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
                 update = run("update", storage, docs, folder, args) if storage == "columnar" else {}
             row = {"storage": storage, "chunks": docs * args.chunks, "build": build, "serve": serve, "update": update}
             rows.append(row)
+            report(args, argv, table, rows)  # after every size: a later size that fails keeps these
             print(
                 table.row(
                     storage,
@@ -279,6 +280,10 @@ def main(argv: list[str] | None = None) -> None:
                 ),
                 flush=True,
             )
+
+
+def report(args, argv, table: Table, rows: list[dict[str, object]]) -> None:
+    """Write the result files for the sizes measured so far."""
     text = "\n".join(
         [
             "# Columnar summary index at scale (issue 25)",
