@@ -308,6 +308,26 @@ def test_a_broad_restriction_above_the_threshold_is_searched_approximately_among
     assert hits / (10 * len(queries)) >= 0.99
 
 
+def test_retraining_covers_rows_appended_after_the_training():
+    """Lists trained on the first batch do not know the clusters of later ones; retraining on
+    every live row (a streaming build does it at its end) brings their recall back."""
+    dim = 32
+    generator = np.random.default_rng(21)
+    first, later = generator.standard_normal((30, dim)), generator.standard_normal((30, dim))
+    column, reference = VectorColumn(dim, approximate_threshold=2000, nprobe=16), Reference()
+    for centers, seed in ((first, 1), (later, 2)):
+        matrix = clustered_rows(2500, dim, centers, seed)
+        column.append(matrix)
+        reference.append(matrix)
+    assert column.approximate and not column.retrain(min_growth=2.5)  # 5000 rows, trained at 2500
+    assert column.retrain()
+    queries = clustered_rows(40, dim, later, 3)
+    found, _ = column.search_many(queries, 10)
+    hits = sum(len(np.intersect1d(rows, reference.search(q, 10)[0])) for q, rows in zip(queries, found))
+    assert hits / (10 * len(queries)) >= 0.99
+    assert not column.retrain()  # trained on every row already
+
+
 def test_compaction_keeps_the_approximate_index_in_step():
     dim = 16
     generator = np.random.default_rng(4)

@@ -456,6 +456,27 @@ class VectorColumn:
                 self._approximate = rebuilt
             return mapping
 
+    def retrain(self, min_growth: float = 1.25) -> bool:
+        """Train the approximate step again, on all live rows, if they grew by ``min_growth``
+        times since it was trained.
+
+        Appends retrain it only when the rows have grown fourfold, so a
+        column filled in batches keeps lists trained on its first rows; where
+        later rows point elsewhere (the documents of a stream met after the
+        training), their lists are arbitrary: recall@10 was 0.71 at 500k rows
+        trained on the first 200k (benchmarks/scale_columnar.py, issue 25). A
+        build calls this once at its end.
+
+        Returns:
+            Whether it trained.
+        """
+        with self._writer:
+            approximate = self._approximate
+            if approximate is None or self._live < min_growth * approximate.trained_rows:
+                return False
+            self._train()
+            return True
+
     # --------------------------------------------------------------- queries
     def search(self, query: np.ndarray, k: int, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The top-``k`` live rows by cosine similarity to ``query``.

@@ -297,6 +297,7 @@ class SummaryIndex:
         assert levels is not None and choice is not None  # node_batches yields at least one batch or raises
         for store in stores:  # one segment per batch so far: a query would visit each
             store.merge_segments()
+            store.retrain_vectors()  # trained on the first batches' rows only
         return cls(
             levels[0],
             levels[1],

@@ -406,6 +406,13 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         if self._postings is not None and self._postings.row_count < rows:
             self._postings.append([[]] * (rows - self._postings.row_count))
 
+    def retrain_vectors(self) -> bool:
+        """Train the vectors' approximate step again on every row if they grew by a quarter since
+        it was trained (:meth:`VectorColumn.retrain`): a streaming build trains it on the rows
+        seen so far. Returns whether it trained."""
+        with self._lock.writing():
+            return self._vectors is not None and self._vectors.retrain()
+
     def merge_segments(self) -> bool:
         """Merge each column's segments into as few as they fit, when no row was ever deleted.
 
