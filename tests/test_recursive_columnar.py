@@ -341,3 +341,109 @@ def test_columnar_stores_without_a_keyword_column_still_search_hybrid(embedding)
     levels = _retriever(plain)._levels()
     assert isinstance(levels.chunk_bm25, MultilingualBM25Retriever)
     assert _same(_answers(_retriever(plain)), _answers(_retriever(default_index)))
+
+
+# ------------------------------------------------------------------ checkpointed build
+class _Killed(BaseException):
+    """Stands for the process being killed: nothing of the build's memory survives it."""
+
+
+def _stream(documents, kill_at=None, seen=None):
+    for position, document in enumerate(documents):
+        if position == kill_at:
+            raise _Killed
+        if seen is not None:
+            seen(position)
+        yield document
+
+
+def _build_into(root, embedding, documents, **kwargs):
+    return RecursiveSummaryRetriever.from_documents(
+        documents,
+        persist_dir=root,
+        embed_model=embedding,
+        node_parser=_parser(),
+        similarity_top_k=4,
+        checkpoint_nodes=10,
+        **_columnar(),
+        **kwargs,
+    )
+
+
+def test_a_checkpointed_build_killed_midway_resumes_and_answers_as_one_build(embedding, tmp_path, monkeypatch, caplog):
+    """persist_dir= persists the streaming build every checkpoint_nodes chunks, so what it holds
+    in memory is bounded, and the same call after a kill resumes from the last checkpoint."""
+    from llama_index_ext_recursive.persist import published_generation
+    from llama_index_ext_recursive.recursive import build
+
+    monkeypatch.setattr(build, "STREAM_DOCUMENTS", 2)
+    monkeypatch.setattr(build, "STREAM_NODES", 6)
+    root = tmp_path / "index"
+    generations, pending = [], []
+
+    def seen(position):
+        generations.append(published_generation(root) if (root / "MANIFEST.json").exists() else 0)
+
+    with pytest.raises(_Killed):
+        _build_into(root, embedding, _stream(_documents(), kill_at=13, seen=seen))
+    assert generations[0] == 0 and generations[-1] >= 2  # checkpoints were published during the stream
+    with caplog.at_level("WARNING"):
+        interrupted = _load(root, embedding)
+    assert "interrupted after" in caplog.text
+    kept = set(interrupted.index.documents)
+    assert kept and kept < {f"d{i}" for i in range(13)}  # up to the last checkpoint, nothing after it
+    assert interrupted.index.partial
+
+    chunk_stores = []
+    original = SummaryIndex.not_indexed
+
+    def spy(self, groups):
+        chunk_stores.append(self.chunk_index.vector_store)
+        pending.append(len(self.chunk_index.vector_store._pending))
+        return original(self, groups)
+
+    monkeypatch.setattr(SummaryIndex, "not_indexed", spy)
+    chunked = []
+    resumed = _build_into(root, embedding, _stream(_documents(), seen=chunked.append))
+    assert len(chunked) == 20  # the whole stream is read again; the indexed documents are skipped
+    assert max(pending) <= 10 + 6  # rows held in memory between checkpoints: bounded, not the corpus
+    assert not resumed.index.partial and not _load(root, embedding).index.partial
+    default = SummaryIndex.from_documents(_documents(), embed_model=embedding, node_parser=_parser())
+    assert resumed.index.documents == default.documents
+    assert _same(_answers(_load(root, embedding)), _answers(_retriever(default)))
+
+
+def test_a_checkpointed_build_never_replaces_a_finished_index_or_takes_changed_documents(
+    embedding, tmp_path, monkeypatch
+):
+    from llama_index_ext_recursive.persist import PersistError
+    from llama_index_ext_recursive.recursive import build
+
+    monkeypatch.setattr(build, "STREAM_DOCUMENTS", 2)
+    monkeypatch.setattr(build, "STREAM_NODES", 6)
+
+    root = tmp_path / "index"
+    _build_into(root, embedding, iter(_documents(4)))
+    manifest = (root / "MANIFEST.json").read_bytes()
+    with pytest.raises(PersistError, match="holds a finished index of 4 documents"):
+        _build_into(root, embedding, iter(_documents(4)))
+    assert (root / "MANIFEST.json").read_bytes() == manifest
+    with pytest.raises(ValueError, match="persist_dir= checkpoints and resumes the build itself"):
+        _build_into(tmp_path / "other", embedding, iter(_documents(4)), checkpoint=print)
+    other = tmp_path / "changed"
+    with pytest.raises(_Killed):
+        _build_into(other, embedding, _stream(_documents(), kill_at=12))
+    changed = _documents()
+    changed[0] = Document(text="a new text entirely", metadata=changed[0].metadata)
+    with pytest.raises(ValueError, match="document 'd0' changed since the interrupted build indexed it"):
+        _build_into(other, embedding, iter(changed))
+    with pytest.raises(ValueError, match="this index is complete"):
+        SummaryIndex.from_nodes([], resume=_load(root, embedding).index)
+
+
+def test_persist_dir_with_the_default_storage_builds_then_persists(embedding, tmp_path):
+    root = tmp_path / "index"
+    built = RecursiveSummaryRetriever.from_documents(
+        _documents(6), persist_dir=root, embed_model=embedding, node_parser=_parser(), similarity_top_k=4
+    )
+    assert _same(_answers(_load(root, embedding)), _answers(built))

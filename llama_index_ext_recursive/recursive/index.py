@@ -59,6 +59,7 @@ from llama_index_ext_recursive.recursive.build import (
     node_batches,
     resolve_transformations,
     stream_chunks,
+    version_hash,
 )
 from llama_index_ext_recursive.recursive.evidence import document_text
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
@@ -70,9 +71,11 @@ from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentS
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.validation import closest, json_nodes
+from llama_index_ext_recursive.validation import check_count, closest, json_nodes
 
 logger = logging.getLogger(__name__)
+
+CHECKPOINT_NODES = 100_000  # chunks a checkpointed streaming build stores between two checkpoints
 
 
 class SummaryIndex:
@@ -103,6 +106,9 @@ class SummaryIndex:
             built from the caller's nodes: a link that already points nowhere
             there (a previous release let a delete leave one) is logged and
             not followed, so the index still loads and can be fixed by an update.
+        partial: the index is a streaming build's checkpoint (or one read back
+            from it): it holds the documents indexed before the checkpoint, and
+            :meth:`from_nodes` with ``resume=`` continues it.
     """
 
     def __init__(
@@ -119,6 +125,7 @@ class SummaryIndex:
         summary_embedding: SummaryEmbedding | str = SummaryEmbedding.BLEND,
         embedding_choice: Mapping[str, str] | None = None,
         loaded: bool = False,
+        partial: bool = False,
     ) -> None:
         if (chunk_index is None) == (retriever_dict is None):
             raise ValueError("pass exactly one of chunk_index= or retriever_dict=")
@@ -140,6 +147,7 @@ class SummaryIndex:
         self.generation = 0  # bumped by every swap
         self._update_lock = threading.Lock()
         self._vocabulary: FilterVocabulary | None = None
+        self.partial = partial
         self.validate_links(changed=() if loaded else None)
 
     # ------------------------------------------------------------------ build
@@ -188,6 +196,9 @@ class SummaryIndex:
         summary_vector_store: BasePydanticVectorStore | None = None,
         transformations: Sequence[TransformComponent] | None = None,
         embedding_cache: str | Path | CachedEmbedding | None = None,
+        checkpoint: Callable[[SummaryIndex], None] | None = None,
+        checkpoint_nodes: int = CHECKPOINT_NODES,
+        resume: SummaryIndex | None = None,
     ) -> SummaryIndex:
         """Index pre-chunked ``nodes`` grouped by document (see ``doc_id_key``);
         nodes that carry embeddings are not embedded again.
@@ -205,9 +216,28 @@ class SummaryIndex:
         together) are summarized, embedded and stored about
         :data:`~.build.STREAM_NODES` at a time, so memory holds one batch of
         nodes, not the corpus; the bundled model, when one is chosen, is
-        chosen by the first batch.
+        chosen by the first batch. Such a build can be checkpointed and resumed:
+
+        Args:
+            checkpoint: called with the index built so far (``partial`` set) each
+                time ``checkpoint_nodes`` more chunks were stored, after the
+                stores merged their segments: persisting it there
+                (``RecursiveSummaryRetriever.from_nodes(persist_dir=...)`` does)
+                writes the rows and vectors to disk, so memory stays bounded,
+                and a killed build resumes from the last one. Only a streaming
+                build calls it.
+            checkpoint_nodes: chunks stored between two checkpoints.
+            resume: a ``partial`` index read back from a checkpoint: the build
+                continues it (its stores and model), skipping the documents it
+                holds; one whose content changed since is refused.
         """
-        if _columnar_levels(summary_vector_store, chunk_vector_store):
+        check_count("checkpoint_nodes", checkpoint_nodes, minimum=1)
+        if resume is not None and not resume.partial:
+            raise ValueError(
+                "resume= continues an interrupted streaming build, but this index is complete: "
+                "add documents to it with add_documents/add_nodes instead"
+            )
+        if resume is not None or _columnar_levels(summary_vector_store, chunk_vector_store):
             return cls._streamed(
                 node_batches(nodes, doc_id_key),
                 doc_id_key=doc_id_key,
@@ -216,9 +246,14 @@ class SummaryIndex:
                 summary_cache=summary_cache if summary_cache is not None else SummaryCache(),
                 show_progress=show_progress is not False,
                 summary_embedding=SummaryEmbedding(summary_embedding),
-                stores=(summary_vector_store, chunk_vector_store),  # type: ignore[arg-type]
+                stores=(summary_vector_store, chunk_vector_store)  # type: ignore[arg-type]
+                if _columnar_levels(summary_vector_store, chunk_vector_store)
+                else None,
                 transformations=transformations,
                 embedding_cache=embedding_cache,
+                checkpoint=checkpoint,
+                checkpoint_nodes=checkpoint_nodes,
+                resume=resume,
             )
         nodes = list(nodes)
         if not nodes:
@@ -264,52 +299,105 @@ class SummaryIndex:
         summary_cache: SummaryCache,
         show_progress: bool,
         summary_embedding: SummaryEmbedding,
-        stores: tuple[ColumnarVectorStore, ColumnarVectorStore],
+        stores: tuple[ColumnarVectorStore, ColumnarVectorStore] | None,
         transformations: Sequence[TransformComponent] | None,
         embedding_cache: str | Path | CachedEmbedding | None,
+        checkpoint: Callable[[SummaryIndex], None] | None,
+        checkpoint_nodes: int,
+        resume: SummaryIndex | None,
     ) -> SummaryIndex:
-        """Build over columnar stores one batch of documents at a time (see :meth:`from_nodes`)."""
+        """Build over columnar stores one batch of documents at a time (see :meth:`from_nodes`).
+
+        The index exists from the first batch on (``partial``), and each batch
+        is appended to it as an update appends a new document, so a checkpoint
+        is an index like any other and a resumed build goes on appending.
+        """
         check_embedding_cache(embedding_cache)  # a file that is not a cache fails before any work
-        levels: tuple[VectorStoreIndex, VectorStoreIndex] | None = None
-        choice = None
-        model: BaseEmbedding | None = None
+        index = resume
+        if index is not None:
+            index.embed_model = as_cached(index.embed_model, embedding_cache)
+            logger.info("resuming a streaming build: %d documents indexed before", len(index.documents))
         dim: int | None = None
-        records: dict[str, DocumentRecord] = {}
+        since_checkpoint = 0
         with tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar:
             for groups in batches:
+                if resume is not None:
+                    groups = resume.not_indexed(groups)
+                    if not groups:
+                        continue
                 built = build_documents(groups, doc_id_key, summarizer, summary_cache)
-                if levels is None:
+                if index is None:
+                    assert stores is not None  # from_nodes streams only over two columnar stores or a resume
                     choice = choose_embed_model(embed_model, texts=corpus_sample(built.chunk_nodes))
                     model = as_cached(choice.model, embedding_cache)
-                    levels = (store_view_index(stores[0], model), store_view_index(stores[1], model))
-                assert model is not None
-                dim = attach_embeddings(built, model, summary_embedding, dim=dim)
-                embed_summaries(built, model, dim)
-                insert_nodes(levels[1], built.chunk_nodes)
-                insert_nodes(
-                    levels[0],
-                    built.summary_nodes,
-                    # called at once, inside this iteration
-                    lambda: search_texts(built.summary_nodes, built.records, built.chunk_nodes),  # noqa: B023
-                )
-                records.update(built.records)
+                    index = cls(
+                        store_view_index(stores[0], model),
+                        store_view_index(stores[1], model),
+                        embed_model=model,
+                        doc_id_key=doc_id_key,
+                        transformations=transformations,
+                        summarizer=summarizer,
+                        summary_cache=summary_cache,
+                        summary_embedding=summary_embedding,
+                        embedding_choice=choice.to_dict(),
+                        partial=True,
+                    )
+                dim = attach_embeddings(built, index.embed_model, index.summary_embedding, dim=dim)
+                embed_summaries(built, index.embed_model, dim)
+                with index.state_lock.writing():
+                    index._swap(remove=[], add=built)
                 bar.update(len(built.records))
-        assert levels is not None and choice is not None  # node_batches yields at least one batch or raises
-        for store in stores:  # one segment per batch so far: a query would visit each
-            store.merge_segments()
-            store.retrain_vectors()  # trained on the first batches' rows only
-        return cls(
-            levels[0],
-            levels[1],
-            documents=records,
-            embed_model=model,
-            doc_id_key=doc_id_key,
-            transformations=transformations,
-            summarizer=summarizer,
-            summary_cache=summary_cache,
-            summary_embedding=summary_embedding,
-            embedding_choice=choice.to_dict(),
-        )
+                since_checkpoint += len(built.chunk_nodes)
+                if checkpoint is not None and since_checkpoint >= checkpoint_nodes:
+                    index._merge_segments()
+                    checkpoint(index)
+                    since_checkpoint = 0
+        assert index is not None  # resumed, or node_batches yielded a batch (it raises on an empty stream)
+        index._merge_segments(retrain=True)
+        index.validate_links()  # the batches' links were stored before the documents they name
+        index.partial = False
+        return index
+
+    def _merge_segments(self, retrain: bool = False) -> None:
+        """Merge the columnar stores' segments (one per batch so far: a query would visit each)
+        and, at the end of a build, train their approximate step again on every row (it was
+        trained on the first batches' rows)."""
+        for level in (self.summary_index, self.chunk_index):
+            store = level.vector_store if level is not None else None
+            if isinstance(store, ColumnarVectorStore):
+                store.merge_segments()
+                if retrain:
+                    store.retrain_vectors()
+
+    def not_indexed(self, groups: Mapping[str, list[BaseNode]]) -> dict[str, list[BaseNode]]:
+        """The documents of ``groups`` this index does not hold, for a resumed build.
+
+        Raises:
+            ValueError: a document it holds whose content changed since, or a
+                chunk id it holds under another document.
+        """
+        fresh: dict[str, list[BaseNode]] = {}
+        for doc_id, chunks in groups.items():
+            record = self.documents.get(doc_id)
+            if record is None:
+                fresh[doc_id] = chunks
+                continue
+            text = "\n".join(c.get_content(metadata_mode=MetadataMode.NONE) for c in chunks)
+            if version_hash(text, chunks) != record.content_hash:
+                raise ValueError(
+                    f"document {doc_id!r} changed since the interrupted build indexed it: finish the build "
+                    "with the documents as they were, then update it with add_documents, or build into a new folder"
+                )
+        store = self.chunk_index.vector_store if self.chunk_index is not None else None
+        if fresh and isinstance(store, ColumnarVectorStore):
+            ids = [c.node_id for chunks in fresh.values() for c in chunks]
+            taken = [i for i, node in zip(ids, store.nodes_by_id(ids), strict=True) if node is not None]
+            if taken:
+                raise ValueError(
+                    f"chunk id {taken[0]!r} of the stream is indexed already under another document: "
+                    "node ids must be unique across the whole build"
+                )
+        return fresh
 
     @classmethod
     def from_index(

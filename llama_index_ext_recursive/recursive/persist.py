@@ -47,6 +47,7 @@ from llama_index_ext_recursive.models import embed_model_name, resolve_embed_mod
 from llama_index_ext_recursive.persist import (
     NoIndexError,
     PersistError,
+    check_persist_target,
     load_json_object,
     load_string_map,
     published_generation,
@@ -156,6 +157,7 @@ def index_to_dict(index: SummaryIndex) -> dict[str, Any]:
         doc_id_key=index.doc_id_key,
         summary_embedding=index.summary_embedding.value,
         storage=COLUMNAR if _columnar_stores(index) else SIMPLE,
+        partial=index.partial,
     )
 
 
@@ -296,6 +298,7 @@ def load_persisted(
                 **({"summary_embedding": stored["summary_embedding"]} if "summary_embedding" in stored else {}),
                 embedding_choice=stored.get("embedding_choice"),
                 loaded=True,
+                partial=stored.get("partial", False) is True,
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PersistError(f"{index_path} holds an invalid setting ({exc}); persist the retriever again") from exc
@@ -305,6 +308,29 @@ def load_persisted(
             raise PersistError(f"{config_path} holds an invalid setting ({exc}); persist the retriever again") from exc
 
     return read_index(persist_dir, PERSIST_KIND, load)
+
+
+def interrupted_build(persist_dir: str | Path, embed_model: BaseEmbedding | None = None) -> SummaryIndex | None:
+    """The ``partial`` index a checkpointed build left at ``persist_dir``, to resume
+    (``None``: nothing is persisted there yet, so a build starts afresh).
+
+    Raises:
+        PersistError: ``persist_dir`` holds a finished index (never rebuilt over:
+            it is updated with ``add_documents``), or something a build may not
+            write into (checked before any work, by :func:`check_persist_target`).
+    """
+    check_persist_target(persist_dir, PERSIST_KIND)
+    try:
+        index: SummaryIndex = load_persisted(persist_dir, lambda index, settings: index, embed_model=embed_model)
+    except NoIndexError:
+        return None
+    if not index.partial:
+        raise PersistError(
+            f"{persist_dir} holds a finished index of {len(index.documents)} documents, which a build "
+            "never replaces: open it with RecursiveSummaryRetriever.from_persist_dir and update it with "
+            "add_documents/delete_document, or build into an empty folder"
+        )
+    return index
 
 
 def init_parameters_of(data: Mapping[str, Any], path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:

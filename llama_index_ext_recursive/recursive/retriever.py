@@ -31,8 +31,9 @@ user's retrievers, are called through ``retrieve``: their spans nest under ours.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ from llama_index_ext_recursive.recursive.build import DocumentRecord, SummaryEmb
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.levels import Levels, levels_for
-from llama_index_ext_recursive.recursive.persist import load_persisted, persist_index
+from llama_index_ext_recursive.recursive.persist import interrupted_build, load_persisted, persist_index
 from llama_index_ext_recursive.recursive.ranking import (
     Plan,
 )
@@ -80,6 +81,9 @@ from llama_index_ext_recursive.text import QueryScript, query_script
 from llama_index_ext_recursive.validation import check_vectors
 
 __all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode"]
+
+
+logger = logging.getLogger(__name__)
 
 
 class RecursiveSummaryRetriever(QueryCheckingRetriever):
@@ -196,7 +200,9 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def from_documents(cls, documents: Sequence[Document], **kwargs: Any) -> RecursiveSummaryRetriever:
+    def from_documents(
+        cls, documents: Iterable[Document], *, persist_dir: str | Path | None = None, **kwargs: Any
+    ) -> RecursiveSummaryRetriever:
         """Chunk, summarize and index ``documents`` (:meth:`SummaryIndex.from_documents`).
 
         Chunking: ``node_parser=`` or ``transformations=[...]`` (as upstream
@@ -206,15 +212,19 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         ``metadata[doc_id_key]`` (default ``"doc_id"``) when present, else its
         ``doc_id``. Every keyword is checked before any document is chunked;
         the index's go to :meth:`SummaryIndex.from_documents`, the rest to the
-        constructor.
+        constructor. ``persist_dir``: see :meth:`from_nodes`.
         """
         own, settings = split_arguments(
             kwargs, "RecursiveSummaryRetriever.from_documents", cls.__init__, documents=True
         )
-        return cls._over(SummaryIndex.from_documents(documents, **own), settings)
+        return cls._build_into(
+            lambda **build: SummaryIndex.from_documents(documents, **build), own, settings, persist_dir
+        )
 
     @classmethod
-    def from_nodes(cls, nodes: Sequence[BaseNode], **kwargs: Any) -> RecursiveSummaryRetriever:
+    def from_nodes(
+        cls, nodes: Iterable[BaseNode], *, persist_dir: str | Path | None = None, **kwargs: Any
+    ) -> RecursiveSummaryRetriever:
         """Index pre-chunked ``nodes`` (:meth:`SummaryIndex.from_nodes`), grouped by
         document: ``metadata[doc_id_key]``; by default ``metadata["doc_id"]``
         when present, else the node's ``ref_doc_id``, so the nodes of any
@@ -223,10 +233,19 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         Nodes that already carry embeddings are not embedded again.
         ``chunk_vector_store``/``summary_vector_store``: empty stores to index
         into (FAISS, Chroma, PostgreSQL, ...; default :class:`NumpyVectorStore`);
-        ``persist`` supports the default store only.
+        ``persist`` supports the embedded stores (the default, or a
+        ``ColumnarVectorStore`` for both levels).
+
+        ``persist_dir``: build into this index folder and persist the retriever
+        there. Over two ``ColumnarVectorStore`` levels the build streams and is
+        persisted every ``checkpoint_nodes`` chunks (default
+        :data:`~.index.CHECKPOINT_NODES`), which keeps its memory bounded; when
+        a build is killed, the same call again resumes it from its last
+        checkpoint, skipping the documents indexed by then. A folder that holds
+        a finished index is refused (it is updated, never rebuilt over).
         """
         own, settings = split_arguments(kwargs, "RecursiveSummaryRetriever.from_nodes", cls.__init__)
-        return cls._over(SummaryIndex.from_nodes(nodes, **own), settings)
+        return cls._build_into(lambda **build: SummaryIndex.from_nodes(nodes, **build), own, settings, persist_dir)
 
     @classmethod
     def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> RecursiveSummaryRetriever:
@@ -257,6 +276,35 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         check_arguments([cls.__init__], kwargs, "RecursiveSummaryRetriever.from_retriever_dict")
         index = SummaryIndex.from_retriever_dict(summary_nodes, retriever_dict, embed_model)
         return cls(index, **kwargs)
+
+    @classmethod
+    def _build_into(
+        cls,
+        build: Callable[..., SummaryIndex],
+        own: dict[str, Any],
+        settings: dict[str, Any],
+        persist_dir: str | Path | None,
+    ) -> RecursiveSummaryRetriever:
+        """The retriever over ``build(**own)``; with ``persist_dir``, a checkpointed
+        build into that folder (resumed when a killed one left it there), persisted at the end."""
+        if persist_dir is None:
+            return cls._over(build(**own), settings)
+        given = sorted({"checkpoint", "resume"} & set(own))
+        if given:
+            raise ValueError(f"persist_dir= checkpoints and resumes the build itself: pass it or {given}, not both")
+        resume = interrupted_build(persist_dir, own.get("embed_model"))
+        # a checkpoint is loadable with default settings; the final persist writes the caller's
+        checkpoint_config = component_to_dict(cls)
+        retriever = cls._over(
+            build(
+                **own,
+                resume=resume,
+                checkpoint=lambda index: persist_index(index, persist_dir, checkpoint_config),
+            ),
+            settings,
+        )
+        retriever.persist(persist_dir)
+        return retriever
 
     @classmethod
     def _over(cls, index: SummaryIndex, settings: dict[str, Any]) -> RecursiveSummaryRetriever:
@@ -392,13 +440,22 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         """
         check_arguments([cls.__init__], overrides, "RecursiveSummaryRetriever.from_persist_dir")
         steps = [node_parser] if node_parser is not None else transformations
-        return load_persisted(
+        retriever: RecursiveSummaryRetriever = load_persisted(
             persist_dir,
             lambda index, settings: cls._from_settings(index, settings, overrides),
             embed_model=embed_model,
             summarizer=summarizer,
             transformations=steps,
         )
+        if retriever.index.partial:
+            logger.warning(
+                "%s holds a build that was interrupted after %d documents: it answers from those only; "
+                "run the same build with persist_dir=%s again to finish it",
+                persist_dir,
+                len(retriever.index.documents),
+                persist_dir,
+            )
+        return retriever
 
     # ------------------------------------------------------------ levels
     def _levels(self) -> Levels:
