@@ -11,10 +11,13 @@ queries (``year >= 2010``: half the corpus).
 Each size runs in three child processes, each measured from outside (peak
 RSS from ``wait4``):
 
-* ``build``: ``RecursiveSummaryRetriever.from_nodes`` over a generator of the
-  corpus's nodes (the caller holds no list), both levels
+* ``build``: ``RecursiveSummaryRetriever.from_nodes(persist_dir=...)`` over a
+  generator of the corpus's nodes (the caller holds no list), both levels
   ``ColumnarVectorStore(tokenizer=MultilingualTokenizer())``, equal fusion
-  weights (no calibration), then ``persist``;
+  weights (no calibration): checkpointed into the folder every
+  ``CHECKPOINT_NODES`` chunks and persisted at its end (the default storage:
+  built, then ``persist``); the time the generator spends making the corpus
+  is reported beside the build's;
 * ``serve``: ``from_persist_dir`` (open), the first query, then ``--queries``
   queries of the default recursive retriever (fused mode), the same queries
   filtered, and their p50/p95; peak RSS is the open plus the queries;
@@ -81,23 +84,42 @@ def child_build(args) -> dict[str, object]:
 
     corpus = corpus_of(args)
     model = topic_embedding(corpus, lazy=True)
+    stream = TimedStream(nodes(corpus))
     started = time.perf_counter()
-    retriever = RecursiveSummaryRetriever.from_nodes(
-        nodes(corpus),
-        embed_model=model,
-        show_progress=False,
-        **stores(args.storage == "columnar"),
-        **equal_calibration(RecursiveSummaryRetriever),
-    )
-    built = time.perf_counter() - started
-    rss_built = memory.peak_rss_mib()
-    started = time.perf_counter()
-    retriever.persist(args.folder)
-    return {
-        "build_s": built,
-        "persist_s": time.perf_counter() - started,
-        "rss_after_build_mib": rss_built,
-    }
+    if args.storage == "columnar":  # checkpointed into the folder as it goes, persisted at the end
+        RecursiveSummaryRetriever.from_nodes(
+            stream,
+            persist_dir=args.folder,
+            embed_model=model,
+            show_progress=False,
+            **stores(True),
+            **equal_calibration(RecursiveSummaryRetriever),
+        )
+    else:
+        retriever = RecursiveSummaryRetriever.from_nodes(
+            stream, embed_model=model, show_progress=False, **equal_calibration(RecursiveSummaryRetriever)
+        )
+        retriever.persist(args.folder)
+    return {"build_s": time.perf_counter() - started, "corpus_s": stream.seconds}
+
+
+class TimedStream:
+    """The corpus's nodes, counting the time spent making them: the benchmark's own work,
+    inside the build's time, reported beside it."""
+
+    def __init__(self, items) -> None:
+        self.items = iter(items)
+        self.seconds = 0.0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        started = time.perf_counter()
+        try:
+            return next(self.items)
+        finally:
+            self.seconds += time.perf_counter() - started
 
 
 def child_serve(args) -> dict[str, object]:
@@ -250,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
             "storage",
             "chunks",
             "build s",
-            "persist s",
+            "of which corpus s",
             "build peak RSS MiB",
             "open s",
             "first query ms",
@@ -282,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
                     storage,
                     f"{docs * args.chunks:,}",
                     fmt(build["build_s"], 1),
-                    fmt(build["persist_s"], 1),
+                    fmt(build["corpus_s"], 1),
                     fmt(build["peak_rss_mib"], 0),
                     fmt(serve["open_s"], 2),
                     fmt(serve["first_ms"], 1),
@@ -314,7 +336,7 @@ def report(args, argv, table: Table, rows: list[dict[str, object]]) -> None:
                         r["storage"],
                         f"{r['chunks']:,}",
                         fmt(r["build"]["build_s"], 1),
-                        fmt(r["build"]["persist_s"], 1),
+                        fmt(r["build"]["corpus_s"], 1),
                         fmt(r["build"]["peak_rss_mib"], 0),
                         fmt(r["serve"]["open_s"], 2),
                         fmt(r["serve"]["first_ms"], 1),

@@ -173,3 +173,13 @@ def test_generations_publish_rows_and_settle_undoes_an_unpublished_one(rows):
     with pytest.raises(ValueError, match="'a' is stored already"):
         rows.commit(3, np.array([4]), _records("a"), np.array([], dtype=np.int64))
     assert rows.visible_rows_of(["a", "d"], 3).tolist() == [0, 3]
+
+
+def test_keyed_items_are_replaced_and_deleted_by_generation_and_settle_undoes_one(rows):
+    rows.write_items(1, {"a": '{"v": 1}', "b": '{"v": 2}', "it's; DROP TABLE rows": '"x"'})
+    rows.write_items(2, {"a": '{"v": 3}', "b": None})
+    assert rows.items(1) == [("a", '{"v": 1}'), ("b", '{"v": 2}'), ("it's; DROP TABLE rows", '"x"')]
+    assert rows.items(2) == [("it's; DROP TABLE rows", '"x"'), ("a", '{"v": 3}')]
+    rows.write_items(3, {"c": '"new"', "it's; DROP TABLE rows": None})  # never published
+    assert rows.settle(2) == 2  # c added, the other deleted: both undone
+    assert rows.items(3) == rows.items(2)

@@ -4,6 +4,8 @@ per-call filters, after adds, replacements and deletes; no node per chunk is hel
 
 import asyncio
 import hashlib
+import json
+import sqlite3
 
 import numpy as np
 import pytest
@@ -223,8 +225,52 @@ def test_a_persisted_columnar_index_reloads_updates_and_persists_only_what_chang
     assert not vectors_file.exists()  # the first generation itself was retired
     assert sorted(p.name for p in root.iterdir() if p.name.endswith(".sqlite3")) == [
         "chunks.rows.sqlite3",
+        "documents.rows.sqlite3",
         "summaries.rows.sqlite3",
+        "summaries_cache.rows.sqlite3",
     ]
+    # the records are rows too: the update's persist wrote the three documents it changed
+    # (two added, one replaced) and marked the deleted one, not all of them again
+    index_json = json.loads(next(root.glob("gen-*/index.json")).read_text())
+    assert index_json["init_parameters"]["documents"] is None
+    with sqlite3.connect(root / "documents.rows.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM rows WHERE added = 2").fetchone() == (3,)
+        assert db.execute("SELECT node_id FROM rows WHERE deleted = 2 ORDER BY node_id").fetchall() == [
+            ("d0",),
+            ("d4",),
+        ]
+    assert again.index.documents == default.index.documents
+
+
+def test_a_columnar_index_that_listed_its_records_in_index_json_loads_and_moves_them_to_rows(
+    embedding, tmp_path, monkeypatch
+):
+    """The previous release kept a columnar index's document records and summaries in
+    index.json and summary_cache.json; such a folder loads, and its next persist writes them as rows."""
+    from llama_index_ext_recursive.recursive import persist as recursive_persist
+
+    default_index, columnar_index = _pair(embedding)
+    root = tmp_path / "index"
+    write_files = recursive_persist._write_index_files
+    monkeypatch.setattr(recursive_persist, "_write_records", lambda index, root, published: (set(), 0))
+    monkeypatch.setattr(
+        recursive_persist,
+        "_write_index_files",
+        lambda index, staging, config, generation: write_files(index, staging, config),
+    )
+    _retriever(columnar_index).persist(root)
+    monkeypatch.undo()
+    assert not (root / "documents.rows.sqlite3").exists()
+    assert (next(root.glob("gen-*")) / "summary_cache.json").exists()
+    old = _load(root, embedding)
+    expected = _answers(_retriever(default_index))
+    assert _same(_answers(old), expected)
+    old.persist(root)
+    assert not list(root.glob("gen-*/summary_cache.json"))
+    moved = _load(root, embedding)
+    assert moved.index.documents == default_index.documents
+    assert moved.index.summary_cache.entries == default_index.summary_cache.entries
+    assert _same(_answers(moved), expected)
 
 
 def test_a_failed_persist_leaves_the_published_index_and_the_next_one_succeeds(embedding, tmp_path, monkeypatch):
@@ -447,3 +493,15 @@ def test_persist_dir_with_the_default_storage_builds_then_persists(embedding, tm
         _documents(6), persist_dir=root, embed_model=embedding, node_parser=_parser(), similarity_top_k=4
     )
     assert _same(_answers(_load(root, embedding)), _answers(built))
+
+
+def test_an_update_reusing_another_documents_chunk_id_is_refused_by_the_store(embedding):
+    """The columnar index asks its chunk store who owns the new ids (no map of every chunk)."""
+    _, index = _pair(embedding)
+    taken = index.documents["d1"].chunk_ids[0]
+    with pytest.raises(
+        ValueError, match=f"node id '{taken}' of document 'new' is already indexed as a chunk of document 'd1'"
+    ):
+        index.add_nodes([TextNode(id_=taken, text="other text", metadata={"doc_id": "new"})])
+    assert "new" not in index.documents
+    assert index.add_nodes([TextNode(id_=taken, text="d1 rewritten", metadata={"doc_id": "d1"})]) == ["d1"]

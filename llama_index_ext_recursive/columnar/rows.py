@@ -25,7 +25,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -376,6 +376,43 @@ class RowStore:
                 undone,
             )
         return int(undone)
+
+    def items(self, generation: int) -> list[tuple[str, str]]:
+        """``(id, JSON)`` of every row generation ``generation`` publishes, in row order: the
+        keyed items :meth:`write_items` stores (a row's ``node`` column holds any JSON)."""
+        with self._reading() as connection:
+            return connection.execute(
+                "SELECT node_id, node FROM rows WHERE added <= ? AND (deleted IS NULL OR deleted > ?) ORDER BY row",
+                (generation, generation),
+            ).fetchall()
+
+    def write_items(self, generation: int, items: Mapping[str, str | None]) -> None:
+        """Publish one generation's changes of keyed JSON items (not nodes) in one transaction.
+
+        What :meth:`commit` does for nodes, for records kept by id (a summary
+        index's document records and summaries): a text stores the id's item,
+        replacing a stored one; ``None`` deletes it. The replaced and deleted
+        rows are marked with ``generation``, so :meth:`settle` brings the items
+        back to any published generation, as it does the nodes.
+
+        Args:
+            generation: the generation being published (greater than every earlier one).
+            items: id -> its JSON, or ``None`` to delete it.
+        """
+        ids = sorted(items)
+        with self._writing() as connection:
+            for batch in _batches(ids):
+                connection.execute(
+                    f"UPDATE rows SET deleted = ? WHERE deleted IS NULL AND node_id IN ({_marks(len(batch))})",
+                    [generation, *batch],
+                )
+            start = self._next_row(connection)
+            stored = [(key, text) for key in ids if (text := items[key]) is not None]
+            connection.executemany(
+                "INSERT INTO rows (row, node_id, ref_doc_id, node, added) VALUES (?, ?, NULL, ?, ?)",
+                ((start + offset, key, text, generation) for offset, (key, text) in enumerate(stored)),
+            )
+            self._set_next_row(connection, start + len(stored))
 
     def visible_rows_of(self, node_ids: Sequence[str], generation: int) -> np.ndarray:
         """The row of each node id as generation ``generation`` publishes it (``-1``: not there)."""

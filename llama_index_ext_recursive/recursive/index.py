@@ -148,6 +148,10 @@ class SummaryIndex:
         self._update_lock = threading.Lock()
         self._vocabulary: FilterVocabulary | None = None
         self.partial = partial
+        # what a persist has yet to write, where it writes only changes (columnar storage):
+        # the documents added, replaced or deleted, and the summaries cached, since the last one
+        self.unpersisted_documents: set[str] = set(self.documents)
+        self.persisted_summaries = 0  # the cache's first entries (it only grows) are persisted
         self.validate_links(changed=() if loaded else None)
 
     # ------------------------------------------------------------------ build
@@ -374,7 +378,7 @@ class SummaryIndex:
 
         Raises:
             ValueError: a document it holds whose content changed since, or a
-                chunk id it holds under another document.
+                chunk id it holds under another document (:func:`check_new_node_ids`).
         """
         fresh: dict[str, list[BaseNode]] = {}
         for doc_id, chunks in groups.items():
@@ -388,15 +392,7 @@ class SummaryIndex:
                     f"document {doc_id!r} changed since the interrupted build indexed it: finish the build "
                     "with the documents as they were, then update it with add_documents, or build into a new folder"
                 )
-        store = self.chunk_index.vector_store if self.chunk_index is not None else None
-        if fresh and isinstance(store, ColumnarVectorStore):
-            ids = [c.node_id for chunks in fresh.values() for c in chunks]
-            taken = [i for i, node in zip(ids, store.nodes_by_id(ids), strict=True) if node is not None]
-            if taken:
-                raise ValueError(
-                    f"chunk id {taken[0]!r} of the stream is indexed already under another document: "
-                    "node ids must be unique across the whole build"
-                )
+        check_new_node_ids(fresh, self._owners([c.node_id for chunks in fresh.values() for c in chunks]))
         return fresh
 
     @classmethod
@@ -546,7 +542,7 @@ class SummaryIndex:
         with self._update_lock:  # one update at a time; readers go on meanwhile
             groups = group_nodes(list(nodes), self.doc_id_key)
             current = self.documents  # only updates (serialised here) replace it
-            check_new_node_ids(groups, {c: r.doc_id for r in current.values() for c in r.chunk_ids})
+            check_new_node_ids(groups, self._owners([n.node_id for nodes in groups.values() for n in nodes]))
             progress = auto_progress(show_progress, len(groups))
             built = build_documents(groups, self.doc_id_key, self.summarizer, self.summary_cache, progress)
             changed = []
@@ -596,6 +592,16 @@ class SummaryIndex:
             with self.state_lock.writing():
                 self._swap(remove=[current[d] for d in changed if d in current], add=built)
         return changed
+
+    def _owners(self, node_ids: list[str]) -> dict[str, str]:
+        """The document of each of ``node_ids`` that is indexed as a chunk: a columnar store is
+        asked for those ids alone (each stored chunk's ``ref_doc_id`` is its document), any
+        other index maps every chunk of every record."""
+        store = self.chunk_index.vector_store if self.chunk_index is not None else None
+        if isinstance(store, ColumnarVectorStore):
+            found = store.nodes_by_id(node_ids)
+            return {node.node_id: node.ref_doc_id or "" for node in found if node is not None}
+        return {c: r.doc_id for r in self.documents.values() for c in r.chunk_ids}
 
     def delete_document(self, doc_id: str) -> None:
         """Remove one document's summary and chunks.
@@ -673,6 +679,7 @@ class SummaryIndex:
             documents.update(add.records)
             summaries.update({s.index_id: s for s in add.summary_nodes})
         self.documents, self.summaries = documents, summaries
+        self.unpersisted_documents |= removed | (set(add.records) if add is not None else set())
         self.document_keys = self._summary_filter_keys()
         if isinstance(chunk_index.vector_store, ColumnarVectorStore):
             self._vocabulary = None  # read from the store's columns again when next asked

@@ -19,15 +19,22 @@ An index whose two levels are each a
 (``index.json`` says ``"storage": "columnar"``) keeps each level's column
 files in ``summaries/`` and ``chunks/`` of the generation and its rows in
 ``summaries.rows.sqlite3``/``chunks.rows.sqlite3`` beside the generations.
-Its persist carries the previous generation's files over and writes only
-what changed (new segments, tombstones, the small JSON files), so persisting
-a one-document update of a 2M-chunk index writes kilobytes, and the rows
-follow the generation (a failed persist leaves the published index). Such an
-index is loaded memory-mapped, and its levels are checked by their counts.
+Its document records and summaries are rows too (``documents.rows.sqlite3``,
+``summaries_cache.rows.sqlite3``; ``index.json`` names the generation they
+are read at instead of listing them). Its persist carries the previous
+generation's files over and writes only what changed (new segments,
+tombstones, the changed documents' records, the new summaries, the small
+JSON files), so persisting a one-document update of a 2M-chunk index writes
+kilobytes, and the rows follow the generation (a failed persist leaves the
+published index). Such an index is loaded memory-mapped, and its levels are
+checked by their counts. A columnar folder of the previous layout (records in
+``index.json``, summaries in ``summary_cache.json``) loads, and its next
+persist moves them into rows.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +48,7 @@ from llama_index.core.schema import TransformComponent
 from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
+from llama_index_ext_recursive.columnar.rows import RowStore
 from llama_index_ext_recursive.config import CONFIG_FILE, component_to_dict, write_config
 from llama_index_ext_recursive.model_identity import ModelIdentity, ModelMismatchError, check_same_model, model_identity
 from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
@@ -68,6 +76,8 @@ PERSIST_KIND = "RecursiveSummaryRetriever"  # names the index kind in its folder
 INDEX_FILE = "index.json"
 SUMMARY_CACHE_FILE = "summary_cache.json"
 SIMPLE, COLUMNAR = "simple", "columnar"  # how index.json says the levels are stored
+# a columnar index's document records and summaries: rows beside its generations (_write_records)
+DOCUMENTS, SUMMARIES = "documents", "summaries_cache"
 LEVELS = ("summaries", "chunks")
 LEGACY_FORMAT = 1  # one flat config.json holding the index and the settings
 # settings of the previous format that are the retriever's, not the index's
@@ -139,12 +149,19 @@ def node_parser_from_config(config: dict[str, Any] | None) -> NodeParser | None:
     return parser_class.from_dict(dict(config))
 
 
-def index_to_dict(index: SummaryIndex) -> dict[str, Any]:
-    """``index.json``: what a :class:`SummaryIndex` needs besides its stores."""
+def index_to_dict(index: SummaryIndex, generation: int | None = None) -> dict[str, Any]:
+    """``index.json``: what a :class:`SummaryIndex` needs besides its stores.
+
+    Args:
+        generation: for the columnar storage, the generation being written: its
+            document records are then rows of :data:`DOCUMENTS` (read back as
+            that generation publishes them), not a list in this file.
+    """
     summarizer = index.summarizer
     return component_to_dict(
         index,
-        documents={k: v.to_dict() for k, v in index.documents.items()},
+        documents=None if generation is not None else {k: v.to_dict() for k, v in index.documents.items()},
+        generation=generation,
         embed_model=embed_model_name(index.embed_model),
         embed_model_identity=model_identity(index.embed_model).to_dict(),
         embedding_choice=index.embedding_choice,
@@ -197,15 +214,75 @@ def persist_index(index: SummaryIndex, persist_dir: str | Path, config: Mapping[
         _write_index_files(index, staging, config)
 
 
-def _write_index_files(index: SummaryIndex, staging: Path, config: Mapping[str, Any]) -> None:
-    """``summary_cache.json``, ``index.json`` and ``config.json``, as new files: a staging
-    folder that carries the previous generation over holds links to its files, which
-    must be replaced, never written into."""
+def _write_index_files(
+    index: SummaryIndex, staging: Path, config: Mapping[str, Any], generation: int | None = None
+) -> None:
+    """``summary_cache.json`` (not for the columnar storage, which keeps the summaries as
+    rows), ``index.json`` and ``config.json``, as new files: a staging folder that carries
+    the previous generation over holds links to its files, which must be replaced, never
+    written into."""
     for name in (SUMMARY_CACHE_FILE, INDEX_FILE, CONFIG_FILE):
         (staging / name).unlink(missing_ok=True)
-    index.summary_cache.save(staging / SUMMARY_CACHE_FILE)
-    (staging / INDEX_FILE).write_text(json.dumps(index_to_dict(index), ensure_ascii=False, indent=1), encoding="utf-8")
+    if generation is None:
+        index.summary_cache.save(staging / SUMMARY_CACHE_FILE)
+    (staging / INDEX_FILE).write_text(
+        json.dumps(index_to_dict(index, generation), ensure_ascii=False, indent=1), encoding="utf-8"
+    )
     write_config(staging, config)
+
+
+def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set[str], int]:
+    """Commit the document records and summaries changed since the last persist as rows of
+    generation ``published + 1`` (:meth:`RowStore.write_items`), so a persist writes what
+    changed, not every record (a one-document update of a 100k-document index rewrote 50 MB).
+
+    Returns:
+        The documents and the number of summaries written, to mark persisted once published.
+    """
+    written = set(index.unpersisted_documents)
+    entries = index.summary_cache.entries
+    summaries = len(entries)
+    with RowStore(root / rows_database(DOCUMENTS)) as documents:
+        documents.settle(published)
+        documents.write_items(
+            published + 1,
+            {
+                doc_id: json.dumps(index.documents[doc_id].to_dict(), ensure_ascii=False)
+                if doc_id in index.documents
+                else None
+                for doc_id in written
+            },
+        )
+    with RowStore(root / rows_database(SUMMARIES)) as cached:
+        cached.settle(published)
+        new = itertools.islice(entries.items(), min(index.persisted_summaries, summaries), summaries)
+        cached.write_items(published + 1, {key: json.dumps(text, ensure_ascii=False) for key, text in new})
+    return written, summaries
+
+
+def _read_records(root: Path, generation: int, index_path: Path) -> tuple[dict[str, DocumentRecord], dict[str, str]]:
+    """The document records and summaries generation ``generation`` of the index folder
+    ``root`` publishes (:func:`_write_records`).
+
+    Raises:
+        PersistError: a database is missing or holds a malformed row (naming it).
+    """
+    tables = []
+    for part in (DOCUMENTS, SUMMARIES):
+        path = root / rows_database(part)
+        if not path.is_file():
+            raise PersistError(
+                f"{path} is missing, but {index_path} keeps the {part} there: restore it, or build the index again"
+            )
+        with RowStore(path) as rows:
+            try:
+                tables.append({key: json.loads(text) for key, text in rows.items(generation)})
+            except json.JSONDecodeError as exc:
+                raise PersistError(f"{path} holds a malformed row ({exc}); build the index again") from exc
+    documents, summaries = tables
+    if not all(isinstance(text, str) for text in summaries.values()):
+        raise PersistError(f"{root / rows_database(SUMMARIES)} holds a summary that is no text; build the index again")
+    return _records(documents, root / rows_database(DOCUMENTS)), summaries
 
 
 def _persist_columnar(
@@ -221,9 +298,12 @@ def _persist_columnar(
         published = published_generation(root)
         for part, store in stores.items():
             store.write_part(staging / part, root / rows_database(part), published)
-        _write_index_files(index, staging, config)
+        written, summaries = _write_records(index, root, published)
+        _write_index_files(index, staging, config, generation=published + 1)
     for store in stores.values():
         store.mark_published(published + 1)
+    index.unpersisted_documents -= written
+    index.persisted_summaries = summaries
 
 
 def load_persisted(
@@ -268,8 +348,17 @@ def load_persisted(
             check_same_model(saved, model[0], str(root))
         except ModelMismatchError as exc:
             raise PersistError(str(exc)) from exc
-        documents = _records(stored["documents"], index_path)
         storage = stored.get("storage", SIMPLE)
+        in_rows = storage == COLUMNAR and stored["documents"] is None  # else listed in index.json
+        cache = SummaryCache()
+        if in_rows:
+            generation = stored.get("generation")
+            if isinstance(generation, bool) or not isinstance(generation, int):
+                raise PersistError(f"{index_path} names no generation of its records; persist the retriever again")
+            documents, cache.entries = _read_records(root.parent, generation, index_path)
+        else:
+            documents = _records(stored["documents"], index_path)
+            cache.entries = load_string_map(root / SUMMARY_CACHE_FILE)
         if storage == COLUMNAR:
             summary_index, chunk_index = (columnar_level(root, part, model[0]) for part in LEVELS)
             _check_counts(documents, summary_index, chunk_index, index_path)
@@ -282,8 +371,6 @@ def load_persisted(
                 f"{index_path} keeps its levels in {storage!r} storage, which this version cannot read "
                 f"(it reads {SIMPLE!r} and {COLUMNAR!r}): upgrade llama-index-ext-recursive"
             )
-        cache = SummaryCache()
-        cache.entries = load_string_map(root / SUMMARY_CACHE_FILE)
         try:
             steps = transformations or transformations_from_config(stored.get("transformations"))
             index = SummaryIndex(
@@ -302,6 +389,9 @@ def load_persisted(
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PersistError(f"{index_path} holds an invalid setting ({exc}); persist the retriever again") from exc
+        if in_rows:  # as persisted; a folder that listed them in index.json gets them as rows next time
+            index.unpersisted_documents = set()
+            index.persisted_summaries = len(cache.entries)
         try:
             return make(index, settings)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -495,9 +585,17 @@ def load_summary_cache(persist_dir: str | Path) -> SummaryCache:
         PersistError: ``persist_dir`` holds an index whose files are damaged,
             or an index of another kind.
     """
+
+    def entries(root: Path) -> dict[str, str]:
+        if (root / SUMMARY_CACHE_FILE).exists():
+            return load_string_map(root / SUMMARY_CACHE_FILE)
+        index_path = root / INDEX_FILE
+        stored = init_parameters_of(load_json_object(index_path, ("init_parameters",)), index_path)
+        return _read_records(root.parent, stored.get("generation", -1), index_path)[1]
+
     cache = SummaryCache()
     try:
-        cache.entries = read_index(persist_dir, PERSIST_KIND, lambda root: load_string_map(root / SUMMARY_CACHE_FILE))
+        cache.entries = read_index(persist_dir, PERSIST_KIND, entries)
     except NoIndexError:
         pass
     return cache
