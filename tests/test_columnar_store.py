@@ -259,6 +259,10 @@ def test_lexical_texts_replace_what_the_column_indexes():
     assert ids == ["n1"] and scores[0] > 0
     nodes_found = store.query(VectorStoreQuery(query_str="indemnity", similarity_top_k=5, mode="text_search")).nodes
     assert [n.node_id for n in nodes_found] == ["n0"] and nodes_found[0].text == "text n0"
+    tokenised = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    tokenised.add(_nodes(2), lexical_tokens=[["indemn", "cap"], ["govern", "law"]])
+    query = VectorStoreQuery(query_str="governing", similarity_top_k=5, mode="text_search")
+    assert tokenised.query_ids(query) == (ids, scores)
 
 
 def test_the_bm25_column_refuses_bad_use_by_name(tmp_path):
@@ -276,6 +280,12 @@ def test_the_bm25_column_refuses_bad_use_by_name(tmp_path):
     store = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
     with pytest.raises(ValueError, match="one text per node"):
         store.add(_nodes(2), lexical_texts=["only one"])
+    with pytest.raises(ValueError, match="one list of tokens per node"):
+        store.add(_nodes(2), lexical_tokens=["a", "b"])
+    with pytest.raises(ValueError, match="not both"):
+        store.add(_nodes(1), lexical_texts=["a"], lexical_tokens=[["a"]])
+    with pytest.raises(ValueError, match="lexical_tokens= was given, but this store keeps no BM25 column"):
+        plain.add(_nodes(1, prefix="m"), lexical_tokens=[["a"]])
     with pytest.raises(ValueError, match="needs query_str"):
         store.query(VectorStoreQuery(similarity_top_k=2, mode="text_search"))
     with pytest.raises(TypeError, match="MultilingualTokenizer"):

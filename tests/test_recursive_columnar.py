@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import LexicalEmbedding
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import Document, TextNode
+from llama_index.core.schema import Document, MetadataMode, TextNode
 
 from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive.index import SummaryIndex
@@ -505,3 +505,21 @@ def test_an_update_reusing_another_documents_chunk_id_is_refused_by_the_store(em
         index.add_nodes([TextNode(id_=taken, text="other text", metadata={"doc_id": "new"})])
     assert "new" not in index.documents
     assert index.add_nodes([TextNode(id_=taken, text="d1 rewritten", metadata={"doc_id": "d1"})]) == ["d1"]
+
+
+def test_each_chunk_is_tokenised_once_for_both_levels_with_the_terms_of_the_whole_texts(embedding):
+    """level_tokens splits the chunk and document texts into pieces and tokenises each once;
+    the terms are those of the whole texts, English and Chinese, headers and templates included."""
+    from llama_index_ext_recursive.recursive.build import build_documents, group_nodes
+    from llama_index_ext_recursive.recursive.index import level_tokens, search_texts
+
+    nodes = SentenceSplitter(chunk_size=64, chunk_overlap=0).get_nodes_from_documents(_documents(10))
+    nodes[3].text_template = "<{metadata_str}> {content} (end)"  # not header + text: tokenised whole
+    nodes[4].metadata["title"] = "Über-Verträge 合同终止 e-mail C57BL/6"
+    built = build_documents(group_nodes(nodes))
+    tokenizer = MultilingualTokenizer()
+    chunk_tokens, summary_tokens = level_tokens(built, tokenizer, workers=1)
+    assert chunk_tokens == [tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in built.chunk_nodes]
+    texts = search_texts(built.summary_nodes, built.records, built.chunk_nodes)
+    assert summary_tokens == [tokenizer(text) for text in texts]
+    assert any("合同" in tokens for tokens in summary_tokens) and "end" in chunk_tokens[3]

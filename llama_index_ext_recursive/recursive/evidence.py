@@ -57,12 +57,17 @@ def document_text(title: str, metadata: Mapping[str, Any], summary: str, chunks:
     chunks. A query naming "CopAcc and ToP Mentors" matches that contract's title
     even when no chunk repeats the names.
     """
+    return "\n".join([document_identity(title, metadata), summary, *chunks])
+
+
+def document_identity(title: str, metadata: Mapping[str, Any]) -> str:
+    """The first line of :func:`document_text`: the title and the document-level metadata values."""
     identity = [title] + [
         str(value)
         for _, value in sorted(metadata.items())
         if isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value) != title
     ]
-    return "\n".join([" ".join(identity), summary, *chunks])
+    return " ".join(identity)
 
 
 def fuse_document_scores(

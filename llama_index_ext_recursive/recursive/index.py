@@ -61,7 +61,7 @@ from llama_index_ext_recursive.recursive.build import (
     stream_chunks,
     version_hash,
 )
-from llama_index_ext_recursive.recursive.evidence import document_text
+from llama_index_ext_recursive.recursive.evidence import document_identity, document_text
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
@@ -71,6 +71,7 @@ from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentS
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts
 from llama_index_ext_recursive.validation import check_count, closest, json_nodes
 
 logger = logging.getLogger(__name__)
@@ -652,12 +653,7 @@ class SummaryIndex:
                 chunk_index.delete_nodes(record.chunk_ids, delete_from_docstore=True)
                 summary_index.delete_nodes([record.summary_node_id], delete_from_docstore=True)
             if add is not None:
-                insert_nodes(chunk_index, add.chunk_nodes)
-                insert_nodes(
-                    summary_index,
-                    add.summary_nodes,
-                    lambda: search_texts(add.summary_nodes, add.records, add.chunk_nodes),
-                )
+                insert_documents(summary_index, chunk_index, add)
         except Exception:
             logger.exception("update failed in the store; restoring the previous state")
             if add is not None:
@@ -751,6 +747,82 @@ def search_texts(
     for chunk in chunks:
         texts.setdefault(chunk.ref_doc_id or "", []).append(chunk.get_content(metadata_mode=MetadataMode.NONE))
     return [document_search_text(s.index_id, records.get(s.index_id), s, texts.get(s.index_id, [])) for s in summaries]
+
+
+def insert_documents(summary_index: VectorStoreIndex, chunk_index: VectorStoreIndex, built: BuiltDocuments) -> None:
+    """Add built documents' chunks and summaries to their levels.
+
+    When both levels keep BM25 columns of one tokenizer, each chunk's text is
+    tokenised once for both (:func:`level_tokens`): the summary level indexes
+    every chunk's text again (:func:`document_search_text`), which doubled a
+    build's tokenising.
+    """
+    chunk_store, summary_store = chunk_index.vector_store, summary_index.vector_store
+    tokenizer = getattr(chunk_store, "tokenizer", None)
+    if (
+        isinstance(chunk_store, ColumnarVectorStore)
+        and isinstance(summary_store, ColumnarVectorStore)
+        and tokenizer is not None
+        and summary_store.tokenizer == tokenizer
+        and built.chunk_nodes
+    ):
+        chunk_tokens, summary_tokens = level_tokens(built, tokenizer, chunk_store.workers)
+        chunk_store.add(built.chunk_nodes, lexical_tokens=chunk_tokens)
+        if built.summary_nodes:
+            summary_store.add(built.summary_nodes, lexical_tokens=summary_tokens)
+        return
+    insert_nodes(chunk_index, built.chunk_nodes)
+    insert_nodes(
+        summary_index, built.summary_nodes, lambda: search_texts(built.summary_nodes, built.records, built.chunk_nodes)
+    )
+
+
+def level_tokens(
+    built: BuiltDocuments, tokenizer: MultilingualTokenizer, workers: int
+) -> tuple[list[list[str]], list[list[str]]]:
+    """The BM25 terms of each chunk (its embedded text, as :meth:`ColumnarVectorStore.add`
+    indexes it) and of each summary (:func:`document_search_text`), every chunk's text
+    tokenised once.
+
+    Both texts are pieces joined by line breaks (a chunk: its metadata header
+    then its text; a document: its identity, its summary, then its chunks'
+    texts), and the tokenizer splits at whitespace before anything else, so
+    the terms of the whole are the pieces' terms in order. A chunk whose
+    embedded text does not end with its text (a custom template) is
+    tokenised whole.
+    """
+    chunks = built.chunk_nodes
+    texts = [c.get_content(metadata_mode=MetadataMode.NONE) for c in chunks]  # text i: chunk i's
+    positions: dict[str, int] = {}
+
+    def piece(text: str) -> int:
+        """The position of ``text`` among the texts to tokenise, each distinct header,
+        identity and summary added once."""
+        if text not in positions:
+            positions[text] = len(texts)
+            texts.append(text)
+        return positions[text]
+
+    chunk_parts = []
+    for row, chunk in enumerate(chunks):
+        content, embedded = texts[row], chunk.get_content(metadata_mode=MetadataMode.EMBED)
+        split = embedded.endswith(content)
+        chunk_parts.append([piece(embedded[: len(embedded) - len(content)]), row] if split else [piece(embedded)])
+    document_parts = []
+    for summary in built.summary_nodes:
+        record = built.records.get(summary.index_id)
+        title = record.title if record is not None else summary.index_id
+        document_parts.append([piece(document_identity(title, summary.metadata)), piece(summary.get_content())])
+    tokens = tokenize_texts(texts, tokenizer, workers=workers)
+    chunk_tokens = [[t for part in parts for t in tokens[part]] for parts in chunk_parts]
+    by_document: dict[str, list[str]] = {}
+    for row, chunk in enumerate(chunks):
+        by_document.setdefault(chunk.ref_doc_id or "", []).extend(tokens[row])
+    summary_tokens = [
+        [t for part in parts for t in tokens[part]] + by_document.get(summary.index_id, [])
+        for summary, parts in zip(built.summary_nodes, document_parts, strict=True)
+    ]
+    return chunk_tokens, summary_tokens
 
 
 def insert_nodes(

@@ -165,6 +165,11 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         return self._tokenizer
 
     @property
+    def workers(self) -> int:
+        """The processes that tokenise a large ``add``."""
+        return self._workers
+
+    @property
     def dimension(self) -> int | None:
         """The width of the stored vectors (``None`` until the first add)."""
         return None if self._vectors is None else self._vectors.dim
@@ -331,7 +336,11 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         return np.asarray([n.embedding for n in nodes], dtype=np.float32).reshape(len(nodes), -1)
 
     def add(
-        self, nodes: Sequence[BaseNode], lexical_texts: Sequence[str] | None = None, **add_kwargs: Any
+        self,
+        nodes: Sequence[BaseNode],
+        lexical_texts: Sequence[str] | None = None,
+        lexical_tokens: Sequence[Sequence[str]] | None = None,
+        **add_kwargs: Any,
     ) -> list[str]:
         """Append ``nodes`` as rows; an id already stored is replaced (its old row tombstoned).
 
@@ -340,6 +349,9 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             lexical_texts: what the BM25 column indexes for each node (default:
                 its text with the metadata it is embedded with, as
                 ``BM25Retriever`` indexes it); only for a store with a ``tokenizer``.
+            lexical_tokens: instead of ``lexical_texts``, those texts already
+                split by this store's :attr:`tokenizer` (a caller indexing the
+                same text in two stores tokenises it once).
         """
         if not nodes:
             return []
@@ -349,7 +361,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             twice = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"node id {twice!r} appears twice in one add; node ids must be unique")
         matrix = self._matrix(nodes)
-        tokens = self._tokens(nodes, lexical_texts)  # CPU work, before the lock
+        tokens = self._tokens(nodes, lexical_texts, lexical_tokens)  # CPU work, before the lock
         records = [(n.node_id, n.ref_doc_id, node_json(n)) for n in nodes]
         with self._lock.writing():
             vectors = (
@@ -378,15 +390,29 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             self._delete_rows(old[old >= 0])
         return ids
 
-    def _tokens(self, nodes: Sequence[BaseNode], lexical_texts: Sequence[str] | None) -> list[list[str]] | None:
+    def _tokens(
+        self,
+        nodes: Sequence[BaseNode],
+        lexical_texts: Sequence[str] | None,
+        lexical_tokens: Sequence[Sequence[str]] | None,
+    ) -> list[list[str]] | None:
         """The BM25 terms of each node (``None``: the store keeps no BM25 column)."""
+        given = (
+            "lexical_texts" if lexical_texts is not None else "lexical_tokens" if lexical_tokens is not None else None
+        )
         if self._tokenizer is None:
-            if lexical_texts is not None:
+            if given is not None:
                 raise ValueError(
-                    "lexical_texts= was given, but this store keeps no BM25 column: "
+                    f"{given}= was given, but this store keeps no BM25 column: "
                     "create it with tokenizer=MultilingualTokenizer()"
                 )
             return None
+        if lexical_tokens is not None:
+            if lexical_texts is not None:
+                raise ValueError("pass lexical_texts= or lexical_tokens=, not both")
+            if len(lexical_tokens) != len(nodes) or any(isinstance(t, str) for t in lexical_tokens):
+                raise ValueError(f"lexical_tokens must hold one list of tokens per node ({len(nodes)})")
+            return [list(tokens) for tokens in lexical_tokens]
         if lexical_texts is None:
             texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
         elif isinstance(lexical_texts, str) or len(lexical_texts) != len(nodes):
