@@ -5,7 +5,8 @@ index, under the same load: this script runs ``scale_columnar.py``'s serve
 child (open, the first query, ``--queries`` unfiltered and filtered queries of
 the default recursive retriever) alternately with the package as ``--base``
 holds it (``git archive`` into a temporary folder, imported ahead of the
-editable install) and as the working tree holds it, ``--rounds`` times each,
+editable install) and as the working tree holds it (or commit ``--new``, so
+the tree can change while it runs), ``--rounds`` times each,
 and reports each side's median p50/p95 over its rounds. The folder comes from
 ``scale_columnar.py --keep`` and is only read (the base must read its format).
 
@@ -45,7 +46,8 @@ runpy.run_path(script, run_name="__main__")
 
 
 def serve(args, base_root: Path | None) -> dict[str, float]:
-    """One serve child of scale_columnar.py on ``args.folder`` (the base package when ``base_root``)."""
+    """One serve child of scale_columnar.py on ``args.folder``, the package imported from
+    ``base_root`` (``None``: the working tree's)."""
     child = [
         str(HERE / "scale_columnar.py"),
         "--child",
@@ -73,33 +75,48 @@ def serve(args, base_root: Path | None) -> dict[str, float]:
     return figures
 
 
+def short(ref: str) -> str:
+    """The abbreviated commit ``ref`` names."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", ref], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def extract(ref: str, folder: Path) -> Path:
+    """The package as commit ``ref`` holds it, written under ``folder`` (returned)."""
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref, PACKAGE], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     p.add_argument("--folder", type=Path, required=True, help="an index folder kept by scale_columnar.py --keep")
     p.add_argument("--docs", type=int, required=True, help="the documents the folder was built from")
     p.add_argument("--base", default="main", help="the commit whose package is the 'before' side")
+    p.add_argument("--new", help="the commit whose package is the 'after' side (default: the working tree)")
     p.add_argument("--queries", type=int, default=300, help="timed queries per serve child")
     p.add_argument("--rounds", type=int, default=2, help="serve children per side, alternated")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child")
     cli.add_out(p, None)
     args = p.parse_args(argv)
-    base_commit = subprocess.run(
-        ["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout.strip()
-    runs: dict[str, list[dict[str, float]]] = {"base": [], "tree": []}
+    runs: dict[str, list[dict[str, float]]] = {"base": [], "new": []}
     load_at_start = load_average()
     with tempfile.TemporaryDirectory(prefix="serve-base-") as tmp:
-        archive = subprocess.run(
-            ["git", "archive", args.base, PACKAGE], cwd=ROOT, check=True, capture_output=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        roots = {"base": extract(args.base, Path(tmp) / "base")}
+        roots["new"] = None if args.new is None else extract(args.new, Path(tmp) / "new")
         for round_number in range(args.rounds):
-            for side, root in (("base", Path(tmp)), ("tree", None)):
-                runs[side].append(serve(args, root))
+            for side in ("base", "new"):
+                runs[side].append(serve(args, roots[side]))
                 print(f"round {round_number + 1} {side}: {json.dumps(runs[side][-1])}", flush=True)
     table = Table(["code", "p50 / p95 ms", "filtered p50 / p95 ms", "first query ms", "target in top 10"], "lrrrr")
     rows = []
-    for side, label in (("base", f"base {base_commit}"), ("tree", f"tree {library_fingerprint()}")):
+    labels = {
+        "base": f"base {short(args.base)}",
+        "new": f"tree {library_fingerprint()}" if args.new is None else short(args.new),
+    }
+    for side, label in labels.items():
         median = {key: statistics.median(run[key] for run in runs[side]) for key in FIGURES}
         rows.append(
             [
@@ -112,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     text = "\n".join(
         [
-            f"# Serve figures of {args.folder.name}: base against working tree",
+            f"# Serve figures of {args.folder.name}: {labels['base']} against {labels['new']}",
             "",
             f"Command: `{cli.command(argv)}`",
             "",
