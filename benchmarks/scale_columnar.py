@@ -29,14 +29,22 @@ RSS from ``wait4``):
 ``--baseline`` sizes also build the default storage (NumpyVectorStore and
 in-memory docstore and BM25) in a child, for the same figures side by side.
 
+``--keep FOLDER`` builds each size into ``FOLDER/<storage>-<docs>`` (refused
+when that exists: nothing is overwritten) and keeps it, without the update
+child (it would change the index), so one build serves repeated profiling:
+``--child serve --docs N --folder FOLDER/columnar-N --queries Q`` prints the
+serve figures of that folder as JSON.
+
 Usage (repository root)::
 
     .venv/bin/python benchmarks/scale_columnar.py --docs 2500,10000 --queries 1000
     .venv/bin/python benchmarks/scale_columnar.py --docs 200 --queries 50   # quick
+    .venv/bin/python benchmarks/scale_columnar.py --docs 10000 --baseline 0 --keep /tmp/indexes
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -257,6 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--queries", type=int, default=1000, help="timed queries per size")
     p.add_argument("--baseline", type=cli.csv(int), default=[2500], help="sizes also built with the default storage")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per child")
+    p.add_argument(
+        "--keep", type=Path, help="build into FOLDER/<storage>-<docs> and keep it (no update child: it changes it)"
+    )
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse_hidden())
     p.add_argument("--storage", default="columnar", help=argparse_hidden())
     p.add_argument("--folder", type=Path, help=argparse_hidden())
@@ -288,14 +299,24 @@ def main(argv: list[str] | None = None) -> None:
     print(table.header(), flush=True)
     for docs in args.docs:
         for storage in ("default", "columnar") if docs in args.baseline else ("columnar",):
-            with tempfile.TemporaryDirectory(prefix="scale-columnar-") as tmp:
-                folder = Path(tmp) / "index"
+            with contextlib.ExitStack() as stack:
+                if args.keep is None:
+                    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="scale-columnar-"))) / "index"
+                else:
+                    folder = args.keep / f"{storage}-{docs}"
+                    if folder.exists():
+                        raise SystemExit(
+                            f"{folder} exists: --keep builds into a new folder (remove it, or pick another)"
+                        )
                 build = run("build", storage, docs, folder, args)
                 serve = run("serve", storage, docs, folder, args)
                 if storage == "columnar":
                     recall = run("recall", storage, docs, folder, args)
                     serve.update({k: v for k, v in recall.items() if k.startswith("recall")})
-                update = run("update", storage, docs, folder, args) if storage == "columnar" else {}
+                keep_unchanged = args.keep is not None
+                update = (
+                    run("update", storage, docs, folder, args) if storage == "columnar" and not keep_unchanged else {}
+                )
             row = {"storage": storage, "chunks": docs * args.chunks, "build": build, "serve": serve, "update": update}
             rows.append(row)
             report(args, argv, table, rows)  # after every size: a later size that fails keeps these

@@ -124,3 +124,69 @@ def test_another_format_version_is_refused_naming_it(tmp_path):
     state_file.write_text(json.dumps(state))
     with pytest.raises(PersistError, match="42"):
         MetadataColumns.open(tmp_path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(metadatas, metadatas, st.lists(trees, min_size=1, max_size=4), st.data())
+def test_cached_masks_follow_appends_deletes_and_compaction(first, more, filter_list, data):
+    # masks are cached per filter: asking again after each change must see the change
+    columns = MetadataColumns()
+    columns.append(first)
+    for filters in filter_list:
+        assert columns.mask(filters).tolist() == _expected(first, filters).tolist()
+    columns.append(more)
+    rows = first + more
+    for filters in filter_list:
+        assert columns.mask(filters).tolist() == _expected(rows, filters).tolist()
+    dead = set(data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=len(rows))))
+    columns.delete(sorted(dead))
+    for filters in filter_list:
+        assert columns.mask(filters).tolist() == _expected(rows, filters, dead).tolist()
+    columns.compact()
+    kept = [metadata for row, metadata in enumerate(rows) if row not in dead]
+    for filters in filter_list:
+        assert columns.mask(filters).tolist() == _expected(kept, filters).tolist()
+
+
+def test_a_returned_mask_is_the_callers_to_change():
+    columns = MetadataColumns()
+    columns.append([{"kind": "a"}, {"kind": "b"}, {"kind": "a"}])
+    filters = MetadataFilters(filters=[MetadataFilter(key="kind", value="a")])
+    first = columns.mask(filters)
+    first[:] = False
+    assert columns.mask(filters).tolist() == [True, False, True]
+
+
+def test_filters_differing_only_in_a_values_type_select_their_own_rows():
+    columns = MetadataColumns()
+    columns.append([{"v": 1}, {"v": "1"}, {"v": 1.5}, {}])
+    number = MetadataFilters(filters=[MetadataFilter(key="v", value=1)])
+    text = MetadataFilters(filters=[MetadataFilter(key="v", value="1")])
+    listed = MetadataFilters(filters=[MetadataFilter(key="v", value=["1"], operator=FilterOperator.IN)])
+    for _ in range(2):  # the second round answers from the cache
+        assert columns.mask(number).tolist() == [True, False, False, False]
+        assert columns.mask(text).tolist() == [False, True, False, False]
+        assert columns.mask(listed).tolist() == [False, True, False, False]
+
+
+many_values = st.lists(st.dictionaries(st.just("n"), st.integers(0, 39), max_size=1), min_size=1, max_size=80)
+wide_leaves = st.builds(
+    lambda operator, scalar, listed: MetadataFilter(
+        key="n", operator=operator, value=listed if operator in LIST_OPERATORS else scalar
+    ),
+    st.sampled_from(list(FilterOperator)),
+    st.integers(-1, 40),
+    st.lists(st.integers(0, 39), min_size=1, max_size=30),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(many_values, wide_leaves)
+def test_a_leaf_passing_many_or_few_of_many_distinct_values_matches_the_filter_algebra(rows, leaf):
+    # up to 40 distinct values: a leaf passing or failing few of them compares codes, others gather
+    columns = MetadataColumns()
+    half = len(rows) // 2
+    columns.append(rows[:half])
+    columns.append(rows[half:])
+    filters = MetadataFilters(filters=[leaf])
+    assert columns.mask(filters).tolist() == _expected(rows, filters).tolist()

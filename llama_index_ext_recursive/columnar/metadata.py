@@ -16,6 +16,16 @@ its values up in a hash index of the distinct values, and numeric comparisons
 (``>``, ``>=``, ``<``, ``<=``) run on a NumPy array of the numeric distinct
 values; both are proven equal to the per-value path by the property tests.
 
+A query asks for the same masks many times: the dense and the keyword search
+of a level take the same filters, every query of a filtered search repeats the
+user's filter, and a routed search ANDs the routed documents with it. So the
+row mask of every filter tree and subtree is cached (the last
+:data:`_CACHED_MASKS`, keyed by the filter's content), until rows are appended
+or compacted; deletions need no invalidation, as the live rows are applied to
+the cached mask on each call. A leaf that few codes pass (an ``==`` or ``in``
+on a document id) is computed by comparing the codes with those few, which is
+many times faster than a gather through the per-code table.
+
 Codes are kept in immutable segment files (:mod:`.segments`), one ``int32``
 array of shape ``(keys, rows)`` per append; deletes are tombstone segments of
 row ids; the distinct values are JSON files (data only) written once each,
@@ -28,7 +38,9 @@ import functools
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -59,6 +71,12 @@ _COMPARISONS = {
 }
 
 Identity = tuple[Any, Any]
+
+# filter masks cached per MetadataColumns (one bool per row each: 16 MB at 2M rows)
+_CACHED_MASKS = 8
+# a leaf that at most this many codes pass (or fail) compares the codes with them instead of
+# gathering through the table: one comparison costs about a twentieth of a gather
+_FEW_CODES = 8
 
 
 def _json_problem(value: Any) -> str | None:
@@ -145,6 +163,8 @@ class MetadataColumns:
         self._tombstones: list[tuple[int, np.ndarray]] = []
         self._dead = np.zeros(0, dtype=bool)
         self._next_number = 0
+        self._masks: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # filter key -> rows it matches
+        self._masks_lock = threading.Lock()  # concurrent queries share the cache
 
     # ------------------------------------------------------------------ reading
     def __len__(self) -> int:
@@ -182,29 +202,59 @@ class MetadataColumns:
         """
         if filters is None or not filters.filters:
             return ~self._dead
-        return self._evaluate(filters) & ~self._dead
+        return self._matching(filters) & ~self._dead
+
+    def _matching(self, item: MetadataFilters | MetadataFilter) -> np.ndarray:
+        """Boolean per row, dead rows included: ``item`` holds. Cached and read-only."""
+        key = _filter_key(item)
+        with self._masks_lock:
+            found = self._masks.get(key)
+            if found is not None:
+                self._masks.move_to_end(key)
+                return found
+        found = self._evaluate(item) if isinstance(item, MetadataFilters) else self._leaf(item)
+        found.setflags(write=False)
+        with self._masks_lock:
+            self._masks[key] = found
+            while len(self._masks) > _CACHED_MASKS:
+                self._masks.popitem(last=False)
+        return found
+
+    def _forget_masks(self) -> None:
+        """Drop the cached masks: the rows or their codes changed."""
+        with self._masks_lock:
+            self._masks.clear()
 
     def _evaluate(self, filters: MetadataFilters) -> np.ndarray:
         if not filters.filters:
             return np.ones(len(self), dtype=bool)
-        parts = [
-            self._evaluate(item) if isinstance(item, MetadataFilters) else self._leaf(item) for item in filters.filters
-        ]
+        parts = [self._matching(item) for item in filters.filters]
         condition = filters.condition or FilterCondition.AND
         if condition == FilterCondition.AND:
-            return np.logical_and.reduce(parts)
-        combined = np.logical_or.reduce(parts)
+            return functools.reduce(np.logical_and, parts)
+        combined = functools.reduce(np.logical_or, parts)
         return combined if condition == FilterCondition.OR else ~combined  # NOT: none holds, as upstream
 
     def _leaf(self, item: MetadataFilter) -> np.ndarray:
         table = self._table(item)
         rows = np.empty(len(self), dtype=bool)
+        passing = np.flatnonzero(table)
+        few = passing if len(passing) <= len(table) // 2 else np.flatnonzero(~table)
+        few[few == len(table) - 1] = -1  # the last entry is the rows without the key, coded -1
         for segment in self._segments:
             span = slice(segment.start, segment.start + segment.rows)
-            if item.key in segment.keys:
-                rows[span] = table[segment.codes[segment.keys.index(item.key)]]  # -1 reads the last entry
-            else:
+            if item.key not in segment.keys:
                 rows[span] = table[-1]
+                continue
+            codes = np.asarray(segment.codes[segment.keys.index(item.key)])  # a plain view of the map
+            if len(few) > _FEW_CODES:
+                np.take(table, codes, out=rows[span])  # -1 reads the last entry
+                continue
+            rows[span] = False
+            for code in few.tolist():
+                rows[span] |= codes == code
+            if few is not passing:
+                np.logical_not(rows[span], out=rows[span])
         return rows
 
     def _table(self, item: MetadataFilter) -> np.ndarray:
@@ -304,6 +354,7 @@ class MetadataColumns:
         codes = np.array([columns[key] for key in keys], dtype=np.int32).reshape(len(keys), count)
         self._segments.append(_Segment(self._take_number(), start, keys, codes))
         self._dead = np.concatenate([self._dead, np.zeros(count, dtype=bool)])
+        self._forget_masks()
         return np.arange(start, start + count, dtype=np.int64)
 
     def _code(self, key: str, value: Any) -> int:
@@ -381,6 +432,7 @@ class MetadataColumns:
         self._value_files = []
         self._tombstones = []
         self._dead = np.zeros(count, dtype=bool)
+        self._forget_masks()
         return mapping
 
     def _take_number(self) -> int:
@@ -475,6 +527,16 @@ class MetadataColumns:
                 f"{folder}/{component}{segments.STATE_SUFFIX} is damaged ({exc!r}); build the index again"
             ) from exc
         return columns
+
+
+def _filter_key(item: MetadataFilters | MetadataFilter) -> Hashable:
+    """What a filter's mask depends on, hashable: its tree, keys, operators, and values
+    with their types (``1``, ``1.0`` and ``"1"`` select different rows)."""
+    if isinstance(item, MetadataFilters):
+        return (item.condition or FilterCondition.AND, tuple(_filter_key(child) for child in item.filters))
+    value = item.value
+    typed = tuple((type(v), v) for v in value) if isinstance(value, list) else (type(value), value)
+    return (item.key, item.operator, isinstance(value, list), typed)
 
 
 def _dump_json(data: Any, handle: IO[str]) -> None:
