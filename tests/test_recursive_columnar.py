@@ -432,7 +432,7 @@ def test_a_checkpointed_build_killed_midway_resumes_and_answers_as_one_build(emb
 
     with pytest.raises(_Killed):
         _build_into(root, embedding, _stream(_documents(), kill_at=13, seen=seen))
-    assert generations[0] == 0 and generations[-1] >= 2  # checkpoints were published during the stream
+    assert generations[0] == 0 and generations[-1] >= 1  # checkpoints were published during the stream
     with caplog.at_level("WARNING"):
         interrupted = _load(root, embedding)
     assert "interrupted after" in caplog.text

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ from llama_index_ext_recursive.recursive.build import (
     chunk_documents,
     group_nodes,
     node_batches,
+    prefetched,
     resolve_transformations,
     stream_chunks,
     version_hash,
@@ -324,13 +325,20 @@ class SummaryIndex:
             logger.info("resuming a streaming build: %d documents indexed before", len(index.documents))
         dim: int | None = None
         since_checkpoint = 0
-        with tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar:
+        cache_lock = threading.Lock()  # the summary cache: filled ahead by the prefetch, read by a checkpoint
+
+        def prepared() -> Iterator[BuiltDocuments]:
             for groups in batches:
                 if resume is not None:
                     groups = resume.not_indexed(groups)
                     if not groups:
                         continue
-                built = build_documents(groups, doc_id_key, summarizer, summary_cache)
+                with cache_lock:
+                    built = build_documents(groups, doc_id_key, summarizer, summary_cache)
+                yield built
+
+        with tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar:
+            for built in prefetched(prepared()):
                 if index is None:
                     assert stores is not None  # from_nodes streams only over two columnar stores or a resume
                     choice = choose_embed_model(embed_model, texts=corpus_sample(built.chunk_nodes))
@@ -355,7 +363,8 @@ class SummaryIndex:
                 since_checkpoint += len(built.chunk_nodes)
                 if checkpoint is not None and since_checkpoint >= checkpoint_nodes:
                     index._merge_segments()
-                    checkpoint(index)
+                    with cache_lock:
+                        checkpoint(index)
                     since_checkpoint = 0
         assert index is not None  # resumed, or node_batches yielded a batch (it raises on an empty stream)
         index._merge_segments(retrain=True)
