@@ -276,10 +276,10 @@ def _nprobe(nlist: int) -> int:
     (2828 lists) and 0.862 at 2M (5656 lists). One list in 16 (177 and 354)
     gives 0.960 at 2M (p95 15 ms a search, against 4 ms at 64), and at 500k
     lies between the 0.995 of 128 probes and the 0.996 of 192. It does not
-    reach 0.99 at 2M, where a list mixes about 18 documents' directions: 512
-    probes gave 0.974 at p95 74 ms (benchmarks/results/vector_recall.md). The
-    candidates rescored are not what is missing: twice as many changed no
-    recall figure.
+    reach 0.99 at 2M, where a list mixes about 18 documents' directions: 0.987
+    at 1024 probes (p95 47 ms), 0.995 at 1536 (p95 71 ms), over the query's
+    whole budget (benchmarks/results/vector_recall.md). The candidates
+    rescored are not what is missing: twice as many changed no recall figure.
     """
     return min(nlist, max(_MIN_NPROBE, math.ceil(nlist / _LISTS_PER_PROBE)))
 
