@@ -11,7 +11,7 @@ index, so each one's share of those budgets is known:
   appends in batches of ``--batch`` (50k) rows, then one ``write``; the append
   rate, the write time and the build's peak RSS. Query child (a fresh process
   on the written folder): ``open`` time; ``--queries`` (1000) top-10 searches
-  at the defaults (approximate above 50k live rows, nprobe 48) and the RSS
+  at the defaults (approximate above 50k live rows, nprobe by the lists) and the RSS
   after them; restricted searches (``rows=`` of 20, 2000 and 200k rows, the
   chunks of random documents); recall@10 of the approximate path against the
   exact answer for nprobe in ``--nprobes`` (8 to 256); then the exact path
@@ -235,7 +235,7 @@ def vectors_query(args: argparse.Namespace, size: int, folder: Path) -> None:
     # the default path, as an index serves it
     default_nprobe, threshold = column.nprobe, column.approximate_threshold
     calls = timing.latencies_ms(lambda q: column.search(q, K), list(queries), warmup=5)
-    emit({"stage": "search", "nprobe": default_nprobe, **summary_ms(calls)})
+    emit({"stage": "search", "nprobe": column.probes, **summary_ms(calls)})
 
     rng = np.random.default_rng([args.seed, 7])
     for wanted in RESTRICTIONS:
@@ -602,7 +602,9 @@ def report(args: argparse.Namespace, results: list[dict[str, Any]], fingerprints
         ),
         "",
         "Recall@10 of the approximate path against the exact answer, and its latency, by nprobe "
-        f"({args.queries} queries; the default is 48):",
+        f"({args.queries} queries; the default nprobe: "
+        + ", ".join(f"{stage(r, 'query', 'search').get('nprobe')} at {r['size']:,} rows" for r in of("vectors"))
+        + "):",
         "",
         Table(["rows", "nprobe", "recall@10", "p50 ms", "p95 ms", ">= 0.99"]).render(
             (

@@ -121,6 +121,14 @@ def test_topic_corpus_is_streamed_and_the_same_on_every_pass() -> None:
     assert (vectors, targets) == small.document_queries(4, noise=0.5)
 
 
+def test_chunk_vectors_are_the_documents_embeddings_without_the_text() -> None:
+    small = corpus.TopicCorpus(docs=3, chunks=4, dim=8, seed=2)
+    for d in range(3):
+        embeddings = [n.embedding for n in small.document(d).chunks]
+        assert np.array_equal(small.chunk_vectors(d), np.asarray(embeddings))
+    assert not np.array_equal(small.chunk_vectors(0), small.chunk_vectors(1))
+
+
 def test_chunk_queries_reuse_their_chunks_words() -> None:
     small = corpus.TopicCorpus(docs=2, chunks=3, dim=8)
     documents = list(small.documents())

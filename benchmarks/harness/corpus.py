@@ -172,13 +172,24 @@ class TopicCorpus:
         """Document ``d``'s unit topic vector (the first draw of its generator)."""
         return unit(np.random.default_rng([self.seed, d]).standard_normal(self.dim))
 
-    def document(self, d: int) -> TopicDocument:
-        """Document ``d``, drawn from its own generator."""
+    def _draw(self, d: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
+        """Document ``d``'s generator and first draws: topic, vocabulary, chunk vectors (the
+        generator goes on to draw the text)."""
         rng = np.random.default_rng([self.seed, d])
         topic = unit(rng.standard_normal(self.dim))
-        doc_id = self.doc_id(d)
         own = rng.choice(self.vocabulary_size, size=self.doc_vocabulary, replace=False)
         vectors = unit_rows(topic + self.noise * unit_rows(rng.standard_normal((self.chunks, self.dim))))
+        return rng, topic, own, vectors
+
+    def chunk_vectors(self, d: int) -> np.ndarray:
+        """Document ``d``'s chunk vectors ``[chunks, dim]``, as :meth:`document` gives them, without
+        drawing the text (a vectors-only benchmark streams 2M rows in seconds)."""
+        return self._draw(d)[3]
+
+    def document(self, d: int) -> TopicDocument:
+        """Document ``d``, drawn from its own generator."""
+        rng, topic, own, vectors = self._draw(d)
+        doc_id = self.doc_id(d)
         chunks = []
         for c in range(self.chunks):
             text = " ".join(

@@ -72,6 +72,9 @@ _MAX_SEGMENT_ROWS = 262_144
 _RETRAIN_GROWTH = 4
 # k-means sees at most this many training rows per list (FAISS warns above 256)
 _TRAIN_ROWS_PER_LIST = 64
+# without a given nprobe, a search scans one list in _LISTS_PER_PROBE, and at least _MIN_NPROBE
+_LISTS_PER_PROBE = 16
+_MIN_NPROBE = 16
 _NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
 _faiss_missing_logged = False
@@ -253,9 +256,32 @@ def _nlist(live_rows: int) -> int:
     With sqrt(rows), a list of a corpus whose documents point in unrelated
     directions held about 20 of them, and its centroid, their mean, told a
     query little: recall@10 at 128 probes was 0.987 at 200k rows; with four
-    times as many lists it is 1.0 at 16 probes (benchmarks, issue 25).
+    times as many lists it is 1.0 at 16 probes (benchmarks, issue 25). At
+    500k rows, scanning the same share of the codes, 2 sqrt(rows) lists gave
+    recall@10 0.928 where 4 sqrt(rows) gave 0.995; more lists would cost a
+    training whose k-means work grows as the square of the lists
+    (benchmarks/results/vector_recall.md).
     """
     return max(16, int(4 * math.sqrt(live_rows)))
+
+
+def _nprobe(nlist: int) -> int:
+    """Lists an approximate search scans when the caller set no ``nprobe``: one in
+    ``_LISTS_PER_PROBE`` of the ``nlist`` trained (at least ``_MIN_NPROBE``, at most all).
+
+    The lists grow as 4 sqrt(rows) (:func:`_nlist`), so a fixed nprobe scans a
+    shrinking share of them as a column grows, and on the issue-25 corpus
+    (every document a random direction, queries far from their chunk) recall
+    fell with it: nprobe 64 gave recall@10 1.0 at 200k rows, 0.986 at 500k
+    (2828 lists) and 0.862 at 2M (5656 lists). One list in 16 (177 and 354)
+    gives 0.960 at 2M (p95 15 ms a search, against 4 ms at 64), and at 500k
+    lies between the 0.995 of 128 probes and the 0.996 of 192. It does not
+    reach 0.99 at 2M, where a list mixes about 18 documents' directions: 0.987
+    at 1024 probes (p95 47 ms), 0.995 at 1536 (p95 71 ms), over the query's
+    whole budget (benchmarks/results/vector_recall.md). The candidates
+    rescored are not what is missing: twice as many changed no recall figure.
+    """
+    return min(nlist, max(_MIN_NPROBE, math.ceil(nlist / _LISTS_PER_PROBE)))
 
 
 class VectorColumn:
@@ -270,10 +296,11 @@ class VectorColumn:
             the approximate candidate step (FAISS IVF-SQ8) before exact
             rescoring; below it every search is an exact scan.
         nprobe: inverted lists (of about 4 sqrt(rows)) the approximate step
-            scans per query (more: higher recall, slower). 64 keeps recall@10
-            against exact search at 1.0 on ``benchmarks/scale_columnar.py``'s
-            corpus at 200k rows (every document a random direction, queries far
-            from their chunk), where 16 already did (docs/BENCHMARKS.md, issue 25).
+            scans per query (more: higher recall, slower). ``None``: one in 16
+            of the lists trained (:func:`_nprobe`, :attr:`probes`): recall@10
+            against exact search on ``benchmarks/scale_columnar.py``'s corpus
+            0.995 or more at 500k rows and 0.960 at 2M, where a fixed 64 gave
+            0.986 and 0.862 (benchmarks/results/vector_recall.md, issue 25).
         candidates: how many candidates per requested result the approximate
             step proposes for exact rescoring (at least 100 in all).
     """
@@ -284,14 +311,14 @@ class VectorColumn:
         *,
         name: str = "vectors",
         approximate_threshold: int = 50_000,
-        nprobe: int = 64,
+        nprobe: int | None = None,
         candidates: int = 10,
     ) -> None:
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         if not _NAME_PATTERN.fullmatch(name):
             raise ValueError(f"name {name!r} must be lower-case letters, digits and '_', starting with a letter")
-        if approximate_threshold < 1 or nprobe < 1 or candidates < 1:
+        if approximate_threshold < 1 or (nprobe is not None and nprobe < 1) or candidates < 1:
             raise ValueError("approximate_threshold, nprobe and candidates must be positive")
         self.dim = dim
         self.name = name
@@ -322,6 +349,15 @@ class VectorColumn:
     def approximate(self) -> bool:
         """Whether an unrestricted search now uses the approximate candidate step."""
         return self._approximate is not None and self._live >= self.approximate_threshold
+
+    @property
+    def probes(self) -> int | None:
+        """Inverted lists the approximate step scans per query: ``nprobe``, or when it is
+        ``None`` the rule's share of the trained index's lists; ``None`` while there is no index."""
+        approximate = self._approximate
+        if approximate is None:
+            return None
+        return self.nprobe if self.nprobe is not None else _nprobe(int(approximate.index.nlist))
 
     def alive(self, rows: np.ndarray) -> np.ndarray:
         """Which of ``rows`` are live (``bool`` per row; out-of-range ids are an error)."""
@@ -640,7 +676,7 @@ class VectorColumn:
             bits[allowed] = True
             packed = np.packbits(bits, bitorder="little")
             selector = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(packed))
-        params = faiss.SearchParametersIVF(nprobe=self.nprobe, sel=selector)
+        params = faiss.SearchParametersIVF(nprobe=self.probes, sel=selector)
         _, ids = self._approximate.index.search(unit.astype(np.float32), wanted, params=params)
         found_rows, found_scores = [], []
         for q in range(len(unit)):
@@ -798,7 +834,7 @@ class VectorColumn:
         *,
         name: str = "vectors",
         approximate_threshold: int = 50_000,
-        nprobe: int = 64,
+        nprobe: int | None = None,
         candidates: int = 10,
     ) -> VectorColumn:
         """Open a column written by :meth:`write`, its segments memory-mapped (nothing copied into RAM).
