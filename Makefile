@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 	# compiles a module on first import; pip would compile all of torch and transformers (2 minutes)
 	$(PY) -m pip install --quiet --no-compile torch==2.13.0
 	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
+	# byte-compile what the package and its tests import, once: Python caches a module at its first
+	# import, except where PYTHONDONTWRITEBYTECODE is set (as on this machine), and then every process
+	# (test workers, CLI, notebook and tokenizer subprocesses) compiled them again: 8 s each
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -c "import llama_index_ext_recursive.cli, llama_index_ext_recursive.eval, \
+	    llama_index.embeddings.huggingface, sentence_transformers, faiss, llama_index.vector_stores.postgres"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -523,3 +523,33 @@ def test_each_chunk_is_tokenised_once_for_both_levels_with_the_terms_of_the_whol
     texts = search_texts(built.summary_nodes, built.records, built.chunk_nodes)
     assert summary_tokens == [tokenizer(text) for text in texts]
     assert any("合同" in tokens for tokens in summary_tokens) and "end" in chunk_tokens[3]
+
+
+def test_a_streamed_build_trains_the_approximate_step_once_at_its_end(embedding, monkeypatch):
+    from llama_index_ext_recursive.columnar.vectors import VectorColumn
+    from llama_index_ext_recursive.recursive import build
+
+    monkeypatch.setattr(build, "STREAM_NODES", 7)
+    trained = []
+    train = VectorColumn._train
+
+    def counting(self):
+        trained.append(self.row_count)
+        train(self)
+
+    monkeypatch.setattr(VectorColumn, "_train", counting)
+    chunks = ColumnarVectorStore(tokenizer=MultilingualTokenizer(), approximate_threshold=8)
+    summaries = ColumnarVectorStore(tokenizer=MultilingualTokenizer(), approximate_threshold=1000)
+    index = SummaryIndex.from_documents(
+        iter(_documents()),
+        embed_model=embedding,
+        node_parser=_parser(),
+        chunk_vector_store=chunks,
+        summary_vector_store=summaries,
+    )
+    rows = chunks.node_count
+    assert rows > 4 * 8 and trained == [rows]  # not at 8 rows and again at 32 on the way
+    assert chunks._vectors.approximate  # the end trained it
+    chunks.add([TextNode(id_="later", text="x", embedding=[1.0] * chunks.dimension, metadata={})])
+    assert trained == [rows]  # the build's deferral ended with it; training on growth is back
+    assert chunks._vectors.train_on_append and index.documents

@@ -331,6 +331,9 @@ class VectorColumn:
         self._next_segment = 0
         self._tombstones = 0  # numbers the tombstone files; bumped by every change of the dead rows
         self._approximate: _Approximate | None = None
+        # appends train the approximate step when due; a build that trains once at its end
+        # (retrain) turns this off: at 2M rows the trainings on the way cost 10 of 21 minutes
+        self.train_on_append = True
         self._lock = ReadWriteLock()  # queries read; a change swaps its prepared state in alone
         self._writer = threading.Lock()  # one change (append, delete, compact, write) at a time
 
@@ -403,7 +406,7 @@ class VectorColumn:
                 self._next_segment += 1
                 if approximate is not None and codes is not None:
                     approximate.index.add_sa_codes(codes, new_rows)
-            if self._should_train():
+            if self.train_on_append and self._should_train():
                 self._train()
             return new_rows
 
@@ -503,12 +506,18 @@ class VectorColumn:
         trained on the first 200k (benchmarks/scale_columnar.py, issue 25). A
         build calls this once at its end.
 
+        A column whose appends did not train (:attr:`train_on_append` off)
+        is trained here once it holds ``approximate_threshold`` rows.
+
         Returns:
             Whether it trained.
         """
         with self._writer:
             approximate = self._approximate
-            if approximate is None or self._live < min_growth * approximate.trained_rows:
+            if approximate is None:  # never trained (appends deferred it): when it is due
+                if not self._should_train():
+                    return False
+            elif self._live < min_growth * approximate.trained_rows:
                 return False
             self._train()
             return True

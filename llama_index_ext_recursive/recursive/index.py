@@ -30,6 +30,7 @@ when they changed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -337,7 +338,14 @@ class SummaryIndex:
                     built = build_documents(groups, doc_id_key, summarizer, summary_cache)
                 yield built
 
-        with tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar:
+        levels = stores or (resume.summary_index.vector_store, resume.chunk_index.vector_store)  # type: ignore[union-attr]
+        with (
+            contextlib.ExitStack() as deferred,
+            tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar,
+        ):
+            for store in levels:  # trained once, on every row, at the end (_merge_segments)
+                if isinstance(store, ColumnarVectorStore):
+                    deferred.enter_context(store.training_deferred())
             for built in prefetched(prepared()):
                 if index is None:
                     assert stores is not None  # from_nodes streams only over two columnar stores or a resume

@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     _links: dict[int, tuple[str, str]] = PrivateAttr(default_factory=dict)  # row -> IndexNode id, index_id
     _part: bool = PrivateAttr(default=False)  # a level of a larger index, persisted by it (open_part)
     _lock: ReadWriteLock = PrivateAttr(default_factory=ReadWriteLock)
+    _train_on_append: bool = PrivateAttr(default=True)  # training_deferred
 
     def __init__(
         self,
@@ -364,11 +366,10 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         tokens = self._tokens(nodes, lexical_texts, lexical_tokens)  # CPU work, before the lock
         records = [(n.node_id, n.ref_doc_id, node_json(n)) for n in nodes]
         with self._lock.writing():
-            vectors = (
-                self._vectors
-                if self._vectors is not None
-                else VectorColumn(matrix.shape[1], approximate_threshold=self._threshold)
-            )
+            vectors = self._vectors
+            if vectors is None:
+                vectors = VectorColumn(matrix.shape[1], approximate_threshold=self._threshold)
+                vectors.train_on_append = self._train_on_append
             old = self._row_of(ids)
             new = vectors.append(matrix)  # refuses a wrong width and zero/non-finite rows before any change
             self._vectors = vectors
@@ -431,6 +432,21 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             self._metadata.append([{}] * (rows - len(self._metadata)))
         if self._postings is not None and self._postings.row_count < rows:
             self._postings.append([[]] * (rows - self._postings.row_count))
+
+    @contextmanager
+    def training_deferred(self) -> Iterator[None]:
+        """Within this block, adds do not train the vectors' approximate step when it is due
+        (:attr:`VectorColumn.train_on_append`): a build that calls :meth:`retrain_vectors`
+        at its end trains it once, on every row, instead of on the way as well."""
+        self._train_on_append = False
+        if self._vectors is not None:
+            self._vectors.train_on_append = False
+        try:
+            yield
+        finally:
+            self._train_on_append = True
+            if self._vectors is not None:
+                self._vectors.train_on_append = True
 
     def retrain_vectors(self) -> bool:
         """Train the vectors' approximate step again on every row if they grew by a quarter since
