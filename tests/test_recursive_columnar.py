@@ -456,6 +456,7 @@ def test_a_checkpointed_build_killed_midway_resumes_and_answers_as_one_build(emb
     assert not resumed.index.partial and not _load(root, embedding).index.partial
     default = SummaryIndex.from_documents(_documents(), embed_model=embedding, node_parser=_parser())
     assert resumed.index.documents == default.documents
+    assert _load(root, embedding).index.summary_cache.entries == default.summary_cache.entries
     assert _same(_answers(_load(root, embedding)), _answers(_retriever(default)))
 
 

@@ -323,6 +323,10 @@ class SummaryIndex:
         index = resume
         if index is not None:
             index.embed_model = as_cached(index.embed_model, embedding_cache)
+            # the summaries of the documents to come join the index's own cache, which it persists
+            for key, text in summary_cache.entries.items():
+                index.summary_cache.entries.setdefault(key, text)
+            summary_cache = index.summary_cache
             logger.info("resuming a streaming build: %d documents indexed before", len(index.documents))
         dim: int | None = None
         since_checkpoint = 0
