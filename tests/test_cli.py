@@ -539,6 +539,21 @@ def test_build_prints_the_skipped_counts(tmp_path, capsys, real_model):
     assert "Reused 1 cached summaries" in capsys.readouterr().out
 
 
+def test_build_with_columnar_storage_queries_and_never_rebuilds_over_it(tmp_path, capsys, real_model):
+    docs = _corpus(tmp_path)
+    (docs / "wasps.md").write_text("Wasps hunt other insects and feed them to their larvae.", encoding="utf-8")
+    build = ["build", str(docs), "--persist", str(tmp_path / "idx"), "--storage", "columnar"]
+    assert main(build) == 0
+    assert "Indexed 2 documents" in capsys.readouterr().out
+    assert main(["query", str(tmp_path / "idx"), "who lays the eggs?", "--top-k", "1", "--json"]) == 0
+    (hit,) = json.loads(capsys.readouterr().out)
+    assert "queen bee" in hit["text"] and hit["explanation"]["doc_id"] == "bees.md"
+    manifest = (tmp_path / "idx" / "MANIFEST.json").read_bytes()
+    assert main(build) == 1  # a finished columnar index is updated, never rebuilt over
+    assert "holds a finished index of 2 documents" in _error(capsys)
+    assert (tmp_path / "idx" / "MANIFEST.json").read_bytes() == manifest
+
+
 def _embedded(out: str):
     """(embedded, taken from the cache) as the build prints them."""
     line = next(line for line in out.splitlines() if line.startswith("Embedded "))

@@ -75,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--persist", required=True, help="new or empty folder (or an earlier index) to write the index to"
     )
     build.add_argument("--doc-id-key", default="doc_id")
+    build.add_argument(
+        "--storage",
+        choices=("default", "columnar"),
+        default="default",
+        help="columnar: vectors, metadata, BM25 terms and text on disk, memory-mapped, for 100k+ "
+        "documents; the build is checkpointed into --persist and the same command resumes it after "
+        "a kill (--persist must then be new, empty, or such an interrupted build)",
+    )
     caching = build.add_mutually_exclusive_group()
     caching.add_argument(
         "--embedding-cache",

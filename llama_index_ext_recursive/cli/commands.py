@@ -25,6 +25,8 @@ from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.recursive.persist import load_summary_cache
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.sample import load_sample_documents, load_sample_questions
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 
 DEMO_QUESTIONS = 4
 
@@ -107,14 +109,18 @@ def cmd_build(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     # rebuilding over an earlier index reuses its summaries of unchanged documents
     cache = load_summary_cache(target)
-    retriever = RecursiveSummaryRetriever.from_documents(
-        corpus.documents,
-        doc_id_key=args.doc_id_key,
-        show_progress=True,
-        summary_cache=cache,
-        embedding_cache=cache_path,
-    )
-    retriever.persist(target)
+    options = dict(doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache, embedding_cache=cache_path)
+    if args.storage == "columnar":  # built into the folder, checkpointed; run again, it resumes
+        retriever = RecursiveSummaryRetriever.from_documents(
+            corpus.documents,
+            persist_dir=target,
+            chunk_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+            summary_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
+            **options,
+        )
+    else:
+        retriever = RecursiveSummaryRetriever.from_documents(corpus.documents, **options)
+        retriever.persist(target)
     _print_embedding(retriever, cache_path)
     if cache.hits:
         print(f"Reused {cache.hits} cached summaries")
