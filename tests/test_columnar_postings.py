@@ -24,6 +24,7 @@ operations = st.lists(
         st.tuples(st.just("append"), rows_of_tokens),
         st.tuples(st.just("delete"), st.lists(st.integers(0, 10_000), min_size=1, max_size=3)),
         st.tuples(st.just("compact"), st.none()),
+        st.tuples(st.just("merge_small"), st.integers(1, 6)),
     ),
     min_size=1,
     max_size=8,
@@ -46,6 +47,8 @@ def _replay(ops):
             postings.delete(chosen)
             for row in chosen:
                 model[row] = None
+        elif op == "merge_small":  # row ids kept: the model does not change
+            postings.merge_small(keep_rows=arg)
         else:
             mapping = postings.compact()
             kept = [tokens for tokens in model if tokens is not None]
@@ -105,6 +108,25 @@ def test_a_restriction_filters_the_ranking_without_changing_any_score(ops, data)
         assert list(zip(rows.tolist(), scores.tolist(), strict=True)) == kept
         top2 = postings.search(query, k=2, rows=allowed)
         assert top2[0].tolist() == [r for r, _ in kept[:2]]
+
+
+def test_merge_small_merges_runs_of_small_clean_segments_and_leaves_the_rest_unread(tmp_path):
+    postings = Postings()
+    for size in (5, 2, 2, 1, 6, 1, 1):
+        postings.append([["w1", f"w{size}"]] * size)
+    postings.delete([13])  # a row of the 6-row segment (rows 10..15): it is not merged
+    large = postings._snapshot.segments[0]
+    before = {tuple(q): postings.search(q, k=20) for q in QUERIES}
+    assert postings.merge_small(keep_rows=5) == 5  # the runs 2+2+1 and 1+1; the dirty 6 and the 5 stay
+    segments = postings._snapshot.segments
+    assert [len(s.lengths) for s in segments] == [5, 5, 6, 2]
+    assert segments[0] is large  # not read again
+    for query, (rows, scores) in before.items():
+        found = postings.search(list(query), k=20)
+        assert found[0].tolist() == rows.tolist() and found[1].tolist() == scores.tolist()
+    postings.write(tmp_path)
+    reopened = Postings.open(tmp_path)
+    assert [s.tolist() for s in reopened.search(["w1"], k=20)] == [s.tolist() for s in postings.search(["w1"], k=20)]
 
 
 def test_write_and_open_round_trip_and_later_writes_add_only_new_files(tmp_path):

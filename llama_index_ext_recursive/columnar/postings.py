@@ -40,6 +40,7 @@ import bm25s
 import numpy as np
 
 from llama_index_ext_recursive.columnar.segments import (
+    KEEP_SEGMENT_ROWS,
     open_array,
     read_state,
     segment_name,
@@ -281,6 +282,46 @@ class Postings:
             )
         return new_ids
 
+    def merge_small(self, keep_rows: int = KEEP_SEGMENT_ROWS) -> int:
+        """Merge each run of consecutive segments of fewer than ``keep_rows`` rows, none of them
+        deleted, into one segment, keeping every row id; larger segments stay as they are.
+
+        What a streaming build does at every checkpoint: its batches' segments
+        become one, while the segments of earlier checkpoints are not read
+        again (:meth:`compact` merges everything, into memory).
+
+        Returns:
+            How many segments were merged.
+        """
+        with self._lock:
+            snapshot = self._snapshot
+            dead = snapshot.dead
+            segments: list[_Segment] = []
+            run: list[_Segment] = []
+            number, merged = snapshot.next_number, 0
+
+            def close_run() -> None:
+                nonlocal number, merged
+                if len(run) > 1:
+                    segments.append(_run_merged(snapshot, run, number))
+                    number, merged = number + 1, merged + len(run)
+                else:
+                    segments.extend(run)
+                run.clear()
+
+            for segment in snapshot.segments:
+                rows = len(segment.lengths)
+                clean = dead is None or not dead[segment.first_row : segment.first_row + rows].any()
+                if clean and rows < keep_rows:
+                    run.append(segment)
+                else:
+                    close_run()
+                    segments.append(segment)
+            close_run()
+            if merged:
+                self._snapshot = replace(snapshot, segments=tuple(segments), next_number=number)
+        return merged
+
     # -- queries -------------------------------------------------------
     def search(self, query_tokens: Sequence[str], k: int, rows: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best live rows for ``query_tokens`` by BM25, best first.
@@ -510,6 +551,17 @@ def _merged(snapshot: _Snapshot, new_ids: np.ndarray, number: int) -> _Segment |
         tf=_smallest_unsigned(out_tf),
         lengths=np.asarray(lengths, dtype=np.int32),
     )
+
+
+def _run_merged(snapshot: _Snapshot, run: list[_Segment], number: int) -> _Segment:
+    """One segment holding consecutive segments ``run`` (no row of them deleted), rows kept."""
+    first = run[0].first_row
+    count = sum(len(segment.lengths) for segment in run)
+    local = np.arange(snapshot.row_count, dtype=np.int64) - first  # global row -> row of the merged segment
+    part = replace(snapshot, segments=tuple(run), dead=None, live_rows=count)
+    merged = _merged(part, local, number)
+    assert merged is not None  # the run holds rows
+    return replace(merged, first_row=first)
 
 
 def _smallest_unsigned(values: np.ndarray) -> np.ndarray:

@@ -38,9 +38,14 @@ __all__ = [
     "segment_name",
     "write_array",
     "write_state",
+    "KEEP_SEGMENT_ROWS",
 ]
 
 STATE_SUFFIX = ".state.json"
+# a merge leaves clean segments of at least this many rows as they are and merges runs of smaller
+# ones: a streaming build merges its batches' segments at every checkpoint, and merging everything
+# each time would re-read (and hold) the whole column, growing with the corpus
+KEEP_SEGMENT_ROWS = 65_536
 
 
 def segment_name(prefix: str, number: int) -> str:

@@ -48,7 +48,14 @@ from typing import Any
 
 import numpy as np
 
-from llama_index_ext_recursive.columnar.segments import open_array, read_state, segment_name, write_array, write_state
+from llama_index_ext_recursive.columnar.segments import (
+    KEEP_SEGMENT_ROWS,
+    open_array,
+    read_state,
+    segment_name,
+    write_array,
+    write_state,
+)
 from llama_index_ext_recursive.persist import PathLike, PersistError
 from llama_index_ext_recursive.rwlock import ReadWriteLock
 
@@ -62,10 +69,9 @@ FORMAT_VERSION = 1
 _SCAN_BLOCK_ROWS = 16_384
 # a restriction to fewer than 1/_DENSE_SHARE of the rows gathers them; more are scanned in place
 _DENSE_SHARE = 8
-# a compaction leaves clean segments of at least this many rows as they are and
+# a compaction leaves clean segments of KEEP_SEGMENT_ROWS rows or more as they are and
 # merges the others (dirty ones, runs of small ones) into segments of at most
 # _MAX_SEGMENT_ROWS rows
-_KEEP_SEGMENT_ROWS = 65_536
 _MAX_SEGMENT_ROWS = 262_144
 # the approximate index is trained again when the live rows have grown this many
 # times since it was trained, so its lists stay about sqrt(rows) long
@@ -471,7 +477,7 @@ class VectorColumn:
 
             for segment in self._segments:
                 clean = bool(alive[segment.start : segment.start + segment.rows].all())
-                if clean and segment.rows >= _KEEP_SEGMENT_ROWS:
+                if clean and segment.rows >= KEEP_SEGMENT_ROWS:
                     merge_run()
                     start = sum(s.rows for s in segments)
                     segments.append(_Segment(segment.number, start, segment.vectors, segment.codes))

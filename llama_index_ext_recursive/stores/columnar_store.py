@@ -456,7 +456,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             return self._vectors is not None and self._vectors.retrain()
 
     def merge_segments(self) -> bool:
-        """Merge each column's segments into as few as they fit, when no row was ever deleted.
+        """Merge each column's runs of small segments (one per add) when no row was ever deleted.
 
         Every ``add`` appends a segment to each column, and a query visits every
         segment: a streaming build (a few thousand nodes per batch) leaves
@@ -472,12 +472,10 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             if vectors is None or vectors.live_count != vectors.row_count:
                 return False
             same = np.arange(vectors.row_count, dtype=np.int64)
-            for mapping in (
-                vectors.compact(),
-                self._metadata.compact(),
-                *([self._postings.compact()] if self._postings is not None else []),
-            ):
+            for mapping in (vectors.compact(), self._metadata.compact()):
                 assert np.array_equal(mapping, same), "a merge without deleted rows keeps every row id"
+            if self._postings is not None:
+                self._postings.merge_small()  # large segments (earlier checkpoints') are not read again
             return True
 
     def _delete_rows(self, rows: np.ndarray) -> None:
