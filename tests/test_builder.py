@@ -294,36 +294,3 @@ def test_default_parser_chunks_ordinary_text_exactly_as_upstream():
     ours = default_node_parser().split_text(text)
     assert ours == SentenceSplitter(chunk_size=256, chunk_overlap=32).split_text(text)
     assert np.mean([len(c) for c in ours]) > 500
-
-
-def test_prefetched_keeps_order_raises_in_order_and_stops_when_the_caller_stops():
-    import threading
-
-    from llama_index_ext_recursive.recursive.build import prefetched
-
-    assert list(prefetched(iter(range(50)))) == list(range(50))
-
-    def failing():
-        yield 1
-        yield 2
-        raise ValueError("the stream broke")
-
-    seen = []
-    with pytest.raises(ValueError, match="the stream broke"):
-        for item in prefetched(failing()):
-            seen.append(item)
-    assert seen == [1, 2]  # what came before the failure was delivered first
-
-    made = []
-
-    def endless():
-        while True:
-            made.append(len(made))
-            yield made[-1]
-
-    before = threading.active_count()
-    for item in prefetched(endless()):
-        if item == 3:
-            break
-    assert threading.active_count() == before  # joined: nothing runs on after the caller stopped
-    assert len(made) <= 3 + 3  # at most the queued item and the one being made beyond the last taken

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 from llama_index.core import Settings
 from llama_index.core.ingestion import run_transformations
@@ -51,7 +49,6 @@ from llama_index_ext_recursive.recursive.summarize import (
 )
 from llama_index_ext_recursive.validation import check_count, json_metadata
 
-T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 ROUTING_KEY = "ref_doc_id"  # set by every LlamaIndex vector store from the SOURCE relationship
@@ -464,54 +461,6 @@ def node_batches(
         yield groups
     if not produced:
         raise ValueError("no nodes to index: the stream held no node with text (IndexNode links count)")
-
-
-def prefetched(items: Iterable[T]) -> Iterator[T]:
-    """``items``, each made one step ahead in a thread while the caller uses the previous one.
-
-    A streaming build reads, chunks, groups and summarizes the next batch
-    (Python work) while this one is embedded and stored, whose longest part
-    (tokenising on worker processes, SQLite, FAISS) leaves the interpreter
-    free. An exception of ``items`` (the caller's stream included) is raised
-    to the caller, in order; when the caller stops early, the thread finishes
-    the item it is making and stops, and is joined before this returns, so
-    nothing runs on after the build returns or fails.
-    """
-    handoff: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-    end = object()
-
-    def put(entry: tuple[bool, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(entry, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put((True, item)):
-                    return
-            put((True, end))
-        except BaseException as exc:  # the caller re-raises it, as if its own loop had
-            put((False, exc))
-
-    thread = threading.Thread(target=produce, name="streaming-build-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            made, item = handoff.get()
-            if not made:
-                raise item
-            if item is end:
-                return
-            yield item
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _parse_one(steps: list[TransformComponent], document: Document) -> Sequence[BaseNode]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ from llama_index_ext_recursive.recursive.build import (
     chunk_documents,
     group_nodes,
     node_batches,
-    prefetched,
     resolve_transformations,
     stream_chunks,
     version_hash,
@@ -330,18 +329,6 @@ class SummaryIndex:
             logger.info("resuming a streaming build: %d documents indexed before", len(index.documents))
         dim: int | None = None
         since_checkpoint = 0
-        cache_lock = threading.Lock()  # the summary cache: filled ahead by the prefetch, read by a checkpoint
-
-        def prepared() -> Iterator[BuiltDocuments]:
-            for groups in batches:
-                if resume is not None:
-                    groups = resume.not_indexed(groups)
-                    if not groups:
-                        continue
-                with cache_lock:
-                    built = build_documents(groups, doc_id_key, summarizer, summary_cache)
-                yield built
-
         levels = stores or (resume.summary_index.vector_store, resume.chunk_index.vector_store)  # type: ignore[union-attr]
         with (
             contextlib.ExitStack() as deferred,
@@ -350,7 +337,12 @@ class SummaryIndex:
             for store in levels:  # trained once, on every row, at the end (_merge_segments)
                 if isinstance(store, ColumnarVectorStore):
                     deferred.enter_context(store.training_deferred())
-            for built in prefetched(prepared()):
+            for groups in batches:
+                if resume is not None:
+                    groups = resume.not_indexed(groups)
+                    if not groups:
+                        continue
+                built = build_documents(groups, doc_id_key, summarizer, summary_cache)
                 if index is None:
                     assert stores is not None  # from_nodes streams only over two columnar stores or a resume
                     choice = choose_embed_model(embed_model, texts=corpus_sample(built.chunk_nodes))
@@ -375,8 +367,7 @@ class SummaryIndex:
                 since_checkpoint += len(built.chunk_nodes)
                 if checkpoint is not None and since_checkpoint >= checkpoint_nodes:
                     index._merge_segments()
-                    with cache_lock:
-                        checkpoint(index)
+                    checkpoint(index)
                     since_checkpoint = 0
         assert index is not None  # resumed, or node_batches yielded a batch (it raises on an empty stream)
         index._merge_segments(retrain=True)
