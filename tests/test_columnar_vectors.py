@@ -442,3 +442,16 @@ def test_bad_input_is_refused_with_the_problem_and_the_fix(tmp_path):
     (tmp_path / "vectors-000000.npy").rename(tmp_path / "moved.npy")
     with pytest.raises(PersistError, match="vectors-000000.npy is missing"):
         VectorColumn.open(tmp_path)
+
+
+def test_a_block_of_a_mapped_segment_is_read_from_its_file_and_equals_the_slice(tmp_path):
+    from llama_index_ext_recursive.columnar.vectors import _block
+
+    matrix = np.arange(40, dtype=np.float32).reshape(10, 4)
+    np.save(tmp_path / "v.npy", matrix)
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    for start, stop in ((0, 3), (3, 10), (8, 64)):
+        block = _block(mapped, start, stop)
+        assert not isinstance(block, np.memmap) and block.flags.c_contiguous
+        assert np.array_equal(block, matrix[start:stop])
+    assert np.array_equal(_block(matrix, 2, 5), matrix[2:5])

@@ -233,6 +233,28 @@ def _rows_of(vectors: np.ndarray, local: np.ndarray) -> np.ndarray:
     return out
 
 
+def _block(vectors: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """``vectors[start:stop]`` as a contiguous array; of a memory-mapped segment, read from its
+    file into a buffer, as :func:`_rows_of` reads rows: encoding every row at the end of a build
+    through the map left the whole vector file in the build's resident memory."""
+    stop = min(stop, len(vectors))
+    if not isinstance(vectors, np.memmap) or vectors.filename is None:
+        return np.ascontiguousarray(vectors[start:stop])
+    width = vectors.shape[1]
+    try:
+        block = np.fromfile(
+            vectors.filename,
+            dtype=vectors.dtype,
+            count=(stop - start) * width,
+            offset=vectors.offset + start * width * vectors.itemsize,
+        )
+    except OSError:  # the file was retired (a compaction wrote new segments): the map still holds it
+        return np.ascontiguousarray(vectors[start:stop])
+    if len(block) != (stop - start) * width:
+        raise OSError(f"{vectors.filename} is shorter than its map")
+    return block.reshape(stop - start, width)
+
+
 def _screen_bound(dim: int) -> float:
     """A bound on ``|float32 product - exact score|`` for a unit float32 row and a unit query.
 
@@ -741,9 +763,10 @@ class VectorColumn:
 
     @staticmethod
     def _encode(index: Any, vectors: np.ndarray) -> np.ndarray:
-        """The index's codes of ``vectors``, encoded block by block (a mapped segment is not read whole)."""
+        """The index's codes of ``vectors``, encoded block by block, each block read into a
+        buffer (:func:`_block`): a mapped segment is neither read whole nor left resident."""
         parts = [
-            index.sa_encode(np.ascontiguousarray(vectors[start : start + _SCAN_BLOCK_ROWS]))
+            index.sa_encode(_block(vectors, start, start + _SCAN_BLOCK_ROWS))
             for start in range(0, len(vectors), _SCAN_BLOCK_ROWS)
         ]
         return np.concatenate(parts)
