@@ -376,9 +376,9 @@ class SummaryIndex:
         return index
 
     def _merge_segments(self, retrain: bool = False) -> None:
-        """Merge the columnar stores' segments (one per batch so far: a query would visit each)
-        and, at the end of a build, train their approximate step again on every row (it was
-        trained on the first batches' rows)."""
+        """Merge the columnar stores' small segments (one per batch since the last merge: a
+        query would visit each) and, at the end of a build, train their approximate step, once
+        and on every row (the build deferred it: :meth:`ColumnarVectorStore.training_deferred`)."""
         for level in (self.summary_index, self.chunk_index):
             store = level.vector_store if level is not None else None
             if isinstance(store, ColumnarVectorStore):
