@@ -180,6 +180,17 @@ class MetadataColumns:
         """Every metadata key seen, sorted."""
         return sorted(self._values)
 
+    def live_keys(self) -> set[str]:
+        """The keys some live row holds (:meth:`keys` also keeps those only deleted rows held)."""
+        live = ~self._dead
+        found: set[str] = set()
+        for segment in self._segments:
+            alive = live[segment.start : segment.start + segment.rows]
+            for key, codes in zip(segment.keys, segment.codes, strict=True):
+                if key not in found and bool((alive & (np.asarray(codes) >= 0)).any()):
+                    found.add(key)
+        return found
+
     def values(self, key: str) -> list[Any]:
         """The distinct values of ``key`` (the filter vocabulary), in code order.
 

@@ -33,9 +33,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -64,6 +65,7 @@ from llama_index_ext_recursive.recursive.build import (
 )
 from llama_index_ext_recursive.recursive.evidence import document_identity, document_text
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
+from llama_index_ext_recursive.recursive.summaries import StoredSummaries
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
 from llama_index_ext_recursive.retrievers.store_facts import store_dimension
@@ -142,8 +144,8 @@ class SummaryIndex:
         self.summarizer = summarizer or ExtractiveSummarizer()
         self.summary_cache = summary_cache if summary_cache is not None else SummaryCache()
         self.summary_embedding = SummaryEmbedding(summary_embedding)
-        self.summaries = self._load_summaries()
         self.documents: dict[str, DocumentRecord] = dict(documents or {})
+        self.summaries = self._summaries_of(self.documents)
         self.document_keys = self._summary_filter_keys()
         self.state_lock = ReadWriteLock()
         self.generation = 0  # bumped by every swap
@@ -466,6 +468,15 @@ class SummaryIndex:
     def doc_ids(self) -> list[str]:
         return list(self.retriever_dict) if self.retriever_dict else list(self.documents)
 
+    def summary_node_id(self, doc_id: str) -> str | None:
+        """The id of document ``doc_id``'s summary node (``None``: no such document), from its
+        record where it has one, so no summary is read for it."""
+        record = self.documents.get(doc_id)
+        if record is not None:
+            return record.summary_node_id
+        summary = self.summaries.get(doc_id)  # a retriever_dict setup keeps no records
+        return None if summary is None else summary.node_id
+
     @property
     def filter_vocabulary(self) -> FilterVocabulary:
         """Metadata keys (and value kinds) of the indexed chunks, which filters are
@@ -483,7 +494,13 @@ class SummaryIndex:
             self._vocabulary = vocabulary
         return vocabulary
 
-    def _load_summaries(self) -> dict[str, IndexNode]:
+    def _summaries_of(self, documents: Mapping[str, DocumentRecord]) -> Mapping[str, IndexNode]:
+        """Each document's summary: read from a columnar summary store when asked for
+        (:class:`~.summaries.StoredSummaries`; its records name them), else every summary
+        node read and checked now."""
+        store = self.summary_index.vector_store
+        if isinstance(store, ColumnarVectorStore) and self.chunk_index is not None:
+            return StoredSummaries(documents, store)
         docstore = self.summary_index.docstore
         summaries: dict[str, IndexNode] = {}
         stored: Iterable[BaseNode]
@@ -514,7 +531,11 @@ class SummaryIndex:
         whose value varies between one document's chunks is missing from that
         summary, and filtering summaries on it would hide matching chunks.
         """
-        keys = {k for s in self.summaries.values() for k in s.metadata}
+        summaries = self.summaries
+        if isinstance(summaries, StoredSummaries):
+            keys = summaries.metadata_keys()
+        else:
+            keys = {k for s in summaries.values() for k in s.metadata}
         for record in self.documents.values():
             keys -= set(record.varying_keys)
         return keys
@@ -581,7 +602,10 @@ class SummaryIndex:
                 dim=store_dimension(chunk_index.vector_store),
             )
             embed_summaries(built, self.embed_model, dim)
-            summaries = {**self.summaries, **{s.index_id: s for s in built.summary_nodes}}
+            # read only (by check_links): no summary of the index is read or copied
+            summaries = ChainMap(
+                {s.index_id: s for s in built.summary_nodes}, cast("MutableMapping[str, IndexNode]", self.summaries)
+            )
             documents = {**current, **built.records}
             replaced = [d for d in changed if d in current]
             try:
@@ -634,7 +658,7 @@ class SummaryIndex:
             rest = {d: r for d, r in self.documents.items() if d != doc_id}
             try:  # a link left pointing at it would fail every later update and query
                 check_links(
-                    {d: s for d, s in self.summaries.items() if d != doc_id},
+                    _without(self.summaries, rest),
                     rest,
                     list(rest),
                     self.docstore,
@@ -682,10 +706,12 @@ class SummaryIndex:
             raise
         removed = {r.doc_id for r in remove}
         documents = {k: v for k, v in self.documents.items() if k not in removed}
-        summaries = {k: v for k, v in self.summaries.items() if k in documents}
+        summaries = self.summaries
         if add is not None:
             documents.update(add.records)
-            summaries.update({s.index_id: s for s in add.summary_nodes})
+        summaries = _without(summaries, documents)
+        if add is not None and not isinstance(summaries, StoredSummaries):
+            summaries = {**summaries, **{s.index_id: s for s in add.summary_nodes}}
         self.documents, self.summaries = documents, summaries
         self.unpersisted_documents |= removed | (set(add.records) if add is not None else set())
         self.document_keys = self._summary_filter_keys()
@@ -696,6 +722,13 @@ class SummaryIndex:
             if add is not None:
                 self._vocabulary.add_nodes(add.chunk_nodes)
         self.generation += 1
+
+
+def _without(summaries: Mapping[str, IndexNode], documents: Mapping[str, DocumentRecord]) -> Mapping[str, IndexNode]:
+    """``summaries`` of ``documents`` only (those of a delete's remaining documents)."""
+    if isinstance(summaries, StoredSummaries):
+        return StoredSummaries(documents, summaries.store)
+    return {d: s for d, s in summaries.items() if d in documents}
 
 
 def _columnar_levels(summary_store: Any, chunk_store: Any) -> bool:

@@ -154,7 +154,7 @@ def updated_levels(owner: Owner, previous: Levels) -> Levels | None:
     chunk_doc.update({c: d for d in kept for c in now[d].chunk_ids})
     gone = set(gone_summaries)
     summary_doc = {k: v for k, v in previous.summary_doc.items() if k not in gone}
-    summary_doc.update({index.summaries[d].node_id: d for d in kept if d in index.summaries})
+    summary_doc.update({node_id: d for d in kept if (node_id := index.summary_node_id(d)) is not None})
     links = (previous.link_ids - set(gone_chunks)) | {n.node_id for n in new_chunks if isinstance(n, IndexNode)}
     depth = owner.document_depth(owner.similarity_top_k)
     summary_vector = _vector(owner, index.summary_index, depth)
@@ -208,7 +208,7 @@ def build_levels(owner: Owner) -> Levels:
         chunk_vector,
         chunk_doc={c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
         link_ids=chunks.link_ids(),
-        summary_doc={summary.node_id: doc_id for doc_id, summary in index.summaries.items()},
+        summary_doc={node_id: doc_id for doc_id in index.summaries if (node_id := index.summary_node_id(doc_id))},
     )
 
 
@@ -321,11 +321,13 @@ def _calibrate_documents(
     document's chunks (from its summary in a ``retriever_dict`` setup)
     whose answer is that document."""
     index = owner.index
+    source: list[BaseNode] = list(chunk_nodes)
     summary_of = {
         chunk_id: record.summary_node_id for record in index.documents.values() for chunk_id in record.chunk_ids
     }
-    source: list[BaseNode] = list(chunk_nodes) or list(index.summaries.values())
-    summary_of.update({s.node_id: s.node_id for s in index.summaries.values()})
+    if not source:  # a retriever_dict setup: queries cut from the summaries, each answered by itself
+        source = list(index.summaries.values())
+        summary_of = {s.node_id: s.node_id for s in source}
     pairs: PairsByScript = {
         script: [(summary_of[node_id], query) for node_id, query in found if node_id in summary_of]
         for script, found in pseudo_queries(source).items()

@@ -58,10 +58,10 @@ def check_links(
     pending = pending or {}
     stale: list[str] = []
     known_set = set(known)
-    for doc_id, summary in summaries.items():
+    for doc_id in summaries:  # keys only: summaries read from a store are read when asked for
         if doc_id not in known_set:
             raise LinkError(
-                f"summary {summary.node_id!r} points to index_id {doc_id!r}, which has no "
+                f"summary {summaries[doc_id].node_id!r} points to index_id {doc_id!r}, which has no "
                 f"chunks or retriever ({closest(doc_id, known)}); fix the index_id or "
                 "add the document"
             )

@@ -191,8 +191,7 @@ class ChunkEvidenceSet:
         return Route(doc_id, score, self._summary_id(doc_id), score, (doc_id,))
 
     def _summary_id(self, doc_id: str) -> str | None:
-        summary = self._owner.index.summaries.get(doc_id)
-        return summary.node_id if summary is not None else None
+        return self._owner.index.summary_node_id(doc_id)
 
     def add(self, dense: Mapping[str, float], lexical: Mapping[str, float], route: Route | None) -> list[Route]:
         """Record scores (of one route, or flat when ``route`` is None); return links to follow."""

@@ -79,7 +79,7 @@ def route(
         if len(routes) >= owner.num_routed_docs and chunks >= plan.top_k:
             break
         score = fused[doc_id]
-        routes.append(Route(doc_id, score, owner.index.summaries[doc_id].node_id, score, (doc_id,)))
+        routes.append(Route(doc_id, score, owner.index.summary_node_id(doc_id), score, (doc_id,)))
         record = owner.index.documents.get(doc_id)
         chunks += len(record.chunk_ids) if record is not None else 0
     return routes, fused

@@ -655,6 +655,11 @@ class ColumnarVectorStore(BasePydanticVectorStore):
                 return []
             return list(self._node_ids(np.flatnonzero(self._metadata.live)))
 
+    def metadata_keys(self) -> set[str]:
+        """The metadata keys some stored node holds (``ref_doc_id`` included), from the columns."""
+        with self._lock.reading():
+            return self._metadata.live_keys()
+
     def filter_vocabulary(self) -> FilterVocabulary:
         """The metadata keys filters may name and the kinds of value each holds (``ref_doc_id``
         included), from the metadata columns' dictionaries: no node is read."""

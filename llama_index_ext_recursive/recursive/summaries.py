@@ -1,0 +1,73 @@
+"""The summaries of an index over a columnar summary store, read from the store when asked.
+
+A summary index answers "the summary ``IndexNode`` of document ``d``" for the
+few documents a query routes to or returns. Holding every summary as a Python
+object instead made opening a 100k-document index read and validate 100k
+nodes (9 of its 13 seconds at 2M chunks) and kept them resident for good
+(issue 25). Over a ``ColumnarVectorStore`` the summaries are rows already, and
+each document's record names its summary node, so :class:`StoredSummaries`
+is keyed by the records and reads a summary's row when it is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from llama_index.core.schema import IndexNode
+
+from llama_index_ext_recursive.recursive.build import DocumentRecord
+from llama_index_ext_recursive.recursive.links import LinkError
+from llama_index_ext_recursive.stores.columnar_store import REF_KEY, ColumnarVectorStore
+
+
+class StoredSummaries(Mapping[str, IndexNode]):
+    """Summary ``IndexNode`` by document id: the documents of ``documents``, each summary read
+    from ``store`` (the summary level's) when asked for.
+
+    Iterating, ``len`` and ``in`` read no node. The index makes a new one with
+    its new records at every update, as it makes a new dict of summaries for
+    other stores.
+
+    Args:
+        documents: the index's document records (each names its summary node).
+        store: the summary level's store, which holds the summaries as rows.
+    """
+
+    def __init__(self, documents: Mapping[str, DocumentRecord], store: ColumnarVectorStore) -> None:
+        self._documents = documents
+        self._store = store
+
+    @property
+    def store(self) -> ColumnarVectorStore:
+        """The summary level's store the summaries are read from."""
+        return self._store
+
+    def __getitem__(self, doc_id: str) -> IndexNode:
+        record = self._documents[doc_id]
+        node = self._store.nodes_by_id([record.summary_node_id])[0]
+        if not isinstance(node, IndexNode) or node.index_id != doc_id:
+            found = "missing" if node is None else f"a {type(node).__name__} naming {getattr(node, 'index_id', None)!r}"
+            raise LinkError(
+                f"document {doc_id!r}'s summary {record.summary_node_id!r} is {found} in the summary store: "
+                "the summary store and the document records are out of sync; rebuild the index"
+            )
+        return node
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._documents)
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._documents
+
+    def metadata_keys(self) -> set[str]:
+        """The metadata keys some summary holds, from the store's columns (no node read).
+
+        The store also files each row's ``ref_doc_id`` as filterable metadata
+        (:data:`~llama_index_ext_recursive.stores.columnar_store.REF_KEY`); a
+        summary's comes from its source relationship, not its metadata, so it
+        is left out, as it is from the keys of summaries held as nodes.
+        """
+        return self._store.metadata_keys() - {REF_KEY}
