@@ -11,6 +11,7 @@ from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo
 
 from llama_index_ext_recursive.columnar.rows import (
     DATABASE_NAME,
+    PublishedTexts,
     RowNotFoundError,
     RowStore,
     node_json,
@@ -183,3 +184,23 @@ def test_keyed_items_are_replaced_and_deleted_by_generation_and_settle_undoes_on
     rows.write_items(3, {"c": '"new"', "it's; DROP TABLE rows": None})  # never published
     assert rows.settle(2) == 2  # c added, the other deleted: both undone
     assert rows.items(3) == rows.items(2)
+
+
+def test_published_texts_read_their_generation_when_asked_and_keep_what_was_added_since(rows):
+    rows.write_items(1, {"a": '"alpha"', HOSTILE: '"hostile"'})
+    rows.write_items(2, {"b": '"beta"', "a": '"changed"', "bad": '{"not": "text"}'})
+    texts = PublishedTexts(rows, 1)
+    assert texts["a"] == "alpha" and texts[HOSTILE] == "hostile"  # generation 1, not 2
+    assert "b" not in texts and "missing" not in texts and texts.get("b") is None
+    texts["c"] = "gamma"
+    assert texts.added == {"c": "gamma"} and "c" in texts
+    assert list(texts) == ["a", HOSTILE, "c"] and len(texts) == 3
+    with pytest.raises(TypeError, match="only grows"):
+        del texts["a"]
+    # generation 2 published "c" too; "d" was added while it was written
+    texts["d"] = "delta"
+    later = texts.published(2, {"c": "gamma"})
+    assert later.added == {"d": "delta"}
+    assert later["a"] == "changed" and later["b"] == "beta" and "c" not in later  # 2 never got "c"
+    with pytest.raises(PersistError, match="key 'bad' that is no text"):
+        later["bad"]

@@ -14,6 +14,7 @@ from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import Document, MetadataMode, TextNode
 
 from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
+from llama_index_ext_recursive.columnar.rows import PublishedTexts
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.summaries import StoredSummaries
@@ -254,7 +255,7 @@ def test_a_columnar_index_that_listed_its_records_in_index_json_loads_and_moves_
     default_index, columnar_index = _pair(embedding)
     root = tmp_path / "index"
     write_files = recursive_persist._write_index_files
-    monkeypatch.setattr(recursive_persist, "_write_records", lambda index, root, published: (set(), 0))
+    monkeypatch.setattr(recursive_persist, "_write_records", lambda index, root, published: (set(), {}))
     monkeypatch.setattr(
         recursive_persist,
         "_write_index_files",
@@ -574,6 +575,10 @@ def test_summaries_of_a_columnar_index_are_read_from_the_store_when_asked_for(le
     monkeypatch.setattr(ColumnarVectorStore, "nodes_by_id", lambda self, ids: asked.extend(ids) or original(self, ids))
     loaded = _load(tmp_path / "kb", lexical).index
     assert asked == [] and len(loaded.summaries) == len(default_index.summaries)
+    cache = loaded.summary_cache.entries  # read when asked for too, nothing held
+    assert isinstance(cache, PublishedTexts) and cache.added == {}
+    assert dict(cache.items()) == default_index.summary_cache.entries
+    cached_before = set(cache)
     assert loaded.summary_node_id("d3") == default_index.summaries["d3"].node_id
     monkeypatch.setattr(ColumnarVectorStore, "nodes_by_id", original)
     for target in (default_index, loaded):
@@ -581,6 +586,13 @@ def test_summaries_of_a_columnar_index_are_read_from_the_store_when_asked_for(le
     assert sorted(loaded.summaries) == sorted(loaded.documents) == sorted(default_index.summaries)
     assert loaded.summaries["new1"].get_content() == default_index.summaries["new1"].get_content()
     assert loaded.document_keys == default_index.document_keys
+    # the update's new summaries wait in memory for the next persist, which publishes them
+    assert set(loaded.summary_cache.entries.added) == set(default_index.summary_cache.entries) - cached_before
+    RecursiveSummaryRetriever(loaded).persist(tmp_path / "kb")
+    assert loaded.summary_cache.entries.added == {}
+    assert dict(_load(tmp_path / "kb", lexical).index.summary_cache.entries.items()) == dict(
+        default_index.summary_cache.entries
+    )
     # a summary row the records name but the store lost is an error naming the document
     loaded.summary_index.vector_store.delete_nodes([loaded.summary_node_id("d2")])
     with pytest.raises(LinkError, match="document 'd2'.*out of sync"):

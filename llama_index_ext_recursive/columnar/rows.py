@@ -25,7 +25,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.persist import ROWS_DATABASE, PathLike, PersistError
 
-__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "RowNotFoundError", "RowStore", "node_json"]
+__all__ = ["DATABASE_NAME", "SCHEMA_VERSION", "PublishedTexts", "RowNotFoundError", "RowStore", "node_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -391,6 +391,26 @@ class RowStore:
                 (generation, generation),
             ).fetchall()
 
+    def item(self, generation: int, key: str) -> str | None:
+        """The JSON of item ``key`` as generation ``generation`` publishes it (``None``: not there)."""
+        with self._reading() as connection:
+            found = connection.execute(
+                "SELECT node FROM rows WHERE node_id = ? AND added <= ? AND (deleted IS NULL OR deleted > ?)",
+                (key, generation, generation),
+            ).fetchone()
+        return None if found is None else str(found[0])
+
+    def item_keys(self, generation: int) -> list[str]:
+        """The ids of the items generation ``generation`` publishes, in row order."""
+        with self._reading() as connection:
+            return [
+                key
+                for (key,) in connection.execute(
+                    "SELECT node_id FROM rows WHERE added <= ? AND (deleted IS NULL OR deleted > ?) ORDER BY row",
+                    (generation, generation),
+                )
+            ]
+
     def write_items(self, generation: int, items: Mapping[str, str | None]) -> None:
         """Publish one generation's changes of keyed JSON items (not nodes) in one transaction.
 
@@ -544,3 +564,64 @@ class RowStore:
             connection.execute("DROP TABLE temp.renumber")
             self._set_next_row(connection, len(kept))
         return mapping.astype(np.int64)
+
+
+class PublishedTexts(MutableMapping[str, str]):
+    """Texts by key as one published generation of a :class:`RowStore` holds them (each stored
+    as a JSON string by :meth:`RowStore.write_items`), read when asked for, plus the texts set
+    since, in memory until a persist publishes them (:attr:`added`).
+
+    A summary index's summary cache (a summary per document content, 100k of
+    them at issue 25's scale) is kept so: opening the index reads none of it,
+    and a build that resumes or an update asks for the few it needs. The
+    cache only grows, so a text is never deleted.
+
+    Args:
+        rows: the item database (kept open: texts are read from it when asked for).
+        generation: the published generation to read.
+        added: texts set since that generation.
+    """
+
+    def __init__(self, rows: RowStore, generation: int, added: Mapping[str, str] | None = None) -> None:
+        self._rows = rows
+        self._generation = generation
+        self.added: dict[str, str] = dict(added or {})
+
+    def published(self, generation: int, written: Mapping[str, str]) -> PublishedTexts:
+        """These texts once generation ``generation`` published ``written``: the texts added
+        meanwhile stay in memory, the others are read from the rows."""
+        rest = {key: text for key, text in self.added.items() if key not in written}
+        return PublishedTexts(self._rows, generation, rest)
+
+    def __getitem__(self, key: str) -> str:
+        text = self.added.get(key)
+        if text is not None:
+            return text
+        stored = self._rows.item(self._generation, key)
+        if stored is None:
+            raise KeyError(key)
+        try:
+            value = json.loads(stored)
+        except json.JSONDecodeError as exc:
+            raise PersistError(f"{self._rows.path} holds a malformed row ({exc}); build the index again") from exc
+        if not isinstance(value, str):
+            raise PersistError(f"{self._rows.path} holds an item of key {key!r} that is no text; build the index again")
+        return value
+
+    def __setitem__(self, key: str, text: str) -> None:
+        self.added[key] = text
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError(f"{type(self).__name__} only grows: {key!r} cannot be deleted")
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.added or (isinstance(key, str) and self._rows.item(self._generation, key) is not None)
+
+    def __iter__(self) -> Iterator[str]:
+        stored = self._rows.item_keys(self._generation)
+        known = set(stored)
+        yield from stored
+        yield from (key for key in list(self.added) if key not in known)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

@@ -152,10 +152,9 @@ class SummaryIndex:
         self._update_lock = threading.Lock()
         self._vocabulary: FilterVocabulary | None = None
         self.partial = partial
-        # what a persist has yet to write, where it writes only changes (columnar storage):
-        # the documents added, replaced or deleted, and the summaries cached, since the last one
+        # what a persist has yet to write, where it writes only changes (columnar storage): the
+        # documents added, replaced or deleted since the last one (and the summary cache's new texts)
         self.unpersisted_documents: set[str] = set(self.documents)
-        self.persisted_summaries = 0  # the cache's first entries (it only grows) are persisted
         self.validate_links(changed=() if loaded else None)
 
     # ------------------------------------------------------------------ build

@@ -34,7 +34,6 @@ persist moves them into rows.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +47,7 @@ from llama_index.core.schema import TransformComponent
 from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
-from llama_index_ext_recursive.columnar.rows import RowStore
+from llama_index_ext_recursive.columnar.rows import PublishedTexts, RowStore
 from llama_index_ext_recursive.config import CONFIG_FILE, component_to_dict, write_config
 from llama_index_ext_recursive.model_identity import ModelIdentity, ModelMismatchError, check_same_model, model_identity
 from llama_index_ext_recursive.models import embed_model_name, resolve_embed_model
@@ -231,17 +230,18 @@ def _write_index_files(
     write_config(staging, config)
 
 
-def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set[str], int]:
+def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set[str], dict[str, str]]:
     """Commit the document records and summaries changed since the last persist as rows of
     generation ``published + 1`` (:meth:`RowStore.write_items`), so a persist writes what
     changed, not every record (a one-document update of a 100k-document index rewrote 50 MB).
 
     Returns:
-        The documents and the number of summaries written, to mark persisted once published.
+        The documents and the summaries written, to mark persisted once published.
     """
     written = set(index.unpersisted_documents)
     entries = index.summary_cache.entries
-    summaries = len(entries)
+    # read from the rows but for the summaries made since; in a plain dict, none is persisted yet
+    new = dict(entries.added if isinstance(entries, PublishedTexts) else entries)
     with RowStore(root / rows_database(DOCUMENTS)) as documents:
         documents.settle(published)
         documents.write_items(
@@ -255,34 +255,31 @@ def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set
         )
     with RowStore(root / rows_database(SUMMARIES)) as cached:
         cached.settle(published)
-        new = itertools.islice(entries.items(), min(index.persisted_summaries, summaries), summaries)
-        cached.write_items(published + 1, {key: json.dumps(text, ensure_ascii=False) for key, text in new})
-    return written, summaries
+        cached.write_items(published + 1, {key: json.dumps(text, ensure_ascii=False) for key, text in new.items()})
+    return written, new
 
 
-def _read_records(root: Path, generation: int, index_path: Path) -> tuple[dict[str, DocumentRecord], dict[str, str]]:
+def _read_records(root: Path, generation: int, index_path: Path) -> tuple[dict[str, DocumentRecord], PublishedTexts]:
     """The document records and summaries generation ``generation`` of the index folder
-    ``root`` publishes (:func:`_write_records`).
+    ``root`` publishes (:func:`_write_records`): the records read now, the summaries when
+    asked for (:class:`PublishedTexts`: 100k of them at 2M chunks, which only an update reads).
 
     Raises:
-        PersistError: a database is missing or holds a malformed row (naming it).
+        PersistError: a database is missing or holds a malformed record (naming it).
     """
-    tables = []
     for part in (DOCUMENTS, SUMMARIES):
-        path = root / rows_database(part)
-        if not path.is_file():
+        if not (root / rows_database(part)).is_file():
             raise PersistError(
-                f"{path} is missing, but {index_path} keeps the {part} there: restore it, or build the index again"
+                f"{root / rows_database(part)} is missing, but {index_path} keeps the {part} there: restore it, "
+                "or build the index again"
             )
-        with RowStore(path) as rows:
-            try:
-                tables.append({key: json.loads(text) for key, text in rows.items(generation)})
-            except json.JSONDecodeError as exc:
-                raise PersistError(f"{path} holds a malformed row ({exc}); build the index again") from exc
-    documents, summaries = tables
-    if not all(isinstance(text, str) for text in summaries.values()):
-        raise PersistError(f"{root / rows_database(SUMMARIES)} holds a summary that is no text; build the index again")
-    return _records(documents, root / rows_database(DOCUMENTS)), summaries
+    path = root / rows_database(DOCUMENTS)
+    with RowStore(path) as rows:
+        try:
+            documents = {key: json.loads(text) for key, text in rows.items(generation)}
+        except json.JSONDecodeError as exc:
+            raise PersistError(f"{path} holds a malformed row ({exc}); build the index again") from exc
+    return _records(documents, path), PublishedTexts(RowStore(root / rows_database(SUMMARIES)), generation)
 
 
 def _persist_columnar(
@@ -303,7 +300,16 @@ def _persist_columnar(
     for store in stores.values():
         store.mark_published(published + 1)
     index.unpersisted_documents -= written
-    index.persisted_summaries = summaries
+    cache = index.summary_cache
+    entries = cache.entries
+    if isinstance(entries, PublishedTexts):
+        cache.entries = entries.published(published + 1, summaries)
+    else:  # the summaries made meanwhile are kept until the next persist
+        cache.entries = PublishedTexts(
+            RowStore(root / rows_database(SUMMARIES)),
+            published + 1,
+            {key: text for key, text in entries.items() if key not in summaries},
+        )
 
 
 def load_persisted(
@@ -391,7 +397,6 @@ def load_persisted(
             raise PersistError(f"{index_path} holds an invalid setting ({exc}); persist the retriever again") from exc
         if in_rows:  # as persisted; a folder that listed them in index.json gets them as rows next time
             index.unpersisted_documents = set()
-            index.persisted_summaries = len(cache.entries)
         try:
             return make(index, settings)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -591,7 +596,7 @@ def load_summary_cache(persist_dir: str | Path) -> SummaryCache:
             return load_string_map(root / SUMMARY_CACHE_FILE)
         index_path = root / INDEX_FILE
         stored = init_parameters_of(load_json_object(index_path, ("init_parameters",)), index_path)
-        return _read_records(root.parent, stored.get("generation", -1), index_path)[1]
+        return dict(_read_records(root.parent, stored.get("generation", -1), index_path)[1])
 
     cache = SummaryCache()
     try:

@@ -19,6 +19,7 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -347,7 +348,8 @@ class SummaryCache:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
-        self.entries: dict[str, str] = {}
+        # a dict, or the summaries a persisted columnar index reads when asked for (PublishedTexts)
+        self.entries: MutableMapping[str, str] = {}
         self.hits = 0
         self.misses = 0
         if self.path is not None and self.path.exists():
@@ -370,4 +372,4 @@ class SummaryCache:
         target = Path(path) if path else self.path
         if target is None:
             raise ValueError("SummaryCache.save needs a path (none was given at construction)")
-        target.write_text(json.dumps(self.entries, ensure_ascii=False), encoding="utf-8")
+        target.write_text(json.dumps(dict(self.entries), ensure_ascii=False), encoding="utf-8")
