@@ -25,6 +25,7 @@ import json
 import logging
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -248,6 +249,10 @@ class RowStore:
         """
         return [json_to_doc(json.loads(text)) for text in self._column_of_rows(rows, "node")]
 
+    def ref_doc_ids(self, rows: Sequence[int] | np.ndarray) -> list[str | None]:
+        """The ``ref_doc_id`` of ``rows``, in order."""
+        return self._column_of_rows(rows, "ref_doc_id")
+
     def node_ids(self, rows: Sequence[int] | np.ndarray) -> list[str]:
         """The node ids of ``rows``, in the order asked.
 
@@ -410,6 +415,43 @@ class RowStore:
                     (generation, generation),
                 )
             ]
+
+    def item_count(self, generation: int) -> int:
+        """How many items generation ``generation`` publishes."""
+        with self._reading() as connection:
+            return int(
+                connection.execute(
+                    "SELECT COUNT(*) FROM rows WHERE added <= ? AND (deleted IS NULL OR deleted > ?)",
+                    (generation, generation),
+                ).fetchone()[0]
+            )
+
+    def item_list_length(self, generation: int, field: str) -> int:
+        """The summed length of the JSON list ``field`` of the items generation ``generation``
+        publishes (SQLite reads the JSON: no item is decoded in Python)."""
+        with self._reading() as connection:
+            return int(
+                connection.execute(
+                    "SELECT COALESCE(SUM(json_array_length(node, ?)), 0) FROM rows "
+                    "WHERE added <= ? AND (deleted IS NULL OR deleted > ?)",
+                    (f"$.{field}", generation, generation),
+                ).fetchone()[0]
+            )
+
+    def item_list_counts(self, generation: int, field: str) -> Counter[str]:
+        """How many items generation ``generation`` publishes hold each value in their JSON
+        list ``field`` (counted by SQLite)."""
+        with self._reading() as connection:
+            return Counter(
+                {
+                    str(value): int(count)
+                    for value, count in connection.execute(
+                        "SELECT item.value, COUNT(*) FROM rows, json_each(rows.node, ?) AS item "
+                        "WHERE added <= ? AND (deleted IS NULL OR deleted > ?) GROUP BY item.value",
+                        (f"$.{field}", generation, generation),
+                    )
+                }
+            )
 
     def write_items(self, generation: int, items: Mapping[str, str | None]) -> None:
         """Publish one generation's changes of keyed JSON items (not nodes) in one transaction.

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections import ChainMap
+from collections import ChainMap, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -47,6 +47,7 @@ from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from tqdm.auto import tqdm
 
+from llama_index_ext_recursive.columnar.rows import RowStore
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.filters import FilterVocabulary
 from llama_index_ext_recursive.models import choose_embed_model, corpus_sample, resolve_embed_model
@@ -65,6 +66,7 @@ from llama_index_ext_recursive.recursive.build import (
 )
 from llama_index_ext_recursive.recursive.evidence import document_identity, document_text
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
+from llama_index_ext_recursive.recursive.records import StoredRecords, published_records
 from llama_index_ext_recursive.recursive.summaries import StoredSummaries
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
@@ -80,6 +82,7 @@ from llama_index_ext_recursive.validation import check_count, closest, json_node
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_NODES = 100_000  # chunks a checkpointed streaming build stores between two checkpoints
+CHANGES_KEPT = 256  # updates whose documents the index remembers (levels_for updates with them)
 
 
 class SummaryIndex:
@@ -144,17 +147,18 @@ class SummaryIndex:
         self.summarizer = summarizer or ExtractiveSummarizer()
         self.summary_cache = summary_cache if summary_cache is not None else SummaryCache()
         self.summary_embedding = SummaryEmbedding(summary_embedding)
-        self.documents: dict[str, DocumentRecord] = dict(documents or {})
+        # a dict, or the records of a persisted columnar index, read when asked for (StoredRecords)
+        self.documents: Mapping[str, DocumentRecord] = (
+            documents if isinstance(documents, StoredRecords) else dict(documents or {})
+        )
         self.summaries = self._summaries_of(self.documents)
-        self.document_keys = self._summary_filter_keys()
+        self._document_keys: tuple[int, set[str]] | None = None  # (generation, keys)
+        self._changes: deque[tuple[int, frozenset[str]]] = deque(maxlen=CHANGES_KEPT)
         self.state_lock = ReadWriteLock()
         self.generation = 0  # bumped by every swap
         self._update_lock = threading.Lock()
         self._vocabulary: FilterVocabulary | None = None
         self.partial = partial
-        # what a persist has yet to write, where it writes only changes (columnar storage): the
-        # documents added, replaced or deleted since the last one (and the summary cache's new texts)
-        self.unpersisted_documents: set[str] = set(self.documents)
         self.validate_links(changed=() if loaded else None)
 
     # ------------------------------------------------------------------ build
@@ -523,21 +527,55 @@ class SummaryIndex:
             summaries[node.index_id] = node
         return summaries
 
-    def _summary_filter_keys(self) -> set:
-        """Keys that filters may be checked on at the summary level.
+    @property
+    def document_keys(self) -> set[str]:
+        """Keys that filters may be checked on at the summary level (worked out once per
+        state of the index, when a filtered query first asks).
 
         A key qualifies when it is document-level in every document: a key
         whose value varies between one document's chunks is missing from that
         summary, and filtering summaries on it would hide matching chunks.
         """
-        summaries = self.summaries
-        if isinstance(summaries, StoredSummaries):
+        generation, summaries, documents = self.generation, self.summaries, self.documents
+        known = self._document_keys
+        if known is not None and known[0] == generation:
+            return known[1]
+        if isinstance(summaries, StoredSummaries):  # from the stores' columns and SQLite, no record read
             keys = summaries.metadata_keys()
         else:
             keys = {k for s in summaries.values() for k in s.metadata}
-        for record in self.documents.values():
-            keys -= set(record.varying_keys)
+        if isinstance(documents, StoredRecords):
+            keys -= documents.varying_keys()
+        else:
+            for record in documents.values():
+                keys -= set(record.varying_keys)
+        self._document_keys = (generation, keys)
         return keys
+
+    def changed_since(self, generation: int) -> set[str] | None:
+        """The documents added, replaced or deleted since ``generation`` (``None``: it is older
+        than the last :data:`CHANGES_KEPT` changes, so they are not known one by one)."""
+        if generation == self.generation:
+            return set()
+        changes = list(self._changes)
+        if not changes or changes[0][0] > generation + 1:
+            return None
+        return {doc_id for after, doc_ids in changes if after > generation for doc_id in doc_ids}
+
+    def records_published(self, rows: Path, generation: int, written: Mapping[str, DocumentRecord | None]) -> None:
+        """Read the records from the database ``rows`` once ``generation`` published ``written``
+        (a persist's changes, :meth:`unpublished_records`): only the changes made since stay in memory."""
+        with self.state_lock.writing():
+            self.documents = published_records(self.documents, RowStore(rows), generation, written)
+            self.summaries = _without(self.summaries, self.documents)
+
+    def unpublished_records(self) -> dict[str, DocumentRecord | None]:
+        """The records a persist into rows must write: the changes since the rows were read
+        (``None``: a deleted document), or every record of an index never persisted so."""
+        documents = self.documents
+        if isinstance(documents, StoredRecords):
+            return dict(documents.changes)
+        return dict(documents)
 
     def validate_links(self, changed: Collection[str] | None = None) -> None:
         """Check that every ``IndexNode`` resolves and no links form a cycle.
@@ -605,7 +643,7 @@ class SummaryIndex:
             summaries = ChainMap(
                 {s.index_id: s for s in built.summary_nodes}, cast("MutableMapping[str, IndexNode]", self.summaries)
             )
-            documents = {**current, **built.records}
+            documents = _with_changes(current, (), built.records)
             replaced = [d for d in changed if d in current]
             try:
                 check_links(
@@ -654,7 +692,7 @@ class SummaryIndex:
             record = self.documents.get(doc_id)
             if record is None:
                 raise KeyError(f"no document {doc_id!r} ({closest(doc_id, list(self.documents))})")
-            rest = {d: r for d, r in self.documents.items() if d != doc_id}
+            rest = _with_changes(self.documents, [doc_id], {})
             try:  # a link left pointing at it would fail every later update and query
                 check_links(
                     _without(self.summaries, rest),
@@ -704,16 +742,11 @@ class SummaryIndex:
             )
             raise
         removed = {r.doc_id for r in remove}
-        documents = {k: v for k, v in self.documents.items() if k not in removed}
-        summaries = self.summaries
-        if add is not None:
-            documents.update(add.records)
-        summaries = _without(summaries, documents)
+        documents = _with_changes(self.documents, removed, add.records if add is not None else {})
+        summaries = _without(self.summaries, documents)
         if add is not None and not isinstance(summaries, StoredSummaries):
             summaries = {**summaries, **{s.index_id: s for s in add.summary_nodes}}
         self.documents, self.summaries = documents, summaries
-        self.unpersisted_documents |= removed | (set(add.records) if add is not None else set())
-        self.document_keys = self._summary_filter_keys()
         if isinstance(chunk_index.vector_store, ColumnarVectorStore):
             self._vocabulary = None  # read from the store's columns again when next asked
         elif self._vocabulary is not None:
@@ -721,6 +754,18 @@ class SummaryIndex:
             if add is not None:
                 self._vocabulary.add_nodes(add.chunk_nodes)
         self.generation += 1
+        self._changes.append((self.generation, frozenset(removed | (set(add.records) if add is not None else set()))))
+
+
+def _with_changes(
+    documents: Mapping[str, DocumentRecord], removed: Iterable[str], added: Mapping[str, DocumentRecord]
+) -> Mapping[str, DocumentRecord]:
+    """New records: ``documents`` without ``removed``, with ``added`` (a new object: readers
+    keep the records they started with)."""
+    if isinstance(documents, StoredRecords):
+        return documents.with_changes(removed, added)
+    gone = set(removed)
+    return {**{d: r for d, r in documents.items() if d not in gone}, **added}
 
 
 def _without(summaries: Mapping[str, IndexNode], documents: Mapping[str, DocumentRecord]) -> Mapping[str, IndexNode]:

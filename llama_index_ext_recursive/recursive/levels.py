@@ -16,7 +16,7 @@ so nothing is re-indexed for it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,12 +58,16 @@ class Levels:
         summary_search: the hybrid or BM25 searcher of ``chunk``/``weighted``/
             ``product`` modes (``None``: dense only, or ``fused`` mode).
         chunk_search: likewise for chunks.
-        chunk_doc: chunk id -> document id.
+        chunk_doc: chunk id -> document id (``None``: ``chunk_store`` is asked).
         link_ids: chunks that are IndexNodes (followed, not ranked).
-        summary_doc: summary node id -> document id.
+        summary_doc: summary node id -> document id (``None``: ``summary_store`` is asked).
         records: the index's document records these were built from (the
-            index replaces its records on every update, so comparing them by
-            identity tells which documents changed since).
+            index makes new ones at every update: these stay as they were).
+        chunk_store: a columnar chunk store, which knows each chunk's document
+            (a map of 2M chunk ids would cost hundreds of MB and a pass over
+            every record).
+        summary_store: likewise, a columnar summary store (each summary's
+            ``ref_doc_id`` is its document).
     """
 
     generation: int
@@ -73,10 +77,30 @@ class Levels:
     chunk_bm25: LexicalLevel | None
     summary_search: BaseRetriever | None
     chunk_search: BaseRetriever | None
-    chunk_doc: dict[str, str]
+    chunk_doc: dict[str, str] | None
     link_ids: frozenset
-    summary_doc: dict[str, str]
+    summary_doc: dict[str, str] | None
     records: Mapping[str, DocumentRecord]
+    chunk_store: ColumnarVectorStore | None = None
+    summary_store: ColumnarVectorStore | None = None
+
+    def owners_of(self, node_ids: Iterable[str]) -> dict[str, str]:
+        """The document of each chunk id (``""``: a chunk the index does not hold)."""
+        ids = list(dict.fromkeys(node_ids))
+        if self.chunk_doc is not None:
+            return {node_id: self.chunk_doc.get(node_id, "") for node_id in ids}
+        assert self.chunk_store is not None
+        return {node_id: doc_id or "" for node_id, doc_id in zip(ids, self.chunk_store.ref_doc_ids(ids), strict=True)}
+
+    def documents_of_summaries(self, node_ids: Sequence[str]) -> list[str | None]:
+        """The document of each summary node id (``None``: not a summary the index holds)."""
+        if self.summary_doc is not None:
+            return [self.summary_doc.get(node_id) for node_id in node_ids]
+        assert self.summary_store is not None
+        return [
+            doc_id if doc_id is not None and doc_id in self.records else None
+            for doc_id in self.summary_store.ref_doc_ids(node_ids)
+        ]
 
 
 def document_nodes(owner: Owner, doc_ids: Iterable[str] | None = None) -> list[IndexNode]:
@@ -127,7 +151,10 @@ def updated_levels(owner: Owner, previous: Levels) -> Levels | None:
     or a level has no BM25 of the package's own."""
     index = owner.index
     before, now = previous.records, index.documents
-    changed = [d for d in set(before) | set(now) if before.get(d) is not now.get(d)]
+    touched = index.changed_since(previous.generation)
+    if touched is None:
+        return None
+    changed = [d for d in touched if before.get(d) != now.get(d)]
     if not changed:
         return dataclasses.replace(previous, generation=index.generation, records=now)
     if len(changed) > UPDATE_SHARE * max(len(now), 1) or index.docstore is None:
@@ -148,13 +175,17 @@ def updated_levels(owner: Owner, previous: Levels) -> Levels | None:
         )
     if isinstance(chunk_bm25, MultilingualBM25Retriever):
         chunk_bm25 = chunk_bm25.with_changes(new_chunks, gone_chunks)
-    chunk_doc = dict(previous.chunk_doc)
-    for chunk_id in gone_chunks:
-        chunk_doc.pop(chunk_id, None)
-    chunk_doc.update({c: d for d in kept for c in now[d].chunk_ids})
-    gone = set(gone_summaries)
-    summary_doc = {k: v for k, v in previous.summary_doc.items() if k not in gone}
-    summary_doc.update({node_id: d for d in kept if (node_id := index.summary_node_id(d)) is not None})
+    chunk_doc = None
+    if previous.chunk_doc is not None:
+        chunk_doc = dict(previous.chunk_doc)
+        for chunk_id in gone_chunks:
+            chunk_doc.pop(chunk_id, None)
+        chunk_doc.update({c: d for d in kept for c in now[d].chunk_ids})
+    summary_doc = None
+    if previous.summary_doc is not None:
+        gone = set(gone_summaries)
+        summary_doc = {k: v for k, v in previous.summary_doc.items() if k not in gone}
+        summary_doc.update({node_id: d for d in kept if (node_id := index.summary_node_id(d)) is not None})
     links = (previous.link_ids - set(gone_chunks)) | {n.node_id for n in new_chunks if isinstance(n, IndexNode)}
     depth = owner.document_depth(owner.similarity_top_k)
     summary_vector = _vector(owner, index.summary_index, depth)
@@ -206,9 +237,13 @@ def build_levels(owner: Owner) -> Levels:
         depth,
         summary_vector,
         chunk_vector,
-        chunk_doc={c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
+        chunk_doc=None
+        if chunks.store is not None
+        else {c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
         link_ids=chunks.link_ids(),
-        summary_doc={node_id: doc_id for doc_id in index.summaries if (node_id := index.summary_node_id(doc_id))},
+        summary_doc=None
+        if _columnar(index.summary_index) is not None
+        else {node_id: doc_id for doc_id in index.summaries if (node_id := index.summary_node_id(doc_id))},
     )
 
 
@@ -226,39 +261,44 @@ class _Chunks:
     """
 
     def __init__(self, chunk_index: VectorStoreIndex | None) -> None:
-        store = chunk_index.vector_store if chunk_index is not None else None
-        self._store = store if isinstance(store, ColumnarVectorStore) else None
+        self.store = _columnar(chunk_index)
         self._nodes: list[BaseNode] | None = None
         self._sampled = False
-        if self._store is None:
+        if self.store is None:
             self._nodes = list(chunk_index.docstore.docs.values()) if chunk_index is not None else []
-        self.count = self._store.node_count if self._store is not None else len(self._nodes or [])
+        self.count = self.store.node_count if self.store is not None else len(self._nodes or [])
 
     def sample(self) -> list[BaseNode]:
         """The chunks calibration cuts pseudo-queries from (read once, kept for both levels)."""
         if self._nodes is None:
-            assert self._store is not None
-            ids = self._store.live_node_ids()
+            assert self.store is not None
+            ids = self.store.live_node_ids()
             if len(ids) > CALIBRATION_POOL:
                 ids = [ids[i] for i in np.linspace(0, len(ids) - 1, CALIBRATION_POOL).astype(int)]
             self._sampled = True
-            self._nodes = [node for node in self._store.nodes_by_id(ids) if node is not None]
+            self._nodes = [node for node in self.store.nodes_by_id(ids) if node is not None]
         return self._nodes
 
     def nodes(self) -> list[BaseNode]:
         """Every chunk: for a level in memory, or an in-memory BM25 over a columnar store
         created without a tokenizer (which then reads every chunk once)."""
         if self._nodes is None or self._sampled:
-            assert self._store is not None
-            self._nodes = [n for n in self._store.nodes_by_id(self._store.live_node_ids()) if n is not None]
+            assert self.store is not None
+            self._nodes = [n for n in self.store.nodes_by_id(self.store.live_node_ids()) if n is not None]
             self._sampled = False
         return self._nodes
 
     def link_ids(self) -> frozenset[str]:
         """Ids of the chunks that are ``IndexNode`` links."""
-        if self._store is not None:
-            return frozenset(self._store.link_targets())
+        if self.store is not None:
+            return frozenset(self.store.link_targets())
         return frozenset(n.node_id for n in self.nodes() if isinstance(n, IndexNode))
+
+
+def _columnar(store_index: VectorStoreIndex | None) -> ColumnarVectorStore | None:
+    """The level's store when it is a :class:`ColumnarVectorStore`."""
+    store = store_index.vector_store if store_index is not None else None
+    return store if isinstance(store, ColumnarVectorStore) else None
 
 
 def _store_bm25(store_index: VectorStoreIndex, top_k: int) -> StoreBM25Retriever | None:
@@ -276,9 +316,9 @@ def _assemble(
     depth: int,
     summary_vector: BackfillVectorRetriever,
     chunk_vector: BackfillVectorRetriever | None,
-    chunk_doc: dict[str, str],
+    chunk_doc: dict[str, str] | None,
     link_ids: frozenset,
-    summary_doc: dict[str, str],
+    summary_doc: dict[str, str] | None,
 ) -> Levels:
     """The levels around given searchers; the hybrid searchers are wrappers, made each time."""
     index = owner.index
@@ -298,6 +338,8 @@ def _assemble(
         link_ids=link_ids,
         summary_doc=summary_doc,
         records=index.documents,
+        chunk_store=_columnar(index.chunk_index),
+        summary_store=_columnar(index.summary_index),
     )
 
 
@@ -323,7 +365,9 @@ def _calibrate_documents(
     index = owner.index
     source: list[BaseNode] = list(chunk_nodes)
     summary_of = {
-        chunk_id: record.summary_node_id for record in index.documents.values() for chunk_id in record.chunk_ids
+        node.node_id: record.summary_node_id
+        for node in source
+        if (record := index.documents.get(node.ref_doc_id or "")) is not None
     }
     if not source:  # a retriever_dict setup: queries cut from the summaries, each answered by itself
         source = list(index.summaries.values())

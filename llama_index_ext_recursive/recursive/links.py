@@ -106,25 +106,28 @@ def _links(
     """``(record, chunk id, target)`` of every ``IndexNode`` chunk.
 
     The view of a columnar store answers from the store's map of its
-    ``IndexNode`` rows (``link_targets``), so no chunk is read: a 2M-chunk
-    index is checked in a pass over the ids. Any other docstore is
-    read chunk by chunk, and a listed chunk it lacks is an error.
+    ``IndexNode`` rows (``link_targets``) and their documents, so neither a
+    chunk nor a record other than the linking ones is read (a pass over 2M
+    chunk ids at every update, before). Any other docstore is read chunk by
+    chunk, and a listed chunk it lacks is an error.
 
     Raises:
         LinkError: a record lists a chunk the docstore lacks.
     """
     if isinstance(docstore, ColumnarDocumentStore):
-        targets = docstore.store.link_targets()
+        store = docstore.store
+        targets = store.link_targets()
+        owners = dict(zip(targets, store.ref_doc_ids(list(targets)), strict=True))
         for chunk_id, node in pending.items():  # an update's chunks replace the stored ones
             if isinstance(node, IndexNode):
                 targets[chunk_id] = node.index_id
+                owners[chunk_id] = node.ref_doc_id
             else:
                 targets.pop(chunk_id, None)
-        for record in documents.values():
-            for chunk_id in record.chunk_ids:
-                target = targets.get(chunk_id)
-                if target is not None:
-                    yield record, chunk_id, target
+        for chunk_id, target in targets.items():  # the links alone, not every chunk of every record
+            record = documents.get(owners.get(chunk_id) or "")
+            if record is not None and chunk_id in record.chunk_ids:
+                yield record, chunk_id, target
         return
     for record in documents.values():
         for chunk_id in record.chunk_ids:

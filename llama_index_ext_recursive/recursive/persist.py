@@ -64,6 +64,7 @@ from llama_index_ext_recursive.persist import (
 )
 from llama_index_ext_recursive.recursive.build import DocumentRecord, windowed_sentence_tokenizer
 from llama_index_ext_recursive.recursive.index import SummaryIndex, store_view_index
+from llama_index_ext_recursive.recursive.records import StoredRecords, document_record
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
@@ -230,7 +231,9 @@ def _write_index_files(
     write_config(staging, config)
 
 
-def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set[str], dict[str, str]]:
+def _write_records(
+    index: SummaryIndex, root: Path, published: int
+) -> tuple[dict[str, DocumentRecord | None], dict[str, str]]:
     """Commit the document records and summaries changed since the last persist as rows of
     generation ``published + 1`` (:meth:`RowStore.write_items`), so a persist writes what
     changed, not every record (a one-document update of a 100k-document index rewrote 50 MB).
@@ -238,7 +241,7 @@ def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set
     Returns:
         The documents and the summaries written, to mark persisted once published.
     """
-    written = set(index.unpersisted_documents)
+    written = index.unpublished_records()
     entries = index.summary_cache.entries
     # read from the rows but for the summaries made since; in a plain dict, none is persisted yet
     new = dict(entries.added if isinstance(entries, PublishedTexts) else entries)
@@ -247,10 +250,8 @@ def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set
         documents.write_items(
             published + 1,
             {
-                doc_id: json.dumps(index.documents[doc_id].to_dict(), ensure_ascii=False)
-                if doc_id in index.documents
-                else None
-                for doc_id in written
+                doc_id: None if record is None else json.dumps(record.to_dict(), ensure_ascii=False)
+                for doc_id, record in written.items()
             },
         )
     with RowStore(root / rows_database(SUMMARIES)) as cached:
@@ -259,13 +260,14 @@ def _write_records(index: SummaryIndex, root: Path, published: int) -> tuple[set
     return written, new
 
 
-def _read_records(root: Path, generation: int, index_path: Path) -> tuple[dict[str, DocumentRecord], PublishedTexts]:
+def _read_records(root: Path, generation: int, index_path: Path) -> tuple[StoredRecords, PublishedTexts]:
     """The document records and summaries generation ``generation`` of the index folder
-    ``root`` publishes (:func:`_write_records`): the records read now, the summaries when
-    asked for (:class:`PublishedTexts`: 100k of them at 2M chunks, which only an update reads).
+    ``root`` publishes (:func:`_write_records`), each read when asked for
+    (:class:`StoredRecords`, :class:`PublishedTexts`: 100k records with 2M chunk ids took
+    5 s to read at open, and only the documents a query routes to are needed).
 
     Raises:
-        PersistError: a database is missing or holds a malformed record (naming it).
+        PersistError: a database is missing (naming it).
     """
     for part in (DOCUMENTS, SUMMARIES):
         if not (root / rows_database(part)).is_file():
@@ -273,13 +275,10 @@ def _read_records(root: Path, generation: int, index_path: Path) -> tuple[dict[s
                 f"{root / rows_database(part)} is missing, but {index_path} keeps the {part} there: restore it, "
                 "or build the index again"
             )
-    path = root / rows_database(DOCUMENTS)
-    with RowStore(path) as rows:
-        try:
-            documents = {key: json.loads(text) for key, text in rows.items(generation)}
-        except json.JSONDecodeError as exc:
-            raise PersistError(f"{path} holds a malformed row ({exc}); build the index again") from exc
-    return _records(documents, path), PublishedTexts(RowStore(root / rows_database(SUMMARIES)), generation)
+    return (
+        StoredRecords(RowStore(root / rows_database(DOCUMENTS)), generation),
+        PublishedTexts(RowStore(root / rows_database(SUMMARIES)), generation),
+    )
 
 
 def _persist_columnar(
@@ -299,7 +298,7 @@ def _persist_columnar(
         _write_index_files(index, staging, config, generation=published + 1)
     for store in stores.values():
         store.mark_published(published + 1)
-    index.unpersisted_documents -= written
+    index.records_published(root / rows_database(DOCUMENTS), published + 1, written)
     cache = index.summary_cache
     entries = cache.entries
     if isinstance(entries, PublishedTexts):
@@ -357,6 +356,7 @@ def load_persisted(
         storage = stored.get("storage", SIMPLE)
         in_rows = storage == COLUMNAR and stored["documents"] is None  # else listed in index.json
         cache = SummaryCache()
+        documents: Mapping[str, DocumentRecord]
         if in_rows:
             generation = stored.get("generation")
             if isinstance(generation, bool) or not isinstance(generation, int):
@@ -395,8 +395,6 @@ def load_persisted(
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PersistError(f"{index_path} holds an invalid setting ({exc}); persist the retriever again") from exc
-        if in_rows:  # as persisted; a folder that listed them in index.json gets them as rows next time
-            index.unpersisted_documents = set()
         try:
             return make(index, settings)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -451,26 +449,10 @@ def _summarizer(config: Any, root: Path) -> Summarizer | None:
 
 
 def _records(raw: Any, path: Path) -> dict[str, DocumentRecord]:
-    documents: dict[str, DocumentRecord] = {}
-    for doc_id, fields in raw.items() if isinstance(raw, dict) else [(None, raw)]:
-        try:
-            record = DocumentRecord(**fields)
-            lists = (record.chunk_ids, record.metadata_keys, record.varying_keys)
-            valid = (
-                record.doc_id == doc_id
-                and all(isinstance(v, str) for v in (record.title, record.content_hash))
-                and isinstance(record.summary_node_id, str)
-                and all(isinstance(v, list) and all(isinstance(i, str) for i in v) for v in lists)
-            )
-        except TypeError:
-            valid = False
-        if not valid or doc_id is None:  # None: the records were no dict
-            raise PersistError(
-                f"{path}: the record of document {doc_id!r} is malformed "
-                f"({str(fields)[:200]}); persist the retriever again"
-            )
-        documents[doc_id] = record
-    return documents
+    """The records ``index.json`` lists (the default storage, and columnar folders of the
+    release before records were rows)."""
+    items = raw.items() if isinstance(raw, dict) else [(None, raw)]
+    return {doc_id: document_record(doc_id, fields, path) for doc_id, fields in items}  # type: ignore[misc]
 
 
 def _check_records(
@@ -510,7 +492,10 @@ def _check_counts(
 ) -> None:
     """The records and the columnar levels hold as many chunks and summaries (a check that
     reads no node: the levels' files come from one generation, verified by the manifest)."""
-    chunks = sum(len(record.chunk_ids) for record in documents.values())
+    if isinstance(documents, StoredRecords):  # summed by SQLite: no record read
+        chunks = documents.chunk_count()
+    else:
+        chunks = sum(len(record.chunk_ids) for record in documents.values())
     for level, expected, store in (
         ("chunks", chunks, chunk_index.vector_store),
         ("summaries", len(documents), summary_index.vector_store),

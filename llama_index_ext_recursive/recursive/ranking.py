@@ -185,8 +185,7 @@ class ChunkEvidenceSet:
         self.paths: dict[str, tuple[str, ...]] = {}
         self.linked: set = set()  # nodes reached through an IndexNode: filters checked here
 
-    def _route_of(self, node_id: str) -> Route:
-        doc_id = self._levels.chunk_doc.get(node_id, "")
+    def _route_of(self, doc_id: str) -> Route:
         score = self.document_scores.get(doc_id, 0.0)
         return Route(doc_id, score, self._summary_id(doc_id), score, (doc_id,))
 
@@ -197,11 +196,12 @@ class ChunkEvidenceSet:
         """Record scores (of one route, or flat when ``route`` is None); return links to follow."""
         follow: list[Route] = []
         links = self._levels.link_ids
+        owners = self._levels.owners_of([*dense, *lexical]) if route is None else {}
         for scores, hits in ((self.dense, dense), (self.lexical, lexical)):
             for node_id, score in hits.items():
                 if scores is self.lexical and score <= 0:
                     continue
-                current = route or self._route_of(node_id)
+                current = route or self._route_of(owners[node_id])
                 if node_id in links:
                     node = self._docstore.get_node(node_id, raise_error=False)
                     if node is None:
@@ -230,10 +230,10 @@ class ChunkEvidenceSet:
         for i, route in enumerate(routes):
             slot.setdefault(route.doc_id, i)
         parts: list[tuple[dict[str, float], dict[str, float]]] = [({}, {}) for _ in routes]
-        chunk_doc = self._levels.chunk_doc
+        owners = self._levels.owners_of([*dense, *lexical])
         for which, hits in ((0, dense), (1, lexical)):
             for node_id, score in hits.items():
-                i = slot.get(chunk_doc.get(node_id, ""))
+                i = slot.get(owners[node_id])
                 if i is not None:
                     parts[i][which][node_id] = score
         follow: list[Route] = []

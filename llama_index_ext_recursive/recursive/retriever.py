@@ -361,7 +361,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
     def documents(self) -> dict[str, DocumentRecord]:
         """Per-document records (id, title, content hash, chunk ids)."""
         with self.index.state_lock.reading():
-            return dict(self.index.documents)
+            return dict(self.index.documents.items())
 
     @property
     def filter_vocabulary(self) -> FilterVocabulary:

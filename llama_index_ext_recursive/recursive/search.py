@@ -52,10 +52,9 @@ from llama_index_ext_recursive.validation import closest
 
 def summary_doc_ids(levels: Levels, node_ids: Iterable[str]) -> list[str]:
     """Document ids of summary node ids; an unknown id means the stores drifted."""
-    by_node = levels.summary_doc
+    ids = list(node_ids)
     out = []
-    for node_id in node_ids:
-        doc_id = by_node.get(node_id)
+    for node_id, doc_id in zip(ids, levels.documents_of_summaries(ids), strict=True):
         if doc_id is None:
             raise LinkError(
                 f"summary store returned {node_id!r}, which is not a known summary "

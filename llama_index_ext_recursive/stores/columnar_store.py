@@ -642,6 +642,16 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             found = iter(self._nodes(rows[rows >= 0]))
         return [next(found) if row >= 0 else None for row in rows.tolist()]
 
+    def ref_doc_ids(self, node_ids: Sequence[str]) -> list[str | None]:
+        """The ``ref_doc_id`` of each node id (``None``: not stored, or stored without one),
+        without reading a node: a summary index asks it which documents its hits belong to."""
+        with self._lock.reading():
+            rows = self._row_of(list(node_ids)).tolist()
+            pending = self._pending
+            stored = [row for row in rows if row >= 0 and row not in pending]
+            by_row = dict(zip(stored, self._rows.ref_doc_ids(stored), strict=True)) if stored and self._rows else {}
+            return [None if row < 0 else pending[row][1] if row in pending else by_row[row] for row in rows]
+
     def link_targets(self) -> dict[str, str]:
         """``node id -> index_id`` of every stored ``IndexNode`` (a link), kept as rows are added
         and deleted, so links are checked without reading a node."""
