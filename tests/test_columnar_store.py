@@ -357,3 +357,23 @@ def test_filtered_answers_asked_again_after_each_change_see_that_change():
         # float32 scores against NumpyVectorStore's: equal to rounding (one straddles a 5th decimal)
         for (_, scores), (_, wanted) in zip(got, expected, strict=True):
             np.testing.assert_allclose(scores, wanted, atol=2e-5)
+
+
+def test_ref_doc_ids_answer_for_stored_pending_and_searched_nodes_through_changes(tmp_path):
+    """The recursive retriever asks the store which document each hit belongs to (no map of
+    every chunk): stored and pending rows answer, and a change is never answered from before it."""
+    store = ColumnarVectorStore(tmp_path / "index")
+    store.add(_nodes(8))
+    store.persist()
+    store.add(_nodes(2, seed=3, prefix="m"))  # pending: not persisted yet
+    assert store.ref_doc_ids(["n0", "n5", "m1", "missing"]) == ["doc0", "doc1", "doc0", None]
+    ids, _ = store.query_ids(VectorStoreQuery(query_embedding=QUERY_VECTORS[0], similarity_top_k=10))
+    assert store.ref_doc_ids(ids) == [{"n": f"doc{int(i[1:]) // 4}", "m": "doc0"}[i[0]] for i in ids]
+    moved = _nodes(1)[0]
+    moved.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id="doc9")
+    store.add([moved])  # replaces n0 under another document
+    store.delete("doc1")
+    assert store.ref_doc_ids(ids) == [
+        None if i in {"n4", "n5", "n6", "n7"} else "doc9" if i == "n0" else {"n": "doc0", "m": "doc0"}[i[0]]
+        for i in ids
+    ]

@@ -25,6 +25,8 @@ from llama_index_ext_recursive.columnar.rows import RowStore
 from llama_index_ext_recursive.persist import PersistError
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 
+DECODED_KEPT = 4096  # records a published generation keeps decoded (a few MB)
+
 
 def document_record(doc_id: str | None, fields: Any, path: Path) -> DocumentRecord:
     """The record of ``doc_id`` from its stored ``fields``, checked field by field.
@@ -58,8 +60,14 @@ class _Published:
         self.generation = generation
         self.count = rows.item_count(generation)
         self._varying: Counter[str] | None = None
+        self._decoded: dict[str, DocumentRecord] = {}
 
     def record(self, doc_id: str) -> DocumentRecord | None:
+        """The published record of ``doc_id`` (``None``: none), decoded once while it is asked
+        for often (a query asks for its routed documents' records several times)."""
+        decoded = self._decoded
+        if doc_id in decoded:
+            return decoded[doc_id]
         text = self.rows.item(self.generation, doc_id)
         if text is None:
             return None
@@ -67,7 +75,11 @@ class _Published:
             fields = json.loads(text)
         except json.JSONDecodeError as exc:
             raise PersistError(f"{self.rows.path} holds a malformed row ({exc}); build the index again") from exc
-        return document_record(doc_id, fields, self.rows.path)
+        record = document_record(doc_id, fields, self.rows.path)
+        if len(decoded) >= DECODED_KEPT:
+            decoded.clear()
+        decoded[doc_id] = record
+        return record
 
     def varying(self) -> Counter[str]:
         """How many published records list each varying key (counted by SQLite, read once)."""
@@ -118,7 +130,7 @@ class StoredRecords(Mapping[str, DocumentRecord]):
     def __contains__(self, doc_id: object) -> bool:
         if doc_id in self.changes:
             return self.changes[doc_id] is not None
-        return isinstance(doc_id, str) and self._published.rows.item(self._published.generation, doc_id) is not None
+        return isinstance(doc_id, str) and self._published.record(doc_id) is not None
 
     def __iter__(self) -> Iterator[str]:
         changes = self.changes

@@ -119,6 +119,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     _pending: dict[int, tuple[str, str | None, str]] = PrivateAttr(default_factory=dict)
     _pending_ids: dict[str, int] = PrivateAttr(default_factory=dict)
     _pending_deletes: set[int] = PrivateAttr(default_factory=set)
+    # node id -> ref_doc_id of the rows searches returned lately, for ref_doc_ids (cleared by changes)
+    _hit_refs: dict[str, str | None] = PrivateAttr(default_factory=dict)
     _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
     _postings: Postings | None = PrivateAttr(default=None)
     _workers: int = PrivateAttr(default=2)
@@ -366,6 +368,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         tokens = self._tokens(nodes, lexical_texts, lexical_tokens)  # CPU work, before the lock
         records = [(n.node_id, n.ref_doc_id, node_json(n)) for n in nodes]
         with self._lock.writing():
+            self._hit_refs = {}
             vectors = self._vectors
             if vectors is None:
                 vectors = VectorColumn(matrix.shape[1], approximate_threshold=self._threshold)
@@ -482,6 +485,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """Tombstone ``rows`` in every component (call under the write lock)."""
         if not rows.size or self._vectors is None:
             return
+        self._hit_refs = {}
         self._vectors.delete(rows)
         self._metadata.delete(rows)
         if self._postings is not None:
@@ -530,13 +534,15 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """The nodes of ``rows`` in order: pending ones from memory, the rest from SQLite."""
         pending, wanted = self._pending, rows.tolist()  # locals: a pydantic attribute read is slow
         stored = [row for row in wanted if row not in pending]
-        by_row = dict(zip(stored, self._rows.nodes(stored), strict=True)) if stored and self._rows else {}
+        by_row = dict(zip(stored, self._rows.nodes(stored), strict=True)) if stored and self._rows is not None else {}
         return [by_row[row] if row in by_row else json_to_doc(json.loads(pending[row][2])) for row in wanted]
 
     def _node_ids(self, rows: np.ndarray) -> list[str]:
         pending, wanted = self._pending, rows.tolist()
         stored = [row for row in wanted if row not in pending]
-        by_row = dict(zip(stored, self._rows.node_ids(stored), strict=True)) if stored and self._rows else {}
+        by_row = (
+            dict(zip(stored, self._rows.node_ids(stored), strict=True)) if stored and self._rows is not None else {}
+        )
         return [by_row[row] if row in by_row else pending[row][0] for row in wanted]
 
     # ------------------------------------------------------------- queries
@@ -617,8 +623,23 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """:class:`~llama_index_ext_recursive.stores.protocol.ScoredIdSearch`: ids and scores, no node read."""
         with self._lock.reading():
             rows, scores = self._search(query)
-            ids = self._node_ids(rows)
-        return list(ids), [float(s) for s in scores]
+            ids = self._hit_ids(rows)
+        return ids, [float(s) for s in scores]
+
+    def _hit_ids(self, rows: np.ndarray) -> list[str]:
+        """The node ids of a search's ``rows``, their ``ref_doc_id`` read in the same query and
+        kept (:meth:`ref_doc_ids` is asked for the hits' documents next)."""
+        pending, wanted = self._pending, rows.tolist()
+        stored = [row for row in wanted if row not in pending]
+        by_row = (
+            dict(zip(stored, self._rows.ids_and_refs(stored), strict=True)) if stored and self._rows is not None else {}
+        )
+        found = [by_row[row] if row in by_row else pending[row][:2] for row in wanted]
+        refs = self._hit_refs
+        if len(refs) > _HIT_REFS_KEPT:
+            refs.clear()
+        refs.update(found)
+        return [node_id for node_id, _ in found]
 
     def get_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
@@ -646,10 +667,17 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """The ``ref_doc_id`` of each node id (``None``: not stored, or stored without one),
         without reading a node: a summary index asks it which documents its hits belong to."""
         with self._lock.reading():
+            refs = self._hit_refs
+            if all(node_id in refs for node_id in node_ids):
+                return [refs[node_id] for node_id in node_ids]
             rows = self._row_of(list(node_ids)).tolist()
             pending = self._pending
             stored = [row for row in rows if row >= 0 and row not in pending]
-            by_row = dict(zip(stored, self._rows.ref_doc_ids(stored), strict=True)) if stored and self._rows else {}
+            by_row = (
+                dict(zip(stored, self._rows.ref_doc_ids(stored), strict=True))
+                if stored and self._rows is not None
+                else {}
+            )
             return [None if row < 0 else pending[row][1] if row in pending else by_row[row] for row in rows]
 
     def link_targets(self) -> dict[str, str]:
@@ -682,6 +710,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
 
 
 _NOTHING = (np.empty(0, np.int64), np.empty(0, np.float32))
+_HIT_REFS_KEPT = 65_536  # hits whose ref_doc_id a store keeps (a few MB)
 
 
 def _refs_filter(doc_ids: Sequence[str]) -> MetadataFilters:
