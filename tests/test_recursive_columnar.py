@@ -369,8 +369,10 @@ def test_a_stream_whose_documents_are_not_together_or_reuse_ids_is_refused_by_na
 
     with pytest.raises(ValueError, match="the nodes of document 'a' are not together"):
         build(iter([node("a1", "a"), node("a2", "a"), node("b1", "b"), node("b2", "b"), node("a3", "a")]))
+    with pytest.raises(ValueError, match="node id 'x' of document 'b' is already indexed as a chunk of document 'a'"):
+        build(iter([node("x", "a"), node("a2", "a"), node("x", "b")]))  # across batches: the store is asked
     with pytest.raises(ValueError, match="node id 'x' is used in two documents, 'a' and 'b'"):
-        build(iter([node("x", "a"), node("a2", "a"), node("x", "b")]))
+        build(iter([node("x", "a"), node("x", "b")]))  # within a batch
     with pytest.raises(ValueError, match="no nodes to index"):
         build(iter([TextNode(id_="blank", text="  ", metadata={"doc_id": "a"})]))
     # a list needs no order: it is grouped whole, then indexed in batches

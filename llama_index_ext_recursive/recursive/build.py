@@ -418,8 +418,10 @@ def node_batches(
     stream is never held whole. That needs each document's nodes together
     (as :func:`stream_chunks` and every reader of one document at a time
     give them); a document met again after its batch was indexed is refused,
-    naming it. Node ids are checked across batches, and only a stream with
-    no node of text at all is an error. A list (any sequence) is grouped
+    naming it. Node ids are checked within each batch (the index checks them
+    against the nodes it stored: :meth:`SummaryIndex.from_nodes`, so no map
+    of every id is held), and only a stream with no node of text at all is an
+    error. A list (any sequence) is grouped
     whole first, so its documents need no order: the caller holds it anyway.
 
     Raises:
@@ -430,7 +432,6 @@ def node_batches(
     if isinstance(nodes, Sequence):
         yield from _split(group_nodes(nodes, doc_id_key), batch_nodes)
         return
-    owners: dict[str, tuple[str, int]] = {}
     indexed: set[str] = set()
     batch: list[BaseNode] = []
     keys: set[str] = set()
@@ -441,7 +442,7 @@ def node_batches(
         key = None if key in (None, "") else str(key)
         if key != current and key is not None:
             if len(batch) >= batch_nodes:
-                groups = group_nodes(batch, doc_id_key, owners=owners, start=start, allow_empty=True)
+                groups = group_nodes(batch, doc_id_key, start=start, allow_empty=True)
                 produced += len(groups)
                 indexed |= keys
                 yield groups
@@ -456,7 +457,7 @@ def node_batches(
             keys.add(key)
         batch.append(node)
     if batch:
-        groups = group_nodes(batch, doc_id_key, owners=owners, start=start, allow_empty=True)
+        groups = group_nodes(batch, doc_id_key, start=start, allow_empty=True)
         produced += len(groups)
         yield groups
     if not produced:
@@ -507,7 +508,6 @@ def group_nodes(
     nodes: Iterable[BaseNode],
     doc_id_key: str | None = None,
     *,
-    owners: dict[str, tuple[str, int]] | None = None,
     start: int = 0,
     allow_empty: bool = False,
 ) -> NodeGroups:
@@ -523,8 +523,6 @@ def group_nodes(
         nodes: any iterable of nodes (a list, a generator, ...).
         doc_id_key: metadata key naming each node's document (``None``:
             ``metadata["doc_id"]``, else the node's ``ref_doc_id``).
-        owners: node id -> (document, position) of earlier batches of one stream
-            (:func:`node_batches`), so an id is refused across batches too.
         start: the position of the first of ``nodes`` in that stream.
         allow_empty: a batch of a stream may hold only blank nodes.
 
@@ -535,7 +533,7 @@ def group_nodes(
     """
     _refuse_single(nodes, "nodes", BaseNode)
     groups = NodeGroups()
-    owners = {} if owners is None else owners
+    owners: dict[str, tuple[str, int]] = {}
     blank: dict[str, list[str]] = {}
     for position, node in enumerate(nodes, start=start):
         if not isinstance(node, BaseNode):

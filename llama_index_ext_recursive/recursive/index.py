@@ -347,6 +347,8 @@ class SummaryIndex:
                     groups = resume.not_indexed(groups)
                     if not groups:
                         continue
+                elif index is not None:  # an id of an earlier batch's document would overwrite its chunk
+                    check_new_node_ids(groups, index._owners([n.node_id for ns in groups.values() for n in ns]))
                 built = build_documents(groups, doc_id_key, summarizer, summary_cache)
                 if index is None:
                     assert stores is not None  # from_nodes streams only over two columnar stores or a resume
@@ -673,8 +675,8 @@ class SummaryIndex:
         other index maps every chunk of every record."""
         store = self.chunk_index.vector_store if self.chunk_index is not None else None
         if isinstance(store, ColumnarVectorStore):
-            found = store.nodes_by_id(node_ids)
-            return {node.node_id: node.ref_doc_id or "" for node in found if node is not None}
+            refs = store.ref_doc_ids(node_ids)
+            return {node_id: ref or "" for node_id, ref in zip(node_ids, refs, strict=True) if ref is not None}
         return {c: r.doc_id for r in self.documents.values() for c in r.chunk_ids}
 
     def delete_document(self, doc_id: str) -> None:
