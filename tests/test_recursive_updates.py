@@ -202,3 +202,36 @@ async def test_aretrieve_waits_for_a_writer_without_blocking_the_loop(lexical):
             ticks.append(pending.done())
     assert ticks == [False] * 5  # the loop kept running while the read waited
     assert [h.node.node_id for h in await pending] == [h.node.node_id for h in retriever.retrieve(QUERY)]
+
+
+def test_levels_follow_updates_from_the_change_log_and_are_rebuilt_past_it(lexical, monkeypatch):
+    """After updates the next query brings the levels up to date with the changed documents
+    alone (the index's log of changes); once more updates happened than the log keeps, it
+    builds them anew. Either way it answers as a retriever made after the updates."""
+    from llama_index_ext_recursive.recursive import index as index_module
+    from llama_index_ext_recursive.recursive import levels as levels_module
+
+    monkeypatch.setattr(index_module, "CHANGES_KEPT", 2)
+    monkeypatch.setattr(levels_module, "UPDATE_SHARE", 1.0)  # three documents: any change is a large share
+    retriever = build(lexical)
+    retriever.retrieve(QUERY)
+    rebuilt = []
+    build_levels = levels_module.build_levels
+    monkeypatch.setattr(levels_module, "build_levels", lambda owner: rebuilt.append(owner) or build_levels(owner))
+
+    def answers(target):
+        return [(h.node.node_id, round(h.score, 9)) for h in target.retrieve(QUERY)]
+
+    def fresh():
+        return RecursiveSummaryRetriever(retriever.index, similarity_top_k=4, num_routed_docs=2)
+
+    retriever.index.add_documents([ICE])
+    retriever.index.add_documents([ICE_CHANGED])
+    assert answers(retriever) == answers(fresh()) and len(rebuilt) == 1  # only the fresh one built
+    assert any(h.node.ref_doc_id == "ice" for h in retriever.retrieve("glaciers move slowly downhill"))
+    for change in ([ICE], [ICE_CHANGED]):
+        retriever.index.add_documents(change)
+    retriever.index.delete_document("ice")  # three changes: the log keeps two
+    assert retriever.index.changed_since(retriever._built.generation) is None
+    assert answers(retriever) == answers(fresh()) and len(rebuilt) == 3
+    assert not any(h.node.ref_doc_id == "ice" for h in retriever.retrieve("glaciers move slowly downhill"))
