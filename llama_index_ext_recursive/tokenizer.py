@@ -14,17 +14,10 @@ tokenizes each run as its script needs.
 
 from __future__ import annotations
 
-import atexit
-import json
 import logging
-import os
 import re
-import subprocess
-import sys
-import threading
 import unicodedata
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from typing import Any
 
 import jieba
@@ -225,164 +218,9 @@ class MultilingualTokenizer:
     tokenize = __call__
 
 
-# a batch of fewer texts, and fewer characters, is tokenised in this process: the
-# first parallel batch starts the worker processes (each imports the package, ~2 s)
-PARALLEL_MIN_TEXTS = 5_000
-PARALLEL_MIN_CHARACTERS = 2_000_000  # a few hundred whole documents count as much as 2000 chunks
-
-
-def tokenize_texts(
-    texts: Sequence[str],
-    tokenizer: MultilingualTokenizer,
-    workers: int = 2,
-    min_parallel: int = PARALLEL_MIN_TEXTS,
-) -> list[list[str]]:
-    """The tokens of each of ``texts``, on ``workers`` processes when the batch pays for them.
-
-    Tokenising is pure Python (regular expressions, jieba, the stemmer) and
-    holds the GIL, so threads do not help: a build tokenising 200k chunks
-    spent 219 s of 419 s here on one core. The texts are cut into ``workers``
-    consecutive parts, each tokenised by a worker process with ``tokenizer``'s
-    settings; the result is the serial one, list for list.
-
-    The workers are plain ``python -m`` processes spoken to in JSON lines
-    (:class:`_WorkerPool`), started at the first parallel batch and kept for
-    the next ones. Not ``multiprocessing``: its workers import the caller's
-    main script again, so a script without an ``if __name__ == "__main__":``
-    guard would run again in every worker (or fail to start them).
-
-    Args:
-        texts: the texts to tokenise.
-        tokenizer: the tokenizer (its settings are sent to the workers).
-        workers: processes to use; 1 tokenises here.
-        min_parallel: batches of fewer texts are tokenised here, unless they hold
-            :data:`PARALLEL_MIN_CHARACTERS` characters or more (long documents).
-
-    Raises:
-        ValueError: ``workers`` or ``min_parallel`` is not a positive integer.
-        TypeError: a text is not a string.
-        RuntimeError: a worker process failed (its error is named).
-    """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}; pass workers=2 for both cores")
-    if isinstance(min_parallel, bool) or not isinstance(min_parallel, int) or min_parallel < 1:
-        raise ValueError(f"min_parallel must be an integer >= 1, got {min_parallel!r}")
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"texts must be strings, got {type(text).__name__}: {text!r:.60}")
-    if workers == 1 or (len(texts) < min_parallel and sum(map(len, texts)) < PARALLEL_MIN_CHARACTERS):
-        return [tokenizer(text) for text in texts]
-    size = -(-len(texts) // workers)
-    parts = [list(texts[start : start + size]) for start in range(0, len(texts), size)]
-    return [tokens for part in _WorkerPool.shared(len(parts)).tokenize(parts, tokenizer) for tokens in part]
-
-
-class _WorkerPool:
-    """Worker processes that tokenise JSON requests, one line in, one line out.
-
-    One pool per process (:meth:`shared`), grown to the largest number of
-    workers asked for, used by one batch at a time (a lock), and ended when
-    the process exits (each worker stops at the end of its input).
-    """
-
-    _shared: _WorkerPool | None = None
-    _shared_lock = threading.Lock()
-
-    def __init__(self) -> None:
-        self._workers: list[subprocess.Popen[bytes]] = []
-        self._lock = threading.Lock()
-
-    @classmethod
-    def shared(cls, count: int) -> _WorkerPool:
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = cls()
-                atexit.register(cls._shared.close)
-            pool = cls._shared
-        pool._grow(count)
-        return pool
-
-    def _grow(self, count: int) -> None:
-        with self._lock:
-            self._workers = [w for w in self._workers if w.poll() is None]
-            while len(self._workers) < count:
-                self._workers.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", __name__],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.DEVNULL,  # a failure comes back as a JSON error line
-                        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-                    )
-                )
-
-    def tokenize(self, parts: list[list[str]], tokenizer: MultilingualTokenizer) -> list[list[list[str]]]:
-        settings = tokenizer.to_dict()
-        with self._lock:
-            workers = self._workers[: len(parts)]
-            with ThreadPoolExecutor(max_workers=len(parts)) as threads:  # pipes: I/O, so threads
-                answers = list(
-                    threads.map(lambda job: _ask(job[0], settings, job[1]), zip(workers, parts, strict=True))
-                )
-        return answers
-
-    def close(self) -> None:
-        for worker in self._workers:
-            if worker.stdin is not None:
-                worker.stdin.close()
-        for worker in self._workers:
-            try:
-                worker.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-        self._workers = []
-
-
-def _ask(worker: subprocess.Popen[bytes], settings: dict[str, Any], texts: list[str]) -> list[list[str]]:
-    """Send one request to ``worker`` and read its answer (the worker reads the whole
-    request before it writes, so writing first cannot deadlock)."""
-    assert worker.stdin is not None and worker.stdout is not None
-    try:
-        worker.stdin.write(json.dumps({"tokenizer": settings, "texts": texts}).encode("utf-8") + b"\n")
-        worker.stdin.flush()
-        line = worker.stdout.readline()
-    except OSError as exc:
-        raise RuntimeError(f"a tokenizer worker process stopped ({exc}); tokenise with workers=1") from exc
-    if not line:
-        raise RuntimeError(f"a tokenizer worker process ended (exit status {worker.poll()}); tokenise with workers=1")
-    answer = json.loads(line)
-    if "error" in answer:
-        raise RuntimeError(f"a tokenizer worker process failed: {answer['error']}")
-    tokens: list[list[str]] = answer["tokens"]
-    return tokens
-
-
-def _serve() -> None:
-    """A worker: answer each JSON request line with a JSON line of tokens, until stdin ends."""
-    tokenizers: dict[str, MultilingualTokenizer] = {}
-    for line in sys.stdin.buffer:
-        try:
-            request = json.loads(line)
-            key = json.dumps(request["tokenizer"], sort_keys=True)
-            tokenizer = tokenizers.get(key)
-            if tokenizer is None:
-                tokenizer = tokenizers[key] = MultilingualTokenizer.from_dict(request["tokenizer"])
-            answer: dict[str, Any] = {"tokens": [tokenizer(text) for text in request["texts"]]}
-        except Exception as exc:  # sent back to the caller, which raises it
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.buffer.write(json.dumps(answer).encode("utf-8") + b"\n")
-        sys.stdout.buffer.flush()
-
-
 __all__ = [
     "CHINESE_STOPWORDS",
     "ENGLISH_STOPWORDS",
     "LATIN_TOKEN",
-    "PARALLEL_MIN_TEXTS",
     "MultilingualTokenizer",
-    "tokenize_texts",
 ]
-
-
-if __name__ == "__main__":
-    _serve()

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from llama_index_ext_recursive.columnar.postings import COMPONENT, Postings
 from llama_index_ext_recursive.persist import PersistError
-from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+from llama_index_ext_recursive.workers import tokenize_texts
 
 WORDS = [f"w{i}" for i in range(30)]
 QUERIES = (["w0"], ["w1", "w2", "w1"], ["w3", "w29", "w7"], ["w5", "nowhere"])
@@ -239,7 +240,8 @@ def test_a_script_without_a_main_guard_tokenises_on_two_processes_once(tmp_path)
     script = tmp_path / "plain.py"
     script.write_text(
         "import json, pathlib\n"
-        "from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts\n"
+        "from llama_index_ext_recursive.tokenizer import MultilingualTokenizer\n"
+        "from llama_index_ext_recursive.workers import tokenize_texts\n"
         f"pathlib.Path({str(marker)!r}).open('a').write('run\\n')\n"
         f"texts = {TEXTS!r}\n"
         "tokenizer = MultilingualTokenizer()\n"

@@ -112,7 +112,7 @@ def test_cache_reuses_by_content_and_persists(tmp_path):
 
 
 def test_sentences_do_not_split_inside_abbreviations_or_decimals():
-    from llama_index_ext_recursive.recursive.summarize import split_sentences
+    from llama_index_ext_recursive.extractive import split_sentences
 
     text = 'The U.S. economy grew 3.5 percent. Next one. 第一句。第二句！ "Quoted." (Aside) ends.'
     assert split_sentences(text) == [
@@ -139,7 +139,7 @@ def code_like(lines: int) -> str:
 
 
 def test_summarizer_never_considers_more_than_max_sentences(monkeypatch):
-    from llama_index_ext_recursive.recursive import summarize
+    from llama_index_ext_recursive import extractive as summarize
 
     rows = []
     real = summarize._unit_rows

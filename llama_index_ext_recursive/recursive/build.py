@@ -407,6 +407,7 @@ def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 
 
 STREAM_NODES = 5_000  # nodes a streaming build summarizes, embeds and stores at a time
+SUMMARY_BATCH = 256  # documents summarised together (on worker processes when a build has them)
 
 
 def node_batches(
@@ -687,40 +688,51 @@ def build_documents(
     summarizer: Summarizer | None = None,
     summary_cache: SummaryCache | None = None,
     show_progress: bool = False,
+    workers: int = 1,
 ) -> BuiltDocuments:
-    """Summaries and records for grouped chunks (see :func:`group_nodes`)."""
+    """Summaries and records for grouped chunks (see :func:`group_nodes`).
+
+    Args:
+        workers: processes the default summarizer may use for the summaries the
+            cache lacks (:meth:`SummaryCache.get_or_create_many`); a streaming
+            build passes its store's.
+    """
     doc_id_key = doc_id_key or DOC_ID_KEY
     summarizer = summarizer or ExtractiveSummarizer()
     cache = summary_cache if summary_cache is not None else SummaryCache()
     summaries: list[IndexNode] = []
     chunks: list[BaseNode] = []
     records: dict[str, DocumentRecord] = {}
-    items: Iterable[tuple[str, list[BaseNode]]] = groups.items()
-    if show_progress:
-        items = tqdm(items, total=len(groups), desc="Summarizing documents")
-    for doc_id, doc_chunks in items:
-        text = "\n".join(c.get_content(metadata_mode=MetadataMode.NONE) for c in doc_chunks)
-        title = _title(doc_id, doc_chunks)
-        metadata = _shared_metadata(doc_chunks)
-        metadata[doc_id_key] = doc_id
-        summary = IndexNode(
-            id_=f"{SUMMARY_PREFIX}{doc_id}",
-            text=cache.get_or_create(summarizer, title, text),
-            index_id=doc_id,
-            metadata=metadata,
-            excluded_embed_metadata_keys=list(metadata),
-            excluded_llm_metadata_keys=[doc_id_key],
-            relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)},
-        )
-        summaries.append(summary)
-        chunks.extend(doc_chunks)
-        records[doc_id] = DocumentRecord(
-            doc_id=doc_id,
-            title=title,
-            content_hash=version_hash(text, doc_chunks),
-            chunk_ids=[c.node_id for c in doc_chunks],
-            summary_node_id=summary.node_id,
-            metadata_keys=sorted(metadata),
-            varying_keys=sorted({k for c in doc_chunks for k in c.metadata} - set(metadata)),
-        )
+    doc_ids = list(groups)
+    with tqdm(total=len(doc_ids), desc="Summarizing documents", disable=not show_progress) as bar:
+        for start in range(0, len(doc_ids), SUMMARY_BATCH):
+            batch = doc_ids[start : start + SUMMARY_BATCH]
+            texts = {d: "\n".join(c.get_content(metadata_mode=MetadataMode.NONE) for c in groups[d]) for d in batch}
+            titles = {d: _title(d, groups[d]) for d in batch}
+            made = cache.get_or_create_many(summarizer, [(titles[d], texts[d]) for d in batch], workers=workers)
+            for doc_id, summary_text in zip(batch, made, strict=True):
+                doc_chunks = groups[doc_id]
+                metadata = _shared_metadata(doc_chunks)
+                metadata[doc_id_key] = doc_id
+                summary = IndexNode(
+                    id_=f"{SUMMARY_PREFIX}{doc_id}",
+                    text=summary_text,
+                    index_id=doc_id,
+                    metadata=metadata,
+                    excluded_embed_metadata_keys=list(metadata),
+                    excluded_llm_metadata_keys=[doc_id_key],
+                    relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)},
+                )
+                summaries.append(summary)
+                chunks.extend(doc_chunks)
+                records[doc_id] = DocumentRecord(
+                    doc_id=doc_id,
+                    title=titles[doc_id],
+                    content_hash=version_hash(texts[doc_id], doc_chunks),
+                    chunk_ids=[c.node_id for c in doc_chunks],
+                    summary_node_id=summary.node_id,
+                    metadata_keys=sorted(metadata),
+                    varying_keys=sorted({k for c in doc_chunks for k in c.metadata} - set(metadata)),
+                )
+            bar.update(len(batch))
     return BuiltDocuments(summaries, chunks, records)

@@ -76,8 +76,9 @@ from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentS
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
-from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count, closest, json_nodes
+from llama_index_ext_recursive.workers import tokenize_texts
 
 logger = logging.getLogger(__name__)
 
@@ -335,6 +336,7 @@ class SummaryIndex:
         dim: int | None = None
         since_checkpoint = 0
         levels = stores or (resume.summary_index.vector_store, resume.chunk_index.vector_store)  # type: ignore[union-attr]
+        workers = max(store.workers for store in levels if isinstance(store, ColumnarVectorStore))
         with (
             contextlib.ExitStack() as deferred,
             tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar,
@@ -349,7 +351,7 @@ class SummaryIndex:
                         continue
                 elif index is not None:  # an id of an earlier batch's document would overwrite its chunk
                     check_new_node_ids(groups, index._owners([n.node_id for ns in groups.values() for n in ns]))
-                built = build_documents(groups, doc_id_key, summarizer, summary_cache)
+                built = build_documents(groups, doc_id_key, summarizer, summary_cache, workers=workers)
                 if index is None:
                     assert stores is not None  # from_nodes streams only over two columnar stores or a resume
                     choice = choose_embed_model(embed_model, texts=corpus_sample(built.chunk_nodes))

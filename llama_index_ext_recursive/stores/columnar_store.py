@@ -79,8 +79,9 @@ from llama_index_ext_recursive.persist import (
     write_index,
 )
 from llama_index_ext_recursive.rwlock import ReadWriteLock
-from llama_index_ext_recursive.tokenizer import MultilingualTokenizer, tokenize_texts
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.workers import tokenize_texts
 
 logger = logging.getLogger(__name__)
 
