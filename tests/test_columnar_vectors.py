@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_ext_recursive.columnar.vectors import VectorColumn
+from llama_index_ext_recursive.columnar.vectors import VectorColumn, _exact_scores
 from llama_index_ext_recursive.persist import PersistError
 
 
@@ -455,3 +455,14 @@ def test_a_block_of_a_mapped_segment_is_read_from_its_file_and_equals_the_slice(
         assert not isinstance(block, np.memmap) and block.flags.c_contiguous
         assert np.array_equal(block, matrix[start:stop])
     assert np.array_equal(_block(matrix, 2, 5), matrix[2:5])
+
+
+@pytest.mark.parametrize("rows", [1, 100, 256, 257, 1200])
+def test_exact_scores_of_few_or_many_rows_are_the_dimension_ordered_sum_to_the_bit(rows):
+    """A search's few candidates are scored by one cumulative sum, larger blocks by a loop over
+    the dimensions: both are the products summed in dimension order, bit for bit."""
+    generator = np.random.default_rng(rows)
+    vectors = np.array([unit(v) for v in generator.standard_normal((rows, 48))], dtype=np.float32)
+    queries = np.array([unit(q) for q in generator.standard_normal((2, 48))])
+    expected = np.array([[dot_in_order(row, q) for q in queries] for row in vectors]).astype(np.float32)
+    assert np.array_equal(_exact_scores(vectors, queries).view(np.uint32), expected.view(np.uint32))

@@ -67,6 +67,8 @@ FORMAT_VERSION = 1
 
 # rows scored per block in an exact scan: 16k x 384 float64 is 48 MB of scratch
 _SCAN_BLOCK_ROWS = 16_384
+# exact scores of this many rows or fewer are one cumulative sum (_exact_scores)
+_FEW_ROWS = 256
 # a restriction to fewer than 1/_DENSE_SHARE of the rows gathers them; more are scanned in place
 _DENSE_SHARE = 8
 # a compaction leaves clean segments of KEEP_SEGMENT_ROWS rows or more as they are and
@@ -197,6 +199,16 @@ def _exact_scores(vectors: np.ndarray, unit_queries: np.ndarray) -> np.ndarray:
     from an independent reference, and ties are real ties.
     """
     out = np.empty((len(vectors), unit_queries.shape[0]), dtype=np.float32)
+    if len(vectors) <= _FEW_ROWS:
+        # a cumulative sum adds the products one after the other, as the loop below does
+        # (the same bits): for the few candidates of a search, one NumPy call instead of one
+        # per dimension (0.2 instead of 0.9 ms for 100 rows; slower from about a thousand)
+        products = np.empty((len(vectors), unit_queries.shape[1]))
+        block = np.asarray(vectors, dtype=np.float64)
+        for q, query in enumerate(unit_queries):
+            np.multiply(block, query, out=products)
+            out[:, q] = np.cumsum(products, axis=1, out=products)[:, -1]
+        return out
     for start in range(0, len(vectors), _SCAN_BLOCK_ROWS):
         by_dimension = np.asarray(vectors[start : start + _SCAN_BLOCK_ROWS], dtype=np.float64).T.copy()
         total = np.zeros((by_dimension.shape[1], unit_queries.shape[0]))
