@@ -206,6 +206,8 @@ def test_rows_of_a_mapped_segment_are_read_from_the_file_or_from_the_map_once_it
     query = np.arange(8, dtype=np.float64) - 3
     expected = reference.search(query, 6, rows)
     assert_same(opened.search(query, 6, rows=rows), expected)
+    runs = np.array([0, 1, 2, 3, 9, 10, 17, 17, 18, 39, 40, 41, 79])  # consecutive rows are read together
+    assert np.array_equal(opened.vectors(runs), column.vectors(runs))
     (tmp_path / "vectors-000000.npy").unlink()  # as a compaction's write retires it
     assert_same(opened.search(query, 6, rows=rows), expected)
     assert np.array_equal(opened.vectors(rows), column.vectors(rows))

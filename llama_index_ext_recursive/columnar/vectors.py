@@ -232,12 +232,18 @@ def _rows_of(vectors: np.ndarray, local: np.ndarray) -> np.ndarray:
     width = vectors.shape[1] * vectors.itemsize
     out = np.empty((len(local), vectors.shape[1]), dtype=vectors.dtype)
     buffer = out.data.cast("B")
+    wanted = local.tolist()
+    # runs of consecutive rows (a document's chunks are appended together) are one read each
+    breaks = [0, *(i for i in range(1, len(wanted)) if wanted[i] != wanted[i - 1] + 1), len(wanted)]
     try:
         with open(vectors.filename, "rb", buffering=0) as handle:
-            for i, row in enumerate(local.tolist()):
+            for first, end in zip(breaks, breaks[1:]):
+                size = (end - first) * width
                 if (
-                    os.preadv(handle.fileno(), [buffer[i * width : (i + 1) * width]], vectors.offset + row * width)
-                    != width
+                    os.preadv(
+                        handle.fileno(), [buffer[first * width : end * width]], vectors.offset + wanted[first] * width
+                    )
+                    != size
                 ):
                     raise OSError(f"{vectors.filename} is shorter than its map")
     except OSError:  # the file was retired (a compaction wrote new segments): the map still holds it
