@@ -268,3 +268,23 @@ def test_writing_into_a_folder_never_removes_files_it_did_not_write(tmp_path):
     assert all(path.read_bytes() == b"a user's file" for path in theirs)
     assert not (tmp_path / "postings-000000-rows.npy").exists()  # our merged segment was retired
     assert Postings.open(tmp_path).search(["w3"], k=1)[0].tolist() == [2]
+
+
+@pytest.mark.parametrize("dense", [1, 10**9], ids=["sparse-sums", "dense-sums"])
+def test_scores_summed_sparse_or_in_one_array_over_every_row_are_the_same(dense):
+    """A query with many postings sums them in an array over all rows, one with few in a sorted
+    list: both equal a fresh bm25s build, to the bit."""
+    from llama_index_ext_recursive.columnar import postings as module
+
+    generator = np.random.default_rng(5)
+    batch = [[f"w{int(w)}" for w in generator.integers(0, 30, size=int(generator.integers(1, 9)))] for _ in range(40)]
+    ops = [("append", batch[:25]), ("delete", [1, 4, 9, 16]), ("append", batch[25:]), ("merge_small", 64)]
+    saved = module._DENSE_POSTINGS
+    module._DENSE_POSTINGS = dense if dense > 1 else 0  # 0: never dense; 10**9: always
+    try:
+        postings, model = _replay(ops)
+        for query in QUERIES:
+            rows, scores = postings.search(query, k=max(1, len(model)))
+            assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == _reference(model, query)
+    finally:
+        module._DENSE_POSTINGS = saved

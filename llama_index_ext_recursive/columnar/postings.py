@@ -61,6 +61,8 @@ FORMAT_VERSION = 1
 _PARAMETERS = bm25s.BM25(method=METHOD)
 _IDF = idf_of(_PARAMETERS)
 _SEGMENT_ARRAYS = ("terms", "indptr", "rows", "tf", "lengths")
+# a query whose postings number at least 1/_DENSE_POSTINGS of the rows sums them in an array over all rows
+_DENSE_POSTINGS = 32
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_SCORES = np.zeros(0, dtype=np.float32)
 
@@ -662,6 +664,16 @@ def _scored(
     parts = [seen[term_id] for term_id in known if len(seen[term_id][0])]
     if not parts:
         return _NO_ROWS, _NO_SCORES
+    if sum(len(rows) for rows, _ in parts) * _DENSE_POSTINGS >= snapshot.row_count:
+        # many postings: summed in one array over every row (the same float32 additions in the
+        # same order), where sorting them and a binary search per posting cost more at 2M rows
+        summed = np.zeros(snapshot.row_count, dtype=np.float32)
+        matched = np.zeros(snapshot.row_count, dtype=bool)
+        for rows, part in parts:
+            summed[rows] += part  # rows are distinct within a term
+            matched[rows] = True
+        touched = np.flatnonzero(matched)
+        return touched, summed[touched]
     touched = _sorted_unique(np.concatenate([rows for rows, _ in parts]))
     scores = np.zeros(len(touched), dtype=np.float32)
     for rows, part in parts:
