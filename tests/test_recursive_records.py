@@ -70,9 +70,11 @@ def test_published_records_keep_in_memory_only_what_changed_after_the_write(rows
 
 
 def test_a_malformed_record_is_refused_by_name(rows):
-    rows.write_items(1, {"bad": json.dumps({"doc_id": "bad", "title": 5}), "odd": "{not json"})
+    rows.write_items(1, {"bad": json.dumps({"doc_id": "bad", "title": 5}), "odd": "{not json", "nil": "null"})
     records = StoredRecords(rows, 1)
     with pytest.raises(PersistError, match="record of document 'bad' is malformed"):
         records["bad"]
     with pytest.raises(PersistError, match="malformed row"):
         records["odd"]
+    with pytest.raises(PersistError, match="null row for 'nil'"):
+        records["nil"]

@@ -424,6 +424,23 @@ class RowStore:
         )
         return None if found is None else str(found[0])
 
+    def item_value(self, generation: int, key: str) -> Any:
+        """The decoded JSON of item ``key`` at generation ``generation`` (``None``: not there).
+
+        Raises:
+            PersistError: the stored JSON is malformed (naming the database).
+        """
+        stored = self.item(generation, key)
+        if stored is None:
+            return None
+        try:
+            value = json.loads(stored)
+        except json.JSONDecodeError as exc:
+            raise PersistError(f"{self.path} holds a malformed row ({exc}); build the index again") from exc
+        if value is None:  # write_items deletes with None: a stored null is damage, not absence
+            raise PersistError(f"{self.path} holds a null row for {key!r}; build the index again")
+        return value
+
     def item_keys(self, generation: int) -> list[str]:
         """The ids of the items generation ``generation`` publishes, in row order."""
         with self._reading() as connection:
@@ -658,13 +675,9 @@ class PublishedTexts(MutableMapping[str, str]):
         text = self.added.get(key)
         if text is not None:
             return text
-        stored = self._rows.item(self._generation, key)
-        if stored is None:
+        value = self._rows.item_value(self._generation, key)
+        if value is None:
             raise KeyError(key)
-        try:
-            value = json.loads(stored)
-        except json.JSONDecodeError as exc:
-            raise PersistError(f"{self._rows.path} holds a malformed row ({exc}); build the index again") from exc
         if not isinstance(value, str):
             raise PersistError(f"{self._rows.path} holds an item of key {key!r} that is no text; build the index again")
         return value

@@ -68,13 +68,9 @@ class _Published:
         decoded = self._decoded
         if doc_id in decoded:
             return decoded[doc_id]
-        text = self.rows.item(self.generation, doc_id)
-        if text is None:
+        fields = self.rows.item_value(self.generation, doc_id)
+        if fields is None:
             return None
-        try:
-            fields = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PersistError(f"{self.rows.path} holds a malformed row ({exc}); build the index again") from exc
         record = document_record(doc_id, fields, self.rows.path)
         if len(decoded) >= DECODED_KEPT:
             decoded.clear()
