@@ -66,8 +66,9 @@ class _Published:
         """The published record of ``doc_id`` (``None``: none), decoded once while it is asked
         for often (a query asks for its routed documents' records several times)."""
         decoded = self._decoded
-        if doc_id in decoded:
-            return decoded[doc_id]
+        found = decoded.get(doc_id)  # one read: another query may clear it meanwhile
+        if found is not None:
+            return found
         fields = self.rows.item_value(self.generation, doc_id)
         if fields is None:
             return None

@@ -668,9 +668,9 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """The ``ref_doc_id`` of each node id (``None``: not stored, or stored without one),
         without reading a node: a summary index asks it which documents its hits belong to."""
         with self._lock.reading():
-            refs = self._hit_refs
-            if all(node_id in refs for node_id in node_ids):
-                return [refs[node_id] for node_id in node_ids]
+            kept = [self._hit_refs.get(node_id, _UNKNOWN) for node_id in node_ids]  # another query may clear it
+            if _UNKNOWN not in kept:
+                return kept
             rows = self._row_of(list(node_ids)).tolist()
             pending = self._pending
             stored = [row for row in rows if row >= 0 and row not in pending]
@@ -712,6 +712,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
 
 _NOTHING = (np.empty(0, np.int64), np.empty(0, np.float32))
 _HIT_REFS_KEPT = 65_536  # hits whose ref_doc_id a store keeps (a few MB)
+# not kept for the hits (None is kept: a node without one); a real id equal to it is read again
+_UNKNOWN = "\x00unknown"
 
 
 def _refs_filter(doc_ids: Sequence[str]) -> MetadataFilters:
