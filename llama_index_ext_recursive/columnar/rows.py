@@ -225,14 +225,16 @@ class RowStore:
         with self._reading() as connection:
             return int(connection.execute("SELECT COUNT(*) FROM rows WHERE deleted IS NULL").fetchone()[0])
 
-    def _column_of_rows(self, rows: Sequence[int] | np.ndarray, column: str) -> list[Any]:
+    def _column_of_rows(self, rows: Sequence[int] | np.ndarray, *columns: str) -> list[Any]:
+        """The value of ``columns`` (names of this module's schema, never a caller's text) for each
+        of ``rows``, in order: one value per row for one column, a tuple for several."""
         ids = [int(row) for row in np.asarray(rows, dtype=np.int64).reshape(-1)]
         found: dict[int, Any] = {}
+        query = f"SELECT row, {', '.join(columns)} FROM rows WHERE row IN "
         with self._reading() as connection:
             for batch in _batches(sorted(set(ids))):
-                found.update(
-                    connection.execute(f"SELECT row, {column} FROM rows WHERE row IN ({_marks(len(batch))})", batch)
-                )
+                for row, *values in connection.execute(query + f"({_marks(len(batch))})", batch):
+                    found[row] = values[0] if len(values) == 1 else tuple(values)
         missing = [row for row in ids if row not in found]
         if missing:
             raise RowNotFoundError(
@@ -255,16 +257,7 @@ class RowStore:
 
     def ids_and_refs(self, rows: Sequence[int] | np.ndarray) -> list[tuple[str, str | None]]:
         """``(node id, ref_doc_id)`` of ``rows``, in order, read in one query."""
-        ids = [int(row) for row in np.asarray(rows, dtype=np.int64).reshape(-1)]
-        found: dict[int, tuple[str, str | None]] = {}
-        with self._reading() as connection:
-            for batch in _batches(sorted(set(ids))):
-                query = f"SELECT row, node_id, ref_doc_id FROM rows WHERE row IN ({_marks(len(batch))})"
-                found.update((row, (node_id, ref)) for row, node_id, ref in connection.execute(query, batch))
-        missing = [row for row in ids if row not in found]
-        if missing:
-            raise RowNotFoundError(f"rows {missing[:5]} do not exist (never appended, or deleted)")
-        return [found[row] for row in ids]
+        return self._column_of_rows(rows, "node_id", "ref_doc_id")
 
     def node_ids(self, rows: Sequence[int] | np.ndarray) -> list[str]:
         """The node ids of ``rows``, in the order asked.
