@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llama_index_ext_recursive.columnar import vectors
 from llama_index_ext_recursive.columnar.vectors import VectorColumn, _exact_scores
 from llama_index_ext_recursive.persist import PersistError
 
@@ -438,7 +439,7 @@ def test_bad_input_is_refused_with_the_problem_and_the_fix(tmp_path):
     column.write(tmp_path)
     state = state_of(tmp_path)
     (tmp_path / "vectors.state.json").write_text(json.dumps({**state, "version": 99}))
-    with pytest.raises(PersistError, match="format version 99; this version reads version 1: upgrade"):
+    with pytest.raises(PersistError, match="format version 99; this version reads version 1 or 2: upgrade"):
         VectorColumn.open(tmp_path)
     (tmp_path / "vectors.state.json").write_text(json.dumps(state))
     (tmp_path / "vectors-000000.npy").rename(tmp_path / "moved.npy")
@@ -468,3 +469,157 @@ def test_exact_scores_of_few_or_many_rows_are_the_dimension_ordered_sum_to_the_b
     queries = np.array([unit(q) for q in generator.standard_normal((2, 48))])
     expected = np.array([[dot_in_order(row, q) for q in queries] for row in vectors]).astype(np.float32)
     assert np.array_equal(_exact_scores(vectors, queries).view(np.uint32), expected.view(np.uint32))
+
+
+def document_rows(docs: int, per_doc: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``docs`` documents of ``per_doc`` rows near their own random direction, and each
+    document's first row (the ``lists`` an append takes)."""
+    generator = np.random.default_rng(seed)
+    topics = generator.standard_normal((docs, dim))
+    topics /= np.linalg.norm(topics, axis=1, keepdims=True)
+    rows = np.repeat(topics, per_doc, axis=0) + 0.3 * generator.standard_normal((docs * per_doc, dim)) / math.sqrt(dim)
+    return rows, np.arange(0, docs * per_doc, per_doc)
+
+
+document_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 12), st.integers(1, 9), st.integers(0, 2**16)),
+        st.tuples(st.just("delete"), st.integers(0, 2**16), st.floats(0, 0.8), st.just(0)),
+        st.tuples(st.just("compact"), st.just(0), st.just(0), st.just(0)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations=document_operations, k=st.integers(1, 20), seed=st.integers(0, 2**16), restrict=st.floats(0, 1))
+def test_probing_every_document_list_equals_brute_force_through_appends_deletes_and_compaction(
+    operations, k, seed, restrict
+):
+    """With as many probes as lists, the document-list path must be the exact search: every
+    live row of a list is scored exactly, lists without a wanted row are skipped, and the lists
+    survive deletes (a list of dead rows is never probed) and compaction (which drops it)."""
+    dim = 6
+    column = VectorColumn(dim, approximate_threshold=1, nprobe=10_000)
+    reference = Reference()
+    generator = np.random.default_rng(seed)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vectors, "_MIN_LIST_ROWS", 1)  # document lists however few rows the deletes leave
+        apply_document_operations(operations, column, reference)
+    for query in generator.standard_normal((3, dim)):
+        assert_same(column.search(query, k), reference.search(query, k))
+        if column.row_count:
+            rows = np.flatnonzero(generator.random(column.row_count) < restrict)
+            assert_same(column.search(query, k, rows=rows), reference.search(query, k, rows))
+
+
+def apply_document_operations(operations: list, column: VectorColumn, reference: Reference) -> None:
+    for name, first, second, number in operations:
+        if name == "append":
+            matrix, lists = document_rows(first, second, column.dim, number)
+            column.append(matrix, lists=lists)
+            reference.append(matrix)
+        elif name == "delete" and column.row_count:
+            doomed = np.flatnonzero(np.random.default_rng(first).random(column.row_count) < second)
+            column.delete(doomed)
+            reference.delete(doomed)
+        elif name == "compact":
+            column.compact()
+            reference.compact()
+    if column.live_count:
+        column.retrain(min_growth=1.0)
+        assert column.approximate and column.approximate_kind == "lists"
+
+
+def test_document_lists_find_the_exact_neighbours_with_few_probes_and_persist(tmp_path):
+    """Rows appended with their documents: no k-means, the lists are the documents, a few
+    probes find the exact top 10 (scores exact), a document added later is found, a deleted
+    one never comes back, and the column reopens with the same answers."""
+    dim = 32
+    column, reference = VectorColumn(dim, approximate_threshold=2000, nprobe=4), Reference()
+    for seed in range(3):
+        matrix, lists = document_rows(100, 10, dim, seed)
+        column.append(matrix, lists=lists)
+        reference.append(matrix)
+    assert column.approximate and column.approximate_kind == "lists" and column.list_count == 300
+    later, later_lists = document_rows(2, 10, dim, 77)
+    column.append(later, lists=later_lists)
+    reference.append(later)
+    doomed = np.arange(1000, 1010)  # a whole document
+    column.delete(doomed)
+    reference.delete(doomed)
+    generator = np.random.default_rng(5)
+    near_deleted = np.asarray(reference.vectors[1003], dtype=np.float64)
+    assert not np.isin(column.search(near_deleted, 10)[0], doomed).any()
+    targets = np.r_[generator.choice(np.r_[0:1000, 1010:3000], 37, replace=False), 3000, 3015]
+    rows_near = np.asarray([reference.vectors[t] for t in targets], dtype=np.float64)
+    queries = rows_near + 0.02 * generator.standard_normal(rows_near.shape)
+    found_rows, found_scores = column.search_many(queries, 10)
+    for query, rows, scores in zip(queries, found_rows, found_scores):
+        assert_same((rows, scores), reference.search(query, 10))
+
+    column.write(tmp_path)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"vectors-lists-000000.npy", "vectors-centroids-000000.npy", "vectors-quantizer-000000.npy"} <= names
+    assert not any(name.startswith("vectors-codes") for name in names)  # no per-row codes
+    assert state_of(tmp_path)["approximate"]["kind"] == "lists"
+    opened = VectorColumn.open(tmp_path, approximate_threshold=2000, nprobe=4)
+    assert opened.approximate_kind == "lists" and opened.list_count == 302
+    for query, rows, scores in zip(queries, *opened.search_many(queries, 10)):
+        assert_same((rows, scores), reference.search(query, 10))
+    mapping = opened.compact()
+    assert opened.list_count == 301 and np.all(mapping[doomed] == -1)
+    for query, rows in zip(queries, opened.search_many(queries, 10)[0]):
+        assert np.array_equal(np.flatnonzero(np.isin(mapping, rows)), np.sort(reference.search(query, 10)[0]))
+
+
+def test_a_restriction_probes_only_lists_it_allows_and_more_until_it_has_k_rows():
+    """A broad filter above the threshold: lists without an allowed row are skipped by the coarse
+    step, and a query whose probed lists hold too few allowed rows probes more."""
+    dim = 16
+    matrix, lists = document_rows(400, 8, dim, 3)
+    column, reference = VectorColumn(dim, approximate_threshold=1000, nprobe=1), Reference()
+    column.append(matrix, lists=lists)
+    reference.append(matrix)
+    assert column.approximate_kind == "lists"
+    generator = np.random.default_rng(9)
+    one_row_each = lists[generator.random(400) < 0.6] + 3  # one row of each of ~240 documents
+    allowed = np.r_[one_row_each, np.arange(0, 800)]  # and every row of the first 100 documents
+    for query in generator.standard_normal((10, dim)):
+        rows, scores = column.search(query, 10, rows=allowed)
+        assert len(rows) == 10 and np.isin(rows, allowed).all()
+        expected = reference.search(query, 10, allowed)
+        assert scores[0] <= expected[1][0] and np.array_equal(scores, reference.search(query, 10, rows)[1])
+
+
+def test_rows_of_single_row_documents_get_k_means_lists_and_a_version_1_folder_still_opens(tmp_path):
+    """One row per document (the summary level) gives no partition to use: k-means lists as
+    before, no lists or centroids files; a folder written before lists existed reads as that."""
+    dim = 16
+    generator = np.random.default_rng(2)
+    matrix = generator.standard_normal((2500, dim))
+    column = VectorColumn(dim, approximate_threshold=2000, nprobe=8)
+    column.append(matrix)
+    assert column.approximate_kind == "kmeans" and column.list_count == 2500
+    queries = generator.standard_normal((5, dim))
+    expected = column.search_many(queries, 10)
+    column.write(tmp_path)
+    assert not any("-lists-" in p.name or "-centroids-" in p.name for p in tmp_path.iterdir())
+    state = state_of(tmp_path)
+    del state["approximate"]["kind"]
+    for entry in state["segments"]:
+        del entry["lists"]
+    (tmp_path / "vectors.state.json").write_text(json.dumps({**state, "version": 1}))
+    opened = VectorColumn.open(tmp_path, approximate_threshold=2000, nprobe=8)
+    assert opened.approximate_kind == "kmeans" and opened.list_count == 2500
+    for a, b in zip(zip(*opened.search_many(queries, 10)), zip(*expected)):
+        assert_same(a, b)
+
+
+def test_lists_that_do_not_cut_the_rows_into_runs_are_refused():
+    column = VectorColumn(4)
+    for bad in ([1, 2], [0, 2, 2], [0, 5], [[0]], [0.0, 1.0]):
+        with pytest.raises(ValueError, match="lists must"):
+            column.append(np.ones((3, 4)), lists=np.asarray(bad))
+    assert column.row_count == 0

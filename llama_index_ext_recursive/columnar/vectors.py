@@ -18,10 +18,19 @@ Why it is built the way it is:
   the float64 unit query, summed in dimension order, whichever path computed
   it, so ties (broken by ascending row id) and results do not depend on the path.
 - Below ``approximate_threshold`` live rows every search is exact. Above it a
-  full float32 scan would read the whole 3 GB column per query, so a FAISS
-  inverted file over 8-bit scalar-quantized codes (IVF-SQ8: a quarter of the
-  float32 size, held in RAM) proposes candidates and only the candidates'
-  float32 rows are read from the map for the exact rescoring. Without FAISS
+  full float32 scan would read the whole 3 GB column per query, so an
+  approximate step proposes candidates and only the candidates' float32 rows
+  are read from the map for the exact rescoring. Its partition is the
+  documents where rows come in documents: an append names the rows of each
+  list (a document's chunks, appended together, so a list is a run of
+  consecutive rows), a list's centroid is the unit mean of its rows, a flat
+  index over the centroids' 8-bit codes (in RAM: 38 MB for 100k documents)
+  picks the lists to probe, and every live row of a probed list is scored
+  exactly. Nothing is trained on the rows, nothing is retrained as
+  documents come and go, and the probed rows are read as one run per list.
+  Where lists are single rows (one row per document: the summary level), a
+  FAISS inverted file over k-means lists of 8-bit codes (IVF-SQ8, a quarter
+  of the float32 size, in RAM) proposes the candidates instead. Without FAISS
   installed every search is exact (logged once).
 - ``rows=`` searches are always exact: they gather the given rows from the
   map, costing what those rows cost, never a full scan.
@@ -63,7 +72,10 @@ __all__ = ["FORMAT_VERSION", "VectorColumn"]
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+# 2: segments name their lists (files <name>-lists*, <name>-centroids*) and the state the
+# approximate step's kind; a version-1 folder reads as one list per row (k-means lists)
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 
 # rows scored per block in an exact scan: 16k x 384 float64 is 48 MB of scratch
 _SCAN_BLOCK_ROWS = 16_384
@@ -83,6 +95,11 @@ _TRAIN_ROWS_PER_LIST = 64
 # without a given nprobe, a search scans one list in _LISTS_PER_PROBE, and at least _MIN_NPROBE
 _LISTS_PER_PROBE = 16
 _MIN_NPROBE = 16
+# the rows' own lists (documents) partition the approximate step when the live lists hold this
+# many live rows on average; fewer (one row per document) and k-means lists do
+_MIN_LIST_ROWS = 4
+# without a given nprobe, a search of document lists scores the rows of this many lists
+_LIST_PROBES = 32
 _NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
 _faiss_missing_logged = False
@@ -105,29 +122,48 @@ def _faiss() -> Any:
 class _Segment:
     """One appended block of rows: ``vectors`` (float32 unit rows) from row ``start`` on.
 
-    ``vectors`` and ``codes`` (the approximate index's codes of the same rows,
-    ``None`` while there is no approximate index) are in RAM until written,
-    memory-mapped after.
+    ``vectors`` and ``codes`` (the k-means approximate index's codes of the
+    same rows, ``None`` without one) are in RAM until written, memory-mapped
+    after. The rows are cut into lists (the rows of one document):
+    ``list_starts`` holds each list's first row, counted from ``start``, and
+    ``centroids`` each list's unit mean row (``None`` when every list is one
+    row: its centroid is the row).
     """
 
     number: int
     start: int
     vectors: np.ndarray
     codes: np.ndarray | None
+    list_starts: np.ndarray
+    centroids: np.ndarray | None
 
     @property
     def rows(self) -> int:
         return len(self.vectors)
 
+    @property
+    def lists(self) -> int:
+        return len(self.list_starts)
+
+    def list_centroids(self) -> np.ndarray:
+        """Every list's centroid, read into a buffer (:func:`_block`)."""
+        return _block(self.vectors if self.centroids is None else self.centroids, 0, self.lists)
+
 
 @dataclass
 class _Approximate:
-    """A trained IVF-SQ8 index holding the live rows' codes, and how to rebuild it."""
+    """A trained approximate index and how to rebuild it.
 
+    ``kind`` is ``"lists"`` (``index`` is a flat SQ8 index over every list's
+    centroid, its ids the list numbers) or ``"kmeans"`` (``index`` is an
+    IVF-SQ8 index holding every live row's codes, its ids the row ids).
+    """
+
+    kind: str
     generation: int  # numbers the quantizer file and the codes files made with it
     trained_rows: int  # live rows when it was trained
     template: np.ndarray  # the trained, empty index as FAISS serialises it (uint8)
-    index: Any  # the template with every live row's codes added, ids = row ids
+    index: Any
 
 
 def _norms(matrix: np.ndarray) -> np.ndarray:
@@ -187,6 +223,31 @@ def _unit_queries(queries: np.ndarray, dim: int) -> np.ndarray:
     if bad.any():
         raise ValueError(f"query {int(np.flatnonzero(bad)[0])} is zero or not finite: it has no cosine similarity")
     return array / norms[:, None]
+
+
+def _checked_list_starts(lists: np.ndarray | None, rows: int) -> np.ndarray:
+    """``lists`` (each list's first row among ``rows``) checked, as int64; ``None``: one list per row."""
+    if lists is None:
+        return np.arange(rows, dtype=np.int64)
+    starts = np.asarray(lists)
+    if starts.ndim != 1 or not len(starts) or not np.issubdtype(starts.dtype, np.integer):
+        raise ValueError(f"lists must be a 1-d array of integer row positions, got shape {starts.shape} {starts.dtype}")
+    starts = starts.astype(np.int64)
+    if starts[0] != 0 or (np.diff(starts) <= 0).any() or starts[-1] >= rows:
+        raise ValueError(
+            f"lists must give each list's first row: 0 first, ascending, below the {rows} rows appended; "
+            f"got {starts[:5].tolist()}{' ...' if len(starts) > 5 else ''}"
+        )
+    return starts
+
+
+def _unit_means(unit: np.ndarray, list_starts: np.ndarray) -> np.ndarray:
+    """Each list's centroid: the unit mean of its unit rows (a list whose rows cancel out takes its first row)."""
+    sums = np.add.reduceat(unit.astype(np.float64), list_starts, axis=0)
+    norms = np.linalg.norm(sums, axis=1)
+    flat = ~(norms > 1e-6)
+    sums[flat], norms[flat] = unit[list_starts[flat]], 1.0
+    return (sums / norms[:, None]).astype(np.float32)
 
 
 def _exact_scores(vectors: np.ndarray, unit_queries: np.ndarray) -> np.ndarray:
@@ -308,7 +369,7 @@ def _nlist(live_rows: int) -> int:
     training whose k-means work grows as the square of the lists
     (benchmarks/results/vector_recall.md).
     """
-    return max(16, int(4 * math.sqrt(live_rows)))
+    return min(live_rows, max(16, int(4 * math.sqrt(live_rows))))  # k-means needs a row per list
 
 
 def _nprobe(nlist: int) -> int:
@@ -328,6 +389,62 @@ def _nprobe(nlist: int) -> int:
     rescored are not what is missing: twice as many changed no recall figure.
     """
     return min(nlist, max(_MIN_NPROBE, math.ceil(nlist / _LISTS_PER_PROBE)))
+
+
+def _global_list_starts(segments: list[_Segment]) -> np.ndarray:
+    """Every list's first row id, over ``segments`` in order."""
+    if not segments:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([s.list_starts + s.start for s in segments])
+
+
+def _merged_lists(
+    kept: list[tuple[_Segment, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None] | None:
+    """The live rows of segments, given with their live masks, as one block: ``(vectors, codes,
+    list_starts, centroids)``, a list with no live row dropped and the others keeping their
+    centroids; ``None`` when no row is live. Codes only when every segment has them;
+    centroids ``None`` when every list left is one row."""
+    vectors, codes, starts, centroids = [], [], [], []
+    offset = 0
+    for segment, mask in kept:
+        count = int(mask.sum())
+        if not count:
+            continue
+        sizes = np.diff(np.r_[segment.list_starts, segment.rows])
+        list_of_row = np.repeat(np.arange(segment.lists), sizes)[mask]
+        first = np.r_[True, list_of_row[1:] != list_of_row[:-1]]
+        starts.append(np.flatnonzero(first) + offset)
+        centroids.append(segment.list_centroids()[list_of_row[first]])
+        vectors.append(np.asarray(segment.vectors[mask]))
+        codes.append(None if segment.codes is None else np.asarray(segment.codes)[mask])
+        offset += count
+    if not offset:
+        return None
+    list_starts = np.concatenate(starts)
+    return (
+        np.concatenate(vectors),
+        None if any(c is None for c in codes) else np.concatenate(codes),  # type: ignore[arg-type]
+        list_starts,
+        None if len(list_starts) == offset else np.concatenate(centroids),
+    )
+
+
+def _cuts_at_lists(list_starts: np.ndarray, rows: int, most: int) -> list[int]:
+    """Where to cut ``rows`` rows into pieces of at most ``most`` rows, at list starts only
+    (a list longer than ``most`` is a piece of its own)."""
+    cuts = [0]
+    while cuts[-1] < rows:
+        limit = cuts[-1] + most
+        if limit >= rows:
+            cuts.append(rows)
+            break
+        last = int(list_starts[np.searchsorted(list_starts, limit, side="right") - 1])
+        if last <= cuts[-1]:  # one list runs past the limit
+            following = np.searchsorted(list_starts, cuts[-1], side="right")
+            last = int(list_starts[following]) if following < len(list_starts) else rows
+        cuts.append(last)
+    return cuts
 
 
 class VectorColumn:
@@ -377,6 +494,8 @@ class VectorColumn:
         self._next_segment = 0
         self._tombstones = 0  # numbers the tombstone files; bumped by every change of the dead rows
         self._approximate: _Approximate | None = None
+        self._list_starts = np.zeros(0, dtype=np.int64)  # every list's first row id, ascending
+        self._live_lists_cache: tuple[int, int, np.ndarray] | None = None  # (tombstones, lists, mask)
         # appends train the approximate step when due; a build that trains once at its end
         # (retrain) turns this off: at 2M rows the trainings on the way cost 10 of 21 minutes
         self.train_on_append = True
@@ -395,18 +514,32 @@ class VectorColumn:
         return self._live
 
     @property
+    def list_count(self) -> int:
+        """Lists (documents) the rows are cut into, dead ones included."""
+        return len(self._list_starts)
+
+    @property
     def approximate(self) -> bool:
         """Whether an unrestricted search now uses the approximate candidate step."""
         return self._approximate is not None and self._live >= self.approximate_threshold
 
     @property
+    def approximate_kind(self) -> str | None:
+        """``"lists"`` (the rows' own lists), ``"kmeans"`` (k-means lists) or ``None`` (no index)."""
+        approximate = self._approximate
+        return None if approximate is None else approximate.kind
+
+    @property
     def probes(self) -> int | None:
-        """Inverted lists the approximate step scans per query: ``nprobe``, or when it is
-        ``None`` the rule's share of the trained index's lists; ``None`` while there is no index."""
+        """Lists the approximate step probes per query: ``nprobe``, or when it is ``None``
+        ``_LIST_PROBES`` document lists, or the rule's share of the k-means lists
+        (:func:`_nprobe`); ``None`` while there is no index."""
         approximate = self._approximate
         if approximate is None:
             return None
-        return self.nprobe if self.nprobe is not None else _nprobe(int(approximate.index.nlist))
+        if self.nprobe is not None:
+            return self.nprobe
+        return _LIST_PROBES if approximate.kind == "lists" else _nprobe(int(approximate.index.nlist))
 
     def alive(self, rows: np.ndarray) -> np.ndarray:
         """Which of ``rows`` are live (``bool`` per row; out-of-range ids are an error)."""
@@ -424,17 +557,22 @@ class VectorColumn:
         return out
 
     # --------------------------------------------------------------- changes
-    def append(self, matrix: np.ndarray) -> np.ndarray:
+    def append(self, matrix: np.ndarray, lists: np.ndarray | None = None) -> np.ndarray:
         """Append ``matrix`` ``[n, dim]`` as one segment; returns the new row ids (consecutive, int64).
 
         Rows are stored unit-normalised in float32.
 
         Args:
             matrix: real numbers, one vector per row.
+            lists: the position in ``matrix`` of each list's first row (``0``
+                first, ascending): the rows of one document, which the
+                approximate step probes together. ``None``: each row is its
+                own list.
 
         Raises:
-            ValueError: a wrong width (naming both), or a zero or non-finite
-                vector (naming its position and the row id it would get).
+            ValueError: a wrong width (naming both), a zero or non-finite
+                vector (naming its position and the row id it would get), or
+                ``lists`` that do not cut the rows into runs.
         """
         with self._writer:
             start = self.row_count
@@ -442,16 +580,23 @@ class VectorColumn:
             new_rows = np.arange(start, start + len(unit), dtype=np.int64)
             if not len(unit):
                 return new_rows
+            list_starts = _checked_list_starts(lists, len(unit))
+            centroids = None if len(list_starts) == len(unit) else _unit_means(unit, list_starts)
             approximate = self._approximate
-            codes = None if approximate is None else approximate.index.sa_encode(unit)
-            segment = _Segment(self._next_segment, start, unit, codes)
+            codes = None
+            if approximate is not None and approximate.kind == "kmeans":
+                codes = approximate.index.sa_encode(unit)
+            segment = _Segment(self._next_segment, start, unit, codes, list_starts, centroids)
             with self._lock.writing():
                 self._segments.append(segment)
                 self._alive = np.concatenate([self._alive, np.ones(len(unit), dtype=bool)])
                 self._live += len(unit)
                 self._next_segment += 1
+                self._list_starts = np.concatenate([self._list_starts, list_starts + start])
                 if approximate is not None and codes is not None:
                     approximate.index.add_sa_codes(codes, new_rows)
+                elif approximate is not None:
+                    approximate.index.add(segment.list_centroids())  # ids continue: the new list numbers
             if self.train_on_append and self._should_train():
                 self._train()
             return new_rows
@@ -476,7 +621,7 @@ class VectorColumn:
                 self._alive = alive
                 self._live -= len(gone)
                 self._tombstones += 1
-                if self._approximate is not None:
+                if self._approximate is not None and self._approximate.kind == "kmeans":
                     self._approximate.index.remove_ids(gone)
             return len(gone)
 
@@ -500,27 +645,41 @@ class VectorColumn:
 
             def merge_run() -> None:
                 nonlocal next_segment
-                kept = [(s, alive[s.start : s.start + s.rows]) for s in run]
-                total = sum(int(mask.sum()) for _, mask in kept)
-                vectors = np.concatenate([s.vectors[mask] for s, mask in kept]) if total else None
-                codes = None
-                if total and all(s.codes is not None for s, _ in kept):
-                    codes = np.concatenate([np.asarray(s.codes)[mask] for s, mask in kept])
-                for offset in range(0, total, _MAX_SEGMENT_ROWS):
-                    assert vectors is not None
-                    start = sum(s.rows for s in segments)
-                    piece = slice(offset, offset + _MAX_SEGMENT_ROWS)
-                    part_codes = None if codes is None else codes[piece]
-                    segments.append(_Segment(next_segment, start, vectors[piece], part_codes))
-                    next_segment += 1
+                merged = _merged_lists([(s, alive[s.start : s.start + s.rows]) for s in run])
                 run.clear()
+                if merged is None:
+                    return
+                vectors, codes, list_starts, centroids = merged
+                cuts = _cuts_at_lists(list_starts, len(vectors), _MAX_SEGMENT_ROWS)
+                for first, stop in zip(cuts, cuts[1:]):
+                    lists = slice(*np.searchsorted(list_starts, [first, stop]))
+                    segments.append(
+                        _Segment(
+                            next_segment,
+                            sum(s.rows for s in segments),
+                            vectors[first:stop],
+                            None if codes is None else codes[first:stop],
+                            list_starts[lists] - first,
+                            None if centroids is None else centroids[lists],
+                        )
+                    )
+                    next_segment += 1
 
             for segment in self._segments:
                 clean = bool(alive[segment.start : segment.start + segment.rows].all())
                 if clean and segment.rows >= KEEP_SEGMENT_ROWS:
                     merge_run()
                     start = sum(s.rows for s in segments)
-                    segments.append(_Segment(segment.number, start, segment.vectors, segment.codes))
+                    segments.append(
+                        _Segment(
+                            segment.number,
+                            start,
+                            segment.vectors,
+                            segment.codes,
+                            segment.list_starts,
+                            segment.centroids,
+                        )
+                    )
                 else:
                     run.append(segment)
             merge_run()
@@ -528,14 +687,16 @@ class VectorColumn:
             rebuilt = None
             if approximate is not None:
                 rebuilt = _Approximate(
+                    approximate.kind,
                     approximate.generation,
                     approximate.trained_rows,
                     approximate.template,
-                    self._index_from_codes(approximate.template, segments, None),
+                    self._index_of(approximate.kind, approximate.template, segments, None),
                 )
             with self._lock.writing():
                 self._segments = segments
                 self._alive = np.ones(self._live, dtype=bool)
+                self._list_starts = _global_list_starts(segments)
                 self._next_segment = next_segment
                 self._tombstones += 1
                 self._approximate = rebuilt
@@ -609,6 +770,8 @@ class VectorColumn:
             # a restriction to many rows (a broad filter) is searched like the whole column:
             # approximately above the threshold, else by one scan that skips the other rows
             if self.approximate and (allowed is None or len(allowed) >= self.approximate_threshold):
+                if self._approximate is not None and self._approximate.kind == "lists":
+                    return self._search_lists(unit, k, allowed)
                 found = self._search_approximate(unit, k, allowed)
                 if found is not None:
                     return found
@@ -744,6 +907,66 @@ class VectorColumn:
             found_scores.append(top_scores)
         return found_rows, found_scores
 
+    def _search_lists(
+        self, unit: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The best of the rows of the lists whose centroids are nearest each query, scored exactly.
+
+        Only lists holding a wanted row (live, and among ``allowed`` when given)
+        are probed: the coarse step skips the others. A query whose probed lists
+        hold fewer than ``k`` wanted rows probes twice as many, until it has them
+        or has probed every such list, so a restriction costs probes, not results.
+        """
+        faiss = _faiss()
+        approximate = self._approximate
+        assert approximate is not None and faiss is not None
+        wanted_rows = self._alive
+        if allowed is not None:
+            wanted_rows = np.zeros_like(self._alive)
+            wanted_rows[allowed] = True
+            wanted_rows &= self._alive
+            wanted_lists = np.zeros(self.list_count, dtype=bool)
+            wanted_lists[np.searchsorted(self._list_starts, np.flatnonzero(wanted_rows), side="right") - 1] = True
+        else:
+            wanted_lists = self._live_lists()
+        probable = int(wanted_lists.sum())
+        if not probable:
+            return [np.zeros(0, dtype=np.int64)] * len(unit), [np.zeros(0, dtype=np.float32)] * len(unit)
+        params = None
+        if probable < self.list_count:
+            packed = np.packbits(wanted_lists, bitorder="little")
+            params = faiss.SearchParameters(sel=faiss.IDSelectorBitmap(self.list_count, faiss.swig_ptr(packed)))
+        ends = np.r_[self._list_starts[1:], self.row_count]
+        queries = unit.astype(np.float32)
+        found_rows, found_scores = [], []
+        for q in range(len(unit)):
+            probes = min(self.probes or _LIST_PROBES, probable)
+            while True:
+                _, lists = approximate.index.search(queries[q : q + 1], probes, params=params)
+                chosen = np.sort(lists[0][lists[0] >= 0])
+                sizes = ends[chosen] - self._list_starts[chosen]
+                rows = np.repeat(self._list_starts[chosen] - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
+                rows = rows[wanted_rows[rows]]
+                if len(rows) >= k or probes >= probable:
+                    break
+                probes = min(2 * probes, probable)
+            top_rows, top_scores = self._best_of(unit[q], k, rows, self._gather(rows))
+            found_rows.append(top_rows)
+            found_scores.append(top_scores)
+        return found_rows, found_scores
+
+    def _best_of(
+        self, unit_query: np.ndarray, k: int, rows: np.ndarray, vectors: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best of ``rows`` (their float32 ``vectors`` in hand) by exact score: a
+        float32 product screens them as :meth:`_screened` does, the kept ones are scored exactly."""
+        if len(rows) > k:
+            products = vectors @ unit_query.astype(np.float32)
+            kth = np.partition(products, len(products) - k)[len(products) - k]
+            keep = products >= kth - 2 * _screen_bound(self.dim)
+            rows, vectors = rows[keep], vectors[keep]
+        return _top(rows, _exact_scores(vectors, unit_query[None, :])[:, 0], k)
+
     # ----------------------------------------------------- approximate index
     def _should_train(self) -> bool:
         if self._live < self.approximate_threshold or _faiss() is None:
@@ -751,13 +974,41 @@ class VectorColumn:
         return self._approximate is None or self._live >= _RETRAIN_GROWTH * self._approximate.trained_rows
 
     def _train(self) -> None:
-        """Train an IVF-SQ8 index on a sample of the live rows and encode every segment with it.
+        """Make the approximate index for the live rows: over their own lists when these
+        hold ``_MIN_LIST_ROWS`` live rows on average, else over k-means lists.
 
         Runs with the writer lock only: queries go on with the old index until
         the new one is swapped in.
         """
-        faiss = _faiss()
         live = self._live
+        live_lists = int(self._live_lists().sum())
+        generation = 0 if self._approximate is None else self._approximate.generation + 1
+        if live >= _MIN_LIST_ROWS * live_lists:
+            logger.info("the approximate index of %s: %d document lists of %d rows", self.name, live_lists, live)
+            template = self._coarse_template()
+            segments = [
+                _Segment(s.number, s.start, s.vectors, None, s.list_starts, s.centroids) for s in self._segments
+            ]
+            index = self._index_of("lists", template, segments, self._alive)
+            approximate = _Approximate("lists", generation, live, template, index)
+        else:
+            template = self._kmeans_template(live)
+            index = _faiss().deserialize_index(template)
+            segments = [
+                _Segment(s.number, s.start, s.vectors, self._encode(index, s.vectors), s.list_starts, s.centroids)
+                for s in self._segments
+            ]
+            approximate = _Approximate(
+                "kmeans", generation, live, template, self._index_of("kmeans", template, segments, self._alive)
+            )
+        with self._lock.writing():
+            self._segments = segments
+            self._approximate = approximate
+
+    def _kmeans_template(self, live: int) -> np.ndarray:
+        """An IVF-SQ8 index of :func:`_nlist` lists trained (spherical k-means) on a sample of
+        the live rows, serialised empty."""
+        faiss = _faiss()
         nlist = _nlist(live)
         sample_size = min(live, nlist * _TRAIN_ROWS_PER_LIST)
         generator = np.random.default_rng(live)
@@ -771,13 +1022,37 @@ class VectorColumn:
         )
         index.cp.spherical = True
         index.train(self._gather(sample_rows))
-        template = faiss.serialize_index(index)
-        segments = [_Segment(s.number, s.start, s.vectors, self._encode(index, s.vectors)) for s in self._segments]
-        generation = 0 if self._approximate is None else self._approximate.generation + 1
-        approximate = _Approximate(generation, live, template, self._index_from_codes(template, segments, self._alive))
-        with self._lock.writing():
-            self._segments = segments
-            self._approximate = approximate
+        return faiss.serialize_index(index)
+
+    def _coarse_template(self) -> np.ndarray:
+        """A flat index of 8-bit codes whose value ranges are trained on every list's centroid,
+        serialised empty: it picks the lists a search probes."""
+        faiss = _faiss()
+        index = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+        index.train(np.concatenate([s.list_centroids() for s in self._segments]))
+        return faiss.serialize_index(index)
+
+    def _index_of(self, kind: str, template: np.ndarray, segments: list[_Segment], alive: np.ndarray | None) -> Any:
+        """The ``template`` index holding ``segments``: every list's centroid, in list order
+        (``"lists"``), or the codes of every live row (``"kmeans"``, :meth:`_index_from_codes`)."""
+        if kind == "kmeans":
+            return self._index_from_codes(template, segments, alive)
+        index = _faiss().deserialize_index(template)
+        for segment in segments:
+            index.add(segment.list_centroids())
+        return index
+
+    def _live_lists(self) -> np.ndarray:
+        """Which lists hold a live row (``bool`` per list), kept until the rows or lists change."""
+        cached = self._live_lists_cache
+        if cached is not None and cached[:2] == (self._tombstones, self.list_count):
+            return cached[2]
+        if not self.list_count:
+            mask = np.zeros(0, dtype=bool)
+        else:
+            mask = np.add.reduceat(self._alive, self._list_starts) > 0
+        self._live_lists_cache = (self._tombstones, self.list_count, mask)
+        return mask
 
     @staticmethod
     def _encode(index: Any, vectors: np.ndarray) -> np.ndarray:
@@ -820,8 +1095,9 @@ class VectorColumn:
         """Persist into ``folder``: the segment files it lacks, the tombstones, the state file.
 
         Segment files are immutable, so a write after one more append writes
-        that segment (and its codes), and the state file. Afterwards the
-        column reads its segments memory-mapped from ``folder``.
+        that segment (its vectors, its lists and their centroids unless every
+        list is one row, its codes under k-means lists), and the state file.
+        Afterwards the column reads its segments memory-mapped from ``folder``.
 
         Args:
             folder: a folder (made if missing) holding no other column of this ``name``.
@@ -832,15 +1108,16 @@ class VectorColumn:
             approximate = self._approximate
             entries: list[dict[str, Any]] = []
             for segment in self._segments:
-                vectors_name = segment_name(self.name, segment.number)
-                if not (target / f"{vectors_name}.npy").exists():
-                    write_array(target, vectors_name, segment.vectors)
-                entry: dict[str, Any] = {"number": segment.number, "rows": segment.rows}
+                arrays = {segment_name(self.name, segment.number): segment.vectors}
+                if segment.centroids is not None:
+                    arrays[segment_name(f"{self.name}-lists", segment.number)] = segment.list_starts
+                    arrays[segment_name(f"{self.name}-centroids", segment.number)] = segment.centroids
                 if approximate is not None and segment.codes is not None:
-                    codes_name = self._codes_name(approximate.generation, segment.number)
-                    if not (target / f"{codes_name}.npy").exists():
-                        write_array(target, codes_name, segment.codes)
-                entries.append(entry)
+                    arrays[self._codes_name(approximate.generation, segment.number)] = segment.codes
+                for name, array in arrays.items():
+                    if not (target / f"{name}.npy").exists():
+                        write_array(target, name, array)
+                entries.append({"number": segment.number, "rows": segment.rows, "lists": segment.lists})
             quantizer_name = None
             if approximate is not None:
                 quantizer_name = segment_name(f"{self.name}-quantizer", approximate.generation)
@@ -865,6 +1142,7 @@ class VectorColumn:
                     "approximate": None
                     if approximate is None
                     else {
+                        "kind": approximate.kind,
                         "generation": approximate.generation,
                         "trained_rows": approximate.trained_rows,
                         "quantizer": quantizer_name,
@@ -877,11 +1155,15 @@ class VectorColumn:
         logger.debug("wrote %s (%d segments, %d live rows) to %s", self.name, len(mapped), self._live, target)
 
     def _mapped_segment(self, folder: Path, segment: _Segment, approximate: _Approximate | None) -> _Segment:
+        """``segment`` read from its files in ``folder`` (its small list starts into RAM, the rest mapped)."""
         vectors = open_array(folder, segment_name(self.name, segment.number))
         codes = None
         if approximate is not None and segment.codes is not None:
             codes = open_array(folder, self._codes_name(approximate.generation, segment.number))
-        return _Segment(segment.number, segment.start, vectors, codes)
+        centroids = None
+        if segment.centroids is not None:
+            centroids = open_array(folder, segment_name(f"{self.name}-centroids", segment.number))
+        return _Segment(segment.number, segment.start, vectors, codes, segment.list_starts, centroids)
 
     @classmethod
     def open(
@@ -895,8 +1177,10 @@ class VectorColumn:
     ) -> VectorColumn:
         """Open a column written by :meth:`write`, its segments memory-mapped (nothing copied into RAM).
 
-        The approximate index (its codes, a quarter of the float32 size) is
-        rebuilt in RAM from the codes files; without FAISS searches are exact.
+        The approximate index is rebuilt in RAM: from the lists' centroids, or
+        from the k-means codes files (a quarter of the float32 size); without
+        FAISS searches are exact. A column of format version 1 (before lists)
+        reads as one list per row, under its k-means index.
 
         Args:
             folder: the folder given to :meth:`write`.
@@ -906,7 +1190,7 @@ class VectorColumn:
             PersistError: the state file is missing, damaged or of another
                 format version, or a segment file is missing or of the wrong shape.
         """
-        state = read_state(folder, name, FORMAT_VERSION)
+        state = read_state(folder, name, _READABLE_VERSIONS)
         column = cls(
             int(state["dim"]),
             name=name,
@@ -917,18 +1201,26 @@ class VectorColumn:
         target = Path(folder)
         approximate_state = state["approximate"]
         faiss = _faiss() if approximate_state is not None else None
+        kind = None if faiss is None else str(approximate_state.get("kind", "kmeans"))
         generation = None if faiss is None else int(approximate_state["generation"])
         start = 0
         for entry in state["segments"]:
             number, rows = int(entry["number"]), int(entry["rows"])
+            lists = int(entry.get("lists", rows))
             vectors = open_array(target, segment_name(name, number))
-            if vectors.shape != (rows, column.dim) or vectors.dtype != np.float32:
-                raise PersistError(
-                    f"{target / segment_name(name, number)}.npy holds {vectors.dtype} {vectors.shape}, "
-                    f"the state file says float32 ({rows}, {column.dim}): the folder is damaged; rebuild the index"
+            column._check_shape(target, segment_name(name, number), vectors, (rows, column.dim), np.float32)
+            codes = None
+            if kind == "kmeans" and generation is not None:
+                codes = open_array(target, column._codes_name(generation, number))
+            list_starts, centroids = np.arange(rows, dtype=np.int64), None
+            if lists != rows:
+                list_starts = np.array(open_array(target, segment_name(f"{name}-lists", number), mmap=False))
+                column._check_shape(target, segment_name(f"{name}-lists", number), list_starts, (lists,), np.int64)
+                centroids = open_array(target, segment_name(f"{name}-centroids", number))
+                column._check_shape(
+                    target, segment_name(f"{name}-centroids", number), centroids, (lists, column.dim), np.float32
                 )
-            codes = None if generation is None else open_array(target, column._codes_name(generation, number))
-            column._segments.append(_Segment(number, start, vectors, codes))
+            column._segments.append(_Segment(number, start, vectors, codes, list_starts, centroids))
             start += rows
         if start != int(state["rows"]):
             raise PersistError(f"{target}: the segments hold {start} rows, the state file says {state['rows']}")
@@ -936,12 +1228,23 @@ class VectorColumn:
         if state["tombstones"] is not None:
             column._alive[open_array(target, state["tombstones"], mmap=False)] = False
         column._live = int(column._alive.sum())
+        column._list_starts = _global_list_starts(column._segments)
         column._next_segment = int(state["next_segment"])
         column._tombstones = int(state["tombstone_number"])
-        if generation is not None:
+        if kind is not None and generation is not None:
             template = np.array(open_array(target, approximate_state["quantizer"], mmap=False))
-            index = cls._index_from_codes(template, column._segments, column._alive)
-            column._approximate = _Approximate(generation, int(approximate_state["trained_rows"]), template, index)
+            index = column._index_of(kind, template, column._segments, column._alive)
+            column._approximate = _Approximate(
+                kind, generation, int(approximate_state["trained_rows"]), template, index
+            )
             # maps opened afresh: the pages read into the index are no longer counted as this process's
             column._segments = [column._mapped_segment(target, s, column._approximate) for s in column._segments]
         return column
+
+    @staticmethod
+    def _check_shape(folder: Path, name: str, array: np.ndarray, shape: tuple[int, ...], dtype: type) -> None:
+        if array.shape != shape or array.dtype != dtype:
+            raise PersistError(
+                f"{folder / name}.npy holds {array.dtype} {array.shape}, the state file says "
+                f"{np.dtype(dtype).name} {shape}: the folder is damaged; rebuild the index"
+            )

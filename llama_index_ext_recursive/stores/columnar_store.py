@@ -375,7 +375,9 @@ class ColumnarVectorStore(BasePydanticVectorStore):
                 vectors = VectorColumn(matrix.shape[1], approximate_threshold=self._threshold)
                 vectors.train_on_append = self._train_on_append
             old = self._row_of(ids)
-            new = vectors.append(matrix)  # refuses a wrong width and zero/non-finite rows before any change
+            # refuses a wrong width and zero/non-finite rows before any change; a document's nodes
+            # (a run of one ref_doc_id) are one list of the approximate step
+            new = vectors.append(matrix, lists=_runs([record[1] for record in records]))
             self._vectors = vectors
             try:
                 self._metadata.append(
@@ -714,6 +716,12 @@ _NOTHING = (np.empty(0, np.int64), np.empty(0, np.float32))
 _HIT_REFS_KEPT = 65_536  # hits whose ref_doc_id a store keeps (a few MB)
 # not kept for the hits (None is kept: a node without one); a real id equal to it is read again
 _UNKNOWN = "\x00unknown"
+
+
+def _runs(ref_doc_ids: Sequence[str | None]) -> np.ndarray:
+    """Where each run of nodes of one document starts (a node without a document is a run of its own)."""
+    starts = [i for i, ref in enumerate(ref_doc_ids) if i == 0 or ref is None or ref != ref_doc_ids[i - 1]]
+    return np.asarray(starts, dtype=np.int64)
 
 
 def _refs_filter(doc_ids: Sequence[str]) -> MetadataFilters:
