@@ -51,6 +51,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,24 @@ def _faiss() -> Any:
             logger.info("faiss is not installed: vector searches are exact scans (pip install faiss-cpu)")
         return None
     return faiss
+
+
+@contextmanager
+def _one_thread(faiss: Any) -> Iterator[None]:
+    """Within this block, FAISS calls of this thread use one OpenMP thread.
+
+    A query is one vector: FAISS's flat scans still open an OpenMP team per
+    call, and with the other threads of a retriever running, its spinning
+    threads took the 200k-row coarse scan from 0.6 to 9 ms (recursive p95 36
+    against 15 ms, issue 25). The setting is the calling thread's own
+    (OpenMP keeps it per thread), so it is put back and touches no other thread.
+    """
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 @dataclass
@@ -458,14 +477,12 @@ class VectorColumn:
         approximate_threshold: live rows from which an unrestricted search uses
             the approximate candidate step (FAISS IVF-SQ8) before exact
             rescoring; below it every search is an exact scan.
-        nprobe: inverted lists (of about 4 sqrt(rows)) the approximate step
-            scans per query (more: higher recall, slower). ``None``: one in 16
-            of the lists trained (:func:`_nprobe`, :attr:`probes`): recall@10
-            against exact search on ``benchmarks/scale_columnar.py``'s corpus
-            0.995 or more at 500k rows and 0.960 at 2M, where a fixed 64 gave
-            0.986 and 0.862 (benchmarks/results/vector_recall.md, issue 25).
-        candidates: how many candidates per requested result the approximate
-            step proposes for exact rescoring (at least 100 in all).
+        nprobe: lists the approximate step probes per query (more: higher
+            recall, slower). ``None``: ``_LIST_PROBES`` document lists, whose
+            rows are all scored exactly; or, under k-means lists, one in 16 of
+            the lists trained (:func:`_nprobe`, :attr:`probes`).
+        candidates: how many candidates per requested result the k-means
+            approximate step proposes for exact rescoring (at least 100 in all).
     """
 
     def __init__(
@@ -895,7 +912,8 @@ class VectorColumn:
             packed = np.packbits(bits, bitorder="little")
             selector = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(packed))
         params = faiss.SearchParametersIVF(nprobe=self.probes, sel=selector)
-        _, ids = self._approximate.index.search(unit.astype(np.float32), wanted, params=params)
+        with _one_thread(faiss):
+            _, ids = self._approximate.index.search(unit.astype(np.float32), wanted, params=params)
         found_rows, found_scores = [], []
         for q in range(len(unit)):
             candidates = np.unique(ids[q][ids[q] >= 0])
@@ -925,8 +943,7 @@ class VectorColumn:
             wanted_rows = np.zeros_like(self._alive)
             wanted_rows[allowed] = True
             wanted_rows &= self._alive
-            wanted_lists = np.zeros(self.list_count, dtype=bool)
-            wanted_lists[np.searchsorted(self._list_starts, np.flatnonzero(wanted_rows), side="right") - 1] = True
+            wanted_lists = np.logical_or.reduceat(wanted_rows, self._list_starts)
         else:
             wanted_lists = self._live_lists()
         probable = int(wanted_lists.sum())
@@ -942,7 +959,8 @@ class VectorColumn:
         for q in range(len(unit)):
             probes = min(self.probes or _LIST_PROBES, probable)
             while True:
-                _, lists = approximate.index.search(queries[q : q + 1], probes, params=params)
+                with _one_thread(faiss):
+                    _, lists = approximate.index.search(queries[q : q + 1], probes, params=params)
                 chosen = np.sort(lists[0][lists[0] >= 0])
                 sizes = ends[chosen] - self._list_starts[chosen]
                 rows = np.repeat(self._list_starts[chosen] - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
@@ -1050,7 +1068,7 @@ class VectorColumn:
         if not self.list_count:
             mask = np.zeros(0, dtype=bool)
         else:
-            mask = np.add.reduceat(self._alive, self._list_starts) > 0
+            mask = np.logical_or.reduceat(self._alive, self._list_starts)
         self._live_lists_cache = (self._tombstones, self.list_count, mask)
         return mask
 
