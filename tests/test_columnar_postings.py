@@ -283,8 +283,34 @@ def test_scores_summed_sparse_or_in_one_array_over_every_row_are_the_same(dense)
     module._DENSE_POSTINGS = dense if dense > 1 else 0  # 0: never dense; 10**9: always
     try:
         postings, model = _replay(ops)
-        for query in QUERIES:
+        for query in [*QUERIES, ["w1", "w2", "w3", "w1", "w4"]]:
             rows, scores = postings.search(query, k=max(1, len(model)))
-            assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == _reference(model, query)
+            expected = _reference(model, query)
+            assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == expected
+            order = sorted(expected, key=lambda row: (-expected[row], row))
+            for k in (1, 2, 3, 5):  # a top k (ties at the k-th: the lower rows) from the rows that may be in it
+                assert postings.search(query, k=k)[0].tolist() == order[:k]
     finally:
         module._DENSE_POSTINGS = saved
+
+
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_few_allowed_rows_looked_up_in_long_postings_score_as_the_full_ranking(deleted):
+    """A routed search allows a few rows of terms with many postings: its rows are looked up
+    in the postings instead of reading them all, and every score is still the full ranking's,
+    with deleted rows (whose live postings count once a search has read them) or without."""
+    generator = np.random.default_rng(3)
+    postings = Postings()
+    for _ in range(3):  # three segments
+        postings.append([list(generator.choice(WORDS[:6], size=int(generator.integers(1, 9)))) for _ in range(150)])
+    if deleted:
+        postings.delete(np.arange(0, 450, 7))
+    allowed = [3, 3, 151, 160, 449, 7, 300]  # repeats and a deleted row (7) too
+    for query in (["w0", "w1"], ["w2", "w2", "w5"], ["w4"]):
+        for _ in range(2):  # before and after the unrestricted search below counted the live postings
+            rows, scores = postings.search(query, k=10, rows=allowed)
+            full_rows, full_scores = postings.search(query, k=450)
+            full = dict(zip(full_rows.tolist(), full_scores.tolist(), strict=True))
+            expected = sorted((r for r in set(allowed) if r in full), key=lambda r: (-full[r], r))
+            assert rows.tolist() == expected and scores.tolist() == [full[r] for r in expected]
+            assert postings.scores(query, allowed).tolist() == [full.get(r, 0.0) for r in allowed]

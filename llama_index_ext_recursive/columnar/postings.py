@@ -32,7 +32,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,8 @@ _IDF = idf_of(_PARAMETERS)
 _SEGMENT_ARRAYS = ("terms", "indptr", "rows", "tf", "lengths")
 # a query whose postings number at least 1/_DENSE_POSTINGS of the rows sums them in an array over all rows
 _DENSE_POSTINGS = 32
+# a restriction to fewer than 1/_LOOKUP_SHARE of a term's postings looks its rows up in them
+_LOOKUP_SHARE = 8
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_SCORES = np.zeros(0, dtype=np.float32)
 
@@ -128,6 +130,8 @@ class _Snapshot:
     live_rows: int
     live_length: int
     next_number: int
+    # term id -> its live postings, counted by a search that read them all (not copied by replace)
+    live_postings: dict[int, int] = field(default_factory=dict, init=False, compare=False, repr=False)
 
 
 class Postings:
@@ -354,8 +358,8 @@ class Postings:
         """
         k = check_count("k", k)
         snapshot = self._snapshot
-        restriction = None if rows is None else _mask_of(_row_ids(rows, snapshot.row_count, "search"), snapshot)
-        touched, scores = _scored(snapshot, self._vocabulary, _tokens(query_tokens), restriction)
+        restriction = None if rows is None else _Restriction(_row_ids(rows, snapshot.row_count, "search"), snapshot)
+        touched, scores = _scored(snapshot, self._vocabulary, _tokens(query_tokens), restriction, k)
         return _best(touched, scores, k)
 
     def scores(self, query_tokens: Sequence[str], rows: Any) -> np.ndarray:
@@ -371,7 +375,7 @@ class Postings:
         """
         snapshot = self._snapshot
         wanted = _row_ids(rows, snapshot.row_count, "scores")
-        touched, scores = _scored(snapshot, self._vocabulary, _tokens(query_tokens), _mask_of(wanted, snapshot))
+        touched, scores = _scored(snapshot, self._vocabulary, _tokens(query_tokens), _Restriction(wanted, snapshot))
         found = np.zeros(len(wanted), dtype=np.float32)
         if len(touched):
             at = np.minimum(np.searchsorted(touched, wanted), len(touched) - 1)
@@ -636,10 +640,15 @@ def _lengths_of(segments: Sequence[_Segment], rows: np.ndarray) -> np.ndarray:
 
 # -- scoring ---------------------------------------------------------------
 def _scored(
-    snapshot: _Snapshot, vocabulary: dict[str, int], query_tokens: list[str], restriction: np.ndarray | None
+    snapshot: _Snapshot,
+    vocabulary: dict[str, int],
+    query_tokens: list[str],
+    restriction: _Restriction | None,
+    k: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows matching a query token (ascending, live, allowed by ``restriction``, a mask over
-    the rows) and their scores.
+    """Rows matching a query token (ascending, live, allowed by ``restriction``) and their scores;
+    with ``k``, only the rows that may be among the ``k`` best (every row tied with the
+    ``k``-th best stays).
 
     Per query token, in query order (repeats included): its live postings in
     every segment give its document frequency, hence its float32 idf; each
@@ -658,7 +667,7 @@ def _scored(
     ids = np.asarray(distinct, dtype=np.int64)
     entries = [segment.entries(ids) for segment in snapshot.segments]
     seen = {
-        term_id: _term_scores(snapshot, [int(found[i]) for found in entries], restriction, average)
+        term_id: _term_scores(snapshot, term_id, [int(found[i]) for found in entries], restriction, average)
         for i, term_id in enumerate(distinct)
     }
     parts = [seen[term_id] for term_id in known if len(seen[term_id][0])]
@@ -668,11 +677,17 @@ def _scored(
         # many postings: summed in one array over every row (the same float32 additions in the
         # same order), where sorting them and a binary search per posting cost more at 2M rows
         summed = np.zeros(snapshot.row_count, dtype=np.float32)
-        matched = np.zeros(snapshot.row_count, dtype=bool)
         for rows, part in parts:
             summed[rows] += part  # rows are distinct within a term
-            matched[rows] = True
-        touched = np.flatnonzero(matched)
+        matched = np.concatenate([rows for rows, _ in parts])  # a row once per part it is in
+        enough = None if k is None else k * len(parts)
+        if enough is not None and len(matched) > enough:
+            # the rows that may be among the k best, without a pass over every row (2.5 ms at 2M):
+            # the (k * parts)-th best entry is at most the k-th best row's sum, since the rows
+            # above that sum are fewer than k and each is in at most every part
+            values = summed[matched]
+            matched = matched[values >= np.partition(values, len(values) - enough)[len(values) - enough]]
+        touched = _sorted_unique(matched)
         return touched, summed[touched]
     touched = _sorted_unique(np.concatenate([rows for rows, _ in parts]))
     scores = np.zeros(len(touched), dtype=np.float32)
@@ -682,39 +697,101 @@ def _scored(
 
 
 def _term_scores(
-    snapshot: _Snapshot, entries: list[int], restriction: np.ndarray | None, average: np.float64
+    snapshot: _Snapshot, term_id: int, entries: list[int], restriction: _Restriction | None, average: np.float64
 ) -> tuple[np.ndarray, np.ndarray]:
     """Global rows and float32 BM25 scores of one term's live postings (allowed by ``restriction``).
 
+    A restriction to far fewer rows than the term has postings (the chunks of
+    routed documents) looks its rows up in the postings, one binary search
+    each, instead of reading every posting: 5 of a 2M-row query's 18 ms of
+    BM25 went to a routed search of 160 rows. The scores are the same.
+
+    Once rows are deleted, a term's live postings (its document frequency)
+    need every posting read; the snapshot keeps the count from then on.
+
     Args:
+        term_id: the term.
         entries: the term's entry in each segment (:meth:`_Segment.entries`, ``-1``: absent).
     """
-    found = [s.postings(entry) for s, entry in zip(snapshot.segments, entries, strict=True) if entry >= 0]
-    if not found:
+    present = [(s, entry) for s, entry in zip(snapshot.segments, entries, strict=True) if entry >= 0]
+    if not present:
         return _NO_ROWS, _NO_SCORES
+    postings = sum(int(s.indptr[entry + 1] - s.indptr[entry]) for s, entry in present)
+    if restriction is not None and len(restriction.given) * _LOOKUP_SHARE < postings:
+        live = postings if snapshot.dead is None else snapshot.live_postings.get(term_id)
+        if live is not None:
+            rows, tf, lengths = _looked_up(present, restriction.rows)
+            if snapshot.dead is not None:
+                alive = ~snapshot.dead[rows]
+                rows, tf, lengths = rows[alive], tf[alive], lengths[alive]
+            idf = np.float32(_IDF(live, N=snapshot.live_rows))
+            return rows, posting_scores(_PARAMETERS, idf, tf, lengths, average)
+    found = [s.postings(entry) for s, entry in present]
     rows = np.concatenate([p[0] for p in found])
     tf = np.concatenate([p[1] for p in found])
     lengths = np.concatenate([p[2] for p in found])
     if snapshot.dead is not None:
         alive = ~snapshot.dead[rows]
         rows, tf, lengths = rows[alive], tf[alive], lengths[alive]
+    snapshot.live_postings[term_id] = len(rows)
     if not len(rows):
         return _NO_ROWS, _NO_SCORES
     idf = np.float32(_IDF(len(rows), N=snapshot.live_rows))
     if restriction is not None:
-        inside = restriction[rows]
+        inside = restriction.mask[rows]
         rows, tf, lengths = rows[inside], tf[inside], lengths[inside]
     return rows, posting_scores(_PARAMETERS, idf, tf, lengths, average)
 
 
-def _mask_of(rows: np.ndarray, snapshot: _Snapshot) -> np.ndarray:
-    """``rows`` (checked row ids, repeats allowed) as a boolean mask over the snapshot's rows:
-    a term's postings are then tested by one gather, where a sorted id list cost a
-    ``np.unique`` of the restriction (tens of ms for 100k rows under NumPy 2.4's hashing
-    unique) and a binary search per posting."""
-    mask = np.zeros(snapshot.row_count, dtype=bool)
-    mask[rows] = True
-    return mask
+def _looked_up(present: list[tuple[_Segment, int]], wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of ``wanted`` (sorted global ids) holding one term, with their term frequencies and
+    lengths: per segment, each wanted row of it searched among the term's rows there."""
+    rows, tf, lengths = [], [], []
+    for segment, entry in present:
+        start, end = int(segment.indptr[entry]), int(segment.indptr[entry + 1])
+        mine = wanted[
+            np.searchsorted(wanted, segment.first_row) : np.searchsorted(
+                wanted, segment.first_row + len(segment.lengths)
+            )
+        ]
+        if not len(mine):
+            continue
+        local = mine - segment.first_row
+        term_rows = segment.rows[start:end]
+        at = np.minimum(np.searchsorted(term_rows, local), len(term_rows) - 1)
+        hit = term_rows[at] == local
+        rows.append(mine[hit])
+        tf.append(segment.tf[start + at[hit]])
+        lengths.append(segment.lengths[local[hit]])
+    if not rows:
+        return _NO_ROWS, np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int32)
+    return np.concatenate(rows), np.concatenate(tf), np.concatenate(lengths)
+
+
+class _Restriction:
+    """The rows a search may return, as what a term's postings need: their sorted ids for
+    lookups, or a mask over every row to test many postings by one gather. Each is made
+    when first asked for (sorting a broad filter's rows cost tens of ms)."""
+
+    def __init__(self, rows: np.ndarray, snapshot: _Snapshot) -> None:
+        self.given = rows  # checked row ids, repeats allowed
+        self._row_count = snapshot.row_count
+        self._rows: np.ndarray | None = None
+        self._mask: np.ndarray | None = None
+
+    @property
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._rows = _sorted_unique(self.given)
+        return self._rows
+
+    @property
+    def mask(self) -> np.ndarray:
+        if self._mask is None:
+            mask = np.zeros(self._row_count, dtype=bool)
+            mask[self.given] = True
+            self._mask = mask
+        return self._mask
 
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
