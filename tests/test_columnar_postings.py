@@ -130,6 +130,20 @@ def test_merge_small_merges_runs_of_small_clean_segments_and_leaves_the_rest_unr
     assert [s.tolist() for s in reopened.search(["w1"], k=20)] == [s.tolist() for s in postings.search(["w1"], k=20)]
 
 
+def test_a_largest_size_ends_each_run_of_merged_segments_before_it_would_pass_it():
+    """The end of a build merges its checkpoints' segments into runs of bounded rows: fewer
+    segments for a query to read, a bounded merge in memory; answers unchanged."""
+    postings = Postings()
+    for size in (3, 3, 3, 4, 1, 2, 9):
+        postings.append([["w1", f"w{size}"]] * size)
+    before = {tuple(q): postings.search(q, k=30) for q in QUERIES}
+    assert postings.merge_small(keep_rows=8, largest=6) == 4  # 3+3 and 4+1 merged; 3 and 2 alone; 9 kept
+    assert [len(s.lengths) for s in postings._snapshot.segments] == [6, 3, 5, 2, 9]
+    for query, (rows, scores) in before.items():
+        found = postings.search(list(query), k=30)
+        assert found[0].tolist() == rows.tolist() and found[1].tolist() == scores.tolist()
+
+
 def test_write_and_open_round_trip_and_later_writes_add_only_new_files(tmp_path):
     rng = np.random.default_rng(3)
     postings = Postings()

@@ -295,13 +295,21 @@ class Postings:
             )
         return new_ids
 
-    def merge_small(self, keep_rows: int = KEEP_SEGMENT_ROWS) -> int:
+    def merge_small(self, keep_rows: int = KEEP_SEGMENT_ROWS, largest: int | None = None) -> int:
         """Merge each run of consecutive segments of fewer than ``keep_rows`` rows, none of them
         deleted, into one segment, keeping every row id; larger segments stay as they are.
 
         What a streaming build does at every checkpoint: its batches' segments
         become one, while the segments of earlier checkpoints are not read
-        again (:meth:`compact` merges everything, into memory).
+        again (:meth:`compact` merges everything, into memory). At its end it
+        merges the checkpoints' segments too, into runs of at most ``largest``
+        rows: a query reads each segment's postings of each of its terms (20
+        segments at 2M rows, 157 reads of a 10 ms search), and a merge holds
+        about 40 bytes per posting of its run in memory.
+
+        Args:
+            keep_rows: segments of this many rows or more stay as they are.
+            largest: a run ends before it would hold more rows (``None``: no limit).
 
         Returns:
             How many segments were merged.
@@ -326,6 +334,8 @@ class Postings:
                 rows = len(segment.lengths)
                 clean = dead is None or not dead[segment.first_row : segment.first_row + rows].any()
                 if clean and rows < keep_rows:
+                    if largest is not None and run and sum(len(s.lengths) for s in run) + rows > largest:
+                        close_run()
                     run.append(segment)
                 else:
                     close_run()

@@ -391,7 +391,7 @@ class SummaryIndex:
         for level in (self.summary_index, self.chunk_index):
             store = level.vector_store if level is not None else None
             if isinstance(store, ColumnarVectorStore):
-                store.merge_segments()
+                store.merge_segments(final=retrain)
                 if retrain:
                     store.retrain_vectors()
 
