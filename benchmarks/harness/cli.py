@@ -64,12 +64,14 @@ def add_rounds(p: argparse.ArgumentParser, default: int = 3) -> None:
     p.add_argument("--rounds", type=int, default=default, help="interleaved passes over the queries")
 
 
-def add_embed_model(p: argparse.ArgumentParser, default: str = "minilm") -> None:
+def add_embed_model(p: argparse.ArgumentParser, default: str | None = "minilm") -> None:
+    """``--embed-model``; ``default=None`` leaves the choice to the script (e.g. by the corpus's language)."""
     p.add_argument(
         "--embed-model",
         choices=REAL_MODELS,
         default=default,
-        help="minilm (or default): all-MiniLM-L6-v2; multilingual: multilingual-e5-small",
+        help="minilm (or default): all-MiniLM-L6-v2; multilingual: multilingual-e5-small"
+        + ("" if default else "; default: the model llama-recursive build chooses for each dataset"),
     )
 
 
