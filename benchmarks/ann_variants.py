@@ -28,10 +28,15 @@ Every variant proposes ``max(100, 10 k)`` candidates and rescores them exactly
 on the float32 rows, as ``VectorColumn`` does, so recall counts only what the
 approximate step misses. The truth is a float32 scan of every row.
 
-``real`` mode answers how document lists behave on real embeddings: a real
-dataset's chunks and queries through the shared embedding cache (queries not
-cached are skipped and counted), document lists against k-means lists at the
-same share of rows scanned.
+``real`` mode answers how document lists behave on real embeddings: real
+datasets' chunks and queries through the shared embedding cache (queries not
+cached are skipped and counted; nothing is embedded), the datasets of one
+embedding model combined into one corpus (document ids prefixed by the
+dataset; a set without ``documents.jsonl`` gives one document per chunk), every
+set's queries searched against it. Document lists (every row of the probed
+lists scored exactly; the coarse step over the centroids in float32, SQ8, or
+the column's signed bytes) against the column's k-means lists (IVF-SQ8, 100
+candidates rescored) at the same share of rows scanned.
 
 Times are wall clock on 2 cores shared with other sessions: compare rows of
 one run, and read the load average recorded. Children run under ``nice``.
@@ -41,12 +46,16 @@ Usage (repository root)::
     PYTHONPATH=. .venv/bin/python benchmarks/ann_variants.py --sizes 500000
     PYTHONPATH=. .venv/bin/python benchmarks/ann_variants.py --sizes 60000 --queries 100   # quick
     PYTHONPATH=. .venv/bin/python benchmarks/ann_variants.py real --data legalbench_contractnli
+    PYTHONPATH=. nice -n 10 .venv/bin/python benchmarks/ann_variants.py real \
+        --data xquad_en_fine,xquad_en,scifact,legalbench_contractnli,llamaindex_blockchain_solana,xquad_zh_fine,xquad_zh,cmrc2018 \
+        --cache /work/main/.cache/embeddings.sqlite --out benchmarks/results/ann_real_lists.md
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -356,75 +365,294 @@ def child(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------ real embeddings
-def real(args: argparse.Namespace) -> str:
-    """Document lists against k-means lists on a real dataset's cached embeddings.
+def real_model_of(name: str, texts: list[str], chosen: str | None) -> str:
+    """The model a dataset's vectors come from: ``--embed-model`` when given, else the one
+    ``llama-recursive build`` chooses for its texts (multilingual from a 10% share of CJK texts)."""
+    from llama_index_ext_recursive.models import MULTILINGUAL_CORPUS_SHARE, cjk_share
+
+    if chosen is not None:
+        return "minilm" if chosen == "default" else chosen
+    return "multilingual" if cjk_share(texts) >= MULTILINGUAL_CORPUS_SHARE else "minilm"
+
+
+def real(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Document lists against k-means lists on real datasets' cached embeddings, one
+    combined corpus per embedding model (vectors of two models share no space).
 
     The vectors are read here (the cache needs the model's identity, so torch is
-    loaded) and searched in a child process: FAISS's OpenMP and torch's crash
-    together in ``add_core``.
+    loaded) and searched in a child process per model: FAISS's OpenMP and
+    torch's crash together in ``add_core``.
     """
     from harness import data
     from harness.models import real_model
     from llama_index.core.schema import MetadataMode
 
-    dataset = data.load(args.data)
-    model = real_model(args.embed_model, args.cache)
-    nodes = dataset.nodes(title_in_text=not dataset.hierarchical, embed_title=True)
-    keys = [model._key("text", n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
-    found = model._lookup(keys)  # the cache only: nothing is embedded here
-    kept = [(n, found[k]) for n, k in zip(nodes, keys, strict=True) if k in found]
-    qids = list(dataset.queries)
-    qkeys = [model._key("query", dataset.queries[q]) for q in qids]
-    qfound = model._lookup(qkeys)
-    queries = np.asarray([qfound[k] for k in qkeys if k in qfound], dtype=np.float32)
-    vectors = np.asarray([v for _, v in kept], dtype=np.float32)
-    docs = [dataset.doc_of.get(n.node_id, n.node_id) for n, _ in kept]
-    number = {d: i for i, d in enumerate(sorted(set(docs)))}
-    lists = np.asarray([number[d] for d in docs], dtype=np.int64)
-    with tempfile.TemporaryDirectory(dir=args.scratch) as scratch:
-        arrays = os.path.join(scratch, "real.npz")
-        np.savez(arrays, vectors=vectors, queries=queries, lists=lists)
-        command = [
-            sys.executable,
-            __file__,
-            "real-child",
-            "--arrays",
-            arrays,
-            "--real-candidates",
-            str(args.real_candidates),
-        ]
-        for flag in ("real_nprobes", "real_kmeans_lists", "real_shares"):
-            command += [f"--{flag.replace('_', '-')}", ",".join(map(str, getattr(args, flag)))]
-        out = subprocess.run(command, capture_output=True, text=True, check=True)
-    rows_out = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("[")]
+    groups: dict[str, list[tuple[str, Any, list[Any]]]] = {}
+    for name in args.data:
+        dataset = data.load(name)
+        nodes = dataset.nodes(title_in_text=not dataset.hierarchical, embed_title=True)
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        groups.setdefault(real_model_of(name, texts, args.embed_model), []).append((name, dataset, nodes))
+    lines = [f"Command: `{command_line()}`"]
+    results: dict[str, Any] = {}
+    for model_name, sets in groups.items():
+        model = real_model(model_name, args.cache)
+        vectors: list[Any] = []
+        docs: list[str] = []
+        queries: list[Any] = []
+        query_sets: list[int] = []  # the dataset of each query (its place in ``sets``)
+        counts: list[str] = []
+        for name, dataset, nodes in sets:
+            own_documents = (data.folder(name) / "documents.jsonl").exists()
+            keys = [model._key("text", n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
+            found = model._lookup(keys)  # the cache only: nothing is embedded here
+            kept = [(n, found[k]) for n, k in zip(nodes, keys, strict=True) if k in found]
+            vectors += [v for _, v in kept]
+            # doc ids prefixed by the dataset, so two sets' documents stay apart
+            docs += [
+                f"{name}/{dataset.doc_of.get(n.node_id, n.node_id) if own_documents else n.node_id}" for n, _ in kept
+            ]
+            qkeys = [model._key("query", text) for text in dataset.queries.values()]
+            qfound = model._lookup(qkeys)
+            queries += [qfound[k] for k in qkeys if k in qfound]
+            query_sets += [len(counts)] * sum(k in qfound for k in qkeys)
+            counts.append(
+                f"{name}: {len(nodes)} chunks ({len(nodes) - len(kept)} not cached, left out), "
+                f"{len({d for d in docs if d.startswith(name + '/')})} documents"
+                f"{'' if own_documents else ' (no documents.jsonl: one per chunk)'}, "
+                f"{len(qkeys)} queries ({len(qkeys) - len(qfound)} not cached, skipped)"
+            )
+        number = {d: i for i, d in enumerate(sorted(set(docs)))}
+        lists = np.asarray([number[d] for d in docs], dtype=np.int64)
+        query_matrix = np.asarray(queries, dtype=np.float32)
+        with tempfile.TemporaryDirectory(dir=args.scratch) as scratch:
+            arrays = os.path.join(scratch, "real.npz")
+            np.savez(
+                arrays,
+                vectors=np.asarray(vectors, dtype=np.float32),
+                queries=query_matrix,
+                lists=lists,
+                query_sets=np.asarray(query_sets, dtype=np.int64),
+            )
+            command = ["nice", "-n", "10", sys.executable, __file__, "real-child", "--arrays", arrays]
+            command += ["--real-candidates", str(args.real_candidates)]
+            for flag in ("real_nprobes", "real_kmeans_lists", "real_shares", "real_probes"):
+                command += [f"--{flag.replace('_', '-')}", ",".join(map(str, getattr(args, flag)))]
+            out = subprocess.run(command, capture_output=True, text=True, check=True)
+        events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        results[model_name] = events
+        lines += ["", f"## {model_name}: {', '.join(name for name, _, _ in sets)}", ""]
+        lines += real_report(events, lists, query_matrix, counts, [name for name, _, _ in sets], args)
+    return "\n".join(lines), results
+
+
+def real_report(
+    events: list[dict[str, Any]],
+    lists: np.ndarray,
+    queries: np.ndarray,
+    counts: list[str],
+    names: list[str],
+    args: argparse.Namespace,
+) -> list[str]:
+    """The tables of one model's combined corpus."""
     sizes = np.bincount(lists)
+    distinct = len(np.unique(queries, axis=0))
+    of = {kind: [e for e in events if e["kind"] == kind] for kind in ("documents", "kmeans", "legacy")}
+    docs = {(e["coarse"], e["probes"]): e for e in of["documents"]}
+    kmeans = of["kmeans"]
     lines = [
-        f"Command: `{command_line()}`",
+        "; ".join(counts) + ".",
         "",
-        f"Dataset {args.data}: {len(nodes)} chunks, {len(kept)} with a cached vector ({len(nodes) - len(kept)} "
-        f"not cached, left out); {len(number)} documents (chunks per document: median {int(np.median(sizes))}, "
-        f"max {sizes.max()}); {len(qids)} queries, {len(queries)} in the cache ({len(qids) - len(queries)} "
-        f"skipped); model {args.embed_model}.",
+        f"Combined: {len(lists)} rows in {len(sizes)} documents, rows per document mean {sizes.mean():.2f}, "
+        f"median {np.median(sizes):g}, max {sizes.max()}; {len(queries)} queries ({distinct} distinct vectors), "
+        "each searched against the whole combined corpus; truth = exact scan of it.",
         "",
-        f"Recall@10 of the approximate step ({args.real_candidates} candidates rescored exactly) against the exact "
-        "scan; `rows scanned` is the mean share of the rows in the probed lists:",
+        "(a), (c) Document lists (centroid = unit mean of a document's chunks): the probed lists are the "
+        "nearest centroids by the coarse step named, and ALL their rows are scored exactly (no SQ8 codes, no "
+        "candidate cap); `share` = mean share of the rows in the probed lists. Coarse steps: float32 flat; "
+        "SQ8 = `IndexScalarQuantizer` `QT_8bit` (per-dimension ranges trained on the centroids), inner product; "
+        "signed bytes = the column's own coarse step (`QT_8bit_direct_signed`, one scale so that the largest "
+        "component is 127). `column` = the column's default probes, enough lists to score about 4096 rows, "
+        "at least 32.",
         "",
-        Table(["lists", "count", "nprobe", "rows scanned", "recall@10"]).render(rows_out),
+        Table(
+            [
+                "probes",
+                "share (float32)",
+                "recall@10 float32",
+                "share (SQ8)",
+                "recall@10 SQ8",
+                "share (signed bytes)",
+                "recall@10 signed bytes",
+            ]
+        ).render(
+            [
+                str(probes),
+                *[
+                    cell
+                    for coarse in ("float32", "sq8", "signed")
+                    for cell in (fmt(docs[coarse, probes]["share"], 4), fmt(docs[coarse, probes]["recall"], 4))
+                ],
+            ]
+            for probes in sorted({p for _, p in docs}, key=lambda p: (isinstance(p, str), p))
+        ),
+        "",
+        f"(b) k-means lists as the column trains them (spherical, `_nlist` = 4 sqrt(rows) = {kmeans[0]['nlist']} "
+        f"lists, trained on at most 64 rows per list), IVF-SQ8 codes, {CANDIDATES} candidates rescored exactly "
+        "(the column's search); nprobe chosen so that the share of rows in the probed lists matches the document "
+        "lists' share at the probes named (float32 coarse), plus the column's default nprobe (one list in 16, at "
+        "least 16). `all rows exact` scores every row of the same probed lists exactly (the partition alone, as in "
+        "(a)):",
+        "",
+        Table(
+            [
+                "matches document probes",
+                "nprobe",
+                "share of lists",
+                "share of rows",
+                f"recall@10 ({CANDIDATES} candidates)",
+                "recall@10 all rows exact",
+            ]
+        ).render(
+            [
+                str(e["matches"]),
+                str(e["nprobe"]),
+                fmt(e["nprobe"] / e["nlist"], 4),
+                fmt(e["share"], 4),
+                fmt(e["recall"], 4),
+                fmt(e["recall_exact"], 4),
+            ]
+            for e in kmeans
+        ),
+        "",
+        "Recall@10 by dataset (its queries against the combined corpus): document lists (float32 coarse) at the "
+        "probes named, and k-means lists at the nprobe matching their share (100 candidates):",
+        "",
+        Table(["probes", "share", *[f"{n} documents" for n in names], *[f"{n} k-means" for n in names]]).render(
+            [
+                str(probes),
+                fmt(docs["float32", probes]["share"], 4),
+                *[fmt(r, 3) for r in docs["float32", probes]["by_set"]],
+                *[fmt(r, 3) for r in matched_kmeans(kmeans, probes)["by_set"]],
+            ]
+            for probes in sorted({p for _, p in docs}, key=lambda p: (isinstance(p, str), p))
+        ),
+        "",
+        f"Earlier single-set table (IVF-SQ8 codes, {args.real_candidates} candidates rescored; k-means lists of "
+        "fixed counts, trained on every row):",
+        "",
+        Table(["lists", "count", "nprobe", "rows scanned", "recall@10"]).render(e["row"] for e in of["legacy"]),
     ]
-    return "\n".join(lines)
+    return lines
+
+
+def matched_kmeans(kmeans: list[dict[str, Any]], probes: int | str) -> dict[str, Any]:
+    """The k-means event whose share matches the document lists' at ``probes``."""
+    label = probes if isinstance(probes, int) else probes.split("(")[1].rstrip(")")
+    return next(e for e in kmeans if str(label) in e["matches"].split(", "))
+
+
+def probed_recall(
+    vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, lists: np.ndarray, probed: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """Each query's recall@10 and the mean share of rows when every row of its ``probed`` lists is
+    scored exactly (``-1`` in ``probed``: no list)."""
+    sizes = np.bincount(lists)
+    hits, share = np.zeros(len(queries)), 0.0
+    for start in range(0, len(queries), 256):
+        block = slice(start, start + 256)
+        chosen = probed[block]
+        wanted = np.zeros((len(chosen), len(sizes)), dtype=bool)
+        rows_of_query = np.repeat(np.arange(len(chosen)), chosen.shape[1])
+        valid = chosen.ravel() >= 0
+        wanted[rows_of_query[valid], chosen.ravel()[valid]] = True
+        mask = wanted[:, lists]  # queries x rows
+        scores = np.where(mask, queries[block] @ vectors.T, -np.inf)
+        top = np.argpartition(-scores, K, axis=1)[:, :K]
+        for q, found in enumerate(top):
+            found = found[np.isfinite(scores[q, found])]
+            hits[start + q] = len(np.intersect1d(found, truth[start + q])) / K
+        share += float(np.where(wanted, sizes, 0).sum())
+    return hits, share / len(queries) / len(vectors)
 
 
 def real_child(args: argparse.Namespace) -> None:
-    """The searches of :func:`real`, one JSON row per setting."""
+    """The searches of :func:`real` on one combined corpus, one JSON event per setting."""
     import faiss
 
+    from llama_index_ext_recursive.columnar import vectors as column
+
+    faiss.omp_set_num_threads(1)
     with np.load(args.arrays, allow_pickle=False) as arrays:
         vectors, queries, lists = arrays["vectors"], arrays["queries"], arrays["lists"]
+        query_sets = arrays["query_sets"]
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     truth = exact_truth(vectors, queries)
     docs = int(lists.max()) + 1
 
+    def by_set(recalls: np.ndarray) -> list[float]:
+        """Mean recall of each dataset's queries."""
+        return [float(recalls[query_sets == i].mean()) for i in range(int(query_sets.max()) + 1)]
+
+    means = np.zeros((docs, vectors.shape[1]), dtype=np.float32)
+    np.add.at(means, lists, vectors)
+    centroids = np.ascontiguousarray(means / np.linalg.norm(means, axis=1, keepdims=True))
+
+    # (a), (c): document lists, every row of the probed lists scored exactly
+    sq8 = faiss.IndexScalarQuantizer(vectors.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    sq8.train(centroids)
+    sq8.add(centroids)
+    # the column's coarse step, built as VectorColumn._coarse_template builds it
+    scale = np.float32(127.0 / float(np.abs(centroids).max()))
+    transform = faiss.LinearTransform(vectors.shape[1], vectors.shape[1], False)
+    faiss.copy_array_to_vector((np.eye(vectors.shape[1], dtype=np.float32) * scale).ravel(), transform.A)
+    transform.is_trained = True
+    codes = faiss.IndexScalarQuantizer(
+        vectors.shape[1], faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT
+    )
+    signed = faiss.IndexPreTransform(transform, codes)
+    signed.add(centroids)
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat.add(centroids)
+    default = max(column._LIST_PROBES, math.ceil(column._LIST_ROWS_SCORED / (len(vectors) / docs)))
+    probes = [*sorted(set(args.real_probes)), default]
+    most = min(docs, max(probes))
+    ranked = {
+        "float32": flat.search(queries, most)[1],
+        "sq8": sq8.search(queries, most)[1],
+        "signed": signed.search(queries, most)[1],
+    }
+    float_shares: dict[int, float] = {}
+    for label, n in [(p, p) for p in probes[:-1]] + [(f"column ({default})", default)]:
+        for coarse, order in ranked.items():
+            recalls, share = probed_recall(vectors, queries, truth, lists, order[:, : min(n, docs)])
+            if coarse == "float32":
+                float_shares[n] = share
+            event = {"kind": "documents", "coarse": coarse, "probes": label, "share": share}
+            print(json.dumps(event | {"recall": float(recalls.mean()), "by_set": by_set(recalls)}))
+
+    # (b): k-means lists by the column's rule, IVF-SQ8 with 100 candidates rescored
+    index, info = build_kmeans(faiss, vectors)
+    nlist = int(info["nlist"])
+    assigned = index.quantizer.search(vectors, 1)[1][:, 0]
+    list_sizes = np.bincount(assigned, minlength=nlist)
+    order = index.quantizer.search(queries, nlist)[1]
+    curve = np.cumsum(list_sizes[order], axis=1).mean(axis=0) / len(vectors)  # mean share by nprobe - 1
+    chosen: dict[int, list[str]] = {}
+    for n, share in float_shares.items():
+        chosen.setdefault(int(np.abs(curve - share).argmin()) + 1, []).append(str(n))
+    chosen.setdefault(int(info["default_nprobe"]), []).append("column default")
+    for nprobe, matches in sorted(chosen.items()):
+        _, ids = index.search(queries, CANDIDATES, params=faiss.SearchParametersIVF(nprobe=nprobe))
+        got = [rescored(vectors, q, i) for q, i in zip(queries, ids, strict=True)]
+        recalls = np.asarray([len(np.intersect1d(a, t)) / K for a, t in zip(got, truth, strict=True)])
+        exact, share = probed_recall(vectors, queries, truth, assigned, order[:, :nprobe])
+        event = {"kind": "kmeans", "nlist": nlist, "nprobe": nprobe, "matches": ", ".join(matches), "share": share}
+        event |= {"recall": float(recalls.mean()), "recall_exact": float(exact.mean()), "by_set": by_set(recalls)}
+        print(json.dumps(event))
+
+    # the earlier single-set table: IVF-SQ8 codes, --real-candidates candidates
     def recall_of(index: Any, nprobe: int) -> tuple[float, float]:
         _, ids = index.search(queries, args.real_candidates, params=faiss.SearchParametersIVF(nprobe=nprobe))
         got = [rescored(vectors, q, i) for q, i in zip(queries, ids, strict=True)]
@@ -433,17 +661,21 @@ def real_child(args: argparse.Namespace) -> None:
         scanned = float(np.mean([sizes[a[a >= 0]].sum() for a in assigned])) / len(vectors)
         return float(np.mean([len(np.intersect1d(a, t)) / K for a, t in zip(got, truth, strict=True)])), scanned
 
+    def legacy(row: list[Any]) -> None:
+        print(json.dumps({"kind": "legacy", "row": row}))
+
     doc_index = DocIVF(faiss, docs)
     doc_index.train_sq(vectors)
-    order = np.argsort(lists, kind="stable")
-    means = np.stack([vectors[lists == i].mean(axis=0) for i in range(docs)])
-    doc_index.index.quantizer.add(means / np.linalg.norm(means, axis=1, keepdims=True))
-    ordered, ids, assigned = (np.ascontiguousarray(a) for a in (vectors[order], order.astype(np.int64), lists[order]))
+    rows_in_order = np.argsort(lists, kind="stable")
+    doc_index.index.quantizer.add(centroids)
+    ordered, ids, own = (
+        np.ascontiguousarray(a) for a in (vectors[rows_in_order], rows_in_order.astype(np.int64), lists[rows_in_order])
+    )
     swig = faiss.swig_ptr
-    doc_index.index.add_core(len(order), swig(ordered), swig(ids), swig(assigned))
+    doc_index.index.add_core(len(rows_in_order), swig(ordered), swig(ids), swig(own))
     for n in args.real_nprobes:
         r, share = recall_of(doc_index.index, n)
-        print(json.dumps(["document lists (unit mean)", docs, n, fmt(share, 3), fmt(r, 4)]))
+        legacy(["document lists (unit mean)", docs, n, fmt(share, 3), fmt(r, 4)])
     for nlist in args.real_kmeans_lists:
         km = sq_index(faiss, nlist)
         km.cp.spherical = True
@@ -451,7 +683,7 @@ def real_child(args: argparse.Namespace) -> None:
         km.add(vectors)
         for n in sorted({max(1, round(nlist * s)) for s in args.real_shares}):
             r, share = recall_of(km, n)
-            print(json.dumps(["k-means lists (spherical)", nlist, n, fmt(share, 3), fmt(r, 4)]))
+            legacy(["k-means lists (spherical)", nlist, n, fmt(share, 3), fmt(r, 4)])
 
 
 # ------------------------------------------------------------------ parent
@@ -586,9 +818,14 @@ def main() -> None:
     p.add_argument("--ef-search", type=cli.csv(int), default=[100, 128, 192, 256, 384])
     p.add_argument("--scratch", default=tempfile.gettempdir(), help="where an index file is written and removed")
     p.add_argument("--timeout", type=float, default=5400.0, help="seconds per child")
-    cli.add_data(p, required=False, default="legalbench_contractnli")
+    p.add_argument(
+        "--data",
+        type=cli.csv(str),
+        default=["legalbench_contractnli"],
+        help="real mode: dataset folder names (comma-separated), combined into one corpus per embedding model",
+    )
     cli.add_cache(p)
-    cli.add_embed_model(p)
+    cli.add_embed_model(p, default=None)
     p.add_argument("--arrays", help=argparse.SUPPRESS)
     p.add_argument(
         "--real-candidates", type=int, default=20, help="candidates rescored on the real set (of ~2000 rows)"
@@ -596,6 +833,9 @@ def main() -> None:
     p.add_argument("--real-nprobes", type=cli.csv(int), default=[1, 2, 3, 5, 8, 12, 16])
     p.add_argument("--real-kmeans-lists", type=cli.csv(int), default=[95, 188])
     p.add_argument("--real-shares", type=cli.csv(float), default=[0.02, 0.05, 0.1, 0.15, 0.2])
+    p.add_argument(
+        "--real-probes", type=cli.csv(int), default=[1, 2, 4, 8, 16, 32, 64, 128], help="document lists probed"
+    )
     cli.add_out(p, RESULTS / "ann_variants_run.md")
     args = p.parse_args()
     if args.mode == "child":
@@ -605,11 +845,11 @@ def main() -> None:
         real_child(args)
         return
     if args.mode == "real":
-        text = real(args)
+        text, events = real(args)
         write(
             args.out,
             "# Document lists on real embeddings (issue 25)\n\n" + text,
-            {"args": {k: str(v) for k, v in vars(args).items()}},
+            {"args": {k: str(v) for k, v in vars(args).items()}, "events": events},
         )
         print(text)
         return

@@ -227,7 +227,28 @@ def test_cli_flags_and_the_quoted_command() -> None:
     cli.add_embed_model(parser)
     assert parser.description == "First line." and parser.parse_args([]).rounds == 3
     assert parser.parse_args(["--embed-model", "default"]).embed_model == "default"
+    chosen_later = cli.parser(None)
+    cli.add_embed_model(chosen_later, default=None)  # the script chooses per dataset when not given
+    assert chosen_later.parse_args([]).embed_model is None
     assert cli.command(["--x", "a b"], script="/any/where/foo.py") == ".venv/bin/python benchmarks/foo.py --x 'a b'"
+
+
+def test_ann_variants_scores_every_row_of_the_probed_lists_and_only_those() -> None:
+    spec = importlib.util.spec_from_file_location("benchmark_ann_variants", BENCHMARKS / "ann_variants.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(0)
+    near = np.array([1.0, 0, 0, 0]) + 0.05 * rng.standard_normal((10, 4))  # the query's 10 neighbours: list 0
+    far = np.array([0, 1.0, 0, 0]) + 0.05 * rng.standard_normal((12, 4))  # list 1
+    vectors = np.concatenate([near, far]).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    lists = np.array([0] * 10 + [1] * 12)
+    queries = np.array([[1.0, 0, 0, 0]], dtype=np.float32)
+    truth = module.exact_truth(vectors, queries)
+    assert sorted(truth[0]) == list(range(10))
+    for probed, recall, share in (([0], 1.0, 10 / 22), ([1], 0.0, 12 / 22), ([0, 1], 1.0, 1.0), ([-1], 0.0, 0.0)):
+        got, scanned = module.probed_recall(vectors, queries, truth, lists, np.array([probed]))
+        assert got.tolist() == [recall] and scanned == pytest.approx(share)
 
 
 def test_run_child_reports_its_output_and_peak_memory_and_stops_at_the_limit() -> None:
