@@ -571,8 +571,8 @@ class VectorColumn:
         score a smaller share of a larger column: on the benchmark corpus 8
         lists of 20 rows already find the exact top 10 at 2M rows, but on the
         shared datasets' real embeddings, whose neighbours spread over
-        documents, 32 lists (4% of the rows) gave recall@10 0.96 and 128 lists
-        (12%) 0.987 (``benchmarks/results/real_lists.md``)."""
+        documents, lists scoring 4% of the rows gave recall@10 0.958 and 0.99
+        needed 15.6% (``benchmarks/results/ann_real_lists.md``)."""
         approximate = self._approximate
         if approximate is None:
             return None
