@@ -625,17 +625,11 @@ def test_lists_that_do_not_cut_the_rows_into_runs_are_refused():
     assert column.row_count == 0
 
 
-def test_without_an_nprobe_document_lists_are_probed_for_a_budget_of_rows():
-    """Rows scored set a search's cost: the default probes score about 4096 of them, so
-    documents of 8 rows get 512 probes and documents of 200 rows the floor of 32."""
+def test_without_an_nprobe_a_search_probes_32_document_lists_and_a_given_nprobe_wins():
     dim = 8
     column = VectorColumn(dim, approximate_threshold=100)
     matrix, lists = document_rows(50, 8, dim, 1)
     column.append(matrix, lists=lists)
-    assert column.approximate_kind == "lists" and column.probes == 512
-    long_docs = VectorColumn(dim, approximate_threshold=100)
-    matrix, lists = document_rows(3, 200, dim, 2)
-    long_docs.append(matrix, lists=lists)
-    assert long_docs.probes == 32
-    long_docs.nprobe = 2
-    assert long_docs.probes == 2  # a given nprobe wins
+    assert column.approximate_kind == "lists" and column.probes == 32
+    column.nprobe = 2
+    assert column.probes == 2

@@ -99,9 +99,7 @@ _MIN_NPROBE = 16
 # the rows' own lists (documents) partition the approximate step when the live lists hold this
 # many live rows on average; fewer (one row per document) and k-means lists do
 _MIN_LIST_ROWS = 4
-# without a given nprobe, a search of document lists probes enough lists to score about this
-# many rows, and at least _LIST_PROBES lists
-_LIST_ROWS_SCORED = 4096
+# without a given nprobe, a search of document lists probes this many
 _LIST_PROBES = 32
 _NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -492,9 +490,9 @@ class VectorColumn:
             the approximate candidate step (FAISS IVF-SQ8) before exact
             rescoring; below it every search is an exact scan.
         nprobe: lists the approximate step probes per query (more: higher
-            recall, slower). ``None``: document lists enough to score about
-            4096 rows exactly (at least 32 lists); or, under k-means lists, one
-            in 16 of the lists trained (:func:`_nprobe`, :attr:`probes`).
+            recall, slower). ``None``: 32 document lists, every row of them
+            scored exactly; or, under k-means lists, one in 16 of the lists
+            trained (:func:`_nprobe`, :attr:`probes`).
         candidates: how many candidates per requested result the k-means
             approximate step proposes for exact rescoring (at least 100 in all).
     """
@@ -563,16 +561,17 @@ class VectorColumn:
     @property
     def probes(self) -> int | None:
         """Lists the approximate step probes per query: ``nprobe``, or when it is ``None``
-        enough document lists to score about ``_LIST_ROWS_SCORED`` rows (at least
-        ``_LIST_PROBES``), or the rule's share of the k-means lists (:func:`_nprobe`);
-        ``None`` while there is no index.
+        ``_LIST_PROBES`` document lists, or the rule's share of the k-means lists
+        (:func:`_nprobe`); ``None`` while there is no index.
 
-        Rows scored, not lists, set the cost, and a fixed number of lists would
-        score a smaller share of a larger column: on the benchmark corpus 8
-        lists of 20 rows already find the exact top 10 at 2M rows, but on the
-        shared datasets' real embeddings, whose neighbours spread over
-        documents, lists scoring 4% of the rows gave recall@10 0.958 and 0.99
-        needed 15.6% (``benchmarks/results/ann_real_lists.md``)."""
+        32 document lists: on the benchmark corpus 8 lists of 20 rows already
+        find the exact top 10 at 2M rows; probing enough lists to score 4096
+        rows (205 at 2M) added 4 ms to the chunk search and about 15 ms to a
+        recursive query there. On the shared datasets' real embeddings, whose
+        neighbours spread over documents, lists scoring 4% of the rows gave
+        recall@10 0.958 and 0.99 needed 15.6%
+        (``benchmarks/results/ann_real_lists.md``): a real corpus of that size
+        may want a larger ``nprobe``, which the column takes."""
         approximate = self._approximate
         if approximate is None:
             return None
@@ -580,8 +579,7 @@ class VectorColumn:
             return self.nprobe
         if approximate.kind == "kmeans":
             return _nprobe(int(approximate.index.nlist))
-        rows_per_list = self._live / max(1, int(self._live_lists().sum()))
-        return max(_LIST_PROBES, math.ceil(_LIST_ROWS_SCORED / rows_per_list))
+        return _LIST_PROBES
 
     def alive(self, rows: np.ndarray) -> np.ndarray:
         """Which of ``rows`` are live (``bool`` per row; out-of-range ids are an error)."""
