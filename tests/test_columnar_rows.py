@@ -204,3 +204,14 @@ def test_published_texts_read_their_generation_when_asked_and_keep_what_was_adde
     assert later["a"] == "changed" and later["b"] == "beta" and "c" not in later  # 2 never got "c"
     with pytest.raises(PersistError, match="key 'bad' that is no text"):
         later["bad"]
+
+
+def test_a_column_name_outside_the_rows_schema_never_reaches_the_sql(rows):
+    """Column names go into the SELECT as identifiers (not bound parameters): only the
+    schema's are accepted."""
+    rows.append([_node(0)])
+    assert rows._column_of_rows([0], "node_id", "ref_doc_id") == [("n0", "d0")]
+    for bad in (("node_id, deleted",), ("node; DROP TABLE rows",), ()):
+        with pytest.raises(ValueError, match="not columns of the rows table"):
+            rows._column_of_rows([0], *bad)
+    assert rows.node_ids([0]) == ["n0"]

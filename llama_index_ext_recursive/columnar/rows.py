@@ -64,6 +64,10 @@ _SCHEMA = (
 )
 
 
+# the columns _column_of_rows may name in its SELECT (identifiers are not bound parameters)
+_ROW_COLUMNS = frozenset({"node_id", "ref_doc_id", "node"})
+
+
 class RowNotFoundError(LlamaIndexExtRecursiveError, KeyError):
     """A row id that was never appended, or was deleted."""
 
@@ -228,9 +232,12 @@ class RowStore:
     def _column_of_rows(self, rows: Sequence[int] | np.ndarray, *columns: str) -> list[Any]:
         """The value of ``columns`` (names of this module's schema, never a caller's text) for each
         of ``rows``, in order: one value per row for one column, a tuple for several."""
+        unknown = set(columns) - _ROW_COLUMNS
+        if unknown or not columns:
+            raise ValueError(f"columns {sorted(unknown)} are not columns of the rows table {sorted(_ROW_COLUMNS)}")
         ids = [int(row) for row in np.asarray(rows, dtype=np.int64).reshape(-1)]
         found: dict[int, Any] = {}
-        query = f"SELECT row, {', '.join(columns)} FROM rows WHERE row IN "
+        query = f"SELECT row, {', '.join(columns)} FROM rows WHERE row IN "  # names checked above
         with self._reading() as connection:
             for batch in _batches(sorted(set(ids))):
                 for row, *values in connection.execute(query + f"({_marks(len(batch))})", batch):
