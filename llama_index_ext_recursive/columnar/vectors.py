@@ -898,21 +898,23 @@ class VectorColumn:
         """
         margin = 2 * _screen_bound(self.dim)
         queries = unit.astype(np.float32)
-        kept: list[list[np.ndarray]] = [[] for _ in range(len(unit))]
-        for rows, vectors in blocks:
-            products = np.asarray(vectors, dtype=np.float32) @ queries.T
+        kept: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(len(unit))]
+        for rows, vectors in blocks:  # blocks hold distinct rows
+            block = np.asarray(vectors, dtype=np.float32)
+            products = block @ queries.T
             for q in range(len(unit)):
                 column = products[:, q]
                 if len(column) > k:
                     kth = np.partition(column, len(column) - k)[len(column) - k]
-                    kept[q].append(rows[column >= kth - margin])
+                    keep = column >= kth - margin
+                    kept[q].append((rows[keep], block[keep]))  # the kept vectors, not read again
                 else:
-                    kept[q].append(rows)
+                    kept[q].append((rows, block))
         found_rows, found_scores = [], []
         for q in range(len(unit)):
-            rows = np.unique(np.concatenate(kept[q])) if kept[q] else np.zeros(0, dtype=np.int64)
-            scores = _exact_scores(self._gather(rows), unit[q : q + 1])[:, 0]
-            top_rows, top_scores = _top(rows, scores, k)
+            rows = np.concatenate([r for r, _ in kept[q]]) if kept[q] else np.zeros(0, dtype=np.int64)
+            vectors = np.concatenate([v for _, v in kept[q]]) if kept[q] else np.zeros((0, self.dim), np.float32)
+            top_rows, top_scores = _top(rows, _exact_scores(vectors, unit[q : q + 1])[:, 0], k)
             found_rows.append(top_rows)
             found_scores.append(top_scores)
         return found_rows, found_scores
@@ -993,22 +995,10 @@ class VectorColumn:
                 if len(rows) >= k or probes >= probable:
                     break
                 probes = min(2 * probes, probable)
-            top_rows, top_scores = self._best_of(unit[q], k, rows, self._gather(rows))
-            found_rows.append(top_rows)
-            found_scores.append(top_scores)
+            top_rows, top_scores = self._screened(unit[q : q + 1], k, iter([(rows, self._gather(rows))]))
+            found_rows.append(top_rows[0])
+            found_scores.append(top_scores[0])
         return found_rows, found_scores
-
-    def _best_of(
-        self, unit_query: np.ndarray, k: int, rows: np.ndarray, vectors: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best of ``rows`` (their float32 ``vectors`` in hand) by exact score: a
-        float32 product screens them as :meth:`_screened` does, the kept ones are scored exactly."""
-        if len(rows) > k:
-            products = vectors @ unit_query.astype(np.float32)
-            kth = np.partition(products, len(products) - k)[len(products) - k]
-            keep = products >= kth - 2 * _screen_bound(self.dim)
-            rows, vectors = rows[keep], vectors[keep]
-        return _top(rows, _exact_scores(vectors, unit_query[None, :])[:, 0], k)
 
     # ----------------------------------------------------- approximate index
     def _should_train(self) -> bool:
