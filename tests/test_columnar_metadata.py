@@ -3,6 +3,7 @@ metadata (nested trees, every operator, missing keys, lists, mixed types), throu
 compaction and persistence; values that are not JSON data are refused by name."""
 
 import json
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
+from llama_index_ext_recursive.columnar import metadata as metadata_module
 from llama_index_ext_recursive.columnar.metadata import MetadataColumns
 from llama_index_ext_recursive.filters import metadata_matcher
 from llama_index_ext_recursive.persist import PersistError
@@ -190,3 +192,45 @@ def test_a_leaf_passing_many_or_few_of_many_distinct_values_matches_the_filter_a
     columns.append(rows[half:])
     filters = MetadataFilters(filters=[leaf])
     assert columns.mask(filters).tolist() == _expected(rows, filters).tolist()
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])  # equality leaves answered by a mask / by the rows sorted by code
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=metadatas, more=metadatas, filters=trees, data=st.data())
+def test_rows_are_the_mask_rows_through_appends_deletes_and_compaction(share, first, more, filters, data):
+    with patch.object(metadata_module, "_FEW_ROWS_SHARE", share):
+        columns = MetadataColumns()
+        columns.append(first)
+        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(first, filters)).tolist()
+        columns.append(more)
+        rows = first + more
+        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(rows, filters)).tolist()
+        dead = set(data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=len(rows))))
+        columns.delete(sorted(dead))
+        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(rows, filters, dead)).tolist()
+        assert columns.rows(None).tolist() == [row for row in range(len(rows)) if row not in dead]
+        columns.compact()
+        kept = [metadata for row, metadata in enumerate(rows) if row not in dead]
+        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(kept, filters)).tolist()
+
+
+def test_a_routed_filter_reads_the_rows_of_its_documents_not_a_mask_of_every_row():
+    columns = MetadataColumns()
+    columns.append([{"ref_doc_id": f"d{i // 4}", "year": 2000 + i % 3} for i in range(4000)])
+    columns.append([{"ref_doc_id": "d0", "year": 2001}, {"year": 2002}])
+    columns.delete([1])
+    routed = MetadataFilters(
+        filters=[
+            MetadataFilter(key="ref_doc_id", value=["d0", "d7", "missing"], operator=FilterOperator.IN),
+            MetadataFilter(key="year", value=2001, operator=FilterOperator.GTE),
+        ]
+    )
+    assert columns.rows(routed).tolist() == [2, 28, 29, 31, 4000]
+    assert columns._code_indexes  # answered from the rows sorted by code
+    assert len(columns._masks) == 1  # only the year leaf was a mask over every row
+    assert columns.rows(MetadataFilters(filters=[MetadataFilter(key="ref_doc_id", value="d3")])).tolist() == [
+        12,
+        13,
+        14,
+        15,
+    ]

@@ -24,7 +24,10 @@ row mask of every filter tree and subtree is cached (the last
 or compacted; deletions need no invalidation, as the live rows are applied to
 the cached mask on each call. A leaf that few codes pass (an ``==`` or ``in``
 on a document id) is computed by comparing the codes with those few, which is
-many times faster than a gather through the per-code table.
+many times faster than a gather through the per-code table. Where a caller
+wants the matching rows rather than a mask (:meth:`MetadataColumns.rows`), an
+equality that few rows pass reads them from each segment's rows sorted by
+code, built once per segment and key, with no pass over every row.
 
 Codes are kept in immutable segment files (:mod:`.segments`), one ``int32``
 array of shape ``(keys, rows)`` per append; deletes are tombstone segments of
@@ -77,6 +80,9 @@ _CACHED_MASKS = 8
 # a leaf that at most this many codes pass (or fail) compares the codes with them instead of
 # gathering through the table: one comparison costs about a twentieth of a gather
 _FEW_CODES = 8
+# an equality filter that at most this share of the rows pass is answered from the rows sorted
+# by code (:meth:`MetadataColumns.rows`) instead of a mask over every row
+_FEW_ROWS_SHARE = 1 / 64
 
 
 def _json_problem(value: Any) -> str | None:
@@ -165,6 +171,8 @@ class MetadataColumns:
         self._next_number = 0
         self._masks: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # filter key -> rows it matches
         self._masks_lock = threading.Lock()  # concurrent queries share the cache
+        # (segment number, key) -> the segment's rows sorted by code, and the codes (:meth:`rows`)
+        self._code_indexes: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ reading
     def __len__(self) -> int:
@@ -214,6 +222,85 @@ class MetadataColumns:
         if filters is None or not filters.filters:
             return ~self._dead
         return self._matching(filters) & ~self._dead
+
+    def rows(self, filters: MetadataFilters | None) -> np.ndarray:
+        """Live rows matching ``filters``, ascending: ``np.flatnonzero(self.mask(filters))``.
+
+        A filter that few rows pass (``==`` or ``in`` on document ids, alone or
+        ANDed with other filters) is answered from each segment's rows sorted by
+        code, so a routed query of a 2M-row level reads the rows of its
+        documents instead of passing over every row's code (4 ms a query).
+        """
+        found = None if filters is None else self._few_rows(filters)
+        if found is None:
+            return np.flatnonzero(self.mask(filters))
+        return found[~self._dead[found]]
+
+    def _few_rows(self, item: MetadataFilters | MetadataFilter) -> np.ndarray | None:
+        """Rows ``item`` holds for (dead ones included), ascending, when some part of it is an
+        equality that at most a :data:`_FEW_ROWS_SHARE` of the rows pass; ``None`` otherwise."""
+        if isinstance(item, MetadataFilter):
+            return self._equal_rows(item)
+        if not item.filters or (item.condition or FilterCondition.AND) != FilterCondition.AND:
+            return None
+        found = [(part, self._few_rows(part)) for part in item.filters]
+        narrow = [rows for _, rows in found if rows is not None]
+        if not narrow:
+            return None
+        rows = functools.reduce(functools.partial(np.intersect1d, assume_unique=True), narrow)
+        for part, few in found:
+            if few is None:
+                rows = rows[self._matching(part)[rows]]
+        return rows
+
+    def _equal_rows(self, item: MetadataFilter) -> np.ndarray | None:
+        """The rows of an ``==`` / ``in`` leaf on plain values, from the code index, when they
+        are few; ``None`` for another leaf or too many rows (a mask is then cheaper)."""
+        value = item.value
+        wanted: list[Any]
+        if item.operator == FilterOperator.EQ and _is_plain(value):
+            wanted = [value]
+        elif item.operator == FilterOperator.IN and type(value) is list and all(map(_is_plain, value)):
+            wanted = value
+        else:
+            return None
+        codes = np.asarray(sorted(set(self._equal_codes(item.key, wanted))), dtype=np.int32)
+        spans = []
+        for segment in self._segments:
+            if item.key not in segment.keys:
+                continue  # rows without the key fail == and in
+            order, sorted_codes = self._code_index(segment, item.key)
+            starts = np.searchsorted(sorted_codes, codes, side="left")
+            ends = np.searchsorted(sorted_codes, codes, side="right")
+            spans.append((segment.start, order, starts, ends))
+        total = sum(int((ends - starts).sum()) for _, _, starts, ends in spans)
+        if total > len(self) * _FEW_ROWS_SHARE:
+            return None
+        parts = [
+            start + order[a:b].astype(np.int64)
+            for start, order, starts, ends in spans
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+            if b > a
+        ]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def _code_index(self, segment: _Segment, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """The segment's rows (local, ``int32``) ordered by their code of ``key``, and those
+        codes: built once per segment and key (a segment's codes never change)."""
+        cache_key = (segment.number, key)
+        with self._masks_lock:
+            found = self._code_indexes.get(cache_key)
+        if found is not None:
+            return found
+        codes = np.asarray(segment.codes[segment.keys.index(key)])
+        order = np.argsort(codes, kind="stable").astype(np.int32)
+        found = (order, codes[order])
+        with self._masks_lock:
+            live = {s.number for s in self._segments}
+            for stale in [k for k in self._code_indexes if k[0] not in live]:
+                del self._code_indexes[stale]  # a compaction replaced its segment
+            self._code_indexes[cache_key] = found
+        return found
 
     def _matching(self, item: MetadataFilters | MetadataFilter) -> np.ndarray:
         """Boolean per row, dead rows included: ``item`` holds. Cached and read-only."""

@@ -517,14 +517,14 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every node whose ``ref_doc_id`` is ``ref_doc_id``."""
         with self._lock.writing():
-            self._delete_rows(np.flatnonzero(self._metadata.mask(_refs_filter([ref_doc_id]))))
+            self._delete_rows(self._metadata.rows(_refs_filter([ref_doc_id])))
 
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
     ) -> None:
         """Delete the nodes of ``node_ids`` (all when ``None``) that ``filters`` match (all when ``None``)."""
         with self._lock.writing():
-            self._delete_rows(np.flatnonzero(self._selected(node_ids, filters)))
+            self._delete_rows(self._selected(node_ids, filters))
 
     def clear(self) -> None:
         """Delete every node."""
@@ -564,16 +564,15 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     def _selected(
         self, node_ids: Sequence[str] | None, filters: MetadataFilters | None, doc_ids: Sequence[str] | None = None
     ) -> np.ndarray:
-        """Live rows allowed by every restriction given, as a mask over all rows."""
-        mask = self._metadata.mask(filters)
+        """Live rows allowed by every restriction given, ascending."""
         if doc_ids is not None:
-            mask &= self._metadata.mask(_refs_filter(doc_ids))
+            refs = _refs_filter(doc_ids)
+            filters = refs if filters is None else MetadataFilters(filters=[refs, filters])
+        rows = self._metadata.rows(filters)
         if node_ids is not None:
-            rows = self._row_of(list(node_ids))
-            allowed = np.zeros_like(mask)
-            allowed[rows[rows >= 0]] = True
-            mask &= allowed
-        return mask
+            named = self._row_of(list(node_ids))
+            rows = np.intersect1d(rows, named[named >= 0])
+        return rows
 
     def _allowed(self, query: VectorStoreQuery) -> np.ndarray | None:
         """The rows ``query``'s restrictions allow (``None``: no restriction)."""
@@ -582,7 +581,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         node_ids, doc_ids = query.node_ids or None, query.doc_ids or None
         if query.filters is None and node_ids is None and doc_ids is None:
             return None
-        return np.flatnonzero(self._selected(node_ids, query.filters, doc_ids))
+        return self._selected(node_ids, query.filters, doc_ids)
 
     def _search(self, query: VectorStoreQuery) -> tuple[np.ndarray, np.ndarray]:
         """Rows and scores of ``query`` (call under the read lock)."""
@@ -662,7 +661,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """The stored nodes of ``node_ids`` (in row order) that ``filters`` match, each with
         the vector the store holds for it (unit length), so a node read back can be added again."""
         with self._lock.reading():
-            rows = np.flatnonzero(self._selected(node_ids, filters))
+            rows = self._selected(node_ids, filters)
             nodes = self._nodes(rows)
             vectors = self._vectors.vectors(rows) if self._vectors is not None else None
         if vectors is not None:
