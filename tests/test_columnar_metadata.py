@@ -201,17 +201,18 @@ def test_rows_are_the_mask_rows_through_appends_deletes_and_compaction(share, fi
     with patch.object(metadata_module, "_FEW_ROWS_SHARE", share):
         columns = MetadataColumns()
         columns.append(first)
-        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(first, filters)).tolist()
+        assert columns.rows(filters).rows.tolist() == np.flatnonzero(_expected(first, filters)).tolist()
+        assert columns.rows(filters).rows.tolist() == np.flatnonzero(_expected(first, filters)).tolist()  # kept
         columns.append(more)
         rows = first + more
-        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(rows, filters)).tolist()
+        assert columns.rows(filters).rows.tolist() == np.flatnonzero(_expected(rows, filters)).tolist()
         dead = set(data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=len(rows))))
         columns.delete(sorted(dead))
-        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(rows, filters, dead)).tolist()
-        assert columns.rows(None).tolist() == [row for row in range(len(rows)) if row not in dead]
+        assert columns.rows(filters).rows.tolist() == np.flatnonzero(_expected(rows, filters, dead)).tolist()
+        assert columns.rows(None).rows.tolist() == [row for row in range(len(rows)) if row not in dead]
         columns.compact()
         kept = [metadata for row, metadata in enumerate(rows) if row not in dead]
-        assert columns.rows(filters).tolist() == np.flatnonzero(_expected(kept, filters)).tolist()
+        assert columns.rows(filters).rows.tolist() == np.flatnonzero(_expected(kept, filters)).tolist()
 
 
 def test_a_routed_filter_reads_the_rows_of_its_documents_not_a_mask_of_every_row():
@@ -225,12 +226,25 @@ def test_a_routed_filter_reads_the_rows_of_its_documents_not_a_mask_of_every_row
             MetadataFilter(key="year", value=2001, operator=FilterOperator.GTE),
         ]
     )
-    assert columns.rows(routed).tolist() == [2, 28, 29, 31, 4000]
+    assert columns.rows(routed).rows.tolist() == [2, 28, 29, 31, 4000]
     assert columns._code_indexes  # answered from the rows sorted by code
     assert len(columns._masks) == 1  # only the year leaf was a mask over every row
-    assert columns.rows(MetadataFilters(filters=[MetadataFilter(key="ref_doc_id", value="d3")])).tolist() == [
+    assert columns.rows(MetadataFilters(filters=[MetadataFilter(key="ref_doc_id", value="d3")])).rows.tolist() == [
         12,
         13,
         14,
         15,
     ]
+
+
+def test_a_repeated_filter_gets_the_same_row_set_until_the_rows_change():
+    columns = MetadataColumns()
+    columns.append([{"year": 2000 + i % 20} for i in range(100)])
+    broad = MetadataFilters(filters=[MetadataFilter(key="year", value=2010, operator=FilterOperator.GTE)])
+    first = columns.rows(broad)
+    assert columns.rows(broad) is first  # the forms the searches make of it are made once
+    assert not first.rows.flags.writeable and not first.mask.flags.writeable
+    columns.delete([10, 11])
+    after = columns.rows(broad)
+    assert after is not first and 10 not in after.rows.tolist() and 11 not in after.rows.tolist()
+    assert 10 in first.rows.tolist()  # a search holding the old set keeps what it selected

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_ext_recursive.columnar.postings import COMPONENT, Postings
+from llama_index_ext_recursive.columnar.rowsets import RowSet
 from llama_index_ext_recursive.persist import PersistError
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.workers import tokenize_texts
@@ -328,3 +329,15 @@ def test_a_few_allowed_rows_looked_up_in_long_postings_score_as_the_full_ranking
             expected = sorted((r for r in set(allowed) if r in full), key=lambda r: (-full[r], r))
             assert rows.tolist() == expected and scores.tolist() == [full[r] for r in expected]
             assert postings.scores(query, allowed).tolist() == [full.get(r, 0.0) for r in allowed]
+
+
+def test_a_row_set_restricts_as_its_row_ids_do_and_a_foreign_one_is_refused():
+    postings = Postings()
+    postings.append([["apple", "pie"], ["apple"], ["pie", "crust"], ["apple", "crust"]])
+    allowed = RowSet(np.array([1, 3], dtype=np.int64), 4)
+    assert [a.tolist() for a in postings.search(["apple"], 5, rows=allowed)] == [
+        a.tolist() for a in postings.search(["apple"], 5, rows=[3, 1, 3])
+    ]
+    assert postings.search(["apple"], 5, rows=allowed)[0].tolist() == [1, 3]
+    with pytest.raises(ValueError, match="selected among 9 rows, but the column holds 4"):
+        postings.search(["apple"], 5, rows=RowSet(np.array([1], dtype=np.int64), 9))

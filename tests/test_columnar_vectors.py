@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_ext_recursive.columnar import vectors
+from llama_index_ext_recursive.columnar.rowsets import RowSet
 from llama_index_ext_recursive.columnar.vectors import VectorColumn, _exact_scores
 from llama_index_ext_recursive.persist import PersistError
 
@@ -633,3 +634,29 @@ def test_without_an_nprobe_a_search_probes_32_document_lists_and_a_given_nprobe_
     assert column.approximate_kind == "lists" and column.probes == 32
     column.nprobe = 2
     assert column.probes == 2
+
+
+@pytest.mark.parametrize("threshold", [1, 10**9])  # document lists / one scan of the column
+def test_a_kept_row_set_searches_the_rows_live_now_and_a_foreign_one_is_refused(threshold):
+    """A store keeps a filter's RowSet and the forms the column made of it (its live rows, the
+    lists holding one): after a delete they are made again, so a deleted row never comes back."""
+    dim = 6
+    column = VectorColumn(dim, approximate_threshold=threshold, nprobe=10_000)
+    reference = Reference()
+    matrix, lists = document_rows(40, 6, dim, 5)
+    column.append(matrix, lists=lists)
+    reference.append(matrix)
+    if threshold == 1:
+        column.retrain(min_growth=1.0)
+        assert column.approximate_kind == "lists"
+    allowed = RowSet(np.arange(0, 240, 2, dtype=np.int64), 240)
+    query = np.random.default_rng(1).standard_normal(dim)
+    before = column.search(query, 8, rows=allowed)
+    assert_same(before, reference.search(query, 8, allowed.rows))
+    column.delete(before[0][:3])
+    reference.delete(before[0][:3])
+    after = column.search(query, 8, rows=allowed)
+    assert_same(after, reference.search(query, 8, allowed.rows))
+    assert not set(before[0][:3].tolist()) & set(after[0].tolist())
+    with pytest.raises(ValueError, match="selected among 10 rows, but the column holds 240"):
+        column.search(query, 8, rows=RowSet(np.arange(3, dtype=np.int64), 10))

@@ -43,7 +43,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -52,6 +52,7 @@ import numpy as np
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_ext_recursive.columnar import segments
+from llama_index_ext_recursive.columnar.rowsets import RowSet, checked_ids
 from llama_index_ext_recursive.filters import operator_fn
 from llama_index_ext_recursive.persist import PathLike, PersistError, load_json, write_file_atomically
 
@@ -171,6 +172,7 @@ class MetadataColumns:
         self._next_number = 0
         self._masks: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # filter key -> rows it matches
         self._masks_lock = threading.Lock()  # concurrent queries share the cache
+        self._row_sets: OrderedDict[Hashable, RowSet] = OrderedDict()  # filter key -> its live rows
         # (segment number, key) -> the segment's rows sorted by code, and the codes (:meth:`rows`)
         self._code_indexes: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -223,18 +225,36 @@ class MetadataColumns:
             return ~self._dead
         return self._matching(filters) & ~self._dead
 
-    def rows(self, filters: MetadataFilters | None) -> np.ndarray:
-        """Live rows matching ``filters``, ascending: ``np.flatnonzero(self.mask(filters))``.
+    def rows(self, filters: MetadataFilters | None) -> RowSet:
+        """Live rows matching ``filters``: the rows of :meth:`mask`, as a :class:`RowSet`.
 
         A filter that few rows pass (``==`` or ``in`` on document ids, alone or
         ANDed with other filters) is answered from each segment's rows sorted by
         code, so a routed query of a 2M-row level reads the rows of its
         documents instead of passing over every row's code (4 ms a query).
+        Other filters' sets are kept (the last :data:`_CACHED_MASKS`) until the
+        rows change, so a user's filter repeated by every query is selected once
+        and the forms the searches make of it are made once.
         """
-        found = None if filters is None else self._few_rows(filters)
-        if found is None:
-            return np.flatnonzero(self.mask(filters))
-        return found[~self._dead[found]]
+        if filters is None or not filters.filters:
+            return self._kept_rows(None, lambda: ~self._dead)
+        found = self._few_rows(filters)
+        if found is not None:
+            return RowSet(found[~self._dead[found]], len(self))
+        return self._kept_rows(_filter_key(filters), lambda: self.mask(filters))
+
+    def _kept_rows(self, key: Hashable, mask: Callable[[], np.ndarray]) -> RowSet:
+        with self._masks_lock:
+            found = self._row_sets.get(key)
+            if found is not None:
+                self._row_sets.move_to_end(key)
+                return found
+        found = RowSet.of_mask(mask())
+        with self._masks_lock:
+            self._row_sets[key] = found
+            while len(self._row_sets) > _CACHED_MASKS:
+                self._row_sets.popitem(last=False)
+        return found
 
     def _few_rows(self, item: MetadataFilters | MetadataFilter) -> np.ndarray | None:
         """Rows ``item`` holds for (dead ones included), ascending, when some part of it is an
@@ -322,6 +342,7 @@ class MetadataColumns:
         """Drop the cached masks: the rows or their codes changed."""
         with self._masks_lock:
             self._masks.clear()
+            self._row_sets.clear()
 
     def _evaluate(self, filters: MetadataFilters) -> np.ndarray:
         if not filters.filters:
@@ -485,11 +506,13 @@ class MetadataColumns:
         Raises:
             IndexError: a row id was never appended.
         """
-        ids = _row_ids(rows, len(self))
+        ids = checked_ids(rows, len(self), "metadata")
         fresh = np.unique(ids[~self._dead[ids]])
         if len(fresh):
             self._dead[fresh] = True
             self._tombstones.append((self._take_number(), fresh))
+            with self._masks_lock:
+                self._row_sets.clear()  # they hold live rows; the masks are filtered on each call
 
     def compact(self, mapping: np.ndarray | None = None) -> np.ndarray:
         """Drop deleted rows and distinct values no row uses any more; number rows ``0 .. m-1``.
@@ -651,14 +674,6 @@ def _is_exact_number(value: Any) -> bool:
     if type(value) is int:
         return abs(value) <= _EXACT_FLOAT_INT
     return type(value) is float and not math.isnan(value)
-
-
-def _row_ids(rows: Sequence[int] | np.ndarray, count: int) -> np.ndarray:
-    ids = np.asarray(rows, dtype=np.int64).reshape(-1)
-    if len(ids) and (ids.min() < 0 or ids.max() >= count):
-        bad = ids[(ids < 0) | (ids >= count)][0]
-        raise IndexError(f"row {bad} does not exist: rows are 0 .. {count - 1}")
-    return ids
 
 
 def _checked_mapping(mapping: np.ndarray | None, dead: np.ndarray) -> np.ndarray:

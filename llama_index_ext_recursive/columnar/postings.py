@@ -39,6 +39,7 @@ from typing import Any
 import bm25s
 import numpy as np
 
+from llama_index_ext_recursive.columnar.rowsets import RowSet, checked_ids, sorted_unique
 from llama_index_ext_recursive.columnar.segments import (
     KEEP_SEGMENT_ROWS,
     open_array,
@@ -249,7 +250,7 @@ class Postings:
         """
         with self._lock:
             snapshot = self._snapshot
-            removed = np.unique(_row_ids(rows, snapshot.row_count, "delete"))
+            removed = np.unique(checked_ids(rows, snapshot.row_count, "delete"))
             if not len(removed):
                 return
             if snapshot.dead is not None and snapshot.dead[removed].any():
@@ -368,7 +369,7 @@ class Postings:
         """
         k = check_count("k", k)
         snapshot = self._snapshot
-        restriction = None if rows is None else _Restriction(_row_ids(rows, snapshot.row_count, "search"), snapshot)
+        restriction = None if rows is None else _row_set(rows, snapshot.row_count, "search")
         touched, scores = _scored(snapshot, self._vocabulary, _tokens(query_tokens), restriction, k)
         return _best(touched, scores, k)
 
@@ -384,8 +385,9 @@ class Postings:
             ValueError: a row id does not exist.
         """
         snapshot = self._snapshot
-        wanted = _row_ids(rows, snapshot.row_count, "scores")
-        touched, scores = _scored(snapshot, self._vocabulary, _tokens(query_tokens), _Restriction(wanted, snapshot))
+        wanted = checked_ids(rows, snapshot.row_count, "scores")
+        restriction = RowSet(sorted_unique(wanted), snapshot.row_count)
+        touched, scores = _scored(snapshot, self._vocabulary, _tokens(query_tokens), restriction)
         found = np.zeros(len(wanted), dtype=np.float32)
         if len(touched):
             at = np.minimum(np.searchsorted(touched, wanted), len(touched) - 1)
@@ -653,7 +655,7 @@ def _scored(
     snapshot: _Snapshot,
     vocabulary: dict[str, int],
     query_tokens: list[str],
-    restriction: _Restriction | None,
+    restriction: RowSet | None,
     k: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows matching a query token (ascending, live, allowed by ``restriction``) and their scores;
@@ -697,9 +699,9 @@ def _scored(
             # above that sum are fewer than k and each is in at most every part
             values = summed[matched]
             matched = matched[values >= np.partition(values, len(values) - enough)[len(values) - enough]]
-        touched = _sorted_unique(matched)
+        touched = sorted_unique(matched)
         return touched, summed[touched]
-    touched = _sorted_unique(np.concatenate([rows for rows, _ in parts]))
+    touched = sorted_unique(np.concatenate([rows for rows, _ in parts]))
     scores = np.zeros(len(touched), dtype=np.float32)
     for rows, part in parts:
         scores[np.searchsorted(touched, rows)] += part  # rows are distinct within a term
@@ -707,7 +709,7 @@ def _scored(
 
 
 def _term_scores(
-    snapshot: _Snapshot, term_id: int, entries: list[int], restriction: _Restriction | None, average: np.float64
+    snapshot: _Snapshot, term_id: int, entries: list[int], restriction: RowSet | None, average: np.float64
 ) -> tuple[np.ndarray, np.ndarray]:
     """Global rows and float32 BM25 scores of one term's live postings (allowed by ``restriction``).
 
@@ -727,7 +729,7 @@ def _term_scores(
     if not present:
         return _NO_ROWS, _NO_SCORES
     postings = sum(int(s.indptr[entry + 1] - s.indptr[entry]) for s, entry in present)
-    if restriction is not None and len(restriction.given) * _LOOKUP_SHARE < postings:
+    if restriction is not None and len(restriction) * _LOOKUP_SHARE < postings:
         live = postings if snapshot.dead is None else snapshot.live_postings.get(term_id)
         if live is not None:
             rows, tf, lengths = _looked_up(present, restriction.rows)
@@ -778,44 +780,6 @@ def _looked_up(present: list[tuple[_Segment, int]], wanted: np.ndarray) -> tuple
     return np.concatenate(rows), np.concatenate(tf), np.concatenate(lengths)
 
 
-class _Restriction:
-    """The rows a search may return, as what a term's postings need: their sorted ids for
-    lookups, or a mask over every row to test many postings by one gather. Each is made
-    when first asked for (sorting a broad filter's rows cost tens of ms)."""
-
-    def __init__(self, rows: np.ndarray, snapshot: _Snapshot) -> None:
-        self.given = rows  # checked row ids, repeats allowed
-        self._row_count = snapshot.row_count
-        self._rows: np.ndarray | None = None
-        self._mask: np.ndarray | None = None
-
-    @property
-    def rows(self) -> np.ndarray:
-        if self._rows is None:
-            self._rows = _sorted_unique(self.given)
-        return self._rows
-
-    @property
-    def mask(self) -> np.ndarray:
-        if self._mask is None:
-            mask = np.zeros(self._row_count, dtype=bool)
-            mask[self.given] = True
-            self._mask = mask
-        return self._mask
-
-
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    """The distinct ``values``, ascending: ``np.unique`` by sorting (NumPy 2.4's ``np.unique``
-    hashes integers, which took 25x a sort on 100k row ids)."""
-    ordered = np.sort(values)
-    if len(ordered) < 2:
-        return ordered
-    keep = np.empty(len(ordered), dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
-
-
 def _best(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best of ``rows`` (ascending) by score, ties by row; scores of 0 left out."""
     positive = scores > 0
@@ -838,29 +802,6 @@ def _tokens(query_tokens: Sequence[str]) -> list[str]:
     return list(query_tokens)
 
 
-def _row_ids(rows: Any, row_count: int, caller: str) -> np.ndarray:
-    """``rows`` as int64 row ids, each below ``row_count``.
-
-    Raises:
-        ValueError: not integers, not one-dimensional, or out of range (the first few named).
-    """
-    array = np.asarray(rows)
-    if array.size == 0:
-        return _NO_ROWS
-    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"{caller}: rows must be a one-dimensional sequence of integer row ids, got {array.dtype}")
-    array = array.astype(np.int64)
-    outside = array[(array < 0) | (array >= row_count)]
-    if len(outside):
-        raise ValueError(
-            f"{caller}: rows {outside[:5].tolist()} do not exist; row ids run from 0 to {row_count - 1}"
-            if row_count
-            else f"{caller}: rows {outside[:5].tolist()} do not exist; the postings hold no rows"
-        )
-    return array
-
-
-# -- files -------------------------------------------------------------------
 def _file(number: int, array: str) -> str:
     """The file stem of one array of segment or piece ``number``: ``postings-000003-rows``."""
     return f"{segment_name(COMPONENT, number)}-{array}"
@@ -916,3 +857,11 @@ def _retire(folder: Path, previous: dict[str, Any], snapshot: _Snapshot) -> None
         if path.is_file():
             path.unlink()
             logger.debug("postings: removed %s (no longer listed)", path)
+
+
+def _row_set(rows: Any, row_count: int, caller: str) -> RowSet:
+    """``rows`` as a :class:`RowSet` of these postings' rows: one a store selected, or ids a caller gave."""
+    if isinstance(rows, RowSet):
+        rows.check_row_count(row_count, caller)
+        return rows
+    return RowSet.checked(rows, row_count, caller)

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from llama_index_ext_recursive.columnar.rowsets import RowSet, checked_ids
 from llama_index_ext_recursive.columnar.segments import (
     KEEP_SEGMENT_ROWS,
     open_array,
@@ -584,13 +585,13 @@ class VectorColumn:
     def alive(self, rows: np.ndarray) -> np.ndarray:
         """Which of ``rows`` are live (``bool`` per row; out-of-range ids are an error)."""
         with self._lock.reading():
-            return self._alive[self._checked_rows(rows)]
+            return self._alive[checked_ids(rows, len(self._alive), self.name)]
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """The stored (unit float32) vectors of ``rows``, in their order (deleted rows too:
         the row still holds its vector until :meth:`compact`)."""
         with self._lock.reading():
-            wanted = self._checked_rows(rows)
+            wanted = checked_ids(rows, len(self._alive), self.name)
             order = np.argsort(wanted, kind="stable")
             out = np.empty((len(wanted), self.dim), dtype=np.float32)
             out[order] = self._gather(wanted[order])
@@ -651,7 +652,7 @@ class VectorColumn:
             ValueError: a row id that was never handed out (naming it).
         """
         with self._writer:
-            checked = np.unique(self._checked_rows(rows))
+            checked = np.unique(checked_ids(rows, len(self._alive), self.name))
             gone = checked[self._alive[checked]]
             if not len(gone):
                 return 0
@@ -770,13 +771,16 @@ class VectorColumn:
             return True
 
     # --------------------------------------------------------------- queries
-    def search(self, query: np.ndarray, k: int, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, query: np.ndarray, k: int, rows: np.ndarray | RowSet | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The top-``k`` live rows by cosine similarity to ``query``.
 
         Args:
             query: ``[dim]`` real numbers (normalised here).
             k: results wanted; fewer come back when fewer rows are live.
-            rows: restrict the search to these row ids (dead ones are skipped).
+            rows: restrict the search to these row ids (dead ones are skipped), or to a
+                :class:`~.rowsets.RowSet` of them (a store's filter, selected once).
                 Fewer than ``approximate_threshold`` rows are searched exactly
                 (gathered, or scanned in place when they are more than an eighth
                 of the column); more are searched as the whole column is, the
@@ -789,7 +793,7 @@ class VectorColumn:
         return found_rows[0], found_scores[0]
 
     def search_many(
-        self, queries: np.ndarray, k: int, rows: np.ndarray | None = None
+        self, queries: np.ndarray, k: int, rows: np.ndarray | RowSet | None = None
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """:meth:`search` for each row of ``queries`` ``[m, dim]`` (one scan of the rows for all).
 
@@ -806,7 +810,7 @@ class VectorColumn:
         k = int(k)
         unit = _unit_queries(queries, self.dim)
         with self._lock.reading():
-            allowed = None if rows is None else self._checked_rows(rows)
+            allowed = None if rows is None else self._row_set(rows)
             # a restriction to many rows (a broad filter) is searched like the whole column:
             # approximately above the threshold, else by one scan that skips the other rows
             if self.approximate and (allowed is None or len(allowed) >= self.approximate_threshold):
@@ -816,23 +820,18 @@ class VectorColumn:
                 if found is not None:
                     return found
             if allowed is not None and len(allowed) * _DENSE_SHARE < len(self._alive):
-                return self._search_rows(unit, k, allowed)
+                return self._search_rows(unit, k, allowed.rows)
             return self._search_all(unit, k, allowed)
 
-    def _checked_rows(self, rows: np.ndarray) -> np.ndarray:
-        array = np.asarray(rows)
-        if array.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
-            raise ValueError(f"rows must be a 1-d array of integer row ids, got shape {array.shape} {array.dtype}")
-        array = array.astype(np.int64, copy=False)
-        wrong = (array < 0) | (array >= len(self._alive))
-        if wrong.any():
-            raise ValueError(
-                f"row {int(array[np.flatnonzero(wrong)[0]])} does not exist: row ids run from 0 to "
-                f"{len(self._alive) - 1}; after compact() use the ids it returned"
-            )
-        return array
+    def _row_set(self, rows: np.ndarray | RowSet) -> RowSet:
+        if isinstance(rows, RowSet):
+            rows.check_row_count(len(self._alive), self.name)
+            return rows
+        return RowSet.checked(rows, len(self._alive), self.name)
+
+    def _wanted_rows(self, allowed: RowSet) -> np.ndarray:
+        """Live rows of ``allowed`` as a mask, made once per set and column state."""
+        return allowed.derived("live", self, self._alive, lambda: allowed.mask & self._alive)
 
     def _gather(self, rows: np.ndarray) -> np.ndarray:
         """The float32 vectors of ``rows`` (sorted ascending), read per segment from the map."""
@@ -848,7 +847,7 @@ class VectorColumn:
         return out
 
     def _search_rows(self, unit: np.ndarray, k: int, rows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        rows = np.unique(rows)
+        """The distinct, ascending ``rows`` that are live, gathered and scored."""
         rows = rows[self._alive[rows]]
 
         def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -859,14 +858,10 @@ class VectorColumn:
         return self._screened(unit, k, blocks())
 
     def _search_all(
-        self, unit: np.ndarray, k: int, allowed: np.ndarray | None = None
+        self, unit: np.ndarray, k: int, allowed: RowSet | None = None
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Every live row (of ``allowed`` only, when given) scanned in place, segment by segment."""
-        wanted = self._alive
-        if allowed is not None:
-            wanted = np.zeros_like(self._alive)
-            wanted[allowed] = True
-            wanted &= self._alive
+        wanted = self._alive if allowed is None else self._wanted_rows(allowed)
 
         def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
             for segment in self._segments:
@@ -920,22 +915,20 @@ class VectorColumn:
         return found_rows, found_scores
 
     def _search_approximate(
-        self, unit: np.ndarray, k: int, allowed: np.ndarray | None = None
+        self, unit: np.ndarray, k: int, allowed: RowSet | None = None
     ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
         """Candidates from the IVF-SQ8 index (among ``allowed`` rows only, when given: FAISS
         skips the others while it scans), rescored exactly; ``None`` if a query got too few."""
         faiss = _faiss()
         assert self._approximate is not None and faiss is not None
-        available = self._live if allowed is None else int(self._alive[allowed].sum())
+        available = self._live if allowed is None else int(np.count_nonzero(self._wanted_rows(allowed)))
         wanted = min(available, max(100, k * self.candidates))
         if wanted == 0:
             return [np.zeros(0, dtype=np.int64)] * len(unit), [np.zeros(0, dtype=np.float32)] * len(unit)
         selector = None
         if allowed is not None:
-            bits = np.zeros(len(self._alive), dtype=bool)
-            bits[allowed] = True
-            packed = np.packbits(bits, bitorder="little")
-            selector = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(packed))
+            packed = allowed.derived("bits", self, None, lambda: np.packbits(allowed.mask, bitorder="little"))
+            selector = faiss.IDSelectorBitmap(len(self._alive), faiss.swig_ptr(packed))
         params = faiss.SearchParametersIVF(nprobe=self.probes, sel=selector)
         with _one_thread(faiss):
             _, ids = self._approximate.index.search(unit.astype(np.float32), wanted, params=params)
@@ -951,7 +944,7 @@ class VectorColumn:
         return found_rows, found_scores
 
     def _search_lists(
-        self, unit: np.ndarray, k: int, allowed: np.ndarray | None = None
+        self, unit: np.ndarray, k: int, allowed: RowSet | None = None
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The best of the rows of the lists whose centroids are nearest each query, scored exactly.
 
@@ -963,14 +956,13 @@ class VectorColumn:
         faiss = _faiss()
         approximate = self._approximate
         assert approximate is not None and faiss is not None
-        wanted_rows = self._alive
-        if allowed is not None:
-            wanted_rows = np.zeros_like(self._alive)
-            wanted_rows[allowed] = True
-            wanted_rows &= self._alive
-            wanted_lists = np.logical_or.reduceat(wanted_rows, self._list_starts)
+        if allowed is None:
+            wanted_rows, wanted_lists = self._alive, self._live_lists()
         else:
-            wanted_lists = self._live_lists()
+            wanted_rows = self._wanted_rows(allowed)
+            wanted_lists = allowed.derived(
+                "lists", approximate, self._alive, lambda: np.logical_or.reduceat(wanted_rows, self._list_starts)
+            )
         probable = int(wanted_lists.sum())
         if not probable:
             return [np.zeros(0, dtype=np.int64)] * len(unit), [np.zeros(0, dtype=np.float32)] * len(unit)

@@ -67,6 +67,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_recursive.columnar.metadata import MetadataColumns
 from llama_index_ext_recursive.columnar.postings import Postings
 from llama_index_ext_recursive.columnar.rows import RowStore, node_json
+from llama_index_ext_recursive.columnar.rowsets import RowSet
 from llama_index_ext_recursive.columnar.segments import read_state, write_state
 from llama_index_ext_recursive.columnar.vectors import VectorColumn
 from llama_index_ext_recursive.filters import FilterVocabulary, filterable_metadata
@@ -517,14 +518,14 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every node whose ``ref_doc_id`` is ``ref_doc_id``."""
         with self._lock.writing():
-            self._delete_rows(self._metadata.rows(_refs_filter([ref_doc_id])))
+            self._delete_rows(self._metadata.rows(_refs_filter([ref_doc_id])).rows)
 
     def delete_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
     ) -> None:
         """Delete the nodes of ``node_ids`` (all when ``None``) that ``filters`` match (all when ``None``)."""
         with self._lock.writing():
-            self._delete_rows(self._selected(node_ids, filters))
+            self._delete_rows(self._selected(node_ids, filters).rows)
 
     def clear(self) -> None:
         """Delete every node."""
@@ -563,18 +564,18 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     # ------------------------------------------------------------- queries
     def _selected(
         self, node_ids: Sequence[str] | None, filters: MetadataFilters | None, doc_ids: Sequence[str] | None = None
-    ) -> np.ndarray:
-        """Live rows allowed by every restriction given, ascending."""
+    ) -> RowSet:
+        """Live rows allowed by every restriction given."""
         if doc_ids is not None:
             refs = _refs_filter(doc_ids)
             filters = refs if filters is None else MetadataFilters(filters=[refs, filters])
-        rows = self._metadata.rows(filters)
+        selected = self._metadata.rows(filters)
         if node_ids is not None:
             named = self._row_of(list(node_ids))
-            rows = np.intersect1d(rows, named[named >= 0])
-        return rows
+            selected = RowSet(np.intersect1d(selected.rows, named[named >= 0]), selected.row_count)
+        return selected
 
-    def _allowed(self, query: VectorStoreQuery) -> np.ndarray | None:
+    def _allowed(self, query: VectorStoreQuery) -> RowSet | None:
         """The rows ``query``'s restrictions allow (``None``: no restriction)."""
         # an empty node_ids/doc_ids list restricts nothing, as database stores read it:
         # VectorStoreIndex.as_retriever passes node_ids=[] for a store that keeps the text
@@ -619,7 +620,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             raise ValueError("a text_search query needs query_str: the words to look for")
         tokens = tokenizer(query.query_str)
         allowed = self._allowed(query)
-        if not tokens or not postings.live_rows or (allowed is not None and not allowed.size):
+        if not tokens or not postings.live_rows or (allowed is not None and not len(allowed)):
             return _NOTHING
         k = query.similarity_top_k or postings.live_rows
         return postings.search(tokens, k, rows=allowed)
@@ -661,7 +662,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         """The stored nodes of ``node_ids`` (in row order) that ``filters`` match, each with
         the vector the store holds for it (unit length), so a node read back can be added again."""
         with self._lock.reading():
-            rows = self._selected(node_ids, filters)
+            rows = self._selected(node_ids, filters).rows
             nodes = self._nodes(rows)
             vectors = self._vectors.vectors(rows) if self._vectors is not None else None
         if vectors is not None:
