@@ -248,3 +248,21 @@ def test_a_repeated_filter_gets_the_same_row_set_until_the_rows_change():
     after = columns.rows(broad)
     assert after is not first and 10 not in after.rows.tolist() and 11 not in after.rows.tolist()
     assert 10 in first.rows.tolist()  # a search holding the old set keeps what it selected
+
+
+def test_writes_after_deletes_and_compaction_leave_only_the_files_the_columns_read(tmp_path):
+    columns = MetadataColumns()
+    folder, fresh = tmp_path / "written", tmp_path / "fresh"
+    for batch in range(3):
+        columns.append([{"kind": f"k{batch}", "year": 2000 + i} for i in range(5)])
+        columns.write(folder)
+    columns.delete([0, 6])
+    columns.write(folder)
+    columns.delete([7])
+    columns.write(folder)
+    columns.compact()
+    columns.write(folder)
+    columns.write(fresh)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in fresh.iterdir())
+    every = MetadataFilters(filters=[MetadataFilter(key="year", value=2000, operator=FilterOperator.GTE)])
+    assert MetadataColumns.open(folder).mask(every).tolist() == columns.mask(every).tolist()

@@ -660,3 +660,30 @@ def test_a_kept_row_set_searches_the_rows_live_now_and_a_foreign_one_is_refused(
     assert not set(before[0][:3].tolist()) & set(after[0].tolist())
     with pytest.raises(ValueError, match="selected among 10 rows, but the column holds 240"):
         column.search(query, 8, rows=RowSet(np.arange(3, dtype=np.int64), 10))
+
+
+def test_writes_after_merges_deletes_and_retraining_leave_only_the_files_the_column_reads(tmp_path):
+    """Each write retires the files its previous state listed and the new one does not (merged
+    segments, older tombstones, a retrained index's codes): the folder ends up holding what a
+    first write of the same column holds, and reopens with the same answers."""
+    dim = 8
+    column = VectorColumn(dim, approximate_threshold=300, nprobe=4)
+    folder = tmp_path / "written"
+    generator = np.random.default_rng(4)
+    for _ in range(4):
+        column.append(generator.standard_normal((150, dim)))
+        column.write(folder)
+    column.delete(np.arange(0, 600, 7))
+    column.write(folder)
+    column.delete(np.arange(1, 600, 11))
+    column.write(folder)
+    column.compact()
+    column.retrain(min_growth=1.0)
+    column.write(folder)
+    fresh = tmp_path / "fresh"
+    column.write(fresh)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in fresh.iterdir())
+    query = generator.standard_normal(dim)
+    assert_same(
+        VectorColumn.open(folder, approximate_threshold=300, nprobe=4).search(query, 5), column.search(query, 5)
+    )

@@ -588,6 +588,7 @@ class MetadataColumns:
             path = folder / f"{segments.segment_name(f'{component}-values', value_file.number)}.json"
             if not path.exists():
                 write_file_atomically(path, functools.partial(_dump_json, value_file.values))
+        previous = segments.previous_state(folder, component)
         state = {
             "rows": len(self),
             "next_number": self._next_number,
@@ -596,6 +597,8 @@ class MetadataColumns:
             "values": [value_file.number for value_file in self._value_files],
         }
         segments.write_state(folder, component, FORMAT_VERSION, state)
+        if previous is not None:
+            segments.retire(folder, _files_of(component, previous), _files_of(component, state))
         logger.debug("wrote %d metadata rows to %s", len(self), folder)
 
     def _seal_values(self) -> None:
@@ -648,6 +651,15 @@ class MetadataColumns:
                 f"{folder}/{component}{segments.STATE_SUFFIX} is damaged ({exc!r}); build the index again"
             ) from exc
         return columns
+
+
+def _files_of(component: str, state: dict[str, Any]) -> set[str]:
+    """The files a metadata state reads."""
+    name = segments.segment_name
+    files = {f"{name(f'{component}-codes', int(s['number']))}.npy" for s in state.get("segments", [])}
+    files |= {f"{name(f'{component}-deleted', int(number))}.npy" for number in state.get("deleted", [])}
+    files |= {f"{name(f'{component}-values', int(number))}.json" for number in state.get("values", [])}
+    return files
 
 
 def _filter_key(item: MetadataFilters | MetadataFilter) -> Hashable:

@@ -44,6 +44,7 @@ from llama_index_ext_recursive.columnar.segments import (
     KEEP_SEGMENT_ROWS,
     open_array,
     read_state,
+    retire,
     segment_name,
     write_array,
     write_state,
@@ -420,9 +421,10 @@ class Postings:
             for piece in (*snapshot.vocabulary_pieces, *snapshot.tombstones):
                 for array, values in piece.arrays.items():
                     _write_once(folder, _file(piece.number, array), values)
-            write_state(folder, COMPONENT, FORMAT_VERSION, self._state(snapshot))
+            state = self._state(snapshot)
+            write_state(folder, COMPONENT, FORMAT_VERSION, state)
             if previous is not None:
-                _retire(folder, previous, snapshot)
+                retire(folder, _files_of(previous), _files_of(state))
             self._snapshot = replace(snapshot, segments=tuple(_mapped(folder, s) for s in snapshot.segments))
 
     @classmethod
@@ -842,21 +844,16 @@ def _mapped(folder: Path, segment: _Segment) -> _Segment:
     )
 
 
-def _retire(folder: Path, previous: dict[str, Any], snapshot: _Snapshot) -> None:
-    """Remove the files the ``previous`` state listed that the new one does not (segments merged
-    by a compaction, tombstones of compacted rows): only files this component wrote, by their
-    exact names. A reader that has them open keeps reading them."""
-    segments = {int(number) for number, _ in previous.get("segments", [])}
-    segments -= {segment.number for segment in snapshot.segments}
-    tombstones = {int(number) for number in previous.get("tombstones", [])}
-    tombstones -= {piece.number for piece in snapshot.tombstones}
-    names = [_file(n, array) for n in sorted(segments) for array in _SEGMENT_ARRAYS]
-    names += [_file(n, "dead") for n in sorted(tombstones)]
-    for name in names:
-        path = folder / f"{name}.npy"
-        if path.is_file():
-            path.unlink()
-            logger.debug("postings: removed %s (no longer listed)", path)
+def _files_of(state: dict[str, Any]) -> set[str]:
+    """The files a postings state reads."""
+    names = [_file(int(number), array) for number, _ in state.get("segments", []) for array in _SEGMENT_ARRAYS]
+    names += [_file(int(number), "dead") for number in state.get("tombstones", [])]
+    names += [
+        _file(int(number), array)
+        for number in state.get("vocabulary_pieces", [])
+        for array in ("vocab", "vocab_offsets")
+    ]
+    return {f"{name}.npy" for name in names}
 
 
 def _row_set(rows: Any, row_count: int, caller: str) -> RowSet:

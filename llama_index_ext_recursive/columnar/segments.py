@@ -18,6 +18,7 @@ never code.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,16 @@ from llama_index_ext_recursive.persist import (
 __all__ = [
     "STATE_SUFFIX",
     "open_array",
+    "previous_state",
     "read_state",
+    "retire",
     "segment_name",
     "write_array",
     "write_state",
     "KEEP_SEGMENT_ROWS",
 ]
+
+logger = logging.getLogger(__name__)
 
 STATE_SUFFIX = ".state.json"
 # a merge leaves clean segments of at least this many rows as they are and merges runs of smaller
@@ -126,3 +131,34 @@ def read_state(folder: PathLike, component: str, version: int | tuple[int, ...])
             f"this version reads version {' or '.join(map(str, readable))}: {fix}"
         )
     return state
+
+
+def previous_state(folder: PathLike, component: str) -> dict[str, Any] | None:
+    """The state ``component`` wrote in ``folder`` before, whatever its format version
+    (``None``: none, or one that cannot be read), to tell which of its files a new write retires."""
+    path = Path(folder) / f"{component}{STATE_SUFFIX}"
+    if not path.is_file():
+        return None
+    try:
+        state = load_json_object(path, required=("component", "version"))
+    except PersistError:
+        return None
+    return state if state["component"] == component else None
+
+
+def retire(folder: PathLike, previous: set[str], current: set[str]) -> None:
+    """Remove the files (names with their suffix) a component's previous state listed that its
+    new state does not: segments a merge replaced, tombstones a newer one includes, the codes of
+    a retrained index.
+
+    Only files the component wrote, by their exact names, after its new state is written. A
+    persist writes into a staging folder of hard links, so the published generation and the
+    readers that mapped its files keep them; without this, every generation would carry every
+    file ever written (at 2M chunks a fifth of the folder).
+    """
+    target = Path(folder)
+    for name in sorted(previous - current):
+        path = target / name
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+            logger.debug("removed %s (no longer listed)", path)

@@ -62,7 +62,9 @@ from llama_index_ext_recursive.columnar.rowsets import RowSet, checked_ids
 from llama_index_ext_recursive.columnar.segments import (
     KEEP_SEGMENT_ROWS,
     open_array,
+    previous_state,
     read_state,
+    retire,
     segment_name,
     write_array,
     write_state,
@@ -1161,31 +1163,52 @@ class VectorColumn:
                 tombstones_name = segment_name(f"{self.name}-tombstones", self._tombstones)
                 if not (target / f"{tombstones_name}.npy").exists():
                     write_array(target, tombstones_name, np.flatnonzero(~self._alive).astype(np.int64))
-            write_state(
-                target,
-                self.name,
-                FORMAT_VERSION,
-                {
-                    "dim": self.dim,
-                    "rows": self.row_count,
-                    "segments": entries,
-                    "next_segment": self._next_segment,
-                    "tombstones": tombstones_name,
-                    "tombstone_number": self._tombstones,
-                    "approximate": None
-                    if approximate is None
-                    else {
-                        "kind": approximate.kind,
-                        "generation": approximate.generation,
-                        "trained_rows": approximate.trained_rows,
-                        "quantizer": quantizer_name,
-                    },
+            previous = previous_state(target, self.name)
+            state = {
+                "dim": self.dim,
+                "rows": self.row_count,
+                "segments": entries,
+                "next_segment": self._next_segment,
+                "tombstones": tombstones_name,
+                "tombstone_number": self._tombstones,
+                "approximate": None
+                if approximate is None
+                else {
+                    "kind": approximate.kind,
+                    "generation": approximate.generation,
+                    "trained_rows": approximate.trained_rows,
+                    "quantizer": quantizer_name,
                 },
-            )
+            }
+            write_state(target, self.name, FORMAT_VERSION, state)
+            if previous is not None:
+                retire(target, self._files_of(previous), self._files_of(state))
             mapped = [self._mapped_segment(target, segment, approximate) for segment in self._segments]
             with self._lock.writing():
                 self._segments = mapped
         logger.debug("wrote %s (%d segments, %d live rows) to %s", self.name, len(mapped), self._live, target)
+
+    def _files_of(self, state: dict[str, Any]) -> set[str]:
+        """The files a state of this column reads (format 1 or 2), as :meth:`open` reads them."""
+        approximate = state.get("approximate")
+        kmeans_generation = (
+            int(approximate["generation"])
+            if approximate is not None and approximate.get("kind", "kmeans") == "kmeans"
+            else None
+        )
+        names = set()
+        for entry in state.get("segments", []):
+            number, rows = int(entry["number"]), int(entry["rows"])
+            names.add(segment_name(self.name, number))
+            if int(entry.get("lists", rows)) != rows:
+                names |= {segment_name(f"{self.name}-lists", number), segment_name(f"{self.name}-centroids", number)}
+            if kmeans_generation is not None:
+                names.add(self._codes_name(kmeans_generation, number))
+        if approximate is not None:
+            names.add(str(approximate["quantizer"]))
+        if state.get("tombstones") is not None:
+            names.add(str(state["tombstones"]))
+        return {f"{name}.npy" for name in names}
 
     def _mapped_segment(self, folder: Path, segment: _Segment, approximate: _Approximate | None) -> _Segment:
         """``segment`` read from its files in ``folder`` (its small list starts into RAM, the rest mapped)."""
