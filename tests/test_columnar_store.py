@@ -377,3 +377,29 @@ def test_ref_doc_ids_answer_for_stored_pending_and_searched_nodes_through_change
         None if i in {"n4", "n5", "n6", "n7"} else "doc9" if i == "n0" else {"n": "doc0", "m": "doc0"}[i[0]]
         for i in ids
     ]
+
+
+def test_changes_made_between_writing_a_part_and_its_publication_stay_pending(tmp_path):
+    """A larger index writes the store as a part, publishes its manifest, then confirms
+    (mark_published); another thread may add or delete in between. Those changes must be
+    written by the next persist, not taken for written: a late add lost on reopen, or a
+    deleted row that the published part had added coming back."""
+    from llama_index_ext_recursive.persist import ROWS_DATABASE, published_generation, write_index
+    from llama_index_ext_recursive.stores.columnar_store import KIND
+
+    folder = tmp_path / "index"
+    store = ColumnarVectorStore(folder)
+    store.add(_nodes(12))
+    with write_index(folder, KIND, carry_over=True) as staging:
+        published = published_generation(folder)
+        store.write_part(staging, folder / ROWS_DATABASE, published)
+        store.add(_nodes(2, seed=4, prefix="late"))  # after the part was written
+        store.delete("doc1")  # n4..n7, which the part wrote as added
+    store.mark_published(published + 1)
+    expected = _answers(store)
+    store.persist()
+    reopened = ColumnarVectorStore(folder)
+    assert _answers(reopened) == expected
+    wanted = ["late0", "late1", "n4", "n7", "n8"]
+    assert sorted(n.node_id for n in reopened.get_nodes(wanted)) == ["late0", "late1", "n8"]
+    assert reopened.node_count == 10

@@ -125,6 +125,8 @@ class ColumnarVectorStore(BasePydanticVectorStore):
     _pending: dict[int, tuple[str, str | None, str]] = PrivateAttr(default_factory=dict)
     _pending_ids: dict[str, int] = PrivateAttr(default_factory=dict)
     _pending_deletes: set[int] = PrivateAttr(default_factory=set)
+    # (generation, rows added, rows deleted) that write_part wrote and mark_published has not confirmed
+    _written: tuple[int, frozenset[int], frozenset[int]] | None = PrivateAttr(default=None)
     # node id -> ref_doc_id of the rows searches returned lately, for ref_doc_ids (cleared by changes)
     _hit_refs: dict[str, str | None] = PrivateAttr(default_factory=dict)
     _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
@@ -288,20 +290,25 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             },
         )
         new_rows = np.fromiter(sorted(self._pending), dtype=np.int64, count=len(self._pending))
-        rows.commit(
-            generation,
-            new_rows,
-            [self._pending[int(row)] for row in new_rows],
-            np.fromiter(sorted(self._pending_deletes), dtype=np.int64, count=len(self._pending_deletes)),
-        )
+        deleted_rows = np.fromiter(sorted(self._pending_deletes), dtype=np.int64, count=len(self._pending_deletes))
+        rows.commit(generation, new_rows, [self._pending[int(row)] for row in new_rows], deleted_rows)
         self._rows = rows
+        self._written = (generation, frozenset(new_rows.tolist()), frozenset(deleted_rows.tolist()))
 
     def mark_published(self, generation: int) -> None:
-        """The owner published ``generation``, which :meth:`write_part` wrote: the pending changes are durable."""
+        """The owner published ``generation``, which :meth:`write_part` wrote: the changes it wrote
+        are durable. Changes made since :meth:`write_part` (by another thread, before the owner
+        got here) stay pending for the next persist."""
         self._generation = generation
-        self._pending.clear()
-        self._pending_ids.clear()
-        self._pending_deletes.clear()
+        written, self._written = self._written, None
+        if written is None or written[0] != generation:
+            return
+        _, added, deleted = written
+        for row in added:
+            record = self._pending.pop(row, None)
+            if record is not None and self._pending_ids.get(record[0]) == row:
+                del self._pending_ids[record[0]]
+        self._pending_deletes -= deleted
 
     def persist(self, persist_path: str | None = None, fs: Any = None) -> None:
         """Publish every change since the last persist as one generation of the index folder.
@@ -508,11 +515,12 @@ class ColumnarVectorStore(BasePydanticVectorStore):
             self._postings.delete(rows)
         for row in rows.tolist():
             self._links.pop(row, None)
+        written = set() if self._written is None else self._written[1]
         for row in rows.tolist():
             record = self._pending.pop(row, None)
-            if record is None:
+            if record is None or row in written:  # published, or about to be: its deletion must be written
                 self._pending_deletes.add(row)
-            elif self._pending_ids.get(record[0]) == row:
+            if record is not None and self._pending_ids.get(record[0]) == row:
                 del self._pending_ids[record[0]]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
