@@ -179,10 +179,12 @@ def test_reading_skips_hidden_undecodable_and_empty_files(tmp_path, capsys):
     (docs / "bad.jsonl").write_bytes(b'{"doc_id": "ok", "text": "fine"}\n{"doc_id": "x", "text": "\xff"}\n')
     (docs / "skip.pdf").write_bytes(b"%PDF")
     corpus = read_documents(docs, "doc_id")
-    assert [d.doc_id for d in corpus.documents] == ["bees.md", "sep", "7", "sub/bom.txt"]
-    assert corpus.documents[3].text == "With a byte order mark."  # BOM dropped
-    assert corpus.documents[1].text == "one\u2028line separator inside a string"
-    assert corpus.documents[2].metadata == {"year": 2020, "doc_id": "7", "title": "Seven"}
+    documents = list(corpus)  # read again when iterated: build holds no list of the folder's documents
+    assert [d.doc_id for d in documents] == ["bees.md", "sep", "7", "sub/bom.txt"] and corpus.count == 4
+    assert [(d.doc_id, d.text) for d in corpus] == [(d.doc_id, d.text) for d in documents]
+    assert documents[3].text == "With a byte order mark."  # BOM dropped
+    assert documents[1].text == "one\u2028line separator inside a string"
+    assert documents[2].metadata == {"year": 2020, "doc_id": "7", "title": "Seven"}
     assert corpus.empty == [str(docs / "blank.txt"), str(docs / "empty.md"), f"{docs / 'rows.jsonl'}:2 (ws)"]
     assert corpus.undecodable == [
         str(docs / "bad.jsonl"),
@@ -203,7 +205,7 @@ def test_a_corpus_inside_a_hidden_folder_can_still_be_named(tmp_path):
     docs = tmp_path / ".notes"
     docs.mkdir()
     (docs / "a.txt").write_text("Alpha.", encoding="utf-8")
-    assert [d.doc_id for d in read_documents(docs, "doc_id").documents] == ["a.txt"]
+    assert [d.doc_id for d in read_documents(docs, "doc_id")] == ["a.txt"]
 
 
 BAD_ROWS = {
@@ -611,7 +613,7 @@ def test_adding_a_document_embedded_once_embeds_nothing_new(tmp_path, capsys, re
     model = CachedEmbedding(real_model, cache_path, cache_queries=False)
     retriever = RecursiveSummaryRetriever.from_persist_dir(tmp_path / "idx-wasps", embed_model=model)
     before = len(model)
-    assert retriever.index.add_documents(read_documents(bees, "doc_id").documents) == ["bees.md"]
+    assert retriever.index.add_documents(list(read_documents(bees, "doc_id"))) == ["bees.md"]
     assert model.computed == 0 and model.reused >= 2 and len(model) == before
     assert "queen bee" in retriever.retrieve("who lays the eggs?")[0].node.get_content()
 

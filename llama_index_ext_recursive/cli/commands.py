@@ -112,21 +112,21 @@ def cmd_build(args: argparse.Namespace) -> None:
     options = dict(doc_id_key=args.doc_id_key, show_progress=True, summary_cache=cache, embedding_cache=cache_path)
     if args.storage == "columnar":  # built into the folder, checkpointed; run again, it resumes
         retriever = RecursiveSummaryRetriever.from_documents(
-            corpus.documents,
+            corpus,
             persist_dir=target,
             chunk_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
             summary_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
             **options,
         )
     else:
-        retriever = RecursiveSummaryRetriever.from_documents(corpus.documents, **options)
+        retriever = RecursiveSummaryRetriever.from_documents(corpus, **options)
         retriever.persist(target)
     _print_embedding(retriever, cache_path)
     if cache.hits:
         print(f"Reused {cache.hits} cached summaries")
     skipped = [f"{len(v)} {what}" for v, what in ((corpus.empty, "empty"), (corpus.undecodable, "not UTF-8")) if v]
     print(
-        f"Indexed {len(corpus.documents)} documents in {time.perf_counter() - started:.1f}s; "
+        f"Indexed {corpus.count} documents in {time.perf_counter() - started:.1f}s; "
         f"persisted to {target}" + (f" (skipped {', '.join(skipped)})" if skipped else "")
     )
 

@@ -21,87 +21,148 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Corpus:
-    """What ``build`` read: the documents, and what it skipped and why."""
+    """A folder's documents, read again each time they are iterated, so ``build`` never holds
+    them all (a folder may hold more text than memory); and what the check skipped, and why.
 
-    documents: list[Document] = field(default_factory=list)
+    :func:`read_documents` checks the whole folder first (every error and warning comes
+    before any document is embedded) and counts what it found.
+    """
+
+    directory: Path
+    doc_id_key: str
+    count: int = 0
     empty: list[str] = field(default_factory=list)
     undecodable: list[str] = field(default_factory=list)
     hidden: int = 0
 
+    def __iter__(self) -> Iterator[Document]:
+        return self._documents(check=False)
 
-def _visible_files(directory: Path, corpus: Corpus) -> Iterator[Path]:
-    """Files under ``directory`` in sorted order, skipping names that start with ``.``.
+    def _documents(self, check: bool) -> Iterator[Document]:
+        """The documents, file by file in sorted order; ``check``: also record what is skipped,
+        warn about it and refuse a malformed line or a repeated id (the first pass)."""
+        origin: dict[str, str] = {}
+        skipped = set(self.undecodable)
+        for path in _visible_files(self.directory, self if check else None):
+            suffix = path.suffix.lower()
+            if suffix != ".jsonl" and suffix not in TEXT_SUFFIXES:
+                continue
+            if check:
+                problem = _utf8_problem(path)
+                if problem is not None:
+                    print(f"warning: {problem}", file=sys.stderr)
+                    self.undecodable.append(str(path))
+                    continue
+            elif str(path) in skipped:
+                continue
+            if suffix == ".jsonl":
+                yield from self._jsonl_documents(path, origin if check else None)
+                continue
+            text = _decoded(path.read_bytes())
+            doc_id = path.relative_to(self.directory).as_posix()
+            if check:
+                _claim(origin, doc_id, str(path))
+            if not text.strip():
+                if check:
+                    self.empty.append(str(path))
+                continue
+            yield Document(
+                id_=doc_id, text=text, metadata={self.doc_id_key: doc_id, "title": path.stem, "file_name": path.name}
+            )
+
+    def _jsonl_documents(self, path: Path, origin: dict[str, str] | None) -> Iterator[Document]:
+        """One document per line, read line by line; ``origin`` (the first pass): ids seen so far."""
+        expected = "each line must be a JSON object with doc_id (or _id) and text"
+        with open(path, "rb") as handle:
+            # lines end at b"\n" only: JSON strings may hold U+2028 and other characters
+            # str.splitlines breaks on
+            for number, raw in enumerate(handle, 1):
+                line = (_decoded(raw) if number == 1 else raw.decode("utf-8")).removesuffix("\n")
+                if not line.strip():
+                    continue
+                where = f"{path}:{number}"
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise CliError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); {expected}") from None
+                if not isinstance(row, dict):
+                    raise CliError(f"{where}: got a JSON {type(row).__name__}; {expected}")
+                doc_id = row.get("doc_id", row.get("_id"))
+                if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool) or str(doc_id).strip() == "":
+                    raise CliError(f"{where}: missing or invalid doc_id (or _id) {doc_id!r}; {expected}")
+                doc_id, body = str(doc_id), row.get("text")
+                if not isinstance(body, str):
+                    raise CliError(f"{where}: 'text' must be a string, got {body!r:.40}; {expected}")
+                metadata = row.get("metadata") or {}
+                if not isinstance(metadata, dict):
+                    raise CliError(f"{where}: 'metadata' must be a JSON object, got {metadata!r:.40}")
+                try:  # the file is UTF-8, but a JSON escape such as "\ud800" is not text
+                    json.dumps(row, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError:
+                    raise CliError(
+                        f"{where}: holds an unpaired surrogate escape such as \\ud800, which is not text; "
+                        "fix or remove it"
+                    ) from None
+                if origin is not None:
+                    _claim(origin, doc_id, where)
+                if not body.strip():
+                    if origin is not None:
+                        self.empty.append(f"{where} ({doc_id})")
+                    continue
+                metadata = {**metadata, self.doc_id_key: doc_id}
+                if row.get("title"):
+                    metadata["title"] = str(row["title"])
+                yield Document(id_=doc_id, text=body, metadata=metadata)
+
+
+def _visible_files(directory: Path, counted: Corpus | None) -> Iterator[Path]:
+    """Files under ``directory`` in sorted order, skipping names that start with ``.``
+    (counted into ``counted.hidden`` when given).
 
     As ``SimpleDirectoryReader(exclude_hidden=True)`` does, but only below
     ``directory``: a corpus inside a hidden folder can still be named explicitly.
     """
     for root, folders, files in os.walk(directory):
-        corpus.hidden += sum(name.startswith(".") for name in folders + files)
+        if counted is not None:
+            counted.hidden += sum(name.startswith(".") for name in folders + files)
         folders[:] = sorted(name for name in folders if not name.startswith("."))
         for name in sorted(files):
             if not name.startswith("."):
                 yield Path(root) / name
 
 
-def _decode(path: Path, corpus: Corpus) -> str | None:
-    """The file's text (UTF-8, a leading BOM dropped), or ``None`` with a warning if it is not UTF-8."""
-    data = path.read_bytes()
-    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-    try:
-        return data[bom:].decode("utf-8")
-    except UnicodeDecodeError as exc:  # utf-8-sig would count its offset after the BOM
-        start = bom + exc.start
-        line = data[:start].count(b"\n") + 1
-        reason = (
-            f"{path}:{line}: not UTF-8 (byte 0x{data[start]:02x} at offset {start}); "
-            "skipped. Convert it, "
-            f"e.g. iconv -f latin1 -t utf-8 {path} > {path.with_suffix('.utf8' + path.suffix)}"
+def _utf8_problem(path: Path) -> str | None:
+    """Why ``path`` is not UTF-8 (naming the line and offset of the first bad byte, and the
+    fix), read line by line (a newline byte is never inside a UTF-8 character); ``None`` when
+    it is."""
+    offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            skip = len(codecs.BOM_UTF8) if number == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+            try:
+                raw[skip:].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                start = skip + exc.start
+                return (
+                    f"{path}:{number}: not UTF-8 (byte 0x{raw[start]:02x} at offset {offset + start}); skipped. "
+                    f"Convert it, e.g. iconv -f latin1 -t utf-8 {path} > {path.with_suffix('.utf8' + path.suffix)}"
+                )
+            offset += len(raw)
+    return None
+
+
+def _decoded(data: bytes) -> str:
+    """Text of UTF-8 bytes (checked by :func:`_utf8_problem`), a leading BOM dropped."""
+    return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+
+
+def _claim(origin: dict[str, str], doc_id: str, where: str) -> None:
+    """Record that ``where`` holds ``doc_id``, refusing an id already held elsewhere."""
+    if doc_id in origin:
+        raise CliError(
+            f"{where}: doc_id {doc_id!r} is already used by {origin[doc_id]}; give every document its own id"
         )
-        print(f"warning: {reason}", file=sys.stderr)
-        corpus.undecodable.append(str(path))
-        return None
-
-
-def _jsonl_documents(path: Path, text: str, doc_id_key: str, corpus: Corpus, origin: dict[str, str]) -> None:
-    # split on "\n" only: JSON strings may hold U+2028 and other characters str.splitlines breaks on
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        expected = "each line must be a JSON object with doc_id (or _id) and text"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CliError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); {expected}") from None
-        if not isinstance(row, dict):
-            raise CliError(f"{where}: got a JSON {type(row).__name__}; {expected}")
-        doc_id = row.get("doc_id", row.get("_id"))
-        if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool) or str(doc_id).strip() == "":
-            raise CliError(f"{where}: missing or invalid doc_id (or _id) {doc_id!r}; {expected}")
-        doc_id, body = str(doc_id), row.get("text")
-        if not isinstance(body, str):
-            raise CliError(f"{where}: 'text' must be a string, got {body!r:.40}; {expected}")
-        metadata = row.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise CliError(f"{where}: 'metadata' must be a JSON object, got {metadata!r:.40}")
-        try:  # the file is UTF-8, but a JSON escape such as "\ud800" is not text
-            json.dumps(row, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise CliError(
-                f"{where}: holds an unpaired surrogate escape such as \\ud800, which is not text; fix or remove it"
-            ) from None
-        if doc_id in origin:
-            raise CliError(
-                f"{where}: doc_id {doc_id!r} is already used by {origin[doc_id]}; give every document its own id"
-            )
-        origin[doc_id] = where
-        if not body.strip():
-            corpus.empty.append(f"{where} ({doc_id})")
-            continue
-        metadata = {**metadata, doc_id_key: doc_id}
-        if row.get("title"):
-            metadata["title"] = str(row["title"])
-        corpus.documents.append(Document(id_=doc_id, text=body, metadata=metadata))
+    origin[doc_id] = where
 
 
 def check_directory(directory: Path) -> None:
@@ -110,7 +171,8 @@ def check_directory(directory: Path) -> None:
 
 
 def read_documents(directory: Path, doc_id_key: str) -> Corpus:
-    """Documents from ``.txt``/``.md`` files (one each) and ``.jsonl`` files (one per line).
+    """The documents of ``.txt``/``.md`` files (one each) and ``.jsonl`` files (one per line),
+    checked now and read again when iterated.
 
     Hidden files and folders are skipped, files that are not UTF-8 are skipped
     with a warning naming them (and the line of the first bad byte), empty and
@@ -118,30 +180,9 @@ def read_documents(directory: Path, doc_id_key: str) -> Corpus:
     line or a repeated doc_id is an error naming the file and line.
     """
     check_directory(directory)
-    corpus = Corpus()
-    origin: dict[str, str] = {}
-    for path in _visible_files(directory, corpus):
-        suffix = path.suffix.lower()
-        if suffix != ".jsonl" and suffix not in TEXT_SUFFIXES:
-            continue
-        text = _decode(path, corpus)
-        if text is None:
-            continue
-        if suffix == ".jsonl":
-            _jsonl_documents(path, text, doc_id_key, corpus, origin)
-            continue
-        doc_id = path.relative_to(directory).as_posix()
-        if doc_id in origin:
-            raise CliError(
-                f"{path}: doc_id {doc_id!r} is already used by {origin[doc_id]}; give every document its own id"
-            )
-        origin[doc_id] = str(path)
-        if not text.strip():
-            corpus.empty.append(str(path))
-            continue
-        corpus.documents.append(
-            Document(id_=doc_id, text=text, metadata={doc_id_key: doc_id, "title": path.stem, "file_name": path.name})
-        )
+    corpus = Corpus(directory, doc_id_key)
+    for _ in corpus._documents(check=True):
+        corpus.count += 1
     if corpus.hidden:
         logger.info("skipped %d hidden files and folders under %s", corpus.hidden, directory)
     if corpus.empty:
@@ -151,7 +192,7 @@ def read_documents(directory: Path, doc_id_key: str) -> Corpus:
             f"{'s' if len(corpus.empty) > 1 else ''}: {shown}",
             file=sys.stderr,
         )
-    if not corpus.documents:
+    if not corpus.count:
         skipped = len(corpus.empty) + len(corpus.undecodable)
         raise CliError(
             f"no documents to index under {directory}"
