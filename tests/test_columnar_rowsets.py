@@ -36,3 +36,10 @@ def test_a_row_set_is_read_only_and_its_mask_and_derived_forms_are_made_once_per
     assert rows.derived("lists", owner, state, make) == 2  # another form
     assert rows.derived("live", owner, np.zeros(1), make) == 3  # the owner changed state
     assert RowSet.of_mask(np.array([False, True, True])).rows.tolist() == [1, 2]
+
+
+def test_among_keeps_the_rows_of_the_set_that_were_named():
+    rows = RowSet.checked([2, 5, 9], 12, "t")
+    assert rows.among(np.array([9, 1, 2, 9, 11])).rows.tolist() == [2, 9]
+    assert rows.among(np.array([], dtype=np.int64)).rows.tolist() == []
+    assert RowSet.checked([], 12, "t").among(np.array([3])).rows.tolist() == []

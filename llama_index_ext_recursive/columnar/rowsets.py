@@ -90,6 +90,15 @@ class RowSet:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def among(self, ids: np.ndarray) -> RowSet:
+        """The rows of this set that are among ``ids`` (valid row ids, any order, repeats
+        allowed): one binary search per id, so a few named nodes cost nothing however large
+        the set (``np.intersect1d`` sorts both, 1.7 s at 2M rows)."""
+        wanted = sorted_unique(np.asarray(ids, dtype=np.int64))
+        at = np.minimum(np.searchsorted(self.rows, wanted), max(len(self.rows) - 1, 0))
+        found = wanted[self.rows[at] == wanted] if len(self.rows) else wanted[:0]
+        return RowSet(found, self.row_count)
+
     @property
     def mask(self) -> np.ndarray:
         """One read-only bool per row: in the set."""

@@ -580,7 +580,7 @@ class ColumnarVectorStore(BasePydanticVectorStore):
         selected = self._metadata.rows(filters)
         if node_ids is not None:
             named = self._row_of(list(node_ids))
-            selected = RowSet(np.intersect1d(selected.rows, named[named >= 0]), selected.row_count)
+            selected = selected.among(named[named >= 0])
         return selected
 
     def _allowed(self, query: VectorStoreQuery) -> RowSet | None:
