@@ -1,6 +1,7 @@
 """Retrieval for LlamaIndex: summary-routed recursive retrieval, offline by default."""
 
 from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
+from llama_index_ext_recursive.cache import CacheStats, RetrievalCache
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import (
@@ -52,6 +53,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackfillVectorRetriever",
+    "CacheStats",
     "CachedEmbedding",
     "ColumnarVectorStore",
     "StaleIdError",
@@ -79,6 +81,7 @@ __all__ = [
     "PersistError",
     "LevelMode",
     "RecursiveSummaryRetriever",
+    "RetrievalCache",
     "RetrievalExplanation",
     "ScoreMode",
     "StoreBM25Retriever",

@@ -658,6 +658,15 @@ def _generation_of(root: Path, kind: str) -> Path:
     )
 
 
+def published_directory(path: PathLike) -> str | None:
+    """The name of the generation folder the manifest at ``path`` publishes (``None``: none).
+
+    Each name is made once (a generation number and a random token), so it
+    names one content: every reader of it reads the same index.
+    """
+    return _current_directory(Path(path))
+
+
 def published_generation(path: PathLike) -> int:
     """The generation number the manifest at ``path`` publishes (``0``: none yet).
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import uuid
 from collections import ChainMap, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
@@ -157,6 +158,10 @@ class SummaryIndex:
         self._changes: deque[tuple[int, frozenset[str]]] = deque(maxlen=CHANGES_KEPT)
         self.state_lock = ReadWriteLock()
         self.generation = 0  # bumped by every swap
+        # (folder generation, self.generation) when the index was loaded from or persisted as that
+        # folder generation: until the next swap, its content is that generation's (cache_generation)
+        self._published_as: tuple[str, int] | None = None
+        self._instance = uuid.uuid4().hex
         self._update_lock = threading.Lock()
         self._vocabulary: FilterVocabulary | None = None
         self.partial = partial
@@ -713,6 +718,26 @@ class SummaryIndex:
                 ) from None
             with self.state_lock.writing():
                 self._swap(remove=[record], add=None)
+
+    @property
+    def cache_generation(self) -> str:
+        """Names what this index holds, for result caches (:class:`~..cache.RetrievalCache`).
+
+        The folder generation it was loaded from or last persisted as, while it
+        has not changed since: every process that opened that generation holds
+        the same content and may share cached results. After a change (an add,
+        delete or update not yet persisted) it is this instance's own name and
+        change count, which no other process and no earlier state shares.
+        """
+        published = self._published_as
+        if published is not None and published[1] == self.generation:
+            return published[0]
+        return f"{self._instance}:{self.generation}"
+
+    def published_as(self, folder_generation: str, generation: int) -> None:
+        """The index was loaded from, or persisted as, ``folder_generation`` (a generation
+        folder's unique name) while its own generation was ``generation``."""
+        self._published_as = (folder_generation, generation)
 
     def _swap(self, remove: list[DocumentRecord], add: BuiltDocuments | None) -> None:
         """Replace ``remove``'s nodes by ``add``'s (call under the write lock).

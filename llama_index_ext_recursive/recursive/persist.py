@@ -57,6 +57,7 @@ from llama_index_ext_recursive.persist import (
     check_persist_target,
     load_json_object,
     load_string_map,
+    published_directory,
     published_generation,
     read_index,
     rows_database,
@@ -212,6 +213,16 @@ def persist_index(index: SummaryIndex, persist_dir: str | Path, config: Mapping[
         index.summary_index.storage_context.persist(str(staging / "summaries"))
         chunk_index.storage_context.persist(str(staging / "chunks"))
         _write_index_files(index, staging, config)
+        written = index.generation
+    _published(index, Path(persist_dir), written)
+
+
+def _published(index: SummaryIndex, root: Path, written: int) -> None:
+    """Tell ``index`` the folder generation it was just published as (the state it had at
+    ``written``), for :attr:`SummaryIndex.cache_generation`."""
+    directory = published_directory(root)
+    if directory is not None:
+        index.published_as(directory, written)
 
 
 def _write_index_files(
@@ -296,6 +307,8 @@ def _persist_columnar(
             store.write_part(staging / part, root / rows_database(part), published)
         written, summaries = _write_records(index, root, published)
         _write_index_files(index, staging, config, generation=published + 1)
+        state = index.generation
+    _published(index, root, state)
     for store in stores.values():
         store.mark_published(published + 1)
     index.records_published(root / rows_database(DOCUMENTS), published + 1, written)
@@ -395,6 +408,8 @@ def load_persisted(
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PersistError(f"{index_path} holds an invalid setting ({exc}); persist the retriever again") from exc
+        if root != Path(persist_dir):  # a published generation folder (not a previous-format one)
+            index.published_as(root.name, index.generation)
         try:
             return make(index, settings)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:

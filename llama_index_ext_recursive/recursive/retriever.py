@@ -31,6 +31,8 @@ user's retrievers, are called through ``retrieve``: their spans nest under ours.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,6 +46,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import BaseNode, Document, IndexNode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_ext_recursive.cache import RetrievalCache
 from llama_index_ext_recursive.config import component_to_dict, init_parameters
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
@@ -53,6 +56,7 @@ from llama_index_ext_recursive.filters import (
     relax_to_keys,
     to_filters,
 )
+from llama_index_ext_recursive.model_identity import model_identity
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, as_query_bundle, resolve_call
 from llama_index_ext_recursive.recursive import search
@@ -149,6 +153,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         unknown_filter_key: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
         calibration: Mapping[str, Any] | None = None,
         show_progress: bool = False,
+        cache: RetrievalCache | None = None,
     ) -> None:
         if not isinstance(index, SummaryIndex):
             raise TypeError(
@@ -193,6 +198,9 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         self.max_link_depth = max_link_depth
         self._calibration: dict[str, Calibration] = calibration_from_config(calibration)
         self._show_progress = show_progress
+        if cache is not None and not isinstance(cache, RetrievalCache):
+            raise TypeError(f"cache must be a RetrievalCache (or None), got {type(cache).__name__}")
+        self.cache = cache
         self._built: Levels | None = None
         self._levels_lock = threading.Lock()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -532,14 +540,54 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
     def _query_embedding(self, query_bundle: QueryBundle) -> list[float] | None:
         embedding = query_bundle.embedding
         if embedding is None and query_bundle.embedding_strs:
-            embedding = self.index.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+            key = self._vector_key(query_bundle)
+            embedding = self.cache.get_vector(key) if key is not None and self.cache is not None else None
+            if embedding is None:
+                embedding = self.index.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+                self._keep_vector(key, embedding)
         return self._checked_embedding(embedding)
 
     async def _aquery_embedding(self, query_bundle: QueryBundle) -> list[float] | None:
         embedding = query_bundle.embedding
         if embedding is None and query_bundle.embedding_strs:
-            embedding = await self.index.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+            key = self._vector_key(query_bundle)
+            embedding = self.cache.get_vector(key) if key is not None and self.cache is not None else None
+            if embedding is None:
+                embedding = await self.index.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+                self._keep_vector(key, embedding)
         return self._checked_embedding(embedding)
+
+    # ------------------------------------------------------------ the cache
+    def _vector_key(self, query_bundle: QueryBundle) -> str | None:
+        """The cache key of the query's vector: the model's identity and the exact texts."""
+        if self.cache is None or not self.cache.embeddings:
+            return None
+        model = model_identity(self.index.embed_model).cache_key()
+        return self.cache.key("embeddings", {"model": model, "texts": list(query_bundle.embedding_strs)})
+
+    def _keep_vector(self, key: str | None, embedding: list[float] | None) -> None:
+        if key is not None and embedding is not None and self.cache is not None:
+            self.cache.put_vector(key, list(embedding))
+
+    def _results_key(self, call: Call) -> str | None:
+        """The cache key of this call's results (call under the index's read lock): the index's
+        content, the exact query, the filters in force, ``top_k`` and every setting; ``None``
+        when results are not cached, or depend on retrievers whose data is not versioned
+        (a ``retriever_dict``)."""
+        if self.cache is None or not self.cache.results or self.index.retriever_dict:
+            return None
+        bundle = call.bundle
+        given = bundle.embedding  # a caller's own vector, not one made from the text
+        parts = {
+            "retriever": self.to_dict(),
+            "generation": self.index.cache_generation,
+            "query": bundle.query_str,
+            "embedding_strs": list(bundle.embedding_strs),
+            "embedding": None if given is None else hashlib.sha256(json.dumps(list(given)).encode()).hexdigest(),
+            "filters": None if call.filters is None else call.filters.model_dump(mode="json"),
+            "top_k": call.top_k,
+        }
+        return self.cache.key("results", parts)
 
     def _checked_embedding(self, embedding: list[float] | None) -> list[float] | None:
         if embedding is not None:
@@ -549,18 +597,38 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
+        with self.index.state_lock.reading():
+            key = self._results_key(call)
+            found = self.cache.get_hits("results", key) if key is not None and self.cache is not None else None
+        if found is not None:
+            return found
         embedding = self._query_embedding(query_bundle)
         with self.index.state_lock.reading():
+            key = self._results_key(call)  # the index may have changed while the query was embedded
             plan = self._plan(call, embedding)
-            return search.run(self._search(plan, self._levels()))
+            hits = search.run(self._search(plan, self._levels()))
+            self._keep_hits(key, hits)
+            return hits
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         call = self._resolve(query_bundle)
+        async with self.index.state_lock.areading():
+            key = self._results_key(call)
+            found = self.cache.get_hits("results", key) if key is not None and self.cache is not None else None
+        if found is not None:
+            return found
         embedding = await self._aquery_embedding(query_bundle)
         async with self.index.state_lock.areading():
             await self._aprepare()
+            key = self._results_key(call)
             plan = self._plan(call, embedding)
-            return await search.arun(self._search(plan, self._levels()))
+            hits = await search.arun(self._search(plan, self._levels()))
+            self._keep_hits(key, hits)
+            return hits
+
+    def _keep_hits(self, key: str | None, hits: list[NodeWithScore]) -> None:
+        if key is not None and self.cache is not None:
+            self.cache.put_hits("results", key, hits)
 
     def _search(self, plan: Plan, levels: Levels) -> search.Search[list[NodeWithScore]]:
         if self.score_mode == ScoreMode.FUSED:

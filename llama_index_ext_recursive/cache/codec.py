@@ -1,0 +1,84 @@
+"""Cached values as JSON: a query's vector, a retriever's hits. Data only, never pickle.
+
+A shared cache is written by every process that uses it, so what is read back
+is treated as untrusted: a value that is not JSON of the expected shape (a
+foreign writer, a truncated value, another format version) decodes to
+``None`` and is counted as a miss. Nodes go through LlamaIndex's
+``doc_to_json``/``json_to_doc``, which build only the node classes they know.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+from pydantic import ValidationError
+
+from llama_index_ext_recursive.results import ExplainedNodeWithScore, Explanation
+
+__all__ = ["FORMAT", "decode_hits", "decode_vector", "encode_hits", "encode_vector"]
+
+FORMAT = 1  # the version of what this module writes; another is read as a miss
+
+
+def encode_vector(vector: list[float]) -> str:
+    return json.dumps({"v": FORMAT, "vector": [float(x) for x in vector]}, separators=(",", ":"))
+
+
+def decode_vector(text: str) -> list[float] | None:
+    """The vector, or ``None`` unless ``text`` is one of ours holding finite numbers."""
+    data = _loaded(text)
+    vector = data.get("vector") if data is not None else None
+    if not isinstance(vector, list) or not vector:
+        return None
+    if not all(type(x) in (int, float) and math.isfinite(x) for x in vector):
+        return None
+    return [float(x) for x in vector]
+
+
+def encode_hits(hits: list[NodeWithScore]) -> str | None:
+    """The hits as JSON, or ``None`` when one cannot be stored as data (an explanation part
+    that is not plain data, such as an auto-retriever's), so the result is not cached."""
+    rows = []
+    for hit in hits:
+        row: dict[str, Any] = {"node": doc_to_json(hit.node), "score": hit.score}
+        if isinstance(hit, ExplainedNodeWithScore):
+            if hit.explanation.auto is not None:
+                return None
+            row["explanation"] = hit.explanation.model_dump(mode="json")
+        rows.append(row)
+    return json.dumps({"v": FORMAT, "hits": rows}, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_hits(text: str) -> list[NodeWithScore] | None:
+    """The hits, rebuilt as new objects, or ``None`` unless ``text`` is one of ours."""
+    data = _loaded(text)
+    rows = data.get("hits") if data is not None else None
+    if not isinstance(rows, list):
+        return None
+    hits: list[NodeWithScore] = []
+    try:
+        for row in rows:
+            score = row["score"]
+            if score is not None and (type(score) not in (int, float) or not math.isfinite(score)):
+                return None
+            node = json_to_doc(row["node"])
+            if "explanation" in row:
+                explanation = Explanation.model_validate(row["explanation"])
+                hits.append(ExplainedNodeWithScore(node=node, score=score, explanation=explanation))
+            else:
+                hits.append(NodeWithScore(node=node, score=score))
+    except (KeyError, TypeError, ValueError, AttributeError, ValidationError):
+        return None
+    return hits
+
+
+def _loaded(text: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("v") == FORMAT else None

@@ -1,0 +1,174 @@
+"""``RetrievalCache``: query embeddings and retrieval results, never served after the index changed.
+
+Real query streams repeat, and a repeated query costs an embedding (about
+10 ms with the default model on 2 cores, 62 ms with the multilingual one) and
+two searches. Caches keyed by the query alone go stale: after a document is
+added or deleted they serve the old answer until a time to live runs out.
+Here every result key holds the index's *content generation*
+(:attr:`~llama_index_ext_recursive.recursive.index.SummaryIndex.cache_generation`:
+the published generation it was loaded from or persisted as, or this
+process's own changes since), the exact query text, the filters in force,
+``top_k`` and every setting of the retriever, so a result computed before a
+change is never looked up after it. Query vectors are keyed by the model's
+identity (:func:`~llama_index_ext_recursive.model_identity.model_identity`)
+and the exact text.
+
+Values are JSON (:mod:`.codec`); a backend that fails is logged once and the
+query runs uncached, never failing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.schema import NodeWithScore
+
+from llama_index_ext_recursive.cache.backends import CacheBackend, MemoryBackend
+from llama_index_ext_recursive.cache.codec import decode_hits, decode_vector, encode_hits, encode_vector
+
+__all__ = ["CacheStats", "LEVELS", "RetrievalCache"]
+
+logger = logging.getLogger(__name__)
+
+# what is cached, and for how long by default (seconds): a query's vector depends on the model
+# alone; a result on the index too, and a routing result (documents) changes less often
+LEVELS = ("embeddings", "documents", "results")
+DEFAULT_TTL = {"embeddings": 24 * 3600.0, "documents": 3600.0, "results": 600.0}
+
+
+@dataclass
+class CacheStats:
+    """Lookups per level since the cache was made (or :meth:`RetrievalCache.clear`ed).
+
+    Attributes:
+        hits, misses: per level (``embeddings``, ``documents``, ``results``).
+        rejected: values found but not ours (foreign, damaged, another format): counted as misses too.
+        errors: backend calls that failed (the query then ran uncached).
+    """
+
+    hits: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    misses: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    rejected: int = 0
+    errors: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups, all levels together (0.0 before any lookup)."""
+        hits, lookups = sum(self.hits.values()), sum(self.hits.values()) + sum(self.misses.values())
+        return hits / lookups if lookups else 0.0
+
+
+class RetrievalCache:
+    """Query embeddings and results of the package's retrievers, in this process by default.
+
+    Pass one as ``cache=`` to a retriever (several retrievers may share one:
+    their keys hold their settings and their index's generation).
+
+    Args:
+        backend: where entries live; default an in-process LRU
+            (:class:`~.backends.MemoryBackend`, 10,000 entries).
+        embeddings: cache query vectors (they depend on the model alone).
+        results: cache retrieval results.
+        ttl: seconds per level, over :data:`DEFAULT_TTL` (``embeddings`` one day,
+            ``documents`` one hour, ``results`` ten minutes).
+        prefix: the start of every key, so one backend can hold several applications.
+    """
+
+    def __init__(
+        self,
+        backend: CacheBackend | None = None,
+        *,
+        embeddings: bool = True,
+        results: bool = True,
+        ttl: Mapping[str, float] | None = None,
+        prefix: str = "llama_index_ext_recursive",
+    ) -> None:
+        unknown = set(ttl or {}) - set(LEVELS)
+        if unknown:
+            raise ValueError(f"ttl names unknown levels {sorted(unknown)}; the levels are {list(LEVELS)}")
+        for level, seconds in (ttl or {}).items():
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+                raise ValueError(f"ttl[{level!r}] must be a positive number of seconds, got {seconds!r}")
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+        self.backend: CacheBackend = backend if backend is not None else MemoryBackend()
+        self.embeddings = embeddings
+        self.results = results
+        self.ttl = {**DEFAULT_TTL, **{level: float(s) for level, s in (ttl or {}).items()}}
+        self.prefix = prefix
+        self._stats = CacheStats()
+        self._lock = threading.Lock()
+        self._warned = False
+
+    # ------------------------------------------------------------------ public
+    def stats(self) -> CacheStats:
+        """A copy of the counts so far."""
+        with self._lock:
+            return CacheStats(
+                dict(self._stats.hits), dict(self._stats.misses), self._stats.rejected, self._stats.errors
+            )
+
+    def clear(self) -> None:
+        """Drop every entry under :attr:`prefix` and reset :meth:`stats`."""
+        self._call(lambda: self.backend.clear(f"{self.prefix}:"))
+        with self._lock:
+            self._stats = CacheStats()
+
+    # -------------------------------------------------------------- for retrievers
+    def key(self, level: str, parts: Mapping[str, Any]) -> str:
+        """The key of ``parts`` (JSON data: the query, the filters, the settings, the generation)."""
+        body = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_unknown)
+        return f"{self.prefix}:{level}:{hashlib.sha256(body.encode('utf-8')).hexdigest()}"
+
+    def get_vector(self, key: str) -> list[float] | None:
+        return self._get("embeddings", key, decode_vector) if self.embeddings else None
+
+    def put_vector(self, key: str, vector: list[float]) -> None:
+        if self.embeddings:
+            self._put("embeddings", key, encode_vector(vector))
+
+    def get_hits(self, level: str, key: str) -> list[NodeWithScore] | None:
+        return self._get(level, key, decode_hits) if self.results else None
+
+    def put_hits(self, level: str, key: str, hits: list[NodeWithScore]) -> None:
+        if self.results:
+            self._put(level, key, encode_hits(hits))
+
+    # ------------------------------------------------------------------ inside
+    def _get(self, level: str, key: str, decode: Any) -> Any:
+        text = self._call(lambda: self.backend.get(key))
+        value = decode(text) if isinstance(text, str) else None
+        with self._lock:
+            if value is None:
+                self._stats.misses[level] += 1
+                self._stats.rejected += isinstance(text, str)
+            else:
+                self._stats.hits[level] += 1
+        return value
+
+    def _put(self, level: str, key: str, text: str | None) -> None:
+        if text is not None:
+            self._call(lambda: self.backend.set(key, text, self.ttl[level]))
+
+    def _call(self, action: Any) -> Any:
+        try:
+            return action()
+        except Exception as exc:  # a cache must never fail a query
+            with self._lock:
+                self._stats.errors += 1
+                warn, self._warned = not self._warned, True
+            if warn:
+                logger.warning("retrieval cache unavailable (%s); retrieving without it", exc)
+            else:
+                logger.debug("retrieval cache unavailable (%s)", exc)
+            return None
+
+
+def _unknown(value: Any) -> Any:
+    raise TypeError(f"a cache key part must be JSON data, got {type(value).__name__}")
