@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint
+.PHONY: demo test test-fast lint redis-server
 
 # test workers (pytest-xdist): this machine and CI have 2 cores
 JOBS ?= 2
@@ -34,8 +34,15 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # everything, what CI runs (.ci/run): the static checks, then every test (real models, servers)
-test: lint
+test: lint redis-server
 	$(PYTEST)
+
+# the shared-cache tests start their own Redis on a free port of 127.0.0.1 (tests/redis_server.py):
+# Debian's redis-server, installed when missing (as root, or through sudo)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+redis-server:
+	@command -v redis-server >/dev/null || $(SUDO) apt-get install -y --no-install-recommends redis-server \
+	    || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends redis-server; }
 
 # the edit loop: tests without a real model, a server or a subprocess (markers set in tests/conftest.py)
 test-fast: $(STAMP)

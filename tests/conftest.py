@@ -63,7 +63,7 @@ class LexicalEmbedding(BaseEmbedding):
 # test that loads a real model or starts a server. Marked here from the fixtures a test
 # uses (directly or through other fixtures), so a new test is tiered by what it needs.
 MODEL_FIXTURES = frozenset({"real_model", "e5", "executed_pages", "executed_notebooks"})
-SERVER_FIXTURES = frozenset({"pg_server", "fault_server"})
+SERVER_FIXTURES = frozenset({"pg_server", "fault_server", "redis_server", "own_redis"})
 
 
 # Fixtures that run for minutes in one go (every docs page, every notebook). Their files are
@@ -162,4 +162,7 @@ def topic_nodes(topics=TOPICS) -> list[TextNode]:
     return nodes
 
 
-pytest_plugins = ["pg_server"]  # session fixture pg_server: PostgreSQL + pgvector (tests/pg_server.py)
+pytest_plugins = [
+    "pg_server",  # session fixture pg_server: PostgreSQL + pgvector (tests/pg_server.py)
+    "redis_server",  # session fixture redis_server, and own_redis: Debian's redis-server (tests/redis_server.py)
+]

@@ -12,11 +12,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from llama_index_ext_recursive.validation import check_count
 
-__all__ = ["CacheBackend", "MemoryBackend"]
+__all__ = ["CacheBackend", "MemoryBackend", "RedisBackend"]
 
 
 class CacheBackend(Protocol):
@@ -71,3 +71,61 @@ class MemoryBackend:
         with self._lock:
             for key in [k for k in self._entries if k.startswith(prefix)]:
                 del self._entries[key]
+
+
+class RedisBackend:
+    """Entries in a Redis server, shared by every process that uses it.
+
+    Each entry is a Redis string with its own expiry (``PX``), so Redis drops
+    it at its time to live; Redis's own ``maxmemory`` policy bounds the size.
+    A failed call raises (the cache logs it and the query runs uncached); the
+    client reconnects by itself on the next call.
+
+    Args:
+        client: a ``redis.Redis`` (from ``redis.Redis.from_url``), with timeouts: a
+            cache that waits longer than the search it saves is no cache.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @classmethod
+    def from_url(cls, url: str, timeout: float = 0.5) -> RedisBackend:
+        """A backend for ``redis://[user:password@]host:port/db`` (or ``rediss://``, ``unix://``).
+
+        Raises:
+            ImportError: the ``redis`` client is not installed (the message names the extra).
+            ValueError: ``url`` is not a Redis URL.
+        """
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{url!r} is not a Redis URL; pass redis://host:port/db (rediss:// for TLS)")
+        try:
+            import redis
+        except ImportError as exc:  # pragma: no cover - the dev extra installs it
+            raise ImportError(
+                "a Redis cache needs the redis client: pip install 'llama-index-ext-recursive[redis]'"
+            ) from exc
+        return cls(redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout))
+
+    def get(self, key: str) -> str | None:
+        value = self.client.get(key)
+        if not isinstance(value, bytes):
+            return None
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None  # not a value of ours
+
+    def set(self, key: str, value: str, ttl: float) -> None:
+        self.client.set(key, value.encode("utf-8"), px=max(1, round(ttl * 1000)))
+
+    def clear(self, prefix: str) -> None:
+        pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) == 1000:
+                self.client.delete(*batch)
+                batch = []
+        if batch:
+            self.client.delete(*batch)

@@ -29,7 +29,7 @@ from typing import Any
 
 from llama_index.core.schema import NodeWithScore
 
-from llama_index_ext_recursive.cache.backends import CacheBackend, MemoryBackend
+from llama_index_ext_recursive.cache.backends import CacheBackend, MemoryBackend, RedisBackend
 from llama_index_ext_recursive.cache.codec import decode_hits, decode_vector, encode_hits, encode_vector
 
 __all__ = ["CacheStats", "LEVELS", "RetrievalCache"]
@@ -105,6 +105,23 @@ class RetrievalCache:
         self._stats = CacheStats()
         self._lock = threading.Lock()
         self._warned = False
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 0.5, **kwargs: Any) -> RetrievalCache:
+        """A cache in the Redis server at ``url`` (``redis://host:port/db``), shared by every
+        process that makes one with the same URL and ``prefix``.
+
+        Args:
+            url: the server; ``rediss://`` for TLS.
+            timeout: seconds a Redis call may take before the query goes on without the cache.
+            kwargs: as the constructor (``embeddings``, ``results``, ``ttl``, ``prefix``).
+
+        Raises:
+            ValueError: ``url`` is not a Redis URL.
+            ImportError: the ``redis`` client is not installed (``pip install
+                'llama-index-ext-recursive[redis]'``).
+        """
+        return cls(RedisBackend.from_url(url, timeout=timeout), **kwargs)
 
     # ------------------------------------------------------------------ public
     def stats(self) -> CacheStats:
