@@ -126,3 +126,18 @@ def test_a_cache_that_is_not_a_retrieval_cache_is_refused(built):
     retriever, _, _ = built
     with pytest.raises(TypeError, match="RetrievalCache"):
         RecursiveSummaryRetriever(retriever.index, cache={})
+
+
+def test_routed_documents_are_cached_at_their_own_level_with_their_evidence(built):
+    retriever, model, cache = built
+    first = retriever.retrieve_documents(QUESTION)
+    calls = model.calls
+    again = asyncio.run(retriever.aretrieve_documents(QUESTION))
+    assert [(d.node.node_id, d.score, d.evidence) for d in again] == [
+        (d.node.node_id, d.score, d.evidence) for d in first
+    ]
+    assert type(again[0]).__name__ == "DocumentWithScore" and model.calls == calls
+    stats = cache.stats()
+    assert (stats.hits["documents"], stats.misses["documents"], stats.hits["results"]) == (1, 1, 0)
+    retriever.retrieve(QUESTION)  # the chunk results are another level: a miss
+    assert cache.stats().misses["results"] == 1

@@ -17,7 +17,7 @@ from llama_index.core.schema import NodeWithScore
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from pydantic import ValidationError
 
-from llama_index_ext_recursive.results import ExplainedNodeWithScore, Explanation
+from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore, ExplainedNodeWithScore, Explanation
 
 __all__ = ["FORMAT", "decode_hits", "decode_vector", "encode_hits", "encode_vector"]
 
@@ -45,7 +45,9 @@ def encode_hits(hits: list[NodeWithScore]) -> str | None:
     rows = []
     for hit in hits:
         row: dict[str, Any] = {"node": doc_to_json(hit.node), "score": hit.score}
-        if isinstance(hit, ExplainedNodeWithScore):
+        if isinstance(hit, DocumentWithScore):
+            row["evidence"] = None if hit.evidence is None else hit.evidence.model_dump(mode="json")
+        elif isinstance(hit, ExplainedNodeWithScore):
             if hit.explanation.auto is not None:
                 return None
             row["explanation"] = hit.explanation.model_dump(mode="json")
@@ -66,7 +68,10 @@ def decode_hits(text: str) -> list[NodeWithScore] | None:
             if score is not None and (type(score) not in (int, float) or not math.isfinite(score)):
                 return None
             node = json_to_doc(row["node"])
-            if "explanation" in row:
+            if "evidence" in row:
+                evidence = None if row["evidence"] is None else DocumentEvidence.model_validate(row["evidence"])
+                hits.append(DocumentWithScore(node=node, score=score, evidence=evidence))
+            elif "explanation" in row:
                 explanation = Explanation.model_validate(row["explanation"])
                 hits.append(ExplainedNodeWithScore(node=node, score=score, explanation=explanation))
             else:

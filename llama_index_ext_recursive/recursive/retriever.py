@@ -569,7 +569,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         if key is not None and embedding is not None and self.cache is not None:
             self.cache.put_vector(key, list(embedding))
 
-    def _results_key(self, call: Call) -> str | None:
+    def _results_key(self, level: str, call: Call) -> str | None:
         """The cache key of this call's results (call under the index's read lock): the index's
         content, the exact query, the filters in force, ``top_k`` and every setting; ``None``
         when results are not cached, or depend on retrievers whose data is not versioned
@@ -587,7 +587,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             "filters": None if call.filters is None else call.filters.model_dump(mode="json"),
             "top_k": call.top_k,
         }
-        return self.cache.key("results", parts)
+        return self.cache.key(level, parts)
 
     def _checked_embedding(self, embedding: list[float] | None) -> list[float] | None:
         if embedding is not None:
@@ -596,39 +596,45 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return embedding
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        call = self._resolve(query_bundle)
-        with self.index.state_lock.reading():
-            key = self._results_key(call)
-            found = self.cache.get_hits("results", key) if key is not None and self.cache is not None else None
-        if found is not None:
-            return found
-        embedding = self._query_embedding(query_bundle)
-        with self.index.state_lock.reading():
-            key = self._results_key(call)  # the index may have changed while the query was embedded
-            plan = self._plan(call, embedding)
-            hits = search.run(self._search(plan, self._levels()))
-            self._keep_hits(key, hits)
-            return hits
+        return self._cached("results", self._resolve(query_bundle), self._search)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        call = self._resolve(query_bundle)
-        async with self.index.state_lock.areading():
-            key = self._results_key(call)
-            found = self.cache.get_hits("results", key) if key is not None and self.cache is not None else None
+        return await self._acached("results", self._resolve(query_bundle), self._search)
+
+    def _cached(self, level: str, call: Call, searching: Callable[[Plan, Levels], search.Search[Any]]) -> Any:
+        """The cached answer of ``call`` at ``level``, else the search's, then kept. The key is
+        taken under the read lock twice: the index may change while the query is embedded."""
+        with self.index.state_lock.reading():
+            found = self._looked_up(level, self._results_key(level, call))
         if found is not None:
             return found
-        embedding = await self._aquery_embedding(query_bundle)
-        async with self.index.state_lock.areading():
-            await self._aprepare()
-            key = self._results_key(call)
-            plan = self._plan(call, embedding)
-            hits = await search.arun(self._search(plan, self._levels()))
-            self._keep_hits(key, hits)
+        embedding = self._query_embedding(call.bundle)
+        with self.index.state_lock.reading():
+            key = self._results_key(level, call)
+            hits = search.run(searching(self._plan(call, embedding), self._levels()))
+            self._keep_hits(level, key, hits)
             return hits
 
-    def _keep_hits(self, key: str | None, hits: list[NodeWithScore]) -> None:
+    async def _acached(self, level: str, call: Call, searching: Callable[[Plan, Levels], search.Search[Any]]) -> Any:
+        """:meth:`_cached` on the event loop."""
+        async with self.index.state_lock.areading():
+            found = self._looked_up(level, self._results_key(level, call))
+        if found is not None:
+            return found
+        embedding = await self._aquery_embedding(call.bundle)
+        async with self.index.state_lock.areading():
+            await self._aprepare()
+            key = self._results_key(level, call)
+            hits = await search.arun(searching(self._plan(call, embedding), self._levels()))
+            self._keep_hits(level, key, hits)
+            return hits
+
+    def _looked_up(self, level: str, key: str | None) -> Any:
+        return self.cache.get_hits(level, key) if key is not None and self.cache is not None else None
+
+    def _keep_hits(self, level: str, key: str | None, hits: list[Any]) -> None:
         if key is not None and self.cache is not None:
-            self.cache.put_hits("results", key, hits)
+            self.cache.put_hits(level, key, hits)
 
     def _search(self, plan: Plan, levels: Levels) -> search.Search[list[NodeWithScore]]:
         if self.score_mode == ScoreMode.FUSED:
@@ -647,16 +653,12 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         :class:`FilteredQueryBundle` apply as in :meth:`retrieve`.
         """
         call = self._resolve(as_query_bundle(str_or_query_bundle))
-        embedding = self._query_embedding(call.bundle)
-        with self.index.state_lock.reading():
-            plan = self._plan(call, embedding)
-            return search.run(search.document_search(self, plan, self._levels()))
+        return self._cached("documents", call, self._document_search)
 
     async def aretrieve_documents(self, str_or_query_bundle: str | QueryBundle) -> list[DocumentWithScore]:
         """Async :meth:`retrieve_documents` (the same results; never blocks the loop)."""
         call = self._resolve(as_query_bundle(str_or_query_bundle))
-        embedding = await self._aquery_embedding(call.bundle)
-        async with self.index.state_lock.areading():
-            await self._aprepare()
-            plan = self._plan(call, embedding)
-            return await search.arun(search.document_search(self, plan, self._levels()))
+        return await self._acached("documents", call, self._document_search)
+
+    def _document_search(self, plan: Plan, levels: Levels) -> search.Search[list[DocumentWithScore]]:
+        return search.document_search(self, plan, levels)
