@@ -268,6 +268,7 @@ def test_nothing_left_to_index_says_why(tmp_path, capsys, untouchable):
         (["bees", "--filter", "year"], "--filter expects key=value, got 'year'"),
         (["bees", "--filter", "a=1", "--filter", "a=2"], "--filter a is given twice"),
         (["bees \udcff"], "not valid UTF-8"),
+        (["bees", "--cache-url", "http://localhost:6379"], "--cache-url: 'http://localhost:6379' is not a Redis URL"),
     ],
 )
 def test_query_arguments_are_checked_before_the_index_loads(tmp_path, capsys, untouchable, argv, message):
@@ -677,6 +678,16 @@ def test_filters_the_index_cannot_match_are_one_line_errors(index, capsys, flt, 
 def test_query_prints_no_results_when_the_filter_matches_nothing(index, capsys):
     assert main(["query", str(index / "idx"), "power", "--filter", "zip=99999"]) == 0
     assert "no results" in capsys.readouterr().out
+
+
+def test_query_answers_a_repeated_question_from_a_shared_redis_cache(index, capsys, redis_server):
+    argv = ["query", str(index / "idx"), "solar power", "--cache-url", redis_server.url]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    second = capsys.readouterr().out
+    assert "answered from the cache" not in first and "answered from the cache" in second
+    assert second.split("  (answered")[0] == first  # the same answer
 
 
 def test_query_top_k_in_a_real_process(index):

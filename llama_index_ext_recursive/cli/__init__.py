@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -104,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
     query.add_argument("--filter", action="append", metavar="KEY=VALUE", help="repeatable, one per key; AND")
     query.add_argument("--json", action="store_true", help="print results as JSON")
+    query.add_argument(
+        "--cache-url",
+        default=os.environ.get("LLAMA_RECURSIVE_CACHE_URL"),
+        metavar="URL",
+        help="a Redis result cache shared with your app (redis://host:port/db; default "
+        "$LLAMA_RECURSIVE_CACHE_URL): a question asked before, of the same index, is answered from it",
+    )
     query.set_defaults(func=cmd_query)
     evaluate = sub.add_parser("eval", help="compare retrievers on a BEIR-layout dataset")
     evaluate.add_argument("--data", required=True, help="dataset directory (BEIR layout)")

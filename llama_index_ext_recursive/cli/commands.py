@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llama_index.core.schema import NodeWithScore
 
+from llama_index_ext_recursive.cache import RetrievalCache
 from llama_index_ext_recursive.cli.checks import (
     CliError,
     check_build_target,
@@ -135,7 +136,8 @@ def cmd_query(args: argparse.Namespace) -> None:
     question = check_question(args.question)
     top_k = count("--top-k", args.top_k, allow_none=True)
     pairs = split_filters(args.filter)
-    retriever = RecursiveSummaryRetriever.from_persist_dir(args.persist_dir)
+    cache = _result_cache(args.cache_url)
+    retriever = RecursiveSummaryRetriever.from_persist_dir(args.persist_dir, cache=cache)
     # per-call options: --top-k None keeps the k the index was built with
     bundle = FilteredQueryBundle(question, filters=typed_filters(pairs, retriever), top_k=top_k)
     results = retriever.retrieve(bundle)
@@ -157,6 +159,17 @@ def cmd_query(args: argparse.Namespace) -> None:
         )
     else:
         _print_results(question, results)
+        if cache is not None and cache.stats().hits["results"]:
+            print(f"  (answered from the cache at {args.cache_url})")
+
+
+def _result_cache(url: str | None) -> RetrievalCache | None:
+    if not url:
+        return None
+    try:
+        return RetrievalCache.from_url(url)
+    except ValueError as exc:
+        raise CliError(f"--cache-url: {exc}") from None
 
 
 def _check_plot_format(path: str | None) -> None:
