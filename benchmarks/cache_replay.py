@@ -137,14 +137,10 @@ def main(argv: list[str] | None = None) -> None:
         command = [sys.executable, __file__, "--child", mode, *_passed(args)]
         if mode == "redis":
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-            from redis_server import RedisServer
+            from redis_server import running_redis
 
-            server = RedisServer()
-            server.start()
-            try:
+            with running_redis() as server:
                 done = memory.run_child([*command, "--redis-url", server.url], timeout=7200)
-            finally:
-                server.close()
         else:
             done = memory.run_child(command, timeout=7200)
         if done.returncode != 0:

@@ -14,11 +14,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-__all__ = ["RedisServer", "own_redis", "redis_server"]
+__all__ = ["RedisServer", "own_redis", "redis_server", "running_redis"]
 
 
 class RedisServer:
@@ -87,23 +88,26 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """A Redis server for the whole test session."""
+@contextmanager
+def running_redis() -> Iterator[RedisServer]:
+    """A started Redis server, closed (stopped, its folder removed) on the way out."""
     server = RedisServer()
     server.start()
     try:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A Redis server for the whole test session."""
+    with running_redis() as server:
+        yield server
 
 
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
     """A Redis server of this test's own, which it may stop and start again."""
-    server = RedisServer()
-    server.start()
-    try:
+    with running_redis() as server:
         yield server
-    finally:
-        server.close()
