@@ -20,7 +20,9 @@ RSS from ``wait4``):
   is reported beside the build's;
 * ``serve``: ``from_persist_dir`` (open), the first query, then ``--queries``
   queries of the default recursive retriever (fused mode), the same queries
-  filtered, and their p50/p95; peak RSS is the open plus the queries;
+  filtered, and their p50/p95; then a flat hybrid retriever (dense and BM25
+  over every chunk, relative-score fusion, no routing), unfiltered and
+  filtered (``flat_*`` in the JSON); peak RSS is the open plus the queries;
 * ``recall``: recall@10 of the chunk level's approximate step against an exact
   scan, at several nprobe (its own process: the exact scans map the vectors);
 * ``update``: open, add one new document (``--chunks`` chunks) and persist,
@@ -133,7 +135,7 @@ class TimedStream:
 def child_serve(args) -> dict[str, object]:
     from llama_index.core.schema import QueryBundle
 
-    from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
+    from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever, RecursiveSummaryRetriever
 
     corpus = corpus_of(args)
     queries = corpus.sampled_chunk_queries(args.queries, noise=1.0)
@@ -154,7 +156,18 @@ def child_serve(args) -> dict[str, object]:
         any(h.node.node_id == chunk for h in retriever.retrieve(b))
         for b, (_, _, chunk, _) in zip(bundles[:100], queries[:100], strict=True)
     )
+    # flat hybrid: dense and BM25 over every chunk, fused by relative score, no routing
+    levels = retriever._levels()
+    flat = HybridFusionRetriever(
+        [levels.chunk_vector, levels.chunk_bm25], mode="relative_score", similarity_top_k=10, use_async=False
+    )
+    flat_plain = timing.latencies_ms(flat.retrieve, bundles[1:], warmup=3)
+    flat_filtered = timing.latencies_ms(flat.retrieve, filtered_bundles, warmup=3)
     return {
+        "flat_p50_ms": pct(flat_plain, 50),
+        "flat_p95_ms": pct(flat_plain, 95),
+        "flat_filtered_p50_ms": pct(flat_filtered, 50),
+        "flat_filtered_p95_ms": pct(flat_filtered, 95),
         "open_s": open_s,
         "first_ms": first_ms,
         "p50_ms": pct(plain, 50),
