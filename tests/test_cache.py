@@ -2,8 +2,10 @@
 damaged value is a miss, never run), keys that hold every part, and a failing backend that
 degrades to uncached retrieval with one warning."""
 
+import asyncio
 import json
 import logging
+import threading
 
 import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
@@ -118,9 +120,9 @@ class Broken:
 def test_a_failing_backend_is_a_miss_with_one_warning(caplog):
     cache = RetrievalCache(Broken())
     with caplog.at_level(logging.WARNING, logger="llama_index_ext_recursive.cache.retrieval_cache"):
-        assert cache.get_hits("results", "k") is None
-        cache.put_hits("results", "k", _hits())
-        assert cache.get_vector("k") is None
+        assert cache.get("results", "k") is None
+        cache.put("results", "k", _hits())
+        assert cache.get("embeddings", "k") is None
     assert [r.getMessage() for r in caplog.records] == [
         "retrieval cache unavailable (backend down); retrieving without it"
     ]
@@ -131,11 +133,11 @@ def test_a_failing_backend_is_a_miss_with_one_warning(caplog):
 def test_stats_count_hits_misses_and_rejected_values_and_clear_resets_them():
     cache = RetrievalCache()
     key = cache.key("results", {"query": "q"})
-    assert cache.get_hits("results", key) is None
-    cache.put_hits("results", key, _hits())
-    assert cache.get_hits("results", key) is not None
+    assert cache.get("results", key) is None
+    cache.put("results", key, _hits())
+    assert cache.get("results", key) is not None
     cache.backend.set(key, "garbage", 60)
-    assert cache.get_hits("results", key) is None
+    assert cache.get("results", key) is None
     stats = cache.stats()
     assert (stats.hits["results"], stats.misses["results"], stats.rejected) == (1, 2, 1)
     assert stats.hit_rate == pytest.approx(1 / 3)
@@ -154,3 +156,31 @@ def test_stats_count_hits_misses_and_rejected_values_and_clear_resets_them():
 def test_bad_settings_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RetrievalCache(**kwargs)
+
+
+def test_an_unknown_level_is_refused_naming_the_levels():
+    with pytest.raises(ValueError, match=r"unknown cache level 'answers'.*'embeddings', 'documents', 'results'"):
+        RetrievalCache().get("answers", "k")
+
+
+def test_async_calls_answer_as_sync_calls_and_a_network_backend_runs_off_the_loop():
+    """A backend that may block (anything but the in-process one) is called in a worker thread."""
+    loop_threads: list[bool] = []
+
+    class Recording(MemoryBackend):
+        blocking = True
+
+        def get(self, key):
+            loop_threads.append(threading.current_thread() is threading.main_thread())
+            return super().get(key)
+
+    cache = RetrievalCache(Recording())
+    key = cache.key("results", {"query": "q"})
+
+    async def go():
+        await cache.aput("results", key, _hits())
+        return await cache.aget("results", key)
+
+    hits = asyncio.run(go())
+    assert [h.node.node_id for h in hits] == [h.node.node_id for h in cache.get("results", key)]
+    assert loop_threads == [False, True]  # async: off the loop's thread; sync: here

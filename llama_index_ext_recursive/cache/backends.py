@@ -20,7 +20,12 @@ __all__ = ["CacheBackend", "MemoryBackend", "RedisBackend"]
 
 
 class CacheBackend(Protocol):
-    """String values under string keys, each kept for at most ``ttl`` seconds."""
+    """String values under string keys, each kept for at most ``ttl`` seconds.
+
+    A backend whose ``blocking`` attribute is false (the in-process one)
+    answers at once and is called on the event loop; any other is called in a
+    worker thread by async retrieval.
+    """
 
     def get(self, key: str) -> str | None: ...
 
@@ -37,6 +42,8 @@ class MemoryBackend:
         max_entries: the size bound; the least recently used entry goes first.
         clock: seconds, monotonic (a test passes its own to expire entries without waiting).
     """
+
+    blocking = False  # a dictionary lookup: called on the event loop
 
     def __init__(self, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_entries = check_count("max_entries", max_entries, minimum=1)
@@ -85,6 +92,8 @@ class RedisBackend:
         client: a ``redis.Redis`` (from ``redis.Redis.from_url``), with timeouts: a
             cache that waits longer than the search it saves is no cache.
     """
+
+    blocking = True  # a network round trip: async retrieval calls it in a worker thread
 
     def __init__(self, client: Any) -> None:
         self.client = client

@@ -1,5 +1,8 @@
 """Cached values as JSON: a query's vector, a retriever's hits. Data only, never pickle.
 
+Encoded and decoded with ``orjson``: a hit is mostly decoding, and it reads
+JSON four times faster than the standard library.
+
 A shared cache is written by every process that uses it, so what is read back
 is treated as untrusted: a value that is not JSON of the expected shape (a
 foreign writer, a truncated value, another format version) decodes to
@@ -9,10 +12,10 @@ foreign writer, a truncated value, another format version) decodes to
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+import orjson
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from pydantic import ValidationError
@@ -25,7 +28,7 @@ FORMAT = 1  # the version of what this module writes; another is read as a miss
 
 
 def encode_vector(vector: list[float]) -> str:
-    return json.dumps({"v": FORMAT, "vector": [float(x) for x in vector]}, separators=(",", ":"))
+    return _dumps({"v": FORMAT, "vector": [float(x) for x in vector]})
 
 
 def decode_vector(text: str) -> list[float] | None:
@@ -52,7 +55,7 @@ def encode_hits(hits: list[NodeWithScore]) -> str | None:
                 return None
             row["explanation"] = hit.explanation.model_dump(mode="json")
         rows.append(row)
-    return json.dumps({"v": FORMAT, "hits": rows}, separators=(",", ":"), ensure_ascii=False)
+    return _dumps({"v": FORMAT, "hits": rows})
 
 
 def decode_hits(text: str) -> list[NodeWithScore] | None:
@@ -81,9 +84,13 @@ def decode_hits(text: str) -> list[NodeWithScore] | None:
     return hits
 
 
+def _dumps(data: dict[str, Any]) -> str:
+    return orjson.dumps(data).decode("utf-8")
+
+
 def _loaded(text: str) -> dict[str, Any] | None:
     try:
-        data = json.loads(text)
+        data = orjson.loads(text)  # strict JSON: NaN, Infinity and numbers beyond 64 bits are refused
     except (TypeError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("v") == FORMAT else None

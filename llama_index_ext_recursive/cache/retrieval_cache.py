@@ -19,20 +19,20 @@ query runs uncached, never failing.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index.core.schema import NodeWithScore
+import orjson
 
 from llama_index_ext_recursive.cache.backends import CacheBackend, MemoryBackend, RedisBackend
 from llama_index_ext_recursive.cache.codec import decode_hits, decode_vector, encode_hits, encode_vector
 
-__all__ = ["CacheStats", "LEVELS", "RetrievalCache"]
+__all__ = ["CacheStats", "LEVELS", "RetrievalCache", "check_cache"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ class RetrievalCache:
         self._stats = CacheStats()
         self._lock = threading.Lock()
         self._warned = False
+        # an in-process backend answers at once; any other is called off the event loop
+        self._blocking = getattr(self.backend, "blocking", True)
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 0.5, **kwargs: Any) -> RetrievalCache:
@@ -140,27 +142,19 @@ class RetrievalCache:
     # -------------------------------------------------------------- for retrievers
     def key(self, level: str, parts: Mapping[str, Any]) -> str:
         """The key of ``parts`` (JSON data: the query, the filters, the settings, the generation)."""
-        body = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_unknown)
-        return f"{self.prefix}:{level}:{hashlib.sha256(body.encode('utf-8')).hexdigest()}"
+        try:
+            body = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError as exc:
+            raise TypeError(f"a cache key part must be JSON data ({exc})") from None
+        return f"{self.prefix}:{level}:{hashlib.sha256(body).hexdigest()}"
 
-    def get_vector(self, key: str) -> list[float] | None:
-        return self._get("embeddings", key, decode_vector) if self.embeddings else None
-
-    def put_vector(self, key: str, vector: list[float]) -> None:
-        if self.embeddings:
-            self._put("embeddings", key, encode_vector(vector))
-
-    def get_hits(self, level: str, key: str) -> list[NodeWithScore] | None:
-        return self._get(level, key, decode_hits) if self.results else None
-
-    def put_hits(self, level: str, key: str, hits: list[NodeWithScore]) -> None:
-        if self.results:
-            self._put(level, key, encode_hits(hits))
-
-    # ------------------------------------------------------------------ inside
-    def _get(self, level: str, key: str, decode: Any) -> Any:
+    def get(self, level: str, key: str) -> Any:
+        """The value at ``key`` (a vector for ``embeddings``, else hits), or ``None``: not cached,
+        expired, not ours, this level switched off, or the backend failing."""
+        if not self._enabled(level):
+            return None
         text = self._call(lambda: self.backend.get(key))
-        value = decode(text) if isinstance(text, str) else None
+        value = _DECODE[level](text) if isinstance(text, str) else None
         with self._lock:
             if value is None:
                 self._stats.misses[level] += 1
@@ -168,6 +162,31 @@ class RetrievalCache:
             else:
                 self._stats.hits[level] += 1
         return value
+
+    def put(self, level: str, key: str, value: Any) -> None:
+        """Keep ``value`` (a vector for ``embeddings``, else hits) at ``key`` for the level's TTL;
+        hits that cannot be stored as data are not kept."""
+        if self._enabled(level):
+            self._put(level, key, _ENCODE[level](value))
+
+    async def aget(self, level: str, key: str) -> Any:
+        """:meth:`get` without blocking the event loop (a network backend is called in a thread)."""
+        if self._blocking:
+            return await asyncio.to_thread(self.get, level, key)
+        return self.get(level, key)
+
+    async def aput(self, level: str, key: str, value: Any) -> None:
+        """:meth:`put` without blocking the event loop."""
+        if self._blocking:
+            await asyncio.to_thread(self.put, level, key, value)
+        else:
+            self.put(level, key, value)
+
+    # ------------------------------------------------------------------ inside
+    def _enabled(self, level: str) -> bool:
+        if level not in self.ttl:
+            raise ValueError(f"unknown cache level {level!r}; the levels are {list(LEVELS)}")
+        return self.embeddings if level == "embeddings" else self.results
 
     def _put(self, level: str, key: str, text: str | None) -> None:
         if text is not None:
@@ -187,5 +206,26 @@ class RetrievalCache:
             return None
 
 
-def _unknown(value: Any) -> Any:
-    raise TypeError(f"a cache key part must be JSON data, got {type(value).__name__}")
+def check_cache(cache: Any) -> None:
+    """A retriever's ``cache=``: a :class:`RetrievalCache` or ``None``.
+
+    Raises:
+        TypeError: anything else (the message names the two ways to make one).
+    """
+    if cache is not None and not isinstance(cache, RetrievalCache):
+        raise TypeError(
+            f"cache must be a RetrievalCache (or None), got {type(cache).__name__}: pass RetrievalCache() "
+            "for this process, or RetrievalCache.from_url('redis://host:port/db') to share one"
+        )
+
+
+_DECODE: dict[str, Callable[[str], Any]] = {
+    "embeddings": decode_vector,
+    "documents": decode_hits,
+    "results": decode_hits,
+}
+_ENCODE: dict[str, Callable[[Any], str | None]] = {
+    "embeddings": encode_vector,
+    "documents": encode_hits,
+    "results": encode_hits,
+}

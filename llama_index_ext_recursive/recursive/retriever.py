@@ -36,8 +36,9 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -46,8 +47,11 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import BaseNode, Document, IndexNode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_ext_recursive import steps
 from llama_index_ext_recursive.cache import RetrievalCache
-from llama_index_ext_recursive.config import component_to_dict, init_parameters
+from llama_index_ext_recursive.cache.flow import cached, query_vector
+from llama_index_ext_recursive.cache.retrieval_cache import check_cache
+from llama_index_ext_recursive.config import component_to_dict, init_parameters, type_name
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -56,7 +60,6 @@ from llama_index_ext_recursive.filters import (
     relax_to_keys,
     to_filters,
 )
-from llama_index_ext_recursive.model_identity import model_identity
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, as_query_bundle, resolve_call
 from llama_index_ext_recursive.recursive import search
@@ -88,6 +91,10 @@ __all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode"]
 
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# a search of one call over the levels (retrieve's or retrieve_documents')
+Searching = Callable[[Plan, Levels], steps.Steps[T]]
 
 
 class RecursiveSummaryRetriever(QueryCheckingRetriever):
@@ -198,8 +205,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         self.max_link_depth = max_link_depth
         self._calibration: dict[str, Calibration] = calibration_from_config(calibration)
         self._show_progress = show_progress
-        if cache is not None and not isinstance(cache, RetrievalCache):
-            raise TypeError(f"cache must be a RetrievalCache (or None), got {type(cache).__name__}")
+        check_cache(cache)
         self.cache = cache
         self._built: Levels | None = None
         self._levels_lock = threading.Lock()
@@ -325,21 +331,23 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         """The query settings (and measured calibration) in the package's
         ``{"type", "init_parameters"}`` convention; :meth:`from_dict` with the
         same index builds an equal retriever."""
-        return component_to_dict(
-            self,
-            similarity_top_k=self.similarity_top_k,
-            num_routed_docs=self.num_routed_docs,
-            score_mode=self.score_mode.value,
-            score_alpha=self.score_alpha,
-            document_weight=self.document_weight,
-            calibration=self.calibration,
-            filters=self.filters.model_dump(mode="json") if self.filters else None,
-            filter_policy=self.filter_policy.value,
-            max_link_depth=self.max_link_depth,
-            summary_mode=self.summary_mode.value,
-            chunk_mode=self.chunk_mode.value,
-            unknown_filter_key=self.unknown_filter_key.value,
-        )
+        return component_to_dict(self, **self._settings(), calibration=self.calibration)
+
+    def _settings(self) -> dict[str, Any]:
+        """Every query setting but the calibration (:meth:`to_dict` and the cache key)."""
+        return {
+            "similarity_top_k": self.similarity_top_k,
+            "num_routed_docs": self.num_routed_docs,
+            "score_mode": self.score_mode.value,
+            "score_alpha": self.score_alpha,
+            "document_weight": self.document_weight,
+            "filters": self.filters.model_dump(mode="json") if self.filters else None,
+            "filter_policy": self.filter_policy.value,
+            "max_link_depth": self.max_link_depth,
+            "summary_mode": self.summary_mode.value,
+            "chunk_mode": self.chunk_mode.value,
+            "unknown_filter_key": self.unknown_filter_key.value,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], index: SummaryIndex, **overrides: Any) -> RecursiveSummaryRetriever:
@@ -537,38 +545,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             document_weight=self._document_weight(script),
         )
 
-    def _query_embedding(self, query_bundle: QueryBundle) -> list[float] | None:
-        embedding = query_bundle.embedding
-        if embedding is None and query_bundle.embedding_strs:
-            key = self._vector_key(query_bundle)
-            embedding = self.cache.get_vector(key) if key is not None and self.cache is not None else None
-            if embedding is None:
-                embedding = self.index.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
-                self._keep_vector(key, embedding)
-        return self._checked_embedding(embedding)
-
-    async def _aquery_embedding(self, query_bundle: QueryBundle) -> list[float] | None:
-        embedding = query_bundle.embedding
-        if embedding is None and query_bundle.embedding_strs:
-            key = self._vector_key(query_bundle)
-            embedding = self.cache.get_vector(key) if key is not None and self.cache is not None else None
-            if embedding is None:
-                embedding = await self.index.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
-                self._keep_vector(key, embedding)
-        return self._checked_embedding(embedding)
-
     # ------------------------------------------------------------ the cache
-    def _vector_key(self, query_bundle: QueryBundle) -> str | None:
-        """The cache key of the query's vector: the model's identity and the exact texts."""
-        if self.cache is None or not self.cache.embeddings:
-            return None
-        model = model_identity(self.index.embed_model).cache_key()
-        return self.cache.key("embeddings", {"model": model, "texts": list(query_bundle.embedding_strs)})
-
-    def _keep_vector(self, key: str | None, embedding: list[float] | None) -> None:
-        if key is not None and embedding is not None and self.cache is not None:
-            self.cache.put_vector(key, list(embedding))
-
     def _results_key(self, level: str, call: Call) -> str | None:
         """The cache key of this call's results (call under the index's read lock): the index's
         content, the exact query, the filters in force, ``top_k`` and every setting; ``None``
@@ -579,7 +556,13 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         bundle = call.bundle
         given = bundle.embedding  # a caller's own vector, not one made from the text
         parts = {
-            "retriever": self.to_dict(),
+            "retriever": type_name(type(self)),
+            "settings": self._settings(),
+            # of a calibration, only the fitted weights rank (not the measurements behind them)
+            "weights": {
+                level: {script: found.weights_for(script) for script in sorted(found.scripts)}
+                for level, found in self._calibration.items()
+            },
             "generation": self.index.cache_generation,
             "query": bundle.query_str,
             "embedding_strs": list(bundle.embedding_strs),
@@ -596,45 +579,24 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return embedding
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._cached("results", self._resolve(query_bundle), self._search)
+        return steps.run(self._answer("results", self._resolve(query_bundle), self._search))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return await self._acached("results", self._resolve(query_bundle), self._search)
+        return await steps.arun(self._answer("results", self._resolve(query_bundle), self._search))
 
-    def _cached(self, level: str, call: Call, searching: Callable[[Plan, Levels], search.Search[Any]]) -> Any:
-        """The cached answer of ``call`` at ``level``, else the search's, then kept. The key is
-        taken under the read lock twice: the index may change while the query is embedded."""
-        with self.index.state_lock.reading():
-            found = self._looked_up(level, self._results_key(level, call))
-        if found is not None:
-            return found
-        embedding = self._query_embedding(call.bundle)
-        with self.index.state_lock.reading():
-            key = self._results_key(level, call)
-            hits = search.run(searching(self._plan(call, embedding), self._levels()))
-            self._keep_hits(level, key, hits)
-            return hits
+    def _answer(self, level: str, call: Call, searching: Searching[T]) -> steps.Steps[T]:
+        """The cached answer of ``call`` at ``level``, else the search's, then kept. Looked up
+        under the key of the index as it is now; kept under the key taken with the search."""
+        lookup = None
+        if self.cache is not None:
+            with self.index.state_lock.reading():
+                lookup = self._results_key(level, call)
+        return (yield from cached(self.cache, level, lookup, lambda: self._searched(level, call, searching)))
 
-    async def _acached(self, level: str, call: Call, searching: Callable[[Plan, Levels], search.Search[Any]]) -> Any:
-        """:meth:`_cached` on the event loop."""
-        async with self.index.state_lock.areading():
-            found = self._looked_up(level, self._results_key(level, call))
-        if found is not None:
-            return found
-        embedding = await self._aquery_embedding(call.bundle)
-        async with self.index.state_lock.areading():
-            await self._aprepare()
-            key = self._results_key(level, call)
-            hits = await search.arun(searching(self._plan(call, embedding), self._levels()))
-            self._keep_hits(level, key, hits)
-            return hits
-
-    def _looked_up(self, level: str, key: str | None) -> Any:
-        return self.cache.get_hits(level, key) if key is not None and self.cache is not None else None
-
-    def _keep_hits(self, level: str, key: str | None, hits: list[Any]) -> None:
-        if key is not None and self.cache is not None:
-            self.cache.put_hits(level, key, hits)
+    def _searched(self, level: str, call: Call, searching: Searching[T]) -> steps.Steps[tuple[str | None, T]]:
+        embedding = yield from query_vector(self.cache, self.index.embed_model, call.bundle)
+        (answer,) = yield (_UnderReadLock(self, level, call, searching, self._checked_embedding(embedding)),)
+        return answer
 
     def _search(self, plan: Plan, levels: Levels) -> search.Search[list[NodeWithScore]]:
         if self.score_mode == ScoreMode.FUSED:
@@ -653,12 +615,41 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         :class:`FilteredQueryBundle` apply as in :meth:`retrieve`.
         """
         call = self._resolve(as_query_bundle(str_or_query_bundle))
-        return self._cached("documents", call, self._document_search)
+        return steps.run(self._answer("documents", call, self._document_search))
 
     async def aretrieve_documents(self, str_or_query_bundle: str | QueryBundle) -> list[DocumentWithScore]:
         """Async :meth:`retrieve_documents` (the same results; never blocks the loop)."""
         call = self._resolve(as_query_bundle(str_or_query_bundle))
-        return await self._acached("documents", call, self._document_search)
+        return await steps.arun(self._answer("documents", call, self._document_search))
 
     def _document_search(self, plan: Plan, levels: Levels) -> search.Search[list[DocumentWithScore]]:
         return search.document_search(self, plan, levels)
+
+
+@dataclass(frozen=True)
+class _UnderReadLock:
+    """The search of one call and the key to keep its answer under, taken together while
+    the index cannot change (async: after the levels are built off the loop)."""
+
+    owner: RecursiveSummaryRetriever
+    level: str
+    call: Call
+    searching: Searching[Any]
+    embedding: list[float] | None
+
+    def _started(self) -> tuple[str | None, steps.Steps[Any]]:
+        owner = self.owner
+        return owner._results_key(self.level, self.call), self.searching(
+            owner._plan(self.call, self.embedding), owner._levels()
+        )
+
+    def run(self) -> tuple[str | None, Any]:
+        with self.owner.index.state_lock.reading():
+            key, search = self._started()
+            return key, steps.run(search)
+
+    async def arun(self) -> tuple[str | None, Any]:
+        async with self.owner.index.state_lock.areading():
+            await self.owner._aprepare()
+            key, search = self._started()
+            return key, await steps.arun(search)

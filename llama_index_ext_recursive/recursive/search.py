@@ -10,9 +10,9 @@ Each algorithm (:func:`fused_search`, the default score mode end to end;
 ``retrieve_documents``) is a generator: it yields the searches it needs next
 as a tuple of requests (:class:`DenseDocuments`, :class:`DenseChunks`,
 :class:`Lexical`, :class:`Hits`, :class:`RouteHits`) and receives their
-answers. :func:`run` answers them one after another; :func:`arun` answers the
-requests of one step concurrently on the event loop, moving CPU work (NumPy,
-BM25) to threads. So sync and async take the same steps by construction, and
+answers; :func:`~llama_index_ext_recursive.steps.run` and
+:func:`~llama_index_ext_recursive.steps.arun` drive them, the async driver
+moving CPU work (NumPy, BM25) to threads. So sync and async take the same steps by construction, and
 what differs between stores lives in the requests alone: the embedded store
 is asked for ids and scores directly, other stores go through the levels'
 ``BackfillVectorRetriever``, called through ``_retrieve`` (no span of its own).
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import IndexNode, NodeWithScore
@@ -46,6 +46,7 @@ from llama_index_ext_recursive.recursive.ranking import ChunkEvidenceSet, Plan, 
 from llama_index_ext_recursive.recursive.settings import ROUTED_POOL_FACTOR, Owner
 from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScore
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+from llama_index_ext_recursive.steps import Request, Steps
 from llama_index_ext_recursive.stores.protocol import ScoredIdSearch
 from llama_index_ext_recursive.validation import closest
 
@@ -209,14 +210,8 @@ def _raise_or(value: Any) -> Any:
 # how its store answers, blocking (``run``) and on the event loop (``arun``:
 # a store's own async call, or CPU work moved to a thread). The algorithms are
 # written once, as generators that yield a tuple of requests and receive their
-# answers; :func:`run` and :func:`arun` drive them, the async driver answering
-# the requests of one step concurrently.
-class Request(Protocol):
-    def run(self) -> Any: ...
-
-    async def arun(self) -> Any: ...
-
-
+# answers (:mod:`~llama_index_ext_recursive.steps` drives them, the async driver
+# answering the requests of one step concurrently).
 @dataclass(frozen=True)
 class DenseDocuments:
     """``summary node id -> similarity`` of the best documents by routing vector."""
@@ -390,7 +385,7 @@ def document_ids(levels: Levels, scores: dict[str, float]) -> dict[str, float]:
 
 # ---------------------------------------------------------------- algorithms
 T = TypeVar("T")
-Search = Generator[tuple[Request, ...], list[Any], T]
+Search = Steps[T]
 
 
 def fused_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[NodeWithScore]]:
@@ -433,24 +428,3 @@ def document_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[Doc
     dense, lexical = documents.read((yield documents.requests))
     dense, lexical = document_ids(levels, dense), document_ids(levels, lexical)
     return documents_with_scores(owner, route(owner, plan, dense, lexical)[1], dense, lexical)
-
-
-# ------------------------------------------------------------------- drivers
-def run(search: Search[T]) -> T:
-    """Drive ``search`` to its result, answering each request in turn."""
-    try:
-        step = next(search)
-        while True:
-            step = search.send([request.run() for request in step])
-    except StopIteration as done:
-        return done.value
-
-
-async def arun(search: Search[T]) -> T:
-    """Drive ``search`` on the event loop, the requests of one step concurrently."""
-    try:
-        step = next(search)
-        while True:
-            step = search.send(list(await asyncio.gather(*(request.arun() for request in step))))
-    except StopIteration as done:
-        return done.value

@@ -69,6 +69,7 @@ from llama_index.core.llms.utils import LLMType
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES, QueryFusionRetriever
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle
 
+from llama_index_ext_recursive.cache.retrieval_cache import RetrievalCache, check_cache
 from llama_index_ext_recursive.config import component_to_dict, init_parameters, read_config, write_config
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.filters import (
@@ -117,6 +118,7 @@ from llama_index_ext_recursive.retrievers.hybrid import (
     hybrid_from_nodes,
     hybrid_retriever,
 )
+from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
 from llama_index_ext_recursive.text import QueryScript, query_script
 from llama_index_ext_recursive.validation import check_count, check_real, check_weights
 
@@ -180,6 +182,13 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             least that many, so the fused list can be that long; a smaller
             per-call k only cuts the fused list, whose order is then the
             default call's.
+        cache: a :class:`~llama_index_ext_recursive.cache.RetrievalCache` for
+            the query vectors of the vector children: each
+            ``BackfillVectorRetriever`` child without a cache of its own uses
+            it (the builders' children included), so a repeated query is not
+            embedded again. Fused results are not cached: the children's
+            indexes can change through the app's own calls without telling
+            this retriever, so no key could name their content.
 
     Raises:
         TypeError, ValueError: at construction, naming the argument: a child
@@ -213,8 +222,10 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         unknown_filter_key: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
         calibration: Calibration | None = None,
         child_top_k: int | None = None,
+        cache: RetrievalCache | None = None,
     ) -> None:
         retrievers = list(retrievers)
+        check_cache(cache)
         if not retrievers:
             raise ValueError("retrievers must not be empty")
         for i, child in enumerate(retrievers):
@@ -276,6 +287,10 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         self.child_top_k = child_top_k
         # the metadata of the indexed nodes, when known (from_nodes/from_index)
         self.filter_vocabulary: FilterVocabulary | None = None
+        self.cache = cache
+        for child in retrievers:
+            if isinstance(child, BackfillVectorRetriever) and child.cache is None:
+                child.cache = cache
         if calibration is not None:
             self.apply_calibration(calibration)
 

@@ -59,6 +59,9 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
+from llama_index_ext_recursive import steps
+from llama_index_ext_recursive.cache.flow import query_vector
+from llama_index_ext_recursive.cache.retrieval_cache import RetrievalCache, check_cache
 from llama_index_ext_recursive.config import component_to_dict, init_parameters, write_config
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import (
@@ -151,6 +154,11 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
             added since. When the docstore holds no nodes (a store that keeps
             text, e.g. Chroma, with ``store_nodes_override=False``), the keys
             are unknown and filters are not checked (logged once at debug).
+        cache: a :class:`~llama_index_ext_recursive.cache.RetrievalCache` for
+            query vectors (a repeated query is not embedded again). Results
+            are not cached here: a ``VectorStoreIndex`` can change through
+            the app's own calls without telling this retriever, so no key
+            could name its content.
         vector_store_query_mode, alpha, sparse_top_k, hybrid_top_k,
         vector_store_kwargs: passed to the store as upstream does.
         callback_manager, verbose: as upstream.
@@ -176,11 +184,13 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         alpha: float | None = None,
         sparse_top_k: int | None = None,
         hybrid_top_k: int | None = None,
+        cache: RetrievalCache | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
         **kwargs: Any,
     ) -> None:
         check_count("similarity_top_k", similarity_top_k)
+        check_cache(cache)
         check_count("sparse_top_k", sparse_top_k, allow_none=True)
         check_count("hybrid_top_k", hybrid_top_k, allow_none=True)
         if alpha is not None:
@@ -208,6 +218,7 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
         self.unknown_filter_key = policy
         self._logged_unchecked = False
         self._chroma_dimension: int | None = None
+        self.cache = cache
 
     @classmethod
     def from_vector_store(
@@ -359,13 +370,13 @@ class BackfillVectorRetriever(QueryCheckingRetriever, VectorIndexRetriever):
     def _embedding(self, query_bundle: QueryBundle) -> list[float] | None:
         if query_bundle.embedding is not None or not self._needs_embedding():
             return self._checked_embedding(query_bundle.embedding, given=True)
-        embedding = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        embedding = steps.run(query_vector(self.cache, self._embed_model, query_bundle))
         return self._checked_embedding(embedding, given=False)
 
     async def _aembedding(self, query_bundle: QueryBundle) -> list[float] | None:
         if query_bundle.embedding is not None or not self._needs_embedding():
             return self._checked_embedding(query_bundle.embedding, given=True)
-        embedding = await self._embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+        embedding = await steps.arun(query_vector(self.cache, self._embed_model, query_bundle))
         return self._checked_embedding(embedding, given=False)
 
     def _checked_embedding(self, embedding: list[float] | None, given: bool) -> list[float] | None:

@@ -1,4 +1,4 @@
-"""The drivers of the recursive searches: one algorithm, the same steps sync and async."""
+"""The step drivers (the recursive searches, the cached flows): one algorithm, the same steps sync and async."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from llama_index_ext_recursive.recursive.search import Search, arun, run
+from llama_index_ext_recursive.steps import Steps as Search
+from llama_index_ext_recursive.steps import arun, run
 
 
 @dataclass
