@@ -3,6 +3,7 @@ a hit is the uncached result, shared between processes; a process that opens the
 another updated it never gets a result from before; a Redis that stops degrades to uncached
 retrieval; foreign or damaged values are ignored, never run; entries expire."""
 
+import asyncio
 import json
 import logging
 import os
@@ -40,6 +41,31 @@ def test_a_hit_through_redis_is_the_uncached_result_and_another_client_shares_it
     assert _answer(shared.retrieve(QUESTION)) == _answer(first)
     assert cache.stats().hits["results"] == 1 and other.stats().hits["results"] == 1
     assert _answer(RecursiveSummaryRetriever(retriever.index).retrieve(QUESTION)) == _answer(first)
+
+
+def test_async_retrieval_through_redis_shares_the_sync_results_and_runs_off_the_loop(redis_server, monkeypatch):
+    cache = _cache(redis_server)
+    retriever = RecursiveSummaryRetriever.from_nodes(topic_nodes(), embed_model=LexicalEmbedding(), cache=cache)
+    first = retriever.retrieve(QUESTION)
+    on_loop: list[bool] = []
+    get = cache.backend.get
+
+    def recording_get(key):
+        on_loop.append(_running_loop())
+        return get(key)
+
+    monkeypatch.setattr(cache.backend, "get", recording_get)
+    hit = asyncio.run(retriever.aretrieve(QUESTION))
+    assert _answer(hit) == _answer(first) and cache.stats().hits["results"] == 1
+    assert on_loop == [False]  # the Redis call ran in a worker thread, not on the event loop
+
+
+def _running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 WRITER = textwrap.dedent(
