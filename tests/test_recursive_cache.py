@@ -3,6 +3,7 @@ computed before an add, delete or update is looked up after it; filters, top_k a
 are part of the key; a loaded or persisted index shares its results by its folder generation."""
 
 import asyncio
+import threading
 
 import pytest
 from conftest import LexicalEmbedding, topic_nodes
@@ -141,3 +142,40 @@ def test_routed_documents_are_cached_at_their_own_level_with_their_evidence(buil
     assert (stats.hits["documents"], stats.misses["documents"], stats.hits["results"]) == (1, 1, 0)
     retriever.retrieve(QUESTION)  # the chunk results are another level: a miss
     assert cache.stats().misses["results"] == 1
+
+
+def test_a_cached_aretrieve_waits_for_a_writer_without_blocking_the_loop(built):
+    """The cache key is taken under the index's read lock: async, that wait must not block the loop."""
+    retriever, _, _ = built
+    expected = _answer(retriever.retrieve(QUESTION))
+    writer_holds, release = threading.Event(), threading.Event()
+
+    def writer():
+        with retriever.index.state_lock.writing():
+            writer_holds.set()
+            release.wait(5)
+
+    async def scenario():
+        ticks = [0]
+
+        async def ticker():
+            while not release.is_set():
+                ticks[0] += 1
+                await asyncio.sleep(0.005)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        writer_holds.wait(5)
+        query = asyncio.ensure_future(retriever.aretrieve(QUESTION))
+        ticking = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.1)  # the query waits for the writer; the loop must keep ticking
+        counted = ticks[0]
+        done_early = query.done()
+        release.set()
+        hits = await query
+        await ticking
+        thread.join()
+        return counted, done_early, hits
+
+    counted, done_early, hits = asyncio.run(scenario())
+    assert counted >= 5 and not done_early and _answer(hits) == expected

@@ -589,8 +589,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         under the key of the index as it is now; kept under the key taken with the search."""
         lookup = None
         if self.cache is not None:
-            with self.index.state_lock.reading():
-                lookup = self._results_key(level, call)
+            (lookup,) = yield (_ResultsKey(self, level, call),)
         return (yield from cached(self.cache, level, lookup, lambda: self._searched(level, call, searching)))
 
     def _searched(self, level: str, call: Call, searching: Searching[T]) -> steps.Steps[tuple[str | None, T]]:
@@ -624,6 +623,24 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
 
     def _document_search(self, plan: Plan, levels: Levels) -> search.Search[list[DocumentWithScore]]:
         return search.document_search(self, plan, levels)
+
+
+@dataclass(frozen=True)
+class _ResultsKey:
+    """The key of a call's results, taken under the index's read lock (async: without
+    blocking the event loop while a writer holds it)."""
+
+    owner: RecursiveSummaryRetriever
+    level: str
+    call: Call
+
+    def run(self) -> str | None:
+        with self.owner.index.state_lock.reading():
+            return self.owner._results_key(self.level, self.call)
+
+    async def arun(self) -> str | None:
+        async with self.owner.index.state_lock.areading():
+            return self.owner._results_key(self.level, self.call)
 
 
 @dataclass(frozen=True)
