@@ -30,7 +30,7 @@ never stale on this log: a result cached before an update cannot be served
 after it (a new document changes BM25's statistics, so every score).
 
     .venv/bin/python benchmarks/cache_replay.py --copies 4445 --out benchmarks/results/cache_replay.md
-    .venv/bin/python benchmarks/cache_replay.py --copies 10 --queries 2000 --out benchmarks/results/cache_replay_small.md
+    .venv/bin/python benchmarks/cache_replay.py --copies 10 --queries 2000 --distinct 400  # a quick look
 """
 
 from __future__ import annotations
