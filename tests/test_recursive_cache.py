@@ -3,6 +3,7 @@ computed before an add, delete or update is looked up after it; filters, top_k a
 are part of the key; a loaded or persisted index shares its results by its folder generation."""
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -179,3 +180,33 @@ def test_a_cached_aretrieve_waits_for_a_writer_without_blocking_the_loop(built):
 
     counted, done_early, hits = asyncio.run(scenario())
     assert counted >= 5 and not done_early and _answer(hits) == expected
+
+
+def test_the_calibration_is_in_the_key_by_what_ranks_not_by_its_measurements(built):
+    retriever, _, cache = built
+    settings = retriever.to_dict()
+    calibration = settings["init_parameters"]["calibration"]
+    assert calibration, "the built retriever is calibrated"
+    level, fitted = next(iter(calibration.items()))
+    script = next(iter(fitted["scripts"]))
+
+    def variant(change):
+        data = json.loads(json.dumps(settings))
+        change(data["init_parameters"]["calibration"][level]["scripts"][script])
+        return RecursiveSummaryRetriever.from_dict(data, retriever.index, cache=cache)
+
+    def remeasured(entry):  # other measurements, the same weights
+        entry["child_mrr"] = [m / 2 for m in entry["child_mrr"]]
+
+    def too_few(entry):  # no weights fitted: the equal weights apply
+        entry.update(samples=3, weights=None, grid=[])
+
+    def without_text(entry):  # no weights and no text in this script: the document weight drops to 0
+        entry.update(samples=0, weights=None, grid=[])
+
+    retriever.retrieve(QUESTION)
+    variant(remeasured).retrieve(QUESTION)
+    assert cache.stats().hits["results"] == 1
+    variant(too_few).retrieve(QUESTION)
+    variant(without_text).retrieve(QUESTION)  # the same weights as too_few, another ranking
+    assert cache.stats().hits["results"] == 1 and cache.stats().misses["results"] == 3

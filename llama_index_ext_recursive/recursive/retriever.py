@@ -558,11 +558,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         parts = {
             "retriever": type_name(type(self)),
             "settings": self._settings(),
-            # of a calibration, only the fitted weights rank (not the measurements behind them)
-            "weights": {
-                level: {script: found.weights_for(script) for script in sorted(found.scripts)}
-                for level, found in self._calibration.items()
-            },
+            "calibration": {level: found.ranking() for level, found in self._calibration.items()},
             "generation": self.index.cache_generation,
             "query": bundle.query_str,
             "embedding_strs": list(bundle.embedding_strs),

@@ -73,6 +73,14 @@ class Calibration:
         entry = self.scripts.get(getattr(script, "value", script))
         return None if entry is None or entry.weights is None else list(entry.weights)
 
+    def ranking(self) -> dict[str, dict[str, Any]]:
+        """Per script, what ranking reads of this calibration (the fitted weights, and whether
+        the nodes had text in it), not the measurements behind them: a cache key's part."""
+        return {
+            script: {"weights": self.weights_for(script), "no_text": self.lacks_text_in(script)}
+            for script in sorted(self.scripts)
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict; :meth:`from_dict` reads it back."""
         return {
