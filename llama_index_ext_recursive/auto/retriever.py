@@ -96,6 +96,7 @@ from llama_index_ext_recursive.auto.report import SpecReport
 from llama_index_ext_recursive.auto.rules import RuleBasedSpecGenerator
 from llama_index_ext_recursive.auto.spec import KeyPolicy, SpecValidator
 from llama_index_ext_recursive.auto.values import resolve_top_k
+from llama_index_ext_recursive.cache.retrieval_cache import RetrievalCache, check_cache
 from llama_index_ext_recursive.config import component_to_dict
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
@@ -198,6 +199,12 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
             ``warn``: log it and search anyway. A key declared in
             ``vector_store_info`` that no node holds is such a key. With
             ``retriever=``, the wrapped retriever checks by its own policy.
+        cache: a :class:`~llama_index_ext_recursive.cache.RetrievalCache` for
+            the query vectors of the vector search over ``index`` (a repeated
+            search text is not embedded again). With ``retriever=``, pass the
+            cache to that retriever instead (a ``RecursiveSummaryRetriever``
+            caches its results too). Specs are not cached: an LLM's may differ
+            from call to call, and the rules take milliseconds.
 
     Raises:
         TypeError, ValueError: at construction, for ``similarity_top_k``,
@@ -231,10 +238,17 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
         filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
         max_retries: int = 1,
         unknown_filter_key: UnknownFilterPolicy | str = UnknownFilterPolicy.RAISE,
+        cache: RetrievalCache | None = None,
         **kwargs: Any,
     ) -> None:
         if index is None and retriever is None:
             raise ValueError("pass an index, or retriever= to search with")
+        check_cache(cache)
+        if cache is not None and retriever is not None:
+            raise ValueError(
+                "cache= caches the vector search over index=; with retriever=, pass the cache to that "
+                "retriever (e.g. RecursiveSummaryRetriever(..., cache=cache))"
+            )
         if retriever is not None and not isinstance(retriever, BaseRetriever):
             raise TypeError(
                 f"retriever= is a {type(retriever).__name__}, not a BaseRetriever: pass a "
@@ -300,6 +314,7 @@ class ValidatedAutoRetriever(QueryCheckingRetriever, VectorIndexAutoRetriever):
                 callback_manager=self.callback_manager,
                 verbose=verbose,
                 unknown_filter_key=self.unknown_filter_key,
+                cache=cache,
                 **kwargs,
             )
         )

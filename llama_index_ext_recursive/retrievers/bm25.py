@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,8 +30,11 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index.retrievers.bm25 import BM25Retriever
 
+from llama_index_ext_recursive import steps
+from llama_index_ext_recursive.cache.flow import cached
+from llama_index_ext_recursive.cache.retrieval_cache import RetrievalCache, check_cache
 from llama_index_ext_recursive.columnar.terms import Terms, index_tokens
-from llama_index_ext_recursive.config import component_to_dict, init_parameters
+from llama_index_ext_recursive.config import component_to_dict, init_parameters, type_name
 from llama_index_ext_recursive.filters import (
     FilterPolicy,
     FiltersLike,
@@ -41,7 +46,7 @@ from llama_index_ext_recursive.filters import (
     metadata_matcher,
     to_filters,
 )
-from llama_index_ext_recursive.persist import read_index, write_index
+from llama_index_ext_recursive.persist import published_directory, read_index, write_index
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import unexplained
 from llama_index_ext_recursive.retrievers.bm25_persist import (
@@ -116,6 +121,11 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             wrapping retriever that checked already).
         metadata_mode: Which metadata is indexed with the text (as upstream: EMBED).
         callback_manager: LlamaIndex callback manager.
+        cache: a :class:`~llama_index_ext_recursive.cache.RetrievalCache` for
+            results: a repeated query (same text, filters in force, k and
+            settings) is answered from it. A retriever never changes (an update
+            makes a new one, :meth:`with_changes`), so its results are keyed by
+            :attr:`content_name`, which names what it holds.
         verbose: Log per-query details.
         existing_bm25: A prebuilt ``bm25s.BM25`` over ``nodes`` (used when loading).
         existing_terms: The term statistics of ``existing_bm25``
@@ -140,8 +150,10 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
         objects: list[IndexNode] | None = None,
         object_map: dict | None = None,
+        cache: RetrievalCache | None = None,
     ) -> None:
         check_count("similarity_top_k", similarity_top_k)
+        check_cache(cache)
         nodes = json_nodes(nodes or [])  # filters see plain numbers; bad metadata named before tokenizing
         if not nodes:
             raise ValueError("MultilingualBM25Retriever needs at least one node to index")
@@ -172,6 +184,8 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         self.filter_policy = policy
         self.unknown_filter_key = unknown
         self.nodes: list[BaseNode] = nodes
+        self.cache = cache
+        self.content_name = _new_content_name()
         self._vocabulary: FilterVocabulary | None = None
         self._postings_cache: dict[str, dict[Any, np.ndarray] | None] = {}
         self._last_scores: tuple[tuple[str, ...], np.ndarray] | None = None
@@ -299,6 +313,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
     def _with_index(self, nodes: list[BaseNode], bm25: bm25s.BM25, terms: Terms) -> MultilingualBM25Retriever:
         """A copy of this retriever over ``nodes`` (rows of ``terms``), with the caches derived from nodes reset."""
         new = copy.copy(self)
+        new.content_name = _new_content_name()
         new.nodes = nodes
         new.bm25 = bm25
         new._terms = terms
@@ -320,6 +335,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             callback_manager=self.callback_manager,
             unknown_filter_key=self.unknown_filter_key,
             filter_policy=self.filter_policy,
+            cache=self.cache,
         )
 
     def compacted(self) -> MultilingualBM25Retriever:
@@ -501,11 +517,40 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         return [unexplained(self.nodes[i], float(scores[i])) for i in rows]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._results(self._resolve(query_bundle))
+        return steps.run(self._answer(query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        # resolving may build the filter vocabulary (a pass over every node): off the loop too
-        return await asyncio.to_thread(lambda: self._results(self._resolve(query_bundle)))
+        return await steps.arun(self._answer(query_bundle))
+
+    def _answer(self, query_bundle: QueryBundle) -> steps.Steps[list[NodeWithScore]]:
+        """The call's results: cached, else scored (and kept). Resolving may build the
+        filter vocabulary (a pass over every node) and scoring reads every row: both run
+        off the event loop in async code."""
+        (call,) = yield (_Blocking(self._resolve, query_bundle),)
+        key = self._results_key(call)
+
+        def scored() -> steps.Steps[tuple[str | None, list[NodeWithScore]]]:
+            (hits,) = yield (_Blocking(self._results, call),)
+            return key, hits
+
+        return (yield from cached(self.cache, "results", key, scored))
+
+    def _results_key(self, call: Call) -> str | None:
+        """The key of the call's results: this retriever's content and settings, the exact
+        query, the filters in force and k (``None``: no results cache)."""
+        if self.cache is None or not self.cache.results:
+            return None
+        return self.cache.key(
+            "results",
+            {
+                "retriever": type_name(type(self)),
+                "content": self.content_name,
+                "settings": self.to_dict()["init_parameters"],
+                "query": call.bundle.query_str,
+                "filters": None if call.filters is None else call.filters.model_dump(mode="json"),
+                "top_k": call.top_k,
+            },
+        )
 
     # -- configuration and persistence ---------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -552,6 +597,7 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         """
         with write_index(path, PERSIST_KIND) as staging:
             self.write_files(staging, **kwargs)
+        self._published_at(path)
 
     def write_files(self, folder: Path, **kwargs: Any) -> None:
         """Write this retriever's files into ``folder`` (for a component that
@@ -577,7 +623,17 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
             PersistError: the folder holds no BM25 index, or a file is missing,
                 truncated, modified or malformed (the message names it).
         """
-        return read_index(path, PERSIST_KIND, lambda folder: cls.read_files(folder, **kwargs))
+        retriever = read_index(path, PERSIST_KIND, lambda folder: cls.read_files(folder, **kwargs))
+        retriever._published_at(path)
+        return retriever
+
+    def _published_at(self, path: str | Path, part: str = "") -> None:
+        """This retriever holds the generation published at ``path`` (``part``: the folder
+        inside it, for a retriever persisted within another's index): every process that
+        opens that generation holds the same content, so they share cached results."""
+        published = published_directory(path)
+        if published is not None:
+            self.content_name = f"{PERSIST_KIND}:{published}{part}"
 
     @classmethod
     def read_files(cls, folder: Path, **overrides: Any) -> MultilingualBM25Retriever:
@@ -585,6 +641,25 @@ class MultilingualBM25Retriever(QueryCheckingRetriever, BM25Retriever):
         release's ``retriever.json`` layout)."""
         data, settings = read_bm25_files(cls, folder)
         return cls(**data, **{**settings, **overrides})
+
+
+def _new_content_name() -> str:
+    """A name no other content has: this process's retriever until it is persisted and opened."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class _Blocking:
+    """``function(argument)``: in the calling thread, or async in a worker thread."""
+
+    function: Callable[[Any], Any]
+    argument: Any
+
+    def run(self) -> Any:
+        return self.function(self.argument)
+
+    async def arun(self) -> Any:
+        return await asyncio.to_thread(self.function, self.argument)
 
 
 def _value_rows(nodes: Sequence[BaseNode], key: str, first: int) -> dict[Any, list[int]]:

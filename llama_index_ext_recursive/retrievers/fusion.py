@@ -90,10 +90,12 @@ from llama_index_ext_recursive.query import (
     resolve_call,
 )
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, explained
+from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
 from llama_index_ext_recursive.retrievers.calibrate import DEFAULT_CALIBRATION_SAMPLES, calibrate_children
 from llama_index_ext_recursive.retrievers.calibration import Calibration, script_key
 from llama_index_ext_recursive.retrievers.children import aretrieve_from_child, retrieve_from_child
 from llama_index_ext_recursive.retrievers.fusion_persist import (
+    CHILD_FOLDER,
     PERSIST_KIND,
     check_children,
     child_kinds,
@@ -183,12 +185,13 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             per-call k only cuts the fused list, whose order is then the
             default call's.
         cache: a :class:`~llama_index_ext_recursive.cache.RetrievalCache` for
-            the query vectors of the vector children: each
-            ``BackfillVectorRetriever`` child without a cache of its own uses
+            the children: each ``BackfillVectorRetriever`` and
+            ``MultilingualBM25Retriever`` child without a cache of its own uses
             it (the builders' children included), so a repeated query is not
-            embedded again. Fused results are not cached: the children's
-            indexes can change through the app's own calls without telling
-            this retriever, so no key could name their content.
+            embedded again and its BM25 results are not scored again. Fused
+            results are not cached: a vector child's index can change through
+            the app's own calls without telling this retriever, so no key could
+            name its content.
 
     Raises:
         TypeError, ValueError: at construction, naming the argument: a child
@@ -289,7 +292,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         self.filter_vocabulary: FilterVocabulary | None = None
         self.cache = cache
         for child in retrievers:
-            if isinstance(child, BackfillVectorRetriever) and child.cache is None:
+            if isinstance(child, (BackfillVectorRetriever, MultilingualBM25Retriever)) and child.cache is None:
                 child.cache = cache
         if calibration is not None:
             self.apply_calibration(calibration)
@@ -700,6 +703,7 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
         check_children(self.retriever_names, self.retrievers, child_kinds(HybridFusionRetriever))
         with write_index(persist_dir, PERSIST_KIND) as staging:
             self.write_files(staging)
+        self._published_at(persist_dir)
 
     def write_files(self, folder: Path) -> None:
         """Write the children and the settings into ``folder`` (for a hybrid persisting
@@ -726,7 +730,17 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             **overrides: constructor arguments that win over the saved ones
                 (``llm=``, ``callback_manager=``, ...).
         """
-        return read_index(persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides))
+        hybrid = read_index(persist_dir, PERSIST_KIND, lambda folder: cls.read_files(folder, embed_model, **overrides))
+        hybrid._published_at(persist_dir)
+        return hybrid
+
+    def _published_at(self, persist_dir: str | Path, part: str = "") -> None:
+        """The BM25 children hold the generation published at ``persist_dir`` (each in
+        its own folder of it), so processes that open it share their cached results."""
+        for i, child in enumerate(self.retrievers):
+            folder = f"{part}/{CHILD_FOLDER.format(i)}"
+            if isinstance(child, (MultilingualBM25Retriever, HybridFusionRetriever)):
+                child._published_at(persist_dir, folder)
 
     @classmethod
     def read_files(
