@@ -444,7 +444,7 @@ class UnknownFilterPolicy(str, Enum):
     WARN = "warn"
 
 
-def _value_kind(value: Any) -> str | None:
+def value_kind(value: Any) -> str | None:
     """``"number"`` (bool included: filters compare it as 1/0), ``"string"``, ``"list"``,
     or the type's name for anything else (``"datetime"``, ``"dict"``)."""
     if value is None:
@@ -472,7 +472,7 @@ def _can_match(operator: FilterOperator, value: Any, held: str) -> bool:
     """
     if isinstance(value, list) and not value:
         return True  # "in []": matches nothing, as written
-    kinds = {_value_kind(v) for v in value} if isinstance(value, list) else {_value_kind(value)}
+    kinds = {value_kind(v) for v in value} if isinstance(value, list) else {value_kind(value)}
     if operator in _LIST_OPERATORS:
         return held == "list" or held == "string" and kinds == {"string"}
     if operator in _TEXT_OPERATORS:
@@ -536,7 +536,7 @@ class FilterVocabulary:
 
     def add_metadata(self, metadata: Mapping[str, Any]) -> None:
         for key, value in metadata.items():
-            kind = _value_kind(value)
+            kind = value_kind(value)
             if kind is not None:
                 kinds = self._counts.setdefault(key, {})
                 kinds[kind] = kinds.get(kind, 0) + 1
@@ -547,7 +547,7 @@ class FilterVocabulary:
         for node in nodes:
             for key, value in filterable_metadata(node).items():
                 kinds = self._counts.get(key)
-                kind = _value_kind(value)
+                kind = value_kind(value)
                 if kinds is None or kind not in kinds:
                     continue
                 kinds[kind] -= 1
@@ -597,7 +597,7 @@ class FilterVocabulary:
                 continue
             if not any(_can_match(item.operator, item.value, kind) for kind in held):
                 values = item.value if isinstance(item.value, list) else [item.value]
-                given = "/".join(sorted({str(_value_kind(v)) for v in values}))
+                given = "/".join(sorted({str(value_kind(v)) for v in values}))
                 stored = "/".join(sorted(held))
                 if set(given.split("/")) <= set(held):  # the operator, not the value, is wrong
                     problem = (

@@ -668,7 +668,7 @@ def _or_tree(words: list[str]) -> str:
     return words[0] if words else ""
 
 
-def _identifier(name: str, value: Any, pattern: re.Pattern[str] = _IDENTIFIER) -> str:
+def identifier(name: str, value: Any, pattern: re.Pattern[str] = _IDENTIFIER) -> str:
     """``value`` if it is a plain SQL identifier; PGVectorStore writes it into DDL unquoted."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ValueError(
@@ -721,6 +721,102 @@ def _hnsw_kwargs(hnsw: bool | dict[str, Any] | None) -> dict[str, Any] | None:
             )
         return settings
     raise TypeError(f"hnsw must be a bool or a dict of HNSW settings, got {type(hnsw).__name__}")
+
+
+@dataclass(frozen=True)
+class PostgresEngines:
+    """The connections to one server: a sync engine and an async engine per event loop,
+    every connection with the same settings and bounded waits (see :func:`postgres_engines`)."""
+
+    engine: Engine
+    async_engines: _LoopEngines
+    sync_url: URL
+    async_url: URL
+    timeouts: _Timeouts
+
+
+def postgres_engines(
+    host: str,
+    port: int | str,
+    database: str,
+    user: str,
+    password: str,
+    *,
+    iterative_scan: str | None = "relaxed_order",
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+    create_engine_kwargs: dict[str, Any] | None = None,
+) -> PostgresEngines:
+    """The sync (psycopg2) and async (asyncpg) SQLAlchemy engines of every PostgreSQL
+    component of the package: each connection sets ``hnsw.iterative_scan`` and
+    ``statement_timeout``, opening one waits at most ``connect_timeout``, pooled sync
+    connections are checked before use, and async engines are one per event loop.
+    Arguments as :func:`pgvector_store`'s.
+    """
+    if iterative_scan is not None and iterative_scan not in ITERATIVE_SCAN_MODES:
+        raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCAN_MODES} or None, got {iterative_scan!r}")
+    timeouts = _Timeouts(
+        address=f"{host}:{port}",
+        connect=check_real("connect_timeout", connect_timeout, low=0.001),
+        statement=check_real("statement_timeout", statement_timeout, low=0.001),
+    )
+
+    def url(driver: str) -> URL:
+        return URL.create(
+            f"postgresql+{driver}",
+            username=user,
+            password=password,
+            host=host,
+            port=int(port),
+            database=database,
+        )
+
+    engine_kwargs = dict(create_engine_kwargs or {})
+    driver_args = dict(engine_kwargs.pop("connect_args", None) or {})
+    settings = {"statement_timeout": str(max(1, round(timeouts.statement * 1000)))}  # milliseconds
+    if iterative_scan is not None:
+        settings["hnsw.iterative_scan"] = iterative_scan
+    # psycopg2 takes libpq's keywords and startup options; asyncpg its own names and server_settings
+    options = " ".join([driver_args.pop("options", ""), *(f"-c {k}={v}" for k, v in settings.items())])
+    sync_params = {
+        **driver_args,
+        "host": host,
+        "port": int(port),
+        "user": user,
+        "password": password,
+        "dbname": database,
+        "connect_timeout": max(2, math.ceil(timeouts.connect)),
+        "options": options.strip(),
+    }
+    async_params = {
+        **driver_args,
+        "host": host,
+        "port": int(port),
+        "user": user,
+        "password": password,
+        "database": database,
+        "timeout": timeouts.connect,
+        "command_timeout": timeouts.statement + CLIENT_GRACE,
+        "server_settings": {**driver_args.get("server_settings", {}), **settings},
+    }
+    sync_url, async_url = url("psycopg2"), url("asyncpg")
+    # check pooled connections before use (one SELECT 1), so the first query
+    # after a server restart does not fail; the async engine retries instead
+    engine = create_engine(
+        sync_url,
+        creator=_psycopg2_creator(sync_params, timeouts),
+        **{"pool_pre_ping": True, **engine_kwargs},
+    )
+    event.listen(engine, "handle_error", timeouts.on_error)
+
+    def make_async_engine() -> AsyncEngine:
+        async_engine = create_async_engine(
+            async_url, async_creator=_asyncpg_creator(async_params, timeouts), **engine_kwargs
+        )
+        event.listen(async_engine.sync_engine, "handle_error", timeouts.on_error)
+        return async_engine
+
+    return PostgresEngines(engine, _LoopEngines(make_async_engine), sync_url, async_url, timeouts)
 
 
 def pgvector_store(
@@ -808,70 +904,19 @@ def pgvector_store(
             ``indexed_metadata_keys`` beyond PostgreSQL's 63 characters.
         TypeError: an HNSW setting that is not a positive integer.
     """
-    if iterative_scan is not None and iterative_scan not in ITERATIVE_SCAN_MODES:
-        raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCAN_MODES} or None, got {iterative_scan!r}")
-    _names_fit(_identifier("table_name", table_name), bool(hnsw), kwargs.get("indexed_metadata_keys"))
-    timeouts = _Timeouts(
-        address=f"{host}:{port}",
-        connect=check_real("connect_timeout", connect_timeout, low=0.001),
-        statement=check_real("statement_timeout", statement_timeout, low=0.001),
+    _names_fit(identifier("table_name", table_name), bool(hnsw), kwargs.get("indexed_metadata_keys"))
+    engines = postgres_engines(
+        host,
+        port,
+        database,
+        user,
+        password,
+        iterative_scan=iterative_scan,
+        connect_timeout=connect_timeout,
+        statement_timeout=statement_timeout,
+        create_engine_kwargs=create_engine_kwargs,
     )
-
-    def url(driver: str) -> URL:
-        return URL.create(
-            f"postgresql+{driver}",
-            username=user,
-            password=password,
-            host=host,
-            port=int(port),
-            database=database,
-        )
-
-    engine_kwargs = dict(create_engine_kwargs or {})
-    driver_args = dict(engine_kwargs.pop("connect_args", None) or {})
-    settings = {"statement_timeout": str(max(1, round(timeouts.statement * 1000)))}  # milliseconds
-    if iterative_scan is not None:
-        settings["hnsw.iterative_scan"] = iterative_scan
-    # psycopg2 takes libpq's keywords and startup options; asyncpg its own names and server_settings
-    options = " ".join([driver_args.pop("options", ""), *(f"-c {k}={v}" for k, v in settings.items())])
-    sync_params = {
-        **driver_args,
-        "host": host,
-        "port": int(port),
-        "user": user,
-        "password": password,
-        "dbname": database,
-        "connect_timeout": max(2, math.ceil(timeouts.connect)),
-        "options": options.strip(),
-    }
-    async_params = {
-        **driver_args,
-        "host": host,
-        "port": int(port),
-        "user": user,
-        "password": password,
-        "database": database,
-        "timeout": timeouts.connect,
-        "command_timeout": timeouts.statement + CLIENT_GRACE,
-        "server_settings": {**driver_args.get("server_settings", {}), **settings},
-    }
-    sync_url, async_url = url("psycopg2"), url("asyncpg")
-    # check pooled connections before use (one SELECT 1), so the first query
-    # after a server restart does not fail; the async engine retries instead
-    engine = create_engine(
-        sync_url,
-        creator=_psycopg2_creator(sync_params, timeouts),
-        **{"pool_pre_ping": True, **engine_kwargs},
-    )
-    event.listen(engine, "handle_error", timeouts.on_error)
-
-    def make_async_engine() -> AsyncEngine:
-        async_engine = create_async_engine(
-            async_url, async_creator=_asyncpg_creator(async_params, timeouts), **engine_kwargs
-        )
-        event.listen(async_engine.sync_engine, "handle_error", timeouts.on_error)
-        return async_engine
-
+    timeouts = engines.timeouts
     logger.debug(
         "pgvector_store %s:%s/%s table=%s hnsw=%s iterative_scan=%s hybrid_search=%s "
         "connect_timeout=%s statement_timeout=%s",
@@ -886,17 +931,17 @@ def pgvector_store(
         timeouts.statement,
     )
     return _PGVectorStore(
-        engine=engine,
-        async_engines=_LoopEngines(make_async_engine),
+        engine=engines.engine,
+        async_engines=engines.async_engines,
         resort=iterative_scan == "relaxed_order",
         max_text_query_words=check_count("max_text_query_words", max_text_query_words),
         # kept for display only: the engines above are what connects (password hidden)
-        connection_string=sync_url.render_as_string(hide_password=True),
-        async_connection_string=async_url.render_as_string(hide_password=True),
-        table_name=_identifier("table_name", table_name),
-        schema_name=_identifier("schema_name", schema_name),
+        connection_string=engines.sync_url.render_as_string(hide_password=True),
+        async_connection_string=engines.async_url.render_as_string(hide_password=True),
+        table_name=identifier("table_name", table_name),
+        schema_name=identifier("schema_name", schema_name),
         hybrid_search=hybrid_search,
-        text_search_config=_identifier("text_search_config", text_search_config, _QUALIFIED_IDENTIFIER),
+        text_search_config=identifier("text_search_config", text_search_config, _QUALIFIED_IDENTIFIER),
         embed_dim=embed_dim,
         hnsw_kwargs=_hnsw_kwargs(hnsw),
         **kwargs,

@@ -1,0 +1,801 @@
+"""``PostgresLevelStore``: one level of a recursive index (its chunks, or its document
+summaries) as rows of PostgreSQL, searched densely by pgvector and lexically by BM25 in SQL.
+
+The database holds the level whole, so any number of app processes share it and the client
+keeps nothing per row: a query sends the query vector or the query's terms and receives ids
+and scores (the recursive search's many intermediate searches), and nodes are read for the
+final top-k alone. It answers what the recursive search asks of the embedded
+:class:`~llama_index_ext_recursive.stores.columnar_store.ColumnarVectorStore` (dense and
+``TEXT_SEARCH`` queries, :meth:`query_ids`, :meth:`ref_doc_ids`, :meth:`nodes_by_id`, ...)
+with the same results: the same ids in the same order, scores equal within float precision.
+
+Tables, for a level named ``name`` (a plain identifier) in ``schema``:
+
+* ``name``: a row per node: ``doc_id`` (its ``ref_doc_id``), ``node_id``, ``seq`` (the
+  order rows were added: equal scores go to the earlier row, as in the embedded store),
+  ``node`` (the node's JSON without its vector), ``metadata`` (``jsonb``: what filters see,
+  ``ref_doc_id`` included), ``embedding`` (unit length: scores are inner products, which
+  are cosine similarities), ``length`` (its BM25 token count) and ``link`` (an
+  ``IndexNode``'s ``index_id``). The primary key is ``(doc_id, node_id)``, so the table
+  can be distributed by document (Citus) with a document's rows together.
+* ``name_postings``: the BM25 terms of each row (``doc_id``, ``node_id``, ``term``, ``tf``,
+  with the row's ``length`` and ``seq`` repeated, so scoring reads this table alone),
+  indexed by term.
+* ``name_terms``: each term's document frequency among live rows.
+* ``name_keys``: each metadata key's kinds of value and their counts (the filter
+  vocabulary, read without scanning the rows).
+* ``name_state``: one row: the format version, the configuration (dimension, tokenizer,
+  BM25 parameters), the generation (bumped by every write), the live row count and the
+  total token count.
+
+Every write is one transaction that first locks the state row, so writers from any
+process take turns and no count is lost; readers never wait and see a write whole or not
+at all. BM25 scores are computed at query time from the live statistics in bm25s' arithmetic
+(method ``lucene``, ``k1`` 1.5, ``b`` 0.75: the embedded store's), in double precision
+where the embedded store sums float32. Every value a user gives is a bound parameter, and
+table names are checked plain identifiers, quoted.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from collections.abc import Sequence as Seq
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
+from llama_index.core.storage.docstore.utils import json_to_doc
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+
+from llama_index_ext_recursive.columnar.rows import node_json
+from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
+from llama_index_ext_recursive.filters import FilterVocabulary, filterable_metadata, value_kind
+from llama_index_ext_recursive.stores.pg_filters import check_storable, scoped_filters, sql_ids, where_clause
+from llama_index_ext_recursive.stores.postgres import PostgresEngines, identifier, postgres_engines
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+from llama_index_ext_recursive.validation import check_count
+from llama_index_ext_recursive.workers import tokenize_texts
+
+try:
+    from pgvector.sqlalchemy import Vector
+    from sqlalchemy import (
+        JSON,
+        BigInteger,
+        Column,
+        Float,
+        Integer,
+        MetaData,
+        Sequence,
+        Table,
+        Text,
+        and_,
+        bindparam,
+        delete,
+        func,
+        select,
+        true,
+        tuple_,
+        update,
+    )
+    from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+    from sqlalchemy.engine import Connection
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "PostgresLevelStore needs the postgres extra: pip install 'llama-index-ext-recursive[postgres]'"
+    ) from exc
+
+__all__ = ["FORMAT_VERSION", "PostgresLevelStore", "PostgresLevelError"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1  # the tables' layout; another is refused with the version and the fix
+# bm25s' defaults for method "lucene": the scores the embedded BM25 gives
+K1, B = 1.5, 0.75
+BM25 = {"method": "lucene", "k1": K1, "b": B}
+_HIT_REFS_KEPT = 65_536  # hits whose doc_id a store keeps for ref_doc_ids (a few MB)
+
+
+class PostgresLevelError(LlamaIndexExtRecursiveError, ValueError):
+    """The tables hold another layout or another configuration than the one asked for."""
+
+
+class PostgresLevelStore(BasePydanticVectorStore):
+    """One level of a recursive index in PostgreSQL + pgvector (see the module docstring).
+
+    Args:
+        engines: the connections (:func:`~.postgres.postgres_engines`); or use
+            :meth:`from_params`.
+        name: the level's table name (a plain identifier of at most 50 characters: the
+            other tables add a suffix).
+        schema: the schema holding the tables.
+        dimension: the vector width. The tables are created when missing (``None``: they
+            must exist); existing tables are checked against it.
+        tokenizer: the BM25 tokenizer (``None``: no BM25, or the one the tables were
+            created with). A different one than the tables' is refused.
+        hnsw: create an HNSW index (inner product) on the vectors; ``False``: exact scans.
+
+    Raises:
+        PostgresLevelError: the tables exist with another format version, dimension or
+            tokenizer, or are missing and ``dimension`` is ``None``.
+    """
+
+    stores_text: bool = True
+    is_embedding_query: bool = True
+    flat_metadata: bool = False
+    name: str
+    schema_name: str
+
+    _engines: PostgresEngines = PrivateAttr()
+    _tables: _Tables = PrivateAttr()
+    _dimension: int = PrivateAttr()
+    _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
+    _hit_refs: dict[str, str | None] = PrivateAttr(default_factory=dict)
+
+    def __init__(
+        self,
+        engines: PostgresEngines,
+        name: str,
+        *,
+        schema: str = "public",
+        dimension: int | None = None,
+        tokenizer: MultilingualTokenizer | None = None,
+        hnsw: bool = True,
+    ) -> None:
+        if len(identifier("name", name)) > 50:
+            raise ValueError(f"name {name!r} is longer than 50 characters; the tables add suffixes to it")
+        super().__init__(stores_text=True, name=name, schema_name=identifier("schema", schema))
+        if tokenizer is not None and not isinstance(tokenizer, MultilingualTokenizer):
+            raise TypeError(f"tokenizer must be a MultilingualTokenizer, got {type(tokenizer).__name__}")
+        self._engines = engines
+        with engines.engine.begin() as conn:
+            config = _read_config(conn, self.schema_name, name)
+            if config is None:
+                if dimension is None:
+                    raise PostgresLevelError(
+                        f"no level {schema}.{name} in this database; pass dimension= (and tokenizer=) to create it"
+                    )
+                config = {
+                    "dimension": check_count("dimension", dimension),
+                    "tokenizer": None if tokenizer is None else tokenizer.to_dict(),
+                    "bm25": BM25,
+                }
+                _create(conn, self.schema_name, name, config, hnsw)
+            _check_config(config, f"{schema}.{name}", dimension, tokenizer)
+        self._dimension = int(config["dimension"])
+        self._tokenizer = None if config["tokenizer"] is None else MultilingualTokenizer.from_dict(config["tokenizer"])
+        self._tables = _Tables(self.schema_name, name, self._dimension)
+
+    @classmethod
+    def from_params(
+        cls,
+        host: str,
+        port: int | str,
+        database: str,
+        user: str,
+        password: str,
+        name: str,
+        **kwargs: Any,
+    ) -> PostgresLevelStore:
+        """A store on a new set of engines (timeouts and ``create_engine_kwargs`` as
+        :func:`~.postgres.postgres_engines` takes them; the rest as the constructor)."""
+        engine_keys = ("iterative_scan", "connect_timeout", "statement_timeout", "create_engine_kwargs")
+        engine_args = {key: kwargs.pop(key) for key in engine_keys if key in kwargs}
+        return cls(postgres_engines(host, port, database, user, password, **engine_args), name, **kwargs)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "PostgresLevelStore"
+
+    @property
+    def client(self) -> Any:
+        """The sync SQLAlchemy engine."""
+        return self._engines.engine
+
+    def close(self) -> None:
+        """Close the pooled connections (a query after it opens new ones)."""
+        self._engines.engine.dispose()
+
+    @property
+    def tokenizer(self) -> MultilingualTokenizer | None:
+        """The tokenizer of the BM25 terms (``None``: the level keeps none)."""
+        return self._tokenizer
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
+    def node_count(self) -> int:
+        """Live rows (not ``__len__``, as for the embedded store)."""
+        return int(self._state()["live_rows"])
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every write, by any process: what the level holds now."""
+        return int(self._state()["generation"])
+
+    def _state(self) -> dict[str, Any]:
+        state = self._tables.state
+        with self._engines.engine.connect() as conn:
+            row = conn.execute(select(state.c.generation, state.c.live_rows, state.c.total_length)).one()
+        return dict(row._mapping)
+
+    # ---------------------------------------------------------------- writes
+    def add(
+        self,
+        nodes: Seq[BaseNode],
+        lexical_texts: Seq[str] | None = None,
+        lexical_tokens: Seq[Seq[str]] | None = None,
+        **add_kwargs: Any,
+    ) -> list[str]:
+        """Add ``nodes`` as rows in one transaction; an id already stored is replaced.
+
+        Args:
+            nodes: embedded nodes.
+            lexical_texts: what BM25 indexes for each node (default: its text with the
+                metadata it is embedded with); only for a level with a tokenizer.
+            lexical_tokens: instead, those texts already split by :attr:`tokenizer`.
+        """
+        if not nodes:
+            return []
+        ids = sql_ids("node id", [n.node_id for n in nodes])
+        if len(set(ids)) != len(ids):
+            raise ValueError("node ids must be unique within one add")
+        check_storable(nodes)
+        vectors = self._unit_vectors(nodes)
+        tokens = self._tokens(nodes, lexical_texts, lexical_tokens)
+        rows = []
+        for node, vector, terms in zip(nodes, vectors, tokens, strict=True):
+            metadata = dict(filterable_metadata(node))
+            rows.append(
+                _Row(
+                    doc_id=node.ref_doc_id or "",
+                    node_id=node.node_id,
+                    node=node_json(node),
+                    metadata=metadata,
+                    vector=vector,
+                    terms=Counter(terms),
+                    length=len(terms),
+                    link=node.index_id if isinstance(node, IndexNode) else None,
+                )
+            )
+        with self._writing() as conn:
+            self._delete_where(conn, self._tables.level.c.node_id.in_(ids))
+            self._insert(conn, rows)
+        return ids
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Delete every row of document ``ref_doc_id``."""
+        (doc_id,) = sql_ids("document id", [ref_doc_id])
+        with self._writing() as conn:
+            self._delete_where(conn, self._tables.level.c.doc_id == doc_id)
+
+    def delete_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
+    ) -> None:
+        """Delete the rows of ``node_ids`` that ``filters`` match (an empty list: none)."""
+        if node_ids is not None and not node_ids:
+            return
+        clause = self._where(node_ids, filters)
+        with self._writing() as conn:
+            self._delete_where(conn, clause)
+
+    def clear(self) -> None:
+        """Delete every row (the tables stay)."""
+        t = self._tables
+        with self._writing() as conn:
+            names = ", ".join(t.qualified(part) for part in ("level", "postings", "terms", "keys"))
+            conn.exec_driver_sql(f"TRUNCATE {names}")
+            conn.execute(update(t.state).values(live_rows=0, total_length=0))
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """One transaction that holds the state row: writers of every process take turns."""
+        with self._engines.engine.begin() as conn:
+            conn.execute(select(self._tables.state.c.generation).with_for_update())
+            yield conn
+            conn.execute(update(self._tables.state).values(generation=self._tables.state.c.generation + 1))
+        self._hit_refs = {}
+
+    def _delete_where(self, conn: Connection, clause: Any) -> None:
+        """Delete the level's rows matching ``clause`` with their postings, and update the
+        statistics, the document frequencies and the key counts."""
+        t = self._tables
+        gone = conn.execute(
+            delete(t.level)
+            .where(clause)
+            .returning(t.level.c.doc_id, t.level.c.node_id, t.level.c.length, t.level.c.metadata_)
+        ).all()
+        if not gone:
+            return
+        keys: Counter[tuple[str, str]] = Counter()
+        for row in gone:
+            keys.update(_kinds(row.metadata_))
+        for start in range(0, len(gone), 10_000):
+            pairs = [(row.doc_id, row.node_id) for row in gone[start : start + 10_000]]
+            terms = conn.execute(
+                delete(t.postings)
+                .where(tuple_(t.postings.c.doc_id, t.postings.c.node_id).in_(pairs))
+                .returning(t.postings.c.term)
+            ).scalars()
+            counted = Counter(terms)
+            if counted:
+                _add_counts(conn, t.terms, "term", "df", {term: -n for term, n in counted.items()})
+        _add_counts(conn, t.keys, ("key", "kind"), "rows", {k: -n for k, n in keys.items()})
+        conn.execute(
+            update(t.state).values(
+                live_rows=t.state.c.live_rows - len(gone),
+                total_length=t.state.c.total_length - sum(row.length for row in gone),
+            )
+        )
+
+    def _insert(self, conn: Connection, rows: list[_Row]) -> None:
+        """Append ``rows`` (with COPY: a large add moves millions of postings)."""
+        t = self._tables
+        # ascending numbers, one per row: the order rows were added (ties go to the earlier row)
+        seqs = sorted(
+            conn.execute(select(t.sequence.next_value()).select_from(func.generate_series(1, len(rows)))).scalars()
+        )
+        _copy(
+            conn,
+            t.qualified("level"),
+            ("doc_id", "node_id", "seq", "node", "metadata", "embedding", "length", "link"),
+            (
+                (
+                    r.doc_id,
+                    r.node_id,
+                    seq,
+                    r.node,
+                    json.dumps(r.metadata),
+                    _vector_text(r.vector),
+                    r.length,
+                    r.link,
+                )
+                for r, seq in zip(rows, seqs, strict=True)
+            ),
+            nullable=("link",),
+        )
+        if self._tokenizer is not None:
+            _copy(
+                conn,
+                t.qualified("postings"),
+                ("doc_id", "node_id", "term", "tf", "length", "seq"),
+                (
+                    (r.doc_id, r.node_id, term, tf, r.length, seq)
+                    for r, seq in zip(rows, seqs, strict=True)
+                    for term, tf in r.terms.items()
+                ),
+            )
+            df: Counter[str] = Counter()
+            for r in rows:
+                df.update(r.terms.keys())
+            _add_counts(conn, t.terms, "term", "df", dict(df))
+        keys: Counter[tuple[str, str]] = Counter()
+        examples: dict[tuple[str, str], Any] = {}
+        for r in rows:
+            for key_kind, value in _kinds_with_values(r.metadata):
+                keys[key_kind] += 1
+                examples.setdefault(key_kind, value)
+        _add_counts(conn, t.keys, ("key", "kind"), "rows", dict(keys), examples)
+        conn.execute(
+            update(t.state).values(
+                live_rows=t.state.c.live_rows + len(rows),
+                total_length=t.state.c.total_length + sum(r.length for r in rows),
+            )
+        )
+
+    def _unit_vectors(self, nodes: Seq[BaseNode]) -> np.ndarray:
+        missing = [n.node_id for n in nodes if n.embedding is None]
+        if missing:
+            raise ValueError(f"{len(missing)} node(s) have no embedding (first: {missing[0]!r}); embed them first")
+        matrix = np.asarray([n.embedding for n in nodes], dtype=np.float32).reshape(len(nodes), -1)
+        if matrix.shape[1] != self._dimension:
+            raise ValueError(
+                f"the nodes' vectors have {matrix.shape[1]} dimensions; this level holds {self._dimension}"
+            )
+        norms = np.linalg.norm(matrix, axis=1)
+        bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
+        if len(bad):
+            raise ValueError(f"node {nodes[int(bad[0])].node_id!r} has a zero or non-finite vector")
+        return matrix / norms[:, None]
+
+    def _tokens(
+        self,
+        nodes: Seq[BaseNode],
+        lexical_texts: Seq[str] | None,
+        lexical_tokens: Seq[Seq[str]] | None,
+    ) -> list[list[str]]:
+        if self._tokenizer is None:
+            if lexical_texts is not None or lexical_tokens is not None:
+                raise ValueError("this level keeps no BM25 terms: create it with tokenizer=MultilingualTokenizer()")
+            return [[] for _ in nodes]
+        if lexical_tokens is not None:
+            if lexical_texts is not None:
+                raise ValueError("pass lexical_texts= or lexical_tokens=, not both")
+            if len(lexical_tokens) != len(nodes) or any(isinstance(t, str) for t in lexical_tokens):
+                raise ValueError(f"lexical_tokens must hold one list of tokens per node ({len(nodes)})")
+            return [list(tokens) for tokens in lexical_tokens]
+        if lexical_texts is None:
+            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        elif isinstance(lexical_texts, str) or len(lexical_texts) != len(nodes):
+            raise ValueError(f"lexical_texts must hold one text per node ({len(nodes)})")
+        else:
+            texts = list(lexical_texts)
+        return tokenize_texts(texts, self._tokenizer)
+
+    # ---------------------------------------------------------------- reads
+    def _where(self, node_ids: Seq[str] | None, filters: MetadataFilters | None, doc_ids: Any = None) -> Any:
+        scoped = scoped_filters(filters, node_ids or None, doc_ids or None)
+        return true() if scoped is None else where_clause(self._tables.level.c, scoped, jsonb=True)
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """The ``similarity_top_k`` best live rows the query's restrictions allow, as nodes."""
+        ids, scores = self.query_ids(query)
+        nodes = self.nodes_by_id(ids)
+        kept = [(node, score) for node, score in zip(nodes, scores, strict=True) if node is not None]
+        return VectorStoreQueryResult(
+            nodes=[n for n, _ in kept], similarities=[s for _, s in kept], ids=[n.node_id for n, _ in kept]
+        )
+
+    def query_ids(self, query: VectorStoreQuery) -> tuple[list[str], list[float]]:
+        """Ids and scores, best first, without reading a node (one round trip)."""
+        k = query.similarity_top_k
+        if k is not None:
+            check_count("similarity_top_k", k, minimum=0)
+        if query.mode == VectorStoreQueryMode.TEXT_SEARCH:
+            found = self._lexical(query)
+        elif query.mode == VectorStoreQueryMode.DEFAULT:
+            found = self._dense(query)
+        else:
+            raise NotImplementedError(
+                f"PostgresLevelStore answers the default (dense) and text_search (BM25) query modes, not "
+                f"{VectorStoreQueryMode(query.mode).value!r}; fuse the two (e.g. HybridFusionRetriever)"
+            )
+        refs = self._hit_refs
+        if len(refs) > _HIT_REFS_KEPT:
+            refs.clear()
+        refs.update((node_id, doc_id or None) for node_id, doc_id, _, _ in found)
+        return [row[0] for row in found], [float(row[2]) for row in found]
+
+    def _dense(self, query: VectorStoreQuery) -> list[tuple[str, str, float, int]]:
+        if query.query_embedding is None:
+            raise ValueError("the query has no embedding: embed it first (VectorStoreIndex retrievers do)")
+        vector = np.asarray(query.query_embedding, dtype=np.float32)
+        if vector.shape != (self._dimension,):
+            raise ValueError(f"the query vector has {vector.size} dimensions; this level holds {self._dimension}")
+        norm = float(np.linalg.norm(vector))
+        if not math.isfinite(norm) or norm == 0:
+            raise ValueError("the query vector is zero or not finite")
+        level = self._tables.level
+        distance = level.c.embedding.max_inner_product((vector / norm).tolist())  # -(inner product)
+        k = query.similarity_top_k or None
+        stmt = (
+            select(level.c.node_id, level.c.doc_id, (-distance).label("score"), level.c.seq)
+            .where(self._where(query.node_ids, query.filters, query.doc_ids))
+            .order_by(distance)
+            .limit(k)
+        )
+        with self._engines.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        # relaxed_order iterative scans return rows nearly sorted: sort them, ties to the earlier row
+        return sorted(((r.node_id, r.doc_id, float(r.score), r.seq) for r in rows), key=lambda r: (-r[2], r[3]))
+
+    def _lexical(self, query: VectorStoreQuery) -> list[tuple[str, str, float, int]]:
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            raise ValueError(
+                "this PostgresLevelStore keeps no BM25 terms, so it cannot answer text_search queries: "
+                "create it with tokenizer=MultilingualTokenizer()"
+            )
+        if query.query_str is None:
+            raise ValueError("a text_search query needs query_str: the words to look for")
+        counts = Counter(tokenizer(query.query_str))
+        if not counts:
+            return []
+        t = self._tables
+        p = t.postings
+        asked = (
+            func.unnest(
+                bindparam("terms", list(counts), type_=ARRAY(Text)),
+                bindparam("counts", list(counts.values()), type_=ARRAY(Integer)),
+            )
+            .table_valued("term", "n")
+            .render_derived(name="asked")
+        )
+        live = t.state.c.live_rows.cast(Float)
+        weights = (
+            select(
+                asked.c.term,
+                (asked.c.n * func.ln(1 + (live - t.terms.c.df + 0.5) / (t.terms.c.df + 0.5))).label("idf"),
+                (t.state.c.total_length.cast(Float) / func.nullif(live, 0)).label("average"),
+            )
+            .select_from(asked.join(t.terms, t.terms.c.term == asked.c.term).join(t.state, true()))
+            .where(t.terms.c.df > 0)
+            .cte("weights")
+        )
+        k1, b = K1, B
+        tf = p.c.tf.cast(Float)
+        score = func.sum(weights.c.idf * tf / (k1 * ((1 - b) + b * p.c.length / weights.c.average) + tf))
+        seq = func.min(p.c.seq)
+        stmt = select(p.c.node_id, p.c.doc_id, score.label("score"), seq.label("seq")).select_from(
+            p.join(weights, weights.c.term == p.c.term)
+        )
+        if query.filters is not None or query.node_ids or query.doc_ids:
+            level = t.level
+            stmt = stmt.join(level, and_(level.c.doc_id == p.c.doc_id, level.c.node_id == p.c.node_id)).where(
+                self._where(query.node_ids, query.filters, query.doc_ids)
+            )
+        stmt = stmt.group_by(p.c.doc_id, p.c.node_id).order_by(score.desc(), seq).limit(query.similarity_top_k or None)
+        with self._engines.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [(r.node_id, r.doc_id, float(r.score), r.seq) for r in rows]
+
+    def get_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
+    ) -> list[BaseNode]:
+        """The stored nodes of ``node_ids`` that ``filters`` match (in the order added), each
+        with its stored (unit) vector."""
+        level = self._tables.level
+        stmt = select(level.c.node, level.c.embedding).where(self._where(node_ids, filters)).order_by(level.c.seq)
+        with self._engines.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        nodes = []
+        for row in rows:
+            node = json_to_doc(row.node)
+            node.embedding = [float(x) for x in row.embedding]
+            nodes.append(node)
+        return nodes
+
+    def nodes_by_id(self, node_ids: Seq[str]) -> list[BaseNode | None]:
+        """The stored node of each id in the order given (``None``: not stored), without its vector."""
+        wanted = sql_ids("node id", node_ids)
+        if not wanted:
+            return []
+        level = self._tables.level
+        with self._engines.engine.connect() as conn:
+            rows = conn.execute(select(level.c.node_id, level.c.node).where(level.c.node_id.in_(wanted))).all()
+        found = {row.node_id: row.node for row in rows}
+        return [json_to_doc(found[i]) if i in found else None for i in wanted]
+
+    def ref_doc_ids(self, node_ids: Seq[str]) -> list[str | None]:
+        """The ``ref_doc_id`` of each node id (``None``: not stored, or stored without one);
+        the hits of this process's latest searches are answered without a round trip."""
+        refs = self._hit_refs
+        missing = [i for i in node_ids if i not in refs]
+        if missing:
+            level = self._tables.level
+            with self._engines.engine.connect() as conn:
+                rows = conn.execute(
+                    select(level.c.node_id, level.c.doc_id).where(level.c.node_id.in_(sql_ids("node id", missing)))
+                ).all()
+            found = {row.node_id: row.doc_id or None for row in rows}
+            return [refs[i] if i in refs else found.get(i) for i in node_ids]
+        return [refs[i] for i in node_ids]
+
+    def link_targets(self) -> dict[str, str]:
+        """``node id -> index_id`` of every stored ``IndexNode``."""
+        level = self._tables.level
+        with self._engines.engine.connect() as conn:
+            rows = conn.execute(select(level.c.node_id, level.c.link).where(level.c.link.is_not(None))).all()
+        return {row.node_id: row.link for row in rows}
+
+    def live_node_ids(self) -> list[str]:
+        """The id of every stored node, in the order they were added."""
+        level = self._tables.level
+        with self._engines.engine.connect() as conn:
+            return list(conn.execute(select(level.c.node_id).order_by(level.c.seq)).scalars())
+
+    def metadata_keys(self) -> set[str]:
+        """The metadata keys some stored node holds (``ref_doc_id`` included)."""
+        return set(self.filter_vocabulary().keys)
+
+    def filter_vocabulary(self) -> FilterVocabulary:
+        """The keys filters may name and the kinds of value each holds, from the key counts."""
+        keys = self._tables.keys
+        with self._engines.engine.connect() as conn:
+            rows = conn.execute(select(keys.c.key, keys.c.example).where(keys.c.rows > 0)).all()
+        vocabulary = FilterVocabulary()
+        for row in rows:
+            vocabulary.add_metadata({row.key: row.example})
+        return vocabulary
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One node as the level stores it."""
+
+    doc_id: str
+    node_id: str
+    node: str
+    metadata: dict[str, Any]
+    vector: np.ndarray
+    terms: Counter[str]
+    length: int
+    link: str | None
+
+
+class _Tables:
+    """The SQLAlchemy tables of one level (names checked before they get here)."""
+
+    def __init__(self, schema: str, name: str, dimension: int) -> None:
+        meta = MetaData(schema=schema)
+        self.schema, self.name = schema, name
+        self.level = Table(
+            name,
+            meta,
+            Column("doc_id", Text, primary_key=True),
+            Column("node_id", Text, primary_key=True),
+            Column("seq", BigInteger, nullable=False),
+            Column("node", JSON, nullable=False),
+            Column("metadata", JSONB, nullable=False, key="metadata_"),
+            Column("embedding", Vector(dimension), nullable=False),
+            Column("length", Integer, nullable=False),
+            Column("link", Text),
+        )
+        self.postings = Table(
+            f"{name}_postings",
+            meta,
+            Column("doc_id", Text, primary_key=True),
+            Column("node_id", Text, primary_key=True),
+            Column("term", Text, primary_key=True),
+            Column("tf", Integer, nullable=False),
+            Column("length", Integer, nullable=False),
+            Column("seq", BigInteger, nullable=False),
+        )
+        self.terms = Table(
+            f"{name}_terms", meta, Column("term", Text, primary_key=True), Column("df", BigInteger, nullable=False)
+        )
+        self.keys = Table(
+            f"{name}_keys",
+            meta,
+            Column("key", Text, primary_key=True),
+            Column("kind", Text, primary_key=True),
+            Column("rows", BigInteger, nullable=False),
+            Column("example", JSONB),
+        )
+        self.state = Table(
+            f"{name}_state",
+            meta,
+            Column("format", Integer, nullable=False),
+            Column("config", JSONB, nullable=False),
+            Column("generation", BigInteger, nullable=False),
+            Column("live_rows", BigInteger, nullable=False),
+            Column("total_length", BigInteger, nullable=False),
+        )
+        self.sequence = Sequence(f"{name}_seq", schema=schema, metadata=meta)
+        self.metadata = meta
+
+    def qualified(self, part: str) -> str:
+        table = self.level if part == "level" else getattr(self, part)
+        return f'"{self.schema}"."{table.name}"'
+
+
+def _read_config(conn: Connection, schema: str, name: str) -> dict[str, Any] | None:
+    """The level's configuration (``None``: no such level); another format is refused."""
+    exists = conn.execute(
+        select(func.to_regclass(bindparam("state", f'"{schema}"."{name}_state"')).is_not(None))
+    ).scalar_one()
+    if not exists:
+        return None
+    state = _Tables(schema, name, 1).state
+    row = conn.execute(select(state.c.format, state.c.config)).one_or_none()
+    if row is None:
+        raise PostgresLevelError(f"{schema}.{name}_state holds no row: the level's tables are damaged")
+    if row.format != FORMAT_VERSION:
+        raise PostgresLevelError(
+            f"{schema}.{name} holds layout version {row.format}; this release reads version {FORMAT_VERSION}: "
+            "open it with the release that wrote it, or rebuild the level under a new name"
+        )
+    return dict(row.config)
+
+
+def _check_config(
+    config: dict[str, Any], where: str, dimension: int | None, tokenizer: MultilingualTokenizer | None
+) -> None:
+    if dimension is not None and int(config["dimension"]) != dimension:
+        raise PostgresLevelError(f"{where} holds {config['dimension']}-dimensional vectors, not {dimension}")
+    if tokenizer is not None and config["tokenizer"] != tokenizer.to_dict():
+        raise PostgresLevelError(
+            f"{where} was created with the tokenizer {config['tokenizer']}, not {tokenizer.to_dict()}: "
+            "open it without tokenizer= (its own is used)"
+        )
+
+
+def _create(conn: Connection, schema: str, name: str, config: dict[str, Any], hnsw: bool) -> None:
+    """Create the level's tables, indexes and state row (in the caller's transaction)."""
+    conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
+    tables = _Tables(schema, name, int(config["dimension"]))
+    conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    tables.metadata.create_all(conn)
+    q = tables.qualified
+    conn.exec_driver_sql(f'CREATE INDEX "{name}_node_id" ON {q("level")} (node_id)')
+    conn.exec_driver_sql(f'CREATE INDEX "{name}_postings_term" ON {q("postings")} (term) INCLUDE (tf, length, seq)')
+    if hnsw:
+        conn.exec_driver_sql(f'CREATE INDEX "{name}_embedding" ON {q("level")} USING hnsw (embedding vector_ip_ops)')
+    conn.execute(
+        tables.state.insert().values(format=FORMAT_VERSION, config=config, generation=0, live_rows=0, total_length=0)
+    )
+
+
+def _add_counts(
+    conn: Connection,
+    table: Table,
+    key: str | tuple[str, ...],
+    column: str,
+    changes: dict[Any, int],
+    examples: dict[Any, Any] | None = None,
+) -> None:
+    """Add ``changes`` (key -> delta) to ``column`` of ``table``, inserting missing keys."""
+    from sqlalchemy.dialects.postgresql import insert
+
+    if not changes:
+        return
+    names = (key,) if isinstance(key, str) else key
+    rows = []
+    for k, delta in changes.items():
+        values = dict(zip(names, (k,) if isinstance(key, str) else k, strict=True))
+        values[column] = delta
+        if examples is not None:
+            values["example"] = examples.get(k)
+        rows.append(values)
+    for start in range(0, len(rows), 5_000):
+        stmt = insert(table).values(rows[start : start + 5_000])
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(names), set_={column: table.c[column] + stmt.excluded[column]}
+        )
+        conn.execute(stmt)
+
+
+def _kinds(metadata: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    return (key_kind for key_kind, _ in _kinds_with_values(metadata))
+
+
+def _kinds_with_values(metadata: dict[str, Any]) -> Iterator[tuple[tuple[str, str], Any]]:
+    for key, value in metadata.items():
+        kind = value_kind(value)
+        if kind is not None:
+            yield (key, kind), value
+
+
+def _vector_text(vector: np.ndarray) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _copy(conn: Connection, table: str, columns: Seq[str], rows: Iterable[Seq[Any]], nullable: Seq[str] = ()) -> None:
+    """``COPY table (columns) FROM STDIN`` of ``rows`` as CSV, in the connection's transaction.
+
+    Every field is quoted, so an empty string stays one; in the ``nullable`` columns an
+    empty field (``None``) is NULL."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    force_null = f", FORCE_NULL ({', '.join(nullable)})" if nullable else ""
+    sql = f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv{force_null})"
+
+    def flush() -> None:
+        buffer.seek(0)
+        cursor.copy_expert(sql, buffer)
+        buffer.seek(0)
+        buffer.truncate()
+
+    for count, row in enumerate(rows, start=1):
+        writer.writerow(row)
+        if count % 50_000 == 0:
+            flush()
+    if buffer.tell():
+        flush()

@@ -1,0 +1,163 @@
+"""stores.pg_level: a recursive level in PostgreSQL answers as the embedded columnar store (dense
+and BM25, under filters, through deletes and replacements), another process's store on the
+same tables sees every committed change, and bad input or a foreign layout is refused by name.
+
+Against the real server of the ``pg_server`` fixture."""
+
+import json
+
+import numpy as np
+import pytest
+from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters, VectorStoreQuery
+from sqlalchemy import text
+from store_cases import (
+    DIM,
+    FILTERS,
+    QUERY_VECTORS,
+    apply_changes,
+    apply_worded_changes,
+    bm25_reference_answers,
+    dense_answers,
+    lexical_answers,
+    make_nodes,
+    make_worded,
+)
+
+from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.stores.pg_level import FORMAT_VERSION, PostgresLevelError, PostgresLevelStore
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+
+_OPENED = []
+
+
+@pytest.fixture(autouse=True)
+def _close_stores():
+    """Each test's stores give their connections back before the session's server stops."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
+def _level(pg_server, name=None, **kwargs):
+    if "dimension" not in kwargs and name is None:
+        kwargs["dimension"] = DIM
+    store = PostgresLevelStore.from_params(name=name or pg_server.table_name("lvl"), **pg_server.params(), **kwargs)
+    _OPENED.append(store)
+    return store
+
+
+def test_dense_answers_equal_the_columnar_store_through_changes(pg_server):
+    reference = dense_answers(apply_changes(ColumnarVectorStore()))
+    store = apply_changes(_level(pg_server))
+    assert dense_answers(store) == reference
+    hit = store.query(VectorStoreQuery(query_embedding=QUERY_VECTORS[0], similarity_top_k=1)).nodes[0]
+    assert hit.text == f"text {hit.node_id}" and hit.ref_doc_id is not None and hit.embedding is None
+
+
+def test_bm25_answers_equal_the_bm25_retriever_through_changes(pg_server):
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
+    live = apply_worded_changes(store)
+    reference = bm25_reference_answers(live)
+    assert sum(len(ids) for ids, _ in reference) > 20  # the queries do find things
+    assert lexical_answers(store) == reference
+    columnar = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    apply_worded_changes(columnar)
+    assert lexical_answers(columnar) == reference
+
+
+def test_another_process_sees_every_committed_change_and_the_same_answers(pg_server):
+    name = pg_server.table_name("lvl")
+    writer = _level(pg_server, name, dimension=DIM, tokenizer=MultilingualTokenizer())
+    reader = _level(pg_server, name)  # its own engines, no settings
+    assert reader.tokenizer == MultilingualTokenizer() and reader.dimension == DIM
+    assert reader.generation == writer.generation == 0 and reader.node_count == 0
+    live = apply_worded_changes(writer)
+    assert reader.generation == writer.generation == 4  # one per add or delete
+    assert reader.node_count == len(live) == writer.node_count
+    assert lexical_answers(reader) == lexical_answers(writer) == bm25_reference_answers(live)
+    assert dense_answers(reader) == dense_answers(writer)
+    assert reader.live_node_ids() == [n.node_id for n in live]
+
+
+def test_lookups_answer_as_the_columnar_store(pg_server):
+    store, columnar = _level(pg_server), ColumnarVectorStore()
+    link = IndexNode(id_="link0", text="see the other index", index_id="other", embedding=[1.0] * DIM)
+    for target in (store, columnar):
+        apply_changes(target)
+        target.add([link])
+    wanted = ["n3", "missing", "n20", "n0"]
+    assert store.ref_doc_ids(wanted) == columnar.ref_doc_ids(wanted)
+    assert [n and n.text for n in store.nodes_by_id(wanted)] == [n and n.text for n in columnar.nodes_by_id(wanted)]
+    assert store.link_targets() == columnar.link_targets() == {"link0": "other"}
+    assert store.live_node_ids() == columnar.live_node_ids()
+    assert store.metadata_keys() == columnar.metadata_keys() == {"kind", "year", "ref_doc_id"}
+    assert store.filter_vocabulary().keys == columnar.filter_vocabulary().keys
+    got = store.get_nodes(["n3", "n4"], filters=MetadataFilters(filters=[MetadataFilter(key="kind", value="a")]))
+    assert [n.node_id for n in got] == [n.node_id for n in columnar.get_nodes(["n3", "n4"], filters=FILTERS[1])]
+    assert np.isclose(np.linalg.norm(got[0].embedding), 1.0)  # the stored unit vector, to add it again
+
+
+def test_text_that_csv_and_sql_treat_specially_round_trips_and_filters_stay_values(pg_server):
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
+    tricky = "\\N, \"quoted\", 'single'\nnew line; DROP TABLE x; -- 合同"
+    node = TextNode(
+        id_="odd,\"id'\n",
+        text=tricky,
+        embedding=[0.5] * DIM,
+        metadata={"kind": "x'; DELETE FROM t; --", "empty": ""},
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id="doc,\"1'")},
+    )
+    store.add([node])
+    (back,) = store.nodes_by_id([node.node_id])
+    assert back.text == tricky and back.metadata == node.metadata and back.ref_doc_id == "doc,\"1'"
+    hostile = MetadataFilters(filters=[MetadataFilter(key="kind", value="x' OR '1'='1")])
+    assert store.query_ids(VectorStoreQuery(query_embedding=[1.0] * DIM, similarity_top_k=5, filters=hostile)) == (
+        [],
+        [],
+    )
+    exact = MetadataFilters(filters=[MetadataFilter(key="kind", value="x'; DELETE FROM t; --")])
+    ids, _ = store.query_ids(VectorStoreQuery(query_str="合同", similarity_top_k=5, filters=exact, mode="text_search"))
+    assert ids == [node.node_id]
+
+
+def test_bad_input_and_a_foreign_layout_are_refused_by_name(pg_server):
+    name = pg_server.table_name("lvl")
+    store = _level(pg_server, name, dimension=DIM)
+    store.add(make_nodes(4))
+    with pytest.raises(ValueError, match="keeps no BM25 terms"):
+        store.query_ids(VectorStoreQuery(query_str="text", mode="text_search"))
+    with pytest.raises(ValueError, match="3 dimensions; this level holds 8"):
+        store.query_ids(VectorStoreQuery(query_embedding=[1.0, 0.0, 0.0], similarity_top_k=2))
+    with pytest.raises(ValueError, match="no embedding"):
+        store.query_ids(VectorStoreQuery(similarity_top_k=2))
+    with pytest.raises(ValueError, match="zero or non-finite"):
+        store.add([TextNode(id_="z", text="zero", embedding=[0.0] * DIM)])
+    with pytest.raises(PostgresLevelError, match="8-dimensional vectors, not 16"):
+        _level(pg_server, name, dimension=16)
+    with pytest.raises(PostgresLevelError, match="pass dimension="):
+        _level(pg_server, pg_server.table_name("none"))
+    with pytest.raises(ValueError, match="identifier"):
+        _level(pg_server, 'bad"; DROP TABLE x; --')
+    with store.client.begin() as conn:
+        conn.execute(text(f'UPDATE "public"."{name}_state" SET format = :v'), {"v": FORMAT_VERSION + 1})
+    with pytest.raises(PostgresLevelError, match=f"layout version {FORMAT_VERSION + 1}.*rebuild"):
+        _level(pg_server, name)
+    assert store.node_count == 4  # the refusals changed nothing
+
+
+def test_a_failed_add_leaves_the_level_as_it_was(pg_server):
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
+    store.add(make_worded(6))
+    before = (lexical_answers(store), dense_answers(store), store.generation, store.node_count)
+    bad = make_worded(2, prefix="late") + [TextNode(id_="nan", text="x", embedding=[float("nan")] * DIM)]
+    with pytest.raises(ValueError, match="non-finite"):
+        store.add(bad)
+    unstorable = make_worded(1, prefix="nul")
+    unstorable[0].text = "a\x00b"
+    with pytest.raises(ValueError, match="NUL"):
+        store.add(unstorable)
+    assert (lexical_answers(store), dense_answers(store), store.generation, store.node_count) == before
+    with store.client.connect() as conn:
+        state = conn.execute(text(f'SELECT config FROM "public"."{store.name}_state"')).scalar_one()
+    assert json.loads(json.dumps(state))["bm25"] == {"method": "lucene", "k1": 1.5, "b": 0.75}
