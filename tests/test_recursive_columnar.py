@@ -3,17 +3,23 @@ the same chunks, scores, documents and explanations in every score mode, sync an
 per-call filters, after adds, replacements and deletes; no node per chunk is held in memory."""
 
 import asyncio
-import hashlib
 import json
 import sqlite3
 
-import numpy as np
 import pytest
-from conftest import LexicalEmbedding
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import Document, MetadataMode, TextNode
+from recursive_cases import (
+    MODES,
+    NoTieEmbedding,
+    async_recursive_answers,
+    chunk_parser,
+    make_documents,
+    recursive_answers,
+    same_answers,
+)
 
-from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
+from llama_index_ext_recursive import RecursiveSummaryRetriever
 from llama_index_ext_recursive.columnar.rows import PublishedTexts, RowStore
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.links import LinkError
@@ -24,62 +30,6 @@ from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
 from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentStore
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
-
-MODES = [
-    {},
-    {"score_mode": "chunk"},
-    {"score_mode": "weighted", "summary_mode": "vector", "chunk_mode": "vector"},
-    {"score_mode": "product", "summary_mode": "bm25", "chunk_mode": "bm25"},
-]
-TOPIC_WORDS = {
-    "law": "contract termination notice breach party clause liability indemnity court",
-    "bees": "queen hive nectar pollen drone worker honey swarm flower",
-    "solar": "panel inverter sunlight photovoltaic current battery roof grid",
-    "bread": "sourdough starter flour yeast dough oven crust proofing",
-    "合同": "合同 终止 通知 违约 当事人 条款 责任 赔偿 法院",
-}
-QUERIES = [
-    "termination notice of the contract",
-    "queen bee hive",
-    "inverter current from the panel",
-    "sourdough starter yeast",
-    "合同终止通知",
-    "battery grid breach",
-]
-FILTERS = [None, {"category": "bees"}, {"year": {"op": ">=", "value": 2021}}]
-
-
-def _documents(count=20, seed=0, prefix="d"):
-    rng = np.random.default_rng(seed)
-    topics = list(TOPIC_WORDS)
-    documents = []
-    for i in range(count):
-        topic = topics[i % len(topics)]
-        words = TOPIC_WORDS[topic].split()
-        joiner = "" if topic == "合同" else " "
-        paragraphs = [
-            joiner.join(rng.choice(words, size=int(rng.integers(8, 16)))) + ("。" if joiner == "" else ".")
-            for _ in range(int(rng.integers(3, 6)))
-        ]
-        documents.append(
-            Document(
-                text="\n\n".join(paragraphs),
-                metadata={"doc_id": f"{prefix}{i}", "category": topic, "year": 2018 + i % 6},
-            )
-        )
-    return documents
-
-
-class NoTieEmbedding(LexicalEmbedding):
-    """The lexical test embedding plus a little text-seeded noise, so no two similarities are
-    exactly equal: among exact ties the stores differ by design (NumpyVectorStore replays
-    upstream's heap; the columnar store takes the earlier row), and real models give none."""
-
-    def _vector(self, text):
-        base = np.asarray(super()._vector(text))
-        rng = np.random.default_rng(int(hashlib.md5(text.encode()).hexdigest()[:8], 16))
-        vector = base + 0.05 * rng.random(len(base))
-        return list(vector / np.linalg.norm(vector))
 
 
 @pytest.fixture
@@ -95,52 +45,15 @@ def _columnar(**kwargs):
     }
 
 
-def _parser():
-    # chunk ids from the document id and position: ties are broken by id, so both builds must share them
-    return SentenceSplitter(chunk_size=64, chunk_overlap=0, id_func=lambda i, doc: f"{doc.id_}-{i}")
-
-
 def _load(root, embedding):
-    return RecursiveSummaryRetriever.from_persist_dir(root, embed_model=embedding, node_parser=_parser())
+    return RecursiveSummaryRetriever.from_persist_dir(root, embed_model=embedding, node_parser=chunk_parser())
 
 
 def _pair(lexical):
-    parser = _parser()
-    default = SummaryIndex.from_documents(_documents(), embed_model=lexical, node_parser=parser)
-    columnar = SummaryIndex.from_documents(_documents(), embed_model=lexical, node_parser=parser, **_columnar())
+    parser = chunk_parser()
+    default = SummaryIndex.from_documents(make_documents(), embed_model=lexical, node_parser=parser)
+    columnar = SummaryIndex.from_documents(make_documents(), embed_model=lexical, node_parser=parser, **_columnar())
     return default, columnar
-
-
-def _answers(retriever):
-    out = []
-    for query in QUERIES:
-        for filters in FILTERS:
-            hits = retriever.retrieve(FilteredQueryBundle(query, filters=filters))
-            out.append([(h.node.node_id, h.score, h.node.text) for h in hits])
-        documents = retriever.retrieve_documents(query)
-        out.append([(d.node.index_id, d.score) for d in documents])
-    return out
-
-
-async def _async_answers(retriever):
-    out = []
-    for query in QUERIES:
-        for filters in FILTERS:
-            hits = await retriever.aretrieve(FilteredQueryBundle(query, filters=filters))
-            out.append([(h.node.node_id, h.score, h.node.text) for h in hits])
-        documents = await retriever.aretrieve_documents(query)
-        out.append([(d.node.index_id, d.score) for d in documents])
-    return out
-
-
-def _same(answers, expected):
-    """The same nodes (and texts) in the same order; scores equal up to float32 rounding (the
-    columnar store keeps float32 vectors, NumpyVectorStore rescores in float64)."""
-    strip = [[tuple(x for i, x in enumerate(hit) if i != 1) for hit in hits] for hits in answers]
-    assert strip == [[tuple(x for i, x in enumerate(hit) if i != 1) for hit in hits] for hits in expected]
-    scores = [hit[1] for hits in answers for hit in hits]
-    assert scores == pytest.approx([hit[1] for hits in expected for hit in hits], abs=1e-4)
-    return True
 
 
 @pytest.mark.parametrize("options", MODES, ids=lambda o: "-".join(o.values()) or "fused")
@@ -148,17 +61,17 @@ def test_columnar_storage_answers_as_the_default_through_updates(embedding, opti
     default_index, columnar_index = _pair(embedding)
     default = RecursiveSummaryRetriever(default_index, similarity_top_k=4, **options)
     columnar = RecursiveSummaryRetriever(columnar_index, similarity_top_k=4, **options)
-    expected = _answers(default)
+    expected = recursive_answers(default)
     assert sum(len(a) for a in expected) > 50
-    assert _same(_answers(columnar), expected)
-    assert _same(asyncio.run(_async_answers(columnar)), expected)
+    assert same_answers(recursive_answers(columnar), expected)
+    assert same_answers(asyncio.run(async_recursive_answers(columnar)), expected)
     # an added document, a replaced one (new text) and a deleted one
-    changes = _documents(2, seed=7, prefix="new") + [_documents(1, seed=3, prefix="d")[0]]
+    changes = make_documents(2, seed=7, prefix="new") + [make_documents(1, seed=3, prefix="d")[0]]
     for index in (default_index, columnar_index):
         assert index.add_documents(changes) == ["new0", "new1", "d0"]
         index.delete_document("d4")
-    expected = _answers(default)
-    assert _same(_answers(columnar), expected)
+    expected = recursive_answers(default)
+    assert same_answers(recursive_answers(columnar), expected)
 
 
 def test_columnar_levels_hold_no_node_and_ask_the_stores(lexical):
@@ -201,7 +114,7 @@ def _retriever(index, **options):
 
 
 def _update(target):
-    changes = _documents(2, seed=7, prefix="new") + [_documents(1, seed=3, prefix="d")[0]]
+    changes = make_documents(2, seed=7, prefix="new") + [make_documents(1, seed=3, prefix="d")[0]]
     target.add_documents(changes)
     target.delete_document("d4")
 
@@ -215,14 +128,14 @@ def test_a_persisted_columnar_index_reloads_updates_and_persists_only_what_chang
     assert isinstance(loaded.index.chunk_index.vector_store, ColumnarVectorStore)
     assert isinstance(loaded._levels().chunk_bm25, StoreBM25Retriever)
     assert loaded.calibration == columnar.calibration  # persisted: not measured again
-    assert _same(_answers(loaded), _answers(default))
+    assert same_answers(recursive_answers(loaded), recursive_answers(default))
     vectors_file = next((root / "MANIFEST.json").parent.glob("gen-*/chunks/*.npy"))
     first_inode = vectors_file.stat().st_ino
     _update(default)
     _update(loaded)
     loaded.persist(root)
     again = _load(root, embedding)
-    assert _same(_answers(again), _answers(default))
+    assert same_answers(recursive_answers(again), recursive_answers(default))
     # the second generation links the first one's segment files instead of writing them again
     carried = [p for p in root.glob("gen-*/chunks/*.npy") if p.name == vectors_file.name]
     assert [p.stat().st_ino for p in carried] == [first_inode]
@@ -268,14 +181,14 @@ def test_a_columnar_index_that_listed_its_records_in_index_json_loads_and_moves_
     assert not (root / "documents.rows.sqlite3").exists()
     assert (next(root.glob("gen-*")) / "summary_cache.json").exists()
     old = _load(root, embedding)
-    expected = _answers(_retriever(default_index))
-    assert _same(_answers(old), expected)
+    expected = recursive_answers(_retriever(default_index))
+    assert same_answers(recursive_answers(old), expected)
     old.persist(root)
     assert not list(root.glob("gen-*/summary_cache.json"))
     moved = _load(root, embedding)
     assert moved.index.documents == default_index.documents
     assert moved.index.summary_cache.entries == default_index.summary_cache.entries
-    assert _same(_answers(moved), expected)
+    assert same_answers(recursive_answers(moved), expected)
 
 
 def test_a_failed_persist_leaves_the_published_index_and_the_next_one_succeeds(embedding, tmp_path, monkeypatch):
@@ -285,9 +198,9 @@ def test_a_failed_persist_leaves_the_published_index_and_the_next_one_succeeds(e
     root = tmp_path / "index"
     _retriever(index).persist(root)
     loaded = _load(root, embedding)
-    before = _answers(loaded)
+    before = recursive_answers(loaded)
     _update(loaded)
-    after = _answers(loaded)
+    after = recursive_answers(loaded)
     assert after != before
 
     def broken(folder, data):
@@ -296,10 +209,10 @@ def test_a_failed_persist_leaves_the_published_index_and_the_next_one_succeeds(e
     monkeypatch.setattr(recursive_persist, "write_config", broken)
     with pytest.raises(OSError, match="disk full"):
         loaded.persist(root)
-    assert _same(_answers(_load(root, embedding)), before)
+    assert same_answers(recursive_answers(_load(root, embedding)), before)
     monkeypatch.undo()
     loaded.persist(root)
-    assert _same(_answers(_load(root, embedding)), after)
+    assert same_answers(recursive_answers(_load(root, embedding)), after)
 
 
 def test_another_writer_or_another_index_in_the_folder_is_refused(embedding, tmp_path):
@@ -337,23 +250,25 @@ def test_a_streamed_build_in_small_batches_answers_as_the_default(embedding, mon
     stored_while_reading = []
 
     def documents():
-        for document in _documents():
+        for document in make_documents():
             stored_while_reading.append(chunk_store.node_count)
             yield document
 
     streamed = SummaryIndex.from_documents(
         documents(),
         embed_model=embedding,
-        node_parser=_parser(),
+        node_parser=chunk_parser(),
         chunk_vector_store=chunk_store,
         summary_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
     )
     assert stored_while_reading[0] == 0 and stored_while_reading[-1] > 0  # indexed before the stream ended
     assert chunk_store._postings.segment_count == 1  # the batches' segments were merged at the end
-    default = SummaryIndex.from_documents(_documents(), embed_model=embedding, node_parser=_parser())
+    default = SummaryIndex.from_documents(make_documents(), embed_model=embedding, node_parser=chunk_parser())
     assert streamed.documents == default.documents
     for options in MODES:
-        assert _same(_answers(_retriever(streamed, **options)), _answers(_retriever(default, **options)))
+        assert same_answers(
+            recursive_answers(_retriever(streamed, **options)), recursive_answers(_retriever(default, **options))
+        )
 
 
 def test_a_stream_whose_documents_are_not_together_or_reuse_ids_is_refused_by_name(embedding, monkeypatch):
@@ -385,15 +300,15 @@ def test_columnar_stores_without_a_keyword_column_still_search_hybrid(embedding)
     nodes, and the answers are the default storage's."""
     default_index, _ = _pair(embedding)
     plain = SummaryIndex.from_documents(
-        _documents(),
+        make_documents(),
         embed_model=embedding,
-        node_parser=_parser(),
+        node_parser=chunk_parser(),
         chunk_vector_store=ColumnarVectorStore(),
         summary_vector_store=ColumnarVectorStore(),
     )
     levels = _retriever(plain)._levels()
     assert isinstance(levels.chunk_bm25, MultilingualBM25Retriever)
-    assert _same(_answers(_retriever(plain)), _answers(_retriever(default_index)))
+    assert same_answers(recursive_answers(_retriever(plain)), recursive_answers(_retriever(default_index)))
 
 
 # ------------------------------------------------------------------ checkpointed build
@@ -415,7 +330,7 @@ def _build_into(root, embedding, documents, **kwargs):
         documents,
         persist_dir=root,
         embed_model=embedding,
-        node_parser=_parser(),
+        node_parser=chunk_parser(),
         similarity_top_k=4,
         checkpoint_nodes=10,
         **_columnar(),
@@ -438,7 +353,7 @@ def test_a_checkpointed_build_killed_midway_resumes_and_answers_as_one_build(emb
         generations.append(published_generation(root) if (root / "MANIFEST.json").exists() else 0)
 
     with pytest.raises(_Killed):
-        _build_into(root, embedding, _stream(_documents(), kill_at=13, seen=seen))
+        _build_into(root, embedding, _stream(make_documents(), kill_at=13, seen=seen))
     assert generations[0] == 0 and generations[-1] >= 1  # checkpoints were published during the stream
     with caplog.at_level("WARNING"):
         interrupted = _load(root, embedding)
@@ -457,14 +372,14 @@ def test_a_checkpointed_build_killed_midway_resumes_and_answers_as_one_build(emb
 
     monkeypatch.setattr(SummaryIndex, "not_indexed", spy)
     chunked = []
-    resumed = _build_into(root, embedding, _stream(_documents(), seen=chunked.append))
+    resumed = _build_into(root, embedding, _stream(make_documents(), seen=chunked.append))
     assert len(chunked) == 20  # the whole stream is read again; the indexed documents are skipped
     assert max(pending) <= 10 + 6  # rows held in memory between checkpoints: bounded, not the corpus
     assert not resumed.index.partial and not _load(root, embedding).index.partial
-    default = SummaryIndex.from_documents(_documents(), embed_model=embedding, node_parser=_parser())
+    default = SummaryIndex.from_documents(make_documents(), embed_model=embedding, node_parser=chunk_parser())
     assert resumed.index.documents == default.documents
     assert _load(root, embedding).index.summary_cache.entries == default.summary_cache.entries
-    assert _same(_answers(_load(root, embedding)), _answers(_retriever(default)))
+    assert same_answers(recursive_answers(_load(root, embedding)), recursive_answers(_retriever(default)))
 
 
 def test_a_checkpointed_build_never_replaces_a_finished_index_or_takes_changed_documents(
@@ -477,17 +392,17 @@ def test_a_checkpointed_build_never_replaces_a_finished_index_or_takes_changed_d
     monkeypatch.setattr(build, "STREAM_NODES", 6)
 
     root = tmp_path / "index"
-    _build_into(root, embedding, iter(_documents(4)))
+    _build_into(root, embedding, iter(make_documents(4)))
     manifest = (root / "MANIFEST.json").read_bytes()
     with pytest.raises(PersistError, match="holds a finished index of 4 documents"):
-        _build_into(root, embedding, iter(_documents(4)))
+        _build_into(root, embedding, iter(make_documents(4)))
     assert (root / "MANIFEST.json").read_bytes() == manifest
     with pytest.raises(ValueError, match="persist_dir= checkpoints and resumes the build itself"):
-        _build_into(tmp_path / "other", embedding, iter(_documents(4)), checkpoint=print)
+        _build_into(tmp_path / "other", embedding, iter(make_documents(4)), checkpoint=print)
     other = tmp_path / "changed"
     with pytest.raises(_Killed):
-        _build_into(other, embedding, _stream(_documents(), kill_at=12))
-    changed = _documents()
+        _build_into(other, embedding, _stream(make_documents(), kill_at=12))
+    changed = make_documents()
     changed[0] = Document(text="a new text entirely", metadata=changed[0].metadata)
     with pytest.raises(ValueError, match="document 'd0' changed since the interrupted build indexed it"):
         _build_into(other, embedding, iter(changed))
@@ -498,9 +413,9 @@ def test_a_checkpointed_build_never_replaces_a_finished_index_or_takes_changed_d
 def test_persist_dir_with_the_default_storage_builds_then_persists(embedding, tmp_path):
     root = tmp_path / "index"
     built = RecursiveSummaryRetriever.from_documents(
-        _documents(6), persist_dir=root, embed_model=embedding, node_parser=_parser(), similarity_top_k=4
+        make_documents(6), persist_dir=root, embed_model=embedding, node_parser=chunk_parser(), similarity_top_k=4
     )
-    assert _same(_answers(_load(root, embedding)), _answers(built))
+    assert same_answers(recursive_answers(_load(root, embedding)), recursive_answers(built))
 
 
 def test_an_update_reusing_another_documents_chunk_id_is_refused_by_the_store(embedding):
@@ -521,7 +436,7 @@ def test_each_chunk_is_tokenised_once_for_both_levels_with_the_terms_of_the_whol
     from llama_index_ext_recursive.recursive.build import build_documents, group_nodes
     from llama_index_ext_recursive.recursive.index import level_tokens, search_texts
 
-    nodes = SentenceSplitter(chunk_size=64, chunk_overlap=0).get_nodes_from_documents(_documents(10))
+    nodes = SentenceSplitter(chunk_size=64, chunk_overlap=0).get_nodes_from_documents(make_documents(10))
     nodes[3].text_template = "<{metadata_str}> {content} (end)"  # not header + text: tokenised whole
     nodes[4].metadata["title"] = "Über-Verträge 合同终止 e-mail C57BL/6"
     built = build_documents(group_nodes(nodes))
@@ -549,9 +464,9 @@ def test_a_streamed_build_trains_the_approximate_step_once_at_its_end(embedding,
     chunks = ColumnarVectorStore(tokenizer=MultilingualTokenizer(), approximate_threshold=8)
     summaries = ColumnarVectorStore(tokenizer=MultilingualTokenizer(), approximate_threshold=1000)
     index = SummaryIndex.from_documents(
-        iter(_documents()),
+        iter(make_documents()),
         embed_model=embedding,
-        node_parser=_parser(),
+        node_parser=chunk_parser(),
         chunk_vector_store=chunks,
         summary_vector_store=summaries,
     )

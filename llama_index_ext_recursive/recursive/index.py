@@ -77,6 +77,7 @@ from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentS
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
+from llama_index_ext_recursive.stores.protocol import LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count, closest, json_nodes
 from llama_index_ext_recursive.workers import tokenize_texts
@@ -316,7 +317,7 @@ class SummaryIndex:
         summary_cache: SummaryCache,
         show_progress: bool,
         summary_embedding: SummaryEmbedding,
-        stores: tuple[ColumnarVectorStore, ColumnarVectorStore] | None,
+        stores: tuple[LevelStore, LevelStore] | None,
         transformations: Sequence[TransformComponent] | None,
         embedding_cache: str | Path | CachedEmbedding | None,
         checkpoint: Callable[[SummaryIndex], None] | None,
@@ -341,7 +342,7 @@ class SummaryIndex:
         dim: int | None = None
         since_checkpoint = 0
         levels = stores or (resume.summary_index.vector_store, resume.chunk_index.vector_store)  # type: ignore[union-attr]
-        workers = max(store.workers for store in levels if isinstance(store, ColumnarVectorStore))
+        workers = max(store.workers for store in levels if isinstance(store, LevelStore))
         with (
             contextlib.ExitStack() as deferred,
             tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar,
@@ -497,7 +498,7 @@ class SummaryIndex:
         vocabulary = self._vocabulary
         if vocabulary is None:
             store = self.chunk_index.vector_store if self.chunk_index is not None else None
-            if isinstance(store, ColumnarVectorStore):  # from its columns, without reading a node
+            if isinstance(store, LevelStore):  # from its columns, without reading a node
                 vocabulary = store.filter_vocabulary()
             else:
                 vocabulary = FilterVocabulary.from_nodes(
@@ -511,7 +512,7 @@ class SummaryIndex:
         (:class:`~.summaries.StoredSummaries`; its records name them), else every summary
         node read and checked now."""
         store = self.summary_index.vector_store
-        if isinstance(store, ColumnarVectorStore) and self.chunk_index is not None:
+        if isinstance(store, LevelStore) and self.chunk_index is not None:
             return StoredSummaries(documents, store)
         docstore = self.summary_index.docstore
         summaries: dict[str, IndexNode] = {}
@@ -681,7 +682,7 @@ class SummaryIndex:
         asked for those ids alone (each stored chunk's ``ref_doc_id`` is its document), any
         other index maps every chunk of every record."""
         store = self.chunk_index.vector_store if self.chunk_index is not None else None
-        if isinstance(store, ColumnarVectorStore):
+        if isinstance(store, LevelStore):
             refs = store.ref_doc_ids(node_ids)
             return {node_id: ref or "" for node_id, ref in zip(node_ids, refs, strict=True) if ref is not None}
         return {c: r.doc_id for r in self.documents.values() for c in r.chunk_ids}
@@ -776,7 +777,7 @@ class SummaryIndex:
         if add is not None and not isinstance(summaries, StoredSummaries):
             summaries = {**summaries, **{s.index_id: s for s in add.summary_nodes}}
         self.documents, self.summaries = documents, summaries
-        if isinstance(chunk_index.vector_store, ColumnarVectorStore):
+        if isinstance(chunk_index.vector_store, LevelStore):
             self._vocabulary = None  # read from the store's columns again when next asked
         elif self._vocabulary is not None:
             self._vocabulary.remove_nodes(saved)
@@ -806,7 +807,7 @@ def _without(summaries: Mapping[str, IndexNode], documents: Mapping[str, Documen
 
 def _columnar_levels(summary_store: Any, chunk_store: Any) -> bool:
     """Both levels are a :class:`ColumnarVectorStore`: the build streams and persists as one."""
-    return isinstance(summary_store, ColumnarVectorStore) and isinstance(chunk_store, ColumnarVectorStore)
+    return isinstance(summary_store, LevelStore) and isinstance(chunk_store, LevelStore)
 
 
 def checked_retriever_dict(retriever_dict: Mapping[Any, Any]) -> dict[str, BaseRetriever]:
@@ -878,8 +879,8 @@ def insert_documents(summary_index: VectorStoreIndex, chunk_index: VectorStoreIn
     chunk_store, summary_store = chunk_index.vector_store, summary_index.vector_store
     tokenizer = getattr(chunk_store, "tokenizer", None)
     if (
-        isinstance(chunk_store, ColumnarVectorStore)
-        and isinstance(summary_store, ColumnarVectorStore)
+        isinstance(chunk_store, LevelStore)
+        and isinstance(summary_store, LevelStore)
         and tokenizer is not None
         and summary_store.tokenizer == tokenizer
         and built.chunk_nodes
@@ -956,14 +957,14 @@ def insert_nodes(
     store = index.vector_store
     if not nodes:
         return
-    if isinstance(store, ColumnarVectorStore):
+    if isinstance(store, LevelStore):
         texts = lexical_texts() if lexical_texts is not None and store.tokenizer is not None else None
         store.add(nodes, lexical_texts=texts)
     else:
         index.insert_nodes(nodes)
 
 
-def store_view_index(store: ColumnarVectorStore, embed_model: BaseEmbedding) -> VectorStoreIndex:
+def store_view_index(store: LevelStore, embed_model: BaseEmbedding) -> VectorStoreIndex:
     """A ``VectorStoreIndex`` over ``store`` whose docstore is the store's view: the level
     as LlamaIndex code expects it, holding nothing but the store."""
     return VectorStoreIndex(
@@ -986,7 +987,7 @@ def new_index(
     holds the nodes (:func:`insert_nodes`) and its docstore reads them from the
     store (:class:`ColumnarDocumentStore`).
     """
-    if isinstance(vector_store, ColumnarVectorStore):
+    if isinstance(vector_store, LevelStore):
         index = store_view_index(vector_store, embed_model)
         insert_nodes(index, json_nodes(nodes), lexical_texts)
         return index

@@ -34,7 +34,7 @@ from llama_index_ext_recursive.retrievers.fusion import HybridFusionRetriever
 from llama_index_ext_recursive.retrievers.hybrid import CROSS_SCRIPT_WEIGHTS, HYBRID_NAMES, hybrid_retriever
 from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
-from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.stores.protocol import LevelStore
 from llama_index_ext_recursive.text import QueryScript
 
 # a level's BM25: in memory, or the BM25 column of its ColumnarVectorStore
@@ -81,8 +81,8 @@ class Levels:
     link_ids: frozenset
     summary_doc: dict[str, str] | None
     records: Mapping[str, DocumentRecord]
-    chunk_store: ColumnarVectorStore | None = None
-    summary_store: ColumnarVectorStore | None = None
+    chunk_store: LevelStore | None = None
+    summary_store: LevelStore | None = None
 
     def owners_of(self, node_ids: Iterable[str]) -> dict[str, str]:
         """The document of each chunk id (``""``: a chunk the index does not hold)."""
@@ -242,7 +242,7 @@ def build_levels(owner: Owner) -> Levels:
         else {c: r.doc_id for r in index.documents.values() for c in r.chunk_ids},
         link_ids=chunks.link_ids(),
         summary_doc=None
-        if _columnar(index.summary_index) is not None
+        if _level_store(index.summary_index) is not None
         else {node_id: doc_id for doc_id in index.summaries if (node_id := index.summary_node_id(doc_id))},
     )
 
@@ -261,7 +261,7 @@ class _Chunks:
     """
 
     def __init__(self, chunk_index: VectorStoreIndex | None) -> None:
-        self.store = _columnar(chunk_index)
+        self.store = _level_store(chunk_index)
         self._nodes: list[BaseNode] | None = None
         self._sampled = False
         if self.store is None:
@@ -295,16 +295,16 @@ class _Chunks:
         return frozenset(n.node_id for n in self.nodes() if isinstance(n, IndexNode))
 
 
-def _columnar(store_index: VectorStoreIndex | None) -> ColumnarVectorStore | None:
-    """The level's store when it is a :class:`ColumnarVectorStore`."""
+def _level_store(store_index: VectorStoreIndex | None) -> LevelStore | None:
+    """The level's store when it holds the level whole (a :class:`LevelStore`)."""
     store = store_index.vector_store if store_index is not None else None
-    return store if isinstance(store, ColumnarVectorStore) else None
+    return store if isinstance(store, LevelStore) else None
 
 
 def _store_bm25(store_index: VectorStoreIndex, top_k: int) -> StoreBM25Retriever | None:
     """The level's BM25 answered by its store's BM25 column (``None``: the store keeps none)."""
     store = store_index.vector_store
-    if isinstance(store, ColumnarVectorStore) and store.tokenizer is not None:
+    if isinstance(store, LevelStore) and store.tokenizer is not None:
         return StoreBM25Retriever(store, similarity_top_k=top_k, unknown_filter_key=None)
     return None
 
@@ -338,8 +338,8 @@ def _assemble(
         link_ids=link_ids,
         summary_doc=summary_doc,
         records=index.documents,
-        chunk_store=_columnar(index.chunk_index),
-        summary_store=_columnar(index.summary_index),
+        chunk_store=_level_store(index.chunk_index),
+        summary_store=_level_store(index.summary_index),
     )
 
 

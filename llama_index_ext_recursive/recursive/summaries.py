@@ -17,7 +17,7 @@ from llama_index.core.schema import IndexNode
 
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.links import LinkError
-from llama_index_ext_recursive.stores.columnar_store import REF_KEY, ColumnarVectorStore
+from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
 
 
 class StoredSummaries(Mapping[str, IndexNode]):
@@ -33,12 +33,12 @@ class StoredSummaries(Mapping[str, IndexNode]):
         store: the summary level's store, which holds the summaries as rows.
     """
 
-    def __init__(self, documents: Mapping[str, DocumentRecord], store: ColumnarVectorStore) -> None:
+    def __init__(self, documents: Mapping[str, DocumentRecord], store: LevelStore) -> None:
         self._documents = documents
         self._store = store
 
     @property
-    def store(self) -> ColumnarVectorStore:
+    def store(self) -> LevelStore:
         """The summary level's store the summaries are read from."""
         return self._store
 
@@ -66,7 +66,7 @@ class StoredSummaries(Mapping[str, IndexNode]):
         """The metadata keys some summary holds, from the store's columns (no node read).
 
         The store also files each row's ``ref_doc_id`` as filterable metadata
-        (:data:`~llama_index_ext_recursive.stores.columnar_store.REF_KEY`); a
+        (:data:`~llama_index_ext_recursive.stores.protocol.REF_KEY`); a
         summary's comes from its source relationship, not its metadata, so it
         is left out, as it is from the keys of summaries held as nodes.
         """

@@ -23,7 +23,7 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike, UnknownFilterPolicy, to_filters
 from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRetriever, resolve_call
 from llama_index_ext_recursive.results import unexplained
-from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.stores.protocol import LevelStore
 from llama_index_ext_recursive.validation import check_count
 
 
@@ -31,7 +31,8 @@ class StoreBM25Retriever(QueryCheckingRetriever):
     """BM25 answered by a :class:`ColumnarVectorStore`'s keyword column, with per-call filters and top-k.
 
     Args:
-        vector_store: a ``ColumnarVectorStore`` created with ``tokenizer=`` (its BM25 column).
+        vector_store: a level store (``ColumnarVectorStore``, ``PostgresLevelStore``) created
+            with ``tokenizer=`` (its BM25 terms).
         similarity_top_k: maximum number of results per query.
         filters: construction-time filters, combined with per-call ones under ``filter_policy``.
         filter_policy: ``merge`` (AND) or ``replace``.
@@ -44,7 +45,7 @@ class StoreBM25Retriever(QueryCheckingRetriever):
 
     def __init__(
         self,
-        vector_store: ColumnarVectorStore,
+        vector_store: LevelStore,
         similarity_top_k: int = DEFAULT_TOP_K,
         filters: FiltersLike = None,
         filter_policy: FilterPolicy | str = FilterPolicy.MERGE,
@@ -52,11 +53,11 @@ class StoreBM25Retriever(QueryCheckingRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(vector_store, ColumnarVectorStore) or vector_store.tokenizer is None:
+        if not isinstance(vector_store, LevelStore) or vector_store.tokenizer is None:
             raise TypeError(
-                "StoreBM25Retriever searches the BM25 column of a ColumnarVectorStore created with "
+                "StoreBM25Retriever searches the BM25 terms of a ColumnarVectorStore or PostgresLevelStore created with "
                 f"tokenizer=MultilingualTokenizer(); got {type(vector_store).__name__}"
-                + (" without one" if isinstance(vector_store, ColumnarVectorStore) else "")
+                + (" without one" if isinstance(vector_store, LevelStore) else "")
                 + " (for nodes in memory use MultilingualBM25Retriever)"
             )
         self.vector_store = vector_store

@@ -19,7 +19,7 @@ from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_recursive.filters import FilterVocabulary
-from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.stores.protocol import LevelStore
 
 if TYPE_CHECKING:  # the chroma extra: imported only when a store is one
     from llama_index.vector_stores.chroma import ChromaVectorStore
@@ -39,7 +39,7 @@ _VOCABULARIES_LOCK = threading.Lock()
 def store_vocabulary(vector_store: BasePydanticVectorStore) -> FilterVocabulary | None:
     """The filter vocabulary a store keeps itself (a :class:`ColumnarVectorStore`, from its
     metadata columns, always current), or ``None``: read it from the docstore."""
-    if isinstance(vector_store, ColumnarVectorStore):
+    if isinstance(vector_store, LevelStore):
         return vector_store.filter_vocabulary()
     return None
 
@@ -130,7 +130,7 @@ def store_size(vector_store: BasePydanticVectorStore) -> int | None:
         return faiss_index.ntotal
     if isinstance(vector_store, SimpleVectorStore):  # NumpyVectorStore included
         return len(vector_store.data.embedding_dict)
-    if isinstance(vector_store, ColumnarVectorStore):
+    if isinstance(vector_store, LevelStore):
         return vector_store.node_count
     return None
 

@@ -23,7 +23,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore, RefDocInfo
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-from llama_index_ext_recursive.stores.columnar_store import REF_KEY, ColumnarVectorStore
+from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 class _StoreNodes(Mapping[str, BaseNode]):
     """``docs``: every stored node by id, read when asked for."""
 
-    def __init__(self, store: ColumnarVectorStore) -> None:
+    def __init__(self, store: LevelStore) -> None:
         self._store = store
 
     def __getitem__(self, node_id: str) -> BaseNode:
@@ -65,13 +65,16 @@ class ColumnarDocumentStore(BaseDocumentStore):
         store: the store holding the nodes.
     """
 
-    def __init__(self, store: ColumnarVectorStore) -> None:
-        if not isinstance(store, ColumnarVectorStore):
-            raise TypeError(f"ColumnarDocumentStore reads a ColumnarVectorStore, got {type(store).__name__}")
+    def __init__(self, store: LevelStore) -> None:
+        if not isinstance(store, LevelStore):
+            raise TypeError(
+                f"ColumnarDocumentStore reads a level store (ColumnarVectorStore, PostgresLevelStore), "
+                f"got {type(store).__name__}"
+            )
         self._store = store
 
     @property
-    def store(self) -> ColumnarVectorStore:
+    def store(self) -> LevelStore:
         return self._store
 
     def persist(self, persist_path: str = "", fs: Any = None) -> None:

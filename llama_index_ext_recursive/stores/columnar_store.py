@@ -55,7 +55,6 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
-    BasePydanticVectorStore,
     FilterOperator,
     MetadataFilter,
     MetadataFilters,
@@ -80,13 +79,13 @@ from llama_index_ext_recursive.persist import (
     write_index,
 )
 from llama_index_ext_recursive.rwlock import ReadWriteLock
+from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
 from llama_index_ext_recursive.workers import tokenize_texts
 
 logger = logging.getLogger(__name__)
 
-REF_KEY = "ref_doc_id"  # the key filters read a row's ref_doc_id from (filterable_metadata)
 KIND = "ColumnarVectorStore"  # the index kind in a folder's manifest
 FORMAT_VERSION = 2  # 2: ref_doc_id among the filterable metadata; an optional BM25 column
 STATE = "store"  # store.state.json in each generation
@@ -96,7 +95,7 @@ STATE = "store"  # store.state.json in each generation
 FINAL_POSTINGS_ROWS = 524_288
 
 
-class ColumnarVectorStore(BasePydanticVectorStore):
+class ColumnarVectorStore(LevelStore):
     """Vector store whose rows live in columnar arrays and SQLite, not in Python objects.
 
     Args:

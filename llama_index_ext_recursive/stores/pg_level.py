@@ -55,7 +55,6 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
-    BasePydanticVectorStore,
     MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryMode,
@@ -67,6 +66,7 @@ from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import FilterVocabulary, filterable_metadata, value_kind
 from llama_index_ext_recursive.stores.pg_filters import check_storable, scoped_filters, sql_ids, where_clause
 from llama_index_ext_recursive.stores.postgres import PostgresEngines, identifier, postgres_engines
+from llama_index_ext_recursive.stores.protocol import LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
 from llama_index_ext_recursive.workers import tokenize_texts
@@ -114,7 +114,7 @@ class PostgresLevelError(LlamaIndexExtRecursiveError, ValueError):
     """The tables hold another layout or another configuration than the one asked for."""
 
 
-class PostgresLevelStore(BasePydanticVectorStore):
+class PostgresLevelStore(LevelStore):
     """One level of a recursive index in PostgreSQL + pgvector (see the module docstring).
 
     Args:
@@ -134,9 +134,6 @@ class PostgresLevelStore(BasePydanticVectorStore):
             tokenizer, or are missing and ``dimension`` is ``None``.
     """
 
-    stores_text: bool = True
-    is_embedding_query: bool = True
-    flat_metadata: bool = False
     name: str
     schema_name: str
 

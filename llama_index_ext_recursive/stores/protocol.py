@@ -1,4 +1,5 @@
-"""What the recursive search asks of an embedded store: ids and scores, no nodes.
+"""What the recursive search asks of a store: ids and scores, no nodes; and of a store that
+holds a whole level (:class:`LevelStore`).
 
 A recursive query searches the chunk and summary levels several times and
 keeps only the final top-k as nodes, so a store that can answer a
@@ -12,9 +13,15 @@ driver runs them in a thread.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
-from llama_index.core.vector_stores.types import VectorStoreQuery
+from llama_index.core.schema import BaseNode
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery
+
+from llama_index_ext_recursive.filters import FilterVocabulary
+from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 
 
 @runtime_checkable
@@ -22,3 +29,77 @@ class ScoredIdSearch(Protocol):
     """A store that answers ``query`` with ``(node ids, similarities)``, best first."""
 
     def query_ids(self, query: VectorStoreQuery) -> tuple[list[str], list[float]]: ...
+
+
+REF_KEY = "ref_doc_id"  # the key filters read a row's ref_doc_id from (filterable_metadata)
+
+
+class LevelStore(BasePydanticVectorStore):
+    """A store that holds one level of a recursive index whole: nodes, vectors, and optionally
+    BM25 terms, so the index around it is a view that holds nothing per node.
+
+    The embedded :class:`~.columnar_store.ColumnarVectorStore` and PostgreSQL's
+    :class:`~.pg_level.PostgresLevelStore` are such stores. The recursive index
+    reads documents' summaries, filter keys, links and the document of a hit
+    from it without reading nodes, its docstore is a view of it
+    (:class:`~.columnar_docstore.ColumnarDocumentStore`), its BM25 level is the
+    store's (``TEXT_SEARCH`` queries), and a build gives it each node's BM25
+    terms (``lexical_tokens``) so a text is tokenised once for both levels.
+    """
+
+    stores_text: bool = True
+    is_embedding_query: bool = True
+    flat_metadata: bool = False
+
+    @property
+    @abstractmethod
+    def tokenizer(self) -> MultilingualTokenizer | None:
+        """The tokenizer of the BM25 terms (``None``: the store keeps none)."""
+
+    @property
+    def workers(self) -> int:
+        """Processes that tokenise a large ``add``."""
+        return 2
+
+    @property
+    @abstractmethod
+    def node_count(self) -> int:
+        """Live nodes."""
+
+    @abstractmethod
+    def add(
+        self,
+        nodes: Sequence[BaseNode],
+        lexical_texts: Sequence[str] | None = None,
+        lexical_tokens: Sequence[Sequence[str]] | None = None,
+        **add_kwargs: Any,
+    ) -> list[str]:
+        """Add (or replace) embedded nodes, with the text or the tokens BM25 indexes for each."""
+
+    @abstractmethod
+    def query_ids(self, query: VectorStoreQuery) -> tuple[list[str], list[float]]:
+        """:class:`ScoredIdSearch`: dense or ``TEXT_SEARCH`` ids and scores, no node read."""
+
+    @abstractmethod
+    def nodes_by_id(self, node_ids: Sequence[str]) -> list[BaseNode | None]:
+        """The stored node of each id, in the order given (``None``: not stored), without its vector."""
+
+    @abstractmethod
+    def ref_doc_ids(self, node_ids: Sequence[str]) -> list[str | None]:
+        """The ``ref_doc_id`` of each node id (``None``: not stored, or none)."""
+
+    @abstractmethod
+    def link_targets(self) -> dict[str, str]:
+        """``node id -> index_id`` of every stored ``IndexNode``."""
+
+    @abstractmethod
+    def live_node_ids(self) -> list[str]:
+        """The id of every stored node, in the order they were added."""
+
+    @abstractmethod
+    def metadata_keys(self) -> set[str]:
+        """The metadata keys some stored node holds (``ref_doc_id`` included)."""
+
+    @abstractmethod
+    def filter_vocabulary(self) -> FilterVocabulary:
+        """The keys filters may name and the kinds of value each holds."""
