@@ -88,3 +88,40 @@ def test_postgres_levels_are_searched_in_the_database_and_hold_no_node(pg_server
     assert isinstance(index.summaries, StoredSummaries)
     chunks = index.chunk_index.vector_store
     assert chunks.node_count == sum(len(r.chunk_ids) for r in index.documents.values())
+
+
+# ---------------------------------------------------------------- the whole index in the database
+def _index_store(pg_server, name=None, dimension=None):
+    from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
+
+    store = PostgresIndexStore.from_params(
+        name=name or pg_server.table_name("kb"), dimension=dimension, **pg_server.params()
+    )
+    _OPENED.append(store)
+    return store
+
+
+def test_an_index_built_into_postgres_opens_in_another_process_and_follows_its_changes(pg_server):
+    embedding = NoTieEmbedding()
+    dimension = len(embedding.get_text_embedding("probe"))
+    store = _index_store(pg_server, dimension=dimension)
+    built = RecursiveSummaryRetriever.from_documents(
+        make_documents(), embed_model=embedding, node_parser=chunk_parser(), postgres=store, similarity_top_k=4
+    )
+    default = RecursiveSummaryRetriever.from_documents(
+        make_documents(), embed_model=embedding, node_parser=chunk_parser(), similarity_top_k=4
+    )
+    expected = recursive_answers(default)
+    assert same_answers(recursive_answers(built), expected)
+    # another process: its own engines, nothing but the name
+    opened = RecursiveSummaryRetriever.from_postgres(_index_store(pg_server, store.name), embed_model=embedding)
+    assert opened.similarity_top_k == 4 and opened.calibration == built.calibration
+    assert same_answers(recursive_answers(opened), expected)
+    # a change committed by the first is seen by the next query of the second
+    changes = make_documents(2, seed=7, prefix="new") + [make_documents(1, seed=3, prefix="d")[0]]
+    for retriever in (built, default):
+        retriever.add_documents(changes)
+        retriever.delete_document("d4")
+    assert same_answers(recursive_answers(opened), recursive_answers(default))
+    assert "d4" not in opened.index.documents and "new1" in opened.index.documents
+    assert opened.index.cache_generation == built.index.cache_generation

@@ -37,7 +37,7 @@ import uuid
 from collections import ChainMap, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -67,7 +67,12 @@ from llama_index_ext_recursive.recursive.build import (
 )
 from llama_index_ext_recursive.recursive.evidence import document_identity, document_text
 from llama_index_ext_recursive.recursive.links import LinkError, check_links
-from llama_index_ext_recursive.recursive.records import StoredRecords, published_records
+from llama_index_ext_recursive.recursive.records import (
+    READ_WHEN_ASKED,
+    PostgresRecords,
+    StoredRecords,
+    published_records,
+)
 from llama_index_ext_recursive.recursive.summaries import StoredSummaries
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.recursive.vectors import attach_embeddings, embed_summaries, with_stored_embeddings
@@ -81,6 +86,9 @@ from llama_index_ext_recursive.stores.protocol import LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count, closest, json_nodes
 from llama_index_ext_recursive.workers import tokenize_texts
+
+if TYPE_CHECKING:  # the postgres extra is optional: imported by the stores that use it
+    from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
 
 logger = logging.getLogger(__name__)
 
@@ -152,8 +160,13 @@ class SummaryIndex:
         self.summary_embedding = SummaryEmbedding(summary_embedding)
         # a dict, or the records of a persisted columnar index, read when asked for (StoredRecords)
         self.documents: Mapping[str, DocumentRecord] = (
-            documents if isinstance(documents, StoredRecords) else dict(documents or {})
+            documents if isinstance(documents, READ_WHEN_ASKED) else dict(documents or {})
         )
+        database = self.database
+        self._database_generation: int | None = None
+        if database is not None and not isinstance(self.documents, PostgresRecords):
+            # the records live beside the levels, written in the same transactions
+            self.documents = PostgresRecords(database).with_changes((), self.documents)
         self.summaries = self._summaries_of(self.documents)
         self._document_keys: tuple[int, set[str]] | None = None  # (generation, keys)
         self._changes: deque[tuple[int, frozenset[str]]] = deque(maxlen=CHANGES_KEPT)
@@ -554,7 +567,7 @@ class SummaryIndex:
             keys = summaries.metadata_keys()
         else:
             keys = {k for s in summaries.values() for k in s.metadata}
-        if isinstance(documents, StoredRecords):
+        if isinstance(documents, READ_WHEN_ASKED):
             keys -= documents.varying_keys()
         else:
             for record in documents.values():
@@ -721,6 +734,35 @@ class SummaryIndex:
                 self._swap(remove=[record], add=None)
 
     @property
+    def database(self) -> PostgresIndexStore | None:
+        """The PostgreSQL index both levels belong to (``None``: other storage): its changes are
+        transactions over both levels and the records, and other processes share it."""
+        chunk_store = self.chunk_index.vector_store if self.chunk_index is not None else None
+        owner = getattr(chunk_store, "index_store", None)
+        return (
+            owner
+            if owner is not None and getattr(self.summary_index.vector_store, "index_store", None) is owner
+            else None
+        )
+
+    def follow_database(self) -> None:
+        """Catch up with changes other processes committed to the index's database: when its
+        generation moved, what this process derived from the old state (the filter keys, the
+        levels) is dropped and the generation changes here too. One round trip; nothing to do
+        for other storage."""
+        database = self.database
+        if database is None:
+            return
+        now = database.generation
+        if now == self._database_generation:
+            return
+        with self.state_lock.writing():
+            self._database_generation = now
+            self._vocabulary = None
+            self._document_keys = None
+            self.generation += 1  # levels_for rebuilds: the changes are not known here
+
+    @property
     def cache_generation(self) -> str:
         """Names what this index holds, for result caches (:class:`~..cache.RetrievalCache`).
 
@@ -730,6 +772,9 @@ class SummaryIndex:
         delete or update not yet persisted) it is this instance's own name and
         change count, which no other process and no earlier state shares.
         """
+        database = self.database
+        if database is not None:  # every process that follows the database shares its generations
+            return f"{database.identity}:{self._database_generation}"
         published = self._published_as
         if published is not None and published[1] == self.generation:
             return published[0]
@@ -749,6 +794,10 @@ class SummaryIndex:
         """
         chunk_index, summary_index = self.chunk_index, self.summary_index
         assert chunk_index is not None
+        database = self.database
+        if database is not None:
+            self._swap_in_database(database, remove, add)
+            return
         saved = _saved_nodes(chunk_index, [c for r in remove for c in r.chunk_ids])
         saved_summaries = _saved_nodes(summary_index, [r.summary_node_id for r in remove])
         try:
@@ -786,13 +835,35 @@ class SummaryIndex:
         self.generation += 1
         self._changes.append((self.generation, frozenset(removed | (set(add.records) if add is not None else set()))))
 
+    def _swap_in_database(
+        self, database: PostgresIndexStore, remove: list[DocumentRecord], add: BuiltDocuments | None
+    ) -> None:
+        """:meth:`_swap` as one transaction over both levels and the records: it commits whole
+        or not at all (a failure, or a writer that dies, leaves the previous state)."""
+        chunk_index, summary_index = self.chunk_index, self.summary_index
+        assert chunk_index is not None
+        removed = {r.doc_id for r in remove}
+        with database.transaction():
+            for record in remove:
+                chunk_index.vector_store.delete_nodes(record.chunk_ids)
+                summary_index.vector_store.delete_nodes([record.summary_node_id])
+            if add is not None:
+                insert_documents(summary_index, chunk_index, add)
+            self.documents = _with_changes(self.documents, removed, add.records if add is not None else {})
+        self.summaries = _without(self.summaries, self.documents)
+        self._vocabulary = None
+        self._document_keys = None
+        self._database_generation = database.generation
+        self.generation += 1
+        self._changes.append((self.generation, frozenset(removed | (set(add.records) if add is not None else set()))))
+
 
 def _with_changes(
     documents: Mapping[str, DocumentRecord], removed: Iterable[str], added: Mapping[str, DocumentRecord]
 ) -> Mapping[str, DocumentRecord]:
     """New records: ``documents`` without ``removed``, with ``added`` (a new object: readers
     keep the records they started with)."""
-    if isinstance(documents, StoredRecords):
+    if isinstance(documents, READ_WHEN_ASKED):
         return documents.with_changes(removed, added)
     gone = set(removed)
     return {**{d: r for d, r in documents.items() if d not in gone}, **added}

@@ -150,6 +150,8 @@ def updated_levels(owner: Owner, previous: Levels) -> Levels | None:
     full build is due: more than :data:`UPDATE_SHARE` of the documents changed,
     or a level has no BM25 of the package's own."""
     index = owner.index
+    if index.database is not None:  # live records, and levels that are the database's: rebuilt (cheap)
+        return None
     before, now = previous.records, index.documents
     touched = index.changed_since(previous.generation)
     if touched is None:

@@ -38,7 +38,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -65,11 +65,14 @@ from llama_index_ext_recursive.persist import (
 )
 from llama_index_ext_recursive.recursive.build import DocumentRecord, windowed_sentence_tokenizer
 from llama_index_ext_recursive.recursive.index import SummaryIndex, store_view_index
-from llama_index_ext_recursive.recursive.records import StoredRecords, document_record
+from llama_index_ext_recursive.recursive.records import PostgresRecords, StoredRecords, document_record
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
+
+if TYPE_CHECKING:  # the postgres extra is optional
+    from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
 
 logger = logging.getLogger(__name__)
 
@@ -441,7 +444,7 @@ def interrupted_build(persist_dir: str | Path, embed_model: BaseEmbedding | None
     return index
 
 
-def init_parameters_of(data: Mapping[str, Any], path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
+def init_parameters_of(data: Mapping[str, Any], path: Path | str, required: tuple[str, ...] = ()) -> dict[str, Any]:
     """The init parameters of a configuration file, or a :class:`PersistError` naming it."""
     if not isinstance(data.get("init_parameters"), dict):
         raise PersistError(f"{path} holds no init_parameters object: it is damaged; persist it again")
@@ -451,7 +454,7 @@ def init_parameters_of(data: Mapping[str, Any], path: Path, required: tuple[str,
     return dict(data["init_parameters"])
 
 
-def _summarizer(config: Any, root: Path) -> Summarizer | None:
+def _summarizer(config: Any, root: Path | str) -> Summarizer | None:
     if isinstance(config, dict) and config.get("type") == "extractive":
         return ExtractiveSummarizer.from_dict(config)
     logger.warning(
@@ -604,3 +607,73 @@ def load_summary_cache(persist_dir: str | Path) -> SummaryCache:
     except NoIndexError:
         pass
     return cache
+
+
+DATABASE = "postgres"  # the storage of an index whose levels and records live in PostgreSQL
+
+
+def persist_to_database(index: SummaryIndex, config: Mapping[str, Any]) -> None:
+    """Write the index's configuration and the retriever's settings ``config`` into the index
+    row of its database (the levels and the records are there already: every change commits
+    them), so another process opens the index with nothing to build.
+
+    Raises:
+        ValueError: the index does not live in a database.
+    """
+    database = index.database
+    if database is None:
+        raise ValueError("this index does not live in PostgreSQL: persist it to a folder with persist(persist_dir)")
+    data = index_to_dict(index, generation=0)
+    params = data["init_parameters"]
+    params.update(generation=None, storage=DATABASE)
+    database.write_config({"index": data, "retriever": dict(config)})
+
+
+def load_from_database(
+    database: PostgresIndexStore,
+    make: Callable[[SummaryIndex, dict[str, Any]], Any],
+    embed_model: BaseEmbedding | None = None,
+    summarizer: Summarizer | None = None,
+    transformations: list | None = None,
+) -> Any:
+    """Open the index ``database`` holds and return ``make(index, retriever settings)``: the
+    levels and records stay in the database, read when a query asks for them.
+
+    Raises:
+        PersistError: the index has no configuration (its build did not finish), a damaged
+            one, or was built with another embedding model than ``embed_model``.
+    """
+    where = f"PostgreSQL index {database.schema}.{database.name}"
+    raw = database.read_config()
+    if raw is None or not isinstance(raw.get("index"), dict) or not isinstance(raw.get("retriever"), dict):
+        raise PersistError(
+            f"{where} holds no configuration: its build did not finish; build it again "
+            "(RecursiveSummaryRetriever.from_documents(..., postgres=store))"
+        )
+    settings = init_parameters_of(raw["retriever"], where)
+    stored = init_parameters_of(raw["index"], where, ("embed_model",))
+    model = resolve_embed_model(embed_model, built_with=stored["embed_model"])
+    saved = ModelIdentity.from_dict(stored.get("embed_model_identity"), stored["embed_model"])
+    try:
+        check_same_model(saved, model, where)
+    except ModelMismatchError as exc:
+        raise PersistError(str(exc)) from exc
+    summary_index, chunk_index = (store_view_index(store, model) for store in (database.summaries, database.chunks))
+    try:
+        index = SummaryIndex(
+            summary_index,
+            chunk_index,
+            documents=PostgresRecords(database),
+            embed_model=model,
+            doc_id_key=stored.get("doc_id_key"),
+            transformations=transformations or transformations_from_config(stored.get("transformations")),
+            summarizer=summarizer or _summarizer(stored.get("summarizer"), where),
+            summary_cache=SummaryCache(),
+            **({"summary_embedding": stored["summary_embedding"]} if "summary_embedding" in stored else {}),
+            embedding_choice=stored.get("embedding_choice"),
+            loaded=True,
+            partial=stored.get("partial", False) is True,
+        )
+        return make(index, settings)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise PersistError(f"{where} holds an invalid setting ({exc}); build it again") from exc

@@ -28,11 +28,11 @@ from llama_index_ext_recursive.recursive.build import DocumentRecord
 DECODED_KEPT = 4096  # records a published generation keeps decoded (a few MB)
 
 
-def document_record(doc_id: str | None, fields: Any, path: Path) -> DocumentRecord:
+def document_record(doc_id: str | None, fields: Any, path: Path | str) -> DocumentRecord:
     """The record of ``doc_id`` from its stored ``fields``, checked field by field.
 
     Raises:
-        PersistError: a malformed record (naming the document and ``path``).
+        PersistError: a malformed record (naming the document and ``path``, its file or table).
     """
     try:
         record = DocumentRecord(**fields)
@@ -191,3 +191,55 @@ def published_records(
     rest = {d: record for d, record in pending.items() if d not in written or written[d] is not record}
     fresh = StoredRecords(rows, generation)
     return fresh._derived(rest) if rest else fresh
+
+
+class PostgresRecords(Mapping[str, DocumentRecord]):
+    """Document records by id in a :class:`~llama_index_ext_recursive.stores.pg_index.PostgresIndexStore`,
+    read when asked for: a query reads the records of the few documents it routes to.
+
+    The view is live: it shows what the database holds now, and
+    :meth:`with_changes` writes the changes in the index's current transaction
+    (so a change of documents commits or rolls back with its levels) and
+    returns the same view.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._where = f"table {store.schema}.{store.name}_documents"
+
+    def __getitem__(self, doc_id: str) -> DocumentRecord:
+        fields = self.store.record_fields(doc_id) if isinstance(doc_id, str) else None
+        if fields is None:
+            raise KeyError(doc_id)
+        return document_record(doc_id, fields, self._where)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return isinstance(doc_id, str) and self.store.record_fields(doc_id) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store.record_ids())
+
+    def __len__(self) -> int:
+        return int(self.store.record_count())
+
+    def items(self) -> Iterator[tuple[str, DocumentRecord]]:  # type: ignore[override]
+        """Every record, read in one query."""
+        return ((d, document_record(d, fields, self._where)) for d, fields in self.store.all_record_fields())
+
+    def values(self) -> Iterator[DocumentRecord]:  # type: ignore[override]
+        return (record for _, record in self.items())
+
+    def with_changes(self, removed: Iterable[str], added: Mapping[str, DocumentRecord]) -> PostgresRecords:
+        self.store.write_records(removed, {doc_id: record.to_dict() for doc_id, record in added.items()})
+        return self
+
+    def chunk_count(self) -> int:
+        """The chunks the records list, counted by the server."""
+        return int(self.store.listed_chunk_count())
+
+    def varying_keys(self) -> set[str]:
+        return set(self.store.varying_keys())
+
+
+# records read from their storage when asked for (not a dict of every record)
+READ_WHEN_ASKED = (StoredRecords, PostgresRecords)

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -67,7 +67,13 @@ from llama_index_ext_recursive.recursive.build import DocumentRecord, SummaryEmb
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.levels import Levels, levels_for
-from llama_index_ext_recursive.recursive.persist import interrupted_build, load_persisted, persist_index
+from llama_index_ext_recursive.recursive.persist import (
+    interrupted_build,
+    load_from_database,
+    load_persisted,
+    persist_index,
+    persist_to_database,
+)
 from llama_index_ext_recursive.recursive.ranking import (
     Plan,
 )
@@ -89,6 +95,9 @@ from llama_index_ext_recursive.validation import check_vectors
 
 __all__ = ["RecursiveSummaryRetriever", "LevelMode", "ScoreMode"]
 
+
+if TYPE_CHECKING:  # the postgres extra is optional
+    from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +224,12 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
     # ------------------------------------------------------------------ build
     @classmethod
     def from_documents(
-        cls, documents: Iterable[Document], *, persist_dir: str | Path | None = None, **kwargs: Any
+        cls,
+        documents: Iterable[Document],
+        *,
+        persist_dir: str | Path | None = None,
+        postgres: PostgresIndexStore | None = None,
+        **kwargs: Any,
     ) -> RecursiveSummaryRetriever:
         """Chunk, summarize and index ``documents`` (:meth:`SummaryIndex.from_documents`).
 
@@ -226,18 +240,23 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         ``metadata[doc_id_key]`` (default ``"doc_id"``) when present, else its
         ``doc_id``. Every keyword is checked before any document is chunked;
         the index's go to :meth:`SummaryIndex.from_documents`, the rest to the
-        constructor. ``persist_dir``: see :meth:`from_nodes`.
+        constructor. ``persist_dir`` and ``postgres``: see :meth:`from_nodes`.
         """
         own, settings = split_arguments(
             kwargs, "RecursiveSummaryRetriever.from_documents", cls.__init__, documents=True
         )
         return cls._build_into(
-            lambda **build: SummaryIndex.from_documents(documents, **build), own, settings, persist_dir
+            lambda **build: SummaryIndex.from_documents(documents, **build), own, settings, persist_dir, postgres
         )
 
     @classmethod
     def from_nodes(
-        cls, nodes: Iterable[BaseNode], *, persist_dir: str | Path | None = None, **kwargs: Any
+        cls,
+        nodes: Iterable[BaseNode],
+        *,
+        persist_dir: str | Path | None = None,
+        postgres: PostgresIndexStore | None = None,
+        **kwargs: Any,
     ) -> RecursiveSummaryRetriever:
         """Index pre-chunked ``nodes`` (:meth:`SummaryIndex.from_nodes`), grouped by
         document: ``metadata[doc_id_key]``; by default ``metadata["doc_id"]``
@@ -257,9 +276,17 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         a build is killed, the same call again resumes it from its last
         checkpoint, skipping the documents indexed by then. A folder that holds
         a finished index is refused (it is updated, never rebuilt over).
+
+        ``postgres``: build into this :class:`~llama_index_ext_recursive.stores.pg_index.PostgresIndexStore`
+        (both levels and the document records in PostgreSQL, committed a batch
+        of documents at a time), then store the settings and the calibration
+        there, so any process opens it with :meth:`from_postgres`. An index that
+        holds documents already is refused (open it and add to it instead).
         """
         own, settings = split_arguments(kwargs, "RecursiveSummaryRetriever.from_nodes", cls.__init__)
-        return cls._build_into(lambda **build: SummaryIndex.from_nodes(nodes, **build), own, settings, persist_dir)
+        return cls._build_into(
+            lambda **build: SummaryIndex.from_nodes(nodes, **build), own, settings, persist_dir, postgres
+        )
 
     @classmethod
     def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> RecursiveSummaryRetriever:
@@ -298,9 +325,13 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         own: dict[str, Any],
         settings: dict[str, Any],
         persist_dir: str | Path | None,
+        postgres: PostgresIndexStore | None = None,
     ) -> RecursiveSummaryRetriever:
         """The retriever over ``build(**own)``; with ``persist_dir``, a checkpointed
-        build into that folder (resumed when a killed one left it there), persisted at the end."""
+        build into that folder (resumed when a killed one left it there), persisted at the end;
+        with ``postgres``, a build into that database, its settings stored there at the end."""
+        if postgres is not None:
+            return cls._build_into_database(build, own, settings, persist_dir, postgres)
         if persist_dir is None:
             return cls._over(build(**own), settings)
         given = sorted({"checkpoint", "resume"} & set(own))
@@ -318,6 +349,61 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             settings,
         )
         retriever.persist(persist_dir)
+        return retriever
+
+    @classmethod
+    def _build_into_database(
+        cls,
+        build: Callable[..., SummaryIndex],
+        own: dict[str, Any],
+        settings: dict[str, Any],
+        persist_dir: str | Path | None,
+        postgres: PostgresIndexStore,
+    ) -> RecursiveSummaryRetriever:
+        given = sorted({"chunk_vector_store", "summary_vector_store"} & set(own))
+        if persist_dir is not None or given:
+            raise ValueError(
+                f"postgres= holds the whole index: pass it without {given or ['persist_dir']} "
+                "(the database is where it is kept)"
+            )
+        held = postgres.record_count()
+        if held:
+            raise ValueError(
+                f"PostgreSQL index {postgres.schema}.{postgres.name} holds {held} documents already: open it "
+                "with RecursiveSummaryRetriever.from_postgres(store) and add_documents(...), or build under a new name"
+            )
+        retriever = cls._over(
+            build(**own, chunk_vector_store=postgres.chunks, summary_vector_store=postgres.summaries), settings
+        )
+        retriever._levels()  # calibrated once: every process that opens the index reuses the weights
+        retriever.persist()
+        return retriever
+
+    @classmethod
+    def from_postgres(
+        cls,
+        store: PostgresIndexStore,
+        embed_model: BaseEmbedding | None = None,
+        summarizer: Any = None,
+        node_parser: Any = None,
+        transformations: list | None = None,
+        **overrides: Any,
+    ) -> RecursiveSummaryRetriever:
+        """Open the index a build stored in PostgreSQL (``from_documents(..., postgres=store)``),
+        from any process: nothing is read per chunk or rebuilt; queries search the database,
+        and changes committed by any process are seen by the next query.
+
+        Args and Raises: as :meth:`from_persist_dir` (``store`` instead of a folder).
+        """
+        check_arguments([cls.__init__], overrides, "RecursiveSummaryRetriever.from_postgres")
+        steps_ = [node_parser] if node_parser is not None else transformations
+        retriever: RecursiveSummaryRetriever = load_from_database(
+            store,
+            lambda index, settings: cls._from_settings(index, settings, overrides),
+            embed_model=embed_model,
+            summarizer=summarizer,
+            transformations=steps_,
+        )
         return retriever
 
     @classmethod
@@ -416,8 +502,10 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         self.index.delete_document(doc_id)
 
     # ------------------------------------------------------------ persistence
-    def persist(self, persist_dir: str | Path) -> None:
-        """Write the index and these settings to the index folder ``persist_dir``.
+    def persist(self, persist_dir: str | Path | None = None) -> None:
+        """Write the index and these settings to the index folder ``persist_dir``; for an
+        index in PostgreSQL (no ``persist_dir``), store these settings in its database (its
+        data is committed by every change already).
 
         ``persist_dir`` must be missing, empty, or hold an index a
         ``RecursiveSummaryRetriever`` persisted earlier (current or previous
@@ -428,6 +516,9 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             PersistError: ``persist_dir`` holds something else; nothing was written.
             NotImplementedError: the vectors live in an external store.
         """
+        if persist_dir is None:
+            persist_to_database(self.index, self.to_dict())
+            return
         persist_index(self.index, persist_dir, self.to_dict())
 
     @classmethod
@@ -575,14 +666,18 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return embedding
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return steps.run(self._answer("results", self._resolve(query_bundle), self._search))
+        return steps.run(self._answer("results", query_bundle, self._search))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return await steps.arun(self._answer("results", self._resolve(query_bundle), self._search))
+        return await steps.arun(self._answer("results", query_bundle, self._search))
 
-    def _answer(self, level: str, call: Call, searching: Searching[T]) -> steps.Steps[T]:
-        """The cached answer of ``call`` at ``level``, else the search's, then kept. Looked up
-        under the key of the index as it is now; kept under the key taken with the search."""
+    def _answer(self, level: str, query_bundle: QueryBundle, searching: Searching[T]) -> steps.Steps[T]:
+        """The cached answer of the call at ``level``, else the search's, then kept. Looked up
+        under the key of the index as it is now; kept under the key taken with the search. An
+        index in PostgreSQL first catches up with what other processes committed."""
+        if self.index.database is not None:
+            yield (_FollowDatabase(self.index),)
+        call = self._resolve(query_bundle)
         lookup = None
         if self.cache is not None:
             (lookup,) = yield (_ResultsKey(self, level, call),)
@@ -609,16 +704,27 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         ``num_routed_docs`` when there are that many); per-call filters of a
         :class:`FilteredQueryBundle` apply as in :meth:`retrieve`.
         """
-        call = self._resolve(as_query_bundle(str_or_query_bundle))
-        return steps.run(self._answer("documents", call, self._document_search))
+        return steps.run(self._answer("documents", as_query_bundle(str_or_query_bundle), self._document_search))
 
     async def aretrieve_documents(self, str_or_query_bundle: str | QueryBundle) -> list[DocumentWithScore]:
         """Async :meth:`retrieve_documents` (the same results; never blocks the loop)."""
-        call = self._resolve(as_query_bundle(str_or_query_bundle))
-        return await steps.arun(self._answer("documents", call, self._document_search))
+        return await steps.arun(self._answer("documents", as_query_bundle(str_or_query_bundle), self._document_search))
 
     def _document_search(self, plan: Plan, levels: Levels) -> search.Search[list[DocumentWithScore]]:
         return search.document_search(self, plan, levels)
+
+
+@dataclass(frozen=True)
+class _FollowDatabase:
+    """Catch up with the index's database (one round trip; async: off the event loop)."""
+
+    index: SummaryIndex
+
+    def run(self) -> None:
+        self.index.follow_database()
+
+    async def arun(self) -> None:
+        await asyncio.to_thread(self.index.follow_database)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from collections.abc import Sequence as Seq
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "PostgresLevelStore needs the postgres extra: pip install 'llama-index-ext-recursive[postgres]'"
     ) from exc
 
-__all__ = ["FORMAT_VERSION", "PostgresLevelStore", "PostgresLevelError"]
+__all__ = [
+    "FORMAT_VERSION",
+    "PostgresLevelError",
+    "PostgresLevelStore",
+    "creation_lock",
+    "joined_transaction",
+    "read_only",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +150,7 @@ class PostgresLevelStore(LevelStore):
     _dimension: int = PrivateAttr()
     _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
     _hit_refs: dict[str, str | None] = PrivateAttr(default_factory=dict)
+    _index_store: Any = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -160,6 +169,7 @@ class PostgresLevelStore(LevelStore):
             raise TypeError(f"tokenizer must be a MultilingualTokenizer, got {type(tokenizer).__name__}")
         self._engines = engines
         with engines.engine.begin() as conn:
+            creation_lock(conn, f"{self.schema_name}.{name}")  # two processes creating it take turns
             config = _read_config(conn, self.schema_name, name)
             if config is None:
                 if dimension is None:
@@ -208,6 +218,16 @@ class PostgresLevelStore(LevelStore):
         self._engines.engine.dispose()
 
     @property
+    def index_store(self) -> Any:
+        """The :class:`~.pg_index.PostgresIndexStore` this level belongs to (``None``: a level
+        of its own), whose changes span both levels and the records in one transaction."""
+        return self._index_store
+
+    @index_store.setter
+    def index_store(self, store: Any) -> None:
+        self._index_store = store
+
+    @property
     def tokenizer(self) -> MultilingualTokenizer | None:
         """The tokenizer of the BM25 terms (``None``: the level keeps none)."""
         return self._tokenizer
@@ -228,7 +248,7 @@ class PostgresLevelStore(LevelStore):
 
     def _state(self) -> dict[str, Any]:
         state = self._tables.state
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             row = conn.execute(select(state.c.generation, state.c.live_rows, state.c.total_length)).one()
         return dict(row._mapping)
 
@@ -302,8 +322,10 @@ class PostgresLevelStore(LevelStore):
 
     @contextmanager
     def _writing(self) -> Iterator[Connection]:
-        """One transaction that holds the state row: writers of every process take turns."""
-        with self._engines.engine.begin() as conn:
+        """A transaction that holds the state row: writers of every process take turns. Inside
+        a change of the whole index (:meth:`~.pg_index.PostgresIndexStore.transaction`) it is
+        that change's transaction, committed or rolled back with it."""
+        with joined_transaction(self._engines) as (conn, _):
             conn.execute(select(self._tables.state.c.generation).with_for_update())
             yield conn
             conn.execute(update(self._tables.state).values(generation=self._tables.state.c.generation + 1))
@@ -487,7 +509,7 @@ class PostgresLevelStore(LevelStore):
             .order_by(distance)
             .limit(k)
         )
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             rows = conn.execute(stmt).all()
         # relaxed_order iterative scans return rows nearly sorted: sort them, ties to the earlier row
         return sorted(((r.node_id, r.doc_id, float(r.score), r.seq) for r in rows), key=lambda r: (-r[2], r[3]))
@@ -538,7 +560,7 @@ class PostgresLevelStore(LevelStore):
                 self._where(query.node_ids, query.filters, query.doc_ids)
             )
         stmt = stmt.group_by(p.c.doc_id, p.c.node_id).order_by(score.desc(), seq).limit(query.similarity_top_k or None)
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             rows = conn.execute(stmt).all()
         return [(r.node_id, r.doc_id, float(r.score), r.seq) for r in rows]
 
@@ -549,7 +571,7 @@ class PostgresLevelStore(LevelStore):
         with its stored (unit) vector."""
         level = self._tables.level
         stmt = select(level.c.node, level.c.embedding).where(self._where(node_ids, filters)).order_by(level.c.seq)
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             rows = conn.execute(stmt).all()
         nodes = []
         for row in rows:
@@ -564,7 +586,7 @@ class PostgresLevelStore(LevelStore):
         if not wanted:
             return []
         level = self._tables.level
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             rows = conn.execute(select(level.c.node_id, level.c.node).where(level.c.node_id.in_(wanted))).all()
         found = {row.node_id: row.node for row in rows}
         return [json_to_doc(found[i]) if i in found else None for i in wanted]
@@ -576,7 +598,7 @@ class PostgresLevelStore(LevelStore):
         missing = [i for i in node_ids if i not in refs]
         if missing:
             level = self._tables.level
-            with self._engines.engine.connect() as conn:
+            with read_only(self._engines) as conn:
                 rows = conn.execute(
                     select(level.c.node_id, level.c.doc_id).where(level.c.node_id.in_(sql_ids("node id", missing)))
                 ).all()
@@ -587,14 +609,14 @@ class PostgresLevelStore(LevelStore):
     def link_targets(self) -> dict[str, str]:
         """``node id -> index_id`` of every stored ``IndexNode``."""
         level = self._tables.level
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             rows = conn.execute(select(level.c.node_id, level.c.link).where(level.c.link.is_not(None))).all()
         return {row.node_id: row.link for row in rows}
 
     def live_node_ids(self) -> list[str]:
         """The id of every stored node, in the order they were added."""
         level = self._tables.level
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             return list(conn.execute(select(level.c.node_id).order_by(level.c.seq)).scalars())
 
     def metadata_keys(self) -> set[str]:
@@ -604,12 +626,44 @@ class PostgresLevelStore(LevelStore):
     def filter_vocabulary(self) -> FilterVocabulary:
         """The keys filters may name and the kinds of value each holds, from the key counts."""
         keys = self._tables.keys
-        with self._engines.engine.connect() as conn:
+        with read_only(self._engines) as conn:
             rows = conn.execute(select(keys.c.key, keys.c.example).where(keys.c.rows > 0)).all()
         vocabulary = FilterVocabulary()
         for row in rows:
             vocabulary.add_metadata({row.key: row.example})
         return vocabulary
+
+
+# the change in progress in this context: the connection of each engines' open transaction
+_CHANGE: ContextVar[dict[int, Connection] | None] = ContextVar("postgres_change", default=None)
+
+
+@contextmanager
+def joined_transaction(engines: PostgresEngines) -> Iterator[tuple[Connection, bool]]:
+    """The transaction of the change in progress on ``engines`` in this context (``False``:
+    joined), else a new one (``True``: this block is the outermost, and commits it)."""
+    current = _CHANGE.get()
+    if current is not None and id(engines) in current:
+        yield current[id(engines)], False
+        return
+    with engines.engine.begin() as conn:
+        token = _CHANGE.set({**(current or {}), id(engines): conn})
+        try:
+            yield conn, True
+        finally:
+            _CHANGE.reset(token)
+
+
+@contextmanager
+def read_only(engines: PostgresEngines) -> Iterator[Connection]:
+    """A connection to read with: the change in progress's (which sees its own writes), else a
+    pooled one."""
+    current = _CHANGE.get()
+    if current is not None and id(engines) in current:
+        yield current[id(engines)]
+        return
+    with engines.engine.connect() as conn:
+        yield conn
 
 
 @dataclass(frozen=True)
@@ -680,6 +734,12 @@ class _Tables:
     def qualified(self, part: str) -> str:
         table = self.level if part == "level" else getattr(self, part)
         return f'"{self.schema}"."{table.name}"'
+
+
+def creation_lock(conn: Connection, name: str) -> None:
+    """Hold a lock on ``name`` until the transaction ends, so processes creating the same tables
+    at once take turns (the second finds them made)."""
+    conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(bindparam("lock_name", name)))))
 
 
 def _read_config(conn: Connection, schema: str, name: str) -> dict[str, Any] | None:
