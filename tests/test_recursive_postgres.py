@@ -6,6 +6,13 @@ with per-call filters, after adds, replacements and deletes; its levels search t
 Against the real server of the ``pg_server`` fixture."""
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from recursive_cases import (
@@ -125,3 +132,107 @@ def test_an_index_built_into_postgres_opens_in_another_process_and_follows_its_c
     assert same_answers(recursive_answers(opened), recursive_answers(default))
     assert "d4" not in opened.index.documents and "new1" in opened.index.documents
     assert opened.index.cache_generation == built.index.cache_generation
+
+
+# ---------------------------------------------------------------- other processes
+WORKER = Path(__file__).parent / "pg_index_worker.py"
+
+
+def _worker(pg_server, mode, **args):
+    connection = {"host": pg_server.host, "port": pg_server.port, "database": pg_server.database}
+    connection.update(user=pg_server.user, password=pg_server.password)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), mode, json.dumps({**connection, **args})],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def _finished(process, timeout=180):
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err[-3000:]
+    return out
+
+
+def _built(pg_server, documents):
+    embedding = NoTieEmbedding()
+    store = _index_store(pg_server, dimension=len(embedding.get_text_embedding("probe")))
+    retriever = RecursiveSummaryRetriever.from_documents(
+        documents, embed_model=embedding, node_parser=chunk_parser(), postgres=store, similarity_top_k=4
+    )
+    return store, retriever
+
+
+def _consistent(store):
+    """The levels hold exactly what the records list."""
+    records = dict(RecursiveSummaryRetriever.from_postgres(store, embed_model=NoTieEmbedding()).index.documents.items())
+    chunk_ids = {c for record in records.values() for c in record.chunk_ids}
+    assert set(store.chunks.live_node_ids()) == chunk_ids
+    assert set(store.summaries.live_node_ids()) == {record.summary_node_id for record in records.values()}
+    return records
+
+
+def test_another_process_opens_the_index_and_answers_the_same(pg_server):
+    store, built = _built(pg_server, make_documents())
+    answers = json.loads(_finished(_worker(pg_server, "answers", name=store.name)).strip().splitlines()[-1])
+    # JSON made the tuples lists
+    assert same_answers([[tuple(hit) for hit in hits] for hits in answers], recursive_answers(built))
+
+
+def test_two_writer_processes_at_once_lose_nothing(pg_server, tmp_path):
+    store, _ = _built(pg_server, make_documents(10))
+    before = store.generation
+    go = tmp_path / "go"
+    writers = [
+        _worker(pg_server, "add", name=store.name, count=3, seed=seed, prefix=prefix, go=str(go))
+        for seed, prefix in ((7, "a"), (8, "b"))
+    ]
+    time.sleep(0.5)
+    go.touch()
+    for writer in writers:
+        _finished(writer)
+    records = _consistent(store)
+    assert set(records) == {f"d{i}" for i in range(10)} | {"a0", "a1", "a2", "b0", "b1", "b2"}
+    assert store.generation == before + 2
+    # every BM25 statistic counts both changes: the answers are a fresh build's on all of it
+    everything = make_documents(10) + make_documents(3, seed=7, prefix="a") + make_documents(3, seed=8, prefix="b")
+    fresh = RecursiveSummaryRetriever.from_documents(
+        everything, embed_model=NoTieEmbedding(), node_parser=chunk_parser(), similarity_top_k=4
+    )
+    opened = RecursiveSummaryRetriever.from_postgres(store, embed_model=NoTieEmbedding())
+    assert same_answers(recursive_answers(opened), recursive_answers(fresh))
+
+
+def test_a_writer_killed_mid_change_leaves_the_index_as_it_was(pg_server):
+    store, built = _built(pg_server, make_documents(10))
+    expected, before = recursive_answers(built), store.generation
+    dying = _worker(pg_server, "die-in-add", name=store.name, count=3, seed=7, prefix="k")
+    deadline = time.monotonic() + 120
+    while dying.stdout.readline().strip() != "inside":
+        assert time.monotonic() < deadline and dying.poll() is None, dying.stderr.read()[-3000:]
+    dying.send_signal(signal.SIGKILL)
+    dying.wait(timeout=30)
+    assert store.generation == before
+    assert set(_consistent(store)) == {f"d{i}" for i in range(10)}
+    assert same_answers(recursive_answers(built), expected)
+    # the dead writer's locks went with it: the next change goes through
+    built.add_documents(make_documents(1, seed=9, prefix="after"))
+    assert "after0" in _consistent(store) and store.generation == before + 1
+
+
+def test_opening_what_is_not_there_or_not_finished_is_refused_by_name(pg_server):
+    from llama_index_ext_recursive.persist import PersistError
+    from llama_index_ext_recursive.stores.pg_index import PostgresIndexError
+
+    with pytest.raises(PostgresIndexError, match="no recursive index .* build one"):
+        _index_store(pg_server, "never_built")
+    unfinished = _index_store(pg_server, dimension=8)
+    with pytest.raises(PersistError, match="holds no configuration: its build did not finish"):
+        RecursiveSummaryRetriever.from_postgres(unfinished, embed_model=NoTieEmbedding())
+    store, _ = _built(pg_server, make_documents(3))
+    with pytest.raises(ValueError, match="holds 3 documents already"):
+        RecursiveSummaryRetriever.from_documents(make_documents(2), embed_model=NoTieEmbedding(), postgres=store)
+    with pytest.raises(ValueError, match="without \\['persist_dir'\\]"):
+        RecursiveSummaryRetriever.from_documents(make_documents(2), persist_dir="x", postgres=unfinished)

@@ -166,7 +166,8 @@ class SummaryIndex:
         self._database_generation: int | None = None
         if database is not None and not isinstance(self.documents, PostgresRecords):
             # the records live beside the levels, written in the same transactions
-            self.documents = PostgresRecords(database).with_changes((), self.documents)
+            database.write_records((), {d: record.to_dict() for d, record in self.documents.items()})
+            self.documents = PostgresRecords(database)
         self.summaries = self._summaries_of(self.documents)
         self._document_keys: tuple[int, set[str]] | None = None  # (generation, keys)
         self._changes: deque[tuple[int, frozenset[str]]] = deque(maxlen=CHANGES_KEPT)
@@ -849,7 +850,9 @@ class SummaryIndex:
                 summary_index.vector_store.delete_nodes([record.summary_node_id])
             if add is not None:
                 insert_documents(summary_index, chunk_index, add)
-            self.documents = _with_changes(self.documents, removed, add.records if add is not None else {})
+            added = add.records if add is not None else {}
+            database.write_records(removed - set(added), {d: record.to_dict() for d, record in added.items()})
+        self.documents = PostgresRecords(database)
         self.summaries = _without(self.summaries, self.documents)
         self._vocabulary = None
         self._document_keys = None

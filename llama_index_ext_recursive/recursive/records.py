@@ -197,48 +197,83 @@ class PostgresRecords(Mapping[str, DocumentRecord]):
     """Document records by id in a :class:`~llama_index_ext_recursive.stores.pg_index.PostgresIndexStore`,
     read when asked for: a query reads the records of the few documents it routes to.
 
-    The view is live: it shows what the database holds now, and
-    :meth:`with_changes` writes the changes in the index's current transaction
-    (so a change of documents commits or rolls back with its levels) and
-    returns the same view.
+    The view shows what the database holds now, plus :attr:`changes` not written
+    (:meth:`with_changes` makes such a view, to check an update before it is
+    made); an update writes its records in the transaction that changes the
+    levels (:meth:`~llama_index_ext_recursive.stores.pg_index.PostgresIndexStore.write_records`).
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, changes: Mapping[str, DocumentRecord | None] | None = None) -> None:
         self.store = store
+        self.changes: dict[str, DocumentRecord | None] = dict(changes or {})
         self._where = f"table {store.schema}.{store.name}_documents"
 
+    def _stored(self, doc_id: str) -> DocumentRecord | None:
+        fields = self.store.record_fields(doc_id)
+        return None if fields is None else document_record(doc_id, fields, self._where)
+
     def __getitem__(self, doc_id: str) -> DocumentRecord:
-        fields = self.store.record_fields(doc_id) if isinstance(doc_id, str) else None
-        if fields is None:
+        record = (
+            self.changes[doc_id]
+            if doc_id in self.changes
+            else self._stored(doc_id)
+            if isinstance(doc_id, str)
+            else None
+        )
+        if record is None:
             raise KeyError(doc_id)
-        return document_record(doc_id, fields, self._where)
+        return record
 
     def __contains__(self, doc_id: object) -> bool:
+        if doc_id in self.changes:
+            return self.changes[doc_id] is not None
         return isinstance(doc_id, str) and self.store.record_fields(doc_id) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.store.record_ids())
+        changes = self.changes
+        stored = [d for d in self.store.record_ids() if d not in changes]
+        return iter(stored + [d for d, record in changes.items() if record is not None])
 
     def __len__(self) -> int:
-        return int(self.store.record_count())
+        count = int(self.store.record_count())
+        for doc_id, record in self.changes.items():
+            count += (record is not None) - (self.store.record_fields(doc_id) is not None)
+        return count
 
     def items(self) -> Iterator[tuple[str, DocumentRecord]]:  # type: ignore[override]
-        """Every record, read in one query."""
-        return ((d, document_record(d, fields, self._where)) for d, fields in self.store.all_record_fields())
+        """Every record, the stored ones read in one query."""
+        changes = self.changes
+        stored = [
+            (d, document_record(d, f, self._where)) for d, f in self.store.all_record_fields() if d not in changes
+        ]
+        return iter(stored + [(d, record) for d, record in changes.items() if record is not None])
 
     def values(self) -> Iterator[DocumentRecord]:  # type: ignore[override]
         return (record for _, record in self.items())
 
     def with_changes(self, removed: Iterable[str], added: Mapping[str, DocumentRecord]) -> PostgresRecords:
-        self.store.write_records(removed, {doc_id: record.to_dict() for doc_id, record in added.items()})
-        return self
+        """This view with the documents of ``removed`` deleted and ``added`` put in (nothing is
+        written)."""
+        changes: dict[str, DocumentRecord | None] = {**self.changes, **dict.fromkeys(removed)}
+        changes.update(added)
+        return PostgresRecords(self.store, changes)
+
+    def _changed(self) -> list[tuple[DocumentRecord | None, DocumentRecord | None]]:
+        return [(self._stored(d), record) for d, record in self.changes.items()]
 
     def chunk_count(self) -> int:
-        """The chunks the records list, counted by the server."""
-        return int(self.store.listed_chunk_count())
+        """The chunks the records list, counted by the server for the stored ones."""
+        total = int(self.store.listed_chunk_count())
+        for before, after in self._changed():
+            total += (len(after.chunk_ids) if after else 0) - (len(before.chunk_ids) if before else 0)
+        return total
 
     def varying_keys(self) -> set[str]:
-        return set(self.store.varying_keys())
+        """The metadata keys whose value differs between the chunks of some document."""
+        keys = set(self.store.varying_keys())
+        if self.changes:  # a key may leave with a changed record: counted over every record
+            return {k for record in self.values() for k in record.varying_keys}
+        return keys
 
 
 # records read from their storage when asked for (not a dict of every record)
