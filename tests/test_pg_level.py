@@ -161,3 +161,18 @@ def test_a_failed_add_leaves_the_level_as_it_was(pg_server):
     with store.client.connect() as conn:
         state = conn.execute(text(f'SELECT config FROM "public"."{store.name}_state"')).scalar_one()
     assert json.loads(json.dumps(state))["bm25"] == {"method": "lucene", "k1": 1.5, "b": 0.75}
+
+
+def test_doc_ids_and_routing_filters_restrict_to_those_documents(pg_server):
+    store, columnar = apply_changes(_level(pg_server)), apply_changes(ColumnarVectorStore())
+    routed = MetadataFilters(filters=[MetadataFilter(key="ref_doc_id", value=["doc1", "doc3"], operator="in")])
+    for vector in QUERY_VECTORS:
+        by_doc = store.query_ids(VectorStoreQuery(query_embedding=vector, similarity_top_k=4, doc_ids=["doc1", "doc3"]))
+        by_filter = store.query_ids(VectorStoreQuery(query_embedding=vector, similarity_top_k=4, filters=routed))
+        expected = columnar.query_ids(VectorStoreQuery(query_embedding=vector, similarity_top_k=4, filters=routed))
+        assert by_doc[0] == by_filter[0] == expected[0] and len(expected[0]) == 4
+    # both: the documents in both (doc3 only)
+    both = store.query_ids(
+        VectorStoreQuery(query_embedding=QUERY_VECTORS[0], similarity_top_k=9, filters=routed, doc_ids=["doc3", "doc4"])
+    )
+    assert {n.ref_doc_id for n in store.nodes_by_id(both[0])} == {"doc3"}

@@ -56,6 +56,9 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
 from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
     MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryMode,
@@ -65,9 +68,14 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_recursive.columnar.rows import node_json
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import FilterVocabulary, filterable_metadata, value_kind
-from llama_index_ext_recursive.stores.pg_filters import check_storable, scoped_filters, sql_ids, where_clause
+from llama_index_ext_recursive.stores.pg_filters import (
+    check_storable,
+    scoped_filters,
+    sql_ids,
+    where_clause,
+)
 from llama_index_ext_recursive.stores.postgres import PostgresEngines, identifier, postgres_engines
-from llama_index_ext_recursive.stores.protocol import LevelStore
+from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
 from llama_index_ext_recursive.workers import tokenize_texts
@@ -503,12 +511,17 @@ class PostgresLevelStore(LevelStore):
         level = self._tables.level
         distance = level.c.embedding.max_inner_product((vector / norm).tolist())  # -(inner product)
         k = query.similarity_top_k or None
-        stmt = (
-            select(level.c.node_id, level.c.doc_id, (-distance).label("score"), level.c.seq)
-            .where(self._where(query.node_ids, query.filters, query.doc_ids))
-            .order_by(distance)
-            .limit(k)
+        documents, rest = _routed(query.filters, query.doc_ids)
+        stmt = select(level.c.node_id, level.c.doc_id, (-distance).label("score"), level.c.seq).where(
+            self._where(query.node_ids, rest)
         )
+        if documents is not None:
+            # a search routed to some documents reads their rows by the primary key and ranks them all
+            # (exactly: "+ 0" keeps the HNSW index out, whose scan would wade through other documents)
+            stmt = stmt.where(level.c.doc_id.in_(documents)).order_by(distance + 0)
+        else:
+            stmt = stmt.order_by(distance)
+        stmt = stmt.limit(k)
         with read_only(self._engines) as conn:
             rows = conn.execute(stmt).all()
         # relaxed_order iterative scans return rows nearly sorted: sort them, ties to the earlier row
@@ -554,10 +567,13 @@ class PostgresLevelStore(LevelStore):
         stmt = select(p.c.node_id, p.c.doc_id, score.label("score"), seq.label("seq")).select_from(
             p.join(weights, weights.c.term == p.c.term)
         )
-        if query.filters is not None or query.node_ids or query.doc_ids:
+        documents, rest = _routed(query.filters, query.doc_ids)
+        if documents is not None:
+            stmt = stmt.where(p.c.doc_id.in_(documents))
+        if rest is not None or query.node_ids:
             level = t.level
             stmt = stmt.join(level, and_(level.c.doc_id == p.c.doc_id, level.c.node_id == p.c.node_id)).where(
-                self._where(query.node_ids, query.filters, query.doc_ids)
+                self._where(query.node_ids, rest)
             )
         stmt = stmt.group_by(p.c.doc_id, p.c.node_id).order_by(score.desc(), seq).limit(query.similarity_top_k or None)
         with read_only(self._engines) as conn:
@@ -734,6 +750,41 @@ class _Tables:
     def qualified(self, part: str) -> str:
         table = self.level if part == "level" else getattr(self, part)
         return f'"{self.schema}"."{table.name}"'
+
+
+def _routed(
+    filters: MetadataFilters | None, doc_ids: Seq[str] | None
+) -> tuple[list[str] | None, MetadataFilters | None]:
+    """The documents a query is limited to (its ``doc_ids``, and ``ref_doc_id`` equal / in
+    filters ANDed at the top of its filters: a routed search's), and the other filters.
+
+    Rows are kept by document in the ``doc_id`` column, the primary key's first part, so a
+    search routed to ten documents reads their rows instead of testing every row's metadata."""
+    documents: set[str] | None = set(sql_ids("document id", doc_ids)) if doc_ids else None
+
+    def walk(item: MetadataFilters | MetadataFilter) -> MetadataFilters | MetadataFilter | None:
+        nonlocal documents
+        if isinstance(item, MetadataFilters):
+            if item.condition not in (None, FilterCondition.AND):
+                return item
+            kept = [k for k in (walk(f) for f in item.filters) if k is not None]
+            return MetadataFilters(filters=kept, condition=item.condition) if kept else None
+        values = [item.value] if item.operator == FilterOperator.EQ else item.value
+        if (
+            item.key != REF_KEY
+            or item.operator not in (FilterOperator.EQ, FilterOperator.IN)
+            or not isinstance(values, list)
+            or not all(isinstance(v, str) for v in values)
+        ):
+            return item
+        found = set(sql_ids("document id", values))
+        documents = found if documents is None else documents & found
+        return None
+
+    rest = None if filters is None else walk(filters)
+    if isinstance(rest, MetadataFilter):
+        rest = MetadataFilters(filters=[rest])
+    return (None if documents is None else sorted(documents)), rest
 
 
 def creation_lock(conn: Connection, name: str) -> None:
