@@ -176,3 +176,20 @@ def test_doc_ids_and_routing_filters_restrict_to_those_documents(pg_server):
         VectorStoreQuery(query_embedding=QUERY_VECTORS[0], similarity_top_k=9, filters=routed, doc_ids=["doc3", "doc4"])
     )
     assert {n.ref_doc_id for n in store.nodes_by_id(both[0])} == {"doc3"}
+
+
+def test_a_bulk_load_into_an_empty_level_makes_its_hnsw_index_once_at_the_end(pg_server):
+    def has_index(store):
+        with store.client.connect() as conn:
+            found = conn.execute(text("SELECT to_regclass(:n)"), {"n": f'"public"."{store.name}_embedding"'}).scalar()
+        return found is not None
+
+    store = _level(pg_server)
+    assert has_index(store)
+    with store.bulk_load():
+        assert not has_index(store)
+        apply_changes(store)
+    assert has_index(store)
+    assert dense_answers(store) == dense_answers(apply_changes(ColumnarVectorStore()))
+    with store.bulk_load():  # a level that holds rows keeps its index
+        assert has_index(store)

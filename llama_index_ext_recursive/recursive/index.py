@@ -361,9 +361,9 @@ class SummaryIndex:
             contextlib.ExitStack() as deferred,
             tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar,
         ):
-            for store in levels:  # trained once, on every row, at the end (_merge_segments)
-                if isinstance(store, ColumnarVectorStore):
-                    deferred.enter_context(store.training_deferred())
+            for store in levels:  # work done once for every row at the end (columnar training, HNSW)
+                if isinstance(store, LevelStore):
+                    deferred.enter_context(store.bulk_load())
             for groups in batches:
                 if resume is not None:
                     groups = resume.not_indexed(groups)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -449,6 +449,10 @@ class ColumnarVectorStore(LevelStore):
             self._metadata.append([{}] * (rows - len(self._metadata)))
         if self._postings is not None and self._postings.row_count < rows:
             self._postings.append([[]] * (rows - self._postings.row_count))
+
+    def bulk_load(self) -> AbstractContextManager[None]:
+        """:meth:`training_deferred`: the build trains once at its end."""
+        return self.training_deferred()
 
     @contextmanager
     def training_deferred(self) -> Iterator[None]:

@@ -329,6 +329,29 @@ class PostgresLevelStore(LevelStore):
             conn.execute(update(t.state).values(live_rows=0, total_length=0))
 
     @contextmanager
+    def bulk_load(self) -> Iterator[None]:
+        """A build into an empty level: its HNSW index is made once at the end of the block, over
+        every row, which is several times faster than growing the graph row by row (queries
+        meanwhile scan exactly). A level that holds rows keeps its index."""
+        t = self._tables
+        index = f"{self.name}_embedding"
+        with read_only(self._engines) as conn:
+            has_index = _exists(conn, self.schema_name, index)
+            empty = conn.execute(select(t.state.c.live_rows)).scalar_one() == 0
+        if not (has_index and empty):
+            yield
+            return
+        with self._engines.engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP INDEX "{self.schema_name}"."{index}"')
+        try:
+            yield
+        finally:
+            with self._engines.engine.begin() as conn:
+                conn.exec_driver_sql("SET LOCAL statement_timeout = 0")  # minutes at millions of rows
+                conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '512MB'")
+                _create_hnsw(conn, t)
+
+    @contextmanager
     def _writing(self) -> Iterator[Connection]:
         """A transaction that holds the state row: writers of every process take turns. Inside
         a change of the whole index (:meth:`~.pg_index.PostgresIndexStore.transaction`) it is
@@ -834,10 +857,21 @@ def _create(conn: Connection, schema: str, name: str, config: dict[str, Any], hn
     conn.exec_driver_sql(f'CREATE INDEX "{name}_node_id" ON {q("level")} (node_id)')
     conn.exec_driver_sql(f'CREATE INDEX "{name}_postings_term" ON {q("postings")} (term) INCLUDE (tf, length, seq)')
     if hnsw:
-        conn.exec_driver_sql(f'CREATE INDEX "{name}_embedding" ON {q("level")} USING hnsw (embedding vector_ip_ops)')
+        _create_hnsw(conn, tables)
     conn.execute(
         tables.state.insert().values(format=FORMAT_VERSION, config=config, generation=0, live_rows=0, total_length=0)
     )
+
+
+def _create_hnsw(conn: Connection, tables: _Tables) -> None:
+    conn.exec_driver_sql(
+        f'CREATE INDEX "{tables.name}_embedding" ON {tables.qualified("level")} USING hnsw (embedding vector_ip_ops)'
+    )
+
+
+def _exists(conn: Connection, schema: str, relation: str) -> bool:
+    found = conn.execute(select(func.to_regclass(bindparam("relation", f'"{schema}"."{relation}"')))).scalar()
+    return found is not None
 
 
 def _add_counts(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 from llama_index.core.schema import BaseNode
@@ -60,6 +61,11 @@ class LevelStore(BasePydanticVectorStore):
     def workers(self) -> int:
         """Processes that tokenise a large ``add``."""
         return 2
+
+    def bulk_load(self) -> AbstractContextManager[None]:
+        """A block of many adds (a build): the store may defer work it can do once at the end
+        for every row (the columnar store's training, PostgreSQL's HNSW graph)."""
+        return nullcontext()
 
     @property
     @abstractmethod
