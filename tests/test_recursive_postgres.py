@@ -236,3 +236,26 @@ def test_opening_what_is_not_there_or_not_finished_is_refused_by_name(pg_server)
         RecursiveSummaryRetriever.from_documents(make_documents(2), embed_model=NoTieEmbedding(), postgres=store)
     with pytest.raises(ValueError, match="without \\['persist_dir'\\]"):
         RecursiveSummaryRetriever.from_documents(make_documents(2), persist_dir="x", postgres=unfinished)
+
+
+def test_async_retrieval_never_calls_the_database_on_the_event_loop(pg_server, monkeypatch):
+    from llama_index_ext_recursive.stores import pg_index, pg_level
+
+    store, built = _built(pg_server, make_documents(6))
+    on_loop = []
+    original = pg_level.read_only
+
+    def watched(engines):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            pass
+        return original(engines)
+
+    monkeypatch.setattr(pg_level, "read_only", watched)
+    monkeypatch.setattr(pg_index, "read_only", watched)
+    opened = RecursiveSummaryRetriever.from_postgres(store, embed_model=NoTieEmbedding())
+    hits = asyncio.run(opened.aretrieve("queen bee hive"))
+    documents = asyncio.run(opened.aretrieve_documents("sourdough starter yeast"))
+    assert hits and documents and on_loop == []

@@ -759,9 +759,13 @@ class SummaryIndex:
             return
         with self.state_lock.writing():
             self._database_generation = now
+            self.documents = PostgresRecords(database)  # views that keep nothing read before
+            self.summaries = _without(self.summaries, self.documents)
             self._vocabulary = None
             self._document_keys = None
             self.generation += 1  # levels_for rebuilds: the changes are not known here
+        _ = self.filter_vocabulary  # read here, where a query calls this: off the event loop in async
+        _ = self.document_keys
 
     @property
     def cache_generation(self) -> str:

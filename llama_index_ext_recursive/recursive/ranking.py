@@ -14,9 +14,11 @@ child attached (a hybrid level's fusion hits).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
@@ -29,9 +31,24 @@ from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.settings import LevelMode, Owner, ScoreMode
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, RetrievalExplanation, explained
 from llama_index_ext_recursive.retrievers.fusion_scores import relative_score_fusion
+from llama_index_ext_recursive.steps import Steps
 from llama_index_ext_recursive.validation import closest
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadNodes:
+    """Nodes by id from a docstore, in one call (async: off the event loop)."""
+
+    docstore: Any
+    node_ids: tuple[str, ...]
+
+    def run(self) -> list[BaseNode]:
+        return list(self.docstore.get_nodes(list(self.node_ids), raise_error=False))
+
+    async def arun(self) -> list[BaseNode]:
+        return await asyncio.to_thread(self.run)
 
 
 @dataclass(frozen=True)
@@ -245,13 +262,14 @@ class ChunkEvidenceSet:
                     follow.append(link)
         return follow
 
-    def _nodes(self, node_ids: list[str]) -> dict[str, BaseNode]:
-        """The nodes of ``node_ids`` that exist, read in one docstore call (a columnar
-        store answers it with one query, not one per node)."""
+    def _nodes(self, node_ids: list[str]) -> Steps[dict[str, BaseNode]]:
+        """The nodes of ``node_ids`` that exist, read in one docstore call (a store answers it
+        with one query, not one per node; async: off the event loop)."""
         found = {n: self.nodes[n] for n in node_ids if n in self.nodes}
-        wanted = [n for n in node_ids if n not in found]
+        wanted = tuple(n for n in node_ids if n not in found)
         if wanted:
-            found.update((node.node_id, node) for node in self._docstore.get_nodes(wanted, raise_error=False))
+            (read,) = yield (ReadNodes(self._docstore, wanted),)
+            found.update((node.node_id, node) for node in read)
         return found
 
     def _fusion_parts(self, plan: Plan) -> Callable[[str], list[FusionHit]]:
@@ -285,7 +303,7 @@ class ChunkEvidenceSet:
 
         return part
 
-    def ranked(self, plan: Plan) -> list[NodeWithScore]:
+    def ranked(self, plan: Plan) -> Steps[list[NodeWithScore]]:
         owner = self._owner
         if self.linked and plan.chunk_filters is not None:
             # link targets were not searched, so the filters were not applied to them
@@ -307,7 +325,7 @@ class ChunkEvidenceSet:
         nodes: dict[str, BaseNode] = {}
         for position, e in enumerate(ranked):
             if position % plan.top_k == 0:  # the next top_k candidates, read at once
-                nodes = self._nodes([c.node_id for c in ranked[position : position + plan.top_k]])
+                nodes = yield from self._nodes([c.node_id for c in ranked[position : position + plan.top_k]])
             node = nodes.get(e.node_id)
             if node is None:
                 logger.debug("chunk %r is in the store but not the docstore; skipped", e.node_id)

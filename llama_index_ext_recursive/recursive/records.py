@@ -207,10 +207,27 @@ class PostgresRecords(Mapping[str, DocumentRecord]):
         self.store = store
         self.changes: dict[str, DocumentRecord | None] = dict(changes or {})
         self._where = f"table {store.schema}.{store.name}_documents"
+        # records read since this view was made (None: no such document). The index makes a new
+        # view at each generation of the database, so what is kept is that generation's.
+        self._read: dict[str, DocumentRecord | None] = {}
 
     def _stored(self, doc_id: str) -> DocumentRecord | None:
-        fields = self.store.record_fields(doc_id)
-        return None if fields is None else document_record(doc_id, fields, self._where)
+        if doc_id not in self._read:
+            self.prefetch([doc_id])
+        return self._read.get(doc_id)
+
+    def prefetch(self, doc_ids: Iterable[str]) -> None:
+        """Read the records of ``doc_ids`` in one query (a query's routed documents, before it
+        reads them one by one)."""
+        wanted = [d for d in dict.fromkeys(doc_ids) if isinstance(d, str) and d not in self._read]
+        if not wanted:
+            return
+        found = self.store.records_fields(wanted)
+        if len(self._read) + len(wanted) > DECODED_KEPT:
+            self._read.clear()
+        for doc_id in wanted:
+            fields = found.get(doc_id)
+            self._read[doc_id] = None if fields is None else document_record(doc_id, fields, self._where)
 
     def __getitem__(self, doc_id: str) -> DocumentRecord:
         record = (
@@ -227,7 +244,7 @@ class PostgresRecords(Mapping[str, DocumentRecord]):
     def __contains__(self, doc_id: object) -> bool:
         if doc_id in self.changes:
             return self.changes[doc_id] is not None
-        return isinstance(doc_id, str) and self.store.record_fields(doc_id) is not None
+        return isinstance(doc_id, str) and self._stored(doc_id) is not None
 
     def __iter__(self) -> Iterator[str]:
         changes = self.changes
@@ -237,7 +254,7 @@ class PostgresRecords(Mapping[str, DocumentRecord]):
     def __len__(self) -> int:
         count = int(self.store.record_count())
         for doc_id, record in self.changes.items():
-            count += (record is not None) - (self.store.record_fields(doc_id) is not None)
+            count += (record is not None) - (self._stored(doc_id) is not None)
         return count
 
     def items(self) -> Iterator[tuple[str, DocumentRecord]]:  # type: ignore[override]

@@ -330,6 +330,39 @@ class RouteHits:
         return child_results(self.route, retriever, lambda: _raise_or(hits))
 
 
+@dataclass(frozen=True)
+class Prefetch:
+    """Read the records and summaries of the documents behind some summary hits in one round
+    trip each, so the steps that follow read them from memory (an index in a database; async:
+    off the event loop)."""
+
+    owner: Owner
+    levels: Levels
+    summary_ids: tuple[str, ...]
+
+    def run(self) -> None:
+        index = self.owner.index
+        store = self.levels.summary_store
+        if store is None or not self.summary_ids:
+            return
+        doc_ids = [d for d in store.ref_doc_ids(list(self.summary_ids)) if d is not None]
+        for view in (index.documents, index.summaries):
+            prefetch = getattr(view, "prefetch", None)
+            if prefetch is not None:
+                prefetch(doc_ids)
+
+    async def arun(self) -> None:
+        await asyncio.to_thread(self.run)
+
+
+def prefetched(owner: Owner, levels: Levels, *scores: Iterable[str]) -> tuple[Request, ...]:
+    """The :class:`Prefetch` of the documents of these summary ids, when the index reads its
+    records from a database (no request otherwise)."""
+    if owner.index.database is None:
+        return ()
+    return (Prefetch(owner, levels, tuple(dict.fromkeys(i for ids in scores for i in ids))),)
+
+
 def _scores(hits: list[NodeWithScore]) -> dict[str, float]:
     return {h.node.node_id: float(h.score) for h in hits if h.score is not None}
 
@@ -396,13 +429,15 @@ def fused_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[NodeWi
     answers = yield flat.requests + documents.requests
     split = len(flat.requests)
     dense, lexical = documents.read(answers[split:])
+    for request in prefetched(owner, levels, dense, lexical):
+        yield (request,)
     routes, fused = route(owner, plan, document_ids(levels, dense), document_ids(levels, lexical))
     evidence = ChunkEvidenceSet(owner, levels, fused)
     evidence.add(*flat.read(answers[:split]), None)
     while routes:
         wave = chunk_pair(owner, plan, levels, wave_bundle(owner, routes, plan), routed_pool(owner, routes, plan))
         routes = evidence.add_wave(routes, *wave.read((yield wave.requests)))
-    return evidence.ranked(plan)
+    return (yield from evidence.ranked(plan))
 
 
 def routed_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[NodeWithScore]]:
@@ -410,6 +445,8 @@ def routed_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[NodeW
     searcher's hits, then search the routed documents wave by wave."""
     searcher = levels.summary_search or levels.summary_vector
     (summary_hits,) = yield (Hits(searcher, plan.summary_bundle),)
+    for request in prefetched(owner, levels, [h.node.node_id for h in summary_hits]):
+        yield (request,)
     waves = routes(owner, summary_hits, plan)
     best: dict[str, Any] = {}
     while waves:
@@ -426,5 +463,7 @@ def document_search(owner: Owner, plan: Plan, levels: Levels) -> Search[list[Doc
     """The documents a query routes to, with the evidence that routed them."""
     documents = document_pair(owner, plan, levels)
     dense, lexical = documents.read((yield documents.requests))
+    for request in prefetched(owner, levels, dense, lexical):
+        yield (request,)
     dense, lexical = document_ids(levels, dense), document_ids(levels, lexical)
     return documents_with_scores(owner, route(owner, plan, dense, lexical)[1], dense, lexical)

@@ -11,13 +11,15 @@ is keyed by the records and reads a summary's row when it is asked for.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from llama_index.core.schema import IndexNode
+from llama_index.core.schema import BaseNode, IndexNode
 
 from llama_index_ext_recursive.recursive.build import DocumentRecord
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
+
+SUMMARIES_KEPT = 4096  # summaries a view keeps once read (a few MB)
 
 
 class StoredSummaries(Mapping[str, IndexNode]):
@@ -36,15 +38,27 @@ class StoredSummaries(Mapping[str, IndexNode]):
     def __init__(self, documents: Mapping[str, DocumentRecord], store: LevelStore) -> None:
         self._documents = documents
         self._store = store
+        self._read: dict[str, BaseNode | None] = {}  # summary node id -> node (read by prefetch)
 
     @property
     def store(self) -> LevelStore:
         """The summary level's store the summaries are read from."""
         return self._store
 
+    def prefetch(self, doc_ids: Iterable[str]) -> None:
+        """Read the summaries of ``doc_ids`` in one store call (a query's routed documents)."""
+        documents = self._documents
+        wanted = [documents[d].summary_node_id for d in doc_ids if d in documents]
+        wanted = [n for n in dict.fromkeys(wanted) if n not in self._read]
+        if wanted:
+            if len(self._read) + len(wanted) > SUMMARIES_KEPT:
+                self._read.clear()
+            self._read.update(zip(wanted, self._store.nodes_by_id(wanted), strict=True))
+
     def __getitem__(self, doc_id: str) -> IndexNode:
         record = self._documents[doc_id]
-        node = self._store.nodes_by_id([record.summary_node_id])[0]
+        summary_id = record.summary_node_id
+        node = self._read[summary_id] if summary_id in self._read else self._store.nodes_by_id([summary_id])[0]
         if not isinstance(node, IndexNode) or node.index_id != doc_id:
             found = "missing" if node is None else f"a {type(node).__name__} naming {getattr(node, 'index_id', None)!r}"
             raise LinkError(

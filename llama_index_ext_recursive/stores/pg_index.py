@@ -183,6 +183,13 @@ class PostgresIndexStore:
             fields = conn.execute(select(table.c.record).where(table.c.doc_id == doc_id)).scalar()
         return None if fields is None else dict(fields)
 
+    def records_fields(self, doc_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The stored fields of the records of ``doc_ids`` that exist, in one query."""
+        table = self._tables.documents
+        with read_only(self.engines) as conn:
+            rows = conn.execute(select(table.c.doc_id, table.c.record).where(table.c.doc_id.in_(doc_ids))).all()
+        return {row.doc_id: dict(row.record) for row in rows}
+
     def record_ids(self) -> list[str]:
         table = self._tables.documents
         with read_only(self.engines) as conn:
