@@ -259,3 +259,25 @@ def test_async_retrieval_never_calls_the_database_on_the_event_loop(pg_server, m
     hits = asyncio.run(opened.aretrieve("queen bee hive"))
     documents = asyncio.run(opened.aretrieve_documents("sourdough starter yeast"))
     assert hits and documents and on_loop == []
+
+
+def test_processes_sharing_a_result_cache_share_answers_and_never_get_one_from_before_a_change(pg_server):
+    from llama_index_ext_recursive import RetrievalCache
+
+    store, built = _built(pg_server, make_documents(8))
+    cache = RetrievalCache()  # stands for a shared Redis: what is shared is the keys
+    one, two = (
+        RecursiveSummaryRetriever.from_postgres(
+            _index_store(pg_server, store.name), embed_model=NoTieEmbedding(), cache=cache
+        )
+        for _ in range(2)
+    )
+    question = "queen bee hive"
+    first = one.retrieve(question)
+    assert [h.node.node_id for h in two.retrieve(question)] == [h.node.node_id for h in first]
+    assert cache.stats().hits["results"] == 1
+    built.add_documents(make_documents(1, seed=11, prefix="hive"))
+    after = two.retrieve(question)
+    assert cache.stats().hits["results"] == 1  # a miss: the database moved on
+    fresh = RecursiveSummaryRetriever.from_postgres(store, embed_model=NoTieEmbedding())
+    assert [h.node.node_id for h in after] == [h.node.node_id for h in fresh.retrieve(question)]
