@@ -17,9 +17,14 @@ process (peak RSS from ``wait4``, :func:`harness.memory.run_child`):
   postgres=PostgresIndexStore.from_params(..., name="kb", dimension=384))``,
   the client holding no list of the corpus (the HNSW graphs are built once at
   the end); the time the generator spends making the corpus and the time from
-  the last node handed over to the end (the HNSW build, the calibration, the
-  settings) are reported beside the build's. Then the database's size
-  (``pg_total_relation_size`` over the index's tables) and its rows.
+  the last node handed over to the end (the last batch of documents, the HNSW
+  build, the calibration, the settings) are reported beside the build's. Then
+  the database's size (``pg_total_relation_size`` over the index's tables) and
+  its rows, whether the build left planner statistics on the levels' tables,
+  and (unless ``--no-analyze``) an ``ANALYZE`` of them, timed: without
+  statistics the planner scans every BM25 posting of a level for an unrouted
+  query, and autovacuum analyzes the tables at a moment of its own, which
+  would change the serving figures in the middle of a run.
 * ``serve`` (``--concurrency`` processes, e.g. 1, 4 and 16 in turn, all
   started at once): once every one has drawn its queries, they open the index
   together with ``from_postgres`` (timed), each answers one query (timed) and
@@ -45,6 +50,7 @@ Usage (repository root)::
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -370,6 +376,25 @@ def database_figures(server) -> dict[str, object]:
     }
 
 
+def statistics(server) -> str:
+    """Whether the planner has statistics on the levels' tables (an ANALYZE, by hand or by
+    autovacuum, ran on them): ``yes``, ``no``, or ``some``."""
+    levels = [f"{NAME}_{level}{part}" for level in ("chunks", "summaries") for part in ("", "_postings")]
+    listed = ", ".join(f"'{t}'" for t in levels)
+    done = server.execute(
+        "SELECT count(*) FROM pg_stat_user_tables WHERE schemaname = 'public' "
+        f"AND relname IN ({listed}) AND coalesce(last_analyze, last_autoanalyze) IS NOT NULL"
+    )[0][0]
+    return "yes" if done == len(levels) else "no" if done == 0 else "some"
+
+
+def analyze(server) -> float:
+    """``ANALYZE`` the index's tables; its seconds."""
+    started = time.perf_counter()
+    server.execute("ANALYZE " + ", ".join(f"public.{t}" for t in TABLES))
+    return time.perf_counter() - started
+
+
 def drop_index(server) -> None:
     """Drop the index's tables (and the levels' sequences), so the next size is built under the same name."""
     names = ", ".join(f"public.{t}" for t in TABLES)
@@ -387,6 +412,13 @@ def main(argv: list[str] | None = None) -> None:
         "--concurrency", type=cli.csv(int), default=[1, 4, 16], help="serving processes run at once, in turn"
     )
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds per child")
+    p.add_argument(
+        "--analyze",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ANALYZE the index's tables after the build (the build leaves them without statistics, and "
+        "autovacuum analyzes them at a time of its own, so the serving figures would change mid-run)",
+    )
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse_hidden())
     p.add_argument("--pg", help=argparse_hidden())
     p.add_argument("--process", type=int, default=0, help=argparse_hidden())
@@ -409,6 +441,8 @@ def main(argv: list[str] | None = None) -> None:
             log(f"{chunks:,} chunks ({docs} documents x {args.chunks}): build")
             build = run_build(docs, pg, args)
             build.update(database_figures(server))
+            build["statistics_after_build"] = statistics(server)
+            build["analyze_s"] = analyze(server) if args.analyze else None
             row: dict[str, object] = {"docs": docs, "chunks": chunks, "build": build, "serve": []}
             rows.append(row)
             log(
@@ -418,7 +452,10 @@ def main(argv: list[str] | None = None) -> None:
             report(args, argv, engine, rows)
             for processes in args.concurrency:
                 log(f"{chunks:,} chunks: serve with {processes} process(es)")
+                before = statistics(server)
                 serve = run_serve(docs, processes, pg, args)
+                after = statistics(server)
+                serve["statistics"] = before if before == after else f"{before} -> {after}"
                 row["serve"].append(serve)
                 log(
                     f"x{processes}: p50/p95 {serve['plain_p50_ms']:.1f}/{serve['plain_p95_ms']:.1f} ms, "
@@ -438,6 +475,8 @@ BUILD = Table(
         "of which corpus s",
         "after last node s",
         "build peak RSS MiB",
+        "statistics after build",
+        "ANALYZE s",
         "database MiB",
         "rows chunks / summaries / documents",
     ]
@@ -453,6 +492,7 @@ SERVE = Table(
         "queries/s",
         "filtered queries/s",
         "client peak RSS MiB (max)",
+        "table statistics",
         "target in top 10",
     ]
 )
@@ -472,6 +512,8 @@ def render(args, argv, engine: str, rows: list[dict[str, object]]) -> str:
                 fmt(b["corpus_s"], 1),
                 fmt(b["after_last_node_s"], 1),
                 fmt(b["peak_rss_mib"], 0),
+                b["statistics_after_build"],
+                fmt(b["analyze_s"], 1),
                 fmt(b["db_mib"], 1),
                 " / ".join(
                     f"{counts[f'{NAME}_{t}']:,}" if f"{NAME}_{t}" in counts else "-"
@@ -491,6 +533,7 @@ def render(args, argv, engine: str, rows: list[dict[str, object]]) -> str:
                     fmt(s["plain_qps"], 1),
                     fmt(s["filtered_qps"], 1),
                     fmt(s["peak_rss_mib_max"], 0),
+                    s["statistics"],
                     fmt(s["target_in_top10"], 2),
                 ]
             )
@@ -506,7 +549,11 @@ def render(args, argv, engine: str, rows: list[dict[str, object]]) -> str:
             "",
             f"Build: one client process streaming the corpus ({args.sentences} sentences of 12 words a chunk, "
             "384-d vectors given, equal fusion weights); database MiB: `pg_total_relation_size` over the "
-            f"index's {len(TABLES)} tables.",
+            f"index's {len(TABLES)} tables. Statistics after build: whether the levels' tables (rows and "
+            "postings) had planner statistics when the build returned (only if autovacuum got to them); "
+            "ANALYZE s: the benchmark's own ANALYZE of the index's tables after the build, so that every "
+            "serving run sees the same plans ('-': `--no-analyze`, autovacuum analyzes them when it "
+            "chooses; the serving table says whether they had statistics at the start and the end of each run).",
             "",
             BUILD.render(build_rows),
             "",
@@ -528,8 +575,6 @@ def report(args, argv, engine: str, rows: list[dict[str, object]]) -> None:
 
 
 def argparse_hidden() -> str:
-    import argparse
-
     return argparse.SUPPRESS
 
 

@@ -281,3 +281,30 @@ def test_processes_sharing_a_result_cache_share_answers_and_never_get_one_from_b
     assert cache.stats().hits["results"] == 1  # a miss: the database moved on
     fresh = RecursiveSummaryRetriever.from_postgres(store, embed_model=NoTieEmbedding())
     assert [h.node.node_id for h in after] == [h.node.node_id for h in fresh.retrieve(question)]
+
+
+def test_the_bundled_sample_corpus_answers_as_the_default_and_survives_a_server_restart(pg_server):
+    from llama_index_ext_recursive import FilteredQueryBundle, load_sample_documents, load_sample_questions
+
+    embedding = NoTieEmbedding()
+    store = _index_store(pg_server, dimension=len(embedding.get_text_embedding("probe")))
+    in_database = RecursiveSummaryRetriever.from_documents(
+        load_sample_documents(), embed_model=embedding, postgres=store
+    )
+    default = RecursiveSummaryRetriever.from_documents(load_sample_documents(), embed_model=embedding)
+    questions = [q["question"] for q in load_sample_questions()]
+    assert any("\u4e00" <= ch <= "\u9fff" for q in questions for ch in q)  # Chinese questions too
+
+    def answers(retriever):
+        out = []
+        for question in questions:
+            for filters in (None, {"language": "en"}):
+                hits = retriever.retrieve(FilteredQueryBundle(question, filters=filters))
+                # chunk ids differ between builds (each load makes new Document ids): text and document
+                out.append([(h.node.text, h.score, h.node.metadata["doc_id"]) for h in hits])
+        return out
+
+    expected = answers(default)
+    assert same_answers(answers(in_database), expected)
+    pg_server.restart()  # every pooled connection is cut
+    assert same_answers(answers(in_database), expected)
