@@ -75,7 +75,7 @@ TABLES = [f"{NAME}_index", f"{NAME}_documents"] + [
 FILTER = {"year": {"op": ">=", "value": 2010}}
 PHASES = ("plain", "filtered")  # each run by every serving process together, after a common start
 STARTS = ("open", *PHASES)  # the common starts: the serving processes open the index together too
-WARMUP = 3  # untimed queries per serving process before the first common start
+WARMUP = 3  # untimed queries per serving process before the timed phases
 TARGET_QUERIES = 100  # process 0's untimed check that the target chunk is found
 
 
@@ -96,7 +96,8 @@ def open_store(args, **kwargs):
 # ------------------------------------------------------------------ children
 class ProgressStream(TimedStream):
     """:class:`scale_columnar.TimedStream` that logs every ``every`` nodes and notes when the
-    last one was handed over (what the build does after it: the HNSW graphs, the calibration)."""
+    last one was handed over (what the build does after it: the last batch, the HNSW graphs, the
+    calibration)."""
 
     def __init__(self, items, total: int, started: float) -> None:
         super().__init__(items)

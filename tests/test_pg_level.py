@@ -190,6 +190,9 @@ def test_a_bulk_load_into_an_empty_level_makes_its_hnsw_index_once_at_the_end(pg
         assert not has_index(store)
         apply_changes(store)
     assert has_index(store)
+    with store.client.connect() as conn:  # planner statistics made at once: BM25 read every posting without
+        analyzed = conn.execute(text("SELECT count(*) FROM pg_stats WHERE tablename = :t"), {"t": store.name}).scalar()
+    assert analyzed > 0
     assert dense_answers(store) == dense_answers(apply_changes(ColumnarVectorStore()))
     with store.bulk_load():  # a level that holds rows keeps its index
         assert has_index(store)
