@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from llama_index.core.node_parser import SentenceSplitter
 from recursive_cases import (
     MODES,
     NoTieEmbedding,
@@ -288,10 +289,12 @@ def test_the_bundled_sample_corpus_answers_as_the_default_and_survives_a_server_
 
     embedding = NoTieEmbedding()
     store = _index_store(pg_server, dimension=len(embedding.get_text_embedding("probe")))
+    documents = load_sample_documents()  # once: both builds give the chunks the same ids, so ties rank alike
+    parser = SentenceSplitter(chunk_size=256, chunk_overlap=0, id_func=lambda i, doc: f"{doc.id_}-{i}")
     in_database = RecursiveSummaryRetriever.from_documents(
-        load_sample_documents(), embed_model=embedding, postgres=store
+        documents, embed_model=embedding, node_parser=parser, postgres=store
     )
-    default = RecursiveSummaryRetriever.from_documents(load_sample_documents(), embed_model=embedding)
+    default = RecursiveSummaryRetriever.from_documents(documents, embed_model=embedding, node_parser=parser)
     questions = [q["question"] for q in load_sample_questions()]
     assert any("\u4e00" <= ch <= "\u9fff" for q in questions for ch in q)  # Chinese questions too
 
@@ -300,8 +303,7 @@ def test_the_bundled_sample_corpus_answers_as_the_default_and_survives_a_server_
         for question in questions:
             for filters in (None, {"language": "en"}):
                 hits = retriever.retrieve(FilteredQueryBundle(question, filters=filters))
-                # chunk ids differ between builds (each load makes new Document ids): text and document
-                out.append([(h.node.text, h.score, h.node.metadata["doc_id"]) for h in hits])
+                out.append([(h.node.node_id, h.score, h.node.text) for h in hits])
         return out
 
     expected = answers(default)
