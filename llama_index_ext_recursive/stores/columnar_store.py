@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
+from llama_index.core.schema import BaseNode, IndexNode
 from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
     FilterOperator,
@@ -82,7 +82,6 @@ from llama_index_ext_recursive.rwlock import ReadWriteLock
 from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
-from llama_index_ext_recursive.workers import tokenize_texts
 
 logger = logging.getLogger(__name__)
 
@@ -377,7 +376,7 @@ class ColumnarVectorStore(LevelStore):
             twice = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"node id {twice!r} appears twice in one add; node ids must be unique")
         matrix = self._matrix(nodes)
-        tokens = self._tokens(nodes, lexical_texts, lexical_tokens)  # CPU work, before the lock
+        tokens = self.lexical_terms(nodes, lexical_texts, lexical_tokens)  # CPU work, before the lock
         records = [(n.node_id, n.ref_doc_id, node_json(n)) for n in nodes]
         with self._lock.writing():
             self._hit_refs = {}
@@ -407,40 +406,6 @@ class ColumnarVectorStore(LevelStore):
                     self._links[row] = (node.node_id, node.index_id)
             self._delete_rows(old[old >= 0])
         return ids
-
-    def _tokens(
-        self,
-        nodes: Sequence[BaseNode],
-        lexical_texts: Sequence[str] | None,
-        lexical_tokens: Sequence[Sequence[str]] | None,
-    ) -> list[list[str]] | None:
-        """The BM25 terms of each node (``None``: the store keeps no BM25 column)."""
-        given = (
-            "lexical_texts" if lexical_texts is not None else "lexical_tokens" if lexical_tokens is not None else None
-        )
-        if self._tokenizer is None:
-            if given is not None:
-                raise ValueError(
-                    f"{given}= was given, but this store keeps no BM25 column: "
-                    "create it with tokenizer=MultilingualTokenizer()"
-                )
-            return None
-        if lexical_tokens is not None:
-            if lexical_texts is not None:
-                raise ValueError("pass lexical_texts= or lexical_tokens=, not both")
-            if len(lexical_tokens) != len(nodes) or any(isinstance(t, str) for t in lexical_tokens):
-                raise ValueError(f"lexical_tokens must hold one list of tokens per node ({len(nodes)})")
-            return [list(tokens) for tokens in lexical_tokens]
-        if lexical_texts is None:
-            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-        elif isinstance(lexical_texts, str) or len(lexical_texts) != len(nodes):
-            raise ValueError(
-                f"lexical_texts must hold one text per node ({len(nodes)}), got "
-                + ("one string" if isinstance(lexical_texts, str) else f"{len(lexical_texts)}")
-            )
-        else:
-            texts = list(lexical_texts)
-        return tokenize_texts(texts, self._tokenizer, workers=self._workers)
 
     def _pad_to(self, rows: int) -> None:
         """Give every column empty rows up to ``rows`` (after a refused append), so

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode, IndexNode, MetadataMode
+from llama_index.core.schema import BaseNode, IndexNode
 from llama_index.core.storage.docstore.utils import json_to_doc
 from llama_index.core.vector_stores.types import (
     FilterCondition,
@@ -78,7 +78,6 @@ from llama_index_ext_recursive.stores.postgres import PostgresEngines, identifie
 from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
-from llama_index_ext_recursive.workers import tokenize_texts
 
 try:
     from pgvector.sqlalchemy import Vector
@@ -283,7 +282,7 @@ class PostgresLevelStore(LevelStore):
             raise ValueError("node ids must be unique within one add")
         check_storable(nodes)
         vectors = self._unit_vectors(nodes)
-        tokens = self._tokens(nodes, lexical_texts, lexical_tokens)
+        tokens = self.lexical_terms(nodes, lexical_texts, lexical_tokens) or [[] for _ in nodes]
         rows = []
         for node, vector, terms in zip(nodes, vectors, tokens, strict=True):
             metadata = dict(filterable_metadata(node))
@@ -468,30 +467,6 @@ class PostgresLevelStore(LevelStore):
         if len(bad):
             raise ValueError(f"node {nodes[int(bad[0])].node_id!r} has a zero or non-finite vector")
         return matrix / norms[:, None]
-
-    def _tokens(
-        self,
-        nodes: Seq[BaseNode],
-        lexical_texts: Seq[str] | None,
-        lexical_tokens: Seq[Seq[str]] | None,
-    ) -> list[list[str]]:
-        if self._tokenizer is None:
-            if lexical_texts is not None or lexical_tokens is not None:
-                raise ValueError("this level keeps no BM25 terms: create it with tokenizer=MultilingualTokenizer()")
-            return [[] for _ in nodes]
-        if lexical_tokens is not None:
-            if lexical_texts is not None:
-                raise ValueError("pass lexical_texts= or lexical_tokens=, not both")
-            if len(lexical_tokens) != len(nodes) or any(isinstance(t, str) for t in lexical_tokens):
-                raise ValueError(f"lexical_tokens must hold one list of tokens per node ({len(nodes)})")
-            return [list(tokens) for tokens in lexical_tokens]
-        if lexical_texts is None:
-            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-        elif isinstance(lexical_texts, str) or len(lexical_texts) != len(nodes):
-            raise ValueError(f"lexical_texts must hold one text per node ({len(nodes)})")
-        else:
-            texts = list(lexical_texts)
-        return tokenize_texts(texts, self._tokenizer)
 
     # ---------------------------------------------------------------- reads
     def _where(self, node_ids: Seq[str] | None, filters: MetadataFilters | None, doc_ids: Any = None) -> Any:

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery
 
 from llama_index_ext_recursive.filters import FilterVocabulary
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
+from llama_index_ext_recursive.workers import tokenize_texts
 
 
 @runtime_checkable
@@ -81,6 +82,44 @@ class LevelStore(BasePydanticVectorStore):
         **add_kwargs: Any,
     ) -> list[str]:
         """Add (or replace) embedded nodes, with the text or the tokens BM25 indexes for each."""
+
+    def lexical_terms(
+        self,
+        nodes: Sequence[BaseNode],
+        lexical_texts: Sequence[str] | None,
+        lexical_tokens: Sequence[Sequence[str]] | None,
+    ) -> list[list[str]] | None:
+        """The BM25 terms of each node for :meth:`add` (``None``: the store keeps no BM25 column):
+        ``lexical_tokens`` checked, else ``lexical_texts`` (default: each node's text with the
+        metadata it is embedded with, as ``BM25Retriever`` indexes it) tokenised by :attr:`tokenizer`
+        in :attr:`workers` processes."""
+        given = (
+            "lexical_texts" if lexical_texts is not None else "lexical_tokens" if lexical_tokens is not None else None
+        )
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            if given is not None:
+                raise ValueError(
+                    f"{given}= was given, but this store keeps no BM25 column: "
+                    "create it with tokenizer=MultilingualTokenizer()"
+                )
+            return None
+        if lexical_tokens is not None:
+            if lexical_texts is not None:
+                raise ValueError("pass lexical_texts= or lexical_tokens=, not both")
+            if len(lexical_tokens) != len(nodes) or any(isinstance(t, str) for t in lexical_tokens):
+                raise ValueError(f"lexical_tokens must hold one list of tokens per node ({len(nodes)})")
+            return [list(tokens) for tokens in lexical_tokens]
+        if lexical_texts is None:
+            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        elif isinstance(lexical_texts, str) or len(lexical_texts) != len(nodes):
+            raise ValueError(
+                f"lexical_texts must hold one text per node ({len(nodes)}), got "
+                + ("one string" if isinstance(lexical_texts, str) else f"{len(lexical_texts)}")
+            )
+        else:
+            texts = list(lexical_texts)
+        return tokenize_texts(texts, tokenizer, workers=self.workers)
 
     @abstractmethod
     def query_ids(self, query: VectorStoreQuery) -> tuple[list[str], list[float]]:
