@@ -26,7 +26,7 @@ from recursive_cases import (
     same_answers,
 )
 
-from llama_index_ext_recursive import RecursiveSummaryRetriever
+from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive.index import SummaryIndex
 from llama_index_ext_recursive.recursive.summaries import StoredSummaries
 from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
@@ -310,3 +310,31 @@ def test_the_bundled_sample_corpus_answers_as_the_default_and_survives_a_server_
     assert same_answers(answers(in_database), expected)
     pg_server.restart()  # every pooled connection is cut
     assert same_answers(answers(in_database), expected)
+
+
+def test_a_query_makes_the_same_few_round_trips_whatever_the_corpus_size(pg_server, monkeypatch):
+    from llama_index_ext_recursive.stores import pg_index, pg_level
+
+    original = pg_level.read_only
+    statements = []
+
+    def counted(engines):
+        statements.append(1)
+        return original(engines)
+
+    trips = []
+    for count in (10, 30):
+        _, built = _built(pg_server, make_documents(count))
+        built.retrieve("warm up: levels built, generation read")
+        monkeypatch.setattr(pg_level, "read_only", counted)
+        monkeypatch.setattr(pg_index, "read_only", counted)
+        statements.clear()
+        built.retrieve(
+            FilteredQueryBundle("termination notice of the contract", filters={"year": {"op": ">=", "value": 2020}})
+        )
+        trips.append(len(statements))
+        monkeypatch.setattr(pg_level, "read_only", original)
+        monkeypatch.setattr(pg_index, "read_only", original)
+    # the generation, 2 + 2 flat and routing searches, records and summaries of the routed documents
+    # (fewer when read already), 2 routed searches per wave, the final nodes: not one per document
+    assert max(trips) <= 11, trips
