@@ -196,3 +196,14 @@ def test_a_bulk_load_into_an_empty_level_makes_its_hnsw_index_once_at_the_end(pg
     assert dense_answers(store) == dense_answers(apply_changes(ColumnarVectorStore()))
     with store.bulk_load():  # a level that holds rows keeps its index
         assert has_index(store)
+
+
+def test_an_index_build_may_outlast_the_statement_timeout_and_nothing_else_may(pg_server):
+    from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, unbounded_statements
+
+    store = _level(pg_server, statement_timeout=0.5)
+    with store.client.begin() as conn, unbounded_statements(conn):
+        conn.execute(text("SELECT pg_sleep(1.8)"))  # past the server's 0.5 s and the client's 1.5 s
+    with pytest.raises(PostgresTimeoutError, match="statement_timeout"):
+        with store.client.begin() as conn:
+            conn.execute(text("SELECT pg_sleep(1.8)"))

@@ -74,7 +74,12 @@ from llama_index_ext_recursive.stores.pg_filters import (
     sql_ids,
     where_clause,
 )
-from llama_index_ext_recursive.stores.postgres import PostgresEngines, identifier, postgres_engines
+from llama_index_ext_recursive.stores.postgres import (
+    PostgresEngines,
+    identifier,
+    postgres_engines,
+    unbounded_statements,
+)
 from llama_index_ext_recursive.stores.protocol import REF_KEY, LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
@@ -345,8 +350,7 @@ class PostgresLevelStore(LevelStore):
         try:
             yield
         finally:
-            with self._engines.engine.begin() as conn:
-                conn.exec_driver_sql("SET LOCAL statement_timeout = 0")  # minutes at millions of rows
+            with self._engines.engine.begin() as conn, unbounded_statements(conn):  # minutes at millions of rows
                 conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '512MB'")
                 _create_hnsw(conn, t)
                 # planner statistics now, not when autovacuum gets to it: without them BM25 read every

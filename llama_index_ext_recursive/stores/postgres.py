@@ -174,7 +174,8 @@ class PostgresTimeoutError(LlamaIndexExtRecursiveError, TimeoutError):
         super().__init__(
             f"PostgreSQL at {address} did not {what} within {setting}={seconds:g} s; "
             f"the server may be hung, unreachable or overloaded. The call can be retried; "
-            f"to allow longer, pass pgvector_store(..., {setting}=<seconds>)"
+            f"to allow longer, pass pgvector_store(..., {setting}=<seconds>) (or the same to a PostgreSQL "
+            "store's from_params)"
         )
 
 
@@ -268,6 +269,26 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+_NO_LIMIT = 7 * 24 * 3600.0  # seconds: "no limit" for the watchdog, which needs a finite deadline
+
+
+@contextmanager
+def unbounded_statements(conn: Any) -> Iterator[None]:
+    """Let the statements of this block (in the SQLAlchemy connection ``conn``'s transaction) run as
+    long as they need, as an index build over millions of rows does: the server's
+    ``statement_timeout`` is lifted for the transaction (``SET LOCAL``) and this client's watchdog
+    for the block. Every other statement keeps its bounds."""
+    conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+    raw = conn.connection.dbapi_connection
+    bounded = isinstance(raw, _WatchedConnection)
+    before = raw.client_timeout if bounded else None
+    if bounded:
+        raw.client_timeout = _NO_LIMIT
+    try:
+        yield
+    finally:
+        if bounded and before is not None:
+            raw.client_timeout = before
 
 
 class _WatchedConnection(psycopg2.extensions.connection):
