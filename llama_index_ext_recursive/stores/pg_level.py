@@ -571,8 +571,12 @@ class PostgresLevelStore(LevelStore):
         tf = p.c.tf.cast(Float)
         score = func.sum(weights.c.idf * tf / (k1 * ((1 - b) + b * p.c.length / weights.c.average) + tf))
         seq = func.min(p.c.seq)
-        stmt = select(p.c.node_id, p.c.doc_id, score.label("score"), seq.label("seq")).select_from(
-            p.join(weights, weights.c.term == p.c.term)
+        # the terms again as a condition on the postings themselves: joined through the weights
+        # alone, the planner scanned every posting (84 of 131 ms a query at 20k chunks)
+        stmt = (
+            select(p.c.node_id, p.c.doc_id, score.label("score"), seq.label("seq"))
+            .select_from(p.join(weights, weights.c.term == p.c.term))
+            .where(p.c.term.in_(list(counts)))
         )
         documents, rest = _routed(query.filters, query.doc_ids)
         if documents is not None:
