@@ -43,9 +43,12 @@ import io
 import json
 import logging
 import math
+import os
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from collections.abc import Sequence as Seq
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -96,10 +99,10 @@ try:
         Sequence,
         Table,
         Text,
-        and_,
         bindparam,
         delete,
         func,
+        literal,
         select,
         true,
         tuple_,
@@ -116,6 +119,7 @@ __all__ = [
     "FORMAT_VERSION",
     "PostgresLevelError",
     "PostgresLevelStore",
+    "concurrent_reads",
     "creation_lock",
     "joined_transaction",
     "read_only",
@@ -123,7 +127,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1  # the tables' layout; another is refused with the version and the fix
+FORMAT_VERSION = 2  # the tables' layout (2: rows indexed by seq); another is refused with the version and the fix
 # bm25s' defaults for method "lucene": the scores the embedded BM25 gives
 K1, B = 1.5, 0.75
 BM25 = {"method": "lucene", "k1": K1, "b": B}
@@ -547,7 +551,7 @@ class PostgresLevelStore(LevelStore):
         if not counts:
             return []
         t = self._tables
-        p = t.postings
+        p, level = t.postings, t.level
         asked = (
             func.unnest(
                 bindparam("terms", list(counts), type_=ARRAY(Text)),
@@ -557,36 +561,48 @@ class PostgresLevelStore(LevelStore):
             .render_derived(name="asked")
         )
         live = t.state.c.live_rows.cast(Float)
+        # per term, once (MATERIALIZED: inlined, the planner computed the idf per posting):
+        # idf and the two constants of the length norm, all in double precision
         weights = (
             select(
                 asked.c.term,
-                (asked.c.n * func.ln(1 + (live - t.terms.c.df + 0.5) / (t.terms.c.df + 0.5))).label("idf"),
-                (t.state.c.total_length.cast(Float) / func.nullif(live, 0)).label("average"),
+                (asked.c.n * func.ln(1.0 + (live - t.terms.c.df + 0.5) / (t.terms.c.df.cast(Float) + 0.5))).label(
+                    "idf"
+                ),
+                literal(K1 * (1 - B), Float).label("fixed"),
+                (literal(K1 * B, Float) / (t.state.c.total_length.cast(Float) / func.nullif(live, 0))).label(
+                    "per_token"
+                ),
             )
             .select_from(asked.join(t.terms, t.terms.c.term == asked.c.term).join(t.state, true()))
             .where(t.terms.c.df > 0)
             .cte("weights")
+            .prefix_with("MATERIALIZED")
         )
-        k1, b = K1, B
-        tf = p.c.tf.cast(Float)
-        score = func.sum(weights.c.idf * tf / (k1 * ((1 - b) + b * p.c.length / weights.c.average) + tf))
-        seq = func.min(p.c.seq)
-        # the terms again as a condition on the postings themselves: joined through the weights
-        # alone, the planner scanned every posting (84 of 131 ms a query at 20k chunks)
-        stmt = (
-            select(p.c.node_id, p.c.doc_id, score.label("score"), seq.label("seq"))
-            .select_from(p.join(weights, weights.c.term == p.c.term))
-            .where(p.c.term.in_(list(counts)))
-        )
+        # each term's postings read by their own index scan (index-only: term, tf, length, seq);
+        # a plain join let the planner misjudge the postings per term and sort them by text ids
+        matched = select(p.c.seq, p.c.tf, p.c.length).where(p.c.term == weights.c.term)
         documents, rest = _routed(query.filters, query.doc_ids)
         if documents is not None:
-            stmt = stmt.where(p.c.doc_id.in_(documents))
-        if rest is not None or query.node_ids:
-            level = t.level
-            stmt = stmt.join(level, and_(level.c.doc_id == p.c.doc_id, level.c.node_id == p.c.node_id)).where(
-                self._where(query.node_ids, rest)
-            )
-        stmt = stmt.group_by(p.c.doc_id, p.c.node_id).order_by(score.desc(), seq).limit(query.similarity_top_k or None)
+            matched = matched.where(p.c.doc_id.in_(documents))
+        matched_rows = matched.lateral("matched")
+        tf = matched_rows.c.tf.cast(Float)
+        score = func.sum(
+            weights.c.idf * tf / (tf + weights.c.fixed + weights.c.per_token * matched_rows.c.length)
+        ).label("score")
+        top_k = query.similarity_top_k or None
+        scored = select(matched_rows.c.seq, score).select_from(weights.join(matched_rows, true()))
+        scored = scored.group_by(matched_rows.c.seq)
+        filtered = rest is not None or query.node_ids
+        if not filtered:  # the top k by score alone, then their ids
+            scored = scored.order_by(score.desc(), matched_rows.c.seq).limit(top_k)
+        best = scored.subquery("scored")
+        stmt = select(level.c.node_id, level.c.doc_id, best.c.score, best.c.seq).join_from(
+            best, level, level.c.seq == best.c.seq
+        )
+        if filtered:
+            stmt = stmt.where(self._where(query.node_ids, rest))
+        stmt = stmt.order_by(best.c.score.desc(), best.c.seq).limit(top_k)
         with read_only(self._engines) as conn:
             rows = conn.execute(stmt).all()
         return [(r.node_id, r.doc_id, float(r.score), r.seq) for r in rows]
@@ -679,6 +695,32 @@ def joined_transaction(engines: PostgresEngines) -> Iterator[tuple[Connection, b
             yield conn, True
         finally:
             _CHANGE.reset(token)
+
+
+READER_THREADS = 8  # per process: independent reads of concurrent queries at once
+_readers: ThreadPoolExecutor | None = None
+_readers_lock = threading.Lock()
+
+
+def _forget_readers() -> None:  # a forked child has none of its parent's threads
+    global _readers
+    _readers = None
+
+
+os.register_at_fork(after_in_child=_forget_readers)
+
+
+def concurrent_reads() -> Executor | None:
+    """Threads that run independent reads at once, each on its own pooled connection (a
+    query's dense and BM25 searches of both levels, which wait on the server); ``None`` inside
+    a change in progress, whose one connection reads for it a statement at a time."""
+    global _readers
+    if _CHANGE.get():
+        return None
+    with _readers_lock:
+        if _readers is None:
+            _readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="llama-recursive-postgres")
+        return _readers
 
 
 @contextmanager
@@ -843,6 +885,7 @@ def _create(conn: Connection, schema: str, name: str, config: dict[str, Any], hn
     tables.metadata.create_all(conn)
     q = tables.qualified
     conn.exec_driver_sql(f'CREATE INDEX "{name}_node_id" ON {q("level")} (node_id)')
+    conn.exec_driver_sql(f'CREATE INDEX "{name}_by_seq" ON {q("level")} (seq)')  # BM25 hits: seq -> ids
     conn.exec_driver_sql(f'CREATE INDEX "{name}_postings_term" ON {q("postings")} (term) INCLUDE (tf, length, seq)')
     if hnsw:
         _create_hnsw(conn, tables)
