@@ -6,13 +6,17 @@ answers them one after another in the calling thread; :func:`arun` answers
 the requests of one step concurrently on the event loop, each through its own
 ``arun`` (a store's async call, or blocking work moved to a thread). So a sync
 and an async entry point take the same steps by construction, and what
-differs between sync and async lives in the requests alone.
+differs between sync and async lives in the requests alone. Given an
+executor, :func:`run` also answers a step's requests at once (each in a copy
+of the caller's context): for requests that mostly wait on a database server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Generator
+from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 __all__ = ["Request", "Steps", "arun", "run"]
@@ -31,14 +35,27 @@ class Request(Protocol):
 Steps = Generator[tuple[Request, ...], list[Any], T]
 
 
-def run(steps: Steps[T]) -> T:
-    """Drive ``steps`` to its result, answering each request in turn."""
+def run(steps: Steps[T], concurrently: Executor | None = None) -> T:
+    """Drive ``steps`` to its result, answering each request in turn; with ``concurrently``,
+    the requests of one step at once in that executor (the first failure, in request order,
+    is raised once all have ended)."""
     try:
         step = next(steps)
         while True:
-            step = steps.send([request.run() for request in step])
+            step = steps.send(_answers(step, concurrently))
     except StopIteration as done:
         return done.value
+
+
+def _answers(step: tuple[Request, ...], executor: Executor | None) -> list[Any]:
+    if executor is None or len(step) < 2:
+        return [request.run() for request in step]
+    futures = [executor.submit(contextvars.copy_context().run, request.run) for request in step]
+    failures = [future.exception() for future in futures]  # waits for every one
+    for failure in failures:
+        if failure is not None:
+            raise failure
+    return [future.result() for future in futures]
 
 
 async def arun(steps: Steps[T]) -> T:

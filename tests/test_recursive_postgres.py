@@ -338,3 +338,31 @@ def test_a_query_makes_the_same_few_round_trips_whatever_the_corpus_size(pg_serv
     # the generation, 2 + 2 flat and routing searches, records and summaries of the routed documents
     # (fewer when read already), 2 routed searches per wave, the final nodes: not one per document
     assert max(trips) <= 11, trips
+
+
+def test_a_querys_independent_searches_run_at_once_except_inside_a_change(pg_server, monkeypatch):
+    import threading
+
+    from llama_index_ext_recursive.stores import pg_index, pg_level
+
+    store, built = _built(pg_server, make_documents(8))
+    expected = built.retrieve("queen bee hive")
+    original = pg_level.read_only
+    threads = []
+
+    def watched(engines):
+        threads.append(threading.current_thread().name)
+        return original(engines)
+
+    monkeypatch.setattr(pg_level, "read_only", watched)
+    monkeypatch.setattr(pg_index, "read_only", watched)
+    opened = RecursiveSummaryRetriever.from_postgres(store, embed_model=NoTieEmbedding())
+    threads.clear()
+    hits = opened.retrieve("queen bee hive")
+    assert [h.node.node_id for h in hits] == [h.node.node_id for h in expected]
+    assert [h.score for h in hits] == pytest.approx([h.score for h in expected])
+    pooled = [name for name in threads if name.startswith("llama-recursive-postgres")]
+    assert len(pooled) >= 4, threads  # the flat and routing searches of the first step, at least
+    assert store.concurrent_reads() is not None
+    with store.transaction():  # a change in progress reads through its one connection
+        assert store.concurrent_reads() is None

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -72,3 +76,71 @@ def test_an_error_in_a_request_reaches_the_caller():
         run(failing())
     with pytest.raises(LookupError, match="store gone"):
         asyncio.run(arun(failing()))
+
+
+@dataclass
+class Meeting:
+    """A request that returns only once its partner has started too (in another thread), and
+    reports the context variable it saw."""
+
+    value: str
+    started: threading.Event
+    partner: threading.Event
+    seen: list[str | None]
+
+    def run(self) -> str:
+        self.started.set()
+        if not self.partner.wait(timeout=5):
+            raise TimeoutError(f"{self.value}: the other request never started: not run at once")
+        self.seen.append(CALLER.get())
+        return self.value
+
+    async def arun(self) -> str:  # pragma: no cover - the sync driver is under test
+        raise AssertionError("sync only")
+
+
+CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", default=None)
+
+
+def test_the_sync_driver_with_an_executor_answers_one_steps_requests_at_once_in_the_callers_context():
+    first, second = threading.Event(), threading.Event()
+    seen: list[str | None] = []
+
+    def meeting() -> Search[list[str]]:
+        answers = yield (Meeting("a", first, second, seen), Meeting("b", second, first, seen))
+        return list(answers)
+
+    CALLER.set("the caller")
+    with ThreadPoolExecutor(4) as pool:
+        assert run(meeting(), pool) == ["a", "b"]  # in the order asked
+        assert run(two_steps([]), pool) == ["a", "b", "ab"]  # the same answers as one by one
+    assert seen == ["the caller", "the caller"]
+
+
+def test_with_an_executor_a_failure_is_raised_only_after_every_request_of_the_step_ended():
+    ended: list[str] = []
+
+    @dataclass
+    class Slow:
+        def run(self) -> str:
+            time.sleep(0.2)
+            ended.append("slow")
+            return "slow"
+
+        async def arun(self) -> str:  # pragma: no cover - the sync driver is under test
+            raise AssertionError("sync only")
+
+    @dataclass
+    class Broken:
+        def run(self) -> None:
+            raise LookupError("store gone")
+
+        async def arun(self) -> None:  # pragma: no cover
+            raise AssertionError("sync only")
+
+    def failing() -> Search[None]:
+        yield (Broken(), Slow())
+
+    with ThreadPoolExecutor(4) as pool, pytest.raises(LookupError, match="store gone"):
+        run(failing(), pool)
+    assert ended == ["slow"]  # nothing of the call is left running once it has failed

@@ -763,9 +763,12 @@ class _UnderReadLock:
         )
 
     def run(self) -> tuple[str | None, Any]:
-        with self.owner.index.state_lock.reading():
+        index = self.owner.index
+        with index.state_lock.reading():
             key, search = self._started()
-            return key, steps.run(search)
+            # an index in PostgreSQL: a step's searches wait on the server, so at once (async: always)
+            database = index.database
+            return key, steps.run(search, database.concurrent_reads() if database is not None else None)
 
     async def arun(self) -> tuple[str | None, Any]:
         async with self.owner.index.state_lock.areading():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +30,7 @@ from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.stores.pg_level import (
     PostgresLevelError,
     PostgresLevelStore,
+    concurrent_reads,
     creation_lock,
     joined_transaction,
     read_only,
@@ -132,6 +134,11 @@ class PostgresIndexStore:
         """Names this index among every database: server, database, schema and name."""
         url = self.engines.sync_url
         return f"postgres:{url.host}:{url.port}/{url.database}/{self.schema}.{self.name}"
+
+    def concurrent_reads(self) -> Executor | None:
+        """Threads to run a query's independent searches at once (``None`` inside a change in
+        progress: its one connection reads for it): see :func:`~.pg_level.concurrent_reads`."""
+        return concurrent_reads()
 
     # ------------------------------------------------------------ state
     def _check_format(self, conn: Connection) -> None:
