@@ -17,10 +17,12 @@ Tables, for a level named ``name`` (a plain identifier) in ``schema``:
   ``ref_doc_id`` included), ``embedding`` (unit length: scores are inner products, which
   are cosine similarities), ``length`` (its BM25 token count) and ``link`` (an
   ``IndexNode``'s ``index_id``). The primary key is ``(doc_id, node_id)``, so the table
-  can be distributed by document (Citus) with a document's rows together.
+  can be distributed by document (Citus) with a document's rows together; ``seq`` is
+  indexed too, to turn BM25's best rows into ids. Vectors are kept in the row (storage
+  ``MAIN``), the node's JSON goes to TOAST, so exact scans read the rows alone.
 * ``name_postings``: the BM25 terms of each row (``doc_id``, ``node_id``, ``term``, ``tf``,
-  with the row's ``length`` and ``seq`` repeated, so scoring reads this table alone),
-  indexed by term.
+  with the row's ``length`` and ``seq`` repeated), indexed by term with ``tf``, ``length``
+  and ``seq`` included, so a query scores each of its terms' postings by an index-only scan.
 * ``name_terms``: each term's document frequency among live rows.
 * ``name_keys``: each metadata key's kinds of value and their counts (the filter
   vocabulary, read without scanning the rows).
@@ -127,7 +129,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # the tables' layout (2: rows indexed by seq); another is refused with the version and the fix
+FORMAT_VERSION = 2  # the tables' layout (2: rows indexed by seq, vectors kept in the row); another is refused with the version and the fix
 # bm25s' defaults for method "lucene": the scores the embedded BM25 gives
 K1, B = 1.5, 0.75
 BM25 = {"method": "lucene", "k1": K1, "b": B}
@@ -560,7 +562,10 @@ class PostgresLevelStore(LevelStore):
             .table_valued("term", "n")
             .render_derived(name="asked")
         )
-        live = t.state.c.live_rows.cast(Float)
+        # the level's statistics as scalar subqueries (one row whatever the planner's statistics
+        # say: a new level's state table has none, and a join guessed hundreds of rows)
+        live = select(t.state.c.live_rows.cast(Float)).scalar_subquery()
+        average = select(t.state.c.total_length.cast(Float) / func.nullif(t.state.c.live_rows, 0)).scalar_subquery()
         # per term, once (MATERIALIZED: inlined, the planner computed the idf per posting):
         # idf and the two constants of the length norm, all in double precision
         weights = (
@@ -570,18 +575,18 @@ class PostgresLevelStore(LevelStore):
                     "idf"
                 ),
                 literal(K1 * (1 - B), Float).label("fixed"),
-                (literal(K1 * B, Float) / (t.state.c.total_length.cast(Float) / func.nullif(live, 0))).label(
-                    "per_token"
-                ),
+                (literal(K1 * B, Float) / average).label("per_token"),
             )
-            .select_from(asked.join(t.terms, t.terms.c.term == asked.c.term).join(t.state, true()))
+            .select_from(asked.join(t.terms, t.terms.c.term == asked.c.term))
             .where(t.terms.c.df > 0)
             .cte("weights")
             .prefix_with("MATERIALIZED")
         )
         # each term's postings read by their own index scan (index-only: term, tf, length, seq);
-        # a plain join let the planner misjudge the postings per term and sort them by text ids
-        matched = select(p.c.seq, p.c.tf, p.c.length).where(p.c.term == weights.c.term)
+        # a plain join let the planner misjudge the postings per term and sort them by text ids,
+        # or hash every posting of a small level. OFFSET 0 keeps the lateral subquery a
+        # subquery (PostgreSQL flattens a plain one into the join)
+        matched = select(p.c.seq, p.c.tf, p.c.length).where(p.c.term == weights.c.term).offset(0)
         documents, rest = _routed(query.filters, query.doc_ids)
         if documents is not None:
             matched = matched.where(p.c.doc_id.in_(documents))
@@ -884,6 +889,9 @@ def _create(conn: Connection, schema: str, name: str, config: dict[str, Any], hn
     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
     tables.metadata.create_all(conn)
     q = tables.qualified
+    # vectors in the row (pgvector's default, EXTERNAL, moves them to TOAST once a row passes 2 kB,
+    # so an exact scan of a routed document's rows read 6 pages a row); the node's JSON goes instead
+    conn.exec_driver_sql(f"ALTER TABLE {q('level')} ALTER COLUMN embedding SET STORAGE MAIN")
     conn.exec_driver_sql(f'CREATE INDEX "{name}_node_id" ON {q("level")} (node_id)')
     conn.exec_driver_sql(f'CREATE INDEX "{name}_by_seq" ON {q("level")} (seq)')  # BM25 hits: seq -> ids
     conn.exec_driver_sql(f'CREATE INDEX "{name}_postings_term" ON {q("postings")} (term) INCLUDE (tf, length, seq)')
