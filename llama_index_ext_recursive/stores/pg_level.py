@@ -48,7 +48,7 @@ import math
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -168,6 +168,7 @@ class PostgresLevelStore(LevelStore):
     _dimension: int = PrivateAttr()
     _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
     _hit_refs: dict[str, str | None] = PrivateAttr(default_factory=dict)
+    _shapes: dict[Any, _Compiled] = PrivateAttr(default_factory=dict)
     _index_store: Any = PrivateAttr(default=None)
 
     def __init__(
@@ -522,21 +523,27 @@ class PostgresLevelStore(LevelStore):
         if not math.isfinite(norm) or norm == 0:
             raise ValueError("the query vector is zero or not finite")
         level = self._tables.level
-        distance = level.c.embedding.max_inner_product((vector / norm).tolist())  # -(inner product)
-        k = query.similarity_top_k or None
         documents, rest = _routed(query.filters, query.doc_ids)
-        stmt = select(level.c.node_id, level.c.doc_id, (-distance).label("score"), level.c.seq).where(
-            self._where(query.node_ids, rest)
-        )
+        params: dict[str, Any] = {"vector": (vector / norm).tolist(), "k": query.similarity_top_k or None}
         if documents is not None:
-            # a search routed to some documents reads their rows by the primary key and ranks them all
-            # (exactly: "+ 0" keeps the HNSW index out, whose scan would wade through other documents)
-            stmt = stmt.where(level.c.doc_id.in_(documents)).order_by(distance + 0)
-        else:
-            stmt = stmt.order_by(distance)
-        stmt = stmt.limit(k)
-        with read_only(self._engines) as conn:
-            rows = conn.execute(stmt).all()
+            params["documents"] = sorted(documents)
+
+        def build() -> Any:
+            distance = level.c.embedding.max_inner_product(bindparam("vector", type_=Vector(self._dimension)))
+            stmt = select(level.c.node_id, level.c.doc_id, (-distance).label("score"), level.c.seq).where(
+                self._where(query.node_ids, rest)
+            )
+            if documents is not None:
+                # a search routed to some documents reads their rows by the primary key and ranks them
+                # all (exactly: "+ 0" keeps the HNSW index out, whose scan would wade through other documents)
+                stmt = stmt.where(level.c.doc_id == func.any(bindparam("documents", type_=ARRAY(Text))))
+                stmt = stmt.order_by(distance + 0)
+            else:
+                stmt = stmt.order_by(distance)
+            return stmt.limit(bindparam("k", type_=Integer))
+
+        plain = rest is None and not query.node_ids
+        rows = self._fetch(("dense", documents is not None) if plain else None, build, params)
         # relaxed_order iterative scans return rows nearly sorted: sort them, ties to the earlier row
         return sorted(((r.node_id, r.doc_id, float(r.score), r.seq) for r in rows), key=lambda r: (-r[2], r[3]))
 
@@ -552,20 +559,32 @@ class PostgresLevelStore(LevelStore):
         counts = Counter(tokenizer(query.query_str))
         if not counts:
             return []
+        documents, rest = _routed(query.filters, query.doc_ids)
+        filtered = rest is not None or bool(query.node_ids)
+        params: dict[str, Any] = {"terms": list(counts), "counts": list(counts.values())}
+        params["k"] = query.similarity_top_k or None
+        if documents is not None:
+            params["documents"] = sorted(documents)
+        shape = None if filtered else ("lexical", documents is not None)
+        rows = self._fetch(shape, lambda: self._lexical_statement(documents is not None, query.node_ids, rest), params)
+        return [(r.node_id, r.doc_id, float(r.score), r.seq) for r in rows]
+
+    def _lexical_statement(self, routed: bool, node_ids: Seq[str] | None, rest: MetadataFilters | None) -> Any:
+        """BM25 of the query's ``terms`` (with their ``counts``): the best ``k`` rows (of the routed
+        ``documents``; those ``node_ids`` and ``rest`` allow)."""
         t = self._tables
         p, level = t.postings, t.level
         asked = (
-            func.unnest(
-                bindparam("terms", list(counts), type_=ARRAY(Text)),
-                bindparam("counts", list(counts.values()), type_=ARRAY(Integer)),
-            )
+            func.unnest(bindparam("terms", type_=ARRAY(Text)), bindparam("counts", type_=ARRAY(Integer)))
             .table_valued("term", "n")
             .render_derived(name="asked")
         )
         # the level's statistics as scalar subqueries (one row whatever the planner's statistics
         # say: a new level's state table has none, and a join guessed hundreds of rows)
         live = select(t.state.c.live_rows.cast(Float)).scalar_subquery()
-        average = select(t.state.c.total_length.cast(Float) / func.nullif(t.state.c.live_rows, 0)).scalar_subquery()
+        average = select(
+            t.state.c.total_length.cast(Float) / func.nullif(t.state.c.live_rows, 0).cast(Float)
+        ).scalar_subquery()
         # per term, once (MATERIALIZED: inlined, the planner computed the idf per posting):
         # idf and the two constants of the length norm, all in double precision
         weights = (
@@ -587,30 +606,41 @@ class PostgresLevelStore(LevelStore):
         # or hash every posting of a small level. OFFSET 0 keeps the lateral subquery a
         # subquery (PostgreSQL flattens a plain one into the join)
         matched = select(p.c.seq, p.c.tf, p.c.length).where(p.c.term == weights.c.term).offset(0)
-        documents, rest = _routed(query.filters, query.doc_ids)
-        if documents is not None:
-            matched = matched.where(p.c.doc_id.in_(documents))
+        if routed:
+            matched = matched.where(p.c.doc_id == func.any(bindparam("documents", type_=ARRAY(Text))))
         matched_rows = matched.lateral("matched")
         tf = matched_rows.c.tf.cast(Float)
         score = func.sum(
             weights.c.idf * tf / (tf + weights.c.fixed + weights.c.per_token * matched_rows.c.length)
         ).label("score")
-        top_k = query.similarity_top_k or None
+        k = bindparam("k", type_=Integer)
         scored = select(matched_rows.c.seq, score).select_from(weights.join(matched_rows, true()))
         scored = scored.group_by(matched_rows.c.seq)
-        filtered = rest is not None or query.node_ids
+        filtered = rest is not None or bool(node_ids)
         if not filtered:  # the top k by score alone, then their ids
-            scored = scored.order_by(score.desc(), matched_rows.c.seq).limit(top_k)
+            scored = scored.order_by(score.desc(), matched_rows.c.seq).limit(k)
         best = scored.subquery("scored")
         stmt = select(level.c.node_id, level.c.doc_id, best.c.score, best.c.seq).join_from(
             best, level, level.c.seq == best.c.seq
         )
         if filtered:
-            stmt = stmt.where(self._where(query.node_ids, rest))
-        stmt = stmt.order_by(best.c.score.desc(), best.c.seq).limit(top_k)
+            stmt = stmt.where(self._where(node_ids, rest))
+        return stmt.order_by(best.c.score.desc(), best.c.seq).limit(k)
+
+    def _fetch(self, shape: Any, build: Callable[[], Any], params: dict[str, Any]) -> list[Any]:
+        """The rows of ``build()``'s statement with ``params`` (its named parameters).
+
+        ``shape`` names the statement's structure (``None``: it carries values of its own, as
+        metadata filters do): compiled once per shape and run as SQL text, because SQLAlchemy
+        built, keyed and compiled it afresh for every search, 2.7 of the 4.1 ms a BM25 search
+        of a small level took."""
         with read_only(self._engines) as conn:
-            rows = conn.execute(stmt).all()
-        return [(r.node_id, r.doc_id, float(r.score), r.seq) for r in rows]
+            if shape is None:
+                return list(conn.execute(build(), params).all())
+            compiled = self._shapes.get(shape)
+            if compiled is None:
+                compiled = self._shapes.setdefault(shape, _Compiled.of(build(), conn.dialect))
+            return list(conn.exec_driver_sql(compiled.sql, compiled.parameters(params)).all())
 
     def get_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any
@@ -738,6 +768,36 @@ def read_only(engines: PostgresEngines) -> Iterator[Connection]:
         return
     with engines.engine.connect() as conn:
         yield conn
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """A statement compiled once: its SQL text for the driver, the values of its constants, and
+    how each named parameter's value is sent (a vector as pgvector's text, ...)."""
+
+    sql: str
+    constants: dict[str, Any]
+    processors: dict[str, Callable[[Any], Any]]
+
+    @classmethod
+    def of(cls, statement: Any, dialect: Any) -> _Compiled:
+        compiled = statement.compile(dialect=dialect)
+        processors = {}
+        for bind in compiled.binds.values():
+            processor = bind.type.bind_processor(dialect)
+            if processor is not None:
+                processors[bind.key] = processor
+        return cls(str(compiled), dict(compiled.params), processors)
+
+    def parameters(self, values: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(values) - set(self.constants)
+        if unknown:
+            raise ValueError(f"the compiled statement has no parameter(s) {sorted(unknown)}")
+        out = {**self.constants, **values}
+        for name, processor in self.processors.items():
+            if out.get(name) is not None:
+                out[name] = processor(out[name])
+        return out
 
 
 @dataclass(frozen=True)
