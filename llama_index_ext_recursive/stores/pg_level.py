@@ -664,8 +664,12 @@ class PostgresLevelStore(LevelStore):
         if not wanted:
             return []
         level = self._tables.level
-        with read_only(self._engines) as conn:
-            rows = conn.execute(select(level.c.node_id, level.c.node).where(level.c.node_id.in_(wanted))).all()
+        ids = bindparam("ids", type_=ARRAY(Text))
+        rows = self._fetch(
+            "nodes",
+            lambda: select(level.c.node_id, level.c.node).where(level.c.node_id == func.any(ids)),
+            {"ids": wanted},
+        )
         found = {row.node_id: row.node for row in rows}
         return [json_to_doc(found[i]) if i in found else None for i in wanted]
 
@@ -676,10 +680,12 @@ class PostgresLevelStore(LevelStore):
         missing = [i for i in node_ids if i not in refs]
         if missing:
             level = self._tables.level
-            with read_only(self._engines) as conn:
-                rows = conn.execute(
-                    select(level.c.node_id, level.c.doc_id).where(level.c.node_id.in_(sql_ids("node id", missing)))
-                ).all()
+            ids = bindparam("ids", type_=ARRAY(Text))
+            rows = self._fetch(
+                "documents of nodes",
+                lambda: select(level.c.node_id, level.c.doc_id).where(level.c.node_id == func.any(ids)),
+                {"ids": sql_ids("node id", missing)},
+            )
             found = {row.node_id: row.doc_id or None for row in rows}
             return [refs[i] if i in refs else found.get(i) for i in node_ids]
         return [refs[i] for i in node_ids]
