@@ -24,6 +24,7 @@ from store_cases import (
     make_worded,
 )
 
+from llama_index_ext_recursive.retrievers.store_facts import store_size
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.pg_level import FORMAT_VERSION, PostgresLevelError, PostgresLevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
@@ -96,6 +97,8 @@ def test_lookups_answer_as_the_columnar_store(pg_server):
     got = store.get_nodes(["n3", "n4"], filters=MetadataFilters(filters=[MetadataFilter(key="kind", value="a")]))
     assert [n.node_id for n in got] == [n.node_id for n in columnar.get_nodes(["n3", "n4"], filters=FILTERS[1])]
     assert np.isclose(np.linalg.norm(got[0].embedding), 1.0)  # the stored unit vector, to add it again
+    # a search caps k by the store's size only where that costs no round trip
+    assert store_size(columnar) == columnar.node_count and store_size(store) is None
 
 
 def test_text_that_csv_and_sql_treat_specially_round_trips_and_filters_stay_values(pg_server):

@@ -130,8 +130,8 @@ def store_size(vector_store: BasePydanticVectorStore) -> int | None:
         return faiss_index.ntotal
     if isinstance(vector_store, SimpleVectorStore):  # NumpyVectorStore included
         return len(vector_store.data.embedding_dict)
-    if isinstance(vector_store, LevelStore):
-        return vector_store.node_count
+    if isinstance(vector_store, LevelStore) and vector_store.counts_in_process:
+        return vector_store.node_count  # a database's level takes any k: no round trip to ask
     return None
 
 

@@ -54,7 +54,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -168,6 +168,7 @@ class PostgresLevelStore(LevelStore):
     _dimension: int = PrivateAttr()
     _tokenizer: MultilingualTokenizer | None = PrivateAttr(default=None)
     _hit_refs: dict[str, str | None] = PrivateAttr(default_factory=dict)
+    counts_in_process: ClassVar[bool] = False  # node_count reads the state row
     _shapes: dict[Any, _Compiled] = PrivateAttr(default_factory=dict)
     _index_store: Any = PrivateAttr(default=None)
 

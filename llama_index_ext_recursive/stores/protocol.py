@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery
@@ -52,6 +52,8 @@ class LevelStore(BasePydanticVectorStore):
     stores_text: bool = True
     is_embedding_query: bool = True
     flat_metadata: bool = False
+    # whether node_count is known without a round trip to a server (a search asks for it to cap k)
+    counts_in_process: ClassVar[bool] = True
 
     @property
     @abstractmethod
