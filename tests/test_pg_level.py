@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
-from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters, VectorStoreQuery
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters, VectorStoreQuery
 from sqlalchemy import text
 from store_cases import (
     DIM,
@@ -210,3 +210,30 @@ def test_an_index_build_may_outlast_the_statement_timeout_and_nothing_else_may(p
     with pytest.raises(PostgresTimeoutError, match="statement_timeout"):
         with store.client.begin() as conn:
             conn.execute(text("SELECT pg_sleep(1.8)"))
+
+
+def test_a_filter_asked_again_with_other_values_gets_its_own_answers(pg_server):
+    # compiled statements are kept per filter: the same structure with another value must not
+    # reuse the first one's SQL (its values are part of it)
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
+    live = apply_worded_changes(store)
+    reference = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    reference.add(live)
+    for year in (2000, 2002, 2004, 2002):
+        for kind in ("a", "b"):
+            filters = MetadataFilters(
+                filters=[
+                    MetadataFilter(key="year", value=year, operator=FilterOperator.GTE),
+                    MetadataFilter(key="kind", value=kind),
+                ]
+            )
+            for query in (
+                VectorStoreQuery(
+                    query_str="termination notice", similarity_top_k=4, filters=filters, mode="text_search"
+                ),
+                VectorStoreQuery(query_embedding=QUERY_VECTORS[0], similarity_top_k=4, filters=filters),
+            ):
+                ids, scores = store.query_ids(query)
+                expected_ids, expected_scores = reference.query_ids(query)
+                assert ids == expected_ids, (year, kind, query.mode)
+                assert scores == pytest.approx(expected_scores, abs=1e-4)

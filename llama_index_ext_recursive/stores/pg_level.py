@@ -543,8 +543,7 @@ class PostgresLevelStore(LevelStore):
                 stmt = stmt.order_by(distance)
             return stmt.limit(bindparam("k", type_=Integer))
 
-        plain = rest is None and not query.node_ids
-        rows = self._fetch(("dense", documents is not None) if plain else None, build, params)
+        rows = self._fetch(_shape("dense", documents is not None, query.node_ids, rest), build, params)
         # relaxed_order iterative scans return rows nearly sorted: sort them, ties to the earlier row
         return sorted(((r.node_id, r.doc_id, float(r.score), r.seq) for r in rows), key=lambda r: (-r[2], r[3]))
 
@@ -561,12 +560,11 @@ class PostgresLevelStore(LevelStore):
         if not counts:
             return []
         documents, rest = _routed(query.filters, query.doc_ids)
-        filtered = rest is not None or bool(query.node_ids)
         params: dict[str, Any] = {"terms": list(counts), "counts": list(counts.values())}
         params["k"] = query.similarity_top_k or None
         if documents is not None:
             params["documents"] = sorted(documents)
-        shape = None if filtered else ("lexical", documents is not None)
+        shape = _shape("lexical", documents is not None, query.node_ids, rest)
         rows = self._fetch(shape, lambda: self._lexical_statement(documents is not None, query.node_ids, rest), params)
         return [(r.node_id, r.doc_id, float(r.score), r.seq) for r in rows]
 
@@ -639,16 +637,20 @@ class PostgresLevelStore(LevelStore):
     def _fetch(self, shape: Any, build: Callable[[], Any], params: dict[str, Any]) -> list[Any]:
         """The rows of ``build()``'s statement with ``params`` (its named parameters).
 
-        ``shape`` names the statement's structure (``None``: it carries values of its own, as
-        metadata filters do): compiled once per shape and run as SQL text, because SQLAlchemy
-        built, keyed and compiled it afresh for every search, 2.7 of the 4.1 ms a BM25 search
-        of a small level took."""
+        ``shape`` names the statement's SQL (:func:`_shape`; ``None``: built for this call
+        alone): compiled once per shape and run as SQL text, because SQLAlchemy built, keyed
+        and compiled it afresh for every search, 2.7 of the 4.1 ms a BM25 search of a small
+        level took. Up to 256 shapes are kept (an app asks a few filters over and over)."""
         with read_only(self._engines) as conn:
             if shape is None:
                 return list(conn.execute(build(), params).all())
-            compiled = self._shapes.get(shape)
+            shapes = self._shapes
+            compiled = shapes.get(shape)
             if compiled is None:
-                compiled = self._shapes.setdefault(shape, _Compiled.of(build(), conn.dialect))
+                compiled = _Compiled.of(build(), conn.dialect)
+                if len(shapes) >= _SHAPES_KEPT:
+                    shapes.clear()  # one step (searches of one query run in several threads)
+                shapes[shape] = compiled
             return list(conn.exec_driver_sql(compiled.sql, compiled.parameters(params)).all())
 
     def get_nodes(
@@ -783,6 +785,18 @@ def read_only(engines: PostgresEngines) -> Iterator[Connection]:
         return
     with engines.engine.connect() as conn:
         yield conn
+
+
+_SHAPES_KEPT = 256  # compiled statements a level keeps
+
+
+def _shape(kind: str, routed: bool, node_ids: Seq[str] | None, rest: MetadataFilters | None) -> Any:
+    """What a search's SQL depends on besides its named parameters: the kind of search, whether
+    it is routed, and the metadata filters whole (their values are in the SQL; the same filters
+    asked again reuse it). ``None`` when node ids restrict it (built per call)."""
+    if node_ids:
+        return None
+    return (kind, routed, None if rest is None else json.dumps(rest.model_dump(mode="json"), sort_keys=True))
 
 
 @dataclass(frozen=True)
