@@ -4,6 +4,7 @@ same tables sees every committed change, and bad input or a foreign layout is re
 
 Against the real server of the ``pg_server`` fixture."""
 
+import asyncio
 import json
 
 import numpy as np
@@ -237,3 +238,33 @@ def test_a_filter_asked_again_with_other_values_gets_its_own_answers(pg_server):
                 expected_ids, expected_scores = reference.query_ids(query)
                 assert ids == expected_ids, (year, kind, query.mode)
                 assert scores == pytest.approx(expected_scores, abs=1e-4)
+
+
+def test_a_hybrid_over_a_postgres_level_answers_as_over_the_embedded_store(pg_server):
+    # the vector and hybrid retrievers over one PostgreSQL level: BackfillVectorRetriever for the
+    # vectors, StoreBM25Retriever for BM25, fused by HybridFusionRetriever; no node in the client
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.schema import QueryBundle
+
+    from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever, StoreBM25Retriever
+    from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+
+    def hybrid(store):
+        vector = BackfillVectorRetriever.from_vector_store(store, embed_model=MockEmbedding(embed_dim=DIM))
+        return HybridFusionRetriever(
+            [vector, StoreBM25Retriever(store)], mode="relative_score", similarity_top_k=5, use_async=False
+        )
+
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
+    reference = ColumnarVectorStore(tokenizer=MultilingualTokenizer())
+    store.add(make_worded(30))
+    reference.add(make_worded(30))
+    in_database, embedded = hybrid(store), hybrid(reference)
+    for i, words in enumerate(["termination notice", "合同终止", "confidential party court"]):
+        for filters in (None, {"kind": "a"}):
+            bundle = FilteredQueryBundle(words, embedding=QUERY_VECTORS[i], filters=filters)
+            got, expected = in_database.retrieve(bundle), embedded.retrieve(bundle)
+            assert [h.node.node_id for h in got] == [h.node.node_id for h in expected], (words, filters)
+            assert [h.score for h in got] == pytest.approx([h.score for h in expected], abs=1e-4)
+            assert got and all(h.node.text for h in got)
+    assert asyncio.run(in_database.aretrieve(QueryBundle("termination notice", embedding=QUERY_VECTORS[0])))
