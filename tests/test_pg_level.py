@@ -268,3 +268,15 @@ def test_a_hybrid_over_a_postgres_level_answers_as_over_the_embedded_store(pg_se
             assert [h.score for h in got] == pytest.approx([h.score for h in expected], abs=1e-4)
             assert got and all(h.node.text for h in got)
     assert asyncio.run(in_database.aretrieve(QueryBundle("termination notice", embedding=QUERY_VECTORS[0])))
+
+
+def test_the_hnsw_build_asks_for_memory_that_holds_the_graph_within_bounds():
+    from llama_index_ext_recursive.stores.pg_level import HNSW_BUILD_MEMORY_MB, hnsw_build_memory_mb
+
+    least, most = HNSW_BUILD_MEMORY_MB
+    assert hnsw_build_memory_mb(1_000, 384) == least
+    # 500k 384-d vectors take 732 MiB alone: the build must ask for more than that
+    assert 4 * 384 * 500_000 / 2**20 < hnsw_build_memory_mb(500_000, 384) < most
+    assert hnsw_build_memory_mb(4_000_000, 1536) == most
+    sizes = [hnsw_build_memory_mb(rows, 384) for rows in (10_000, 200_000, 500_000, 1_000_000, 2_000_000)]
+    assert sizes == sorted(sizes)
