@@ -6,12 +6,13 @@ Against the real server of the ``pg_server`` fixture."""
 
 import asyncio
 import json
+import threading
 
 import numpy as np
 import pytest
 from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters, VectorStoreQuery
-from sqlalchemy import text
+from sqlalchemy import event, text
 from store_cases import (
     DIM,
     FILTERS,
@@ -26,7 +27,9 @@ from store_cases import (
 )
 
 from llama_index_ext_recursive.retrievers.store_facts import store_size
+from llama_index_ext_recursive.stores import pg_level
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
+from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
 from llama_index_ext_recursive.stores.pg_level import FORMAT_VERSION, PostgresLevelError, PostgresLevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 
@@ -280,3 +283,64 @@ def test_the_hnsw_build_asks_for_memory_that_holds_the_graph_within_bounds():
     assert hnsw_build_memory_mb(4_000_000, 1536) == most
     sizes = [hnsw_build_memory_mb(rows, 384) for rows in (10_000, 200_000, 500_000, 1_000_000, 2_000_000)]
     assert sizes == sorted(sizes)
+
+
+def _statement_threads(store):
+    """The names of the threads that ran a statement on ``store``'s engine (listened to)."""
+    names = []
+
+    def note(*_):
+        names.append(threading.current_thread().name)
+
+    event.listen(store.client, "before_cursor_execute", note)
+    return names
+
+
+def test_a_bm25_search_in_parts_answers_as_one_statement(pg_server, monkeypatch):
+    # a large level's BM25 search of the whole level runs as several statements, each over one
+    # range of rows, and merges their best rows: the answers must be one statement's (which
+    # test_bm25_answers_equal_the_bm25_retriever_through_changes checks), ties to the earlier
+    # row across ranges included
+    monkeypatch.setattr(pg_level, "PARTITION_ROWS", 1)
+    store = _level(pg_server, tokenizer=MultilingualTokenizer(), bm25_parts=3)
+    twins = [
+        TextNode(id_=f"twin{i}", text="zebra zebra crossing", embedding=[1.0] + [0.0] * (DIM - 1)) for i in range(4)
+    ]
+    store.add(twins[:1])
+    apply_worded_changes(store)  # deletes and replacements leave gaps in the rows' order
+    store.add(twins[1:])
+    one = _level(pg_server, name=store.name, bm25_parts=1)
+    threads = _statement_threads(store)
+    in_parts = lexical_answers(store)
+    assert in_parts == lexical_answers(one)
+    assert sum(len(ids) for ids, _ in in_parts) > 20  # the queries do find things
+    threads.clear()
+    store.query_ids(VectorStoreQuery(query_str="termination notice", similarity_top_k=3, mode="text_search"))
+    assert len([name for name in threads if "postgres-part" in name]) == 2  # and the first part here
+    threads.clear()
+    routed = MetadataFilters(filters=[MetadataFilter(key="ref_doc_id", value="doc1")])
+    store.query_ids(VectorStoreQuery(query_str="notice", similarity_top_k=3, filters=routed, mode="text_search"))
+    assert threads and not [name for name in threads if "postgres-part" in name]  # a few documents: one statement
+    ids, scores = store.query_ids(VectorStoreQuery(query_str="zebra", similarity_top_k=2, mode="text_search"))
+    assert ids == ["twin0", "twin1"] and scores[0] == scores[1]
+    ids, _ = store.query_ids(VectorStoreQuery(query_str="zebra crossing", similarity_top_k=None, mode="text_search"))
+    assert ids == ["twin0", "twin1", "twin2", "twin3"]
+    for words in ("termination notice", "保密 notice", "contract party"):
+        query = VectorStoreQuery(query_str=words, similarity_top_k=None, mode="text_search")
+        assert store.query_ids(query) == one.query_ids(query)
+
+
+def test_a_search_inside_a_change_reads_its_uncommitted_rows_in_one_statement(pg_server, monkeypatch):
+    monkeypatch.setattr(pg_level, "PARTITION_ROWS", 1)
+    index = PostgresIndexStore.from_params(
+        name=pg_server.table_name("idx"), dimension=DIM, bm25_parts=3, **pg_server.params()
+    )
+    _OPENED.append(index)
+    index.chunks.add(make_worded(20))
+    threads = _statement_threads(index.chunks)
+    query = VectorStoreQuery(query_str="zebra", similarity_top_k=3, mode="text_search")
+    with index.transaction():
+        index.chunks.add([TextNode(id_="new", text="zebra", embedding=[1.0] + [0.0] * (DIM - 1))])
+        assert index.chunks.query_ids(query)[0] == ["new"]  # not committed: only its connection sees it
+    assert not [name for name in threads if "postgres-part" in name]
+    assert index.chunks.query_ids(query)[0] == ["new"]

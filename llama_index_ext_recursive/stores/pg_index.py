@@ -28,6 +28,7 @@ from typing import Any
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.stores.pg_level import (
+    BM25_PARTS,
     PostgresLevelError,
     PostgresLevelStore,
     concurrent_reads,
@@ -70,6 +71,8 @@ class PostgresIndexStore:
         tokenizer: the BM25 tokenizer of both levels (default: ``MultilingualTokenizer()``
             for a new index; an existing one keeps its own).
         hnsw: an HNSW index on each level's vectors (``False``: exact scans).
+        bm25_parts: statements a BM25 search of a whole large level runs as, at once
+            (:class:`~.pg_level.PostgresLevelStore`'s ``bm25_parts``).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class PostgresIndexStore:
         dimension: int | None = None,
         tokenizer: MultilingualTokenizer | None = None,
         hnsw: bool = True,
+        bm25_parts: int = BM25_PARTS,
     ) -> None:
         if len(identifier("name", name)) > 40:
             raise ValueError(f"name {name!r} is longer than 40 characters; the tables add suffixes to it")
@@ -106,7 +110,13 @@ class PostgresIndexStore:
         try:
             self.chunks, self.summaries = (
                 PostgresLevelStore(
-                    engines, f"{name}_{part}", schema=self.schema, dimension=dimension, tokenizer=tokenizer, hnsw=hnsw
+                    engines,
+                    f"{name}_{part}",
+                    schema=self.schema,
+                    dimension=dimension,
+                    tokenizer=tokenizer,
+                    hnsw=hnsw,
+                    bm25_parts=bm25_parts,
                 )
                 for part in ("chunks", "summaries")
             )

@@ -133,6 +133,8 @@ FORMAT_VERSION = 2  # the tables' layout (2: rows indexed by seq, vectors kept i
 # bm25s' defaults for method "lucene": the scores the embedded BM25 gives
 K1, B = 1.5, 0.75
 BM25 = {"method": "lucene", "k1": K1, "b": B}
+BM25_PARTS = 2  # see PostgresLevelStore's bm25_parts
+PARTITION_ROWS = 100_000  # a smaller level's BM25 search is one statement
 _HIT_REFS_KEPT = 65_536  # hits whose doc_id a store keeps for ref_doc_ids (a few MB)
 
 
@@ -154,6 +156,11 @@ class PostgresLevelStore(LevelStore):
         tokenizer: the BM25 tokenizer (``None``: no BM25, or the one the tables were
             created with). A different one than the tables' is refused.
         hnsw: create an HNSW index (inner product) on the vectors; ``False``: exact scans.
+        bm25_parts: a BM25 search of the whole level, once it holds :data:`PARTITION_ROWS`
+            rows, runs as this many statements at once, each scoring the rows of one range of
+            ``seq``; the best rows of the ranges merged are exactly one statement's. It reads
+            every posting of the query's terms, which grows with the level, and PostgreSQL's
+            own parallel query does not split it (1: one statement).
 
     Raises:
         PostgresLevelError: the tables exist with another format version, dimension or
@@ -171,6 +178,8 @@ class PostgresLevelStore(LevelStore):
     counts_in_process: ClassVar[bool] = False  # node_count reads the state row
     _shapes: dict[Any, _Compiled] = PrivateAttr(default_factory=dict)
     _index_store: Any = PrivateAttr(default=None)
+    _bm25_parts: int = PrivateAttr(default=1)
+    _rows_seen: int = PrivateAttr(default=0)  # live rows when this process last read them
 
     def __init__(
         self,
@@ -181,6 +190,7 @@ class PostgresLevelStore(LevelStore):
         dimension: int | None = None,
         tokenizer: MultilingualTokenizer | None = None,
         hnsw: bool = True,
+        bm25_parts: int = BM25_PARTS,
     ) -> None:
         if len(identifier("name", name)) > 50:
             raise ValueError(f"name {name!r} is longer than 50 characters; the tables add suffixes to it")
@@ -206,6 +216,8 @@ class PostgresLevelStore(LevelStore):
         self._dimension = int(config["dimension"])
         self._tokenizer = None if config["tokenizer"] is None else MultilingualTokenizer.from_dict(config["tokenizer"])
         self._tables = _Tables(self.schema_name, name, self._dimension)
+        self._bm25_parts = check_count("bm25_parts", bm25_parts, minimum=1)
+        self._state()  # the live rows, for :meth:`_parts`
 
     @classmethod
     def from_params(
@@ -270,6 +282,7 @@ class PostgresLevelStore(LevelStore):
         state = self._tables.state
         with read_only(self._engines) as conn:
             row = conn.execute(select(state.c.generation, state.c.live_rows, state.c.total_length)).one()
+        self._rows_seen = int(row.live_rows)
         return dict(row._mapping)
 
     # ---------------------------------------------------------------- writes
@@ -339,6 +352,7 @@ class PostgresLevelStore(LevelStore):
             names = ", ".join(t.qualified(part) for part in ("level", "postings", "terms", "keys"))
             conn.exec_driver_sql(f"TRUNCATE {names}")
             conn.execute(update(t.state).values(live_rows=0, total_length=0))
+            self._rows_seen = 0
 
     @contextmanager
     def bulk_load(self) -> Iterator[None]:
@@ -406,12 +420,14 @@ class PostgresLevelStore(LevelStore):
             if counted:
                 _add_counts(conn, t.terms, "term", "df", {term: -n for term, n in counted.items()})
         _add_counts(conn, t.keys, ("key", "kind"), "rows", {k: -n for k, n in keys.items()})
-        conn.execute(
-            update(t.state).values(
+        self._rows_seen = conn.execute(
+            update(t.state)
+            .values(
                 live_rows=t.state.c.live_rows - len(gone),
                 total_length=t.state.c.total_length - sum(row.length for row in gone),
             )
-        )
+            .returning(t.state.c.live_rows)
+        ).scalar_one()
 
     def _insert(self, conn: Connection, rows: list[_Row]) -> None:
         """Append ``rows`` (with COPY: a large add moves millions of postings)."""
@@ -461,12 +477,14 @@ class PostgresLevelStore(LevelStore):
                 keys[key_kind] += 1
                 examples.setdefault(key_kind, value)
         _add_counts(conn, t.keys, ("key", "kind"), "rows", dict(keys), examples)
-        conn.execute(
-            update(t.state).values(
+        self._rows_seen = conn.execute(
+            update(t.state)
+            .values(
                 live_rows=t.state.c.live_rows + len(rows),
                 total_length=t.state.c.total_length + sum(r.length for r in rows),
             )
-        )
+            .returning(t.state.c.live_rows)
+        ).scalar_one()
 
     def _unit_vectors(self, nodes: Seq[BaseNode]) -> np.ndarray:
         missing = [n.node_id for n in nodes if n.embedding is None]
@@ -567,13 +585,40 @@ class PostgresLevelStore(LevelStore):
         params["k"] = query.similarity_top_k or None
         if documents is not None:
             params["documents"] = sorted(documents)
-        shape = _shape("lexical", documents is not None, query.node_ids, rest)
-        rows = self._fetch(shape, lambda: self._lexical_statement(documents is not None, query.node_ids, rest), params)
+        routed = documents is not None
+        parts = self._parts(routed, query.node_ids)
+        if parts == 1:
+            shape = _shape("lexical", routed, query.node_ids, rest)
+            rows = self._fetch(shape, lambda: self._lexical_statement(routed, query.node_ids, rest), params)
+        else:
+            shape = _shape("lexical in parts", routed, query.node_ids, rest)
+
+            def part(i: int) -> list[Any]:
+                return self._fetch(
+                    shape,
+                    lambda: self._lexical_statement(False, None, rest, parts=True),
+                    {**params, "part": i, "parts": parts},
+                )
+
+            rows = [row for rows in in_parts(part, parts) for row in rows]
+            rows.sort(key=lambda r: (-r.score, r.seq))
+            rows = rows[: params["k"]] if params["k"] else rows
         return [(r.node_id, r.doc_id, float(r.score), r.seq) for r in rows]
 
-    def _lexical_statement(self, routed: bool, node_ids: Seq[str] | None, rest: MetadataFilters | None) -> Any:
+    def _parts(self, routed: bool, node_ids: Seq[str] | None) -> int:
+        """How many statements a BM25 search runs as: :attr:`_bm25_parts` for a search of the
+        whole level once it is large (as this process last saw it), else one (a change in
+        progress reads on its one connection)."""
+        if routed or node_ids or self._rows_seen < PARTITION_ROWS or _CHANGE.get() is not None:
+            return 1
+        return self._bm25_parts
+
+    def _lexical_statement(
+        self, routed: bool, node_ids: Seq[str] | None, rest: MetadataFilters | None, parts: bool = False
+    ) -> Any:
         """BM25 of the query's ``terms`` (with their ``counts``): the best ``k`` rows (of the routed
-        ``documents``; those ``node_ids`` and ``rest`` allow)."""
+        ``documents``; those ``node_ids`` and ``rest`` allow; ``parts``: of range ``part`` of
+        ``parts`` equal ranges of ``seq``)."""
         t = self._tables
         p, level = t.postings, t.level
         asked = (
@@ -610,6 +655,14 @@ class PostgresLevelStore(LevelStore):
         matched = select(p.c.seq, p.c.tf, p.c.length).where(p.c.term == weights.c.term).offset(0)
         if routed:
             matched = matched.where(p.c.doc_id == func.any(bindparam("documents", type_=ARRAY(Text))))
+        if parts:
+            first = select(func.min(level.c.seq)).scalar_subquery()
+            span = select(func.max(level.c.seq) - func.min(level.c.seq) + 1).scalar_subquery()
+            part = bindparam("part", type_=BigInteger)
+            count = bindparam("parts", type_=BigInteger)
+            matched = matched.where(
+                p.c.seq >= first + span * part // count, p.c.seq < first + span * (part + 1) // count
+            )
         matched_rows = matched.lateral("matched")
         tf = matched_rows.c.tf.cast(Float)
         score = func.sum(
@@ -752,30 +805,57 @@ def joined_transaction(engines: PostgresEngines) -> Iterator[tuple[Connection, b
             _CHANGE.reset(token)
 
 
+class _Threads:
+    """A thread pool made on first use and forgotten in a forked child (which has none of its
+    parent's threads)."""
+
+    def __init__(self, threads: int, prefix: str) -> None:
+        self.threads, self.prefix = threads, prefix
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._pool, self._lock = None, threading.Lock()
+
+    def pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.prefix)
+            return self._pool
+
+
 READER_THREADS = 8  # per process: independent reads of concurrent queries at once
-_readers: ThreadPoolExecutor | None = None
-_readers_lock = threading.Lock()
-
-
-def _forget_readers() -> None:  # a forked child has none of its parent's threads
-    global _readers
-    _readers = None
-
-
-os.register_at_fork(after_in_child=_forget_readers)
+_READERS = _Threads(READER_THREADS, "llama-recursive-postgres")
+# the parts of BM25 searches, apart from the readers: a reader waits for its parts, so parts
+# queued behind waiting readers in one pool would never run
+_PARTS = _Threads(READER_THREADS, "llama-recursive-postgres-part")
 
 
 def concurrent_reads() -> Executor | None:
     """Threads that run independent reads at once, each on its own pooled connection (a
     query's dense and BM25 searches of both levels, which wait on the server); ``None`` inside
     a change in progress, whose one connection reads for it a statement at a time."""
-    global _readers
     if _CHANGE.get():
         return None
-    with _readers_lock:
-        if _readers is None:
-            _readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="llama-recursive-postgres")
-        return _readers
+    return _READERS.pool()
+
+
+def in_parts(part: Callable[[int], list[Any]], parts: int) -> list[list[Any]]:
+    """``[part(0), ..., part(parts - 1)]``, the first in this thread and the others at once on
+    their own threads; every part ends before a failure is raised."""
+    pool = _PARTS.pool()
+    futures = [pool.submit(part, i) for i in range(1, parts)]
+    try:
+        first = part(0)
+    finally:
+        results = [f.exception() or f.result() for f in futures]  # waits for each
+    rest = []
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+        rest.append(result)
+    return [first, *rest]
 
 
 @contextmanager
