@@ -344,3 +344,26 @@ def test_a_search_inside_a_change_reads_its_uncommitted_rows_in_one_statement(pg
         assert index.chunks.query_ids(query)[0] == ["new"]  # not committed: only its connection sees it
     assert not [name for name in threads if "postgres-part" in name]
     assert index.chunks.query_ids(query)[0] == ["new"]
+
+
+def test_a_level_of_layout_2_is_refused_with_the_fix_and_upgraded_in_place_on_request(pg_server):
+    name = pg_server.table_name("old")
+    store = _level(pg_server, name, dimension=DIM, tokenizer=MultilingualTokenizer())
+    live = apply_worded_changes(store)
+    with store.client.begin() as conn:  # what layout 2 was: postings indexed by term alone
+        conn.execute(text(f'DROP INDEX "public"."{name}_postings_term"'))
+        conn.execute(
+            text(f'CREATE INDEX "{name}_postings_term" ON "public"."{name}_postings" (term) INCLUDE (tf, length, seq)')
+        )
+        conn.execute(text(f'UPDATE "public"."{name}_state" SET format = 2'))
+    with pytest.raises(PostgresLevelError, match="layout version 2; this release reads version 3: pass upgrade=True"):
+        _level(pg_server, name)
+    upgraded = _level(pg_server, name, upgrade=True)
+    with upgraded.client.connect() as conn:
+        assert conn.execute(text(f'SELECT format FROM "public"."{name}_state"')).scalar_one() == FORMAT_VERSION
+        definition = conn.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": f"{name}_postings_term"}
+        )
+        assert "(term, seq) INCLUDE (tf, length)" in definition.scalar_one()
+    assert lexical_answers(upgraded) == bm25_reference_answers(live)
+    assert _level(pg_server, name).node_count == len(live)  # opens as any level of this layout now

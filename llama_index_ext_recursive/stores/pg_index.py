@@ -71,6 +71,8 @@ class PostgresIndexStore:
         tokenizer: the BM25 tokenizer of both levels (default: ``MultilingualTokenizer()``
             for a new index; an existing one keeps its own).
         hnsw: an HNSW index on each level's vectors (``False``: exact scans).
+        upgrade: upgrade levels of an older layout in place (:class:`~.pg_level.PostgresLevelStore`'s
+            ``upgrade``); ``False``: they are refused with the version and this fix.
         bm25_parts: statements a BM25 search of a whole large level runs as, at once
             (:class:`~.pg_level.PostgresLevelStore`'s ``bm25_parts``).
     """
@@ -84,6 +86,7 @@ class PostgresIndexStore:
         dimension: int | None = None,
         tokenizer: MultilingualTokenizer | None = None,
         hnsw: bool = True,
+        upgrade: bool = False,
         bm25_parts: int = BM25_PARTS,
     ) -> None:
         if len(identifier("name", name)) > 40:
@@ -116,6 +119,7 @@ class PostgresIndexStore:
                     dimension=dimension,
                     tokenizer=tokenizer,
                     hnsw=hnsw,
+                    upgrade=upgrade,
                     bm25_parts=bm25_parts,
                 )
                 for part in ("chunks", "summaries")

@@ -21,8 +21,9 @@ Tables, for a level named ``name`` (a plain identifier) in ``schema``:
   indexed too, to turn BM25's best rows into ids. Vectors are kept in the row (storage
   ``MAIN``), the node's JSON goes to TOAST, so exact scans read the rows alone.
 * ``name_postings``: the BM25 terms of each row (``doc_id``, ``node_id``, ``term``, ``tf``,
-  with the row's ``length`` and ``seq`` repeated), indexed by term with ``tf``, ``length``
-  and ``seq`` included, so a query scores each of its terms' postings by an index-only scan.
+  with the row's ``length`` and ``seq`` repeated), indexed by ``(term, seq)`` with ``tf`` and
+  ``length`` included, so a query scores each of its terms' postings by an index-only scan,
+  and a search in parts (``bm25_parts``) reads one range of ``seq`` per part.
 * ``name_terms``: each term's document frequency among live rows.
 * ``name_keys``: each metadata key's kinds of value and their counts (the filter
   vocabulary, read without scanning the rows).
@@ -129,7 +130,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # the tables' layout (2: rows indexed by seq, vectors kept in the row); another is refused with the version and the fix
+FORMAT_VERSION = (
+    3  # the tables' layout (3: postings keyed by (term, seq)); 2 is upgraded in place on request, another refused
+)
 # bm25s' defaults for method "lucene": the scores the embedded BM25 gives
 K1, B = 1.5, 0.75
 BM25 = {"method": "lucene", "k1": K1, "b": B}
@@ -156,6 +159,9 @@ class PostgresLevelStore(LevelStore):
         tokenizer: the BM25 tokenizer (``None``: no BM25, or the one the tables were
             created with). A different one than the tables' is refused.
         hnsw: create an HNSW index (inner product) on the vectors; ``False``: exact scans.
+        upgrade: upgrade a level of an older layout in place (it rebuilds an index of the
+            postings: minutes at millions of rows; processes of the older release then refuse
+            it); ``False``: such a level is refused with the version and this fix.
         bm25_parts: a BM25 search of the whole level, once it holds :data:`PARTITION_ROWS`
             rows, runs as this many statements at once, each scoring the rows of one range of
             ``seq``; the best rows of the ranges merged are exactly one statement's. It reads
@@ -190,6 +196,7 @@ class PostgresLevelStore(LevelStore):
         dimension: int | None = None,
         tokenizer: MultilingualTokenizer | None = None,
         hnsw: bool = True,
+        upgrade: bool = False,
         bm25_parts: int = BM25_PARTS,
     ) -> None:
         if len(identifier("name", name)) > 50:
@@ -200,7 +207,7 @@ class PostgresLevelStore(LevelStore):
         self._engines = engines
         with engines.engine.begin() as conn:
             creation_lock(conn, f"{self.schema_name}.{name}")  # two processes creating it take turns
-            config = _read_config(conn, self.schema_name, name)
+            config = _read_config(conn, self.schema_name, name, upgrade)
             if config is None:
                 if dimension is None:
                     raise PostgresLevelError(
@@ -1023,8 +1030,9 @@ def creation_lock(conn: Connection, name: str) -> None:
     conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(bindparam("lock_name", name)))))
 
 
-def _read_config(conn: Connection, schema: str, name: str) -> dict[str, Any] | None:
-    """The level's configuration (``None``: no such level); another format is refused."""
+def _read_config(conn: Connection, schema: str, name: str, upgrade: bool = False) -> dict[str, Any] | None:
+    """The level's configuration (``None``: no such level); an older format is upgraded when
+    ``upgrade`` (in the caller's transaction), else it and any other format are refused."""
     exists = conn.execute(
         select(func.to_regclass(bindparam("state", f'"{schema}"."{name}_state"')).is_not(None))
     ).scalar_one()
@@ -1034,12 +1042,41 @@ def _read_config(conn: Connection, schema: str, name: str) -> dict[str, Any] | N
     row = conn.execute(select(state.c.format, state.c.config)).one_or_none()
     if row is None:
         raise PostgresLevelError(f"{schema}.{name}_state holds no row: the level's tables are damaged")
-    if row.format != FORMAT_VERSION:
+    if row.format in _UPGRADES and upgrade:
+        for version in range(row.format, FORMAT_VERSION):
+            logger.info("upgrading %s.%s from layout version %d to %d", schema, name, version, version + 1)
+            _UPGRADES[version](conn, _Tables(schema, name, 1))
+        conn.execute(update(state).values(format=FORMAT_VERSION))
+    elif row.format != FORMAT_VERSION:
+        fix = (
+            "pass upgrade=True to upgrade it in place (minutes at millions of rows; processes of the older "
+            "release then refuse it), "
+            if row.format in _UPGRADES
+            else ""
+        )
         raise PostgresLevelError(
             f"{schema}.{name} holds layout version {row.format}; this release reads version {FORMAT_VERSION}: "
-            "open it with the release that wrote it, or rebuild the level under a new name"
+            f"{fix}open it with the release that wrote it, or rebuild the level under a new name"
         )
     return dict(row.config)
+
+
+def _postings_by_term(conn: Connection, tables: _Tables) -> None:
+    """The postings index BM25 reads: keyed by term and then ``seq``, so a search in parts reads
+    each part's range of a term's postings alone (layout 3; 2 keyed by term alone)."""
+    conn.exec_driver_sql(
+        f'CREATE INDEX "{tables.name}_postings_term" ON {tables.qualified("postings")} (term, seq) INCLUDE (tf, length)'
+    )
+
+
+def _upgrade_2_to_3(conn: Connection, tables: _Tables) -> None:
+    with unbounded_statements(conn):
+        conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '1GB'")
+        conn.exec_driver_sql(f'DROP INDEX "{tables.schema}"."{tables.name}_postings_term"')
+        _postings_by_term(conn, tables)
+
+
+_UPGRADES: dict[int, Callable[[Connection, _Tables], None]] = {2: _upgrade_2_to_3}  # from version n to n + 1
 
 
 def _check_config(
@@ -1068,7 +1105,7 @@ def _create(conn: Connection, schema: str, name: str, config: dict[str, Any], hn
     conn.exec_driver_sql(f'CREATE INDEX "{name}_by_seq" ON {q("level")} (seq)')  # BM25 hits: seq -> ids
     # the IndexNode rows alone (every update checks the links: a scan read all 200k rows, 0.1 s)
     conn.exec_driver_sql(f'CREATE INDEX "{name}_links" ON {q("level")} (node_id) INCLUDE (link) WHERE link IS NOT NULL')
-    conn.exec_driver_sql(f'CREATE INDEX "{name}_postings_term" ON {q("postings")} (term) INCLUDE (tf, length, seq)')
+    _postings_by_term(conn, tables)
     if hnsw:
         _create_hnsw(conn, tables)
     conn.execute(
