@@ -355,6 +355,13 @@ def test_a_level_of_layout_2_is_refused_with_the_fix_and_upgraded_in_place_on_re
         conn.execute(
             text(f'CREATE INDEX "{name}_postings_term" ON "public"."{name}_postings" (term) INCLUDE (tf, length, seq)')
         )
+        conn.execute(text(f'ALTER TABLE "public"."{name}_postings" DROP CONSTRAINT "{name}_postings_pkey"'))
+        conn.execute(
+            text(
+                f'ALTER TABLE "public"."{name}_postings" ADD CONSTRAINT "{name}_postings_pkey" '
+                "PRIMARY KEY (doc_id, node_id, term)"
+            )
+        )
         conn.execute(text(f'UPDATE "public"."{name}_state" SET format = 2'))
     with pytest.raises(PostgresLevelError, match="layout version 2; this release reads version 3: pass upgrade=True"):
         _level(pg_server, name)
@@ -365,5 +372,7 @@ def test_a_level_of_layout_2_is_refused_with_the_fix_and_upgraded_in_place_on_re
             text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": f"{name}_postings_term"}
         )
         assert "(term, seq) INCLUDE (tf, length)" in definition.scalar_one()
+        key = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": f"{name}_postings_pkey"})
+        assert "(doc_id, term, node_id)" in key.scalar_one()
     assert lexical_answers(upgraded) == bm25_reference_answers(live)
     assert _level(pg_server, name).node_count == len(live)  # opens as any level of this layout now

@@ -99,6 +99,7 @@ try:
         Float,
         Integer,
         MetaData,
+        PrimaryKeyConstraint,
         Sequence,
         Table,
         Text,
@@ -130,9 +131,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = (
-    3  # the tables' layout (3: postings keyed by (term, seq)); 2 is upgraded in place on request, another refused
-)
+# the tables' layout (3: postings keyed by (term, seq) and (doc_id, term, node_id)); 2 is
+# upgraded in place on request, another refused
+FORMAT_VERSION = 3
 # bm25s' defaults for method "lucene": the scores the embedded BM25 gives
 K1, B = 1.5, 0.75
 BM25 = {"method": "lucene", "k1": K1, "b": B}
@@ -954,12 +955,14 @@ class _Tables:
         self.postings = Table(
             f"{name}_postings",
             meta,
-            Column("doc_id", Text, primary_key=True),
-            Column("node_id", Text, primary_key=True),
-            Column("term", Text, primary_key=True),
+            Column("doc_id", Text),
+            Column("node_id", Text),
+            Column("term", Text),
             Column("tf", Integer, nullable=False),
             Column("length", Integer, nullable=False),
             Column("seq", BigInteger, nullable=False),
+            # a routed BM25 search reads each (routed document, query term) alone
+            PrimaryKeyConstraint("doc_id", "term", "node_id", name=f"{name}_postings_pkey"),
         )
         self.terms = Table(
             f"{name}_terms", meta, Column("term", Text, primary_key=True), Column("df", BigInteger, nullable=False)
@@ -1070,10 +1073,18 @@ def _postings_by_term(conn: Connection, tables: _Tables) -> None:
 
 
 def _upgrade_2_to_3(conn: Connection, tables: _Tables) -> None:
+    """Layout 3 keys the postings by ``(term, seq)`` (BM25 in parts) and by ``(doc_id, term,
+    node_id)`` (routed BM25; 2 had ``(doc_id, node_id, term)``, which read every posting of a
+    routed document for each query term)."""
+    postings = tables.qualified("postings")
     with unbounded_statements(conn):
         conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '1GB'")
         conn.exec_driver_sql(f'DROP INDEX "{tables.schema}"."{tables.name}_postings_term"')
         _postings_by_term(conn, tables)
+        conn.exec_driver_sql(f'ALTER TABLE {postings} DROP CONSTRAINT "{tables.name}_postings_pkey"')
+        conn.exec_driver_sql(
+            f'ALTER TABLE {postings} ADD CONSTRAINT "{tables.name}_postings_pkey" PRIMARY KEY (doc_id, term, node_id)'
+        )
 
 
 _UPGRADES: dict[int, Callable[[Connection, _Tables], None]] = {2: _upgrade_2_to_3}  # from version n to n + 1
