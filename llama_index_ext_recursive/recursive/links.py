@@ -58,14 +58,18 @@ def check_links(
     pending = pending or {}
     stale: list[str] = []
     known_set = set(known)
-    for doc_id in summaries:  # keys only: summaries read from a store are read when asked for
+    # keys only, listed once (summaries read from a store are read when asked for; listing the
+    # ids of a store's records is a query, 0.2 s at 100k documents; list() of a ChainMap would
+    # also ask its length, a second listing)
+    summary_ids = list(iter(summaries))
+    for doc_id in summary_ids:
         if doc_id not in known_set:
             raise LinkError(
                 f"summary {summaries[doc_id].node_id!r} points to index_id {doc_id!r}, which has no "
                 f"chunks or retriever ({closest(doc_id, known)}); fix the index_id or "
                 "add the document"
             )
-    unreachable = known_set - set(summaries)
+    unreachable = known_set.difference(summary_ids)
     if unreachable:
         logger.warning(
             "%d document(s) have no summary and can never be routed to: %s",
