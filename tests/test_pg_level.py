@@ -10,6 +10,8 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import DIM as LEXICAL_DIM
+from conftest import LexicalEmbedding
 from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters, VectorStoreQuery
 from sqlalchemy import event, text
@@ -376,3 +378,76 @@ def test_a_level_of_layout_2_is_refused_with_the_fix_and_upgraded_in_place_on_re
         assert "(doc_id, term, node_id)" in key.scalar_one()
     assert lexical_answers(upgraded) == bm25_reference_answers(live)
     assert _level(pg_server, name).node_count == len(live)  # opens as any level of this layout now
+
+
+def _embedded_worded(count, seed=0, prefix="n"):
+    """Worded nodes embedded by the lexical test model (queries then find their words densely too)."""
+    model = LexicalEmbedding()
+    nodes = make_worded(count, seed, prefix)
+    for node in nodes:
+        node.embedding = model.get_text_embedding(node.text)
+    return nodes
+
+
+def test_a_hybrid_from_postgres_calibrates_on_sampled_rows_and_answers_as_its_children_fused(pg_server):
+    from llama_index_ext_recursive import FilteredQueryBundle, HybridFusionRetriever, StoreBM25Retriever
+    from llama_index_ext_recursive.filters import FilterError
+    from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
+
+    level = _level(pg_server, dimension=LEXICAL_DIM, tokenizer=MultilingualTokenizer())
+    level.add(_embedded_worded(60))
+    hybrid = HybridFusionRetriever.from_postgres(level, embed_model=LexicalEmbedding(), similarity_top_k=5)
+    calibration = hybrid.calibration
+    assert calibration is not None and calibration.scripts  # fitted on pseudo-queries cut from the rows
+    again = HybridFusionRetriever.from_postgres(level, embed_model=LexicalEmbedding(), similarity_top_k=5)
+    assert again.calibration.to_dict() == calibration.to_dict()  # the same rows for the same seed
+    by_hand = HybridFusionRetriever(
+        [
+            BackfillVectorRetriever.from_vector_store(level, embed_model=LexicalEmbedding(), similarity_top_k=5),
+            StoreBM25Retriever(level, similarity_top_k=5),
+        ],
+        mode="relative_score",
+        similarity_top_k=5,
+        retriever_names=["vector", "bm25"],
+        calibration=calibration,
+        use_async=False,
+    )
+    for words in ("termination notice", "合同终止", "confidential party court"):
+        for filters in (None, {"kind": "a"}):
+            bundle = FilteredQueryBundle(words, filters=filters)
+            got, expected = hybrid.retrieve(bundle), by_hand.retrieve(bundle)
+            assert got and [h.node.node_id for h in got] == [h.node.node_id for h in expected], (words, filters)
+            assert [h.score for h in got] == pytest.approx([h.score for h in expected])
+    with pytest.raises(FilterError, match="colour"):
+        hybrid.retrieve(FilteredQueryBundle("notice", filters={"colour": "red"}))
+    # a key another process adds is a key from then on (the level's own key counts are read)
+    other = _level(pg_server, name=level.name)
+    painted = _embedded_worded(1, seed=9, prefix="p")[0]
+    painted.metadata["colour"] = "red"
+    other.add([painted])
+    assert [
+        h.node.node_id for h in hybrid.retrieve(FilteredQueryBundle("notice contract", filters={"colour": "red"}))
+    ] == ["p0"]
+    index = PostgresIndexStore.from_params(
+        name=pg_server.table_name("idx"), dimension=LEXICAL_DIM, **pg_server.params()
+    )
+    _OPENED.append(index)
+    index.chunks.add(_embedded_worded(12))
+    over_index = HybridFusionRetriever.from_postgres(
+        index, embed_model=LexicalEmbedding(), retriever_weights=[0.5, 0.5]
+    )
+    assert over_index.calibration is None and over_index.retrieve("termination notice")
+    with pytest.raises(TypeError, match="PostgresLevelStore or a PostgresIndexStore, not ColumnarVectorStore"):
+        HybridFusionRetriever.from_postgres(ColumnarVectorStore(tokenizer=MultilingualTokenizer()))
+
+
+def test_sample_nodes_picks_about_that_many_rows_the_same_for_a_seed(pg_server):
+    level = _level(pg_server, tokenizer=MultilingualTokenizer())
+    level.add(make_worded(3000))
+    first = [n.node_id for n in level.sample_nodes(100, seed=1)]
+    assert 50 <= len(first) <= 100 and len(set(first)) == len(first)
+    assert [n.node_id for n in level.sample_nodes(100, seed=1)] == first
+    assert [n.node_id for n in level.sample_nodes(100, seed=2)] != first
+    order = {f"n{i}": i for i in range(3000)}
+    assert first == sorted(first, key=order.get)  # in the order added
+    assert len(level.sample_nodes(5000)) == 3000  # fewer rows than asked: all of them

@@ -115,9 +115,11 @@ from llama_index_ext_recursive.retrievers.fusion_scores import (
     usable_hits,
 )
 from llama_index_ext_recursive.retrievers.hybrid import (
+    CALIBRATION_ROWS,
     HYBRID_MODE,
     check_hybrid_arguments,
     hybrid_from_nodes,
+    hybrid_over_level,
     hybrid_retriever,
 )
 from llama_index_ext_recursive.retrievers.vector import BackfillVectorRetriever
@@ -650,6 +652,59 @@ class HybridFusionRetriever(QueryCheckingRetriever, QueryFusionRetriever):
             child_top_k=child_top_k,
             embed_model=embed_model,
             calibrate=calibrate,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_postgres(
+        cls,
+        store: Any,
+        embed_model: BaseEmbedding | None = None,
+        similarity_top_k: int = DEFAULT_TOP_K,
+        *,
+        child_top_k: int | None = None,
+        calibrate: bool = True,
+        calibration_rows: int = CALIBRATION_ROWS,
+        **kwargs: Any,
+    ) -> HybridFusionRetriever:
+        """A vector + BM25 hybrid over rows in PostgreSQL: a ``PostgresLevelStore``, or a
+        ``PostgresIndexStore``'s chunks. Both children search the database (pgvector, BM25
+        in SQL), so the client holds nothing per row and any number of processes share it.
+
+        With ``calibrate`` and no weights or saved ``calibration`` given, the weights are
+        fitted as in :meth:`calibrate`, on pseudo-queries cut from ``calibration_rows`` rows
+        sampled from the level (hundreds of searches of the database: save ``to_dict()`` and
+        pass its ``calibration`` to the other processes). Other keyword arguments as
+        :meth:`from_nodes`; a filter key no row holds is refused at each call, by the
+        level's own key counts.
+
+        Args:
+            store: a ``PostgresLevelStore`` created with ``tokenizer=`` (its BM25 terms), or
+                a ``PostgresIndexStore`` (its chunk level).
+            embed_model: embeds the queries (default: the package's); it must be the model
+                the rows were embedded with.
+            calibration_rows: the rows sampled for calibration.
+        """
+        check_hybrid_arguments(
+            "from_postgres",
+            {**kwargs, "similarity_top_k": similarity_top_k, "child_top_k": child_top_k},
+            cls.__init__,
+        )
+        check_count("calibration_rows", calibration_rows)
+        level = getattr(store, "chunks", store)
+        if not hasattr(level, "sample_nodes"):
+            raise TypeError(
+                f"from_postgres takes a PostgresLevelStore or a PostgresIndexStore, not {type(store).__name__}; "
+                "for nodes in memory use HybridFusionRetriever.from_nodes"
+            )
+        return hybrid_over_level(
+            cls,
+            level,
+            embed_model,
+            similarity_top_k=similarity_top_k,
+            child_top_k=child_top_k,
+            calibrate=calibrate,
+            calibration_rows=calibration_rows,
             **kwargs,
         )
 

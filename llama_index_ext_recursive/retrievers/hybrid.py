@@ -57,6 +57,9 @@ HYBRID_NAMES = ("vector", "bm25")
 # 0.8 0.850, 1.0 0.846 (docs/BENCHMARKS.md, "Cross-lingual").
 CROSS_SCRIPT_WEIGHTS = (0.8, 0.2)
 _CHECK_BATCH = 4096
+# rows a hybrid over a level store is calibrated on: enough for DEFAULT_CALIBRATION_SAMPLES
+# (200) pseudo-queries in each of two scripts when one is a fifth of the rows
+CALIBRATION_ROWS = 2000
 
 
 class _Hybrid(Protocol):
@@ -164,6 +167,50 @@ def hybrid_from_nodes(
     index = vector_index(nodes, embed_model, show_progress=show_progress, embedding_cache=embedding_cache)
     check_node_embeddings(index, embed_model_name(index._embed_model))
     return hybrid_retriever(fusion_class, index, nodes, **options)
+
+
+def hybrid_over_level(
+    fusion_class: Callable[..., H],
+    level: Any,
+    embed_model: BaseEmbedding | None = None,
+    *,
+    similarity_top_k: int = DEFAULT_TOP_K,
+    child_top_k: int | None = None,
+    calibrate: bool = True,
+    calibration_rows: int = CALIBRATION_ROWS,
+    seed: int = 0,
+    **kwargs: Any,
+) -> H:
+    """:func:`hybrid_retriever` over one level store that keeps vectors and BM25 terms (a
+    ``PostgresLevelStore``): both children search the level, so the client holds nothing per
+    row and every process sharing the level sees the same rows.
+
+    Calibration (unless weights or a saved ``calibration`` are given) cuts its pseudo-queries
+    from ``calibration_rows`` rows sampled from the level (``sample_nodes``, the same rows for
+    the same ``seed`` and contents), not from every row. Filter keys are checked by the BM25
+    child against the level's key counts at each call, so keys another process added count.
+    """
+    from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
+
+    k = child_top_k or similarity_top_k
+    policy = kwargs.get("unknown_filter_key", UnknownFilterPolicy.RAISE)
+    vector = BackfillVectorRetriever.from_vector_store(
+        level, embed_model=embed_model, similarity_top_k=k, unknown_filter_key=None
+    )
+    bm25 = StoreBM25Retriever(level, similarity_top_k=k, unknown_filter_key=policy)
+    explicit = any(kwargs.get(key) is not None for key in ("retriever_weights", "script_weights", "calibration"))
+    rows = level.sample_nodes(calibration_rows, seed=seed) if calibrate and not explicit else []
+    return hybrid_retriever(
+        fusion_class,
+        nodes=rows,
+        vector=vector,
+        bm25=bm25,
+        similarity_top_k=similarity_top_k,
+        child_top_k=child_top_k,
+        calibrate=calibrate,
+        check_filters=False,
+        **kwargs,
+    )
 
 
 def check_hybrid_arguments(where: str, kwargs: dict[str, Any], constructor: Callable[..., Any]) -> None:

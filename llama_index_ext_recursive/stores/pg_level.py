@@ -772,6 +772,28 @@ class PostgresLevelStore(LevelStore):
             rows = conn.execute(select(level.c.node_id, level.c.link).where(level.c.link.is_not(None))).all()
         return {row.node_id: row.link for row in rows}
 
+    def sample_nodes(self, count: int, seed: int = 0) -> list[BaseNode]:
+        """About ``count`` stored nodes picked at random (``TABLESAMPLE SYSTEM``: whole pages,
+        ``REPEATABLE(seed)``, so the same rows for the same seed and contents), in the order
+        added; all of them when the level holds fewer. It reads a few pages, not the level."""
+        count = check_count("count", count)
+        level = self._tables.level
+        with read_only(self._engines) as conn:
+            rows = conn.execute(select(self._tables.state.c.live_rows)).scalar_one()
+            if rows <= count:
+                stmt = select(level.c.node).order_by(level.c.seq)
+            else:
+                percent = min(100.0, 100.0 * 2 * count / rows)  # twice as many, as pages vary
+                sampled = level.tablesample(
+                    func.system(bindparam("percent", percent, type_=Float)),
+                    name="sampled",
+                    seed=bindparam("seed", seed, type_=Integer),
+                )
+                picked = select(sampled.c.node, sampled.c.seq).order_by(func.md5(sampled.c.node_id)).limit(count)
+                inner = picked.subquery()
+                stmt = select(inner.c.node).order_by(inner.c.seq)
+            return [json_to_doc(node) for node in conn.execute(stmt).scalars()]
+
     def live_node_ids(self) -> list[str]:
         """The id of every stored node, in the order they were added."""
         level = self._tables.level
