@@ -138,6 +138,12 @@ FORMAT_VERSION = 3
 K1, B = 1.5, 0.75
 BM25 = {"method": "lucene", "k1": K1, "b": B}
 BM25_PARTS = 2  # see PostgresLevelStore's bm25_parts
+# a BM25 search sums the postings of the query's terms by row in a hash table of one entry per
+# row matched: about 70 bytes each, so PostgreSQL's default work_mem (4 MB, twice that for
+# hashing) spilled it to disk from about 100k rows matched (2M chunks, 8 words: 186k rows, 5
+# batches, 291 of 326 ms). A transaction's own setting, so a pooler's sessions keep theirs.
+BM25_WORK_MEM_MB = 64
+_BM25_MEMORY = f"SET LOCAL work_mem = '{BM25_WORK_MEM_MB}MB'; "
 PARTITION_ROWS = 100_000  # a smaller level's BM25 search is one statement
 _HIT_REFS_KEPT = 65_536  # hits whose doc_id a store keeps for ref_doc_ids (a few MB)
 
@@ -597,7 +603,9 @@ class PostgresLevelStore(LevelStore):
         parts = self._parts(routed, query.node_ids)
         if parts == 1:
             shape = _shape("lexical", routed, query.node_ids, rest)
-            rows = self._fetch(shape, lambda: self._lexical_statement(routed, query.node_ids, rest), params)
+            rows = self._fetch(
+                shape, lambda: self._lexical_statement(routed, query.node_ids, rest), params, _BM25_MEMORY
+            )
         else:
             shape = _shape("lexical in parts", routed, query.node_ids, rest)
 
@@ -606,6 +614,7 @@ class PostgresLevelStore(LevelStore):
                     shape,
                     lambda: self._lexical_statement(False, None, rest, parts=True),
                     {**params, "part": i, "parts": parts},
+                    _BM25_MEMORY,
                 )
 
             rows = [row for rows in in_parts(part, parts) for row in rows]
@@ -698,20 +707,23 @@ class PostgresLevelStore(LevelStore):
         stmt = select(allowed.c.node_id, allowed.c.doc_id, best.c.score, best.c.seq)
         return stmt.select_from(best.join(allowed, true())).order_by(best.c.score.desc(), best.c.seq).limit(k)
 
-    def _fetch(self, shape: Any, build: Callable[[], Any], params: dict[str, Any]) -> list[Any]:
+    def _fetch(self, shape: Any, build: Callable[[], Any], params: dict[str, Any], setup: str = "") -> list[Any]:
         """The rows of ``build()``'s statement with ``params`` (its named parameters).
 
         ``shape`` names the statement's SQL (:func:`_shape`; ``None``: built for this call
         alone): compiled once per shape and run as SQL text, because SQLAlchemy built, keyed
         and compiled it afresh for every search, 2.7 of the 4.1 ms a BM25 search of a small
-        level took. Up to 256 shapes are kept (an app asks a few filters over and over)."""
+        level took. Up to 256 shapes are kept (an app asks a few filters over and over).
+        ``setup`` (SQL without parameters) runs first in the same round trip."""
         with read_only(self._engines) as conn:
             if shape is None:
+                if setup:
+                    conn.exec_driver_sql(setup)
                 return list(conn.execute(build(), params).all())
             shapes = self._shapes
             compiled = shapes.get(shape)
             if compiled is None:
-                compiled = _Compiled.of(build(), conn.dialect)
+                compiled = _Compiled.of(build(), conn.dialect, setup)
                 if len(shapes) >= _SHAPES_KEPT:
                     shapes.clear()  # one step (searches of one query run in several threads)
                 shapes[shape] = compiled
@@ -922,14 +934,16 @@ class _Compiled:
     processors: dict[str, Callable[[Any], Any]]
 
     @classmethod
-    def of(cls, statement: Any, dialect: Any) -> _Compiled:
+    def of(cls, statement: Any, dialect: Any, setup: str = "") -> _Compiled:
+        """``statement`` compiled, after ``setup`` (statements without parameters, sent in
+        the same round trip)."""
         compiled = statement.compile(dialect=dialect)
         processors = {}
         for bind in compiled.binds.values():
             processor = bind.type.bind_processor(dialect)
             if processor is not None:
                 processors[bind.key] = processor
-        return cls(str(compiled), dict(compiled.params), processors)
+        return cls(f"{setup}{compiled}", dict(compiled.params), processors)
 
     def parameters(self, values: dict[str, Any]) -> dict[str, Any]:
         unknown = set(values) - set(self.constants)
