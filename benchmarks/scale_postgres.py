@@ -79,6 +79,9 @@ PHASES = ("plain", "filtered")  # each run by every serving process together, af
 STARTS = ("open", *PHASES)  # the common starts: the serving processes open the index together too
 WARMUP = 3  # untimed queries per serving process before the timed phases
 TARGET_QUERIES = 100  # process 0's untimed check that the target chunk is found
+# a quarter of the memory for PostgreSQL's buffers, as deployments are tuned (the default 128 MB
+# made every HNSW search copy about a thousand pages from the kernel's cache at 2M chunks)
+SERVER_SETTINGS = {"shared_buffers": f"{(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')) // 4 // 2**20}MB"}
 BUILD_FIGURES = "scale_postgres_build.json"  # beside a --keep-server's data
 
 
@@ -480,7 +483,8 @@ def main(argv: list[str] | None = None) -> None:
     log("starting PostgreSQL")
     if args.keep_server is not None and len(args.docs) > 1:
         raise SystemExit("--keep-server keeps one index: give one size in --docs")
-    with postgres.server(keep=args.keep_server / "server" if args.keep_server else None) as server:
+    kept = args.keep_server / "server" if args.keep_server else None
+    with postgres.server(keep=kept, settings=SERVER_SETTINGS) as server:
         pg = server.params()
         engine = postgres.versions(server)
         log(f"{engine} on port {pg['port']}")
@@ -597,7 +601,8 @@ def render(args, argv, engine: str, rows: list[dict[str, object]]) -> str:
             f"Command: `{cli.command(argv)}`",
             "",
             machine(),
-            f"{engine} (throw-away server, harness/postgres.py, fsync=off), on the same machine as the clients.",
+            f"{engine} (throw-away server, harness/postgres.py, fsync=off, shared_buffers "
+            f"{SERVER_SETTINGS['shared_buffers']}), on the same machine as the clients.",
             f"Load average at the end: {load_average():.2f}. Code: {library_fingerprint()}."
             + (
                 f" The index was built by code {', '.join(str(r['build'].get('code')) for r in rows)} and kept "

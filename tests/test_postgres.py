@@ -619,8 +619,12 @@ def test_a_kept_server_keeps_its_data_for_the_next_start_and_refuses_a_folder_of
             server.execute("CREATE TABLE kept_rows (x int)")
             server.execute("INSERT INTO kept_rows VALUES (7)")
         assert server.pids() == []
-        with start_server(keep=kept) as again:
+        with start_server(keep=kept, settings={"work_mem": "8MB"}) as again:
             assert again.execute("SELECT x FROM kept_rows") == [(7,)]
+            assert again.execute("SHOW work_mem") == [("8MB",)]
+        with pytest.raises(PgServerError, match="not a plain name and value"):
+            with start_server(settings={"work_mem": "8MB -c listen_addresses=*"}):
+                pass
         mine = outer / "mine"
         mine.mkdir()
         (mine / "notes.txt").write_text("my notes")

@@ -17,12 +17,12 @@ from typing import Any
 
 
 @contextmanager
-def server(keep: Path | None = None) -> Iterator[Any]:
+def server(keep: Path | None = None, settings: dict[str, str] | None = None) -> Iterator[Any]:
     """Yield a running ``PgServer``; stop it and delete its files on exit (``keep``: a folder
-    that holds them and is kept, to be served again)."""
+    that holds them and is kept, to be served again; ``settings``: server settings)."""
     from llama_index_ext_recursive.stores.pgserver import start_server
 
-    with start_server(keep=keep) as running:
+    with start_server(keep=keep, settings=settings) as running:
         yield running
 
 

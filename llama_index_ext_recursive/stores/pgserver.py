@@ -32,6 +32,7 @@ import importlib.util
 import itertools
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -39,7 +40,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,7 +282,15 @@ def _resume(pids: list[int]) -> None:
             pass
 
 
-def _start(runner: _Runner, bin_dir: Path, data: Path, port: int) -> None:
+def _setting_options(settings: Mapping[str, str]) -> str:
+    """``-c name=value`` for each setting, refused unless plain (they go on a command line)."""
+    for name, value in settings.items():
+        if not re.fullmatch(r"[a-z_.]+", name) or not re.fullmatch(r"[A-Za-z0-9_.]+", str(value)):
+            _fail(f"server setting {name}={value!r} is not a plain name and value")
+    return "".join(f" -c {name}={value}" for name, value in settings.items())
+
+
+def _start(runner: _Runner, bin_dir: Path, data: Path, port: int, options: str = "") -> None:
     started = runner.run(
         [
             str(bin_dir / "pg_ctl"),
@@ -294,7 +303,7 @@ def _start(runner: _Runner, bin_dir: Path, data: Path, port: int) -> None:
             "-l",
             str(data / "server.log"),
             "-o",
-            f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off",
+            f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off{options}",
         ],
         cwd=data.parent,
         check=False,
@@ -333,7 +342,7 @@ def _stop(runner: _Runner, bin_dir: Path, root: Path) -> None:
 
 
 @contextmanager
-def start_server(keep: Path | str | None = None) -> Iterator[PgServer]:
+def start_server(keep: Path | str | None = None, settings: Mapping[str, str] | None = None) -> Iterator[PgServer]:
     """Start a throw-away server, yield it, stop it and delete its files
     (a context manager, so notebooks and scripts can use it too).
 
@@ -342,7 +351,10 @@ def start_server(keep: Path | str | None = None) -> Iterator[PgServer]:
             and started again by the next call with the same folder (a benchmark builds a
             large index once and serves it from later runs). It must be new, empty, or a
             folder an earlier call kept; anything else is refused, never written into.
+        settings: server settings besides the defaults (``{"shared_buffers": "4GB"}``), each
+            a plain name and a value of letters, digits, dots and underscores.
     """
+    options = _setting_options(settings or {})
     runner = _Runner()
     if keep is None:
         root = Path(tempfile.mkdtemp(prefix="llama-recursive-pg-"))
@@ -372,7 +384,7 @@ def start_server(keep: Path | str | None = None) -> Iterator[PgServer]:
                 cwd=root,
             )
         port = _free_port()
-        _start(runner, bin_dir, data, port)
+        _start(runner, bin_dir, data, port, options)
         server = PgServer(
             host="127.0.0.1",
             port=port,
