@@ -66,11 +66,9 @@ from harness.models import equal_calibration, topic_embedding
 from harness.report import Table, fmt, library_fingerprint, load_average, machine, write
 from scale_columnar import TimedStream, corpus_of, nodes
 
-from llama_index_ext_recursive.stores.pg_level import BM25_PARTS
-
 pct = timing.percentile
 NAME = "kb"  # the index's name: its tables are kb_index, kb_documents, kb_chunks*, kb_summaries*
-LEVEL_PARTS = ("", "_postings", "_terms", "_keys", "_state")
+LEVEL_PARTS = ("", "_postings", "_segments", "_terms", "_keys", "_state")
 TABLES = [f"{NAME}_index", f"{NAME}_documents"] + [
     f"{NAME}_{level}{part}" for level in ("chunks", "summaries") for part in LEVEL_PARTS
 ]
@@ -199,7 +197,7 @@ def child_serve(args) -> dict[str, object]:
     (sync / f"open.ready.{args.process}").touch()
     wait_for(sync, "open.go", args.timeout)  # every process opens at once, as after a deployment
     started = time.perf_counter()
-    store = open_store(args, bm25_parts=args.bm25_parts)
+    store = open_store(args)
     retriever = RecursiveSummaryRetriever.from_postgres(store, embed_model=model)
     open_s = time.perf_counter() - started
     first_ms = timing.latencies_ms(retriever.retrieve, bundles["plain"][:1])[0]
@@ -276,8 +274,6 @@ def child_command(stage: str, docs: int, pg: dict[str, object], args) -> list[st
         str(args.queries),
         "--timeout",
         str(args.timeout),
-        "--bm25-parts",
-        str(args.bm25_parts),
         "--pg",
         json.dumps(pg),
     ]
@@ -456,12 +452,6 @@ def main(argv: list[str] | None = None) -> None:
         "autovacuum analyzes them at a time of its own, so the serving figures would change mid-run)",
     )
     p.add_argument(
-        "--bm25-parts",
-        type=int,
-        default=BM25_PARTS,
-        help="statements a BM25 search of a whole large level runs as, at once (PostgresIndexStore's bm25_parts)",
-    )
-    p.add_argument(
         "--keep-server",
         type=Path,
         metavar="DIR",
@@ -610,8 +600,6 @@ def render(args, argv, engine: str, rows: list[dict[str, object]]) -> str:
                 if args.keep_server is not None
                 else ""
             ),
-            "",
-            f"Serving processes run a BM25 search of a whole level in {args.bm25_parts} part(s) (`--bm25-parts`).",
             "",
             f"Build: one client process streaming the corpus ({args.sentences} sentences of 12 words a chunk, "
             "384-d vectors given, equal fusion weights); database MiB: `pg_total_relation_size` over the "

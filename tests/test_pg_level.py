@@ -29,7 +29,7 @@ from store_cases import (
 )
 
 from llama_index_ext_recursive.retrievers.store_facts import store_size
-from llama_index_ext_recursive.stores import pg_level
+from llama_index_ext_recursive.stores import pg_level, pg_segments
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
 from llama_index_ext_recursive.stores.pg_level import FORMAT_VERSION, PostgresLevelError, PostgresLevelStore
@@ -298,74 +298,147 @@ def _statement_threads(store):
     return names
 
 
-def test_a_bm25_search_in_parts_answers_as_one_statement(pg_server, monkeypatch):
-    # a large level's BM25 search of the whole level runs as several statements, each over one
-    # range of rows, and merges their best rows: the answers must be one statement's (which
-    # test_bm25_answers_equal_the_bm25_retriever_through_changes checks), ties to the earlier
-    # row across ranges included
-    monkeypatch.setattr(pg_level, "PARTITION_ROWS", 1)
-    store = _level(pg_server, tokenizer=MultilingualTokenizer(), bm25_parts=3)
+def _segments(store):
+    """The level's segment bookkeeping and its segments' numbers and terms."""
+    with store.client.connect() as conn:
+        state = conn.execute(
+            text(f'SELECT compacted_seq, segments, dead_rows FROM "public"."{store.name}_state"')
+        ).one()
+        numbers = conn.execute(text(f'SELECT DISTINCT segment FROM "public"."{store.name}_segments"')).scalars()
+        return state, sorted(numbers)
+
+
+def test_bm25_of_the_whole_level_answers_the_same_from_segments_tail_and_tombstones(pg_server, monkeypatch):
+    # a search of the whole level scores packed postings in the client: rows of merged segments,
+    # of a young segment and of the tail, and rows deleted or replaced after they were packed,
+    # must answer as BM25 over the live rows (ties to the earlier row, k=None, filters)
+    monkeypatch.setattr(pg_segments, "TAIL_ROWS", 4)
+    monkeypatch.setattr(pg_segments, "MERGE_FAN", 2)
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
     twins = [
         TextNode(id_=f"twin{i}", text="zebra zebra crossing", embedding=[1.0] + [0.0] * (DIM - 1)) for i in range(4)
     ]
-    store.add(twins[:1])
-    apply_worded_changes(store)  # deletes and replacements leave gaps in the rows' order
+    store.add(twins[:1])  # a tail of one row: no segment yet
+    assert _segments(store) == ((0, [], 0), [])
+    for start in range(0, 30, 5):  # segments of 5 rows, merged two by two as they come
+        store.add(make_worded(30)[start : start + 5])
+    (compacted, listed, dead), numbers = _segments(store)
+    assert [s["id"] for s in listed] == numbers and len(numbers) >= 2  # merged: fewer than the 6 packed
+    assert sum(s["rows"] for s in listed) == 31 and dead == 0
+    monkeypatch.setattr(pg_segments, "TAIL_ROWS", 100)  # from here on: no rebuild, a tail
+    store.delete("doc2")  # tombstones in the segments
+    store.delete_nodes(["n5", "n17"])
+    store.add(make_worded(3, seed=5))  # replaces n0, n1, n2: 3 more tombstones, 3 rows in the tail
+    live = {n.node_id: n for n in [twins[0], *make_worded(30)]}
+    for node_id in [n for n, node in live.items() if node.ref_doc_id == "doc2"] + ["n5", "n17"]:
+        live.pop(node_id)
+    for node in make_worded(3, seed=5):
+        live.pop(node.node_id)
+        live[node.node_id] = node
+    (_, _, dead), _ = _segments(store)
+    assert dead == 31 - (len(live) - 3)  # every deleted or replaced row, none yet dropped
     store.add(twins[1:])
-    one = _level(pg_server, name=store.name, bm25_parts=1)
-    threads = _statement_threads(store)
-    in_parts = lexical_answers(store)
-    assert in_parts == lexical_answers(one)
-    assert sum(len(ids) for ids, _ in in_parts) > 20  # the queries do find things
-    threads.clear()
-    store.query_ids(VectorStoreQuery(query_str="termination notice", similarity_top_k=3, mode="text_search"))
-    assert len([name for name in threads if "postgres-part" in name]) == 2  # and the first part here
-    threads.clear()
-    routed = MetadataFilters(filters=[MetadataFilter(key="ref_doc_id", value="doc1")])
-    store.query_ids(VectorStoreQuery(query_str="notice", similarity_top_k=3, filters=routed, mode="text_search"))
-    assert threads and not [name for name in threads if "postgres-part" in name]  # a few documents: one statement
+    assert lexical_answers(store) == bm25_reference_answers(list(live.values()) + twins[1:])
     ids, scores = store.query_ids(VectorStoreQuery(query_str="zebra", similarity_top_k=2, mode="text_search"))
     assert ids == ["twin0", "twin1"] and scores[0] == scores[1]
     ids, _ = store.query_ids(VectorStoreQuery(query_str="zebra crossing", similarity_top_k=None, mode="text_search"))
     assert ids == ["twin0", "twin1", "twin2", "twin3"]
-    for words in ("termination notice", "保密 notice", "contract party"):
-        query = VectorStoreQuery(query_str=words, similarity_top_k=None, mode="text_search")
-        assert store.query_ids(query) == one.query_ids(query)
+    # another store on the same tables, which never wrote: the same answers
+    assert lexical_answers(_level(pg_server, name=store.name)) == lexical_answers(store)
 
 
-def test_a_search_inside_a_change_reads_its_uncommitted_rows_in_one_statement(pg_server, monkeypatch):
-    monkeypatch.setattr(pg_level, "PARTITION_ROWS", 1)
-    index = PostgresIndexStore.from_params(
-        name=pg_server.table_name("idx"), dimension=DIM, bm25_parts=3, **pg_server.params()
-    )
+def test_many_deleted_rows_rebuild_the_segments_and_compact_drops_every_tombstone(pg_server, monkeypatch):
+    monkeypatch.setattr(pg_segments, "TAIL_ROWS", 4)
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
+    store.add(make_worded(30))
+    (compacted, listed, _), numbers = _segments(store)
+    assert listed == [{"id": 0, "rows": 30}] and numbers == [0]
+    store.delete_nodes(["n1", "n2", "n3"])  # 3 of 27 live: a few tombstones stay
+    assert _segments(store)[0][2] == 3
+    store.delete_nodes(["n4", "n6", "n7", "n8"])  # 7 dead >= a quarter of 23 live: rebuilt
+    (_, listed, dead), numbers = _segments(store)
+    assert dead == 0 and listed == [{"id": 1, "rows": 23}] and numbers == [1]
+    store.delete_nodes(["n9"])
+    store.compact()
+    (again, listed, dead), numbers = _segments(store)
+    assert dead == 0 and listed == [{"id": 2, "rows": 22}] and numbers == [2] and again == compacted
+    live = [n for n in make_worded(30) if n.node_id not in {"n1", "n2", "n3", "n4", "n6", "n7", "n8", "n9"}]
+    assert lexical_answers(store) == bm25_reference_answers(live)
+    store.clear()
+    assert _segments(store) == ((compacted, [], 0), [])
+    assert store.query_ids(VectorStoreQuery(query_str="notice", mode="text_search")) == ([], [])
+
+
+def test_a_filtered_search_of_the_whole_level_looks_hits_up_in_growing_batches(pg_server, monkeypatch):
+    # the best rows are looked up a batch at a time, with the filters; a filter few rows pass
+    # needs more batches, and must find exactly the rows BM25 over all rows finds under it
+    from llama_index_ext_recursive.query import FilteredQueryBundle
+    from llama_index_ext_recursive.retrievers.bm25 import MultilingualBM25Retriever
+
+    monkeypatch.setattr(pg_level, "FIRST_HITS", 1)
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
+    nodes = make_worded(40)
+    for node in nodes:
+        node.metadata["rare"] = "yes" if node.node_id in {"n3", "n31", "n38"} else "no"
+    store.add(nodes)
+    statements = []
+    event.listen(store.client, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    rare = MetadataFilters(filters=[MetadataFilter(key="rare", value="yes")])
+    words = f"{nodes[0].text} {nodes[3].text.split()[0]} {nodes[31].text.split()[0]}"
+    ids, _ = store.query_ids(VectorStoreQuery(query_str=words, similarity_top_k=2, filters=rare, mode="text_search"))
+    bm25 = MultilingualBM25Retriever(nodes=nodes, similarity_top_k=2, unknown_filter_key=None)
+    assert len(ids) == 2 and ids == list(bm25.scores_by_id(FilteredQueryBundle(words, filters=rare)))
+    assert len([s for s in statements if "%(seqs)s" in s]) > 1  # the first batch held too few
+
+
+def test_a_search_inside_a_change_reads_its_uncommitted_rows(pg_server, monkeypatch):
+    monkeypatch.setattr(pg_segments, "TAIL_ROWS", 4)
+    index = PostgresIndexStore.from_params(name=pg_server.table_name("idx"), dimension=DIM, **pg_server.params())
     _OPENED.append(index)
     index.chunks.add(make_worded(20))
-    threads = _statement_threads(index.chunks)
     query = VectorStoreQuery(query_str="zebra", similarity_top_k=3, mode="text_search")
+    other = _level(pg_server, name=index.chunks.name)
     with index.transaction():
         index.chunks.add([TextNode(id_="new", text="zebra", embedding=[1.0] + [0.0] * (DIM - 1))])
+        index.chunks.delete_nodes(["n0"])
         assert index.chunks.query_ids(query)[0] == ["new"]  # not committed: only its connection sees it
-    assert not [name for name in threads if "postgres-part" in name]
-    assert index.chunks.query_ids(query)[0] == ["new"]
+        assert other.query_ids(query)[0] == []
+    assert index.chunks.query_ids(query)[0] == ["new"] == other.query_ids(query)[0]
 
 
-def test_a_level_of_layout_2_is_refused_with_the_fix_and_upgraded_in_place_on_request(pg_server):
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_level_of_an_older_layout_is_refused_with_the_fix_and_upgraded_in_place_on_request(pg_server, version):
     name = pg_server.table_name("old")
     store = _level(pg_server, name, dimension=DIM, tokenizer=MultilingualTokenizer())
     live = apply_worded_changes(store)
-    with store.client.begin() as conn:  # what layout 2 was: postings indexed by term alone
-        conn.execute(text(f'DROP INDEX "public"."{name}_postings_term"'))
-        conn.execute(
-            text(f'CREATE INDEX "{name}_postings_term" ON "public"."{name}_postings" (term) INCLUDE (tf, length, seq)')
-        )
-        conn.execute(text(f'ALTER TABLE "public"."{name}_postings" DROP CONSTRAINT "{name}_postings_pkey"'))
+    with store.client.begin() as conn:  # what layout 3 was: no segments
+        conn.execute(text(f'DROP TABLE "public"."{name}_segments"'))
         conn.execute(
             text(
-                f'ALTER TABLE "public"."{name}_postings" ADD CONSTRAINT "{name}_postings_pkey" '
-                "PRIMARY KEY (doc_id, node_id, term)"
+                f'ALTER TABLE "public"."{name}_state" DROP COLUMN compacted_seq, DROP COLUMN segments, '
+                "DROP COLUMN dead_rows"
             )
         )
-        conn.execute(text(f'UPDATE "public"."{name}_state" SET format = 2'))
-    with pytest.raises(PostgresLevelError, match="layout version 2; this release reads version 3: pass upgrade=True"):
+        conn.execute(text(f'UPDATE "public"."{name}_state" SET format = 3'))
+    if version == 2:
+        with store.client.begin() as conn:  # and layout 2: postings indexed by term alone
+            conn.execute(text(f'DROP INDEX "public"."{name}_postings_term"'))
+            conn.execute(
+                text(
+                    f'CREATE INDEX "{name}_postings_term" ON "public"."{name}_postings" (term) INCLUDE (tf, length, seq)'
+                )
+            )
+            conn.execute(text(f'ALTER TABLE "public"."{name}_postings" DROP CONSTRAINT "{name}_postings_pkey"'))
+            conn.execute(
+                text(
+                    f'ALTER TABLE "public"."{name}_postings" ADD CONSTRAINT "{name}_postings_pkey" '
+                    "PRIMARY KEY (doc_id, node_id, term)"
+                )
+            )
+            conn.execute(text(f'UPDATE "public"."{name}_state" SET format = 2'))
+    with pytest.raises(
+        PostgresLevelError, match=f"layout version {version}; this release reads version 4: pass upgrade=True"
+    ):
         _level(pg_server, name)
     upgraded = _level(pg_server, name, upgrade=True)
     with upgraded.client.connect() as conn:
@@ -376,6 +449,8 @@ def test_a_level_of_layout_2_is_refused_with_the_fix_and_upgraded_in_place_on_re
         assert "(term, seq) INCLUDE (tf, length)" in definition.scalar_one()
         key = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": f"{name}_postings_pkey"})
         assert "(doc_id, term, node_id)" in key.scalar_one()
+    (compacted, listed, dead), numbers = _segments(upgraded)
+    assert listed == [{"id": 0, "rows": len(live)}] and numbers == [0] and dead == 0  # every row packed
     assert lexical_answers(upgraded) == bm25_reference_answers(live)
     assert _level(pg_server, name).node_count == len(live)  # opens as any level of this layout now
 
@@ -453,24 +528,25 @@ def test_sample_nodes_picks_about_that_many_rows_the_same_for_a_seed(pg_server):
     assert len(level.sample_nodes(5000)) == 3000  # fewer rows than asked: all of them
 
 
-def test_a_bm25_search_runs_with_the_work_memory_its_sums_need(pg_server, monkeypatch):
+def test_a_bm25_search_in_sql_runs_with_the_work_memory_its_sums_need(pg_server):
     # PostgreSQL's default work_mem spilled the sums by row to disk at 2M chunks (186k rows
-    # matched: 291 of 326 ms); each BM25 statement runs in a transaction with more
-    monkeypatch.setattr(pg_level, "PARTITION_ROWS", 1)
-    store = _level(pg_server, tokenizer=MultilingualTokenizer(), bm25_parts=2)
+    # matched: 291 of 326 ms); each BM25 statement that sums in SQL (routed, or restricted to
+    # node ids) runs in a transaction with more
+    store = _level(pg_server, tokenizer=MultilingualTokenizer())
     store.add(make_worded(30))
     seen = []
 
     def after(conn, cursor, statement, *_):
-        if "weights" in statement:  # the BM25 statements
+        if "weights" in statement:  # the BM25 statements that sum in SQL
             with cursor.connection.cursor() as check:
                 check.execute("SHOW work_mem")
                 seen.append(check.fetchone()[0])
 
     event.listen(store.client, "after_cursor_execute", after)
     routed = MetadataFilters(filters=[MetadataFilter(key="ref_doc_id", value="doc1")])
-    for filters in (None, routed):  # in parts, and one statement
+    for filters in (None, routed):  # the whole level (scored in the client), then in SQL
         store.query_ids(VectorStoreQuery(query_str="termination notice", filters=filters, mode="text_search"))
-    assert seen == [f"{pg_level.BM25_WORK_MEM_MB}MB"] * 3
+    store.query_ids(VectorStoreQuery(query_str="termination notice", node_ids=["n1", "n2"], mode="text_search"))
+    assert seen == [f"{pg_level.BM25_WORK_MEM_MB}MB"] * 2
     with store.client.connect() as conn:  # the setting ends with the search's transaction
         assert conn.exec_driver_sql("SHOW work_mem").scalar_one() == "4MB"

@@ -246,13 +246,13 @@ def test_async_retrieval_never_calls_the_database_on_the_event_loop(pg_server, m
     on_loop = []
     original = pg_level.read_only
 
-    def watched(engines):
+    def watched(engines, **kwargs):
         try:
             asyncio.get_running_loop()
             on_loop.append(True)
         except RuntimeError:
             pass
-        return original(engines)
+        return original(engines, **kwargs)
 
     monkeypatch.setattr(pg_level, "read_only", watched)
     monkeypatch.setattr(pg_index, "read_only", watched)
@@ -318,9 +318,9 @@ def test_a_query_makes_the_same_few_round_trips_whatever_the_corpus_size(pg_serv
     original = pg_level.read_only
     statements = []
 
-    def counted(engines):
+    def counted(engines, **kwargs):
         statements.append(1)
-        return original(engines)
+        return original(engines, **kwargs)
 
     trips = []
     for count in (10, 30):
@@ -350,9 +350,9 @@ def test_a_querys_independent_searches_run_at_once_except_inside_a_change(pg_ser
     original = pg_level.read_only
     threads = []
 
-    def watched(engines):
+    def watched(engines, **kwargs):
         threads.append(threading.current_thread().name)
-        return original(engines)
+        return original(engines, **kwargs)
 
     monkeypatch.setattr(pg_level, "read_only", watched)
     monkeypatch.setattr(pg_index, "read_only", watched)

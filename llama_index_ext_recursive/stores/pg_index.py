@@ -28,7 +28,6 @@ from typing import Any
 
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.stores.pg_level import (
-    BM25_PARTS,
     PostgresLevelError,
     PostgresLevelStore,
     concurrent_reads,
@@ -73,8 +72,6 @@ class PostgresIndexStore:
         hnsw: an HNSW index on each level's vectors (``False``: exact scans).
         upgrade: upgrade levels of an older layout in place (:class:`~.pg_level.PostgresLevelStore`'s
             ``upgrade``); ``False``: they are refused with the version and this fix.
-        bm25_parts: statements a BM25 search of a whole large level runs as, at once
-            (:class:`~.pg_level.PostgresLevelStore`'s ``bm25_parts``).
     """
 
     def __init__(
@@ -87,7 +84,6 @@ class PostgresIndexStore:
         tokenizer: MultilingualTokenizer | None = None,
         hnsw: bool = True,
         upgrade: bool = False,
-        bm25_parts: int = BM25_PARTS,
     ) -> None:
         if len(identifier("name", name)) > 40:
             raise ValueError(f"name {name!r} is longer than 40 characters; the tables add suffixes to it")
@@ -120,7 +116,6 @@ class PostgresIndexStore:
                     tokenizer=tokenizer,
                     hnsw=hnsw,
                     upgrade=upgrade,
-                    bm25_parts=bm25_parts,
                 )
                 for part in ("chunks", "summaries")
             )
