@@ -117,7 +117,13 @@ try:
     from sqlalchemy.dialects.postgresql import ARRAY, JSONB
     from sqlalchemy.engine import Connection
 
-    from llama_index_ext_recursive.stores.pg_segments import Segments, best_first, bm25_by_row, segments_table
+    from llama_index_ext_recursive.stores.pg_segments import (
+        Segments,
+        best_first,
+        bm25_by_row,
+        read_found,
+        segments_table,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "PostgresLevelStore needs the postgres extra: pip install 'llama-index-ext-recursive[postgres]'"
@@ -633,7 +639,10 @@ class PostgresLevelStore(LevelStore):
         t = self._tables
         level = t.level
         with read_only(self._engines, snapshot=True) as conn:
-            found = conn.execute(t.packed.search(), {"terms": list(counts), "counts": list(counts.values())}).all()
+            search = self._compiled(("bm25 segments",), t.packed.search, conn.dialect)
+            found = read_found(
+                conn, search.sql, search.parameters({"terms": list(counts), "counts": list(counts.values())})
+            )
             seqs, scores = bm25_by_row(found, K1, B)
             hits: list[tuple[str, str, float, int]] = []
             looked, batch = 0, max(FIRST_HITS, 2 * (k or 0))
@@ -742,14 +751,19 @@ class PostgresLevelStore(LevelStore):
             if setup:
                 conn.exec_driver_sql(setup)
             return list(conn.execute(build(), params).all())
+        compiled = self._compiled(shape, build, conn.dialect, setup)
+        return list(conn.exec_driver_sql(compiled.sql, compiled.parameters(params)).all())
+
+    def _compiled(self, shape: Any, build: Callable[[], Any], dialect: Any, setup: str = "") -> _Compiled:
+        """The statement of ``shape`` (:func:`_shape`), built and compiled on first use."""
         shapes = self._shapes
         compiled = shapes.get(shape)
         if compiled is None:
-            compiled = _Compiled.of(build(), conn.dialect, setup)
+            compiled = _Compiled.of(build(), dialect, setup)
             if len(shapes) >= _SHAPES_KEPT:
                 shapes.clear()  # one step (searches of one query run in several threads)
             shapes[shape] = compiled
-        return list(conn.exec_driver_sql(compiled.sql, compiled.parameters(params)).all())
+        return compiled
 
     def get_nodes(
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any

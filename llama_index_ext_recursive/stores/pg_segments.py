@@ -29,10 +29,12 @@ the postings, which drops them.
 
 from __future__ import annotations
 
+import io
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import (
@@ -55,7 +57,17 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.engine import Connection
 
-__all__ = ["MERGE_FAN", "POSTING", "TAIL_ROWS", "Segments", "best_first", "bm25_by_row", "segments_table"]
+__all__ = [
+    "MERGE_FAN",
+    "POSTING",
+    "TAIL_ROWS",
+    "Found",
+    "Segments",
+    "best_first",
+    "bm25_by_row",
+    "read_found",
+    "segments_table",
+]
 
 TAIL_ROWS = 20_000  # rows added since the last segment that a write packs into a new one
 MERGE_FAN = 8  # segments of one size tier merged into one
@@ -215,7 +227,85 @@ def _next_number(listed: list[dict[str, int]]) -> int:
     return max((s["id"] for s in listed), default=-1) + 1
 
 
-def bm25_by_row(found: Sequence[Any], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+class Found(NamedTuple):
+    """A row of :meth:`Segments.search`: one query term's postings of one segment, or of the tail."""
+
+    term: str
+    n: int
+    df: int
+    postings: memoryview | None
+    live_rows: int
+    total_length: int
+
+
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+def read_found(conn: Connection, sql: str, params: dict[str, Any]) -> list[Found]:
+    """The rows of the search statement (``sql`` compiled for the driver, with ``params``), read
+    by ``COPY (...) TO STDOUT (FORMAT binary)``: psycopg2 reads ``bytea`` as hex text, which took
+    20 of the 23 ms of reading a 2M-chunk search's 3 MB of postings; binary, 2 to 3 ms. The
+    parameters are bound by the driver (``mogrify``: its own quoting, as for any statement)."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        query = cursor.mogrify(sql, params)
+        out = io.BytesIO()
+        cursor.copy_expert(b"COPY (" + query + b") TO STDOUT (FORMAT binary)", out)
+    finally:
+        cursor.close()
+    return [
+        Found(
+            term=_text(term),
+            n=_integer(n),
+            df=_integer(df),
+            postings=postings,
+            live_rows=_integer(live),
+            total_length=_integer(total),
+        )
+        for term, n, df, _segment, postings, live, total in _binary_rows(out.getbuffer())
+    ]
+
+
+def _integer(field: memoryview | None) -> int:
+    return int.from_bytes(_present(field), "big", signed=True)
+
+
+def _text(field: memoryview | None) -> str:
+    return bytes(_present(field)).decode()
+
+
+def _present(field: memoryview | None) -> memoryview:
+    if field is None:
+        raise ValueError("a BM25 search read NULL where a term or the level's statistics should be")
+    return field
+
+
+def _binary_rows(data: memoryview) -> list[list[memoryview | None]]:
+    """The fields of each row of PostgreSQL's binary COPY format (``None``: NULL)."""
+    if bytes(data[: len(_COPY_SIGNATURE)]) != _COPY_SIGNATURE:
+        raise ValueError("not PostgreSQL's binary COPY format")
+    position = len(_COPY_SIGNATURE) + 4  # the flags
+    (extension,) = struct.unpack_from(">i", data, position)
+    position += 4 + extension
+    rows: list[list[memoryview | None]] = []
+    while True:
+        (count,) = struct.unpack_from(">h", data, position)
+        position += 2
+        if count == -1:
+            return rows
+        row: list[memoryview | None] = []
+        for _ in range(count):
+            (size,) = struct.unpack_from(">i", data, position)
+            position += 4
+            if size == -1:
+                row.append(None)
+            else:
+                row.append(data[position : position + size])
+                position += size
+        rows.append(row)
+
+
+def bm25_by_row(found: Sequence[Found], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
     """BM25 of each row the postings in ``found`` (:meth:`Segments.search`'s rows) match:
     ``(seqs, scores)``, ``seqs`` ascending, in bm25s' arithmetic (method ``lucene``) in double
     precision, as the SQL of a routed search computes it."""
