@@ -73,6 +73,38 @@ def test_bm25_answers_equal_the_bm25_retriever_through_changes(pg_server):
     assert lexical_answers(columnar) == reference
 
 
+def _graph(store):
+    """The definition of the level's HNSW index."""
+    with store.client.connect() as conn:
+        return conn.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": f"{store.name}_embedding"}
+        ).scalar_one()
+
+
+def test_the_hnsw_graph_is_half_precision_by_default_and_answers_rank_in_full_precision(pg_server):
+    # the graph over halfvec finds candidates; the scores and the order are full precision
+    # (dense_answers keeps 5 decimals, which halfvec's 3 significant digits would not match)
+    reference = dense_answers(apply_changes(ColumnarVectorStore()))
+    half = apply_changes(_level(pg_server))
+    assert "halfvec(8)) halfvec_ip_ops" in _graph(half)
+    assert dense_answers(half) == reference
+    full = apply_changes(_level(pg_server, halfvec=False))
+    assert "(embedding vector_ip_ops)" in _graph(full)
+    assert dense_answers(full) == reference
+    # a level made before the setting existed has a full-precision graph, and is searched so
+    with half.client.begin() as conn:
+        conn.execute(text(f'DROP INDEX "public"."{half.name}_embedding"'))
+        conn.execute(
+            text(f'CREATE INDEX "{half.name}_embedding" ON "public"."{half.name}" USING hnsw (embedding vector_ip_ops)')
+        )
+        conn.execute(text(f'UPDATE "public"."{half.name}_state" SET config = config - \'hnsw\''))
+    older = _level(pg_server, name=half.name)
+    statements = []
+    event.listen(older.client, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    assert dense_answers(older) == reference
+    assert statements and not [s for s in statements if "halfvec" in s.lower()]
+
+
 def test_another_process_sees_every_committed_change_and_the_same_answers(pg_server):
     name = pg_server.table_name("lvl")
     writer = _level(pg_server, name, dimension=DIM, tokenizer=MultilingualTokenizer())
@@ -283,6 +315,8 @@ def test_the_hnsw_build_asks_for_memory_that_holds_the_graph_within_bounds():
     # 500k 384-d vectors take 732 MiB alone: the build must ask for more than that
     assert 4 * 384 * 500_000 / 2**20 < hnsw_build_memory_mb(500_000, 384) < most
     assert hnsw_build_memory_mb(4_000_000, 1536) == most
+    # a halfvec graph holds 2 bytes a value: less memory for the same rows
+    assert least < hnsw_build_memory_mb(500_000, 384, 2) < hnsw_build_memory_mb(500_000, 384)
     sizes = [hnsw_build_memory_mb(rows, 384) for rows in (10_000, 200_000, 500_000, 1_000_000, 2_000_000)]
     assert sizes == sorted(sizes)
 

@@ -70,6 +70,8 @@ class PostgresIndexStore:
         tokenizer: the BM25 tokenizer of both levels (default: ``MultilingualTokenizer()``
             for a new index; an existing one keeps its own).
         hnsw: an HNSW index on each level's vectors (``False``: exact scans).
+        halfvec: those indexes in half precision, candidates re-ranked in full
+            (:class:`~.pg_level.PostgresLevelStore`'s ``halfvec``).
         upgrade: upgrade levels of an older layout in place (:class:`~.pg_level.PostgresLevelStore`'s
             ``upgrade``); ``False``: they are refused with the version and this fix.
     """
@@ -83,6 +85,7 @@ class PostgresIndexStore:
         dimension: int | None = None,
         tokenizer: MultilingualTokenizer | None = None,
         hnsw: bool = True,
+        halfvec: bool = True,
         upgrade: bool = False,
     ) -> None:
         if len(identifier("name", name)) > 40:
@@ -115,6 +118,7 @@ class PostgresIndexStore:
                     dimension=dimension,
                     tokenizer=tokenizer,
                     hnsw=hnsw,
+                    halfvec=halfvec,
                     upgrade=upgrade,
                 )
                 for part in ("chunks", "summaries")

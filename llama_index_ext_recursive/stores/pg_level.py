@@ -15,7 +15,8 @@ Tables, for a level named ``name`` (a plain identifier) in ``schema``:
   order rows were added: equal scores go to the earlier row, as in the embedded store),
   ``node`` (the node's JSON without its vector), ``metadata`` (``jsonb``: what filters see,
   ``ref_doc_id`` included), ``embedding`` (unit length: scores are inner products, which
-  are cosine similarities), ``length`` (its BM25 token count) and ``link`` (an
+  are cosine similarities; an HNSW graph over them in half precision finds candidates,
+  ranked in full), ``length`` (its BM25 token count) and ``link`` (an
   ``IndexNode``'s ``index_id``). The primary key is ``(doc_id, node_id)``, so the table
   can be distributed by document (Citus) with a document's rows together; ``seq`` is
   indexed too, to turn BM25's best rows into ids. Vectors are kept in the row (storage
@@ -93,7 +94,7 @@ from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 from llama_index_ext_recursive.validation import check_count
 
 try:
-    from pgvector.sqlalchemy import Vector
+    from pgvector.sqlalchemy import HALFVEC, Vector
     from sqlalchemy import (
         JSON,
         BigInteger,
@@ -106,6 +107,7 @@ try:
         Table,
         Text,
         bindparam,
+        cast,
         delete,
         func,
         literal,
@@ -156,6 +158,8 @@ _BM25_MEMORY = f"SET LOCAL work_mem = '{BM25_WORK_MEM_MB}MB'; "
 # hits of a BM25 search of the whole level looked up at first (more, in growing batches, while
 # deleted rows or filters leave fewer than k)
 FIRST_HITS = 64
+# candidates a search of a halfvec graph re-ranks in full precision, per row asked for
+HALFVEC_CANDIDATES = 4
 _HIT_REFS_KEPT = 65_536  # hits whose doc_id a store keeps for ref_doc_ids (a few MB)
 
 
@@ -177,6 +181,11 @@ class PostgresLevelStore(LevelStore):
         tokenizer: the BM25 tokenizer (``None``: no BM25, or the one the tables were
             created with). A different one than the tables' is refused.
         hnsw: create an HNSW index (inner product) on the vectors; ``False``: exact scans.
+        halfvec: that index over the vectors in half precision (pgvector's ``halfvec``; the
+            rows keep full precision), its :data:`HALFVEC_CANDIDATES` times k best re-ranked
+            exactly: at 200k chunks the same recall@10 as a full-precision graph (0.790 against
+            0.788), 57% of its size, 2.5 against 4.1 ms a search. ``hnsw`` and ``halfvec``
+            shape a level being created; an existing level keeps its own index.
         upgrade: upgrade a level of an older layout in place (it rebuilds an index of the
             postings: minutes at millions of rows; processes of the older release then refuse
             it); ``False``: such a level is refused with the version and this fix.
@@ -198,6 +207,7 @@ class PostgresLevelStore(LevelStore):
     _shapes: dict[Any, _Compiled] = PrivateAttr(default_factory=dict)
     _index_store: Any = PrivateAttr(default=None)
     _bulk_loading: bool = PrivateAttr(default=False)  # segments are made once at the end
+    _halfvec: bool = PrivateAttr(default=False)  # its HNSW graph is over halfvec
 
     def __init__(
         self,
@@ -208,6 +218,7 @@ class PostgresLevelStore(LevelStore):
         dimension: int | None = None,
         tokenizer: MultilingualTokenizer | None = None,
         hnsw: bool = True,
+        halfvec: bool = True,
         upgrade: bool = False,
     ) -> None:
         if len(identifier("name", name)) > 50:
@@ -228,12 +239,14 @@ class PostgresLevelStore(LevelStore):
                     "dimension": check_count("dimension", dimension),
                     "tokenizer": None if tokenizer is None else tokenizer.to_dict(),
                     "bm25": BM25,
+                    "hnsw": ("halfvec" if halfvec else "vector") if hnsw else None,
                 }
-                _create(conn, self.schema_name, name, config, hnsw)
+                _create(conn, self.schema_name, name, config)
             _check_config(config, f"{schema}.{name}", dimension, tokenizer)
         self._dimension = int(config["dimension"])
         self._tokenizer = None if config["tokenizer"] is None else MultilingualTokenizer.from_dict(config["tokenizer"])
         self._tables = _Tables(self.schema_name, name, self._dimension)
+        self._halfvec = config.get("hnsw") == "halfvec"  # levels made before the key have full precision
 
     @classmethod
     def from_params(
@@ -406,10 +419,10 @@ class PostgresLevelStore(LevelStore):
             with self._engines.engine.begin() as conn, unbounded_statements(conn):  # minutes at millions of rows
                 if has_index:
                     rows = conn.execute(select(t.state.c.live_rows)).scalar_one()
-                    memory = hnsw_build_memory_mb(rows, self._dimension)
+                    memory = hnsw_build_memory_mb(rows, self._dimension, 2 if self._halfvec else 4)
                     logger.info("building the HNSW index of %s over %d rows with %d MB", self.name, rows, memory)
                     conn.exec_driver_sql(f"SET LOCAL maintenance_work_mem = '{memory}MB'")
-                    _create_hnsw(conn, t)
+                    _create_hnsw(conn, t, self._halfvec)
                 # planner statistics now, not when autovacuum gets to it: without them BM25 read every
                 # posting (252 ms at 20k chunks, 9.8 ms after ANALYZE; benchmarks/scale_postgres.py)
                 conn.exec_driver_sql(
@@ -583,8 +596,13 @@ class PostgresLevelStore(LevelStore):
         if documents is not None:
             params["documents"] = sorted(documents)
 
+        half = self._halfvec and documents is None
+        if half:
+            params["candidates"] = None if params["k"] is None else params["k"] * HALFVEC_CANDIDATES
+
         def build() -> Any:
-            distance = level.c.embedding.max_inner_product(bindparam("vector", type_=Vector(self._dimension)))
+            queried = bindparam("vector", type_=Vector(self._dimension))
+            distance = level.c.embedding.max_inner_product(queried)
             stmt = select(level.c.node_id, level.c.doc_id, (-distance).label("score"), level.c.seq).where(
                 self._where(query.node_ids, rest)
             )
@@ -593,6 +611,11 @@ class PostgresLevelStore(LevelStore):
                 # all (exactly: "+ 0" keeps the HNSW index out, whose scan would wade through other documents)
                 stmt = stmt.where(level.c.doc_id == func.any(bindparam("documents", type_=ARRAY(Text))))
                 stmt = stmt.order_by(distance + 0)
+            elif half:  # the graph's best candidates in half precision, ranked in full
+                halfvec = HALFVEC(self._dimension)
+                approximate = cast(level.c.embedding, halfvec).max_inner_product(cast(queried, halfvec))
+                candidates = stmt.order_by(approximate).limit(bindparam("candidates", type_=Integer)).subquery()
+                stmt = select(candidates).order_by(candidates.c.score.desc(), candidates.c.seq)
             else:
                 stmt = stmt.order_by(distance)
             return stmt.limit(bindparam("k", type_=Integer))
@@ -994,7 +1017,7 @@ class _Tables:
 
     def __init__(self, schema: str, name: str, dimension: int) -> None:
         meta = MetaData(schema=schema)
-        self.schema, self.name = schema, name
+        self.schema, self.name, self.dimension = schema, name, dimension
         self.level = Table(
             name,
             meta,
@@ -1177,7 +1200,7 @@ def _check_config(
         )
 
 
-def _create(conn: Connection, schema: str, name: str, config: dict[str, Any], hnsw: bool) -> None:
+def _create(conn: Connection, schema: str, name: str, config: dict[str, Any]) -> None:
     """Create the level's tables, indexes and state row (in the caller's transaction)."""
     conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
     tables = _Tables(schema, name, int(config["dimension"]))
@@ -1193,8 +1216,8 @@ def _create(conn: Connection, schema: str, name: str, config: dict[str, Any], hn
     conn.exec_driver_sql(f'CREATE INDEX "{name}_links" ON {q("level")} (node_id) INCLUDE (link) WHERE link IS NOT NULL')
     _postings_by_term(conn, tables)
     _segments_storage(conn, tables)
-    if hnsw:
-        _create_hnsw(conn, tables)
+    if config["hnsw"] is not None:
+        _create_hnsw(conn, tables, config["hnsw"] == "halfvec")
     conn.execute(
         tables.state.insert().values(
             format=FORMAT_VERSION,
@@ -1220,20 +1243,20 @@ def _segments_storage(conn: Connection, tables: _Tables) -> None:
 HNSW_BUILD_MEMORY_MB = (512, 4096)  # the least and the most a bulk load's HNSW build asks for
 
 
-def hnsw_build_memory_mb(rows: int, dimension: int) -> int:
-    """``maintenance_work_mem`` for building the HNSW graph of ``rows`` vectors at once: enough to
-    hold it (the vectors and about 256 bytes of neighbours a row, a fifth more for slack), within
+def hnsw_build_memory_mb(rows: int, dimension: int, value_bytes: int = 4) -> int:
+    """``maintenance_work_mem`` for building the HNSW graph of ``rows`` vectors (of ``value_bytes``
+    a value: 2 for ``halfvec``) at once: enough to hold it (the vectors and about 256 bytes of
+    neighbours a row, a fifth more for slack), within
     :data:`HNSW_BUILD_MEMORY_MB`. A graph that outgrows it is built far more slowly (pgvector's
     notice): at 500k 384-d rows with 512 MB the build took about 10 minutes where 200k took under one."""
-    needed = math.ceil(rows * (4 * dimension + 256) * 1.2 / 2**20)
+    needed = math.ceil(rows * (value_bytes * dimension + 256) * 1.2 / 2**20)
     least, most = HNSW_BUILD_MEMORY_MB
     return max(least, min(most, needed))
 
 
-def _create_hnsw(conn: Connection, tables: _Tables) -> None:
-    conn.exec_driver_sql(
-        f'CREATE INDEX "{tables.name}_embedding" ON {tables.qualified("level")} USING hnsw (embedding vector_ip_ops)'
-    )
+def _create_hnsw(conn: Connection, tables: _Tables, halfvec: bool) -> None:
+    graph = f"(embedding::halfvec({tables.dimension})) halfvec_ip_ops" if halfvec else "embedding vector_ip_ops"
+    conn.exec_driver_sql(f'CREATE INDEX "{tables.name}_embedding" ON {tables.qualified("level")} USING hnsw ({graph})')
 
 
 def _exists(conn: Connection, schema: str, relation: str) -> bool:
