@@ -445,31 +445,21 @@ def test_a_level_of_an_older_layout_is_refused_with_the_fix_and_upgraded_in_plac
     name = pg_server.table_name("old")
     store = _level(pg_server, name, dimension=DIM, tokenizer=MultilingualTokenizer())
     live = apply_worded_changes(store)
-    with store.client.begin() as conn:  # what layout 3 was: no segments
-        conn.execute(text(f'DROP TABLE "public"."{name}_segments"'))
-        conn.execute(
-            text(
-                f'ALTER TABLE "public"."{name}_state" DROP COLUMN compacted_seq, DROP COLUMN segments, '
-                "DROP COLUMN dead_rows"
-            )
-        )
-        conn.execute(text(f'UPDATE "public"."{name}_state" SET format = 3'))
-    if version == 2:
-        with store.client.begin() as conn:  # and layout 2: postings indexed by term alone
-            conn.execute(text(f'DROP INDEX "public"."{name}_postings_term"'))
-            conn.execute(
-                text(
-                    f'CREATE INDEX "{name}_postings_term" ON "public"."{name}_postings" (term) INCLUDE (tf, length, seq)'
-                )
-            )
-            conn.execute(text(f'ALTER TABLE "public"."{name}_postings" DROP CONSTRAINT "{name}_postings_pkey"'))
-            conn.execute(
-                text(
-                    f'ALTER TABLE "public"."{name}_postings" ADD CONSTRAINT "{name}_postings_pkey" '
-                    "PRIMARY KEY (doc_id, node_id, term)"
-                )
-            )
-            conn.execute(text(f'UPDATE "public"."{name}_state" SET format = 2'))
+    layout_3 = [  # what layout 3 was: no segments
+        f'DROP TABLE "public"."{name}_segments"',
+        f'ALTER TABLE "public"."{name}_state" DROP COLUMN compacted_seq, DROP COLUMN segments, DROP COLUMN dead_rows',
+        f'UPDATE "public"."{name}_state" SET format = 3',
+    ]
+    layout_2 = [  # and layout 2: postings indexed by term alone, keyed by (doc_id, node_id, term)
+        f'DROP INDEX "public"."{name}_postings_term"',
+        f'CREATE INDEX "{name}_postings_term" ON "public"."{name}_postings" (term) INCLUDE (tf, length, seq)',
+        f'ALTER TABLE "public"."{name}_postings" DROP CONSTRAINT "{name}_postings_pkey"',
+        f'ALTER TABLE "public"."{name}_postings" ADD CONSTRAINT "{name}_postings_pkey" PRIMARY KEY (doc_id, node_id, term)',
+        f'UPDATE "public"."{name}_state" SET format = 2',
+    ]
+    with store.client.begin() as conn:
+        for statement in layout_3 + (layout_2 if version == 2 else []):
+            conn.execute(text(statement))
     with pytest.raises(
         PostgresLevelError, match=f"layout version {version}; this release reads version 4: pass upgrade=True"
     ):
