@@ -574,3 +574,21 @@ def test_a_bm25_search_in_sql_runs_with_the_work_memory_its_sums_need(pg_server)
     assert seen == [f"{pg_level.BM25_WORK_MEM_MB}MB"] * 2
     with store.client.connect() as conn:  # the setting ends with the search's transaction
         assert conn.exec_driver_sql("SHOW work_mem").scalar_one() == "4MB"
+
+
+def test_a_whole_level_bm25_search_past_the_statement_timeout_is_a_timeout_error_then_answers(pg_server):
+    # the search reads its packed postings by COPY, past SQLAlchemy: its timeout must still be the
+    # package's error, and the store must answer once the server does
+    from llama_index_ext_recursive.stores.postgres import PostgresTimeoutError
+
+    store = _level(pg_server, tokenizer=MultilingualTokenizer(), statement_timeout=1)
+    store.add(make_worded(30))
+    query = VectorStoreQuery(query_str="termination notice", similarity_top_k=3, mode="text_search")
+    expected = store.query_ids(query)
+    assert expected[0]
+    with store.client.connect() as holder:  # another session holds the segments until it ends
+        holder.exec_driver_sql(f'LOCK TABLE "public"."{store.name}_segments" IN ACCESS EXCLUSIVE MODE')
+        with pytest.raises(PostgresTimeoutError, match="statement_timeout=1 s"):
+            store.query_ids(query)
+        holder.rollback()
+    assert store.query_ids(query) == expected

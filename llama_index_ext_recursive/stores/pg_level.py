@@ -85,6 +85,7 @@ from llama_index_ext_recursive.stores.pg_filters import (
 )
 from llama_index_ext_recursive.stores.postgres import (
     PostgresEngines,
+    driver_errors,
     identifier,
     postgres_engines,
     unbounded_statements,
@@ -663,9 +664,10 @@ class PostgresLevelStore(LevelStore):
         level = t.level
         with read_only(self._engines, snapshot=True) as conn:
             search = self._compiled(("bm25 segments",), t.packed.search, conn.dialect)
-            found = read_found(
-                conn, search.sql, search.parameters({"terms": list(counts), "counts": list(counts.values())})
-            )
+            with driver_errors(self._engines, conn):
+                found = read_found(
+                    conn, search.sql, search.parameters({"terms": list(counts), "counts": list(counts.values())})
+                )
             seqs, scores = bm25_by_row(found, K1, B)
             hits: list[tuple[str, str, float, int]] = []
             looked, batch = 0, max(FIRST_HITS, 2 * (k or 0))

@@ -179,6 +179,22 @@ class PostgresTimeoutError(LlamaIndexExtRecursiveError, TimeoutError):
         )
 
 
+@contextmanager
+def driver_errors(engines: PostgresEngines, conn: Any) -> Iterator[None]:
+    """Errors of a call made on the SQLAlchemy connection ``conn``'s driver connection itself
+    (``COPY``, which SQLAlchemy has no call for) as SQLAlchemy's ``handle_error`` hook makes them:
+    a timeout is a :class:`PostgresTimeoutError`, and a connection that timed out or broke is
+    discarded by the pool."""
+    try:
+        yield
+    except psycopg2.Error as error:
+        if isinstance(error, psycopg2.OperationalError):  # cut by the watchdog, or lost
+            conn.invalidate(error)
+        if isinstance(error, _ClientTimeout) or (error.pgcode == _QUERY_CANCELED and "statement timeout" in str(error)):
+            raise engines.timeouts.error("statement_timeout") from error
+        raise
+
+
 class TextQueryTooLongError(LlamaIndexExtRecursiveError, ValueError):
     """A text search query holds more distinct words than ``max_text_query_words``."""
 
@@ -324,6 +340,10 @@ class _WatchedCursor(psycopg2.extensions.cursor):
     def executemany(self, query: Any, vars_list: Any) -> None:
         with _WATCHDOG.watch(self.connection):
             super().executemany(query, vars_list)
+
+    def copy_expert(self, sql: Any, file: Any, size: int = 8192) -> None:
+        with _WATCHDOG.watch(self.connection):
+            super().copy_expert(sql, file, size)
 
 
 def _psycopg2_creator(params: dict[str, Any], timeouts: _Timeouts) -> Callable[[], Any]:
