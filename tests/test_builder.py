@@ -11,10 +11,12 @@ import pytest
 from conftest import DIM, LexicalEmbedding, topic_nodes
 from llama_index.core import Document
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import IndexNode, TextNode
+from llama_index.core.schema import IndexNode, MetadataMode, TextNode
 
 from llama_index_ext_recursive import RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive.build import (
+    DOCUMENT_CONTEXT_KEY,
+    ChunkContext,
     ChunkedNodes,
     NodeGroups,
     SummaryEmbedding,
@@ -294,3 +296,40 @@ def test_default_parser_chunks_ordinary_text_exactly_as_upstream():
     ours = default_node_parser().split_text(text)
     assert ours == SentenceSplitter(chunk_size=256, chunk_overlap=32).split_text(text)
     assert np.mean([len(c) for c in ours]) > 500
+
+
+# ------------------------------------------------------------ document context
+def _chunks(metadata: dict, excluded: list[str], texts=("The queen lays eggs.", "Workers gather nectar.")):
+    return [
+        TextNode(
+            id_=f"{metadata['doc_id']}-{i}",
+            text=t,
+            metadata=dict(metadata),
+            excluded_embed_metadata_keys=list(excluded),
+        )
+        for i, t in enumerate(texts)
+    ]
+
+
+def test_title_context_is_embedded_and_bm25_indexed_but_not_shown_to_the_llm():
+    user = _chunks({"doc_id": "d1", "title": "Honeybee colonies"}, excluded=["title"])
+    built = build_documents(group_nodes(user, "doc_id"), "doc_id", chunk_context=ChunkContext.TITLE)
+    for chunk in built.chunk_nodes:
+        assert chunk.metadata[DOCUMENT_CONTEXT_KEY] == "Honeybee colonies"
+        assert "Honeybee colonies" in chunk.get_content(metadata_mode=MetadataMode.EMBED)
+        assert f"{DOCUMENT_CONTEXT_KEY}: " not in chunk.get_content(metadata_mode=MetadataMode.LLM)
+    assert all(DOCUMENT_CONTEXT_KEY not in n.metadata for n in user)  # the user's nodes are untouched
+    # the content hash does not depend on the setting: an update compares it with the stored one
+    plain = build_documents(group_nodes(user, "doc_id"), "doc_id", chunk_context=ChunkContext.NONE)
+    assert plain.records["d1"].content_hash == built.records["d1"].content_hash
+    assert all(DOCUMENT_CONTEXT_KEY not in c.metadata for c in plain.chunk_nodes)
+
+
+def test_title_context_is_not_added_twice_nor_from_a_bare_id_nor_over_the_users_key():
+    shown = _chunks({"doc_id": "d1", "title": "Honeybee colonies"}, excluded=[])  # the title is embedded already
+    untitled = _chunks({"doc_id": "3f2a9c"}, excluded=[])  # only an id: nothing a model can read
+    own = _chunks({"doc_id": "d3", "title": "Solar", DOCUMENT_CONTEXT_KEY: "mine"}, excluded=["title"])
+    built = build_documents(group_nodes(shown + untitled + own, "doc_id"), "doc_id", chunk_context="title")
+    by_doc = {d: [c for c in built.chunk_nodes if c.ref_doc_id == d] for d in ("d1", "3f2a9c", "d3")}
+    assert all(DOCUMENT_CONTEXT_KEY not in c.metadata for c in by_doc["d1"] + by_doc["3f2a9c"])
+    assert [c.metadata[DOCUMENT_CONTEXT_KEY] for c in by_doc["d3"]] == ["mine", "mine"]

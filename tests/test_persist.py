@@ -47,6 +47,7 @@ from llama_index_ext_recursive.persist import (
     read_index,
     write_index,
 )
+from llama_index_ext_recursive.recursive.build import DOCUMENT_CONTEXT_KEY, ChunkContext
 from llama_index_ext_recursive.recursive.persist import load_summary_cache
 
 TESTS = Path(__file__).resolve().parent
@@ -951,3 +952,26 @@ def test_the_rows_database_beside_the_generations_is_part_of_the_index_folder(tm
     (tmp_path / "mine" / ROWS_DATABASE.replace(".sqlite3", ".db")).write_text("a user's file")
     with pytest.raises(PersistError, match="not empty"), write_index(tmp_path / "mine", "ColumnarVectorStore"):
         pass
+
+
+def test_chunk_context_survives_a_round_trip_and_an_index_from_before_it_keeps_none(tmp_path):
+    nodes = topic_nodes()
+    for node in nodes:  # titles kept out of the embedded text, as many readers do
+        node.excluded_embed_metadata_keys = ["title"]
+    retriever = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical_model(), similarity_top_k=4)
+    assert retriever.index.chunk_context == ChunkContext.TITLE
+    retriever.persist(tmp_path / "idx")
+    loaded = KINDS["recursive"].load(tmp_path / "idx")
+    assert loaded.index.chunk_context == ChunkContext.TITLE
+    hit = loaded.retrieve("queen eggs")[0].node
+    assert hit.metadata[DOCUMENT_CONTEXT_KEY] == hit.metadata["title"]
+    # an index persisted before the setting existed was built without context, and its updates stay so
+    path = current_generation(tmp_path / "idx") / "index.json"
+    _edit_json(path, _params(lambda r: {k: v for k, v in r.items() if k != "chunk_context"}))
+    rehash(tmp_path / "idx")
+    older = KINDS["recursive"].load(tmp_path / "idx")
+    assert older.index.chunk_context == ChunkContext.NONE
+    added = TextNode(id_="new-0", text="Drones mate with the queen.", metadata={"doc_id": "new", "title": "Drones"})
+    added.excluded_embed_metadata_keys = ["title"]
+    older.add_nodes([added])
+    assert DOCUMENT_CONTEXT_KEY not in older.index.docstore.get_node("new-0").metadata

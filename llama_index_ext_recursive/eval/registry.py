@@ -190,8 +190,11 @@ def upstream_recursive(ctx: BuildContext) -> BaseRetriever:
 
 
 def _recursive(ctx: BuildContext, **options: Any) -> BaseRetriever:
+    """Ours over the context's nodes without their vectors: it embeds each chunk as it represents
+    it (with its document's title, :class:`~llama_index_ext_recursive.recursive.build.ChunkContext`),
+    as a build from documents does; the shared cache answers every text embedded before."""
     return RecursiveSummaryRetriever.from_nodes(
-        ctx.nodes,
+        [node.model_copy(update={"embedding": None}) for node in ctx.nodes],
         doc_id_key=ctx.doc_id_key,
         embed_model=ctx.embed_model,
         similarity_top_k=ctx.top_k,

@@ -55,8 +55,28 @@ ROUTING_KEY = "ref_doc_id"  # set by every LlamaIndex vector store from the SOUR
 DOC_ID_KEY = "doc_id"  # the metadata key a document id is read from (and written to) by default
 SUMMARY_PREFIX = "summary::"
 ORIGINAL_REF_KEY = "original_ref_doc_id"
+DOCUMENT_CONTEXT_KEY = "document"  # ChunkContext: the document's title, embedded with the chunk
 SENTENCE_WINDOW = 100_000  # characters the sentence tokenizer sees at once (~0.2 s)
 _NAMED = 5  # ids a warning or error lists before "... and N more"
+
+
+class ChunkContext(str, Enum):
+    """What of its document each chunk is searched by, besides its own text.
+
+    ``title`` (default): the document's title, under the metadata key
+    :data:`DOCUMENT_CONTEXT_KEY`, which the chunk's embedded text (dense and
+    BM25) includes and its LLM text does not, unless that text already shows
+    the title (the user's nodes embed a ``title`` key, or the title is in the
+    text). A clause that is the same boilerplate in every contract, or a
+    paragraph that never names its article, is then found through the
+    document it belongs to, whatever metadata the user's nodes embed
+    (Anthropic's contextual retrieval, without an LLM). ``none``: the chunk as
+    the user built it. Measured on every shared dataset in docs/BENCHMARKS.md.
+    Chunks that carry their own embedding keep it: only BM25 sees the title.
+    """
+
+    NONE = "none"
+    TITLE = "title"
 
 
 class SummaryEmbedding(str, Enum):
@@ -658,11 +678,36 @@ def _shared_metadata(chunks: Sequence[BaseNode]) -> dict[str, Any]:
 
 
 def _title(doc_id: str, chunks: Sequence[BaseNode]) -> str:
+    return _metadata_title(chunks) or doc_id
+
+
+def _metadata_title(chunks: Sequence[BaseNode]) -> str | None:
     for key in ("title", "file_name", "name"):
         value = chunks[0].metadata.get(key)
         if value:
             return str(value)
-    return doc_id
+    return None
+
+
+def add_document_context(chunks: Sequence[BaseNode], context: ChunkContext) -> None:
+    """Give each chunk its document's title as :class:`ChunkContext` says (the builder's own copies).
+
+    Nothing is added where the chunk's embedded text already shows the title,
+    where the document has no title in its metadata (a bare id, such as a
+    UUID, tells a model nothing), to ``IndexNode`` links, or where the user's
+    metadata already has the key (theirs is kept).
+    """
+    title = _metadata_title(chunks) if context == ChunkContext.TITLE else None
+    if not title:
+        return
+    for chunk in chunks:
+        if isinstance(chunk, IndexNode) or DOCUMENT_CONTEXT_KEY in chunk.metadata:
+            continue
+        if title in chunk.get_content(metadata_mode=MetadataMode.EMBED):
+            continue
+        chunk.metadata[DOCUMENT_CONTEXT_KEY] = title
+        if DOCUMENT_CONTEXT_KEY not in chunk.excluded_llm_metadata_keys:
+            chunk.excluded_llm_metadata_keys.append(DOCUMENT_CONTEXT_KEY)
 
 
 def version_hash(text: str, chunks: Sequence[BaseNode]) -> str:
@@ -689,15 +734,20 @@ def build_documents(
     summary_cache: SummaryCache | None = None,
     show_progress: bool = False,
     workers: int = 1,
+    chunk_context: ChunkContext | str = ChunkContext.NONE,
 ) -> BuiltDocuments:
     """Summaries and records for grouped chunks (see :func:`group_nodes`).
 
     Args:
+        chunk_context: what of its document each chunk is searched by
+            (:func:`add_document_context`, after the records' content hashes,
+            which therefore do not depend on it).
         workers: processes the default summarizer may use for the summaries the
             cache lacks (:meth:`SummaryCache.get_or_create_many`); a streaming
             build passes its store's.
     """
     doc_id_key = doc_id_key or DOC_ID_KEY
+    chunk_context = ChunkContext(chunk_context)
     summarizer = summarizer or ExtractiveSummarizer()
     cache = summary_cache if summary_cache is not None else SummaryCache()
     summaries: list[IndexNode] = []
@@ -734,5 +784,6 @@ def build_documents(
                     metadata_keys=sorted(metadata),
                     varying_keys=sorted({k for c in doc_chunks for k in c.metadata} - set(metadata)),
                 )
+                add_document_context(doc_chunks, chunk_context)
             bar.update(len(batch))
     return BuiltDocuments(summaries, chunks, records)

@@ -54,6 +54,7 @@ from llama_index_ext_recursive.filters import FilterVocabulary
 from llama_index_ext_recursive.models import choose_embed_model, corpus_sample, resolve_embed_model
 from llama_index_ext_recursive.recursive.build import (
     BuiltDocuments,
+    ChunkContext,
     DocumentRecord,
     SummaryEmbedding,
     build_documents,
@@ -117,6 +118,9 @@ class SummaryIndex:
         summary_cache: summaries by content, reused by updates and rebuilds.
         summary_embedding: what summaries added later are routed by
             (:class:`SummaryEmbedding`); must match how ``summary_index`` was built.
+        chunk_context: what of their document chunks added later are searched
+            by (:class:`ChunkContext`); must match how ``chunk_index`` was built
+            (an index persisted before this setting existed was built with ``none``).
         embedding_choice: which model embedded the stores and why
             (:meth:`~llama_index_ext_recursive.models.EmbeddingChoice.to_dict`),
             kept by ``persist``; default: how ``embed_model`` was resolved.
@@ -141,6 +145,7 @@ class SummaryIndex:
         summarizer: Summarizer | None = None,
         summary_cache: SummaryCache | None = None,
         summary_embedding: SummaryEmbedding | str = SummaryEmbedding.BLEND,
+        chunk_context: ChunkContext | str = ChunkContext.TITLE,
         embedding_choice: Mapping[str, str] | None = None,
         loaded: bool = False,
         partial: bool = False,
@@ -158,6 +163,7 @@ class SummaryIndex:
         self.summarizer = summarizer or ExtractiveSummarizer()
         self.summary_cache = summary_cache if summary_cache is not None else SummaryCache()
         self.summary_embedding = SummaryEmbedding(summary_embedding)
+        self.chunk_context = ChunkContext(chunk_context)
         # a dict, or the records of a persisted columnar index, read when asked for (StoredRecords)
         self.documents: Mapping[str, DocumentRecord] = (
             documents if isinstance(documents, READ_WHEN_ASKED) else dict(documents or {})
@@ -224,6 +230,7 @@ class SummaryIndex:
         summary_cache: SummaryCache | None = None,
         show_progress: bool | None = None,
         summary_embedding: SummaryEmbedding | str = SummaryEmbedding.BLEND,
+        chunk_context: ChunkContext | str = ChunkContext.TITLE,
         chunk_vector_store: BasePydanticVectorStore | None = None,
         summary_vector_store: BasePydanticVectorStore | None = None,
         transformations: Sequence[TransformComponent] | None = None,
@@ -234,6 +241,11 @@ class SummaryIndex:
     ) -> SummaryIndex:
         """Index pre-chunked ``nodes`` grouped by document (see ``doc_id_key``);
         nodes that carry embeddings are not embedded again.
+
+        ``chunk_context``: what of its document each chunk is searched by
+        (:class:`~llama_index_ext_recursive.recursive.build.ChunkContext`;
+        default ``title``: the document's title is embedded and BM25-indexed
+        with each chunk that does not show it already).
 
         ``embedding_cache``: a SQLite file (e.g. :func:`~llama_index_ext_recursive.embedding_cache.default_cache_path`)
         or a :class:`~llama_index_ext_recursive.embedding_cache.CachedEmbedding`
@@ -278,6 +290,7 @@ class SummaryIndex:
                 summary_cache=summary_cache if summary_cache is not None else SummaryCache(),
                 show_progress=show_progress is not False,
                 summary_embedding=SummaryEmbedding(summary_embedding),
+                chunk_context=ChunkContext(chunk_context),
                 stores=(summary_vector_store, chunk_vector_store)  # type: ignore[arg-type]
                 if _columnar_levels(summary_vector_store, chunk_vector_store)
                 else None,
@@ -295,7 +308,9 @@ class SummaryIndex:
         check_embedding_cache(embedding_cache)  # a file that is not a cache fails before any work
         cache = summary_cache if summary_cache is not None else SummaryCache()
         summarizer = summarizer or ExtractiveSummarizer()
-        built = build_documents(groups, doc_id_key, summarizer, cache, progress)
+        built = build_documents(
+            groups, doc_id_key, summarizer, cache, progress, chunk_context=ChunkContext(chunk_context)
+        )
         choice = choose_embed_model(embed_model, texts=corpus_sample(nodes))
         # the index keeps the wrapper, so updates and their summaries use the cache too
         model = as_cached(choice.model, embedding_cache)
@@ -317,6 +332,7 @@ class SummaryIndex:
             summarizer=summarizer,
             summary_cache=cache,
             summary_embedding=summary_embedding,
+            chunk_context=chunk_context,
             embedding_choice=choice.to_dict(),
         )
 
@@ -331,6 +347,7 @@ class SummaryIndex:
         summary_cache: SummaryCache,
         show_progress: bool,
         summary_embedding: SummaryEmbedding,
+        chunk_context: ChunkContext,
         stores: tuple[LevelStore, LevelStore] | None,
         transformations: Sequence[TransformComponent] | None,
         embedding_cache: str | Path | CachedEmbedding | None,
@@ -371,7 +388,10 @@ class SummaryIndex:
                         continue
                 elif index is not None:  # an id of an earlier batch's document would overwrite its chunk
                     check_new_node_ids(groups, index._owners([n.node_id for ns in groups.values() for n in ns]))
-                built = build_documents(groups, doc_id_key, summarizer, summary_cache, workers=workers)
+                context = index.chunk_context if index is not None else chunk_context  # a resume: as built
+                built = build_documents(
+                    groups, doc_id_key, summarizer, summary_cache, workers=workers, chunk_context=context
+                )
                 if index is None:
                     assert stores is not None  # from_nodes streams only over two columnar stores or a resume
                     choice = choose_embed_model(embed_model, texts=corpus_sample(built.chunk_nodes))
@@ -385,6 +405,7 @@ class SummaryIndex:
                         summarizer=summarizer,
                         summary_cache=summary_cache,
                         summary_embedding=summary_embedding,
+                        chunk_context=chunk_context,
                         embedding_choice=choice.to_dict(),
                         partial=True,
                     )
@@ -639,7 +660,9 @@ class SummaryIndex:
             current = self.documents  # only updates (serialised here) replace it
             check_new_node_ids(groups, self._owners([n.node_id for nodes in groups.values() for n in nodes]))
             progress = auto_progress(show_progress, len(groups))
-            built = build_documents(groups, self.doc_id_key, self.summarizer, self.summary_cache, progress)
+            built = build_documents(
+                groups, self.doc_id_key, self.summarizer, self.summary_cache, progress, chunk_context=self.chunk_context
+            )
             changed = []
             for doc_id, record in built.records.items():
                 existing = current.get(doc_id)

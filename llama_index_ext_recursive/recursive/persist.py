@@ -63,7 +63,7 @@ from llama_index_ext_recursive.persist import (
     rows_database,
     write_index,
 )
-from llama_index_ext_recursive.recursive.build import DocumentRecord, windowed_sentence_tokenizer
+from llama_index_ext_recursive.recursive.build import ChunkContext, DocumentRecord, windowed_sentence_tokenizer
 from llama_index_ext_recursive.recursive.index import SummaryIndex, store_view_index
 from llama_index_ext_recursive.recursive.records import PostgresRecords, StoredRecords, document_record
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
@@ -177,6 +177,7 @@ def index_to_dict(index: SummaryIndex, generation: int | None = None) -> dict[st
         transformations=transformations_config(index.transformations),
         doc_id_key=index.doc_id_key,
         summary_embedding=index.summary_embedding.value,
+        chunk_context=index.chunk_context.value,
         storage=COLUMNAR if _columnar_stores(index) else SIMPLE,
         partial=index.partial,
     )
@@ -405,6 +406,8 @@ def load_persisted(
                 summarizer=summarizer or _summarizer(stored.get("summarizer"), root),
                 summary_cache=cache,
                 **({"summary_embedding": stored["summary_embedding"]} if "summary_embedding" in stored else {}),
+                # an index persisted before chunk_context existed was built without it
+                chunk_context=stored.get("chunk_context", ChunkContext.NONE.value),
                 embedding_choice=stored.get("embedding_choice"),
                 loaded=True,
                 partial=stored.get("partial", False) is True,
@@ -670,6 +673,8 @@ def load_from_database(
             summarizer=summarizer or _summarizer(stored.get("summarizer"), where),
             summary_cache=SummaryCache(),
             **({"summary_embedding": stored["summary_embedding"]} if "summary_embedding" in stored else {}),
+            # an index persisted before chunk_context existed was built without it
+            chunk_context=stored.get("chunk_context", ChunkContext.NONE.value),
             embedding_choice=stored.get("embedding_choice"),
             loaded=True,
             partial=stored.get("partial", False) is True,
