@@ -8,6 +8,7 @@ pick the contract the query names.
 """
 
 import asyncio
+import random
 
 import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -15,7 +16,9 @@ from llama_index.core.schema import IndexNode, TextNode
 
 from llama_index_ext_recursive import BackfillVectorRetriever, RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive import levels as levels_module
+from llama_index_ext_recursive.recursive.evidence import chunk_shares, rank_chunks
 from llama_index_ext_recursive.recursive.retriever import ScoreMode
+from llama_index_ext_recursive.retrievers.fusion_scores import head_scores, min_max_scores, relative_score_fusion
 from llama_index_ext_recursive.results import DocumentWithScore
 
 PARTIES = {
@@ -238,3 +241,35 @@ def test_chinese_default_configuration_ranks_the_right_chunk_first(real_model):
 class _Static(BaseRetriever):
     def _retrieve(self, query_bundle):
         return []
+
+
+# ------------------------------------------------------------ chunk evidence, scaled by the flat head
+def test_head_scores_scale_by_the_best_head_and_equal_min_max_on_a_short_list():
+    scores = [10.0, 9.0, 8.0, 1.0]
+    assert head_scores(scores, 4) == min_max_scores(scores)
+    assert head_scores(scores, 3) == pytest.approx([1.0, 0.5, 0.0, -3.5])
+    assert head_scores([1.0, 2.0, 5.0], 2, distance=True) == pytest.approx([1.0, 0.0, -3.0])
+
+
+def test_chunk_shares_rank_the_flat_candidates_as_a_flat_fusion_of_the_top_k_whatever_was_routed():
+    rng = random.Random(7)
+    # the flat top-5 of each search, in opposite orders: how the two weigh decides
+    dense_flat = {"f0": 0.90, "f1": 0.88, "f2": 0.86, "f3": 0.84, "f4": 0.82}
+    lexical_flat = {"f0": 5.0, "f1": 6.0, "f2": 7.0, "f3": 8.0, "f4": 10.0}
+    dense = {**dense_flat, **{f"r{i}": rng.random() * 0.5 for i in range(40)}}  # routed: a long tail
+    lexical = {**lexical_flat, **{f"r{i}": rng.random() * 3 for i in range(40)}}
+    flat = relative_score_fusion([dense_flat, lexical_flat], [0.6, 0.4])
+    expected = sorted(flat, key=flat.__getitem__)
+
+    def totals(shares):
+        return {n: sum(v for v in parts if v is not None) for n, parts in shares.items()}
+
+    headed = totals(chunk_shares(dense, lexical, (0.6, 0.4), head=5))
+    assert sorted(flat, key=headed.__getitem__) == expected
+    assert max(headed.values()) == pytest.approx(1.0) and min(headed.values()) == pytest.approx(0.0)
+    # scaled by the whole pool, the dense tail squeezes the flat dense differences: BM25 decides
+    pooled = totals(chunk_shares(dense, lexical, (0.6, 0.4)))
+    assert sorted(flat, key=pooled.__getitem__) != expected
+    # the shares add up to the score rank_chunks gives each chunk
+    ranked = rank_chunks(dense, lexical, {n: "d" for n in dense}, {"d": 0.5}, (0.6, 0.4), 1.0, head=5)
+    assert {e.node_id: e.chunk for e in ranked} == pytest.approx(headed)

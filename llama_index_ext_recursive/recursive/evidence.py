@@ -17,11 +17,12 @@ own evidence.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llama_index_ext_recursive.retrievers.fusion_scores import relative_score_fusion
+from llama_index_ext_recursive.retrievers.fusion_scores import min_max_scores, relative_score_fusion
 
 # Chosen by measurement over every shared dataset: docs/BENCHMARKS.md,
 # "Recursive retrieval: combining document and chunk evidence".
@@ -77,6 +78,44 @@ def fuse_document_scores(
     return relative_score_fusion([dense, lexical], list(weights))
 
 
+def chunk_shares(
+    dense: Mapping[str, float],
+    lexical: Mapping[str, float],
+    weights: Sequence[float] = EQUAL_WEIGHTS,
+    head: int | None = None,
+) -> dict[str, tuple[float | None, float | None]]:
+    """Each chunk's (dense, lexical) share of its fused chunk score; the shares add up to it.
+
+    Relative-score fusion of the two searches (``None``: that search did not
+    return the chunk). With ``head``, each search is scaled by its best
+    ``head`` scores (:func:`~llama_index_ext_recursive.retrievers.fusion_scores.head_scores`),
+    so the two weigh as in a flat relative-score fusion of their top-k however
+    many routed candidates one of them added, and the fused scores are then
+    mapped back to [0, 1] (the scale of the document scores they are added to),
+    the offset split evenly between the shares.
+    """
+    parts = [
+        relative_score_fusion([scores if i == j else {} for j in range(2)], list(weights), head=head)
+        for i, scores in enumerate((dense, lexical))
+    ]
+    ids = list(dict.fromkeys([*parts[0], *parts[1]]))
+    raw = {n: (parts[0].get(n), parts[1].get(n)) for n in ids}
+    if head is None or not ids:
+        return raw
+    fused = [sum(v for v in raw[n] if v is not None) for n in ids]
+    low, high = min(fused), max(fused)
+    scaled = min_max_scores(fused)
+    out = {}
+    for node_id, value in zip(ids, scaled):
+        present = sum(v is not None for v in raw[node_id])
+        # value = (fused - low) / (high - low): each share loses its part of the offset
+        out[node_id] = tuple(
+            None if v is None else (value / present if high == low else (v - low / present) / (high - low))
+            for v in raw[node_id]
+        )
+    return out  # type: ignore[return-value]
+
+
 def rank_chunks(
     dense: Mapping[str, float],
     lexical: Mapping[str, float],
@@ -85,6 +124,7 @@ def rank_chunks(
     weights: Sequence[float] = EQUAL_WEIGHTS,
     document_weight: float = DEFAULT_DOCUMENT_WEIGHT,
     top_k: int | None = None,
+    head: int | None = None,
 ) -> list[ChunkEvidence]:
     """Rank chunks by fused chunk evidence plus weighted document evidence.
 
@@ -96,13 +136,16 @@ def rank_chunks(
         weights: (dense, lexical) weights of the chunk-level fusion.
         document_weight: how much a document's routing score adds to its chunks.
         top_k: how many to return (``None``: all).
+        head: scale each search by its best ``head`` scores (the flat top-k;
+            :func:`chunk_shares`); ``None``: by all its candidates. Measured in
+            docs/BENCHMARKS.md, "Ranking: never below flat search (issue 28)".
 
     Returns:
         Best first; ties broken by node id, so the order is deterministic.
     """
-    chunk_scores = relative_score_fusion([dense, lexical], list(weights))
     ranked = []
-    for node_id, chunk in chunk_scores.items():
+    for node_id, shares in chunk_shares(dense, lexical, weights, head).items():
+        chunk = math.fsum(v for v in shares if v is not None)
         doc_id = doc_of[node_id]
         document = float(document_scores.get(doc_id, 0.0))
         ranked.append(

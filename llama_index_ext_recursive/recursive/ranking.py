@@ -25,12 +25,16 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_recursive.filters import keep_matching
 from llama_index_ext_recursive.query import Call, FilteredQueryBundle
-from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS, rank_chunks
+from llama_index_ext_recursive.recursive.evidence import (
+    DEFAULT_DOCUMENT_WEIGHT,
+    EQUAL_WEIGHTS,
+    chunk_shares,
+    rank_chunks,
+)
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.settings import LevelMode, Owner, ScoreMode
 from llama_index_ext_recursive.results import ExplainedNodeWithScore, FusionHit, RetrievalExplanation, explained
-from llama_index_ext_recursive.retrievers.fusion_scores import relative_score_fusion
 from llama_index_ext_recursive.steps import Steps
 from llama_index_ext_recursive.validation import closest
 
@@ -276,11 +280,8 @@ class ChunkEvidenceSet:
         """``node id -> fusion part``: each chunk search's hit behind a chunk, with
         its rank, raw score and what it added to the chunk's fused score (the
         parts add up to ``chunk_score``), as a hybrid retriever reports them."""
-        weights = list(plan.chunk_weights)
         searches = [(0, "vector", self.dense), (1, "bm25", self.lexical)]
-        shares = [
-            relative_score_fusion([scores if i == j else {} for j in range(2)], weights) for i, _, scores in searches
-        ]
+        shares = chunk_shares(self.dense, self.lexical, plan.chunk_weights, head=plan.top_k)
         ranks = [
             {node_id: r for r, node_id in enumerate(sorted(scores, key=lambda n: (-scores[n], n)), 1)}
             for _, _, scores in searches
@@ -295,7 +296,7 @@ class ChunkEvidenceSet:
                     query_str=query,
                     rank=ranks[i][node_id],
                     score=scores[node_id],
-                    contribution=shares[i].get(node_id, 0.0),
+                    contribution=shares[node_id][i] or 0.0,
                 )
                 for i, name, scores in searches
                 if node_id in scores
@@ -319,6 +320,7 @@ class ChunkEvidenceSet:
             self.document_scores,
             plan.chunk_weights,
             plan.document_weight,
+            head=plan.top_k,
         )
         fusion = self._fusion_parts(plan) if owner.chunk_mode == LevelMode.HYBRID else None
         out: list[NodeWithScore] = []

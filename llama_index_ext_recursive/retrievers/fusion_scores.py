@@ -99,6 +99,21 @@ def min_max_scores(scores: Sequence[float], distance: bool = False) -> list[floa
     return _scaled(scores, min(scores), max(scores), distance)
 
 
+def head_scores(scores: Sequence[float], head: int, distance: bool = False) -> list[float]:
+    """Scores scaled so the best is 1 and the ``head``-th best is 0; those below go negative.
+
+    With at most ``head`` scores this is :func:`min_max_scores`. A pool that
+    also holds candidates from other searches (a recursive call's routed
+    chunks) is then scaled as a flat top-``head`` list is, so one long list
+    cannot squeeze the other's differences into the top of its range.
+    """
+    if len(scores) <= head:
+        return min_max_scores(scores, distance)
+    ordered = sorted(scores) if distance else sorted(scores, reverse=True)
+    low, high = sorted((ordered[0], ordered[head - 1]))
+    return _scaled(scores, low, high, distance)
+
+
 def dist_based_scores(scores: Sequence[float], distance: bool = False) -> list[float]:
     """Scores scaled by mean +- 3 standard deviations (upstream's ``dist_based_score``)."""
     if not scores:
@@ -136,7 +151,11 @@ def _weighted_sum(
 
 
 def relative_score_fusion(
-    lists: Sequence[ScoreMap], weights: Sequence[float], *, distance: Sequence[bool] | None = None
+    lists: Sequence[ScoreMap],
+    weights: Sequence[float],
+    *,
+    distance: Sequence[bool] | None = None,
+    head: int | None = None,
 ) -> dict[str, float]:
     """Weighted sum of min-max normalised scores, divided by the sum of the weights.
 
@@ -144,11 +163,15 @@ def relative_score_fusion(
         lists: one ``node_id -> score`` map per retriever.
         weights: one non-negative weight per list; a list of weight 0 is ignored.
         distance: per list, whether its scores are distances (lower is better).
+        head: scale each list by its best ``head`` scores (:func:`head_scores`)
+            instead of all of them.
 
     Returns:
         ``node_id -> fused score``; an id missing from a list gets nothing from it.
     """
-    return _weighted_sum(lists, weights, min_max_scores, distance)
+    if head is None:
+        return _weighted_sum(lists, weights, min_max_scores, distance)
+    return _weighted_sum(lists, weights, lambda scores, d: head_scores(scores, head, d), distance)
 
 
 def distribution_based_fusion(
