@@ -16,10 +16,10 @@ from llama_index.core.schema import IndexNode, TextNode
 
 from llama_index_ext_recursive import BackfillVectorRetriever, RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive import levels as levels_module
-from llama_index_ext_recursive.recursive.evidence import chunk_shares, rank_chunks
+from llama_index_ext_recursive.recursive.evidence import UNSURE_SHARE, chunk_shares, rank_chunks, routing_confidence
 from llama_index_ext_recursive.recursive.retriever import ScoreMode
-from llama_index_ext_recursive.retrievers.fusion_scores import head_scores, min_max_scores, relative_score_fusion
 from llama_index_ext_recursive.results import DocumentWithScore
+from llama_index_ext_recursive.retrievers.fusion_scores import head_scores, min_max_scores, relative_score_fusion
 
 PARTIES = {
     "nda-acme": ("Acme Robotics", "Bluewater Foods"),
@@ -273,3 +273,16 @@ def test_chunk_shares_rank_the_flat_candidates_as_a_flat_fusion_of_the_top_k_wha
     # the shares add up to the score rank_chunks gives each chunk
     ranked = rank_chunks(dense, lexical, {n: "d" for n in dense}, {"d": 0.5}, (0.6, 0.4), 1.0, head=5)
     assert {e.node_id: e.chunk for e in ranked} == pytest.approx(headed)
+
+
+def test_routing_confidence_gives_the_documents_full_weight_only_when_the_best_one_leads():
+    assert routing_confidence({"named": 1.0, "other": 0.3}) == 1.0
+    assert routing_confidence({"a": 1.0, "b": 0.9, "c": 0.0}) == pytest.approx(UNSURE_SHARE + 0.1)
+    assert routing_confidence({"a": 1.0, "b": 1.0}) == UNSURE_SHARE  # a tie: routing is a guess
+    assert routing_confidence({"only": 0.8}) == 1.0 and routing_confidence({}) == 1.0
+
+
+def test_the_named_contract_routes_with_full_document_weight(contracts):
+    for doc_id in PARTIES:
+        hit = contracts.retrieve(question(doc_id, RETURN))[0]
+        assert hit.explanation.route.document_weight == contracts.document_weight

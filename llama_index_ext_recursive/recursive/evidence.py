@@ -17,6 +17,7 @@ own evidence.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from llama_index_ext_recursive.retrievers.fusion_scores import min_max_scores, r
 # "Recursive retrieval: combining document and chunk evidence".
 DEFAULT_DOCUMENT_WEIGHT = 1.0
 EQUAL_WEIGHTS = (0.5, 0.5)
+# the share of document_weight a query gets when its best two documents tie (routing_confidence)
+UNSURE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,25 @@ def fuse_document_scores(
 ) -> dict[str, float]:
     """Each document's routing score in [0, 1]: relative-score fusion of its two searches."""
     return relative_score_fusion([dense, lexical], list(weights))
+
+
+def routing_confidence(document_scores: Mapping[str, float]) -> float:
+    """The share of ``document_weight`` one query's routing earns: ``min(1, UNSURE_SHARE + lead)``.
+
+    ``lead`` is how far the best document's fused routing score (0-1) is
+    ahead of the next one's. A query that names its document (a contract's
+    parties) routes with a wide lead and its documents' evidence counts in
+    full; where two documents score alike, routing is a guess, and a wrong
+    guess would push the right chunk down by the whole gap, so their evidence
+    counts for half. Per query, not per corpus: one index serves both kinds of
+    question. Measured against fixed weights on every shared dataset
+    (docs/BENCHMARKS.md, "Ranking: never below flat search (issue 28)").
+    """
+    best = heapq.nlargest(2, document_scores.values())
+    if not best:
+        return 1.0
+    lead = best[0] - (best[1] if len(best) > 1 else 0.0)
+    return min(1.0, UNSURE_SHARE + lead)
 
 
 def chunk_shares(

@@ -30,6 +30,7 @@ from llama_index_ext_recursive.recursive.evidence import (
     EQUAL_WEIGHTS,
     chunk_shares,
     rank_chunks,
+    routing_confidence,
 )
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
@@ -313,13 +314,15 @@ class ChunkEvidenceSet:
             for node_id in self.linked - kept:
                 self.dense.pop(node_id, None)
                 self.lexical.pop(node_id, None)
+        # this query's weight: the documents' evidence counts in full only where routing is sure
+        document_weight = plan.document_weight * routing_confidence(self.document_scores)
         ranked = rank_chunks(
             self.dense,
             self.lexical,
             self.doc_of,
             self.document_scores,
             plan.chunk_weights,
-            plan.document_weight,
+            document_weight,
             head=plan.top_k,
         )
         fusion = self._fusion_parts(plan) if owner.chunk_mode == LevelMode.HYBRID else None
@@ -345,7 +348,7 @@ class ChunkEvidenceSet:
                         path=list(self.paths.get(e.node_id, (e.doc_id,))),
                         dense_score=e.dense,
                         lexical_score=e.lexical,
-                        document_weight=plan.document_weight,
+                        document_weight=document_weight,
                     ),
                     fusion=fusion(e.node_id) if fusion is not None else None,
                 )

@@ -130,7 +130,11 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
             which has no flat chunk search).
         score_alpha: the summary weight for ``weighted`` mode.
         document_weight: in ``fused`` mode, how much a document's routing score
-            (0-1) adds to its chunks' fused score (0-1).
+            (0-1) adds to its chunks' fused score (0-1) when routing is sure; per
+            query it is scaled by
+            :func:`~llama_index_ext_recursive.recursive.evidence.routing_confidence`
+            (half when the best two documents tie), and each hit's
+            ``explanation.route.document_weight`` says what it was.
         filters: construction-time metadata filters.
         filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
         max_link_depth: how many ``IndexNode`` links a query may follow.
