@@ -94,12 +94,18 @@ def test_the_named_contracts_clause_outranks_every_copy_of_it(contracts):
         assert copies[0].explanation.route.summary_score == 1.0  # the best-routed document
 
 
-def test_chunk_evidence_alone_cannot_tell_the_copies_apart(contracts):
-    """The control: flat dense search scores the four copies of a clause the same."""
-    flat = BackfillVectorRetriever(contracts.index.chunk_index, 24, embed_model=contracts.index.embed_model)
-    hits = {h.node.node_id: h.score for h in flat.retrieve(question("nda-quartz", RETURN))}
-    copies = [hits[f"{d}-2"] for d in PARTIES]
-    assert max(copies) - min(copies) < 1e-6
+def test_chunk_text_alone_cannot_tell_the_copies_apart_and_the_title_on_each_chunk_can(real_model, contracts):
+    """The control: flat dense search over the chunks as given scores the four copies of a clause
+    the same; with its contract's title on each chunk (the default), the named copy scores best."""
+    plain = RecursiveSummaryRetriever.from_nodes(contract_nodes(), embed_model=real_model, chunk_context="none")
+    for retriever, tells_apart in ((plain, False), (contracts, True)):
+        flat = BackfillVectorRetriever(retriever.index.chunk_index, 24, embed_model=retriever.index.embed_model)
+        hits = {h.node.node_id: h.score for h in flat.retrieve(question("nda-quartz", RETURN))}
+        copies = {d: hits[f"{d}-2"] for d in PARTIES}
+        if tells_apart:
+            assert max(copies, key=copies.__getitem__) == "nda-quartz", copies
+        else:
+            assert max(copies.values()) - min(copies.values()) < 1e-6
 
 
 def test_a_chunk_of_a_document_routing_missed_still_comes_back(real_model):
@@ -121,12 +127,16 @@ def test_a_chunk_of_a_document_routing_missed_still_comes_back(real_model):
             )
         )
     query = "Acme Robotics and Bluewater Foods: penguins in winter"
-    fused = RecursiveSummaryRetriever.from_nodes(nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1)
+    # chunks as given: with the title on every chunk, the named contract's chunks all match the
+    # party names and fill the top 3; the flat search that brings back an unrouted chunk is tested here
+    fused = RecursiveSummaryRetriever.from_nodes(
+        nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1, chunk_context="none"
+    )
     assert fused.retrieve_documents(query)[0].node.index_id == "nda-acme"
     found = {n.node.node_id: n for n in fused.retrieve(query)}
     assert "memo-2" in found and found["memo-2"].explanation.route.doc_id == "memo"
     routed_only = RecursiveSummaryRetriever.from_nodes(
-        nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1, score_mode="chunk"
+        nodes, embed_model=real_model, similarity_top_k=3, num_routed_docs=1, score_mode="chunk", chunk_context="none"
     )
     assert "memo-2" not in [n.node.node_id for n in routed_only.retrieve(query)]
 
