@@ -50,6 +50,7 @@ class ChunkEvidence:
     chunk: float
     document: float
     final: float
+    shares: tuple[float | None, float | None] = (None, None)  # (dense, lexical) parts of ``chunk``
 
 
 def document_text(title: str, metadata: Mapping[str, Any], summary: str, chunks: Sequence[str]) -> str:
@@ -179,6 +180,7 @@ def rank_chunks(
                 chunk=chunk,
                 document=document,
                 final=chunk + document_weight * document,
+                shares=shares,
             )
         )
     ranked.sort(key=lambda e: (-e.final, e.node_id))

@@ -276,6 +276,7 @@ class SummaryIndex:
                 holds; one whose content changed since is refused.
         """
         check_count("checkpoint_nodes", checkpoint_nodes, minimum=1)
+        chunk_context = ChunkContext(chunk_context)
         if resume is not None and not resume.partial:
             raise ValueError(
                 "resume= continues an interrupted streaming build, but this index is complete: "
@@ -290,7 +291,7 @@ class SummaryIndex:
                 summary_cache=summary_cache if summary_cache is not None else SummaryCache(),
                 show_progress=show_progress is not False,
                 summary_embedding=SummaryEmbedding(summary_embedding),
-                chunk_context=ChunkContext(chunk_context),
+                chunk_context=chunk_context,
                 stores=(summary_vector_store, chunk_vector_store)  # type: ignore[arg-type]
                 if _columnar_levels(summary_vector_store, chunk_vector_store)
                 else None,
@@ -308,9 +309,7 @@ class SummaryIndex:
         check_embedding_cache(embedding_cache)  # a file that is not a cache fails before any work
         cache = summary_cache if summary_cache is not None else SummaryCache()
         summarizer = summarizer or ExtractiveSummarizer()
-        built = build_documents(
-            groups, doc_id_key, summarizer, cache, progress, chunk_context=ChunkContext(chunk_context)
-        )
+        built = build_documents(groups, doc_id_key, summarizer, cache, progress, chunk_context=chunk_context)
         choice = choose_embed_model(embed_model, texts=corpus_sample(nodes))
         # the index keeps the wrapper, so updates and their summaries use the cache too
         model = as_cached(choice.model, embedding_cache)

@@ -28,7 +28,7 @@ from llama_index_ext_recursive.query import Call, FilteredQueryBundle
 from llama_index_ext_recursive.recursive.evidence import (
     DEFAULT_DOCUMENT_WEIGHT,
     EQUAL_WEIGHTS,
-    chunk_shares,
+    ChunkEvidence,
     rank_chunks,
     routing_confidence,
 )
@@ -277,12 +277,13 @@ class ChunkEvidenceSet:
             found.update((node.node_id, node) for node in read)
         return found
 
-    def _fusion_parts(self, plan: Plan) -> Callable[[str], list[FusionHit]]:
+    def _fusion_parts(self, plan: Plan, ranked: list[ChunkEvidence]) -> Callable[[str], list[FusionHit]]:
         """``node id -> fusion part``: each chunk search's hit behind a chunk, with
         its rank, raw score and what it added to the chunk's fused score (the
-        parts add up to ``chunk_score``), as a hybrid retriever reports them."""
+        shares :func:`rank_chunks` summed, so they add up to ``chunk_score``), as a
+        hybrid retriever reports them."""
         searches = [(0, "vector", self.dense), (1, "bm25", self.lexical)]
-        shares = chunk_shares(self.dense, self.lexical, plan.chunk_weights, head=plan.top_k)
+        shares = {e.node_id: e.shares for e in ranked}
         ranks = [
             {node_id: r for r, node_id in enumerate(sorted(scores, key=lambda n: (-scores[n], n)), 1)}
             for _, _, scores in searches
@@ -325,7 +326,7 @@ class ChunkEvidenceSet:
             document_weight,
             head=plan.top_k,
         )
-        fusion = self._fusion_parts(plan) if owner.chunk_mode == LevelMode.HYBRID else None
+        fusion = self._fusion_parts(plan, ranked) if owner.chunk_mode == LevelMode.HYBRID else None
         out: list[NodeWithScore] = []
         nodes: dict[str, BaseNode] = {}
         for position, e in enumerate(ranked):

@@ -9,6 +9,7 @@ retrieval fuses its evidence with :func:`relative_score_fusion`.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -109,8 +110,8 @@ def head_scores(scores: Sequence[float], head: int, distance: bool = False) -> l
     """
     if len(scores) <= head:
         return min_max_scores(scores, distance)
-    ordered = sorted(scores) if distance else sorted(scores, reverse=True)
-    low, high = sorted((ordered[0], ordered[head - 1]))
+    best = heapq.nsmallest(head, scores) if distance else heapq.nlargest(head, scores)
+    low, high = sorted((best[0], best[-1]))
     return _scaled(scores, low, high, distance)
 
 
