@@ -784,7 +784,7 @@ def test_a_query_in_a_script_the_corpus_lacks_is_ranked_without_document_evidenc
     english, chinese = retriever.retrieve("green tea storage"), retriever.retrieve("绿茶怎么保存")
     assert english and all(hit.explanation.route.document_weight == 0.0 for hit in english)
     assert all(hit.explanation.route.final_score == hit.explanation.route.chunk_score for hit in english)
-    # twelve near-copies: routing cannot tell them apart, so their evidence counts for half (routing_confidence)
+    # twelve near-copies: routing cannot tell them apart, so their evidence counts for half (document_share)
     assert chinese and all(
         hit.explanation.route.document_weight == pytest.approx(retriever.document_weight * UNSURE_SHARE, abs=0.05)
         for hit in chinese

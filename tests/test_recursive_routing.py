@@ -16,7 +16,13 @@ from llama_index.core.schema import IndexNode, TextNode
 
 from llama_index_ext_recursive import BackfillVectorRetriever, RecursiveSummaryRetriever
 from llama_index_ext_recursive.recursive import levels as levels_module
-from llama_index_ext_recursive.recursive.evidence import UNSURE_SHARE, chunk_shares, rank_chunks, routing_confidence
+from llama_index_ext_recursive.recursive.evidence import (
+    UNSURE_SHARE,
+    chunk_shares,
+    document_share,
+    rank_chunks,
+    routing_certainty,
+)
 from llama_index_ext_recursive.recursive.retriever import ScoreMode
 from llama_index_ext_recursive.results import DocumentWithScore
 from llama_index_ext_recursive.retrievers.fusion_scores import head_scores, min_max_scores, relative_score_fusion
@@ -285,11 +291,31 @@ def test_chunk_shares_rank_the_flat_candidates_as_a_flat_fusion_of_the_top_k_wha
     assert {e.node_id: e.chunk for e in ranked} == pytest.approx(headed)
 
 
-def test_routing_confidence_gives_the_documents_full_weight_only_when_the_best_one_leads():
-    assert routing_confidence({"named": 1.0, "other": 0.3}) == 1.0
-    assert routing_confidence({"a": 1.0, "b": 0.9, "c": 0.0}) == pytest.approx(UNSURE_SHARE + 0.1)
-    assert routing_confidence({"a": 1.0, "b": 1.0}) == UNSURE_SHARE  # a tie: routing is a guess
-    assert routing_confidence({"only": 0.8}) == 1.0 and routing_confidence({}) == 1.0
+def test_without_a_tail_the_flat_candidates_rank_exactly_as_the_flat_hybrid_fusion():
+    # each search's flat top-3, partly disjoint: the hybrid gives a chunk missing from a list nothing
+    dense = {"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.1, "e": 0.65, "r": 0.6}
+    lexical = {"d": 9.0, "e": 8.0, "a": 7.5, "b": 0.5, "c": 1.0, "r": 6.0}  # the routed searches scored b, c, r too
+    top = {name: dict(sorted(s.items(), key=lambda kv: -kv[1])[:3]) for name, s in (("d", dense), ("l", lexical))}
+    hybrid = relative_score_fusion([top["d"], top["l"]], [0.5, 0.5])
+    hybrid_order = sorted(hybrid, key=lambda n: (-hybrid[n], n))
+
+    def order(tail):
+        ranked = rank_chunks(dense, lexical, dict.fromkeys(dense, "doc"), {"doc": 0.5}, head=3, tail=tail)
+        return [e.node_id for e in ranked]
+
+    assert order(0.0)[: len(hybrid_order)] == hybrid_order and order(0.0)[-1] == "r"  # routed-only: last
+    # with the whole tail, d's poor dense score and b's poor BM25 score count against them
+    assert order(1.0)[: len(hybrid_order)] != hybrid_order
+
+
+def test_routing_certainty_is_the_lead_of_the_best_document_and_sets_the_document_share():
+    assert routing_certainty({"named": 1.0, "other": 0.3}) == 1.0
+    assert routing_certainty({"a": 1.0, "b": 0.9, "c": 0.0}) == pytest.approx(0.2)
+    assert routing_certainty({"a": 1.0, "b": 1.0}) == 0.0  # a tie: routing is a guess
+    # one document (or none) to choose from: routing tells nothing
+    assert routing_certainty({"only": 0.8}) == 0.0 and routing_certainty({}) == 0.0
+    assert document_share(0.0) == UNSURE_SHARE and document_share(1.0) == 1.0
+    assert document_share(0.2) == pytest.approx(UNSURE_SHARE + (1 - UNSURE_SHARE) * 0.2)
 
 
 def test_the_named_contract_routes_with_full_document_weight(contracts):

@@ -29,7 +29,7 @@ from llama_index_ext_recursive.retrievers.fusion_scores import min_max_scores, r
 # "Recursive retrieval: combining document and chunk evidence".
 DEFAULT_DOCUMENT_WEIGHT = 1.0
 EQUAL_WEIGHTS = (0.5, 0.5)
-# the share of document_weight a query gets when its best two documents tie (routing_confidence)
+# the share of document_weight a query gets when its best two documents tie (document_share)
 UNSURE_SHARE = 0.5
 
 
@@ -82,23 +82,29 @@ def fuse_document_scores(
     return relative_score_fusion([dense, lexical], list(weights))
 
 
-def routing_confidence(document_scores: Mapping[str, float]) -> float:
-    """The share of ``document_weight`` one query's routing earns: ``min(1, UNSURE_SHARE + lead)``.
+def routing_certainty(document_scores: Mapping[str, float]) -> float:
+    """How sure one query's routing is, 0-1: ``min(1, 2 * lead)``.
 
     ``lead`` is how far the best document's fused routing score (0-1) is
-    ahead of the next one's. A query that names its document (a contract's
-    parties) routes with a wide lead and its documents' evidence counts in
-    full; where two documents score alike, routing is a guess, and a wrong
-    guess would push the right chunk down by the whole gap, so their evidence
-    counts for half. Per query, not per corpus: one index serves both kinds of
-    question. Measured against fixed weights on every shared dataset
-    (docs/BENCHMARKS.md, "Ranking: never below flat search (issue 28)").
+    ahead of the next one's; with fewer than two documents to choose from
+    routing tells nothing (0). A query that names its document (a contract's
+    parties) routes with a wide lead; where two documents score alike,
+    routing is a guess, and a wrong guess would push the right chunk down.
+    Per query, not per corpus: one index serves both kinds of question. The
+    certainty sets this query's :func:`document_share` and the ``tail`` of
+    :func:`chunk_shares`. Measured on every shared dataset (docs/BENCHMARKS.md,
+    "Ranking: never below flat search (issue 28)").
     """
     best = heapq.nlargest(2, document_scores.values())
-    if not best:
-        return 1.0
-    lead = best[0] - (best[1] if len(best) > 1 else 0.0)
-    return min(1.0, UNSURE_SHARE + lead)
+    if len(best) < 2:
+        return 0.0
+    return min(1.0, 2.0 * (best[0] - best[1]))
+
+
+def document_share(certainty: float) -> float:
+    """The share of ``document_weight`` a query gets: :data:`UNSURE_SHARE` when routing
+    is a guess, rising to all of it when routing is sure (:func:`routing_certainty`)."""
+    return UNSURE_SHARE + (1.0 - UNSURE_SHARE) * certainty
 
 
 def chunk_shares(
@@ -106,6 +112,7 @@ def chunk_shares(
     lexical: Mapping[str, float],
     weights: Sequence[float] = EQUAL_WEIGHTS,
     head: int | None = None,
+    tail: float = 1.0,
 ) -> dict[str, tuple[float | None, float | None]]:
     """Each chunk's (dense, lexical) share of its fused chunk score; the shares add up to it.
 
@@ -116,9 +123,22 @@ def chunk_shares(
     many routed candidates one of them added, and the fused scores are then
     mapped back to [0, 1] (the scale of the document scores they are added to),
     the offset split evenly between the shares.
+
+    A score below a search's ``head``-th best scales below 0; ``tail``
+    (0-1) is how much of that shortfall counts. At 1 a routed candidate keeps
+    its full standing against the others; at 0 every chunk outside a
+    search's best ``head`` gets nothing from it, so the flat candidates rank
+    exactly as a flat relative-score fusion of the two top-k lists (our
+    hybrid retriever's arithmetic) and routed-only candidates are left to
+    their document's evidence.
     """
     parts = [
-        relative_score_fusion([scores if i == j else {} for j in range(2)], list(weights), head=head)
+        {
+            node_id: value if value >= 0 else value * tail
+            for node_id, value in relative_score_fusion(
+                [scores if i == j else {} for j in range(2)], list(weights), head=head
+            ).items()
+        }
         for i, scores in enumerate((dense, lexical))
     ]
     ids = list(dict.fromkeys([*parts[0], *parts[1]]))
@@ -148,6 +168,7 @@ def rank_chunks(
     document_weight: float = DEFAULT_DOCUMENT_WEIGHT,
     top_k: int | None = None,
     head: int | None = None,
+    tail: float = 1.0,
 ) -> list[ChunkEvidence]:
     """Rank chunks by fused chunk evidence plus weighted document evidence.
 
@@ -162,12 +183,13 @@ def rank_chunks(
         head: scale each search by its best ``head`` scores (the flat top-k;
             :func:`chunk_shares`); ``None``: by all its candidates. Measured in
             docs/BENCHMARKS.md, "Ranking: never below flat search (issue 28)".
+        tail: how much a score below a search's ``head`` counts (:func:`chunk_shares`).
 
     Returns:
         Best first; ties broken by node id, so the order is deterministic.
     """
     ranked = []
-    for node_id, shares in chunk_shares(dense, lexical, weights, head).items():
+    for node_id, shares in chunk_shares(dense, lexical, weights, head, tail).items():
         chunk = math.fsum(v for v in shares if v is not None)
         doc_id = doc_of[node_id]
         document = float(document_scores.get(doc_id, 0.0))

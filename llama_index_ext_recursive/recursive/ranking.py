@@ -29,8 +29,9 @@ from llama_index_ext_recursive.recursive.evidence import (
     DEFAULT_DOCUMENT_WEIGHT,
     EQUAL_WEIGHTS,
     ChunkEvidence,
+    document_share,
     rank_chunks,
-    routing_confidence,
+    routing_certainty,
 )
 from llama_index_ext_recursive.recursive.levels import Levels
 from llama_index_ext_recursive.recursive.links import LinkError
@@ -315,8 +316,10 @@ class ChunkEvidenceSet:
             for node_id in self.linked - kept:
                 self.dense.pop(node_id, None)
                 self.lexical.pop(node_id, None)
-        # this query's weight: the documents' evidence counts in full only where routing is sure
-        document_weight = plan.document_weight * routing_confidence(self.document_scores)
+        # where routing is sure, the documents' evidence counts in full and routed candidates keep
+        # their standing; where it is a guess, the ranking falls back toward the flat hybrid's
+        certainty = routing_certainty(self.document_scores)
+        document_weight = plan.document_weight * document_share(certainty)
         ranked = rank_chunks(
             self.dense,
             self.lexical,
@@ -325,6 +328,7 @@ class ChunkEvidenceSet:
             plan.chunk_weights,
             document_weight,
             head=plan.top_k,
+            tail=certainty,
         )
         fusion = self._fusion_parts(plan, ranked) if owner.chunk_mode == LevelMode.HYBRID else None
         out: list[NodeWithScore] = []

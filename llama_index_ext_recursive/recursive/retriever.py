@@ -132,9 +132,10 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         document_weight: in ``fused`` mode, how much a document's routing score
             (0-1) adds to its chunks' fused score (0-1) when routing is sure; per
             query it is scaled by
-            :func:`~llama_index_ext_recursive.recursive.evidence.routing_confidence`
-            (half when the best two documents tie), and each hit's
-            ``explanation.route.document_weight`` says what it was.
+            :func:`~llama_index_ext_recursive.recursive.evidence.document_share`
+            of the routing's certainty (half when the best two documents tie,
+            when the ranking also falls back to the flat hybrid's), and each
+            hit's ``explanation.route.document_weight`` says what it was.
         filters: construction-time metadata filters.
         filter_policy: ``merge`` (AND with per-call filters) or ``replace``.
         max_link_depth: how many ``IndexNode`` links a query may follow.
