@@ -26,7 +26,8 @@ class RetrievalExplanation(BaseModel):
     (0 when routing did not pick it), ``chunk_score`` the chunk's fused score,
     ``dense_score``/``lexical_score`` the raw scores of its own searches
     (``None``: that search did not return it) and
-    ``final_score = chunk_score + document_weight * summary_score``.
+    ``final_score = (chunk_score + document_weight * summary_score) / (1 + document_weight)``,
+    in [0, 1] (the hit's score).
     """
 
     doc_id: str

@@ -791,4 +791,6 @@ def test_a_query_in_a_script_the_corpus_lacks_is_ranked_without_document_evidenc
     )
     for hit in chinese:
         route = hit.explanation.route
-        assert route.final_score == pytest.approx(route.chunk_score + route.document_weight * route.summary_score)
+        assert route.final_score == pytest.approx(
+            (route.chunk_score + route.document_weight * route.summary_score) / (1 + route.document_weight)
+        )

@@ -322,3 +322,17 @@ def test_the_named_contract_routes_with_full_document_weight(contracts):
     for doc_id in PARTIES:
         hit = contracts.retrieve(question(doc_id, RETURN))[0]
         assert hit.explanation.route.document_weight == contracts.document_weight
+
+
+def test_fused_scores_stay_in_zero_to_one_and_keep_the_order_of_the_unscaled_sum():
+    rng = random.Random(3)
+    dense = {f"c{i}": rng.random() for i in range(30)}
+    lexical = {f"c{i}": rng.random() * 12 for i in range(0, 30, 2)}
+    doc_of = {n: f"d{int(n[1:]) % 4}" for n in dense}
+    documents = {f"d{i}": rng.random() for i in range(4)}
+    for weight in (0.0, 0.5, 1.0, 3.0):
+        ranked = rank_chunks(dense, lexical, doc_of, documents, document_weight=weight, head=10)
+        assert all(0.0 <= e.final <= 1.0 for e in ranked)
+        assert max(e.final for e in ranked) > 0.5  # not squeezed toward 0
+        unscaled = sorted(ranked, key=lambda e: (-(e.chunk + weight * e.document), e.node_id))
+        assert [e.node_id for e in ranked] == [e.node_id for e in unscaled]

@@ -24,7 +24,9 @@ from llama_index_ext_recursive.results import DocumentEvidence, DocumentWithScor
 
 __all__ = ["FORMAT", "decode_hits", "decode_vector", "encode_hits", "encode_vector"]
 
-FORMAT = 1  # the version of what this module writes; another is read as a miss
+# the version of what this module writes; another is read as a miss. 2: recursive scores in [0, 1]
+# (hits cached by an older release would rank the same but on another scale)
+FORMAT = 2
 
 
 def encode_vector(vector: list[float]) -> str:

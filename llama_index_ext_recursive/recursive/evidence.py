@@ -8,8 +8,9 @@ A document is scored by dense and lexical evidence over what represents it
 (:func:`document_text`: its title, its document-level metadata, its summary and
 its chunks); a chunk by dense and lexical evidence over its own text, gathered
 from a flat search over all chunks and from a search inside the routed
-documents. The chunk's final score is its fused chunk score plus
-``document_weight`` times its document's fused score: a clause that exists
+documents. The chunk's final score is the mean of its fused chunk score and
+its document's fused score, weighted 1 and ``document_weight`` (so it stays in
+[0, 1], the scale of a flat relative-score fusion): a clause that exists
 nearly word for word in every contract ranks first in the contract the query
 names, while a chunk of a document that routing missed still competes on its
 own evidence.
@@ -40,7 +41,7 @@ class ChunkEvidence:
     ``dense``/``lexical`` are the raw scores of the chunk's own searches
     (``None``: that search did not return it), ``chunk`` their fused score,
     ``document`` its document's fused routing score (0 when unrouted) and
-    ``final = chunk + document_weight * document``.
+    ``final = (chunk + document_weight * document) / (1 + document_weight)`` (:func:`final_score`).
     """
 
     node_id: str
@@ -51,6 +52,14 @@ class ChunkEvidence:
     document: float
     final: float
     shares: tuple[float | None, float | None] = (None, None)  # (dense, lexical) parts of ``chunk``
+
+
+def final_score(chunk: float, document: float, document_weight: float) -> float:
+    """A chunk's score: the mean of its chunk and document scores (both 0-1), weighted 1 and
+    ``document_weight``, so every score a recursive call returns is in [0, 1] and a
+    ``SimilarityPostprocessor`` cutoff reads as it does on a flat relative-score fusion
+    (relative to this query's best evidence, not a cosine similarity)."""
+    return (chunk + document_weight * document) / (1.0 + document_weight)
 
 
 def document_text(title: str, metadata: Mapping[str, Any], summary: str, chunks: Sequence[str]) -> str:
@@ -170,7 +179,7 @@ def rank_chunks(
     head: int | None = None,
     tail: float = 1.0,
 ) -> list[ChunkEvidence]:
-    """Rank chunks by fused chunk evidence plus weighted document evidence.
+    """Rank chunks by fused chunk evidence and weighted document evidence (:func:`final_score`).
 
     Args:
         dense: raw dense scores of the chunks the dense searches returned.
@@ -201,7 +210,7 @@ def rank_chunks(
                 lexical=lexical.get(node_id),
                 chunk=chunk,
                 document=document,
-                final=chunk + document_weight * document,
+                final=final_score(chunk, document, document_weight),
                 shares=shares,
             )
         )
