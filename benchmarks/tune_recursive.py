@@ -181,7 +181,7 @@ def routing_table(
 # ---------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> None:
     from llama_index_ext_recursive.recursive import settings as recursive_settings
-    from llama_index_ext_recursive.recursive.index import SummaryIndex
+    from llama_index_ext_recursive.recursive.index import RecursiveIndex
     from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
 
     ap = cli.parser(__doc__)
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for n in ns:
             for mode, alpha in modes:
                 r = RecursiveSummaryRetriever(
-                    SummaryIndex(indices[rep], base.index.chunk_index, documents=base.documents, embed_model=model),
+                    RecursiveIndex(indices[rep], base.index.chunk_index, documents=base.documents, embed_model=model),
                     similarity_top_k=TOP_K,
                     num_routed_docs=n,
                     score_mode=mode,

@@ -14,7 +14,7 @@ from llama_index_ext_recursive.multilingual import MultilingualE5Embedding
 from llama_index_ext_recursive.persist import PersistError
 from llama_index_ext_recursive.query import FilteredQueryBundle
 from llama_index_ext_recursive.recursive.build import DocumentRecord
-from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.index import RecursiveIndex
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.retriever import (
     LevelMode,
@@ -51,6 +51,23 @@ from llama_index_ext_recursive.tools import as_retrieval_tool
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """``SummaryIndex``, the earlier name of this package's index class, with a warning:
+    the name shadowed ``llama_index.core.SummaryIndex``, an unrelated upstream class."""
+    if name == "SummaryIndex":
+        import warnings
+
+        warnings.warn(
+            "llama_index_ext_recursive.SummaryIndex is now RecursiveIndex (the old name shadowed "
+            "llama_index.core.SummaryIndex); import RecursiveIndex instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return RecursiveIndex
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "BackfillVectorRetriever",
     "CacheStats",
@@ -85,7 +102,7 @@ __all__ = [
     "RetrievalExplanation",
     "ScoreMode",
     "StoreBM25Retriever",
-    "SummaryIndex",
+    "RecursiveIndex",
     "Summarizer",
     "SummaryCache",
     "ValidatedAutoRetriever",

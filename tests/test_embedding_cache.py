@@ -18,7 +18,7 @@ from llama_index.core import Document
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import TextNode
 
-from llama_index_ext_recursive import CachedEmbedding, HybridFusionRetriever, RecursiveSummaryRetriever, SummaryIndex
+from llama_index_ext_recursive import CachedEmbedding, HybridFusionRetriever, RecursiveIndex, RecursiveSummaryRetriever
 from llama_index_ext_recursive.embedding_cache import EmbeddingCacheError, check_cache_path, default_cache_path
 from llama_index_ext_recursive.model_identity import PROBES
 
@@ -212,24 +212,24 @@ def test_builds_wrap_the_chosen_model_once_and_updates_reuse_the_cache(tmp_path,
         Document(text="The queen bee lays eggs. Workers gather nectar.", doc_id="bees"),
         Document(text="Solar panels turn sunlight into power.", doc_id="solar"),
     ]
-    index = SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=path)
+    index = RecursiveIndex.from_documents(docs, embed_model=lexical, embedding_cache=path)
     assert isinstance(index.embed_model, CachedEmbedding) and index.embed_model.model is lexical
     assert index.embedding_choice["name"] == "lexical-test" and index.embed_model.computed > 0
-    again = SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=path)
+    again = RecursiveIndex.from_documents(docs, embed_model=lexical, embedding_cache=path)
     assert again.embed_model.computed == 0 and again.embed_model.reused == index.embed_model.computed
     # a document embedded once (in any index using the cache) is not embedded again when added
     wasps = Document(text="Wasps hunt other insects.", doc_id="wasps")
-    SummaryIndex.from_documents([wasps], embed_model=lexical, embedding_cache=path)
+    RecursiveIndex.from_documents([wasps], embed_model=lexical, embedding_cache=path)
     assert again.add_documents([wasps]) == ["wasps"] and again.embed_model.computed == 0
     with pytest.raises(ValueError, match="wraps 'other' .* but the index is embedded with 'lexical-test'"):
-        SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=CachedEmbedding(_model("other")))
+        RecursiveIndex.from_documents(docs, embed_model=lexical, embedding_cache=CachedEmbedding(_model("other")))
     calls = lexical.calls
     with pytest.raises(TypeError, match="embedding_cache must be a file path or a CachedEmbedding"):
-        SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=3)
+        RecursiveIndex.from_documents(docs, embed_model=lexical, embedding_cache=3)
     notes = tmp_path / "notes.txt"
     notes.write_text("years of work", encoding="utf-8")
     with pytest.raises(EmbeddingCacheError, match="is not a SQLite database"):
-        SummaryIndex.from_documents(docs, embed_model=lexical, embedding_cache=notes)
+        RecursiveIndex.from_documents(docs, embed_model=lexical, embedding_cache=notes)
     assert lexical.calls == calls and notes.read_text(encoding="utf-8") == "years of work"
 
 

@@ -21,7 +21,7 @@ from recursive_cases import (
 
 from llama_index_ext_recursive import RecursiveSummaryRetriever
 from llama_index_ext_recursive.columnar.rows import PublishedTexts, RowStore
-from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.index import RecursiveIndex
 from llama_index_ext_recursive.recursive.links import LinkError
 from llama_index_ext_recursive.recursive.records import StoredRecords
 from llama_index_ext_recursive.recursive.summaries import StoredSummaries
@@ -51,8 +51,8 @@ def _load(root, embedding):
 
 def _pair(lexical):
     parser = chunk_parser()
-    default = SummaryIndex.from_documents(make_documents(), embed_model=lexical, node_parser=parser)
-    columnar = SummaryIndex.from_documents(make_documents(), embed_model=lexical, node_parser=parser, **_columnar())
+    default = RecursiveIndex.from_documents(make_documents(), embed_model=lexical, node_parser=parser)
+    columnar = RecursiveIndex.from_documents(make_documents(), embed_model=lexical, node_parser=parser, **_columnar())
     return default, columnar
 
 
@@ -103,7 +103,7 @@ def test_a_columnar_index_over_user_nodes_keeps_links_and_text(lexical):
             [("a", "alpha clause on notice"), ("a", "alpha liability cap"), ("b", "beta warranty period")]
         )
     ]
-    index = SummaryIndex.from_nodes(nodes, embed_model=lexical, **_columnar())
+    index = RecursiveIndex.from_nodes(nodes, embed_model=lexical, **_columnar())
     hits = RecursiveSummaryRetriever(index, similarity_top_k=2).retrieve("warranty period")
     assert hits[0].node.node_id == "c2" and hits[0].node.text == "beta warranty period"
 
@@ -170,7 +170,7 @@ def test_a_columnar_index_that_listed_its_records_in_index_json_loads_and_moves_
     root = tmp_path / "index"
     write_files = recursive_persist._write_index_files
     monkeypatch.setattr(recursive_persist, "_write_records", lambda index, root, published: ({}, {}))
-    monkeypatch.setattr(SummaryIndex, "records_published", lambda *args: None)  # they stay in memory
+    monkeypatch.setattr(RecursiveIndex, "records_published", lambda *args: None)  # they stay in memory
     monkeypatch.setattr(
         recursive_persist,
         "_write_index_files",
@@ -254,7 +254,7 @@ def test_a_streamed_build_in_small_batches_answers_as_the_default(embedding, mon
             stored_while_reading.append(chunk_store.node_count)
             yield document
 
-    streamed = SummaryIndex.from_documents(
+    streamed = RecursiveIndex.from_documents(
         documents(),
         embed_model=embedding,
         node_parser=chunk_parser(),
@@ -263,7 +263,7 @@ def test_a_streamed_build_in_small_batches_answers_as_the_default(embedding, mon
     )
     assert stored_while_reading[0] == 0 and stored_while_reading[-1] > 0  # indexed before the stream ended
     assert chunk_store._postings.segment_count == 1  # the batches' segments were merged at the end
-    default = SummaryIndex.from_documents(make_documents(), embed_model=embedding, node_parser=chunk_parser())
+    default = RecursiveIndex.from_documents(make_documents(), embed_model=embedding, node_parser=chunk_parser())
     assert streamed.documents == default.documents
     for options in MODES:
         assert same_answers(
@@ -280,7 +280,7 @@ def test_a_stream_whose_documents_are_not_together_or_reuse_ids_is_refused_by_na
         return TextNode(id_=node_id, text=f"text of {node_id}", metadata={"doc_id": doc})
 
     def build(nodes):
-        return SummaryIndex.from_nodes(nodes, embed_model=embedding, **_columnar())
+        return RecursiveIndex.from_nodes(nodes, embed_model=embedding, **_columnar())
 
     with pytest.raises(ValueError, match="the nodes of document 'a' are not together"):
         build(iter([node("a1", "a"), node("a2", "a"), node("b1", "b"), node("b2", "b"), node("a3", "a")]))
@@ -299,7 +299,7 @@ def test_columnar_stores_without_a_keyword_column_still_search_hybrid(embedding)
     """Stores created without tokenizer=: the BM25 levels are built in memory from the stored
     nodes, and the answers are the default storage's."""
     default_index, _ = _pair(embedding)
-    plain = SummaryIndex.from_documents(
+    plain = RecursiveIndex.from_documents(
         make_documents(),
         embed_model=embedding,
         node_parser=chunk_parser(),
@@ -363,20 +363,20 @@ def test_a_checkpointed_build_killed_midway_resumes_and_answers_as_one_build(emb
     assert interrupted.index.partial
 
     chunk_stores = []
-    original = SummaryIndex.not_indexed
+    original = RecursiveIndex.not_indexed
 
     def spy(self, groups):
         chunk_stores.append(self.chunk_index.vector_store)
         pending.append(len(self.chunk_index.vector_store._pending))
         return original(self, groups)
 
-    monkeypatch.setattr(SummaryIndex, "not_indexed", spy)
+    monkeypatch.setattr(RecursiveIndex, "not_indexed", spy)
     chunked = []
     resumed = _build_into(root, embedding, _stream(make_documents(), seen=chunked.append))
     assert len(chunked) == 20  # the whole stream is read again; the indexed documents are skipped
     assert max(pending) <= 10 + 6  # rows held in memory between checkpoints: bounded, not the corpus
     assert not resumed.index.partial and not _load(root, embedding).index.partial
-    default = SummaryIndex.from_documents(make_documents(), embed_model=embedding, node_parser=chunk_parser())
+    default = RecursiveIndex.from_documents(make_documents(), embed_model=embedding, node_parser=chunk_parser())
     assert resumed.index.documents == default.documents
     assert _load(root, embedding).index.summary_cache.entries == default.summary_cache.entries
     assert same_answers(recursive_answers(_load(root, embedding)), recursive_answers(_retriever(default)))
@@ -407,7 +407,7 @@ def test_a_checkpointed_build_never_replaces_a_finished_index_or_takes_changed_d
     with pytest.raises(ValueError, match="document 'd0' changed since the interrupted build indexed it"):
         _build_into(other, embedding, iter(changed))
     with pytest.raises(ValueError, match="this index is complete"):
-        SummaryIndex.from_nodes([], resume=_load(root, embedding).index)
+        RecursiveIndex.from_nodes([], resume=_load(root, embedding).index)
 
 
 def test_persist_dir_with_the_default_storage_builds_then_persists(embedding, tmp_path):
@@ -463,7 +463,7 @@ def test_a_streamed_build_trains_the_approximate_step_once_at_its_end(embedding,
     monkeypatch.setattr(VectorColumn, "_train", counting)
     chunks = ColumnarVectorStore(tokenizer=MultilingualTokenizer(), approximate_threshold=8)
     summaries = ColumnarVectorStore(tokenizer=MultilingualTokenizer(), approximate_threshold=1000)
-    index = SummaryIndex.from_documents(
+    index = RecursiveIndex.from_documents(
         iter(make_documents()),
         embed_model=embedding,
         node_parser=chunk_parser(),

@@ -14,7 +14,7 @@ from llama_index.core.node_parser import SentenceSplitter, TokenTextSplitter
 from llama_index.core.schema import Document, IndexNode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
-from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.index import RecursiveIndex
 from llama_index_ext_recursive.retrievers import vector as vector_module
 
 MODES = [
@@ -289,10 +289,20 @@ def test_one_query_emits_one_retrieval_event_pair(lexical, options, events):
 
 
 def test_summary_index_is_shared_by_retrievers_with_other_settings(lexical):
-    index = SummaryIndex.from_nodes(topic_nodes(), embed_model=lexical)
+    index = RecursiveIndex.from_nodes(topic_nodes(), embed_model=lexical)
     narrow = RecursiveSummaryRetriever(index, similarity_top_k=2, summary_mode="vector", chunk_mode="vector")
     wide = RecursiveSummaryRetriever(index, similarity_top_k=5, summary_mode="vector", chunk_mode="vector")
     assert len(narrow.retrieve("bees")) == 2 and len(wide.retrieve("bees")) == 5
     index.delete_document("bees")
     assert all(h.explanation.route.doc_id != "bees" for h in narrow.retrieve("queen bee eggs"))
     assert all(h.explanation.route.doc_id != "bees" for h in wide.retrieve("queen bee eggs"))
+
+
+def test_the_old_name_summary_index_still_imports_with_a_warning_naming_the_new_one():
+    import llama_index_ext_recursive as package
+
+    with pytest.warns(DeprecationWarning, match="RecursiveIndex"):
+        assert package.SummaryIndex is RecursiveIndex
+    assert "SummaryIndex" not in package.__all__  # a star import does not shadow llama_index.core's
+    with pytest.raises(AttributeError, match="NoSuchThing"):
+        package.NoSuchThing  # noqa: B018

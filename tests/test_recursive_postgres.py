@@ -27,7 +27,7 @@ from recursive_cases import (
 )
 
 from llama_index_ext_recursive import FilteredQueryBundle, RecursiveSummaryRetriever
-from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.index import RecursiveIndex
 from llama_index_ext_recursive.recursive.summaries import StoredSummaries
 from llama_index_ext_recursive.retrievers.store_bm25 import StoreBM25Retriever
 from llama_index_ext_recursive.stores.columnar_docstore import ColumnarDocumentStore
@@ -60,9 +60,9 @@ def _levels(pg_server, dimension):
 
 def _pair(pg_server, embedding):
     parser = chunk_parser()
-    default = SummaryIndex.from_documents(make_documents(), embed_model=embedding, node_parser=parser)
+    default = RecursiveIndex.from_documents(make_documents(), embed_model=embedding, node_parser=parser)
     dimension = len(embedding.get_text_embedding("probe"))
-    in_database = SummaryIndex.from_documents(
+    in_database = RecursiveIndex.from_documents(
         make_documents(), embed_model=embedding, node_parser=parser, **_levels(pg_server, dimension)
     )
     return default, in_database

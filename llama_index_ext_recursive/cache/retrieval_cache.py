@@ -5,7 +5,7 @@ Real query streams repeat, and a repeated query costs an embedding (about
 two searches. Caches keyed by the query alone go stale: after a document is
 added or deleted they serve the old answer until a time to live runs out.
 Here every result key holds the index's *content generation*
-(:attr:`~llama_index_ext_recursive.recursive.index.SummaryIndex.cache_generation`:
+(:attr:`~llama_index_ext_recursive.recursive.index.RecursiveIndex.cache_generation`:
 the published generation it was loaded from or persisted as, or this
 process's own changes since), the exact query text, the filters in force,
 ``top_k`` and every setting of the retriever, so a result computed before a

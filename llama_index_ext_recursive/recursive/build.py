@@ -440,7 +440,7 @@ def node_batches(
     (as :func:`stream_chunks` and every reader of one document at a time
     give them); a document met again after its batch was indexed is refused,
     naming it. Node ids are checked within each batch (the index checks them
-    against the nodes it stored: :meth:`SummaryIndex.from_nodes`, so no map
+    against the nodes it stored: :meth:`RecursiveIndex.from_nodes`, so no map
     of every id is held), and only a stream with no node of text at all is an
     error. A list (any sequence) is grouped
     whole first, so its documents need no order: the caller holds it anyway.

@@ -1,6 +1,6 @@
 """The summary index: documents -> summaries, chunks and embeddings, kept in two stores.
 
-``SummaryIndex`` is to :class:`RecursiveSummaryRetriever` what
+``RecursiveIndex`` is to :class:`RecursiveSummaryRetriever` what
 ``VectorStoreIndex`` is to ``VectorIndexRetriever`` upstream: it owns the data
 (one summary store, one chunk store, a record per document), builds it
 (:meth:`from_documents`, :meth:`from_nodes`, :meth:`from_index`,
@@ -97,7 +97,7 @@ CHECKPOINT_NODES = 100_000  # chunks a checkpointed streaming build stores betwe
 CHANGES_KEPT = 256  # updates whose documents the index remembers (levels_for updates with them)
 
 
-class SummaryIndex:
+class RecursiveIndex:
     """One summary store plus one chunk store, and a record per document.
 
     Build it with :meth:`from_documents`, :meth:`from_nodes`,
@@ -199,7 +199,7 @@ class SummaryIndex:
         doc_id_key: str | None = None,
         show_progress: bool | None = None,
         **kwargs: Any,
-    ) -> SummaryIndex:
+    ) -> RecursiveIndex:
         """Chunk (``node_parser=`` or ``transformations=``; else an explicitly
         set ``Settings.transformations``/``node_parser``/``chunk_size``; else
         :func:`default_node_parser`), summarize and index ``documents``.
@@ -235,10 +235,10 @@ class SummaryIndex:
         summary_vector_store: BasePydanticVectorStore | None = None,
         transformations: Sequence[TransformComponent] | None = None,
         embedding_cache: str | Path | CachedEmbedding | None = None,
-        checkpoint: Callable[[SummaryIndex], None] | None = None,
+        checkpoint: Callable[[RecursiveIndex], None] | None = None,
         checkpoint_nodes: int = CHECKPOINT_NODES,
-        resume: SummaryIndex | None = None,
-    ) -> SummaryIndex:
+        resume: RecursiveIndex | None = None,
+    ) -> RecursiveIndex:
         """Index pre-chunked ``nodes`` grouped by document (see ``doc_id_key``);
         nodes that carry embeddings are not embedded again.
 
@@ -350,10 +350,10 @@ class SummaryIndex:
         stores: tuple[LevelStore, LevelStore] | None,
         transformations: Sequence[TransformComponent] | None,
         embedding_cache: str | Path | CachedEmbedding | None,
-        checkpoint: Callable[[SummaryIndex], None] | None,
+        checkpoint: Callable[[RecursiveIndex], None] | None,
         checkpoint_nodes: int,
-        resume: SummaryIndex | None,
-    ) -> SummaryIndex:
+        resume: RecursiveIndex | None,
+    ) -> RecursiveIndex:
         """Build over columnar stores one batch of documents at a time (see :meth:`from_nodes`).
 
         The index exists from the first batch on (``partial``), and each batch
@@ -460,7 +460,7 @@ class SummaryIndex:
     @classmethod
     def from_index(
         cls, index: VectorStoreIndex, *, embed_model: BaseEmbedding | None = None, **kwargs: Any
-    ) -> SummaryIndex:
+    ) -> RecursiveIndex:
         """Build over the chunks of an existing ``VectorStoreIndex``, reusing their
         stored embeddings (only the summaries are embedded).
 
@@ -487,7 +487,7 @@ class SummaryIndex:
         summary_nodes: Sequence[IndexNode],
         retriever_dict: Mapping[str, BaseRetriever],
         embed_model: BaseEmbedding | None = None,
-    ) -> SummaryIndex:
+    ) -> RecursiveIndex:
         """Upstream ``RecursiveRetriever``'s setup: summary ``IndexNode``s plus
         ``retriever_dict`` (an ``IndexNode`` whose ``obj`` is a retriever may
         stand in for its entry)."""

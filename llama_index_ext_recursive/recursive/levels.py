@@ -5,7 +5,7 @@ summary and chunk searchers, the BM25 levels, the hybrid searchers of the
 ``chunk``/``weighted``/``product`` score modes) from the index and the
 retriever's settings, and calibrates hybrid levels that have no weights yet.
 A retriever builds them on first need; after the index changed
-(:attr:`SummaryIndex.generation`) it updates them with the changed documents
+(:attr:`RecursiveIndex.generation`) it updates them with the changed documents
 only (:func:`levels_for`), never per query: per-call filters and ``top_k``
 travel in the bundle each child receives. A level whose store keeps a BM25
 column (a ``ColumnarVectorStore`` with a tokenizer) is searched lexically by
@@ -49,7 +49,7 @@ class Levels:
     """What one index state is searched with.
 
     Attributes:
-        generation: the :attr:`SummaryIndex.generation` these were built for.
+        generation: the :attr:`RecursiveIndex.generation` these were built for.
         summary_vector: dense search over the summaries (routing vectors).
         chunk_vector: dense search over all chunks (``None``: ``retriever_dict``).
         summary_bm25: BM25 over each document's title, metadata, summary and

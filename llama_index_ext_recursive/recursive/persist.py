@@ -2,7 +2,7 @@
 
 A folder (see :mod:`llama_index_ext_recursive.persist` for its safe layout)
 holds ``summaries/`` and ``chunks/`` (each a LlamaIndex storage context),
-``summary_cache.json``, ``index.json`` (:meth:`SummaryIndex.to_dict`: the
+``summary_cache.json``, ``index.json`` (:meth:`RecursiveIndex.to_dict`: the
 document records, the embedding model's name, how documents are chunked and
 summarized) and ``config.json`` (the retriever's ``to_dict()``), both in the
 package's ``{"type", "init_parameters"}`` convention (:mod:`~llama_index_ext_recursive.config`).
@@ -64,7 +64,7 @@ from llama_index_ext_recursive.persist import (
     write_index,
 )
 from llama_index_ext_recursive.recursive.build import ChunkContext, DocumentRecord, windowed_sentence_tokenizer
-from llama_index_ext_recursive.recursive.index import SummaryIndex, store_view_index
+from llama_index_ext_recursive.recursive.index import RecursiveIndex, store_view_index
 from llama_index_ext_recursive.recursive.records import PostgresRecords, StoredRecords, document_record
 from llama_index_ext_recursive.recursive.summarize import ExtractiveSummarizer, Summarizer, SummaryCache
 from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
@@ -153,8 +153,8 @@ def node_parser_from_config(config: dict[str, Any] | None) -> NodeParser | None:
     return parser_class.from_dict(dict(config))
 
 
-def index_to_dict(index: SummaryIndex, generation: int | None = None) -> dict[str, Any]:
-    """``index.json``: what a :class:`SummaryIndex` needs besides its stores.
+def index_to_dict(index: RecursiveIndex, generation: int | None = None) -> dict[str, Any]:
+    """``index.json``: what a :class:`RecursiveIndex` needs besides its stores.
 
     Args:
         generation: for the columnar storage, the generation being written: its
@@ -183,7 +183,7 @@ def index_to_dict(index: SummaryIndex, generation: int | None = None) -> dict[st
     )
 
 
-def _columnar_stores(index: SummaryIndex) -> dict[str, ColumnarVectorStore] | None:
+def _columnar_stores(index: RecursiveIndex) -> dict[str, ColumnarVectorStore] | None:
     """The two levels' stores by folder name, when both are columnar (``None`` otherwise)."""
     if index.chunk_index is None:
         return None
@@ -193,7 +193,7 @@ def _columnar_stores(index: SummaryIndex) -> dict[str, ColumnarVectorStore] | No
     return None
 
 
-def persist_index(index: SummaryIndex, persist_dir: str | Path, config: Mapping[str, Any]) -> None:
+def persist_index(index: RecursiveIndex, persist_dir: str | Path, config: Mapping[str, Any]) -> None:
     """Write ``index`` and the retriever ``config`` to the index folder ``persist_dir``.
 
     Raises:
@@ -221,16 +221,16 @@ def persist_index(index: SummaryIndex, persist_dir: str | Path, config: Mapping[
     _published(index, Path(persist_dir), written)
 
 
-def _published(index: SummaryIndex, root: Path, written: int) -> None:
+def _published(index: RecursiveIndex, root: Path, written: int) -> None:
     """Tell ``index`` the folder generation it was just published as (the state it had at
-    ``written``), for :attr:`SummaryIndex.cache_generation`."""
+    ``written``), for :attr:`RecursiveIndex.cache_generation`."""
     directory = published_directory(root)
     if directory is not None:
         index.published_as(directory, written)
 
 
 def _write_index_files(
-    index: SummaryIndex, staging: Path, config: Mapping[str, Any], generation: int | None = None
+    index: RecursiveIndex, staging: Path, config: Mapping[str, Any], generation: int | None = None
 ) -> None:
     """``summary_cache.json`` (not for the columnar storage, which keeps the summaries as
     rows), ``index.json`` and ``config.json``, as new files: a staging folder that carries
@@ -247,7 +247,7 @@ def _write_index_files(
 
 
 def _write_records(
-    index: SummaryIndex, root: Path, published: int
+    index: RecursiveIndex, root: Path, published: int
 ) -> tuple[dict[str, DocumentRecord | None], dict[str, str]]:
     """Commit the document records and summaries changed since the last persist as rows of
     generation ``published + 1`` (:meth:`RowStore.write_items`), so a persist writes what
@@ -297,7 +297,7 @@ def _read_records(root: Path, generation: int, index_path: Path) -> tuple[Stored
 
 
 def _persist_columnar(
-    index: SummaryIndex, root: Path, stores: Mapping[str, ColumnarVectorStore], config: Mapping[str, Any]
+    index: RecursiveIndex, root: Path, stores: Mapping[str, ColumnarVectorStore], config: Mapping[str, Any]
 ) -> None:
     """Publish the changes of both columnar levels and the index files as one generation.
 
@@ -330,7 +330,7 @@ def _persist_columnar(
 
 def load_persisted(
     persist_dir: str | Path,
-    make: Callable[[SummaryIndex, dict[str, Any]], Any],
+    make: Callable[[RecursiveIndex, dict[str, Any]], Any],
     embed_model: BaseEmbedding | None = None,
     summarizer: Summarizer | None = None,
     transformations: list | None = None,
@@ -396,7 +396,7 @@ def load_persisted(
             )
         try:
             steps = transformations or transformations_from_config(stored.get("transformations"))
-            index = SummaryIndex(
+            index = RecursiveIndex(
                 summary_index,
                 chunk_index,
                 documents=documents,
@@ -424,7 +424,7 @@ def load_persisted(
     return read_index(persist_dir, PERSIST_KIND, load)
 
 
-def interrupted_build(persist_dir: str | Path, embed_model: BaseEmbedding | None = None) -> SummaryIndex | None:
+def interrupted_build(persist_dir: str | Path, embed_model: BaseEmbedding | None = None) -> RecursiveIndex | None:
     """The ``partial`` index a checkpointed build left at ``persist_dir``, to resume
     (``None``: nothing is persisted there yet, so a build starts afresh).
 
@@ -435,7 +435,7 @@ def interrupted_build(persist_dir: str | Path, embed_model: BaseEmbedding | None
     """
     check_persist_target(persist_dir, PERSIST_KIND)
     try:
-        index: SummaryIndex = load_persisted(persist_dir, lambda index, settings: index, embed_model=embed_model)
+        index: RecursiveIndex = load_persisted(persist_dir, lambda index, settings: index, embed_model=embed_model)
     except NoIndexError:
         return None
     if not index.partial:
@@ -615,7 +615,7 @@ def load_summary_cache(persist_dir: str | Path) -> SummaryCache:
 DATABASE = "postgres"  # the storage of an index whose levels and records live in PostgreSQL
 
 
-def persist_to_database(index: SummaryIndex, config: Mapping[str, Any]) -> None:
+def persist_to_database(index: RecursiveIndex, config: Mapping[str, Any]) -> None:
     """Write the index's configuration and the retriever's settings ``config`` into the index
     row of its database (the levels and the records are there already: every change commits
     them), so another process opens the index with nothing to build.
@@ -634,7 +634,7 @@ def persist_to_database(index: SummaryIndex, config: Mapping[str, Any]) -> None:
 
 def load_from_database(
     database: PostgresIndexStore,
-    make: Callable[[SummaryIndex, dict[str, Any]], Any],
+    make: Callable[[RecursiveIndex, dict[str, Any]], Any],
     embed_model: BaseEmbedding | None = None,
     summarizer: Summarizer | None = None,
     transformations: list | None = None,
@@ -663,7 +663,7 @@ def load_from_database(
         raise PersistError(str(exc)) from exc
     summary_index, chunk_index = (store_view_index(store, model) for store in (database.summaries, database.chunks))
     try:
-        index = SummaryIndex(
+        index = RecursiveIndex(
             summary_index,
             chunk_index,
             documents=PostgresRecords(database),

@@ -2,7 +2,7 @@
 
 ``RecursiveSummaryRetriever`` replaces the upstream recipe (summary
 ``IndexNode``s, one index per document, ``RecursiveRetriever``) with one
-summary store and one chunk store (a :class:`SummaryIndex`): a query is
+summary store and one chunk store (a :class:`RecursiveIndex`): a query is
 routed to the best ``num_routed_docs`` documents by their summaries, chunks
 are retrieved inside each of them (a ``ref_doc_id`` filter), and one globally
 ranked, deduplicated list of ``similarity_top_k`` chunks comes back.
@@ -65,7 +65,7 @@ from llama_index_ext_recursive.query import DEFAULT_TOP_K, Call, QueryCheckingRe
 from llama_index_ext_recursive.recursive import search
 from llama_index_ext_recursive.recursive.build import DocumentRecord, SummaryEmbedding
 from llama_index_ext_recursive.recursive.evidence import DEFAULT_DOCUMENT_WEIGHT, EQUAL_WEIGHTS
-from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.index import RecursiveIndex
 from llama_index_ext_recursive.recursive.levels import Levels, levels_for
 from llama_index_ext_recursive.recursive.persist import (
     interrupted_build,
@@ -113,7 +113,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
     :meth:`from_index` (one summary store plus one chunk store, offline by
     default), with :meth:`from_retriever_dict` to keep upstream
     ``RecursiveRetriever``'s ``IndexNode`` + ``retriever_dict`` setup, or over
-    a :class:`SummaryIndex` directly.
+    a :class:`RecursiveIndex` directly.
 
     Per-call options: pass a :class:`FilteredQueryBundle`. Its filters apply
     to chunks and, relaxed to document-level keys, to summaries;
@@ -121,7 +121,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
     Its ``top_k`` replaces ``similarity_top_k`` for that call.
 
     Args:
-        index: the :class:`SummaryIndex` to search.
+        index: the :class:`RecursiveIndex` to search.
         similarity_top_k: number of chunks returned.
         num_routed_docs: number of documents the query is routed to (more when
             those hold fewer than ``similarity_top_k`` chunks).
@@ -158,7 +158,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
 
     def __init__(
         self,
-        index: SummaryIndex,
+        index: RecursiveIndex,
         similarity_top_k: int = DEFAULT_TOP_K,
         num_routed_docs: int = DEFAULT_NUM_ROUTED_DOCS,
         score_mode: ScoreMode | str | None = None,
@@ -176,9 +176,9 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         show_progress: bool = False,
         cache: RetrievalCache | None = None,
     ) -> None:
-        if not isinstance(index, SummaryIndex):
+        if not isinstance(index, RecursiveIndex):
             raise TypeError(
-                f"RecursiveSummaryRetriever searches a SummaryIndex, got {type(index).__name__}; "
+                f"RecursiveSummaryRetriever searches a RecursiveIndex, got {type(index).__name__}; "
                 "build one with RecursiveSummaryRetriever.from_documents/from_nodes/from_index"
             )
         check_settings(
@@ -236,7 +236,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         postgres: PostgresIndexStore | None = None,
         **kwargs: Any,
     ) -> RecursiveSummaryRetriever:
-        """Chunk, summarize and index ``documents`` (:meth:`SummaryIndex.from_documents`).
+        """Chunk, summarize and index ``documents`` (:meth:`RecursiveIndex.from_documents`).
 
         Chunking: ``node_parser=`` or ``transformations=[...]`` (as upstream
         ``VectorStoreIndex.from_documents``), else an explicitly set
@@ -244,14 +244,14 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         parser sized for the bundled model. A document's id is
         ``metadata[doc_id_key]`` (default ``"doc_id"``) when present, else its
         ``doc_id``. Every keyword is checked before any document is chunked;
-        the index's go to :meth:`SummaryIndex.from_documents`, the rest to the
+        the index's go to :meth:`RecursiveIndex.from_documents`, the rest to the
         constructor. ``persist_dir`` and ``postgres``: see :meth:`from_nodes`.
         """
         own, settings = split_arguments(
             kwargs, "RecursiveSummaryRetriever.from_documents", cls.__init__, documents=True
         )
         return cls._build_into(
-            lambda **build: SummaryIndex.from_documents(documents, **build), own, settings, persist_dir, postgres
+            lambda **build: RecursiveIndex.from_documents(documents, **build), own, settings, persist_dir, postgres
         )
 
     @classmethod
@@ -263,7 +263,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         postgres: PostgresIndexStore | None = None,
         **kwargs: Any,
     ) -> RecursiveSummaryRetriever:
-        """Index pre-chunked ``nodes`` (:meth:`SummaryIndex.from_nodes`), grouped by
+        """Index pre-chunked ``nodes`` (:meth:`RecursiveIndex.from_nodes`), grouped by
         document: ``metadata[doc_id_key]``; by default ``metadata["doc_id"]``
         when present, else the node's ``ref_doc_id``, so the nodes of any
         LlamaIndex reader or ``VectorStoreIndex`` docstore group as they are.
@@ -290,20 +290,20 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         """
         own, settings = split_arguments(kwargs, "RecursiveSummaryRetriever.from_nodes", cls.__init__)
         return cls._build_into(
-            lambda **build: SummaryIndex.from_nodes(nodes, **build), own, settings, persist_dir, postgres
+            lambda **build: RecursiveIndex.from_nodes(nodes, **build), own, settings, persist_dir, postgres
         )
 
     @classmethod
     def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> RecursiveSummaryRetriever:
         """Build over an existing ``VectorStoreIndex``, reusing its stored chunk
-        embeddings: only the summaries are embedded (:meth:`SummaryIndex.from_index`).
+        embeddings: only the summaries are embedded (:meth:`RecursiveIndex.from_index`).
 
         ``SimpleDirectoryReader`` -> ``VectorStoreIndex.from_documents`` ->
         ``RecursiveSummaryRetriever.from_index(index)``: documents are told
         apart by each node's ``ref_doc_id``.
         """
         own, settings = split_arguments(kwargs, "RecursiveSummaryRetriever.from_index", cls.__init__)
-        return cls._over(SummaryIndex.from_index(index, **own), settings)
+        return cls._over(RecursiveIndex.from_index(index, **own), settings)
 
     @classmethod
     def from_retriever_dict(
@@ -320,13 +320,13 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         retriever may stand in for its ``retriever_dict`` entry.
         """
         check_arguments([cls.__init__], kwargs, "RecursiveSummaryRetriever.from_retriever_dict")
-        index = SummaryIndex.from_retriever_dict(summary_nodes, retriever_dict, embed_model)
+        index = RecursiveIndex.from_retriever_dict(summary_nodes, retriever_dict, embed_model)
         return cls(index, **kwargs)
 
     @classmethod
     def _build_into(
         cls,
-        build: Callable[..., SummaryIndex],
+        build: Callable[..., RecursiveIndex],
         own: dict[str, Any],
         settings: dict[str, Any],
         persist_dir: str | Path | None,
@@ -359,7 +359,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
     @classmethod
     def _build_into_database(
         cls,
-        build: Callable[..., SummaryIndex],
+        build: Callable[..., RecursiveIndex],
         own: dict[str, Any],
         settings: dict[str, Any],
         persist_dir: str | Path | None,
@@ -412,7 +412,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return retriever
 
     @classmethod
-    def _over(cls, index: SummaryIndex, settings: dict[str, Any]) -> RecursiveSummaryRetriever:
+    def _over(cls, index: RecursiveIndex, settings: dict[str, Any]) -> RecursiveSummaryRetriever:
         if "show_progress" not in settings:
             settings["show_progress"] = len(index.documents) >= 20
         return cls(index, **settings)
@@ -441,14 +441,14 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], index: SummaryIndex, **overrides: Any) -> RecursiveSummaryRetriever:
+    def from_dict(cls, data: Mapping[str, Any], index: RecursiveIndex, **overrides: Any) -> RecursiveSummaryRetriever:
         """A retriever over ``index`` with the settings :meth:`to_dict` wrote."""
         settings = init_parameters(cls, data)
         return cls._from_settings(index, settings, overrides)
 
     @classmethod
     def _from_settings(
-        cls, index: SummaryIndex, settings: dict[str, Any], overrides: Mapping[str, Any]
+        cls, index: RecursiveIndex, settings: dict[str, Any], overrides: Mapping[str, Any]
     ) -> RecursiveSummaryRetriever:
         if settings.get("filters"):  # written by MetadataFilters.model_dump
             settings["filters"] = MetadataFilters.model_validate(settings["filters"])
@@ -472,7 +472,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
 
     @property
     def filter_vocabulary(self) -> FilterVocabulary:
-        """Metadata keys (and value kinds) filters are checked against (see :class:`SummaryIndex`)."""
+        """Metadata keys (and value kinds) filters are checked against (see :class:`RecursiveIndex`)."""
         return self.index.filter_vocabulary
 
     @property
@@ -489,7 +489,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
 
     # ------------------------------------------------------------ updates
     def add_documents(self, documents: Iterable[Document], show_progress: bool | None = None) -> list[str]:
-        """Add or update documents without rebuilding the rest (:meth:`SummaryIndex.add_documents`).
+        """Add or update documents without rebuilding the rest (:meth:`RecursiveIndex.add_documents`).
 
         A document whose id exists is re-indexed when its content changed and
         left alone otherwise. Returns the ids that were (re)indexed. If
@@ -499,7 +499,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         return self.index.add_documents(documents, show_progress=show_progress)
 
     def add_nodes(self, nodes: Iterable[BaseNode], show_progress: bool | None = None) -> list[str]:
-        """Add or update pre-chunked nodes (:meth:`SummaryIndex.add_nodes`)."""
+        """Add or update pre-chunked nodes (:meth:`RecursiveIndex.add_nodes`)."""
         return self.index.add_nodes(nodes, show_progress=show_progress)
 
     def delete_document(self, doc_id: str) -> None:
@@ -723,7 +723,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
 class _FollowDatabase:
     """Catch up with the index's database (one round trip; async: off the event loop)."""
 
-    index: SummaryIndex
+    index: RecursiveIndex
 
     def run(self) -> None:
         self.index.follow_database()

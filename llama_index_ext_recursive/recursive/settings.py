@@ -19,7 +19,7 @@ from llama_index.core.callbacks import CallbackManager
 
 from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy, to_filters
 from llama_index_ext_recursive.recursive.build import SummaryEmbedding, resolve_transformations
-from llama_index_ext_recursive.recursive.index import SummaryIndex
+from llama_index_ext_recursive.recursive.index import RecursiveIndex
 from llama_index_ext_recursive.retrievers.calibration import Calibration
 from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real
 
@@ -69,7 +69,7 @@ class Owner(Protocol):
     the index it searches and its settings, read when they are used, so a
     setting changed on the retriever applies from its next call."""
 
-    index: SummaryIndex
+    index: RecursiveIndex
     similarity_top_k: int
     num_routed_docs: int
     score_mode: ScoreMode
@@ -156,7 +156,7 @@ def split_arguments(
     """Keywords of the index build and of the constructor, every one checked
     (an unknown one names the closest valid keyword; ``transformations=`` is
     checked too) before any chunking, summarizing or embedding."""
-    builds = (SummaryIndex.from_documents, SummaryIndex.from_nodes)
+    builds = (RecursiveIndex.from_documents, RecursiveIndex.from_nodes)
     check_arguments([*builds, constructor], kwargs, where)
     index_keys = {"node_parser"}
     for build in builds:
