@@ -306,3 +306,38 @@ def test_the_old_name_summary_index_still_imports_with_a_warning_naming_the_new_
     assert "SummaryIndex" not in package.__all__  # a star import does not shadow llama_index.core's
     with pytest.raises(AttributeError, match="NoSuchThing"):
         package.NoSuchThing  # noqa: B018
+
+
+# -- LlamaIndex conventions ----------------------------------------------------------
+def test_as_retriever_shares_the_index_and_takes_the_constructor_settings(lexical):
+    index = RecursiveIndex.from_documents(topic_documents(), embed_model=lexical)
+    retriever = index.as_retriever(similarity_top_k=2)
+    assert isinstance(retriever, RecursiveSummaryRetriever) and retriever.index is index
+    assert len(retriever.retrieve("honeybee queen")) == 2
+    # documents added through the retriever are seen through the index, and the other way round
+    retriever.add_documents([Document(text="Kites fly in steady wind.", metadata={"doc_id": "kites"})])
+    assert "kites" in index.documents and "kites" in index.as_retriever().index.documents
+    with pytest.raises(TypeError, match="similarity_top_k"):
+        index.as_retriever(similarity_topk=2)
+
+
+def test_as_query_engine_answers_from_our_results_with_the_given_llm_and_never_a_default(lexical):
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.query_engine import RetrieverQueryEngine
+
+    index = RecursiveIndex.from_documents(topic_documents(), embed_model=lexical)
+    # no llm and no Settings.llm: refused, naming both fixes, instead of upstream's OpenAI default
+    with pytest.raises(ValueError, match=r"pass llm=\.\.\. or set llama_index\.core\.Settings\.llm.*as_retriever"):
+        index.as_query_engine()
+    engine = index.as_query_engine(llm=MockLLM(max_tokens=8), similarity_top_k=3, response_mode="compact")
+    assert isinstance(engine, RetrieverQueryEngine)
+    response = engine.query("Who lays the eggs in a honeybee colony?")
+    expected = [
+        h.node.node_id
+        for h in index.as_retriever(similarity_top_k=3).retrieve("Who lays the eggs in a honeybee colony?")
+    ]
+    assert [n.node.node_id for n in response.source_nodes] == expected and str(response)  # the LLM wrote it
+    Settings.llm = MockLLM()  # an explicitly set Settings.llm is used (the autouse fixture resets it)
+    assert isinstance(index.as_query_engine().query("bees").source_nodes, list)
+    with pytest.raises(TypeError, match="response_mode"):
+        index.as_query_engine(llm=MockLLM(), respones_mode="compact")

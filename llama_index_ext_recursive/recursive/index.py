@@ -31,6 +31,7 @@ when they changed.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import threading
 import uuid
@@ -89,6 +90,9 @@ from llama_index_ext_recursive.validation import check_count, closest, json_node
 from llama_index_ext_recursive.workers import tokenize_texts
 
 if TYPE_CHECKING:  # the postgres extra is optional: imported by the stores that use it
+    from llama_index.core.query_engine import RetrieverQueryEngine
+
+    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
     from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
 
 logger = logging.getLogger(__name__)
@@ -504,6 +508,57 @@ class RecursiveIndex:
             plain.append(IndexNode(**{**node.model_dump(exclude={"obj"}), "obj": None}))
         model = resolve_embed_model(embed_model)
         return cls(new_index(plain, model, False), retriever_dict=retrievers, embed_model=model)
+
+    # ------------------------------------------------------------------ use
+    def as_retriever(self, **kwargs: Any) -> RecursiveSummaryRetriever:
+        """A :class:`~llama_index_ext_recursive.RecursiveSummaryRetriever` over this index, as
+        upstream's ``index.as_retriever(similarity_top_k=...)``; ``kwargs`` are its
+        constructor's (query settings; the index keeps the data).
+
+        The retriever shares this index: documents added through either are
+        seen by both. The retriever module is imported here, not at the top, as
+        upstream's indexes import theirs: it builds on this one.
+        """
+        from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+        from llama_index_ext_recursive.recursive.settings import check_arguments
+
+        check_arguments([RecursiveSummaryRetriever.__init__], kwargs, "RecursiveIndex.as_retriever")
+        return RecursiveSummaryRetriever(self, **kwargs)
+
+    def as_query_engine(self, llm: Any = None, **kwargs: Any) -> RetrieverQueryEngine:
+        """Upstream's ``RetrieverQueryEngine`` answering from :meth:`as_retriever`'s results.
+
+        Args:
+            llm: the LLM that writes the answer (an ``LLM`` or anything
+                upstream's ``resolve_llm`` accepts); default: an explicitly set
+                ``Settings.llm``. Without either this raises, naming both: it
+                never falls back to upstream's default (OpenAI).
+            **kwargs: the retriever's constructor keywords (``similarity_top_k``,
+                ``filters``, ...) and ``RetrieverQueryEngine.from_args``'s
+                (``response_mode``, ``node_postprocessors``, ...); one neither
+                takes is refused, naming the closest.
+        """
+        from llama_index.core.query_engine import RetrieverQueryEngine
+
+        from llama_index_ext_recursive.models import resolve_llm
+        from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
+        from llama_index_ext_recursive.recursive.settings import check_arguments
+
+        check_arguments(
+            [RecursiveSummaryRetriever.__init__, RetrieverQueryEngine.from_args],
+            kwargs,
+            "RecursiveIndex.as_query_engine",
+        )
+        own = set(inspect.signature(RecursiveSummaryRetriever.__init__).parameters)
+        retriever = self.as_retriever(**{k: v for k, v in kwargs.items() if k in own})
+        # the callback manager traces both, as upstream's as_query_engine passes it to both
+        engine_kwargs = {k: v for k, v in kwargs.items() if k not in own or k == "callback_manager"}
+        answering = resolve_llm(
+            llm,
+            needed_for="as_query_engine (an LLM writes the answer)",
+            offline_alternative="use as_retriever() to retrieve without an LLM",
+        )
+        return RetrieverQueryEngine.from_args(retriever, llm=answering, **engine_kwargs)
 
     # ------------------------------------------------------------------ state
     @property
