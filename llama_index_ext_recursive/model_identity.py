@@ -92,6 +92,16 @@ class ModelIdentity:
         a, b = np.asarray(self.probes), np.asarray(other.probes)
         return a.shape == b.shape and bool(np.max(np.abs(a - b)) <= PROBE_TOLERANCE)
 
+    @property
+    def embeds_queries_as_texts(self) -> bool:
+        """Whether the model answered the first probe as a query exactly as it did as a text
+        (no query prompt, one tower): its queries can then be embedded in batches through its
+        text API, one request per batch rather than one per query."""
+        if len(self.probes) != len(PROBES) + 1:
+            return False
+        text, query = np.asarray(self.probes[0]), np.asarray(self.probes[-1])
+        return text.shape == query.shape and bool(np.max(np.abs(text - query)) <= PROBE_TOLERANCE)
+
     def describe(self) -> str:
         return f"{self.name!r} ({self.cls}, {self.dim}-dimensional)"
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
+from llama_index_ext_recursive.model_identity import model_identity
 from llama_index_ext_recursive.models import embed_model_name
 from llama_index_ext_recursive.validation import check_vectors
 
@@ -34,7 +35,11 @@ def embed_queries(model: BaseEmbedding, queries: Sequence[str], progress: Any | 
     from its cache, since these are pseudo-queries cut from the corpus; a model
     with a ``_get_query_embeddings(queries)`` method is called with each batch;
     ``HuggingFaceEmbedding`` encodes each batch with its ``"query"`` prompt,
-    as its own ``_get_query_embedding`` does one query; any other model is
+    as its own ``_get_query_embedding`` does one query; a model that embeds a
+    query exactly as a text (its :func:`~llama_index_ext_recursive.model_identity.model_identity`
+    probes say so: most API models, OpenAI's included) is called with each
+    batch through its text API, so an API gets one request per batch, not one
+    per query; any other model (one with a query prompt it keeps to itself) is
     called once per query through ``_get_query_embedding``.
 
     Args:
@@ -75,4 +80,6 @@ def _query_batch_function(model: BaseEmbedding) -> Callable[[list[str]], Any] | 
     huggingface = sys.modules.get("llama_index.embeddings.huggingface")
     if huggingface is not None and isinstance(model, huggingface.HuggingFaceEmbedding):
         return lambda texts: model._embed(texts, prompt_name="query")
+    if model_identity(model).embeds_queries_as_texts:
+        return model._get_text_embeddings
     return None
