@@ -333,3 +333,28 @@ def test_title_context_is_not_added_twice_nor_from_a_bare_id_nor_over_the_users_
     by_doc = {d: [c for c in built.chunk_nodes if c.ref_doc_id == d] for d in ("d1", "3f2a9c", "d3")}
     assert all(DOCUMENT_CONTEXT_KEY not in c.metadata for c in by_doc["d1"] + by_doc["3f2a9c"])
     assert [c.metadata[DOCUMENT_CONTEXT_KEY] for c in by_doc["d3"]] == ["mine", "mine"]
+
+
+def test_files_read_by_simple_directory_reader_are_titled_by_their_folder_and_name(tmp_path):
+    from llama_index.core import SimpleDirectoryReader
+
+    for package in ("bees", "kites"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(f'"""The {package} package."""\n')
+    documents = SimpleDirectoryReader(str(tmp_path), recursive=True).load_data()
+    nodes = [  # as a node parser copies them
+        TextNode(
+            text=d.text,
+            metadata=d.metadata,
+            id_=f"n-{d.id_}",
+            excluded_embed_metadata_keys=d.excluded_embed_metadata_keys,
+        )
+        for d in documents
+    ]
+    for node, document in zip(nodes, documents):
+        node.metadata["doc_id"] = document.id_  # a UUID: no title of its own
+    built = build_documents(group_nodes(nodes, "doc_id"), "doc_id", chunk_context="title")
+    titles = {built.records[d.id_].title for d in documents}
+    assert titles == {"bees/__init__.py", "kites/__init__.py"}
+    # the reader embeds file_path, so each chunk's embedded text shows its title already
+    assert all(DOCUMENT_CONTEXT_KEY not in c.metadata for c in built.chunk_nodes)

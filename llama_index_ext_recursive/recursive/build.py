@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from pathlib import PurePath
 from typing import Any
 
 from llama_index.core import Settings
@@ -682,10 +683,18 @@ def _title(doc_id: str, chunks: Sequence[BaseNode]) -> str:
 
 
 def _metadata_title(chunks: Sequence[BaseNode]) -> str | None:
-    for key in ("title", "file_name", "name"):
-        value = chunks[0].metadata.get(key)
-        if value:
-            return str(value)
+    """A document's title from its metadata: ``title``; else, for a file (``SimpleDirectoryReader``
+    sets ``file_path``), its folder and name, so the ``__init__.py`` of two packages differ and the
+    title says where the file is; else ``file_name`` or ``name``."""
+    metadata = chunks[0].metadata
+    if metadata.get("title"):
+        return str(metadata["title"])
+    path = metadata.get("file_path")
+    if isinstance(path, str) and path.strip():
+        return "/".join(PurePath(path).parts[-2:])
+    for key in ("file_name", "name"):
+        if metadata.get(key):
+            return str(metadata[key])
     return None
 
 
