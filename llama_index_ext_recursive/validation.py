@@ -168,6 +168,18 @@ def check_kwargs(target: Callable[..., Any], kwargs: Mapping[str, Any], where: s
             raise TypeError(f"{where} got an unexpected keyword argument {key!r} ({closest(key, known)})")
 
 
+def check_keywords(targets: Sequence[Callable[..., Any]], kwargs: Mapping[str, Any], where: str) -> None:
+    """Refuse a keyword none of ``targets`` accepts, naming the closest valid one across all of
+    them (a call whose keywords several callables share out, such as a builder's)."""
+    known: set[str] = set()
+    for target in targets:
+        known |= set(inspect.signature(target).parameters)
+    known -= {"self", "cls", "kwargs"}
+    for key in kwargs:
+        if key not in known:
+            raise TypeError(f"{where} got an unexpected keyword argument {key!r} ({closest(key, sorted(known))})")
+
+
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 

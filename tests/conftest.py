@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import TextNode
 
 # OpenMP (torch, the multilingual engine) spins a thread per core in every process; with one test
@@ -43,7 +44,10 @@ class LexicalEmbedding(BaseEmbedding):
     """Hashed bag-of-words: texts sharing words are similar. For logic tests only."""
 
     calls: int = 0
-    text_calls: int = 0  # document texts only (calls also counts queries)
+    # texts through the text API (calls also counts queries): documents, and the queries of a
+    # calibration, which embeds a model's queries through its text API when they are the same
+    text_calls: int = 0
+    embedded: list = Field(default_factory=list)  # those texts, in order
 
     def _vector(self, text: str) -> list[float]:
         if text not in PROBES:  # the identity probes: embedded once per model instance, by design
@@ -58,7 +62,9 @@ class LexicalEmbedding(BaseEmbedding):
         return self._vector(query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
-        self.text_calls += text not in PROBES
+        if text not in PROBES:
+            self.text_calls += 1
+            self.embedded.append(text)
         return self._vector(text)
 
     async def _aget_query_embedding(self, query: str) -> list[float]:

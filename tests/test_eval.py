@@ -35,8 +35,13 @@ from llama_index_ext_recursive.sample import _relevant_chunks, load_sample_quest
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+QUERY_INSTRUCTION = "query"
+
+
 class CountingEmbedding(LexicalEmbedding):
-    """LexicalEmbedding that records every text it embeds, by kind."""
+    """LexicalEmbedding that records every text it embeds, by kind. It embeds a query with an
+    instruction word, as E5 and BGE do, so queries cannot go through its text API: every
+    query is recorded as a query."""
 
     queries: list[str] = Field(default_factory=list)
     texts: list[str] = Field(default_factory=list)
@@ -44,7 +49,7 @@ class CountingEmbedding(LexicalEmbedding):
     def _get_query_embedding(self, query: str) -> list[float]:
         if query not in PROBES:  # the model-identity probes, embedded once per instance
             self.queries.append(query)
-        return self._vector(query)
+        return self._vector(f"{QUERY_INSTRUCTION} {query}")
 
     def _get_text_embedding(self, text: str) -> list[float]:
         if text not in PROBES:

@@ -16,6 +16,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import (
     Document,
     IndexNode,
+    MetadataMode,
     NodeWithScore,
     QueryBundle,
     TextNode,
@@ -121,9 +122,18 @@ def test_nodes_with_embeddings_are_not_embedded_again(lexical, mode, summary_cal
     for node in nodes:
         node.embedding = lexical.get_text_embedding(node.text)
     lexical.text_calls = 0
-    RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical, summary_embedding=mode)
-    # summaries only, and only when routed by text (queries embedded to calibrate are not texts)
+    RecursiveSummaryRetriever.from_nodes(
+        nodes, embed_model=lexical, summary_embedding=mode, summary_mode="vector", chunk_mode="vector"
+    )
+    # summaries only, and only when routed by text
     assert lexical.text_calls == summary_calls
+    # hybrid levels calibrate on pseudo-queries, which this model embeds through its text API:
+    # still no chunk is embedded again
+    lexical.embedded.clear()
+    RecursiveSummaryRetriever.from_nodes(nodes, embed_model=lexical, summary_embedding=mode)
+    assert lexical.embedded and not {n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes} & set(
+        lexical.embedded
+    )
 
 
 def test_centroid_routing_vector_is_the_mean_of_chunk_embeddings(lexical):

@@ -341,3 +341,29 @@ def test_as_query_engine_answers_from_our_results_with_the_given_llm_and_never_a
     assert isinstance(index.as_query_engine().query("bees").source_nodes, list)
     with pytest.raises(TypeError, match="response_mode"):
         index.as_query_engine(llm=MockLLM(), respones_mode="compact")
+
+
+def test_the_typed_builder_options_list_exactly_what_the_builders_accept():
+    import inspect
+
+    from llama_index_ext_recursive.recursive.index import FromNodesOptions
+    from llama_index_ext_recursive.recursive.settings import BuildOptions, RetrieverOptions
+
+    def keywords(function, *named):
+        return set(inspect.signature(function).parameters) - {"self", "cls", "kwargs", *named}
+
+    assert set(RetrieverOptions.__optional_keys__) == keywords(RecursiveSummaryRetriever.__init__, "index")
+    from_documents_names = keywords(RecursiveIndex.from_documents, "documents")
+    assert (
+        set(FromNodesOptions.__optional_keys__) == keywords(RecursiveIndex.from_nodes, "nodes") - from_documents_names
+    )
+    assert set(BuildOptions.__optional_keys__) == (
+        set(FromNodesOptions.__optional_keys__) | from_documents_names | set(RetrieverOptions.__optional_keys__)
+    )
+    # every typed option is taken by the builders (none refused as unknown, as this one is)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        RecursiveSummaryRetriever.from_nodes([], not_an_option=1)
+    for name in BuildOptions.__optional_keys__ - {"node_parser", "transformations"}:
+        with pytest.raises(Exception) as refused:
+            RecursiveSummaryRetriever.from_nodes([], **{name: object()})
+        assert "unexpected keyword" not in str(refused.value) and "did you mean" not in str(refused.value)

@@ -38,7 +38,7 @@ import uuid
 from collections import ChainMap, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -48,11 +48,12 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from tqdm.auto import tqdm
+from typing_extensions import Unpack  # typing's from Python 3.11
 
 from llama_index_ext_recursive.columnar.rows import RowStore
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.filters import FilterVocabulary
-from llama_index_ext_recursive.models import choose_embed_model, corpus_sample, resolve_embed_model
+from llama_index_ext_recursive.models import choose_embed_model, corpus_sample, resolve_embed_model, resolve_llm
 from llama_index_ext_recursive.recursive.build import (
     BuiltDocuments,
     ChunkContext,
@@ -86,19 +87,37 @@ from llama_index_ext_recursive.stores.docstore import LinearDocumentStore
 from llama_index_ext_recursive.stores.numpy_store import vector_index
 from llama_index_ext_recursive.stores.protocol import LevelStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
-from llama_index_ext_recursive.validation import check_count, closest, json_nodes
+from llama_index_ext_recursive.validation import check_count, check_keywords, closest, json_nodes
 from llama_index_ext_recursive.workers import tokenize_texts
 
 if TYPE_CHECKING:  # the postgres extra is optional: imported by the stores that use it
     from llama_index.core.query_engine import RetrieverQueryEngine
 
-    from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
     from llama_index_ext_recursive.stores.pg_index import PostgresIndexStore
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_NODES = 100_000  # chunks a checkpointed streaming build stores between two checkpoints
 CHANGES_KEPT = 256  # updates whose documents the index remembers (levels_for updates with them)
+
+
+class FromNodesOptions(TypedDict, total=False):
+    """The keywords of :meth:`RecursiveIndex.from_nodes` besides ``nodes`` (and ``doc_id_key``
+    and ``show_progress``, which :meth:`RecursiveIndex.from_documents` names itself), so
+    ``from_documents(documents, **options)`` shows them to IDEs and type checkers;
+    ``tests/test_recursive_index.py`` keeps the two lists equal."""
+
+    embed_model: BaseEmbedding | None
+    summarizer: Summarizer | None
+    summary_cache: SummaryCache | None
+    summary_embedding: SummaryEmbedding | str
+    chunk_context: ChunkContext | str
+    chunk_vector_store: BasePydanticVectorStore | None
+    summary_vector_store: BasePydanticVectorStore | None
+    embedding_cache: str | Path | CachedEmbedding | None
+    checkpoint: Callable[[RecursiveIndex], None] | None
+    checkpoint_nodes: int
+    resume: RecursiveIndex | None
 
 
 class RecursiveIndex:
@@ -202,7 +221,7 @@ class RecursiveIndex:
         transformations: Sequence[TransformComponent] | None = None,
         doc_id_key: str | None = None,
         show_progress: bool | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[FromNodesOptions],
     ) -> RecursiveIndex:
         """Chunk (``node_parser=`` or ``transformations=``; else an explicitly
         set ``Settings.transformations``/``node_parser``/``chunk_size``; else
@@ -463,7 +482,13 @@ class RecursiveIndex:
 
     @classmethod
     def from_index(
-        cls, index: VectorStoreIndex, *, embed_model: BaseEmbedding | None = None, **kwargs: Any
+        cls,
+        index: VectorStoreIndex,
+        *,
+        doc_id_key: str | None = None,
+        show_progress: bool | None = None,
+        transformations: Sequence[TransformComponent] | None = None,
+        **kwargs: Unpack[FromNodesOptions],
     ) -> RecursiveIndex:
         """Build over the chunks of an existing ``VectorStoreIndex``, reusing their
         stored embeddings (only the summaries are embedded).
@@ -482,8 +507,14 @@ class RecursiveIndex:
                 "the index's docstore holds no nodes (its vector store keeps the text): "
                 "pass the nodes to from_nodes(...) instead"
             )
-        model = embed_model or getattr(index, "_embed_model", None)
-        return cls.from_nodes(with_stored_embeddings(index, nodes), embed_model=model, **kwargs)
+        kwargs["embed_model"] = kwargs.get("embed_model") or getattr(index, "_embed_model", None)
+        return cls.from_nodes(
+            with_stored_embeddings(index, nodes),
+            doc_id_key=doc_id_key,
+            show_progress=show_progress,
+            transformations=transformations,
+            **kwargs,
+        )
 
     @classmethod
     def from_retriever_dict(
@@ -510,20 +541,19 @@ class RecursiveIndex:
         return cls(new_index(plain, model, False), retriever_dict=retrievers, embed_model=model)
 
     # ------------------------------------------------------------------ use
-    def as_retriever(self, **kwargs: Any) -> RecursiveSummaryRetriever:
+    # RecursiveSummaryRetriever, set by its module: it builds on this one, so this module
+    # cannot import it (the layers of recursive/ import downward only)
+    retriever_class: ClassVar[Callable[..., BaseRetriever] | None] = None
+
+    def as_retriever(self, **kwargs: Any) -> BaseRetriever:
         """A :class:`~llama_index_ext_recursive.RecursiveSummaryRetriever` over this index, as
         upstream's ``index.as_retriever(similarity_top_k=...)``; ``kwargs`` are its
-        constructor's (query settings; the index keeps the data).
-
-        The retriever shares this index: documents added through either are
-        seen by both. The retriever module is imported here, not at the top, as
-        upstream's indexes import theirs: it builds on this one.
+        constructor's (query settings; the index keeps the data). The retriever
+        shares this index: documents added through either are seen by both.
         """
-        from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
-        from llama_index_ext_recursive.recursive.settings import check_arguments
-
-        check_arguments([RecursiveSummaryRetriever.__init__], kwargs, "RecursiveIndex.as_retriever")
-        return RecursiveSummaryRetriever(self, **kwargs)
+        make = self._retriever_class()
+        check_keywords([make], kwargs, "RecursiveIndex.as_retriever")
+        return make(self, **kwargs)
 
     def as_query_engine(self, llm: Any = None, **kwargs: Any) -> RetrieverQueryEngine:
         """Upstream's ``RetrieverQueryEngine`` answering from :meth:`as_retriever`'s results.
@@ -540,25 +570,24 @@ class RecursiveIndex:
         """
         from llama_index.core.query_engine import RetrieverQueryEngine
 
-        from llama_index_ext_recursive.models import resolve_llm
-        from llama_index_ext_recursive.recursive.retriever import RecursiveSummaryRetriever
-        from llama_index_ext_recursive.recursive.settings import check_arguments
-
-        check_arguments(
-            [RecursiveSummaryRetriever.__init__, RetrieverQueryEngine.from_args],
-            kwargs,
-            "RecursiveIndex.as_query_engine",
-        )
-        own = set(inspect.signature(RecursiveSummaryRetriever.__init__).parameters)
-        retriever = self.as_retriever(**{k: v for k, v in kwargs.items() if k in own})
-        # the callback manager traces both, as upstream's as_query_engine passes it to both
-        engine_kwargs = {k: v for k, v in kwargs.items() if k not in own or k == "callback_manager"}
+        make = self._retriever_class()
+        check_keywords([make, RetrieverQueryEngine.from_args], kwargs, "RecursiveIndex.as_query_engine")
+        own = set(inspect.signature(make).parameters)
         answering = resolve_llm(
             llm,
             needed_for="as_query_engine (an LLM writes the answer)",
             offline_alternative="use as_retriever() to retrieve without an LLM",
         )
+        retriever = self.as_retriever(**{k: v for k, v in kwargs.items() if k in own})
+        # the callback manager traces both, as upstream's as_query_engine passes it to both
+        engine_kwargs = {k: v for k, v in kwargs.items() if k not in own or k == "callback_manager"}
         return RetrieverQueryEngine.from_args(retriever, llm=answering, **engine_kwargs)
+
+    @classmethod
+    def _retriever_class(cls) -> Callable[..., BaseRetriever]:
+        if cls.retriever_class is None:  # the package's __init__ imports the retriever's module
+            raise RuntimeError("import llama_index_ext_recursive before asking an index for a retriever")
+        return cls.retriever_class
 
     # ------------------------------------------------------------------ state
     @property

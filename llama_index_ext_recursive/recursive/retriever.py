@@ -46,6 +46,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import BaseNode, Document, IndexNode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
+from typing_extensions import Unpack  # typing's from Python 3.11
 
 from llama_index_ext_recursive import steps
 from llama_index_ext_recursive.cache import RetrievalCache
@@ -80,7 +81,9 @@ from llama_index_ext_recursive.recursive.ranking import (
 from llama_index_ext_recursive.recursive.settings import (
     DEFAULT_NUM_ROUTED_DOCS,
     DEFAULT_SCORE_ALPHA,
+    BuildOptions,
     LevelMode,
+    RetrieverOptions,
     ScoreMode,
     calibration_from_config,
     check_arguments,
@@ -234,7 +237,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         *,
         persist_dir: str | Path | None = None,
         postgres: PostgresIndexStore | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[BuildOptions],
     ) -> RecursiveSummaryRetriever:
         """Chunk, summarize and index ``documents`` (:meth:`RecursiveIndex.from_documents`).
 
@@ -261,7 +264,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         *,
         persist_dir: str | Path | None = None,
         postgres: PostgresIndexStore | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[BuildOptions],
     ) -> RecursiveSummaryRetriever:
         """Index pre-chunked ``nodes`` (:meth:`RecursiveIndex.from_nodes`), grouped by
         document: ``metadata[doc_id_key]``; by default ``metadata["doc_id"]``
@@ -294,7 +297,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         )
 
     @classmethod
-    def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> RecursiveSummaryRetriever:
+    def from_index(cls, index: VectorStoreIndex, **kwargs: Unpack[BuildOptions]) -> RecursiveSummaryRetriever:
         """Build over an existing ``VectorStoreIndex``, reusing its stored chunk
         embeddings: only the summaries are embedded (:meth:`RecursiveIndex.from_index`).
 
@@ -392,7 +395,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         summarizer: Any = None,
         node_parser: Any = None,
         transformations: list | None = None,
-        **overrides: Any,
+        **overrides: Unpack[RetrieverOptions],
     ) -> RecursiveSummaryRetriever:
         """Open the index a build stored in PostgreSQL (``from_documents(..., postgres=store)``),
         from any process: nothing is read per chunk or rebuilt; queries search the database,
@@ -534,7 +537,7 @@ class RecursiveSummaryRetriever(QueryCheckingRetriever):
         summarizer: Any = None,
         node_parser: Any = None,
         transformations: list | None = None,
-        **overrides: Any,
+        **overrides: Unpack[RetrieverOptions],
     ) -> RecursiveSummaryRetriever:
         """Load a retriever written by :meth:`persist` (or by a previous release).
 
@@ -780,3 +783,6 @@ class _UnderReadLock:
             await self.owner._aprepare()
             key, search = self._started()
             return key, await steps.arun(search)
+
+
+RecursiveIndex.retriever_class = RecursiveSummaryRetriever  # RecursiveIndex.as_retriever

@@ -13,15 +13,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import TransformComponent
 
-from llama_index_ext_recursive.filters import FilterPolicy, UnknownFilterPolicy, to_filters
+from llama_index_ext_recursive.cache import RetrievalCache
+from llama_index_ext_recursive.filters import FilterPolicy, FiltersLike, UnknownFilterPolicy, to_filters
 from llama_index_ext_recursive.recursive.build import SummaryEmbedding, resolve_transformations
-from llama_index_ext_recursive.recursive.index import RecursiveIndex
+from llama_index_ext_recursive.recursive.index import FromNodesOptions, RecursiveIndex
 from llama_index_ext_recursive.retrievers.calibration import Calibration
-from llama_index_ext_recursive.validation import check_count, check_kwargs, check_real
+from llama_index_ext_recursive.validation import check_count, check_keywords, check_real
 
 DEFAULT_NUM_ROUTED_DOCS = 8  # measured: benchmarks/results/tune_xquad_*_fine.md
 DEFAULT_SCORE_ALPHA = 0.2
@@ -84,6 +86,40 @@ class Owner(Protocol):
     def document_depth(self, top_k: int) -> int: ...
 
 
+class RetrieverOptions(TypedDict, total=False):
+    """The query settings of :class:`~llama_index_ext_recursive.RecursiveSummaryRetriever`
+    (its constructor's keywords besides ``index``), typed for IDEs and type checkers where a
+    builder passes them on as ``**options``; ``tests/test_recursive_index.py`` keeps this
+    list equal to the constructor's."""
+
+    similarity_top_k: int
+    num_routed_docs: int
+    score_mode: ScoreMode | str | None
+    score_alpha: float
+    document_weight: float
+    filters: FiltersLike
+    filter_policy: FilterPolicy | str
+    max_link_depth: int
+    callback_manager: CallbackManager | None
+    verbose: bool
+    summary_mode: LevelMode | str
+    chunk_mode: LevelMode | str | None
+    unknown_filter_key: UnknownFilterPolicy | str
+    calibration: Mapping[str, Any] | None
+    show_progress: bool
+    cache: RetrievalCache | None
+
+
+class BuildOptions(FromNodesOptions, RetrieverOptions, total=False):
+    """A builder's keywords (``RecursiveSummaryRetriever.from_documents``, ``from_nodes``,
+    ``from_index``): how documents are chunked and indexed, then the query settings;
+    :func:`split_arguments` hands each to its side."""
+
+    node_parser: Any
+    transformations: Sequence[TransformComponent] | None
+    doc_id_key: str | None
+
+
 _COUNT_SETTINGS = {"similarity_top_k": 1, "num_routed_docs": 1, "max_link_depth": 0}
 _CHOICE_SETTINGS: dict[str, type[Enum]] = {
     "score_mode": ScoreMode,
@@ -115,21 +151,7 @@ def check_settings(**settings: Any) -> None:
 def check_arguments(targets: Sequence[Callable[..., Any]], kwargs: Mapping[str, Any], where: str) -> None:
     """Refuse a keyword none of ``targets`` accepts (naming the closest valid one
     across all of them), then check the settings, before any work is done."""
-    known = set()
-    for target in targets:
-        known |= set(inspect.signature(target).parameters)
-    unknown = {k: v for k, v in kwargs.items() if k not in known}
-    if unknown:
-
-        def accepts_all(**_: Any) -> None: ...
-
-        accepts_all.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [
-                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)
-                for name in sorted(known - {"self", "cls", "kwargs"})
-            ]
-        )
-        check_kwargs(accepts_all, unknown, where)
+    check_keywords(targets, kwargs, where)
     check_settings(**kwargs)
 
 
