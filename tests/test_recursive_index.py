@@ -367,3 +367,12 @@ def test_the_typed_builder_options_list_exactly_what_the_builders_accept():
         with pytest.raises(Exception) as refused:
             RecursiveSummaryRetriever.from_nodes([], **{name: object()})
         assert "unexpected keyword" not in str(refused.value) and "did you mean" not in str(refused.value)
+
+
+def test_a_build_shows_no_empty_embedding_bars(lexical, capsys):
+    # summaries and chunks are embedded before the stores are made: upstream's own bar over
+    # them counted nothing and printed "Generating embeddings: 0it" twice per build
+    RecursiveIndex.from_documents(topic_documents(), embed_model=lexical, show_progress=True)
+    err = capsys.readouterr().err
+    assert "Summarizing documents" in err  # the bars are on
+    assert "0it" not in err

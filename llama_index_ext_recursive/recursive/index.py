@@ -1180,7 +1180,8 @@ def new_index(
         embed_model,
         vector_store=vector_store,
         docstore=LinearDocumentStore(),  # upstream's is quadratic in a document's chunks
-        show_progress=show_progress,
+        # upstream's bar counts the nodes it embeds: over embedded nodes it printed "0it"
+        show_progress=show_progress and any(node.embedding is None for node in nodes),
         # the docstore keeps every node even when the store keeps text: link
         # checks, BM25 levels and updates read nodes from it
         store_nodes_override=True,
