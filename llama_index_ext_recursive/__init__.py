@@ -1,5 +1,9 @@
 """Retrieval for LlamaIndex: summary-routed recursive retrieval, offline by default."""
 
+# first: tqdm.auto imported without its "IProgress not found" warning, before bm25s imports it
+from llama_index_ext_recursive import progress  # noqa: F401
+
+# isort: split
 from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
 from llama_index_ext_recursive.cache import CacheStats, RetrievalCache
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding

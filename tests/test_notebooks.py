@@ -119,3 +119,6 @@ def test_notebook_executes(path, executed_notebooks):
     ]
     assert not errors
     assert LAST_OUTPUT[path.stem] in str(notebook.cells[-1].outputs[-1])
+    # this kernel has no ipywidgets: tqdm's "IProgress not found" warning must not reach the reader
+    shown = [str(o) for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in shown if "IProgress not found" in o]

@@ -19,9 +19,9 @@ import ir_measures
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import QueryBundle
-from tqdm.auto import tqdm
 
 from llama_index_ext_recursive.eval.data import BeirDataset, Qrels, from_pairs
+from llama_index_ext_recursive.progress import progress_bar
 from llama_index_ext_recursive.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def run_queries(
         return asyncio.run(_arun(retriever, bundles, concurrency, show_progress, desc))
     ranking: Run = {}
     latencies: list[float] = []
-    for qid, bundle in tqdm(bundles.items(), desc=desc, disable=not show_progress):
+    for qid, bundle in progress_bar(bundles.items(), desc=desc, disable=not show_progress):
         started = time.perf_counter()
         results = retriever.retrieve(bundle)
         latencies.append((time.perf_counter() - started) * 1000)
@@ -146,7 +146,7 @@ async def _arun(
     retriever: BaseRetriever, bundles: Mapping[str, QueryBundle], concurrency: int, show_progress: bool, desc: str
 ) -> RetrievalRun:
     limit = asyncio.Semaphore(concurrency)
-    progress = tqdm(total=len(bundles), desc=desc, disable=not show_progress)
+    progress = progress_bar(total=len(bundles), desc=desc, disable=not show_progress)
 
     async def one(qid: str, bundle: QueryBundle) -> tuple[str, list[str], float]:
         async with limit:

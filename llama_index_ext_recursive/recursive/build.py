@@ -40,8 +40,8 @@ from llama_index.core.schema import (
     RelatedNodeInfo,
     TransformComponent,
 )
-from tqdm.auto import tqdm
 
+from llama_index_ext_recursive.progress import progress_bar
 from llama_index_ext_recursive.recursive.summarize import (
     ExtractiveSummarizer,
     Summarizer,
@@ -358,7 +358,7 @@ def chunk_documents(
     chunkless: list[str] = []
     items: Iterable[Document] = keyed
     if show_progress:
-        items = tqdm(keyed, desc="Chunking documents")
+        items = progress_bar(keyed, desc="Chunking documents")
     for document in items:
         parsed = _parse_one(steps, document)
         if not parsed:
@@ -763,7 +763,7 @@ def build_documents(
     chunks: list[BaseNode] = []
     records: dict[str, DocumentRecord] = {}
     doc_ids = list(groups)
-    with tqdm(total=len(doc_ids), desc="Summarizing documents", disable=not show_progress) as bar:
+    with progress_bar(total=len(doc_ids), desc="Summarizing documents", disable=not show_progress) as bar:
         for start in range(0, len(doc_ids), SUMMARY_BATCH):
             batch = doc_ids[start : start + SUMMARY_BATCH]
             texts = {d: "\n".join(c.get_content(metadata_mode=MetadataMode.NONE) for c in groups[d]) for d in batch}

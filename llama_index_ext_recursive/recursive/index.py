@@ -47,13 +47,13 @@ from llama_index.core.schema import BaseNode, Document, IndexNode, MetadataMode,
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
-from tqdm.auto import tqdm
 from typing_extensions import Unpack  # typing's from Python 3.11
 
 from llama_index_ext_recursive.columnar.rows import RowStore
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, as_cached, check_embedding_cache
 from llama_index_ext_recursive.filters import FilterVocabulary
 from llama_index_ext_recursive.models import choose_embed_model, corpus_sample, resolve_embed_model, resolve_llm
+from llama_index_ext_recursive.progress import progress_bar
 from llama_index_ext_recursive.recursive.build import (
     BuiltDocuments,
     ChunkContext,
@@ -398,7 +398,7 @@ class RecursiveIndex:
         workers = max(store.workers for store in levels if isinstance(store, LevelStore))
         with (
             contextlib.ExitStack() as deferred,
-            tqdm(desc="Indexing documents", unit="doc", disable=not show_progress) as bar,
+            progress_bar(desc="Indexing documents", unit="doc", disable=not show_progress) as bar,
         ):
             for store in levels:  # work done once for every row at the end (columnar training, HNSW)
                 if isinstance(store, LevelStore):

@@ -47,8 +47,8 @@ from typing import (
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
-from tqdm.auto import tqdm
 
+from llama_index_ext_recursive.progress import progress_bar
 from llama_index_ext_recursive.query_embeddings import embed_queries
 from llama_index_ext_recursive.retrievers.calibration import Calibration, ScriptCalibration
 from llama_index_ext_recursive.retrievers.fusion_scores import (
@@ -160,7 +160,7 @@ def collect_child_results(
     ]
     distinct = {id(m): m for m in models if m is not None}
     steps = len(queries) * (len(distinct) + len(children))
-    with tqdm(total=steps, desc="calibrating fusion weights", disable=not show) as bar:
+    with progress_bar(total=steps, desc="calibrating fusion weights", disable=not show) as bar:
         vectors = {key: embed_queries(model, queries, bar) for key, model in distinct.items()}
         out: list[list[dict[str, float]]] = []
         for child, model, is_distance in zip(children, models, distance):
