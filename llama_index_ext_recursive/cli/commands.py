@@ -1,4 +1,5 @@
-"""The commands: ``demo``, ``build``, ``query`` and ``eval``, each ``cmd_*(args)``."""
+"""The one-shot commands: ``demo``, ``build``, ``query`` and ``eval``, each ``cmd_*(args)``
+(the long-lived ``shell`` and ``serve`` are in :mod:`.serve`)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import argparse
 import json
 import time
 from pathlib import Path
-
-from llama_index.core.schema import NodeWithScore
 
 from llama_index_ext_recursive.cache import RetrievalCache
 from llama_index_ext_recursive.cli.checks import (
@@ -20,6 +19,7 @@ from llama_index_ext_recursive.cli.checks import (
 )
 from llama_index_ext_recursive.cli.documents import check_directory, read_documents
 from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
+from llama_index_ext_recursive.cli.output import hit_to_json, print_results
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding, check_cache_path, default_cache_path
 from llama_index_ext_recursive.models import bundled_embed_model, bundled_multilingual_model
 from llama_index_ext_recursive.query import FilteredQueryBundle
@@ -30,25 +30,6 @@ from llama_index_ext_recursive.stores.columnar_store import ColumnarVectorStore
 from llama_index_ext_recursive.tokenizer import MultilingualTokenizer
 
 DEMO_QUESTIONS = 4
-
-
-def _print_results(question: str, results: list[NodeWithScore], width: int = 110) -> None:
-    print(f"\nQ: {question}")
-    routed: dict[str, float] = {}
-    for hit in results:
-        info = getattr(getattr(hit, "explanation", None), "route", None)
-        if info is not None and info.doc_id not in routed:
-            routed[info.doc_id] = info.summary_score or 0.0
-    if routed:
-        print("  routed documents: " + ", ".join(f"{d} ({s:.3f})" for d, s in routed.items()))
-    if not results:
-        print("  no results")
-    for rank, hit in enumerate(results, 1):
-        info = getattr(getattr(hit, "explanation", None), "route", None)
-        text = " ".join(hit.node.get_content().split())
-        text = text if len(text) <= width else text[: width - 3] + "..."
-        where = f"{info.doc_id} chunk={info.chunk_score:.3f} " if info else ""
-        print(f"  {rank:>2}. score={hit.score:.3f} {where}| {text}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -69,10 +50,10 @@ def cmd_demo(args: argparse.Namespace) -> None:
     english = [q for q in questions if not q["doc_id"].startswith("zh-")]
     chinese = [q for q in questions if q["doc_id"].startswith("zh-")]
     for q in english[::4][: DEMO_QUESTIONS // 2] + chinese[::2][: DEMO_QUESTIONS // 2]:
-        _print_results(q["question"], retriever.retrieve(q["question"]))
+        print_results(q["question"], retriever.retrieve(q["question"]))
     question, filters = "How should I store food?", {"language": "zh"}
     print(f"\nWith per-call filters {filters}:")
-    _print_results(question, retriever.retrieve(FilteredQueryBundle(question, filters=filters)))
+    print_results(question, retriever.retrieve(FilteredQueryBundle(question, filters=filters)))
 
 
 def _embedding_cache(args: argparse.Namespace) -> Path | None:
@@ -142,23 +123,9 @@ def cmd_query(args: argparse.Namespace) -> None:
     bundle = FilteredQueryBundle(question, filters=typed_filters(pairs, retriever), top_k=top_k)
     results = retriever.retrieve(bundle)
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "node_id": hit.node.node_id,
-                        "score": hit.score,
-                        "text": hit.node.get_content(),
-                        "explanation": hit.explanation.route.model_dump() if hit.explanation.route else None,
-                    }
-                    for hit in results
-                ],
-                ensure_ascii=False,
-                indent=1,
-            )
-        )
+        print(json.dumps([hit_to_json(hit) for hit in results], ensure_ascii=False, indent=1))
     else:
-        _print_results(question, results)
+        print_results(question, results)
         if cache is not None and cache.stats().hits["results"]:
             print(f"  (answered from the cache at {args.cache_url})")
 
