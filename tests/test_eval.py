@@ -1058,11 +1058,15 @@ def test_compare_embed_title_false_embeds_no_title_and_says_so(tmp_path, countin
 
 
 @pytest.mark.integration
-def test_cli_eval_no_embed_title_and_the_oracle_ceiling(tmp_path, capsys, real_model):
+def test_cli_eval_no_embed_title_and_the_oracle_ceiling(tmp_path, capsys, real_model, monkeypatch):
     from llama_index_ext_recursive.cli import main
 
     data = write_sample_dataset(tmp_path / "ds")
     out = tmp_path / "out.json"
+    # without --cache, eval caches where build does (the user's cache folder), not in the current one
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
     # the English model, as the oracle's ceiling was measured (its RRF of a strong dense child
     # and BM25 can rank below the dense child alone)
     argv = [
@@ -1071,8 +1075,6 @@ def test_cli_eval_no_embed_title_and_the_oracle_ceiling(tmp_path, capsys, real_m
         str(data),
         "--retrievers",
         "upstream-vector,oracle-routing",
-        "--cache",
-        str(tmp_path / "c.sqlite"),
         "--out",
         str(out),
         "--no-embed-title",
@@ -1080,6 +1082,8 @@ def test_cli_eval_no_embed_title_and_the_oracle_ceiling(tmp_path, capsys, real_m
         "minilm",
     ]
     assert main(argv) == 0
+    assert (tmp_path / "xdg" / "llama-index-ext-recursive" / "embeddings.sqlite").is_file()
+    assert not list((tmp_path / "cwd").iterdir())
     assert "chunk titles: metadata-not-embedded" in capsys.readouterr().out
     figures = json.loads(out.read_text(encoding="utf-8"))
     assert figures["metadata_convention"]["embed_title"] is False

@@ -172,7 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-queries", type=int, default=None)
     evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv (a name, not a path)")
     evaluate.add_argument("--concurrency", type=int, default=1, help=">1 runs aretrieve concurrently")
-    evaluate.add_argument("--cache", default=None, help="embedding cache file (default .cache/embeddings.sqlite)")
+    evaluate.add_argument(
+        "--cache",
+        default=None,
+        help="embedding cache file (default: build's, $XDG_CACHE_HOME or ~/.cache, then "
+        "llama-index-ext-recursive/embeddings.sqlite)",
+    )
     evaluate.add_argument("--out", help="write figures as JSON (the folder must exist)")
     evaluate.add_argument("--plot", help="write quality vs latency as PNG (the folder must exist)")
     evaluate.add_argument(

@@ -170,7 +170,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     _check_plot_format(args.plot)
     if args.out and args.plot and Path(args.out).resolve() == Path(args.plot).resolve():
         raise CliError(f"--out and --plot are the same file ({args.out}); pass two paths")
-    cache = Path(args.cache) if args.cache else Path(".cache") / "embeddings.sqlite"
+    cache = Path(args.cache) if args.cache else default_cache_path()  # one cache for build and eval
     if cache.is_dir():
         raise CliError(f"--cache {cache} is a directory; pass a file such as {cache / 'embeddings.sqlite'}")
     check_creatable("--cache", cache)
