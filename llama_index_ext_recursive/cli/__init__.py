@@ -35,12 +35,16 @@ from llama_index_ext_recursive.query import DEFAULT_TOP_K
 __all__ = ["CliError", "build_parser", "main", "read_documents", "split_filters", "typed_filters"]
 
 BUILD_HELP = """\
-Index a folder: every .txt and .md file is one document (its id is the path
-relative to DIRECTORY), every line of a .jsonl file is one document (a JSON
-object with doc_id or _id, text, and optional title and metadata). Files and
-folders whose names start with '.' are skipped, as SimpleDirectoryReader does.
-Files that are not UTF-8 are skipped with a warning naming them (convert them,
-e.g. with iconv); empty or whitespace-only documents are skipped and counted.
+Index a folder, as LlamaIndex's SimpleDirectoryReader reads it: every file is
+one document read as text (Markdown, source code, CSV, HTML...; its id is the
+path relative to DIRECTORY, its title the folder and file name), every line of
+a .jsonl file is one document (a JSON object with doc_id or _id, text, and
+optional title and metadata), and .pdf and .docx files are read by LlamaIndex's
+file readers when installed (pip install llama-index-readers-file pypdf
+docx2txt). Every file skipped is reported: hidden ones (names starting with
+'.') are counted, files that are not UTF-8 are named with the fix (convert them,
+e.g. with iconv), binary files and formats without a reader are named in one
+warning with the install line, and empty documents are counted.
 --persist must be a new or empty folder, or an index written by this command
 (its summaries are then reused): anything else is refused, never overwritten.
 Embeddings are cached (see --embedding-cache), so rebuilding an unchanged
@@ -88,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     build = sub.add_parser(
         "build",
-        help="index a directory of .txt/.md/.jsonl documents",
+        help="index a folder of documents (text, .jsonl rows, .pdf/.docx with LlamaIndex's readers)",
         description=BUILD_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

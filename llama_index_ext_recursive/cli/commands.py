@@ -106,7 +106,12 @@ def cmd_build(args: argparse.Namespace) -> None:
     _print_embedding(retriever, cache_path)
     if cache.hits:
         print(f"Reused {cache.hits} cached summaries")
-    skipped = [f"{len(v)} {what}" for v, what in ((corpus.empty, "empty"), (corpus.undecodable, "not UTF-8")) if v]
+    not_text = [f for files in corpus.unreadable.values() for f in files]
+    skipped = [
+        f"{len(v)} {what}"
+        for v, what in ((corpus.empty, "empty"), (corpus.undecodable, "not UTF-8"), (not_text, "not text"))
+        if v
+    ]
     print(
         f"Indexed {corpus.count} documents in {time.perf_counter() - started:.1f}s; "
         f"persisted to {target}" + (f" (skipped {', '.join(skipped)})" if skipped else "")

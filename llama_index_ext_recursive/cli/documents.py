@@ -1,8 +1,17 @@
-"""``build``'s input: documents from a folder of ``.txt``, ``.md`` and ``.jsonl`` files."""
+"""``build``'s input: the documents of a folder, and what it skipped and why.
+
+As LlamaIndex's ``SimpleDirectoryReader`` does: every file is one document,
+read as text (source code, Markdown, CSV, HTML...), except ``.jsonl`` (one
+document per line) and the binary formats LlamaIndex's own readers read
+(``.pdf``, ``.docx``, through ``llama-index-readers-file`` when it is
+installed). Every other file is accounted for: skipped and reported with its
+reason (hidden, not UTF-8, empty, binary, or its reader not installed).
+"""
 
 from __future__ import annotations
 
 import codecs
+import importlib
 import json
 import logging
 import os
@@ -10,12 +19,19 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from llama_index.core.schema import Document
 
 from llama_index_ext_recursive.cli.checks import CliError
 
-TEXT_SUFFIXES = {".txt", ".md"}
+# binary formats read by LlamaIndex's readers (llama-index-readers-file): suffix -> (class, install)
+BINARY_READERS = {
+    ".pdf": ("PDFReader", "pip install llama-index-readers-file pypdf"),
+    ".docx": ("DocxReader", "pip install llama-index-readers-file docx2txt"),
+}
+SNIFF_BYTES = 8192  # a NUL byte in a file's first bytes: binary (as git and grep tell)
+SHOWN = 5  # files named per skip reason
 logger = logging.getLogger(__name__)
 
 
@@ -33,7 +49,9 @@ class Corpus:
     count: int = 0
     empty: list[str] = field(default_factory=list)
     undecodable: list[str] = field(default_factory=list)
+    unreadable: dict[str, list[str]] = field(default_factory=dict)  # why -> files (binary, no reader)
     hidden: int = 0
+    readers: dict[str, Any] = field(default_factory=dict)  # suffix -> reader class (None: not installed)
 
     def __iter__(self) -> Iterator[Document]:
         return self._documents(check=False)
@@ -42,24 +60,31 @@ class Corpus:
         """The documents, file by file in sorted order; ``check``: also record what is skipped,
         warn about it and refuse a malformed line or a repeated id (the first pass)."""
         origin: dict[str, str] = {}
-        skipped = set(self.undecodable)
+        skipped = set(self.undecodable) | {f for files in self.unreadable.values() for f in files}
         for path in _visible_files(self.directory, self if check else None):
             suffix = path.suffix.lower()
-            if suffix != ".jsonl" and suffix not in TEXT_SUFFIXES:
+            if not check and str(path) in skipped:
                 continue
-            if check:
-                problem = _utf8_problem(path)
-                if problem is not None:
-                    print(f"warning: {problem}", file=sys.stderr)
-                    self.undecodable.append(str(path))
+            if suffix in BINARY_READERS:
+                text = self._binary_text(path, check)
+                if text is None:
                     continue
-            elif str(path) in skipped:
-                continue
-            if suffix == ".jsonl":
-                yield from self._jsonl_documents(path, origin if check else None)
-                continue
-            text = _decoded(path.read_bytes())
-            doc_id = path.relative_to(self.directory).as_posix()
+            else:
+                if check:
+                    problem = _text_problem(path)
+                    if problem == "binary":
+                        self.unreadable.setdefault("binary", []).append(str(path))
+                        continue
+                    if problem is not None:
+                        print(f"warning: {problem}", file=sys.stderr)
+                        self.undecodable.append(str(path))
+                        continue
+                if suffix == ".jsonl":
+                    yield from self._jsonl_documents(path, origin if check else None)
+                    continue
+                text = _decoded(path.read_bytes())
+            relative = path.relative_to(self.directory)
+            doc_id = relative.as_posix()
             if check:
                 _claim(origin, doc_id, str(path))
             if not text.strip():
@@ -67,8 +92,48 @@ class Corpus:
                     self.empty.append(str(path))
                 continue
             yield Document(
-                id_=doc_id, text=text, metadata={self.doc_id_key: doc_id, "title": path.stem, "file_name": path.name}
+                id_=doc_id,
+                text=text,
+                # the folder and the name: a source tree's __init__.py files get titles that differ
+                metadata={self.doc_id_key: doc_id, "title": "/".join(relative.parts[-2:]), "file_name": path.name},
             )
+
+    def _binary_text(self, path: Path, check: bool) -> str | None:
+        """The text LlamaIndex's reader for ``path``'s format gives (its pages joined), or
+        ``None`` when the reader is not installed or cannot read the file (recorded when
+        ``check``)."""
+        suffix = path.suffix.lower()
+        name, install = BINARY_READERS[suffix]
+        if suffix not in self.readers:
+            self.readers[suffix] = _reader_class(name)
+        reader = self.readers[suffix]
+        if reader is None:
+            if check:
+                why = f"{suffix} (needs LlamaIndex's file readers: {install})"
+                self.unreadable.setdefault(why, []).append(str(path))
+            return None
+        try:
+            pages = reader().load_data(file=path)
+        except Exception as exc:  # a damaged or encrypted file: the reader's own error says why
+            if check:
+                why = f"{suffix} that {name} could not read ({type(exc).__name__}: {exc})"
+                self.unreadable.setdefault(" ".join(why.split())[:160], []).append(str(path))
+            return None
+        return "\n\n".join(page.text for page in pages)
+
+    def skipped_summary(self) -> str | None:
+        """One line naming what was skipped as unreadable, by reason, with a few files each."""
+        if not self.unreadable:
+            return None
+        total = sum(len(files) for files in self.unreadable.values())
+        parts = []
+        for why, files in sorted(self.unreadable.items()):
+            if why == "binary":
+                suffixes = sorted({Path(f).suffix or Path(f).name for f in files})
+                why = f"binary ({', '.join(suffixes)})"
+            shown = ", ".join(files[:SHOWN]) + (" ..." if len(files) > SHOWN else "")
+            parts.append(f"{len(files)} {why}: {shown}")
+        return f"skipped {total} file{'s' if total > 1 else ''} that cannot be read as text: " + "; ".join(parts)
 
     def _jsonl_documents(self, path: Path, origin: dict[str, str] | None) -> Iterator[Document]:
         """One document per line, read line by line; ``origin`` (the first pass): ids seen so far."""
@@ -131,10 +196,13 @@ def _visible_files(directory: Path, counted: Corpus | None) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def _utf8_problem(path: Path) -> str | None:
-    """Why ``path`` is not UTF-8 (naming the line and offset of the first bad byte, and the
-    fix), read line by line (a newline byte is never inside a UTF-8 character); ``None`` when
-    it is."""
+def _text_problem(path: Path) -> str | None:
+    """``"binary"`` when ``path`` holds a NUL byte in its first :data:`SNIFF_BYTES`; else why it
+    is not UTF-8 (naming the line and offset of the first bad byte, and the fix), read line by
+    line (a newline byte is never inside a UTF-8 character); ``None`` when it is text."""
+    with open(path, "rb") as handle:
+        if b"\0" in handle.read(SNIFF_BYTES):
+            return "binary"
     offset = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -152,8 +220,16 @@ def _utf8_problem(path: Path) -> str | None:
 
 
 def _decoded(data: bytes) -> str:
-    """Text of UTF-8 bytes (checked by :func:`_utf8_problem`), a leading BOM dropped."""
+    """Text of UTF-8 bytes (checked by :func:`_text_problem`), a leading BOM dropped."""
     return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+
+
+def _reader_class(name: str) -> Any:
+    """LlamaIndex's file reader ``name``, or ``None`` when ``llama-index-readers-file`` is not installed."""
+    try:
+        return getattr(importlib.import_module("llama_index.readers.file"), name)
+    except (ImportError, AttributeError):
+        return None
 
 
 def _claim(origin: dict[str, str], doc_id: str, where: str) -> None:
@@ -167,17 +243,19 @@ def _claim(origin: dict[str, str], doc_id: str, where: str) -> None:
 
 def check_directory(directory: Path) -> None:
     if not directory.is_dir():
-        raise CliError(f"{directory} is not a directory; pass the folder holding your .txt, .md or .jsonl documents")
+        raise CliError(f"{directory} is not a directory; pass the folder holding your documents")
 
 
 def read_documents(directory: Path, doc_id_key: str) -> Corpus:
-    """The documents of ``.txt``/``.md`` files (one each) and ``.jsonl`` files (one per line),
-    checked now and read again when iterated.
+    """The documents of a folder (:class:`Corpus`), checked now and read again when iterated.
 
-    Hidden files and folders are skipped, files that are not UTF-8 are skipped
-    with a warning naming them (and the line of the first bad byte), empty and
-    whitespace-only documents are skipped and counted; a malformed ``.jsonl``
-    line or a repeated doc_id is an error naming the file and line.
+    Each file is one document (text, or a PDF/DOCX through LlamaIndex's
+    readers); ``.jsonl`` files hold one per line. Hidden files and folders are
+    skipped; files that are not UTF-8 are skipped with a warning naming them
+    (and the line of the first bad byte); binary files and formats whose reader
+    is not installed are skipped and named in one warning with the fix; empty
+    and whitespace-only documents are skipped and counted; a malformed
+    ``.jsonl`` line or a repeated doc_id is an error naming the file and line.
     """
     check_directory(directory)
     corpus = Corpus(directory, doc_id_key)
@@ -186,20 +264,24 @@ def read_documents(directory: Path, doc_id_key: str) -> Corpus:
     if corpus.hidden:
         logger.info("skipped %d hidden files and folders under %s", corpus.hidden, directory)
     if corpus.empty:
-        shown = ", ".join(corpus.empty[:5]) + (" ..." if len(corpus.empty) > 5 else "")
+        shown = ", ".join(corpus.empty[:SHOWN]) + (" ..." if len(corpus.empty) > SHOWN else "")
         print(
             f"warning: skipped {len(corpus.empty)} empty or whitespace-only document"
             f"{'s' if len(corpus.empty) > 1 else ''}: {shown}",
             file=sys.stderr,
         )
+    unreadable = corpus.skipped_summary()
+    if unreadable is not None:
+        print(f"warning: {unreadable}", file=sys.stderr)
     if not corpus.count:
-        skipped = len(corpus.empty) + len(corpus.undecodable)
+        counts = {
+            "empty": len(corpus.empty),
+            "not UTF-8": len(corpus.undecodable),
+            "not text": sum(len(f) for f in corpus.unreadable.values()),
+        }
+        found = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
         raise CliError(
             f"no documents to index under {directory}"
-            + (
-                f" ({len(corpus.empty)} empty, {len(corpus.undecodable)} not UTF-8, all skipped)"
-                if skipped
-                else " (looked for .txt, .md and .jsonl files; hidden ones are skipped)"
-            )
+            + (f" ({found}, all skipped)" if found else " (only hidden files, or none; hidden ones are skipped)")
         )
     return corpus
