@@ -6,6 +6,7 @@ from llama_index_ext_recursive import progress  # noqa: F401
 # isort: split
 from llama_index_ext_recursive.auto.retriever import ValidatedAutoRetriever
 from llama_index_ext_recursive.cache import CacheStats, RetrievalCache
+from llama_index_ext_recursive.display import RetrievalView
 from llama_index_ext_recursive.embedding_cache import CachedEmbedding
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.filters import (
@@ -104,6 +105,7 @@ __all__ = [
     "RecursiveSummaryRetriever",
     "RetrievalCache",
     "RetrievalExplanation",
+    "RetrievalView",
     "ScoreMode",
     "StoreBM25Retriever",
     "RecursiveIndex",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llama_index.core.schema import BaseNode, NodeWithScore
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -84,6 +84,10 @@ class ExplainedNodeWithScore(NodeWithScore):
     """
 
     explanation: Explanation = Field(default_factory=Explanation)
+
+    def describe(self) -> str:
+        """Three lines: the score and the document, what made the score, the start of the chunk."""
+        return describe(self)
 
     @property
     def provenance(self) -> list[FusionHit]:
@@ -165,6 +169,10 @@ class DocumentWithScore(NodeWithScore):
 
     evidence: DocumentEvidence | None = None
 
+    def describe(self) -> str:
+        """One line: rank, routing score, title and id, and the two searches behind it."""
+        return describe_document(self)
+
     @classmethod
     def class_name(cls) -> str:
         return "DocumentWithScore"
@@ -173,3 +181,83 @@ class DocumentWithScore(NodeWithScore):
 # Names of earlier releases, when each layer had its own result type; all are now the one type.
 FusedNodeWithScore = ExplainedNodeWithScore
 AutoNodeWithScore = ExplainedNodeWithScore
+
+
+# ------------------------------------------------------------ reading a hit
+SNIPPET = 160  # characters of a chunk a description shows
+
+
+@dataclass(frozen=True)
+class ScorePart:
+    """What one kind of evidence added to a hit's score (the parts add up to the score)."""
+
+    label: str  # "dense", "bm25", "document", or "score" for a hit without parts
+    value: float
+
+
+def title_of(hit: NodeWithScore) -> str:
+    """The hit's document as a reader knows it: the title the index gave its chunks, else the
+    node's ``title``/``file_name`` metadata, else its document id."""
+    metadata = hit.node.metadata
+    for key in ("document", "title", "file_name"):
+        if metadata.get(key):
+            return str(metadata[key])
+    route = hit.explanation.route if isinstance(hit, ExplainedNodeWithScore) else None
+    return route.doc_id if route is not None else str(hit.node.ref_doc_id or hit.node.node_id)
+
+
+def score_parts(hit: NodeWithScore) -> list[ScorePart]:
+    """The hit's score split by evidence: a recursive hit's dense and BM25 shares of its chunk
+    score and its document's share (each scaled as the final score is); a hybrid hit's
+    contribution of each child; otherwise the score itself."""
+    score = float(hit.score or 0.0)
+    explanation = hit.explanation if isinstance(hit, ExplainedNodeWithScore) else None
+    route = explanation.route if explanation is not None else None
+    fusion = explanation.fusion if explanation is not None else None
+    if route is not None and route.document_weight is not None and route.chunk_score is not None:
+        scale = 1.0 + route.document_weight  # final = (chunk + weight * document) / (1 + weight)
+        parts = [ScorePart(_label(h.retriever_name), h.contribution / scale) for h in fusion or ()]
+        if not parts:
+            parts = [ScorePart("dense" if route.dense_score is not None else "bm25", route.chunk_score / scale)]
+        parts.append(ScorePart("document", route.document_weight * (route.summary_score or 0.0) / scale))
+        return parts
+    if fusion:
+        return [ScorePart(_label(h.retriever_name), h.contribution) for h in fusion]
+    return [ScorePart("score", score)]
+
+
+def _label(retriever_name: str) -> str:
+    return "bm25" if "bm25" in retriever_name.lower() else "dense"
+
+
+def describe(hit: NodeWithScore) -> str:
+    """Three lines: the score and the document; what made the score; the start of the chunk."""
+    head = f"{float(hit.score or 0.0):.3f}  {title_of(hit)}"
+    route = hit.explanation.route if isinstance(hit, ExplainedNodeWithScore) else None
+    if route is not None and route.summary_score is not None:
+        head += f"  (document score {route.summary_score:.3f})"
+    evidence = []
+    if route is not None:
+        if route.dense_score is not None:
+            evidence.append(f"dense {route.dense_score:.3f}")
+        if route.lexical_score is not None:
+            evidence.append(f"BM25 {route.lexical_score:.2f}")
+    parts = " + ".join(f"{p.label} {p.value:.3f}" for p in score_parts(hit))
+    why = f"score = {parts}" + (f"; raw {', '.join(evidence)}" if evidence else "")
+    return "\n".join([head, f"  {why}", f"  {snippet(hit)!r}"])
+
+
+def describe_document(document: DocumentWithScore) -> str:
+    """One line for a routed document: its score, title and the two searches behind it."""
+    evidence = document.evidence
+    if evidence is None:
+        return f"{float(document.score or 0.0):.3f}  {document.node.node_id}"
+    found = [f"dense {evidence.dense_score:.3f}" if evidence.dense_score is not None else "dense -"]
+    found.append(f"BM25 {evidence.lexical_score:.2f}" if evidence.lexical_score is not None else "BM25 -")
+    return f"{evidence.rank}. {evidence.score:.3f}  {evidence.title} ({evidence.doc_id}): {', '.join(found)}"
+
+
+def snippet(hit: NodeWithScore) -> str:
+    """The start of the hit's text, whitespace collapsed."""
+    text = " ".join(hit.node.get_content(metadata_mode=MetadataMode.NONE).split())
+    return text if len(text) <= SNIPPET else text[: SNIPPET - 3] + "..."
