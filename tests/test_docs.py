@@ -30,7 +30,15 @@ DOCS = sorted((ROOT / "docs").rglob("*.md"))
 BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 CONTINUED = "# continued from above"
 # pages whose snippets load the bundled embedding model (slow): integration tests
-REAL_MODEL = {"01-recursive", "02-bm25-and-hybrid", "03-stores", "04-auto-retrieval", "05-evaluation", "06-agent-tool"}
+REAL_MODEL = {
+    "01-recursive",
+    "02-bm25-and-hybrid",
+    "03-stores",
+    "04-auto-retrieval",
+    "05-evaluation",
+    "06-agent-tool",
+    "09-reading-results",
+}
 
 # runs every selected page in one interpreter (imports and the bundled models are loaded once): each
 # page in its own scratch folder and with LlamaIndex's Settings as a fresh session has them, each block
