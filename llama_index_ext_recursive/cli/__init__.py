@@ -24,6 +24,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from llama_index_ext_recursive.cli.checks import CliError, expected_message
 from llama_index_ext_recursive.cli.commands import cmd_build, cmd_demo, cmd_eval, cmd_query
@@ -90,11 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="build over the bundled sample corpus and query it")
     demo.add_argument("--top-k", type=int, default=3)
     demo.set_defaults(func=cmd_demo)
-    build = sub.add_parser(
+    build = _described(
+        sub,
         "build",
-        help="index a folder of documents (text, .jsonl rows, .pdf/.docx with LlamaIndex's readers)",
-        description=BUILD_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "index a folder of documents (text, .jsonl rows, .pdf/.docx with LlamaIndex's readers)",
+        BUILD_HELP,
     )
     build.add_argument("directory")
     build.add_argument(
@@ -119,17 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     caching.add_argument("--no-embedding-cache", action="store_true", help="embed every text")
     build.set_defaults(func=cmd_build)
-    query = sub.add_parser(
-        "query",
-        help="query a persisted index",
-        description=QUERY_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    query = _described(sub, "query", "query a persisted index", QUERY_HELP)
     query.add_argument("persist_dir")
     query.add_argument("question")
-    query.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
-    query.add_argument("--filter", action="append", metavar="KEY=VALUE", help="repeatable, one per key; AND")
-    query.add_argument("--json", action="store_true", help="print results as JSON")
+    _add_result_options(query, "repeatable, one per key; AND", "print results as JSON")
     query.add_argument(
         "--cache-url",
         default=os.environ.get("LLAMA_RECURSIVE_CACHE_URL"),
@@ -138,23 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         "$LLAMA_RECURSIVE_CACHE_URL): a question asked before, of the same index, is answered from it",
     )
     query.set_defaults(func=cmd_query)
-    shell = sub.add_parser(
-        "shell",
-        help="load an index once, then answer questions typed or piped one per line",
-        description=SHELL_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    shell = _described(
+        sub, "shell", "load an index once, then answer questions typed or piped one per line", SHELL_HELP
     )
     shell.add_argument("persist_dir")
-    shell.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
-    shell.add_argument("--filter", action="append", metavar="KEY=VALUE", help="for every question; repeatable, AND")
-    shell.add_argument("--json", action="store_true", help="print one JSON line per question")
+    _add_result_options(shell, "for every question; repeatable, AND", "print one JSON line per question")
     shell.set_defaults(func=cmd_shell)
-    serve = sub.add_parser(
-        "serve",
-        help="load an index once and answer a JSON API on 127.0.0.1",
-        description=SERVE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    serve = _described(sub, "serve", "load an index once and answer a JSON API on 127.0.0.1", SERVE_HELP)
     serve.add_argument("persist_dir")
     serve.add_argument("--port", type=int, default=8765, help="default 8765; 0: any free port (printed)")
     serve.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1: this machine only")
@@ -200,6 +184,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.set_defaults(func=cmd_eval)
     return parser
+
+
+def _described(sub: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:  # noqa: A002
+    """A command whose ``--help`` shows its description as written (line breaks kept)."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    return parser
+
+
+def _add_result_options(command: argparse.ArgumentParser, filter_help: str, json_help: str) -> None:
+    """``--top-k``, ``--filter`` and ``--json``: how ``query`` and ``shell`` ask and answer."""
+    command.add_argument("--top-k", type=int, default=None, help=f"default: as built ({DEFAULT_TOP_K})")
+    command.add_argument("--filter", action="append", metavar="KEY=VALUE", help=filter_help)
+    command.add_argument("--json", action="store_true", help=json_help)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
