@@ -106,12 +106,7 @@ def cmd_build(args: argparse.Namespace) -> None:
     _print_embedding(retriever, cache_path)
     if cache.hits:
         print(f"Reused {cache.hits} cached summaries")
-    not_text = [f for files in corpus.unreadable.values() for f in files]
-    skipped = [
-        f"{len(v)} {what}"
-        for v, what in ((corpus.empty, "empty"), (corpus.undecodable, "not UTF-8"), (not_text, "not text"))
-        if v
-    ]
+    skipped = [f"{n} {why}" for why, n in corpus.skipped_counts().items()]
     print(
         f"Indexed {corpus.count} documents in {time.perf_counter() - started:.1f}s; "
         f"persisted to {target}" + (f" (skipped {', '.join(skipped)})" if skipped else "")
