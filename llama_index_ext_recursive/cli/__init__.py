@@ -36,16 +36,18 @@ from llama_index_ext_recursive.query import DEFAULT_TOP_K
 __all__ = ["CliError", "build_parser", "main", "read_documents", "split_filters", "typed_filters"]
 
 BUILD_HELP = """\
-Index a folder, as LlamaIndex's SimpleDirectoryReader reads it: every file is
-one document read as text (Markdown, source code, CSV, HTML...; its id is the
-path relative to DIRECTORY, its title the folder and file name), every line of
-a .jsonl file is one document (a JSON object with doc_id or _id, text, and
-optional title and metadata), and .pdf and .docx files are read by LlamaIndex's
-file readers when installed (pip install llama-index-readers-file pypdf
-docx2txt). Every file skipped is reported: hidden ones (names starting with
-'.') are counted, files that are not UTF-8 are named with the fix (convert them,
-e.g. with iconv), binary files and formats without a reader are named in one
-warning with the install line, and empty documents are counted.
+Index a folder, as LlamaIndex's SimpleDirectoryReader reads it: every file
+holding UTF-8 text is one document, whatever its suffix (Markdown, source
+code, CSV, HTML...; its id and its title are its path relative to DIRECTORY,
+such as cli/__init__.py), every line of a .jsonl file is one document (a JSON
+object with doc_id or _id, text, and optional title and metadata), and .pdf
+and .docx files are read by LlamaIndex's file readers when installed (pip
+install llama-index-readers-file pypdf docx2txt). Every file skipped is
+reported and counted in the last line: hidden ones (names starting with '.')
+are counted, files that are not UTF-8 are named with the fix (convert them,
+e.g. with iconv), empty documents are named, and binary files, formats whose
+reader is not installed and files their reader fails on are named in one
+warning, with the install line.
 --persist must be a new or empty folder, or an index written by this command
 (its summaries are then reused): anything else is refused, never overwritten.
 Embeddings are cached (see --embedding-cache), so rebuilding an unchanged
