@@ -9,6 +9,7 @@ are a fresh session's, so a notebook that leans on another's names fails.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -16,6 +17,14 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+# the script that stores the outputs is the one place their source hash is computed
+_STORE_SCRIPT = Path(__file__).parent.parent / "notebooks" / "store_outputs.py"
+_spec = importlib.util.spec_from_file_location("store_outputs", _STORE_SCRIPT)
+assert _spec is not None and _spec.loader is not None
+_store = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_store)
+source_hash = _store.source_hash
 
 # what each notebook's last cell must show: proof that it ran to the end
 LAST_OUTPUT = {
@@ -27,6 +36,7 @@ LAST_OUTPUT = {
     "06_agent_tool": "retrieval tool works offline",
 }
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+STORE = ".venv/bin/python notebooks/store_outputs.py"
 
 
 def test_notebooks_exist():
@@ -34,12 +44,18 @@ def test_notebooks_exist():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebooks_are_stored_without_outputs(path):
+def test_notebooks_are_stored_with_the_outputs_of_their_current_code(path):
+    """A reader sees what each cell prints without running it, and what they see is what the code
+    prints now: each code cell keeps the hash of the source its outputs came from
+    (notebooks/store_outputs.py writes both)."""
     notebook = nbformat.read(path, as_version=4)
-    with_outputs = [
-        i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)
-    ]
-    assert not with_outputs, f"{path.name}: cells {with_outputs} keep outputs; strip them before committing"
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    stale = [i for i, c in enumerate(code) if c.metadata.get("source_sha256") != source_hash(c.source)]
+    assert not stale, f"{path.name}: code cells {stale} changed since their outputs were stored; run {STORE}"
+    outputs = [o for c in code for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error" or o.get("name") == "stderr"]
+    assert LAST_OUTPUT[path.stem] in str(code[-1].outputs)
+    assert not re.search(r"/(tmp|root|home|work)/", str(outputs)), f"{path.name} stores a path of this machine"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
