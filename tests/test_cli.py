@@ -534,6 +534,11 @@ def test_build_prints_the_skipped_counts(tmp_path, capsys, real_model):
     (docs / "latin.txt").write_bytes("café".encode("latin-1"))
     assert main(["build", str(docs), "--persist", str(tmp_path / "idx")]) == 0
     captured = capsys.readouterr()
+    # what calibration cost and chose, per level and script; no line for a script the corpus lacks
+    fitted = [line for line in captured.out.splitlines() if line.startswith("Fusion weights fitted on ")]
+    assert len(fitted) == 1 and "(cjk)" not in fitted[0]
+    assert re.search(r"chunks \(latin\) [1-9]\d* pseudo-queries -> (dense \d\.\d\d, BM25 \d\.\d\d|too few)", fitted[0])
+    assert re.search(r"documents \(latin\) [1-9]\d* pseudo-queries", fitted[0])
     assert "Indexed 1 documents" in captured.out and "(skipped 1 empty, 1 not UTF-8)" in captured.out
     assert f"{docs / 'latin.txt'}:1: not UTF-8" in captured.err
     # rebuilding over our own index is allowed, and reuses the summaries of unchanged documents

@@ -53,7 +53,9 @@ warning, with the install line.
 Embeddings are cached (see --embedding-cache), so rebuilding an unchanged
 folder embeds nothing again (chunks, summaries and the pseudo-queries that fit
 the fusion weights); the build prints the embedding model, why it was chosen, and
-how many texts were embedded or taken from the cache.
+how many texts were embedded or taken from the cache, and how many
+pseudo-queries (cut from the corpus, a bounded sample per level and script)
+fitted the fusion weights, and the weights they chose.
 """
 
 QUERY_HELP = """\

@@ -80,6 +80,21 @@ def _print_embedding(retriever: RecursiveSummaryRetriever, cache_path: Path | No
     print(f"Embedded {model.computed} texts, {model.reused} taken from the cache ({where})")
 
 
+def _print_calibration(retriever: RecursiveSummaryRetriever) -> None:
+    """What fitting the fusion weights cost (pseudo-queries cut from the corpus, a bounded
+    sample per level and script) and the (dense, BM25) weights it chose."""
+    parts = []
+    for level, found in sorted(retriever.calibration.items()):
+        for script, entry in sorted(found["scripts"].items()):
+            if not entry["samples"]:  # no text in that script: nothing was measured
+                continue
+            weights = entry["weights"]
+            chose = "too few: equal weights" if weights is None else f"dense {weights[0]:.2f}, BM25 {weights[1]:.2f}"
+            parts.append(f"{level} ({script}) {entry['samples']} pseudo-queries -> {chose}")
+    if parts:
+        print("Fusion weights fitted on " + "; ".join(parts))
+
+
 def cmd_build(args: argparse.Namespace) -> None:
     directory, target = Path(args.directory), Path(args.persist)
     if not args.doc_id_key.strip():
@@ -104,6 +119,7 @@ def cmd_build(args: argparse.Namespace) -> None:
         retriever = RecursiveSummaryRetriever.from_documents(corpus, **options)
         retriever.persist(target)
     _print_embedding(retriever, cache_path)
+    _print_calibration(retriever)
     if cache.hits:
         print(f"Reused {cache.hits} cached summaries")
     skipped = [f"{n} {why}" for why, n in corpus.skipped_counts().items()]
