@@ -135,6 +135,7 @@ def test_build_into_a_folder_that_is_missing_or_empty_is_fine_so_far(tmp_path, m
 
     class Recorder:
         index = SimpleNamespace(embedding_choice={"name": "m", "source": "argument", "reason": "r"}, embed_model=None)
+        calibration: dict = {}  # nothing fitted
 
         @classmethod
         def from_documents(cls, documents, **kwargs):
