@@ -25,8 +25,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import ip_address
 from typing import Any
 
-from llama_index.core.vector_stores.types import MetadataFilters
-
 from llama_index_ext_recursive.cli.checks import CliError, count, expected_message
 from llama_index_ext_recursive.cli.filters import split_filters, typed_filters
 from llama_index_ext_recursive.cli.output import hit_to_json, print_results
@@ -87,7 +85,7 @@ class _BadRequest(ValueError):
     """A request this API cannot answer; its message goes back with status 400."""
 
 
-def _request_bundle(body: Any, retriever: RecursiveSummaryRetriever) -> FilteredQueryBundle:
+def _request_bundle(body: Any) -> FilteredQueryBundle:
     """The question of a ``POST /retrieve`` body, checked: a JSON object with a non-empty
     ``query`` string, an optional positive ``top_k`` and optional ``filters``
     (``{"key": value}``: equality, AND)."""
@@ -106,8 +104,7 @@ def _request_bundle(body: Any, retriever: RecursiveSummaryRetriever) -> Filtered
     filters = body.get("filters")
     if filters is not None and not isinstance(filters, Mapping):
         raise _BadRequest(f"'filters' must be a JSON object of key: value, got {filters!r:.60}")
-    metadata_filters: MetadataFilters | Mapping[str, Any] | None = filters or None
-    return FilteredQueryBundle(query, filters=metadata_filters, top_k=top_k)
+    return FilteredQueryBundle(query, filters=filters or None, top_k=top_k)
 
 
 def _handler(retriever: RecursiveSummaryRetriever) -> type[BaseHTTPRequestHandler]:
@@ -146,7 +143,7 @@ def _handler(retriever: RecursiveSummaryRetriever) -> type[BaseHTTPRequestHandle
                 except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                     raise _BadRequest(f"the body is not JSON ({exc})") from None
                 started = time.perf_counter()
-                results = retriever.retrieve(_request_bundle(body, retriever))
+                results = retriever.retrieve(_request_bundle(body))
             except _BadRequest as exc:
                 self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
                 return
