@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	# import, except where PYTHONDONTWRITEBYTECODE is set (as on this machine), and then every process
 	# (test workers, CLI, notebook and tokenizer subprocesses) compiled them again: 8 s each
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -c "import llama_index_ext_recursive.cli, llama_index_ext_recursive.eval, \
-	    llama_index.embeddings.huggingface, sentence_transformers, faiss, llama_index.vector_stores.postgres"
+	    onnxruntime, faiss, llama_index.vector_stores.postgres"
 	touch $(STAMP)
 
 demo: $(STAMP)

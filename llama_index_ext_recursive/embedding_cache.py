@@ -37,12 +37,12 @@ from llama_index_ext_recursive.async_embedding import ThreadedAsyncEmbedding
 from llama_index_ext_recursive.errors import LlamaIndexExtRecursiveError
 from llama_index_ext_recursive.model_identity import ModelMismatchError, model_identity
 from llama_index_ext_recursive.models import embed_model_name
+from llama_index_ext_recursive.persist import app_cache_dir
 from llama_index_ext_recursive.query_embeddings import embed_queries
 
 logger = logging.getLogger(__name__)
 
 CACHE_FILE = "embeddings.sqlite"
-_APP_FOLDER = "llama-index-ext-recursive"
 _TABLE = "embeddings"
 _COLUMNS = ["key", "vector"]
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -55,12 +55,10 @@ class EmbeddingCacheError(LlamaIndexExtRecursiveError, ValueError):
 
 
 def default_cache_path() -> Path:
-    """Where builds cache embeddings by default, following the XDG base directories:
-    ``$XDG_CACHE_HOME`` (when set to an absolute path, as the spec requires) or
-    ``~/.cache``, then ``llama-index-ext-recursive/embeddings.sqlite``."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
-    return root / _APP_FOLDER / CACHE_FILE
+    """Where builds cache embeddings by default: ``embeddings.sqlite`` in
+    :func:`~llama_index_ext_recursive.persist.app_cache_dir` (``$XDG_CACHE_HOME``
+    or ``~/.cache``, then ``llama-index-ext-recursive``)."""
+    return app_cache_dir() / CACHE_FILE
 
 
 def _not_ours(path: Path, what: str) -> EmbeddingCacheError:

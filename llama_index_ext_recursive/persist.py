@@ -173,6 +173,20 @@ def load_string_map(path: PathLike) -> dict[str, str]:
     return data
 
 
+# ------------------------------------------------------------ the user's cache folder
+APP_FOLDER = "llama-index-ext-recursive"
+
+
+def app_cache_dir() -> Path:
+    """The package's folder in the user's cache, following the XDG base directories:
+    ``$XDG_CACHE_HOME`` (when set to an absolute path, as the spec requires) or
+    ``~/.cache``, then ``llama-index-ext-recursive``. Builds cache embeddings there
+    and the bundled model keeps its exported graph there; nothing else is written."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
+    return root / APP_FOLDER
+
+
 # ------------------------------------------------------------ durable writes
 def _fsync_dir(path: Path) -> None:
     """Make a rename or a new entry in ``path`` durable (POSIX only)."""

@@ -119,6 +119,17 @@ def real_model():
     return bundled_embed_model()
 
 
+@pytest.fixture(scope="session")
+def torch_minilm():
+    """The bundled weights as upstream runs them: LlamaIndex's HuggingFaceEmbedding
+    (sentence-transformers on torch), what ``real_model`` must agree with."""
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    from llama_index_ext_recursive.minilm import weights_folder
+
+    return HuggingFaceEmbedding(model_name=str(weights_folder()), device="cpu")
+
+
 TOPICS = {
     "bees": (
         "Honeybees",

@@ -298,16 +298,17 @@ def test_no_events_reach_user_handlers_during_calibration(real_model):
     assert calibration.scripts["latin"].samples == 9
 
 
-def test_queries_are_embedded_in_one_batch_with_the_query_prompt(real_model, monkeypatch):
-    hybrid = HybridFusionRetriever.from_nodes(topic_nodes(), embed_model=real_model, calibrate=False)
+def test_queries_are_embedded_in_one_batch_with_the_query_prompt(torch_minilm, monkeypatch):
+    """A user's HuggingFaceEmbedding: one call for the batch, with its "query" prompt."""
+    hybrid = HybridFusionRetriever.from_nodes(topic_nodes(), embed_model=torch_minilm, calibrate=False)
     calls: list[dict[str, Any]] = []
-    original = type(real_model)._embed
+    original = type(torch_minilm)._embed
 
     def counting(self, inputs, prompt_name=None):
         calls.append({"n": len(inputs), "prompt": prompt_name})
         return original(self, inputs, prompt_name=prompt_name)
 
-    monkeypatch.setattr(type(real_model), "_embed", counting)
+    monkeypatch.setattr(type(torch_minilm), "_embed", counting)
     queries = [q for _, q in pseudo_queries(topic_nodes())["latin"]]
     results = collect_child_results(hybrid._retrievers, queries)
     assert calls == [{"n": len(queries), "prompt": "query"}]  # one call, not one per query
@@ -316,6 +317,23 @@ def test_queries_are_embedded_in_one_batch_with_the_query_prompt(real_model, mon
     assert [list(r) for r in results[0]] == [list(r) for r in one_by_one]
     flat = [v for r in results[0] for v in r.values()]
     assert flat == pytest.approx([v for r in one_by_one for v in r.values()], abs=1e-5)
+
+
+def test_the_bundled_model_embeds_the_queries_in_one_call(real_model, monkeypatch):
+    hybrid = HybridFusionRetriever.from_nodes(topic_nodes(), embed_model=real_model, calibrate=False)
+    calls: list[int] = []
+    original = type(real_model)._get_query_embeddings
+
+    def counting(self, queries):
+        calls.append(len(queries))
+        return original(self, queries)
+
+    monkeypatch.setattr(type(real_model), "_get_query_embeddings", counting)
+    queries = [q for _, q in pseudo_queries(topic_nodes())["latin"]]
+    results = collect_child_results(hybrid._retrievers, queries)
+    assert calls == [len(queries)]
+    one_by_one = [{h.node.node_id: h.score for h in hybrid._retrievers[0].retrieve(q)} for q in queries]
+    assert [list(r) for r in results[0]] == [list(r) for r in one_by_one]
 
 
 def test_calibrate_children_with_pairs_and_too_few_samples(lexical):

