@@ -43,8 +43,10 @@ _OPSET = 17
 # largest difference of a hidden state between the exported graph and torch (float noise is ~1e-6)
 GRAPH_TOLERANCE = 1e-4
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# texts per network run: a call's texts (``embed_batch_size``) are sorted by length and run this many at a time
-RUN_BATCH = 32
+# texts per network run: a call's texts (``embed_batch_size``) are sorted by length and run this many
+# at a time. Small runs were fastest on a 2-core CPU (passages/s on 256 short / 96 long texts: 146 / 43
+# at 4, 107 / 33 at 32, 89 / 32 at 64; benchmarks/embedding_throughput.py): activations stay in cache
+RUN_BATCH = 4
 _export_lock = threading.Lock()
 logger = logging.getLogger(__name__)
 
