@@ -14,6 +14,10 @@ fresh embedding cache and the bundled model:
    (the long-lived path), p50/p95 over ``--queries`` questions.
 
     .venv/bin/python benchmarks/newcomer.py --out benchmarks/results/newcomer.md
+
+An older release is measured by putting its extracted package first on
+``PYTHONPATH`` (``harness.versions.extract_package``); every child runs from
+the temporary folder, so none imports this checkout instead.
 """
 
 from __future__ import annotations
@@ -173,9 +177,14 @@ def main(argv: list[str] | None = None) -> None:
                 str(root / "index2"),
             ],
             env=env_profiled,
+            cwd=root,  # as the reopen below
         )
         stages = stage_seconds(profile) if profiled.returncode == 0 else {}
-        reopen = run_child([sys.executable, "-c", REOPEN, str(root / "index"), QUESTIONS[0], QUESTIONS[1]], env=env)
+        # from the temporary folder: a `python -c` child puts its working folder first on sys.path,
+        # so run from the repository it would import this checkout over an older one on PYTHONPATH
+        reopen = run_child(
+            [sys.executable, "-c", REOPEN, str(root / "index"), QUESTIONS[0], QUESTIONS[1]], env=env, cwd=root
+        )
         reopened = json.loads(reopen.stdout.strip().splitlines()[-1])
         served = serve_latencies(root / "index", args.queries, env)
     rows = [

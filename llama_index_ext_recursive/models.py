@@ -9,7 +9,7 @@ all-MiniLM-L6-v2 (extra ``[local]``).
 The corpus rule is by script because that is what the measurements support
 (``docs/BENCHMARKS.md``, "Which bundled model"): all-MiniLM-L6-v2 reads
 English only (nDCG@10 0.23 on Chinese XQuAD, multilingual-e5-small 0.90), while
-on English text the multilingual model is no better here and indexes 4-17x
+on English text the multilingual model is no better here and indexes 4-18x
 slower. So a corpus with at least :data:`MULTILINGUAL_CORPUS_SHARE` of its
 texts in Chinese, Japanese or Korean is indexed with multilingual-e5-small
 (extra ``[multilingual]``), and every other corpus with all-MiniLM-L6-v2. The
