@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core import Settings
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.vector_stores.types import (
     FilterOperator,
     MetadataFilter,
@@ -24,6 +25,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive import load_sample_documents, text
+from llama_index_ext_recursive.auto.meaning import PhraseMatcher
 from llama_index_ext_recursive.auto.rules import Match, RuleBasedSpecGenerator, _is_cjk_term
 from llama_index_ext_recursive.sample import sample_vector_store_info
 from llama_index_ext_recursive.schema import metadata_vocabulary
@@ -952,3 +954,105 @@ def test_a_common_chinese_word_is_not_read_by_its_glosses() -> None:
     )
     assert got("电子", generator) == frozenset()  # 电子 is a common word: "electronic", "electron"
     assert got("电子音乐", generator) == frozenset({("genre", "==", "electronic")})  # 电子音乐 is not
+
+
+# ---------------------------------------------------------------- by meaning (auto/meaning.py)
+
+
+class _Table(BaseEmbedding):
+    """Texts embedded by a table (unit vectors), for the matcher's arithmetic."""
+
+    table: dict = {}
+
+    def _vector(self, text: str) -> list[float]:
+        return list(self.table.get(text, [0.0, 0.0, 1.0]))
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._vector(text)
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+
+def test_a_phrase_reads_as_a_value_only_when_similar_and_clearly_ahead() -> None:
+    import math
+
+    def at(degrees: float) -> list[float]:
+        return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees)), 0.0]
+
+    model = _Table(
+        table={
+            "wifi": at(0),
+            "pool": at(90),
+            "wireless network": at(40),
+            "net": at(52),
+            "lan": at(45),
+            "router": [0.3, 0.0, math.sqrt(1 - 0.09)],  # far from both, though nearer wifi
+        }
+    )
+    matcher = PhraseMatcher(model, {"wifi": ("amenity", "wifi"), "pool": ("amenity", "pool")})
+    close, far, even, weak = matcher.read(["wireless network", "net", "lan", "router"])
+    # cos 40 = 0.77 to wifi, cos 50 = 0.64 to pool: similar, but 0.12 ahead only
+    assert close is not None and close.label == ("amenity", "wifi")
+    assert round(close.similarity, 2) == 0.77 and not close.accepted and close.doubtful
+    # cos 52 = 0.62 to wifi, cos 38 = 0.79 to pool: pool, 0.17 ahead
+    assert far is not None and far.label == ("amenity", "pool") and far.accepted
+    assert even is not None and even.margin < 1e-6 and not even.accepted  # halfway: no reading
+    # 0.3 ahead of pool, but only 0.3 similar to wifi: neither a reading nor a doubt
+    assert weak is not None and weak.margin > 0.25 and not weak.accepted and not weak.doubtful
+    # in a generator: a doubt is a note, not a filter
+    info = VectorStoreInfo(
+        content_info="Hotels", metadata_info=[MetadataInfo(name="amenity", type="str", description="Amenity")]
+    )
+    generator = RuleBasedSpecGenerator(info, {"amenity": {"wifi", "pool"}}, today=TODAY, meaning_model=model)
+    reading = generator.read("wireless network")
+    assert reading.spec.filters == []
+    assert reading.notes == [
+        "'wireless network' may mean amenity='wifi' (similarity 0.77, 0.12 ahead of the next value); "
+        "not sure enough to filter"
+    ]
+
+
+def test_values_by_meaning_with_the_bundled_model(real_model) -> None:
+    info = VectorStoreInfo(
+        content_info="Hotel listings",
+        metadata_info=[
+            MetadataInfo(name="amenity", type="str", description="What the hotel offers"),
+            MetadataInfo(name="city", type="str", description="City"),
+        ],
+    )
+    vocabulary = {"amenity": {"wifi", "pool", "parking", "gym"}, "city": {"paris", "rome"}}
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=real_model)
+    assert got("hotels in paris with a fitness centre", generator) == {
+        ("city", "==", "paris"),
+        ("amenity", "==", "gym"),
+    }
+    assert got("有无线网的酒店", generator) == {("amenity", "==", "wifi")}  # 无线网: "wireless network"
+    assert got("不要停车场的酒店", generator) == {("amenity", "!=", "parking")}  # 停车场: "parking lot"
+    # a single English word is not read by meaning: most are the topic ("about bread" is not food)
+    topics = RuleBasedSpecGenerator(
+        VectorStoreInfo(
+            content_info="Blog posts and manuals",
+            metadata_info=[MetadataInfo(name="category", type="str", description="Topic")],
+        ),
+        {"category": {"food", "software", "transport"}},
+        today=TODAY,
+        meaning_model=real_model,
+    )
+    assert got("blog posts about bread", topics) == frozenset()
+    # a verb's gloss names an act: 租房 is "to rent an apartment", not an apartment to filter on
+    rentals = RuleBasedSpecGenerator(
+        VectorStoreInfo(
+            content_info="Rental listings",
+            metadata_info=[MetadataInfo(name="property_type", type="str", description="Kind of home")],
+        ),
+        {"property_type": {"apartment", "house", "room"}},
+        today=TODAY,
+        meaning_model=real_model,
+    )
+    assert got("租房要注意什么", rentals) == frozenset()
+    without = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got("有无线网的酒店", without) == frozenset()

@@ -77,9 +77,11 @@ from dataclasses import dataclass
 from datetime import date
 from typing import (
     Any,
+    Literal,
 )
 
 import jieba
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.vector_stores.types import (
     FilterOperator,
     MetadataFilter,
@@ -120,6 +122,7 @@ from llama_index_ext_recursive.auto.lexicon import (
     parse_count,
     plural_forms,
 )
+from llama_index_ext_recursive.auto.meaning import PhraseMatcher
 from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number, range_note
 from llama_index_ext_recursive.auto.spans import Spans, TokenIndex
 from llama_index_ext_recursive.auto.terms import (
@@ -132,6 +135,7 @@ from llama_index_ext_recursive.auto.terms import (
     stem_of,
 )
 from llama_index_ext_recursive.auto.years import year_rules
+from llama_index_ext_recursive.models import bundled_embed_model
 from llama_index_ext_recursive.schema import FieldType, holds_years
 from llama_index_ext_recursive.text import CJK_CLASS, HAN_CLASS
 
@@ -194,7 +198,7 @@ class _Token:
 class _Term:
     key: str
     value: Any
-    rule: str  # "value", "user-synonym", "description", "name-part" or "synonym" (built-in)
+    rule: str  # "value", "user-synonym", "description", "name-part", "pinyin", "synonym" (built-in), "stem", "gloss" or "meaning"
 
 
 # "key op value": symbols, the comparison words of the numeric rules, and a few for equality
@@ -217,6 +221,12 @@ _EXPLICIT_OPERATORS = {
     **_EXPLICIT_WORDS,
 }
 
+# phrases of one query read by meaning, at most (in query order): what keeps a long query interactive
+MAX_MEANING_PHRASES = 24
+# readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
+_INFERRED_RULES = frozenset({"stem", "gloss", "meaning"})
+# words before a value read by meaning that make it an attribute wanted ("hotels with a gym", 有无线网)
+ATTRIBUTE_CUES = frozenset({"with", "without", "has", "have", "having", "有", "带", "带有", "含", "没有", "无"})
 # rules whose phrases the caller or the data gave: a rare one is a value wherever it stands
 _SPECIFIC_RULES = {"value", "user-synonym", "description", "name-part", "pinyin"}
 
@@ -239,6 +249,7 @@ class _Candidate:
     start: int
     end: int
     term: _Term
+    cued: bool = False  # the word names the kind of document too (古典音乐: "classical music")
 
 
 def _is_cjk_term(term: str) -> bool:
@@ -315,6 +326,10 @@ class RuleBasedSpecGenerator:
         synonyms: extra phrases per key, ``{key: {phrase: value}}``, e.g.
             ``{"source": {"wiki": "encyclopedia"}}``; they take precedence over
             the built-in ones (:data:`BUILTIN_SYNONYMS`).
+        meaning_model: the embedding model that reads a phrase no term, stem or
+            gloss names as the value it means (:mod:`.meaning`): ``None`` (default)
+            the bundled all-MiniLM-L6-v2 when it is installed, ``False`` none.
+            Not the index's model: a few short phrases per query, so a local model.
 
     Raises:
         ValueError: ``synonyms`` name a key missing from ``vector_store_info``.
@@ -326,6 +341,7 @@ class RuleBasedSpecGenerator:
         vocabulary: dict[str, set[Any]],
         today: date | None = None,
         synonyms: dict[str, dict[str, Any]] | None = None,
+        meaning_model: BaseEmbedding | Literal[False] | None = None,
     ) -> None:
         self._info = vector_store_info
         self._types = {m.name: FieldType.of(m) for m in vector_store_info.metadata_info}
@@ -357,6 +373,7 @@ class RuleBasedSpecGenerator:
             else None
         )
         self._explicit_res = self._compile_explicit()
+        self._meaning = self._phrase_matcher(meaning_model)
         # the longest stored string per key: how far "chef: Kenji Sato" can reach
         self._longest = {
             key: max((len(v) for v in values if isinstance(v, str)), default=0)
@@ -476,6 +493,23 @@ class RuleBasedSpecGenerator:
                 self._ambiguous[phrase] = sorted(t.key for t in bucket)
                 del self._terms[phrase]
 
+    def _phrase_matcher(self, model: BaseEmbedding | Literal[False] | None) -> PhraseMatcher | None:
+        """The schema's Latin phrases (values, descriptions, synonyms) for :mod:`.meaning`."""
+        if model is False:
+            return None
+        if model is None:
+            try:
+                model = bundled_embed_model()
+            except ImportError:
+                logger.info("no bundled embedding model: values are not matched by meaning")
+                return None
+        phrases = {
+            phrase: (bucket[0].key, bucket[0].value)
+            for phrase, bucket in self._terms.items()
+            if len(bucket) == 1 and not _is_cjk_term(phrase) and bucket[0].rule not in {"name-part", "pinyin"}
+        }
+        return PhraseMatcher(model, phrases) if phrases else None
+
     def _compile_terms(self) -> tuple[re.Pattern | None, list[int]]:
         """The Latin-script terms as one regex; the lengths of the CJK terms, longest first."""
         latin = sorted((t for t in self._terms if not _is_cjk_term(t)), key=len, reverse=True)
@@ -546,8 +580,9 @@ class RuleBasedSpecGenerator:
         notes: list[str] = []
         query, unread = self._bounded(query, notes)
         tokens = TokenIndex(self._tokenize(query))
-        candidates = self._term_candidates(query, tokens)
-        values = Spans((c.start, c.end) for c in candidates)
+        candidates = self._term_candidates(query, tokens, notes)
+        # what a facet's neighbours are read against: a reading that still needs a cue is no value yet
+        values = Spans((c.start, c.end) for c in candidates if not self._needs_cue(c))
         matches: list[Match] = []
         taken = Spans()
         ends: dict[int, list[Match]] = {}  # matches by where they end, for "studio apartments"
@@ -586,10 +621,18 @@ class RuleBasedSpecGenerator:
                     if group:
                         accept(group)
         cues = _Cues(tokens.tokens)
+        read_otherwise = Spans((c.start, c.end) for c in candidates if c.term.rule not in _INFERRED_RULES)
         for cand in candidates:
             if taken.overlaps(cand.start, cand.end):
                 continue
-            if not self._is_facet(query, tokens, cand, values, taken):
+            if self._needs_cue(cand):  # a reading a topic could give too ("运动员的饮食")
+                if not self._meaning_cue(tokens, cand, read_otherwise):
+                    notes.append(
+                        f"{query[cand.start : cand.end]!r} may mean {cand.term.key}={cand.term.value!r}, but "
+                        "nothing around it says it is a kind of document wanted; no filter"
+                    )
+                    continue
+            elif not self._is_facet(query, tokens, cand, values, taken):
                 logger.debug("%r read as topic, not a %s filter", query[cand.start : cand.end], cand.term.key)
                 continue
             found = self._value_match(query, tokens, cand, ends, taken, clauses, cues, notes)
@@ -868,7 +911,7 @@ class RuleBasedSpecGenerator:
                 tokens.append(_Token(m.start(), m.end(), m.group()))
         return tokens
 
-    def _term_candidates(self, text: str, tokens: TokenIndex) -> list[_Candidate]:
+    def _term_candidates(self, text: str, tokens: TokenIndex, notes: list[str]) -> list[_Candidate]:
         latin_re, cjk_lengths = self._term_res
         found: list[_Candidate] = []
         if latin_re is not None:
@@ -899,7 +942,7 @@ class RuleBasedSpecGenerator:
                 found.extend(self._candidates_for(s, e, text[s:e]))
                 break
         found.extend(self._pinyin_candidates(tokens.tokens, found))
-        found.extend(self._language_candidates(tokens.tokens, found))
+        found.extend(self._language_candidates(tokens.tokens, found, notes))
         found.sort(key=lambda c: (c.start, -(c.end - c.start)))
         out: list[_Candidate] = []
         for cand in found:  # longest first at each position, no overlaps
@@ -931,51 +974,108 @@ class RuleBasedSpecGenerator:
                     out.append(_Candidate(start, end, bucket[0]))
         return out
 
-    def _language_candidates(self, tokens: Sequence[_Token], found: Sequence[_Candidate]) -> list[_Candidate]:
-        """Words no term names that name one value through language resources (:mod:`.terms`):
-        an English word by its stem ("changelogs"), a Chinese word of one to three jieba tokens
-        by an English gloss that is a term's whole phrase or stem (古典 "classical"). A word
-        whose readings name values of two keys, or two values, names none."""
+    def _language_candidates(
+        self, tokens: Sequence[_Token], found: Sequence[_Candidate], notes: list[str]
+    ) -> list[_Candidate]:
+        """Words no term names that name one value through language resources (:mod:`.terms`)
+        or by meaning (:mod:`.meaning`).
+
+        An English word is read by its stem ("terminations"), a Chinese word of one to
+        three jieba tokens by an English gloss that is a term's whole phrase or stem
+        (古典 "classical"). A word whose readings name values of two keys, or two values,
+        names none. What is left (content words and word pairs, the glosses of Chinese
+        words) goes to the phrase matcher in one batch; its doubts become ``notes``.
+        """
         covered = bytearray(tokens[-1].end if tokens else 0)
         for c in found:
             covered[c.start : c.end] = b"\x01" * (c.end - c.start)
         out: list[_Candidate] = []
+        asked: list[tuple[int, int, str]] = []  # (start, end, phrase) for the phrase matcher
         i = 0
         while i < len(tokens):
             first = tokens[i]
             best: _Candidate | None = None
-            reach = min(i + 3, len(tokens)) if first.cjk else i + 1
+            reach = min(i + (3 if first.cjk else 2), len(tokens))
             for j in range(reach - 1, i - 1, -1):  # the longest word first
-                if not all(t.cjk == first.cjk and self._role(t) == "content" for t in tokens[i : j + 1]):
+                words = tokens[i : j + 1]
+                if not all(t.cjk == first.cjk and self._role(t) == "content" for t in words):
                     continue  # a kind of document (论文), a filler (看看), a negation: not a value
                 start, end = first.start, tokens[j].end
                 if any(covered[start:end]):
                     continue
-                word = "".join(t.text for t in tokens[i : j + 1])
                 if first.cjk:
+                    word = "".join(t.text for t in words)
                     if end - start < 2 or is_common_word(word):
                         continue  # one character, or a word as common as 看看, has too many readings
-                    terms = {t for gloss in self._glosses(word) for t in self._terms_of(gloss, "gloss")}
-                elif len(word) >= 4 and word.isalpha():
-                    terms = set(self._terms_of(word, "stem", inflected=True))
+                    if len(words) > 1 and any(len(t.text) < 2 for t in words):
+                        continue  # 被|引, 一般|都: a one-character jieba word is mostly a function word
+                    # a word jieba kept whole may split anywhere (电子|音乐); jieba's words only between them
+                    cuts = None if len(words) == 1 else [t.start - start for t in words[1:]]
+                    glosses = self._glosses(word, cuts=cuts)
+                    terms = {t for gloss in glosses for t in self._terms_of(gloss, "gloss")}
+                    if not terms:  # by meaning, the nouns only: 租房 "to rent an apartment" is no apartment
+                        asked.extend((start, end, g) for g in self._glosses(word, verbs=False, cuts=cuts))
                 else:
-                    terms = set()
+                    word = " ".join(t.text for t in words)
+                    if not all(t.text.isalpha() for t in words):
+                        continue
+                    terms = set(self._terms_of(word, "stem", inflected=True)) if len(words) == 1 else set()
+                    if not terms and len(words) > 1:
+                        # a phrase ("wireless network"); one English word next to a value's
+                        # meaning is mostly its topic ("blog posts about bread": not food)
+                        asked.append((start, end, word))
                 if len(terms) == 1:
-                    best = _Candidate(start, end, terms.pop())
+                    term = terms.pop()
+                    # a gloss that matched only without its last word, a kind of document
+                    cued = first.cjk and not any(self._terms_of(g, "gloss") for g in english_glosses(word, cuts=cuts))
+                    best = _Candidate(start, end, term, cued)
                     break
             if best is not None:
                 out.append(best)
+                covered[best.start : best.end] = b"\x01" * (best.end - best.start)
                 i = next(k for k in range(i, len(tokens)) if tokens[k].end >= best.end) + 1
             else:
                 i += 1
+        return out + self._meaning_candidates(asked, covered, notes)
+
+    def _meaning_candidates(
+        self, asked: list[tuple[int, int, str]], covered: bytearray, notes: list[str]
+    ) -> list[_Candidate]:
+        """The phrases the phrase matcher reads as one value, longest first, none overlapping."""
+        asked = [(s, e, p) for s, e, p in asked if not any(covered[s:e])][:MAX_MEANING_PHRASES]
+        if self._meaning is None or not asked:
+            return []
+        readings = self._meaning.read([p for _, _, p in asked])
+        by_span: dict[tuple[int, int], list[Any]] = {}
+        for (start, end, _), reading in zip(asked, readings):
+            if reading is not None:
+                by_span.setdefault((start, end), []).append(reading)
+        out: list[_Candidate] = []
+        taken = bytearray(len(covered))
+        for (start, end), found in sorted(by_span.items(), key=lambda item: (-(item[0][1] - item[0][0]), item[0])):
+            accepted = {r.label for r in found if r.accepted}
+            if any(taken[start:end]):
+                continue
+            if len(accepted) == 1:
+                key, value = accepted.pop()
+                out.append(_Candidate(start, end, _Term(key, value, "meaning")))
+                taken[start:end] = b"\x01" * (end - start)
+                continue
+            doubt = max((r for r in found if r.doubtful), key=lambda r: r.similarity, default=None)
+            if doubt is not None:
+                key, value = doubt.label
+                notes.append(
+                    f"{doubt.phrase!r} may mean {key}={value!r} (similarity {doubt.similarity:.2f}, "
+                    f"{doubt.margin:.2f} ahead of the next value); not sure enough to filter"
+                )
         return out
 
-    def _glosses(self, word: str) -> list[str]:
+    def _glosses(self, word: str, verbs: bool = True, cuts: Sequence[int] | None = None) -> list[str]:
         """A Chinese word's English glosses, and each without a last word that names what the
         documents are: jieba keeps 古典音乐 whole, and "classical music" in a music catalogue
         names the value "classical"."""
         out = []
-        for gloss in english_glosses(word):
+        for gloss in english_glosses(word, verbs, cuts):
             out.append(gloss)
             head, _, last = gloss.rpartition(" ")
             if head and last in self._doc_en:
@@ -1030,6 +1130,47 @@ class RuleBasedSpecGenerator:
         if tok.text[0].isdigit():
             return "number"
         return "content"
+
+    @staticmethod
+    def _needs_cue(cand: _Candidate) -> bool:
+        """A reading by meaning, or a common value by stem or gloss, unless the word names the
+        kind of document too: :meth:`_meaning_cue` decides it."""
+        if cand.cued:
+            return False
+        return cand.term.rule == "meaning" or (
+            cand.term.rule in _INFERRED_RULES and is_common_word(str(cand.term.value))
+        )
+
+    def _meaning_cue(self, tokens: TokenIndex, cand: _Candidate, read_otherwise: Spans) -> bool:
+        """Whether a value read by meaning (or a common value by stem or gloss) stands where a
+        facet does, by a positive cue.
+
+        A reading by meaning cannot tell a synonym from a topic ("athlete" is as near
+        ``sports`` as "wireless network" is to ``wifi``), so it needs more than a common
+        word does: a kind of document after it (its English gloss counts: 酒店 "hotel"
+        in a hotel catalogue), a value the query spells beside it, or an attribute word
+        before it ("with", "without", 有, 带). "运动员的饮食" has none.
+        """
+        toks = tokens.tokens
+        after = tokens.starting_from(cand.end)
+        if after < len(toks) and read_otherwise.overlaps(toks[after].start, toks[after].end):
+            return True  # "rust 更新日志"; but "运动员的饮食" is athletes' diet
+        if after < len(toks) and toks[after].text == "的":
+            after += 1  # "有无线网的酒店"
+        if after < len(toks) and self._names_documents(toks[after]):
+            return True
+        before = tokens.ending_by(cand.start) - 1
+        while before >= 0 and toks[before].lower in DETERMINERS_EN:
+            before -= 1
+        prev = toks[before] if before >= 0 else None
+        return prev is not None and (prev.lower in ATTRIBUTE_CUES or read_otherwise.overlaps(prev.start, prev.end))
+
+    def _names_documents(self, tok: _Token) -> bool:
+        """A token naming what the documents are: a kind of document, a key's or the content's
+        noun, or (Chinese) a word whose English gloss is one."""
+        if not tok.cjk:
+            return tok.lower in self._doc_en
+        return tok.text in self._doc_zh or any(g in self._doc_en for g in english_glosses(tok.text, verbs=False))
 
     @staticmethod
     def _specific(phrase: str, term: _Term) -> bool:

