@@ -503,6 +503,9 @@ class RuleBasedSpecGenerator:
             except ImportError:
                 logger.info("no bundled embedding model: values are not matched by meaning")
                 return None
+            except RuntimeError as exc:  # its graph could not be exported (minilm._check_graph)
+                logger.warning("values are not matched by meaning: %s", exc)
+                return None
         phrases = {
             phrase: (bucket[0].key, bucket[0].value)
             for phrase, bucket in self._terms.items()
