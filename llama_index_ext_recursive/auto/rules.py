@@ -250,6 +250,7 @@ class _Candidate:
     end: int
     term: _Term
     cued: bool = False  # the word names the kind of document too (古典音乐: "classical music")
+    common: bool = False  # read from a common Chinese word (手机 "mobile phone"): needs a cue
 
 
 def _is_cjk_term(term: str) -> bool:
@@ -1008,8 +1009,8 @@ class RuleBasedSpecGenerator:
                     continue
                 if first.cjk:
                     word = "".join(t.text for t in words)
-                    if end - start < 2 or is_common_word(word):
-                        continue  # one character, or a word as common as 看看, has too many readings
+                    if end - start < 2:
+                        continue  # one character has too many readings
                     if len(words) > 1 and any(len(t.text) < 2 for t in words):
                         continue  # 被|引, 一般|都: a one-character jieba word is mostly a function word
                     # a word jieba kept whole may split anywhere (电子|音乐); jieba's words only between them
@@ -1031,7 +1032,8 @@ class RuleBasedSpecGenerator:
                     term = terms.pop()
                     # a gloss that matched only without its last word, a kind of document
                     cued = first.cjk and not any(self._terms_of(g, "gloss") for g in english_glosses(word, cuts=cuts))
-                    best = _Candidate(start, end, term, cued)
+                    common = first.cjk and is_common_word(word)  # 手机, 看看: many readings, so a cue
+                    best = _Candidate(start, end, term, cued and not common, common)
                     break
             if best is not None:
                 out.append(best)
@@ -1140,8 +1142,10 @@ class RuleBasedSpecGenerator:
         kind of document too: :meth:`_meaning_cue` decides it."""
         if cand.cued:
             return False
-        return cand.term.rule == "meaning" or (
-            cand.term.rule in _INFERRED_RULES and is_common_word(str(cand.term.value))
+        return (
+            cand.common
+            or cand.term.rule == "meaning"
+            or (cand.term.rule in _INFERRED_RULES and is_common_word(str(cand.term.value)))
         )
 
     def _meaning_cue(self, tokens: TokenIndex, cand: _Candidate, read_otherwise: Spans) -> bool:
@@ -1151,13 +1155,11 @@ class RuleBasedSpecGenerator:
         A reading by meaning cannot tell a synonym from a topic ("athlete" is as near
         ``sports`` as "wireless network" is to ``wifi``), so it needs more than a common
         word does: a kind of document after it (its English gloss counts: 酒店 "hotel"
-        in a hotel catalogue), a value the query spells beside it, or an attribute word
+        in a hotel catalogue), a value the query spells before it, or an attribute word
         before it ("with", "without", 有, 带). "运动员的饮食" has none.
         """
         toks = tokens.tokens
         after = tokens.starting_from(cand.end)
-        if after < len(toks) and read_otherwise.overlaps(toks[after].start, toks[after].end):
-            return True  # "rust 更新日志"; but "运动员的饮食" is athletes' diet
         if after < len(toks) and toks[after].text == "的":
             after += 1  # "有无线网的酒店"
         if after < len(toks) and self._names_documents(toks[after]):
@@ -1166,6 +1168,8 @@ class RuleBasedSpecGenerator:
         while before >= 0 and toks[before].lower in DETERMINERS_EN:
             before -= 1
         prev = toks[before] if before >= 0 else None
+        # a value spelled before it modifies it ("rust 更新日志"); one after it may be its object
+        # ("支持远程办公": supports remote work) or a topic beside it ("运动员的饮食")
         return prev is not None and (prev.lower in ATTRIBUTE_CUES or read_otherwise.overlaps(prev.start, prev.end))
 
     def _names_documents(self, tok: _Token) -> bool:
@@ -1180,6 +1184,8 @@ class RuleBasedSpecGenerator:
         """A phrase the data or the caller gave that is not also a common word."""
         if term.rule == "pinyin":
             return True  # the stored value was rare to begin with (pinyin_values)
+        if term.rule in {"gloss", "stem"}:  # another form of the value: as specific as the value is
+            return isinstance(term.value, str) and not is_common_word(term.value)
         return term.rule in _SPECIFIC_RULES and not is_common_word(_norm(phrase))
 
     def _is_facet(
