@@ -1056,3 +1056,16 @@ def test_values_by_meaning_with_the_bundled_model(real_model) -> None:
     assert got("租房要注意什么", rentals) == frozenset()
     without = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
     assert got("有无线网的酒店", without) == frozenset()
+
+
+def test_outside_a_place_excludes_it() -> None:
+    """'outside the united states' is an exclusion (a blind set read it as the country itself)."""
+    info = VectorStoreInfo(
+        content_info="Clinical trials",
+        metadata_info=[MetadataInfo(name="country", type="str", description="Country where the trial runs")],
+    )
+    generator = RuleBasedSpecGenerator(
+        info, {"country": {"united states", "germany"}}, today=TODAY, meaning_model=False
+    )
+    assert got("trials outside the united states", generator) == {("country", "!=", "united states")}
+    assert got("trials outside of germany", generator) == {("country", "!=", "germany")}

@@ -888,7 +888,7 @@ ZH_GLUE = FILLER_ZH | set(ZH_SUFFIXES) | {"非", "不是", "除了"}
 NEGATION_EN = re.compile(
     r"(?<![A-Za-z])(?:not|isn't|aren't|wasn't|weren't|don't|doesn't|didn't|never|"
     r"except(?:\s+for)?|excluding|exclude|without|other\s+than|apart\s+from|anything\s+but|"
-    r"rather\s+than|instead\s+of|non|no)"
+    r"rather\s+than|instead\s+of|outside(?:\s+of)?|non|no)"
     r"(?:\s+|\s*-\s*)(?:(?:in|the|a|an|any|are|is|be|from|written|published|made|directed|"
     r"produced|cooked|released|set|by|of|with)\s+)*$",
     re.IGNORECASE,
@@ -911,6 +911,7 @@ NEGATION_TOKENS_EN = {
     "except",
     "excluding",
     "exclude",
+    "outside",
 }
 NEGATION_TOKENS_ZH = {
     "非",

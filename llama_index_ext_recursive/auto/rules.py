@@ -222,7 +222,7 @@ _EXPLICIT_OPERATORS = {
 }
 
 # phrases of one query read by meaning, at most (in query order): what keeps a long query interactive
-MAX_MEANING_PHRASES = 24
+MAX_MEANING_PHRASES = 16
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
 _INFERRED_RULES = frozenset({"stem", "gloss", "meaning"})
 # words before a value read by meaning that make it an attribute wanted ("hotels with a gym", 有无线网)

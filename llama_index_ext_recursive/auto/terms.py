@@ -78,7 +78,7 @@ _NOT_GLOSSES = (
     "used in ",
     "Japanese variant",
 )
-_MAX_COMPOSED = 16  # glosses joined from a word's two parts, at most (each part has several)
+_MAX_COMPOSED = 8  # glosses joined from a word's two parts, at most (each part has several)
 _cedict_lock = threading.Lock()
 
 
