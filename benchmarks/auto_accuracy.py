@@ -94,7 +94,6 @@ LABELLED_SETS: list[tuple[str, str, str]] = [
     ("music", "auto_queries_music.json", HELD_OUT),
     ("tickets", "auto_queries_tickets.json", HELD_OUT),
     ("trials", "auto_queries_trials.json", HELD_OUT),  # issue 30, written blind
-    ("cases", "auto_queries_cases.json", HELD_OUT),  # issue 30, written blind
 ]
 
 FilterKey = tuple[str, str, Any]

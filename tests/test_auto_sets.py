@@ -173,7 +173,8 @@ def test_bundled_set_is_well_formed(name, filename, role):
     if role in {auto_accuracy.HELD_OUT, auto_accuracy.TUNED_AFTER_BLIND}:
         zh = sum(bool(HAN.search(row["query"])) for row in labelled.rows)
         assert len(labelled.rows) >= 40, f"{name}: {len(labelled.rows)} queries, a held-out set needs 40"
-        assert 2 * zh >= len(labelled.rows), f"{name}: {zh} of {len(labelled.rows)} queries are Chinese"
+        # bilingual: at least two queries in five Chinese (issue 30's sets were briefed 30 English / 20 Chinese)
+        assert 5 * zh >= 2 * len(labelled.rows), f"{name}: {zh} of {len(labelled.rows)} queries are Chinese"
 
 
 def test_every_bundled_set_file_is_listed():
