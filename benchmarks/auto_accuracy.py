@@ -91,9 +91,10 @@ LABELLED_SETS: list[tuple[str, str, str]] = [
     ("papers", "auto_queries_papers.json", TUNED_AFTER_BLIND),
     ("listings", "auto_queries_listings.json", TUNED_AFTER_BLIND),
     ("jobs", "auto_queries_jobs.json", TUNED_AFTER_BLIND),
-    ("music", "auto_queries_music.json", HELD_OUT),
-    ("tickets", "auto_queries_tickets.json", HELD_OUT),
-    ("trials", "auto_queries_trials.json", HELD_OUT),  # issue 30, written blind
+    # issue 30: run blind once before and once after its readings, then their misses were read
+    ("music", "auto_queries_music.json", TUNED_AFTER_BLIND),
+    ("tickets", "auto_queries_tickets.json", TUNED_AFTER_BLIND),
+    ("trials", "auto_queries_trials.json", TUNED_AFTER_BLIND),  # written blind for issue 30
 ]
 
 FilterKey = tuple[str, str, Any]
