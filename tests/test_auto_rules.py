@@ -1069,3 +1069,18 @@ def test_outside_a_place_excludes_it() -> None:
     )
     assert got("trials outside the united states", generator) == {("country", "!=", "united states")}
     assert got("trials outside of germany", generator) == {("country", "!=", "germany")}
+
+
+def test_a_code_by_its_name_and_a_number_in_roman_numerals() -> None:
+    info = VectorStoreInfo(
+        content_info="Clinical trials",
+        metadata_info=[
+            MetadataInfo(name="condition", type="str", description="Condition studied"),
+            MetadataInfo(name="phase", type="str", description="Trial phase"),
+        ],
+    )
+    vocabulary = {"condition": {"covid-19", "asthma"}, "phase": {"phase 1", "phase 2", "phase 3"}}
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got("covid trials", generator) == {("condition", "==", "covid-19")}
+    assert got("phase III trials for asthma", generator) == {("phase", "==", "phase 3"), ("condition", "==", "asthma")}
+    assert got("trials in a later phase", generator) == frozenset()  # "phase" names phase 1 to 3 alike

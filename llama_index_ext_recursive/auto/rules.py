@@ -126,6 +126,7 @@ from llama_index_ext_recursive.auto.meaning import PhraseMatcher
 from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number, range_note
 from llama_index_ext_recursive.auto.spans import Spans, TokenIndex
 from llama_index_ext_recursive.auto.terms import (
+    code_names,
     description_synonyms,
     english_glosses,
     is_common_word,
@@ -221,6 +222,8 @@ _EXPLICIT_OPERATORS = {
     **_EXPLICIT_WORDS,
 }
 
+# a number written in Roman numerals after a word: "phase III", "stage iv"
+_ROMAN = {"i": 1, "ii": 2, "iii": 3, "iv": 4, "v": 5, "vi": 6, "vii": 7, "viii": 8, "ix": 9, "x": 10}
 # phrases of one query read by meaning, at most (in query order): what keeps a long query interactive
 MAX_MEANING_PHRASES = 16
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
@@ -472,7 +475,7 @@ class RuleBasedSpecGenerator:
             for phrase, value in description_synonyms(meta.description or "", strings).items():
                 self._add_term(phrase, _Term(meta.name, value, "description"))
         for key, values in self._vocabulary.items():
-            for phrase, value in name_parts(values).items():
+            for phrase, value in {**name_parts(values), **code_names(values)}.items():
                 if _norm(phrase) not in self._terms:  # a word of a name never hides a value
                     self._add_term(phrase, _Term(key, value, "name-part"))
         self._pinyin: dict[str, list[_Term]] = {}
@@ -1002,9 +1005,15 @@ class RuleBasedSpecGenerator:
             reach = min(i + (3 if first.cjk else 2), len(tokens))
             for j in range(reach - 1, i - 1, -1):  # the longest word first
                 words = tokens[i : j + 1]
+                start, end = first.start, tokens[j].end
+                if len(words) == 2 and not first.cjk and words[1].lower in _ROMAN and not any(covered[start:end]):
+                    # "phase III" for "phase 3" (the key's own noun, so before the content check)
+                    numbered = self._terms_of(f"{first.text} {_ROMAN[words[1].lower]}", "stem")
+                    if len(numbered) == 1:
+                        best = _Candidate(start, end, numbered[0])
+                        break
                 if not all(t.cjk == first.cjk and self._role(t) == "content" for t in words):
                     continue  # a kind of document (论文), a filler (看看), a negation: not a value
-                start, end = first.start, tokens[j].end
                 if any(covered[start:end]):
                     continue
                 if first.cjk:

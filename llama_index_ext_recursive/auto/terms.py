@@ -8,7 +8,8 @@ generator reads two things every schema has:
   synonym of the value next to it;
 - **the values' own shape**: a multi-word name (``"Marco Rossi"``,
   ``"Google DeepMind"``) is also named by one of its rarer words ("Rossi's
-  desserts", "DeepMind papers"); a value stored in pinyin (``"shanghai"``,
+  desserts", "DeepMind papers"), a name with a number (``"covid-19"``) by its
+  name ("covid trials"); a value stored in pinyin (``"shanghai"``,
   ``"Wo Ai Wo Jia"``) is named by the Chinese word that reads so (上海,
   我爱我家; :func:`pinyin_of`, by ``pypinyin``).
 
@@ -43,6 +44,7 @@ from llama_index_ext_recursive.text import CJK_CLASS
 __all__ = [
     "COMMON_WORD_ZIPF",
     "description_synonyms",
+    "code_names",
     "english_glosses",
     "is_common_word",
     "name_parts",
@@ -63,6 +65,7 @@ NAME_PART_ZIPF = 4.0
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _SPLIT = re.compile(r"\s*(?:[,，、/;；|]|\bor\b|或)\s*")
 _PARENTHESES = re.compile(r"\([^)]*\)")
+_CODE = re.compile(r"([a-z]{3,})[\s\-]?\d+[a-z]?")  # covid-19, gpt-4o, h5n1 is not one
 _GLOSS_PREFIX = re.compile(r"^(?:to|a|an|the)\s+")
 _GLOSS_TEXT = re.compile(r"[a-z][a-z' ]*")  # words only: no "what?", "sth/sb", numbers or pinyin[1]
 _cedict: dict[str, tuple[str, ...]] | None = None
@@ -145,6 +148,22 @@ def name_parts(values: Iterable[str]) -> dict[str, str]:
             ):
                 out[lowered] = name
     return out
+
+
+def code_names(values: Iterable[str]) -> dict[str, str]:
+    """Values written as a name and a number, by their name: ``{"covid": "covid-19"}``.
+
+    People drop the number of a code they know ("covid trials"); the name stands
+    for the value when it has three letters or more, is rare, and names no other
+    value ("phase" of "phase 3" is common, and names phase 1 to 4 alike).
+    """
+    names: dict[str, list[str]] = {}
+    for value in values:
+        if isinstance(value, str):
+            match = _CODE.fullmatch(value.strip().lower())
+            if match:
+                names.setdefault(match.group(1), []).append(value)
+    return {name: found[0] for name, found in names.items() if len(found) == 1 and not is_common_word(name)}
 
 
 def pinyin_values(values: Iterable[str]) -> dict[str, str]:
