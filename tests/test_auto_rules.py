@@ -1084,3 +1084,22 @@ def test_a_code_by_its_name_and_a_number_in_roman_numerals() -> None:
     assert got("covid trials", generator) == {("condition", "==", "covid-19")}
     assert got("phase III trials for asthma", generator) == {("phase", "==", "phase 3"), ("condition", "==", "asthma")}
     assert got("trials in a later phase", generator) == frozenset()  # "phase" names phase 1 to 3 alike
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("lung or breast cancer trials", {("condition", "in", ("breast cancer", "lung cancer"))}),
+        ("lung, colon or breast cancer", {("condition", "in", ("breast cancer", "colon cancer", "lung cancer"))}),
+        ("not lung or breast cancer", {("condition", "nin", ("breast cancer", "lung cancer"))}),
+        ("smokers and breast cancer", {("condition", "==", "breast cancer")}),  # "smokers cancer" is no value
+    ],
+)
+def test_a_list_that_leaves_out_the_shared_last_word(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="Clinical trials",
+        metadata_info=[MetadataInfo(name="condition", type="str", description="Condition studied")],
+    )
+    vocabulary = {"condition": {"lung cancer", "breast cancer", "colon cancer", "asthma"}}
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

@@ -222,6 +222,8 @@ _EXPLICIT_OPERATORS = {
     **_EXPLICIT_WORDS,
 }
 
+# a word and a list joiner right before a value: "lung or" of "lung or breast cancer"
+_ELIDED_BEFORE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z'\-]*)\s*(?:,\s*(?:and|or)?|\bor\b|\band\b|/)\s*$", re.I)
 # a number written in Roman numerals after a word: "phase III", "stage iv"
 _ROMAN = {"i": 1, "ii": 2, "iii": 3, "iv": 4, "v": 5, "vi": 6, "vii": 7, "viii": 8, "ix": 9, "x": 10}
 # phrases of one query read by meaning, at most (in query order): what keeps a long query interactive
@@ -949,6 +951,7 @@ class RuleBasedSpecGenerator:
                 found.extend(self._candidates_for(s, e, text[s:e]))
                 break
         found.extend(self._pinyin_candidates(tokens.tokens, found))
+        found.extend(self._elided_candidates(text, found))
         found.extend(self._language_candidates(tokens.tokens, found, notes))
         found.sort(key=lambda c: (c.start, -(c.end - c.start)))
         out: list[_Candidate] = []
@@ -956,6 +959,28 @@ class RuleBasedSpecGenerator:
             if out and cand.start < out[-1].end:
                 continue
             out.append(cand)
+        return out
+
+    def _elided_candidates(self, text: str, found: Sequence[_Candidate]) -> list[_Candidate]:
+        """Values whose shared last words a list leaves out: "lung or breast cancer" names
+        ``lung cancer`` too, when that is a value of the same key as ``breast cancer``."""
+        out: list[_Candidate] = []
+        for cand in found:
+            phrase = _norm(text[cand.start : cand.end])
+            if " " not in phrase or _is_cjk_term(phrase):
+                continue
+            shared = phrase.split(" ", 1)[1]  # "cancer" of "breast cancer"
+            end = cand.start
+            while True:
+                m = _ELIDED_BEFORE.search(text, 0, end)
+                if m is None:
+                    break
+                bucket = self._terms.get(_norm(f"{m.group(1)} {shared}"), [])
+                same = [t for t in bucket if t.key == cand.term.key]
+                if len(same) != 1:
+                    break
+                out.append(_Candidate(m.start(1), m.end(1), same[0]))
+                end = m.start(1)  # "lung, colon or breast cancer"
         return out
 
     def _pinyin_candidates(self, tokens: Sequence[_Token], found: Sequence[_Candidate]) -> list[_Candidate]:
