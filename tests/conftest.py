@@ -97,6 +97,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path not in long_files)  # stable: each file keeps its order
 
 
+class FixedEmbedding(BaseEmbedding):
+    """Maps known texts to given vectors; anything else to a hashed vector of ``dim``."""
+
+    dim: int = 16
+    table: dict[str, list[float]] = {}
+
+    def _vec(self, text: str) -> list[float]:
+        if text in self.table:
+            return self.table[text]
+        rng = np.random.default_rng(abs(hash(text)) % (2**32))
+        v = rng.normal(size=self.dim)
+        return list(v / np.linalg.norm(v))
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._vec(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._vec(text)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._vec(query)
+
+
 @pytest.fixture
 def lexical() -> LexicalEmbedding:
     return LexicalEmbedding(model_name="lexical-test")

@@ -12,10 +12,10 @@ from importlib import resources
 from typing import Any
 
 import pytest
+from conftest import FixedEmbedding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core import Settings
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.vector_stores.types import (
     FilterOperator,
     MetadataFilter,
@@ -959,31 +959,14 @@ def test_a_common_chinese_word_is_not_read_by_its_glosses() -> None:
 # ---------------------------------------------------------------- by meaning (auto/meaning.py)
 
 
-class _Table(BaseEmbedding):
-    """Texts embedded by a table (unit vectors), for the matcher's arithmetic."""
-
-    table: dict = {}
-
-    def _vector(self, text: str) -> list[float]:
-        return list(self.table.get(text, [0.0, 0.0, 1.0]))
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vector(text)
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
-
-
 def test_a_phrase_reads_as_a_value_only_when_similar_and_clearly_ahead() -> None:
     import math
 
     def at(degrees: float) -> list[float]:
         return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees)), 0.0]
 
-    model = _Table(
+    model = FixedEmbedding(
+        dim=3,
         table={
             "wifi": at(0),
             "pool": at(90),
@@ -991,7 +974,7 @@ def test_a_phrase_reads_as_a_value_only_when_similar_and_clearly_ahead() -> None
             "net": at(52),
             "lan": at(45),
             "router": [0.3, 0.0, math.sqrt(1 - 0.09)],  # far from both, though nearer wifi
-        }
+        },
     )
     matcher = PhraseMatcher(model, {"wifi": ("amenity", "wifi"), "pool": ("amenity", "pool")})
     close, far, even, weak = matcher.read(["wireless network", "net", "lan", "router"])

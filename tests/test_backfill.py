@@ -16,9 +16,9 @@ from collections.abc import Callable
 import faiss
 import numpy as np
 import pytest
+from conftest import FixedEmbedding
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import (
@@ -38,29 +38,6 @@ from llama_index_ext_recursive import (
 from llama_index_ext_recursive.filters import metadata_matches
 
 DIM = 16
-
-
-class FixedEmbedding(BaseEmbedding):
-    """Maps known texts to given vectors; anything else to a hashed vector of ``dim``."""
-
-    dim: int = DIM
-    table: dict[str, list[float]] = {}
-
-    def _vec(self, text: str) -> list[float]:
-        if text in self.table:
-            return self.table[text]
-        rng = np.random.default_rng(abs(hash(text)) % (2**32))
-        v = rng.normal(size=self.dim)
-        return list(v / np.linalg.norm(v))
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vec(text)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
 
 
 def unit(v: np.ndarray) -> np.ndarray:
