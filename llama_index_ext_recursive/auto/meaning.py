@@ -74,6 +74,7 @@ class PhraseMatcher:
 
     def __init__(self, model: Any, phrases: Mapping[str, Hashable]) -> None:
         self._model = model
+        self._owner = model_identity(model).cache_key()  # whose vectors: two models never share one
         self._labels = list(dict.fromkeys(phrases.values()))
         index = {label: i for i, label in enumerate(self._labels)}
         self._phrase_label = np.array([index[label] for label in phrases.values()], dtype=np.int64)
@@ -81,7 +82,7 @@ class PhraseMatcher:
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit vectors of ``texts``, each embedded once per model and process."""
-        owner = model_identity(self._model).cache_key()
+        owner = self._owner
         with _vectors_lock:
             known = {t: _vectors[(owner, t)] for t in texts if (owner, t) in _vectors}
         missing = list(dict.fromkeys(t for t in texts if t not in known))

@@ -1049,11 +1049,16 @@ class RuleBasedSpecGenerator:
                         continue  # 被|引, 一般|都: a one-character jieba word is mostly a function word
                     # a word jieba kept whole may split anywhere (电子|音乐); jieba's words only between them
                     cuts = None if len(words) == 1 else [t.start - start for t in words[1:]]
-                    glosses = self._glosses(word, cuts=cuts)
-                    terms = {t for gloss in glosses for t in self._terms_of(gloss, "gloss")}
+                    readings = self._glosses(word, cuts)
+                    found_by = {phrase: self._terms_of(phrase, "gloss") for phrase, _, _ in readings}
+                    terms = {t for found in found_by.values() for t in found}
+                    # cued: only a gloss without its last word, a kind of document, matched (古典音乐)
+                    cued = not any(found_by[phrase] for phrase, _, stripped in readings if not stripped)
                     if not terms:  # by meaning, the nouns only: 租房 "to rent an apartment" is no apartment
-                        asked.extend((start, end, g) for g in self._glosses(word, verbs=False, cuts=cuts))
+                        nouns = set(english_glosses(word, verbs=False, cuts=cuts))
+                        asked.extend((start, end, phrase) for phrase, gloss, _ in readings if gloss in nouns)
                 else:
+                    cued = False
                     word = " ".join(t.text for t in words)
                     if not all(t.text.isalpha() for t in words):
                         continue
@@ -1063,11 +1068,8 @@ class RuleBasedSpecGenerator:
                         # meaning is mostly its topic ("blog posts about bread": not food)
                         asked.append((start, end, word))
                 if len(terms) == 1:
-                    term = terms.pop()
-                    # a gloss that matched only without its last word, a kind of document
-                    cued = first.cjk and not any(self._terms_of(g, "gloss") for g in english_glosses(word, cuts=cuts))
                     common = first.cjk and is_common_word(word)  # 手机, 看看: many readings, so a cue
-                    best = _Candidate(start, end, term, cued and not common, common)
+                    best = _Candidate(start, end, terms.pop(), first.cjk and cued and not common, common)
                     break
             if best is not None:
                 out.append(best)
@@ -1109,16 +1111,16 @@ class RuleBasedSpecGenerator:
                 )
         return out
 
-    def _glosses(self, word: str, verbs: bool = True, cuts: Sequence[int] | None = None) -> list[str]:
-        """A Chinese word's English glosses, and each without a last word that names what the
-        documents are: jieba keeps 古典音乐 whole, and "classical music" in a music catalogue
-        names the value "classical"."""
+    def _glosses(self, word: str, cuts: Sequence[int] | None = None) -> list[tuple[str, str, bool]]:
+        """A Chinese word's English glosses as ``(phrase, gloss, stripped)``: each gloss, and each
+        without a last word that names what the documents are (``stripped``): jieba keeps
+        古典音乐 whole, and "classical music" in a music catalogue names the value "classical"."""
         out = []
-        for gloss in english_glosses(word, verbs, cuts):
-            out.append(gloss)
+        for gloss in english_glosses(word, cuts=cuts):
+            out.append((gloss, gloss, False))
             head, _, last = gloss.rpartition(" ")
             if head and last in self._doc_en:
-                out.append(head)
+                out.append((head, gloss, True))
         return out
 
     def _terms_of(self, phrase: str, rule: str, inflected: bool = False) -> list[_Term]:
