@@ -98,14 +98,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 class FixedEmbedding(BaseEmbedding):
-    """Maps known texts to given vectors; anything else to a hashed vector of ``dim``."""
+    """Maps known texts to given vectors; anything else to ``fallback`` when given, else to a
+    hashed vector of ``dim``."""
 
     dim: int = 16
     table: dict[str, list[float]] = {}
+    fallback: list[float] | None = None
 
     def _vec(self, text: str) -> list[float]:
         if text in self.table:
             return self.table[text]
+        if self.fallback is not None:
+            return list(self.fallback)
         rng = np.random.default_rng(abs(hash(text)) % (2**32))
         v = rng.normal(size=self.dim)
         return list(v / np.linalg.norm(v))

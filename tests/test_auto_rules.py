@@ -967,6 +967,7 @@ def test_a_phrase_reads_as_a_value_only_when_similar_and_clearly_ahead() -> None
 
     model = FixedEmbedding(
         dim=3,
+        fallback=[0.0, 0.0, 1.0],  # the schema's other phrases ("wifis"): orthogonal to every phrase here
         table={
             "wifi": at(0),
             "pool": at(90),
