@@ -228,6 +228,10 @@ _ELIDED_BEFORE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z'\-]*)\s*(?:,\s*(?
 _ROMAN = {"i": 1, "ii": 2, "iii": 3, "iv": 4, "v": 5, "vi": 6, "vii": 7, "viii": 8, "ix": 9, "x": 10}
 # phrases of one query read by meaning, at most (in query order): what keeps a long query interactive
 MAX_MEANING_PHRASES = 16
+# "about": what follows up to 的 is a topic, not a filter
+_TOPIC_MARKERS_ZH = frozenset({"关于", "有关", "对于"})
+# particles jieba may glue to the next word: or, and, with, not
+_GLUED_PARTICLES = frozenset("或和与及跟非")
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
 _INFERRED_RULES = frozenset({"stem", "gloss", "meaning"})
 # words before a value read by meaning that make it an attribute wanted ("hotels with a gym", 有无线网)
@@ -256,6 +260,17 @@ class _Candidate:
     term: _Term
     cued: bool = False  # the word names the kind of document too (古典音乐: "classical music")
     common: bool = False  # read from a common Chinese word (手机 "mobile phone"): needs a cue
+
+
+def _particle_split(word: str) -> tuple[str, ...]:
+    """A jieba word that is a joining particle glued to a word the dictionary has, as the two.
+
+    jieba joins "或" to the word after it in "电子或嘻哈" ("或嘻哈"), which hides
+    both the "or" and the value; a word CC-CEDICT has whole stays one.
+    """
+    if len(word) >= 3 and word[0] in _GLUED_PARTICLES and english_glosses(word[1:]) and not english_glosses(word):
+        return word[0], word[1:]
+    return (word,)
 
 
 def _is_cjk_term(term: str) -> bool:
@@ -631,11 +646,12 @@ class RuleBasedSpecGenerator:
                         accept(group)
         cues = _Cues(tokens.tokens)
         read_otherwise = Spans((c.start, c.end) for c in candidates if c.term.rule not in _INFERRED_RULES)
+        sure = [c for c in candidates if not self._needs_cue(c)]
         for cand in candidates:
             if taken.overlaps(cand.start, cand.end):
                 continue
             if self._needs_cue(cand):  # a reading a topic could give too ("运动员的饮食")
-                if not self._meaning_cue(tokens, cand, read_otherwise):
+                if not self._meaning_cue(tokens, cand, read_otherwise, sure, taken):
                     notes.append(
                         f"{query[cand.start : cand.end]!r} may mean {cand.term.key}={cand.term.value!r}, but "
                         "nothing around it says it is a kind of document wanted; no filter"
@@ -914,8 +930,9 @@ class RuleBasedSpecGenerator:
             if _HAN.match(m.group()):
                 pos = m.start()
                 for word in jieba.lcut(m.group()):
-                    tokens.append(_Token(pos, pos + len(word), word))
-                    pos += len(word)
+                    for part in _particle_split(word):
+                        tokens.append(_Token(pos, pos + len(part), part))
+                        pos += len(part)
             else:
                 tokens.append(_Token(m.start(), m.end(), m.group()))
         return tokens
@@ -1184,15 +1201,34 @@ class RuleBasedSpecGenerator:
             or (cand.term.rule in _INFERRED_RULES and is_common_word(str(cand.term.value)))
         )
 
-    def _meaning_cue(self, tokens: TokenIndex, cand: _Candidate, read_otherwise: Spans) -> bool:
+    def _meaning_cue(
+        self,
+        tokens: TokenIndex,
+        cand: _Candidate,
+        read_otherwise: Spans,
+        sure: Sequence[_Candidate],
+        taken: Spans,
+    ) -> bool:
         """Whether a value read by meaning (or a common value by stem or gloss) stands where a
         facet does, by a positive cue.
 
         A reading by meaning cannot tell a synonym from a topic ("athlete" is as near
         ``sports`` as "wireless network" is to ``wifi``), so it needs more than a common
         word does: a kind of document after it (its English gloss counts: 酒店 "hotel"
-        in a hotel catalogue), a value the query spells before it, or an attribute word
-        before it ("with", "without", 有, 带). "运动员的饮食" has none.
+        in a hotel catalogue), a value the query spells before it, an attribute word
+        before it ("with", "without", 有, 带), or a value of the same key it is an
+        alternative to ("电子或嘻哈": electronic or hip-hop). A Chinese gloss (not a
+        reading by meaning: "员工手册里的规定" is not about policies) also stands
+        where the head noun does ("今年新出的摇滚": what the modifiers before 的
+        describe, at the end of a query that filters by something else).
+        "运动员的饮食" has none.
+
+        Args:
+            tokens: the query's tokens.
+            cand: the reading that needs a cue.
+            read_otherwise: spans of values the query spells.
+            sure: readings that need no cue, alternatives' partners.
+            taken: spans other rules read (years, numbers, counts).
         """
         toks = tokens.tokens
         after = tokens.starting_from(cand.end)
@@ -1204,9 +1240,50 @@ class RuleBasedSpecGenerator:
         while before >= 0 and toks[before].lower in DETERMINERS_EN:
             before -= 1
         prev = toks[before] if before >= 0 else None
+        if self._alternative_of(tokens, cand, sure):
+            return True
+        if cand.term.rule != "meaning" and self._chinese_head(tokens, cand, taken):
+            return True
         # a value spelled before it modifies it ("rust 更新日志"); one after it may be its object
         # ("支持远程办公": supports remote work) or a topic beside it ("运动员的饮食")
         return prev is not None and (prev.lower in ATTRIBUTE_CUES or read_otherwise.overlaps(prev.start, prev.end))
+
+    @staticmethod
+    def _alternative_of(tokens: TokenIndex, cand: _Candidate, sure: Sequence[_Candidate]) -> bool:
+        """Whether "or" joins the reading to a sure value of the same key ("电子或嘻哈")."""
+        toks = tokens.tokens
+        after = tokens.starting_from(cand.end)
+        before = tokens.ending_by(cand.start) - 1
+        partners: list[int] = []
+        if after + 1 < len(toks) and DISJUNCTION.fullmatch(toks[after].text):
+            partners.append(toks[after + 1].start)
+        if before >= 1 and DISJUNCTION.fullmatch(toks[before].text):
+            partners.append(toks[before - 1].end)
+        return any(
+            other.term.key == cand.term.key and other is not cand and (other.start in partners or other.end in partners)
+            for other in sure
+        )
+
+    def _chinese_head(self, tokens: TokenIndex, cand: _Candidate, taken: Spans) -> bool:
+        """A Chinese word that ends the query after 的, in a query another rule already filters."""
+        toks = tokens.tokens
+        inside = tokens.between(cand.start, cand.end)
+        if not inside or not inside[-1].cjk or not taken:
+            return False
+        after = tokens.starting_from(cand.end)
+        rest = [t for t in toks[after:] if t.word]
+        if rest and not all(t.text in FILLER_ZH or t.text.startswith(QUESTION_ZH) for t in rest):
+            return False
+        before = tokens.ending_by(cand.start) - 1
+        if before < 0 or toks[before].text != "的":
+            return False
+        # "关于差旅报销的规定": after a topic ("about ..."), the head is the word for documents on it
+        for tok in reversed(toks[:before]):
+            if CLAUSE_BREAK.fullmatch(tok.text.strip()):
+                break
+            if tok.text in _TOPIC_MARKERS_ZH:
+                return False
+        return True
 
     def _names_documents(self, tok: _Token) -> bool:
         """A token naming what the documents are: a kind of document, a key's or the content's
