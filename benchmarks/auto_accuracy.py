@@ -96,6 +96,8 @@ LABELLED_SETS: list[tuple[str, str, str]] = [
     ("tickets", "auto_queries_tickets.json", TUNED_AFTER_BLIND),
     ("trials", "auto_queries_trials.json", TUNED_AFTER_BLIND),  # written blind for issue 30
     ("cases", "auto_queries_cases.json", HELD_OUT),  # written blind for issue 30; misses not read
+    ("advisories", "auto_queries_advisories.json", HELD_OUT),  # written blind for issue 30, second round
+    ("filings", "auto_queries_filings.json", HELD_OUT),  # written blind for issue 30, second round
 ]
 
 FilterKey = tuple[str, str, Any]
