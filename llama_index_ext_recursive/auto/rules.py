@@ -647,11 +647,22 @@ class RuleBasedSpecGenerator:
         cues = _Cues(tokens.tokens)
         read_otherwise = Spans((c.start, c.end) for c in candidates if c.term.rule not in _INFERRED_RULES)
         sure = [c for c in candidates if not self._needs_cue(c)]
+        # a reading with its cue is a value its neighbours are read against too ("英文摇滚")
+        cued = {
+            id(c)
+            for c in candidates
+            if self._needs_cue(c)
+            and not taken.overlaps(c.start, c.end)
+            and self._meaning_cue(tokens, c, read_otherwise, sure, taken)
+        }
+        for c in candidates:
+            if id(c) in cued:
+                values.add(c.start, c.end)
         for cand in candidates:
             if taken.overlaps(cand.start, cand.end):
                 continue
             if self._needs_cue(cand):  # a reading a topic could give too ("运动员的饮食")
-                if not self._meaning_cue(tokens, cand, read_otherwise, sure, taken):
+                if id(cand) not in cued:
                     notes.append(
                         f"{query[cand.start : cand.end]!r} may mean {cand.term.key}={cand.term.value!r}, but "
                         "nothing around it says it is a kind of document wanted; no filter"
@@ -1176,7 +1187,7 @@ class RuleBasedSpecGenerator:
         ):
             return "value"  # a value word, or part of a number, year or count already read
         if tok.cjk:
-            if tok.text in self._doc_zh:
+            if self._names_documents(tok):
                 return "doc"
             if tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年" or tok.text in NEGATION_TOKENS_ZH:
                 return "filler"
