@@ -1087,3 +1087,71 @@ def test_a_list_that_leaves_out_the_shared_last_word(query: str, expected: set[T
     vocabulary = {"condition": {"lung cancer", "breast cancer", "colon cancer", "asthma"}}
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
+
+
+# ---------------------------------------------------------------- cues for inferred readings
+
+
+def test_an_alternative_to_a_sure_value_and_a_glued_or() -> None:
+    generator = RuleBasedSpecGenerator(
+        MUSIC_DOCS_INFO, {"genre": {"electronic", "hip-hop"}, "doc_type": {"page"}, "language": {"python"}}, today=TODAY
+    )
+    # jieba glues 或 to 嘻哈; 电子 is a common word, but "or hip-hop" says it is a genre too
+    assert got("电子或嘻哈", generator) == {("genre", "in", ("electronic", "hip-hop"))}
+    assert got("电子", generator) == frozenset()
+
+
+def test_a_chinese_head_noun_after_de_and_neighbouring_values() -> None:
+    info = VectorStoreInfo(
+        content_info="Music tracks",
+        metadata_info=[
+            MetadataInfo(name="genre", type="str", description="Music genre"),
+            MetadataInfo(name="language", type="str", description="Language of the lyrics"),
+            MetadataInfo(name="year", type="int", description="Year of release"),
+        ],
+    )
+    vocabulary = {"genre": {"rock", "jazz"}, "language": {"english", "spanish"}, "year": {2019, 2020, 2021}}
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    # the head noun of a query that filters by something else names what is wanted
+    assert got("2020年发行的摇滚", generator) == {("year", "==", 2020), ("genre", "==", "rock")}
+    # two values side by side: each makes the other a value, not a topic
+    assert got("英文摇滚", generator) == {("language", "==", "english"), ("genre", "==", "rock")}
+    # a gloss that is the value and the key's noun ("spanish language"), before a word for the documents
+    assert got("西班牙语歌曲", generator) == {("language", "==", "spanish")}
+    # alone, 摇滚 has no cue: a common word ("rock")
+    assert got("摇滚", generator) == frozenset()
+
+
+def test_names_and_what_a_gloss_says_the_value_is() -> None:
+    info = VectorStoreInfo(
+        content_info="Clinical trials",
+        metadata_info=[
+            MetadataInfo(name="condition", type="str", description="Condition studied"),
+            MetadataInfo(name="sponsor", type="str", description="Lead sponsor"),
+        ],
+    )
+    vocabulary = {"condition": {"alzheimer's", "covid-19", "diabetes"}, "sponsor": {"Pfizer", "Novartis"}}
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got("辉瑞的试验", generator) == {("sponsor", "==", "Pfizer")}  # "Pfizer, American pharmaceutical company"
+    assert got("阿尔茨海默病", generator) == {("condition", "==", "alzheimer's")}  # "alzheimer's disease"
+    assert got("新冠肺炎", generator) == {("condition", "==", "covid-19")}  # "COVID-19, the coronavirus disease ..."
+
+
+def test_a_noun_near_the_documents_kind_names_them(real_model) -> None:
+    info = VectorStoreInfo(
+        content_info="Registered clinical trials, each with a brief summary",
+        metadata_info=[
+            MetadataInfo(name="intervention", type="str", description="Type of intervention"),
+            MetadataInfo(name="condition", type="str", description="Condition studied"),
+        ],
+    )
+    vocabulary = {"intervention": {"drug", "device"}, "condition": {"asthma", "depression"}}
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=real_model)
+    # 药物 ("drug") is a common word; 试验 ("experiment") is near "trials", so it is a kind wanted
+    assert got("哮喘药物试验", generator) == {("condition", "==", "asthma"), ("intervention", "==", "drug")}
+    # a number a noun names is a label, not a count of results
+    assert got("type 2 asthma studies", generator) == {("condition", "==", "asthma")}
+    assert generator.generate("type 2 asthma studies").top_k is None
+    # not by meaning, the same words are read as before
+    plain = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got("哮喘药物试验", plain) == {("condition", "==", "asthma")}

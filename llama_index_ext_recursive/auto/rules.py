@@ -228,8 +228,13 @@ _ELIDED_BEFORE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z'\-]*)\s*(?:,\s*(?
 _ROMAN = {"i": 1, "ii": 2, "iii": 3, "iv": 4, "v": 5, "vi": 6, "vii": 7, "viii": 8, "ix": 9, "x": 10}
 # phrases of one query read by meaning, at most (in query order): what keeps a long query interactive
 MAX_MEANING_PHRASES = 16
-# "about": what follows up to 的 is a topic, not a filter
-_TOPIC_MARKERS_ZH = frozenset({"关于", "有关", "对于"})
+# a query noun this near in meaning to a plural noun that opens content_info names the documents too:
+# "studies" ~ trials 0.54, "rulings" ~ decisions 0.53, "songs" ~ albums 0.68; "research" ~ papers 0.39
+KIND_SIMILARITY = 0.5
+MAX_KIND_MEMO = 10_000  # words remembered per generator as naming the documents or not
+_CONTENT_HEAD_END = re.compile(
+    r"\b(?:from|with|on|in|at|for|by|each|that|which|where|including|about)\b|[:;.(]", re.IGNORECASE
+)
 # particles jieba may glue to the next word: or, and, with, not
 _GLUED_PARTICLES = frozenset("或和与及跟非")
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
@@ -260,6 +265,22 @@ class _Candidate:
     term: _Term
     cued: bool = False  # the word names the kind of document too (古典音乐: "classical music")
     common: bool = False  # read from a common Chinese word (手机 "mobile phone"): needs a cue
+
+
+def _is_plural(word: str) -> bool:
+    """An English plural noun by its shape: ends in "s" and stems shorter ("trials", not "news")."""
+    return len(word) >= 4 and word.endswith("s") and stem_of(word) != word
+
+
+def _content_kinds(content_info: str) -> list[str]:
+    """The plural nouns that open ``content_info``: what the documents are.
+
+    "Registered clinical trials, each with a brief summary ..." -> ``["trials"]``;
+    "Research papers, technical reports, theses and surveys in ..." -> papers,
+    reports, theses, surveys. What follows a preposition or "each" describes them.
+    """
+    head = _CONTENT_HEAD_END.split(content_info, maxsplit=1)[0]
+    return list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]{4,}", head) if _is_plural(w.lower())))
 
 
 def _particle_split(word: str) -> tuple[str, ...]:
@@ -394,7 +415,11 @@ class RuleBasedSpecGenerator:
             else None
         )
         self._explicit_res = self._compile_explicit()
-        self._meaning = self._phrase_matcher(meaning_model)
+        model = self._meaning_model(meaning_model)
+        self._meaning = self._phrase_matcher(model)
+        kinds = _content_kinds(self._info.content_info or "")
+        self._kinds = PhraseMatcher(model, {k: k for k in kinds}) if model is not None and kinds else None
+        self._kind_memo: dict[str, bool] = {}  # word -> names the documents by meaning (KIND_SIMILARITY)
         # the longest stored string per key: how far "chef: Kenji Sato" can reach
         self._longest = {
             key: max((len(v) for v in values if isinstance(v, str)), default=0)
@@ -514,19 +539,26 @@ class RuleBasedSpecGenerator:
                 self._ambiguous[phrase] = sorted(t.key for t in bucket)
                 del self._terms[phrase]
 
-    def _phrase_matcher(self, model: BaseEmbedding | Literal[False] | None) -> PhraseMatcher | None:
-        """The schema's Latin phrases (values, descriptions, synonyms) for :mod:`.meaning`."""
+    @staticmethod
+    def _meaning_model(model: BaseEmbedding | Literal[False] | None) -> BaseEmbedding | None:
+        """The model that reads by meaning: the caller's, the bundled one (``None``) or none."""
         if model is False:
             return None
         if model is None:
             try:
-                model = bundled_embed_model()
+                return bundled_embed_model()
             except ImportError:
                 logger.info("no bundled embedding model: values are not matched by meaning")
                 return None
             except RuntimeError as exc:  # its graph could not be exported (minilm._check_graph)
                 logger.warning("values are not matched by meaning: %s", exc)
                 return None
+        return model
+
+    def _phrase_matcher(self, model: BaseEmbedding | None) -> PhraseMatcher | None:
+        """The schema's Latin phrases (values, descriptions, synonyms) for :mod:`.meaning`."""
+        if model is None:
+            return None
         phrases = {
             phrase: (bucket[0].key, bucket[0].value)
             for phrase, bucket in self._terms.items()
@@ -604,6 +636,7 @@ class RuleBasedSpecGenerator:
         notes: list[str] = []
         query, unread = self._bounded(query, notes)
         tokens = TokenIndex(self._tokenize(query))
+        self._learn_kinds(tokens.tokens)
         candidates = self._term_candidates(query, tokens, notes)
         # what a facet's neighbours are read against: a reading that still needs a cue is no value yet
         values = Spans((c.start, c.end) for c in candidates if not self._needs_cue(c))
@@ -1073,15 +1106,22 @@ class RuleBasedSpecGenerator:
                     word = "".join(t.text for t in words)
                     if end - start < 2:
                         continue  # one character has too many readings
-                    if len(words) > 1 and any(len(t.text) < 2 for t in words):
+                    if len(words) > 1 and any(len(t.text) < 2 for t in words) and not english_glosses(word, cuts=()):
                         continue  # 被|引, 一般|都: a one-character jieba word is mostly a function word
                     # a word jieba kept whole may split anywhere (电子|音乐); jieba's words only between them
                     cuts = None if len(words) == 1 else [t.start - start for t in words[1:]]
                     readings = self._glosses(word, cuts)
-                    found_by = {phrase: self._terms_of(phrase, "gloss") for phrase, _, _ in readings}
+                    found_by = {
+                        (phrase, part): [
+                            t
+                            for t in self._terms_of(phrase, "gloss")
+                            if part != "head" or not is_common_word(str(t.value))
+                        ]
+                        for phrase, _, part in readings
+                    }
                     terms = {t for found in found_by.values() for t in found}
                     # cued: only a gloss without its last word, a kind of document, matched (古典音乐)
-                    cued = not any(found_by[phrase] for phrase, _, stripped in readings if not stripped)
+                    cued = not any(found for (_, part), found in found_by.items() if part != "kind")
                     if not terms:  # by meaning, the nouns only: 租房 "to rent an apartment" is no apartment
                         nouns = set(english_glosses(word, verbs=False, cuts=cuts))
                         asked.extend((start, end, phrase) for phrase, gloss, _ in readings if gloss in nouns)
@@ -1139,16 +1179,22 @@ class RuleBasedSpecGenerator:
                 )
         return out
 
-    def _glosses(self, word: str, cuts: Sequence[int] | None = None) -> list[tuple[str, str, bool]]:
-        """A Chinese word's English glosses as ``(phrase, gloss, stripped)``: each gloss, and each
-        without a last word that names what the documents are (``stripped``): jieba keeps
-        古典音乐 whole, and "classical music" in a music catalogue names the value "classical"."""
+    def _glosses(self, word: str, cuts: Sequence[int] | None = None) -> list[tuple[str, str, str]]:
+        """A Chinese word's English glosses as ``(phrase, gloss, part)``: each gloss whole
+        (``"whole"``), and each without its last word, which may be a noun for the
+        documents (``"kind"``: jieba keeps 古典音乐 whole, and "classical music" in a
+        music catalogue names the value "classical") or for what the value is
+        (``"head"``: 阿尔茨海默病 "alzheimer's disease", 微软 "microsoft corporation";
+        the caller keeps these for rare values only)."""
         out = []
+        listed = bool(english_glosses(word, cuts=()))  # a dictionary word, not glosses of its parts joined
         for gloss in english_glosses(word, cuts=cuts):
-            out.append((gloss, gloss, False))
+            out.append((gloss, gloss, "whole"))
             head, _, last = gloss.rpartition(" ")
             if head and last in self._doc_en:
-                out.append((head, gloss, True))
+                out.append((head, gloss, "kind"))
+            elif head and listed:  # 哮喘|药物 "asthma medication" is two things, not a kind of asthma
+                out.append((head, gloss, "head"))
         return out
 
     def _terms_of(self, phrase: str, rule: str, inflected: bool = False) -> list[_Term]:
@@ -1192,7 +1238,7 @@ class RuleBasedSpecGenerator:
             if tok.text in FILLER_ZH or tok.text in ZH_FACET_NEXT or tok.text == "年" or tok.text in NEGATION_TOKENS_ZH:
                 return "filler"
             return "content"
-        if tok.lower in self._doc_en:
+        if self._names_documents(tok):
             return "doc"
         if tok.lower in FILLER_EN or tok.lower in QUESTION_EN or tok.lower in NEGATION_TOKENS_EN:
             return "filler"
@@ -1286,22 +1332,44 @@ class RuleBasedSpecGenerator:
         if rest and not all(t.text in FILLER_ZH or t.text.startswith(QUESTION_ZH) for t in rest):
             return False
         before = tokens.ending_by(cand.start) - 1
-        if before < 0 or toks[before].text != "的":
-            return False
-        # "关于差旅报销的规定": after a topic ("about ..."), the head is the word for documents on it
-        for tok in reversed(toks[:before]):
-            if CLAUSE_BREAK.fullmatch(tok.text.strip()):
-                break
-            if tok.text in _TOPIC_MARKERS_ZH:
-                return False
-        return True
+        return before >= 0 and toks[before].text == "的"
 
-    def _names_documents(self, tok: _Token) -> bool:
+    def _names_documents(self, tok: _Token, by_meaning: bool = True) -> bool:
         """A token naming what the documents are: a kind of document, a key's or the content's
-        noun, or (Chinese) a word whose English gloss is one."""
+        noun, (Chinese) a word whose English gloss is one, or (``by_meaning``) a noun near in
+        meaning to the content's (:meth:`_learn_kinds`)."""
+        memo = self._kind_memo if by_meaning else {}
         if not tok.cjk:
-            return tok.lower in self._doc_en
-        return tok.text in self._doc_zh or any(g in self._doc_en for g in english_glosses(tok.text, verbs=False))
+            return tok.lower in self._doc_en or bool(memo.get(tok.lower))
+        return tok.text in self._doc_zh or any(
+            g in self._doc_en or memo.get(g) for g in english_glosses(tok.text, verbs=False)
+        )
+
+    def _learn_kinds(self, tokens: Sequence[_Token]) -> None:
+        """Which of the query's nouns name the documents by meaning ("studies" of trials, 研究
+        "research" too), asked of the model in one batch for the words not asked before.
+
+        English plurals and the one-word noun glosses of Chinese words are compared with the
+        plural nouns that open ``content_info`` (:func:`_content_kinds`).
+        """
+        if self._kinds is None:
+            return
+        words: list[str] = []
+        for tok in tokens:
+            if not tok.word or self._role(tok) != "content":
+                continue
+            if tok.cjk:
+                words += [g for g in english_glosses(tok.text, verbs=False) if " " not in g]
+            elif _is_plural(tok.lower):
+                words.append(tok.lower)
+        words = [w for w in dict.fromkeys(words) if w not in self._kind_memo and w not in self._doc_en]
+        if not words:
+            return
+        if len(self._kind_memo) > MAX_KIND_MEMO:
+            self._kind_memo.clear()
+        for reading in self._kinds.read(words):
+            if reading is not None:
+                self._kind_memo[reading.phrase] = reading.similarity >= KIND_SIMILARITY
 
     @staticmethod
     def _specific(phrase: str, term: _Term) -> bool:
@@ -1346,6 +1414,10 @@ class RuleBasedSpecGenerator:
             return False  # "films that feature a haunted house": a verb, not the value
         if before >= 2 and toks[before - 2].lower == "how" and toks[before - 1].lower in {"much", "many"}:
             return False  # "how much energy"
+        if next_role == "doc" and nxt is not None and not self._names_documents(nxt, by_meaning=False):
+            # a noun only near the documents' kind: enough for a rare value ("depression studies"),
+            # not for a common word ("grading final exams")
+            return not is_common_word(_norm(text[cand.start : cand.end]))
         if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
             return True  # "food articles", "English blog posts", "生物类"
         if next_role == "content":
@@ -1377,6 +1449,9 @@ class RuleBasedSpecGenerator:
             if i < len(tokens.tokens) and self._role(tokens.tokens[i], values) in {"doc", "value"}:
                 out.append(self._top_k_match(text, m, "top_k"))  # "give me 3 listings"
         for m in re.finditer(rf"\b{num}\b", text, re.I):
+            before = tokens.ending_by(m.start()) - 1
+            if before >= 0 and self._role(tokens.tokens[before], values) in {"content", "doc"}:
+                continue  # "type 2 diabetes studies": a number a noun before it names is a label
             if m.group("n").lower() != "one" and self._counts_documents(tokens, m.end(), values):
                 out.append(self._top_k_match(text, m, "top_k"))  # "five blog posts"
         zh_num = rf"(?P<n>\d{{1,3}}|{ZH_NUM_RE})"

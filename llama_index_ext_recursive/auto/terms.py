@@ -67,7 +67,9 @@ _SPLIT = re.compile(r"\s*(?:[,，、/;；|]|\bor\b|或)\s*")
 _PARENTHESES = re.compile(r"\([^)]*\)")
 _CODE = re.compile(r"([a-z]{3,})[\s\-]?\d+[a-z]?")  # covid-19, gpt-4o, h5n1 is not one
 _GLOSS_PREFIX = re.compile(r"^(?:to|a|an|the)\s+")
-_GLOSS_TEXT = re.compile(r"[a-z][a-z' ]*")  # words only: no "what?", "sth/sb", numbers or pinyin[1]
+_GLOSS_TEXT = re.compile(r"[a-z][a-z0-9' ]*")  # words (covid 19) only: no "what?", "sth/sb" or pinyin[1]
+# "Pfizer, American pharmaceutical company": a name, then what it is
+_NAMED = re.compile(r"^([A-Z][\w\-']*(?: [A-Z0-9][\w\-']*){0,3}), ")
 _cedict: dict[str, tuple[str, ...]] | None = None
 _verb_glosses: dict[str, frozenset[str]] = {}  # the glosses CC-CEDICT gives as "to ..."
 # CC-CEDICT notes that are no meaning: measure words, surnames, spellings, cross-references
@@ -244,7 +246,9 @@ def _dictionary() -> dict[str, tuple[str, ...]]:
             glosses: dict[str, list[str]] = {}
             verbs: dict[str, set[str]] = {}
             for entry in CcCedict().get_entries():
-                for definition in entry["definitions"]:
+                definitions = list(entry["definitions"])
+                definitions += [m.group(1) for m in map(_NAMED.match, entry["definitions"]) if m]
+                for definition in definitions:
                     phrase = _GLOSS_PREFIX.sub("", _PARENTHESES.sub("", definition)).strip(" .,;").lower()
                     phrase = " ".join(re.split(r"[\s\-]+", phrase)).strip()
                     if (
