@@ -688,9 +688,9 @@ class RuleBasedSpecGenerator:
             and not taken.overlaps(c.start, c.end)
             and self._meaning_cue(tokens, c, read_otherwise, sure, taken)
         }
-        for c in candidates:
-            if id(c) in cued:
-                values.add(c.start, c.end)
+        for cand in candidates:
+            if id(cand) in cued:
+                values.add(cand.start, cand.end)
         for cand in candidates:
             if taken.overlaps(cand.start, cand.end):
                 continue
