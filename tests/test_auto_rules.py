@@ -1155,3 +1155,35 @@ def test_a_noun_near_the_documents_kind_names_them(real_model) -> None:
     # not by meaning, the same words are read as before
     plain = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
     assert got("哮喘药物试验", plain) == {("condition", "==", "asthma")}
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("二期试验", {("phase", "==", "phase 2")}),  # a numeral and the noun it numbers: "phase 2"
+        ("已完成的试验", {("status", "==", "completed")}),  # 已: a state the documents are in
+        ("未完成的哮喘试验", {("status", "!=", "completed"), ("condition", "==", "asthma")}),  # 未: not yet
+        ("不再招募的试验", {("status", "!=", "recruiting")}),  # no longer
+        ("不在德国进行的试验", {("country", "!=", "germany")}),  # not in
+        ("德国进行的哮喘试验", {("country", "==", "germany"), ("condition", "==", "asthma")}),  # a verb after it
+        ("如何提高招募效率", frozenset()),  # 招募 as a verb of a topic: no cue, no filter
+    ],
+)
+def test_chinese_states_numbered_nouns_and_negations(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="Clinical trials",
+        metadata_info=[
+            MetadataInfo(name="phase", type="str", description="Trial phase"),
+            MetadataInfo(name="status", type="str", description="Recruitment status"),
+            MetadataInfo(name="condition", type="str", description="Condition studied"),
+            MetadataInfo(name="country", type="str", description="Country where the trial runs"),
+        ],
+    )
+    vocabulary = {
+        "phase": {"phase 1", "phase 2", "phase 3"},
+        "status": {"recruiting", "completed", "terminated"},
+        "condition": {"asthma", "diabetes"},
+        "country": {"germany", "japan"},
+    }
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

@@ -927,12 +927,18 @@ NEGATION_TOKENS_ZH = {
     "不含",
     "不包含",
     "不看",
+    "未",
+    "尚未",
+    "还未",
+    "不再",
 }
 NEGATION_ZH = re.compile(
-    r"(?:非|不是|并非|而非|除了|除|不要|别|排除|不包括|不含|不包含|不看)"
+    r"(?:非|不是|并非|而非|除了|除|不要|别|排除|不包括|不含|不包含|不看|未|尚未|还未|不再|不(?=\s*在))"
     r"\s*(?:由|在|是|于|来自)?\s*$"
 )
 # "泰国菜除外", "除了X以外": a negation after the value
+# "已完成", "尚未关闭", "还在招募": a state the documents are in, so a value, not a topic
+ASPECT_ZH = frozenset({"已", "已经", "未", "尚未", "还未", "不再", "正在", "仍在", "还在", "在"})
 NEGATION_ZH_AFTER = re.compile(r"^\s*(?:除外|以外|之外)")
 # Words that end the reach of a negation: "not spicy, but thai" negates nothing of "thai"
 CLAUSE_BREAK = re.compile(

@@ -91,6 +91,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_recursive.auto.lexicon import (
+    ASPECT_ZH,
     BUILTIN_SYNONYMS,
     CLAUSE_BREAK,
     COMPARISON_BEFORE,
@@ -126,6 +127,7 @@ from llama_index_ext_recursive.auto.meaning import PhraseMatcher
 from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number, range_note
 from llama_index_ext_recursive.auto.spans import Spans, TokenIndex
 from llama_index_ext_recursive.auto.terms import (
+    chinese_word_class,
     code_names,
     description_synonyms,
     english_glosses,
@@ -235,6 +237,8 @@ MAX_KIND_MEMO = 10_000  # words remembered per generator as naming the documents
 _CONTENT_HEAD_END = re.compile(
     r"\b(?:from|with|on|in|at|for|by|each|that|which|where|including|about)\b|[:;.(]", re.IGNORECASE
 )
+# a Chinese numeral and the noun it numbers: 三期 (phase 3), 第二季 (season 2)
+_NUMBERED_ZH = re.compile(rf"第?(?P<n>{ZH_NUM_RE}|\d{{1,3}})(?P<noun>[{HAN_CLASS}]{{1,2}})")
 # particles jieba may glue to the next word: or, and, with, not
 _GLUED_PARTICLES = frozenset("或和与及跟非")
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
@@ -1136,7 +1140,8 @@ class RuleBasedSpecGenerator:
                         # meaning is mostly its topic ("blog posts about bread": not food)
                         asked.append((start, end, word))
                 if len(terms) == 1:
-                    common = first.cjk and is_common_word(word)  # 手机, 看看: many readings, so a cue
+                    # 手机, 看看: many readings; 招募 "to recruit": a verb names an act. Either needs a cue
+                    common = first.cjk and (is_common_word(word) or chinese_word_class(word) == "v")
                     best = _Candidate(start, end, terms.pop(), first.cjk and cued and not common, common)
                     break
             if best is not None:
@@ -1186,6 +1191,11 @@ class RuleBasedSpecGenerator:
         music catalogue names the value "classical") or for what the value is
         (``"head"``: 阿尔茨海默病 "alzheimer's disease", 微软 "microsoft corporation";
         the caller keeps these for rare values only)."""
+        numbered = _NUMBERED_ZH.fullmatch(word)
+        if numbered and parse_count(numbered.group("n")):
+            # 三期 "phase 3", 第二季 "season 2": the glosses of the noun, with the number after them
+            n = parse_count(numbered.group("n"))
+            return [(f"{g} {n}", g, "whole") for g in english_glosses(numbered.group("noun"), verbs=False)]
         out = []
         listed = bool(english_glosses(word, cuts=()))  # a dictionary word, not glosses of its parts joined
         for gloss in english_glosses(word, cuts=cuts):
@@ -1301,6 +1311,10 @@ class RuleBasedSpecGenerator:
             return True
         if cand.term.rule != "meaning" and self._chinese_head(tokens, cand, taken):
             return True
+        if prev is not None and prev.text in ASPECT_ZH and cand.term.rule != "meaning":
+            # "已完成": a state of the documents ("在" only after 还, 仍, 正: "还在招募")
+            if prev.text != "在" or (before >= 1 and toks[before - 1].text in {"还", "仍", "正"}):
+                return True
         # a value spelled before it modifies it ("rust 更新日志"); one after it may be its object
         # ("支持远程办公": supports remote work) or a topic beside it ("运动员的饮食")
         return prev is not None and (prev.lower in ATTRIBUTE_CUES or read_otherwise.overlaps(prev.start, prev.end))
@@ -1408,6 +1422,8 @@ class RuleBasedSpecGenerator:
             # head of "X of ..." ("the biology of reefs")
             return not (nxt is not None and nxt.lower == "of")
         prev_role, next_role = self._role(prev, values, taken), self._role(nxt, values, taken)
+        if next_role == "content" and nxt is not None and nxt.cjk and chinese_word_class(nxt.text) == "v":
+            next_role = "edge"  # "美国进行的试验": a verb after it, not a noun it modifies ("中国茶")
         if nxt is not None and nxt.lower == "of":
             return False  # "the history of lighthouses"
         if nxt is not None and nxt.lower in DETERMINERS_EN:

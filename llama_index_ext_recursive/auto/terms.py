@@ -43,6 +43,7 @@ from llama_index_ext_recursive.text import CJK_CLASS
 
 __all__ = [
     "COMMON_WORD_ZIPF",
+    "chinese_word_class",
     "description_synonyms",
     "code_names",
     "english_glosses",
@@ -206,6 +207,23 @@ def _stemmer() -> Any:
     return Stemmer.Stemmer("english")
 
 
+def chinese_word_class(word: str) -> str | None:
+    """jieba's part-of-speech tag of a dictionary word ("v" verb: 进行; "vn" verb or noun: 研究;
+    "n" noun), ``None`` for a word it does not list. Its table loads once (about a second)."""
+    return _word_classes().get(word)
+
+
+@lru_cache(maxsize=1)
+def _word_classes() -> dict[str, str]:
+    import warnings
+
+    with warnings.catch_warnings():  # its source has invalid escapes ("\\."), compiled on first import
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import jieba.posseg
+
+    return jieba.posseg.dt.word_tag_tab
+
+
 def english_glosses(word: str, verbs: bool = True, cuts: Sequence[int] | None = None) -> tuple[str, ...]:
     """A Chinese word's English glosses in CC-CEDICT, as lookup phrases (``()`` when it has none).
 
@@ -249,7 +267,7 @@ def _dictionary() -> dict[str, tuple[str, ...]]:
                 definitions = list(entry["definitions"])
                 definitions += [m.group(1) for m in map(_NAMED.match, entry["definitions"]) if m]
                 for definition in definitions:
-                    phrase = _GLOSS_PREFIX.sub("", _PARENTHESES.sub("", definition)).strip(" .,;").lower()
+                    phrase = _GLOSS_PREFIX.sub("", _PARENTHESES.sub("", definition).strip(" .,;")).lower()
                     phrase = " ".join(re.split(r"[\s\-]+", phrase)).strip()
                     if (
                         not phrase
@@ -261,7 +279,7 @@ def _dictionary() -> dict[str, tuple[str, ...]]:
                     for form in {entry["simplified"], entry["traditional"]}:
                         if phrase not in glosses.setdefault(form, []):
                             glosses[form].append(phrase)
-                        if definition.startswith("to "):
+                        if definition.lstrip().startswith("to "):
                             verbs.setdefault(form, set()).add(phrase)
             _cedict = {word: tuple(phrases) for word, phrases in glosses.items()}
             _verb_glosses.update((word, frozenset(phrases)) for word, phrases in verbs.items())
