@@ -1187,3 +1187,39 @@ def test_chinese_states_numbered_nouns_and_negations(query: str, expected: set[T
     }
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
+
+
+def test_a_rare_word_of_a_name_with_joining_words_names_it() -> None:
+    from llama_index_ext_recursive.auto.terms import name_parts
+
+    parts = name_parts(["University of Tartu", "Bank of America", "Marco Rossi", "of course"])
+    assert parts["tartu"] == "University of Tartu" and parts["rossi"] == "Marco Rossi"
+    assert "of" not in parts and "america" not in parts  # a joining word, a common word: neither names it
+    assert "course" not in parts  # "of course" starts lower case: no name
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("behavioural studies", {("intervention", "==", "behavioral")}),  # British spelling
+        ("paediatric trials", {("population", "==", "pediatric")}),
+        ("asthmatic patients", {("condition", "==", "asthma")}),  # the noun of a derived adjective
+        ("alzheimers trials", {("condition", "==", "alzheimer's")}),  # written without its apostrophe
+    ],
+)
+def test_spellings_apostrophes_and_derived_adjectives(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="Clinical trials",
+        metadata_info=[
+            MetadataInfo(name="intervention", type="str", description="Type of intervention"),
+            MetadataInfo(name="population", type="str", description="Who takes part"),
+            MetadataInfo(name="condition", type="str", description="Condition studied"),
+        ],
+    )
+    vocabulary = {
+        "intervention": {"behavioral", "drug"},
+        "population": {"pediatric", "adult"},
+        "condition": {"asthma", "alzheimer's"},
+    }
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

@@ -239,6 +239,19 @@ _CONTENT_HEAD_END = re.compile(
 )
 # a Chinese numeral and the noun it numbers: 三期 (phase 3), 第二季 (season 2)
 _NUMBERED_ZH = re.compile(rf"第?(?P<n>{ZH_NUM_RE}|\d{{1,3}})(?P<noun>[{HAN_CLASS}]{{1,2}})")
+_APOSTROPHE = re.compile(r"['’]")
+# British to American spelling, in that order: behaviour, paediatric, oesophagus, organise, analyse, centre, catalogue
+_AMERICAN = [
+    (re.compile(r"(?<=[a-z]{2})our(?=[a-z]*$)"), "or"),
+    (re.compile(r"ae(?=[a-z]{3})"), "e"),
+    (re.compile(r"(?<=[a-z])oe(?=[a-z]{3})"), "e"),
+    (re.compile(r"(?<=[a-z]{3})is(e|ed|es|ing|ation|ations)$"), r"iz\1"),
+    (re.compile(r"(?<=[a-z]{3})ys(e|ed|es|ing)$"), r"yz\1"),
+    (re.compile(r"(?<=[a-z]{3})tre(s?)$"), r"ter\1"),
+    (re.compile(r"(?<=[a-z]{3})ogue(s?)$"), r"og\1"),
+]
+# adjectives made of a noun: asthma-tic, cancer-ous, tumor-al
+_ADJECTIVE_SUFFIXES = ("tic", "ic", "ous", "al")
 # particles jieba may glue to the next word: or, and, with, not
 _GLUED_PARTICLES = frozenset("或和与及跟非")
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
@@ -285,6 +298,22 @@ def _content_kinds(content_info: str) -> list[str]:
     """
     head = _CONTENT_HEAD_END.split(content_info, maxsplit=1)[0]
     return list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]{4,}", head) if _is_plural(w.lower())))
+
+
+def _spellings(word: str) -> list[str]:
+    """A word, its American spelling ("behavioural" -> "behavioral", "paediatric" ->
+    "pediatric") and the noun a derived adjective is made of ("asthmatic" -> "asthma",
+    "cancerous" -> "cancer"), for looking values up by stem."""
+    forms = [word]
+    american = word
+    for pattern, replacement in _AMERICAN:
+        american = pattern.sub(replacement, american)
+    if american != word:
+        forms.append(american)
+    for suffix in _ADJECTIVE_SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            forms.append(word[: -len(suffix)])
+    return forms
 
 
 def _particle_split(word: str) -> tuple[str, ...]:
@@ -535,8 +564,9 @@ class RuleBasedSpecGenerator:
                     self._add_term(phrase, _Term(key, hit, "synonym"))
         self._stems: dict[str, list[tuple[str, _Term]]] = {}  # one-word Latin phrases by stem: _terms_of
         for phrase, bucket in self._terms.items():
-            if " " not in phrase and not _is_cjk_term(phrase) and phrase.isalpha():
-                self._stems.setdefault(stem_of(phrase), []).extend((phrase, t) for t in bucket)
+            word = _APOSTROPHE.sub("", phrase)  # "alzheimer's" stems as "alzheimers" does
+            if " " not in word and not _is_cjk_term(word) and word.isalpha():
+                self._stems.setdefault(stem_of(word), []).extend((word, t) for t in bucket)
         for phrase, bucket in list(self._terms.items()):
             if len(bucket) > 1 and len({t.rule for t in bucket}) == 1:
                 logger.debug("phrase %r names values of several keys %s; ignored", phrase, [t.key for t in bucket])
@@ -1217,7 +1247,10 @@ class RuleBasedSpecGenerator:
         phrase = _norm(phrase)
         bucket = self._terms.get(phrase)
         if not bucket and " " not in phrase:
-            bucket = [t for p, t in self._stems.get(stem_of(phrase), []) if not inflected or len(phrase) >= len(p)]
+            for form in _spellings(phrase):  # the word, its American spelling, the noun of its adjective
+                bucket = [t for p, t in self._stems.get(stem_of(form), []) if not inflected or len(form) >= len(p)]
+                if bucket:
+                    break
         return [_Term(t.key, t.value, rule) for t in bucket or ()]
 
     def _candidates_for(self, start: int, end: int, phrase: str) -> list[_Candidate]:

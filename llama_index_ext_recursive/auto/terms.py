@@ -61,6 +61,8 @@ logger = logging.getLogger(__name__)
 #: "dessert" 3.8, "preprint" 2.2 are not (``wordfreq``, English). Chinese
 #: phrases use 5.0: "历史" 5.9 is common, "甜点" 3.7 is not.
 COMMON_WORD_ZIPF = {"en": 4.5, "zh": 5.0}
+# lower-case words inside a name ("University of Oxford", "Bank of America")
+_NAME_JOINERS = frozenset({"of", "the", "and", "for", "de", "du", "la", "von", "van", "&"})
 # a rarer word of a name stands for the name below this frequency ("Rossi" 3.4, not "Christopher" 4.2)
 NAME_PART_ZIPF = 4.0
 _CJK = re.compile(f"[{CJK_CLASS}]")
@@ -126,14 +128,20 @@ def description_synonyms(description: str, values: Iterable[str]) -> dict[str, s
 def name_parts(values: Iterable[str]) -> dict[str, str]:
     """Rare words of multi-word names that stand for the whole name: ``{"rossi": "Marco Rossi"}``.
 
-    A value is a name when it has two or more words, each capitalised; a word
+    A value is a name when it has two or more words, each capitalised but for
+    joining words ("University of Oxford"); a word
     stands for it when it is rare (``NAME_PART_ZIPF``), at least three letters,
     and part of no other value.
     """
     from wordfreq import zipf_frequency
 
     names = [
-        v for v in values if isinstance(v, str) and len(v.split()) >= 2 and all(w[:1].isupper() for w in v.split())
+        v
+        for v in values
+        if isinstance(v, str)
+        and len(v.split()) >= 2
+        and all(w[:1].isupper() or w in _NAME_JOINERS for w in v.split())
+        and v.split()[0][:1].isupper()
     ]
     counts: dict[str, list[str]] = {}
     for value in values:
@@ -144,6 +152,8 @@ def name_parts(values: Iterable[str]) -> dict[str, str]:
     for name in names:
         for word in name.split():
             lowered = word.lower()
+            if word in _NAME_JOINERS:
+                continue
             if (
                 len(lowered) >= 3
                 and len(counts.get(lowered, ())) == 1
