@@ -1223,3 +1223,40 @@ def test_spellings_apostrophes_and_derived_adjectives(query: str, expected: set[
     }
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
+
+
+def test_a_common_value_listed_with_a_sure_one_is_a_value_too() -> None:
+    info = VectorStoreInfo(
+        content_info="IT support tickets",
+        metadata_info=[MetadataInfo(name="product", type="str", description="Product the ticket is about")],
+    )
+    generator = RuleBasedSpecGenerator(info, {"product": {"vpn", "phone", "printer"}}, today=TODAY, meaning_model=False)
+    assert got("tickets excluding vpn and phone", generator) == {("product", "nin", ("phone", "vpn"))}
+    assert got("my phone is broken", generator) == frozenset()  # alone, "phone" is a common word
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("高优先级的工单", {("priority", "==", "high")}),  # a value before its key's noun: "high priority"
+        ("低优先级工单", {("priority", "==", "low")}),  # jieba keeps 低优先级 whole: "low" + "priority level"
+        ("不要已关闭的工单", {("status", "!=", "closed")}),  # 已 between the negation and the value
+        ("printer and phone tickets", {("product", "in", ("phone", "printer"))}),
+    ],
+)
+def test_values_before_their_key_and_in_lists(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="IT support tickets",
+        metadata_info=[
+            MetadataInfo(name="priority", type="str", description="Priority: low, medium, high"),
+            MetadataInfo(name="status", type="str", description="Ticket status"),
+            MetadataInfo(name="product", type="str", description="Product the ticket is about"),
+        ],
+    )
+    vocabulary = {
+        "priority": {"low", "medium", "high"},
+        "status": {"open", "closed"},
+        "product": {"printer", "phone"},
+    }
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

@@ -252,6 +252,8 @@ _AMERICAN = [
 ]
 # adjectives made of a noun: asthma-tic, cancer-ous, tumor-al
 _ADJECTIVE_SUFFIXES = ("tic", "ic", "ous", "al")
+# words that join two values of one key in a list: "or", "and", 和, 、
+_LIST_JOINER = re.compile(rf"(?:{DISJUNCTION.pattern})|and|和|与|及|、|,|，", re.IGNORECASE)
 # particles jieba may glue to the next word: or, and, with, not
 _GLUED_PARTICLES = frozenset("或和与及跟非")
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
@@ -430,6 +432,7 @@ class RuleBasedSpecGenerator:
             raise ValueError(f"synonyms for unknown keys {unknown}; vector_store_info has {sorted(self._types)}")
         self._year_key = self._find_year_key()
         self._doc_en, self._doc_zh = self._document_nouns()
+        self._key_words = {w for key in self._types for w in re.split(r"[\s_\-]+", key.lower()) if w}
         self._terms: dict[str, list[_Term]] = {}
         self._ambiguous: dict[str, list[str]] = {}
         self._build_terms(synonyms or {})
@@ -735,7 +738,7 @@ class RuleBasedSpecGenerator:
                         "nothing around it says it is a kind of document wanted; no filter"
                     )
                     continue
-            elif not self._is_facet(query, tokens, cand, values, taken):
+            elif not self._is_facet(query, tokens, cand, values, taken) and not self._listed_with(tokens, cand, sure):
                 logger.debug("%r read as topic, not a %s filter", query[cand.start : cand.end], cand.term.key)
                 continue
             found = self._value_match(query, tokens, cand, ends, taken, clauses, cues, notes)
@@ -897,12 +900,10 @@ class RuleBasedSpecGenerator:
             direct = self._negation_before(text, begin, cut)
             if direct is not None:
                 return direct
-            if (
-                self._role(tok) not in {"filler", "doc"}
-                or tok.lower in NEGATION_TOKENS_EN
-                or tok.text in NEGATION_TOKENS_ZH
-            ):
+            if tok.text in NEGATION_TOKENS_ZH or tok.lower in NEGATION_TOKENS_EN:
                 return None
+            if self._role(tok) not in {"filler", "doc"} and tok.text not in ASPECT_ZH:
+                return None  # "不要已关闭的": a word for a state (已) names nothing either
             cut = tok.start
         return self._negation_before(text, begin, cut)
 
@@ -1132,19 +1133,31 @@ class RuleBasedSpecGenerator:
                     if len(numbered) == 1:
                         best = _Candidate(start, end, numbered[0])
                         break
-                if not all(t.cjk == first.cjk and self._role(t) == "content" for t in words):
+                if not all(t.cjk == first.cjk for t in words) or any(self._role(t) != "content" for t in words[:-1]):
                     continue  # a kind of document (论文), a filler (看看), a negation: not a value
+                # ... but a value's word may come before its key's noun (高|优先级 "high priority")
+                key_noun_after = self._role(words[-1]) != "content"
+                if key_noun_after and (len(words) == 1 or not first.cjk or self._role(words[-1]) != "doc"):
+                    continue
                 if any(covered[start:end]):
                     continue
                 if first.cjk:
                     word = "".join(t.text for t in words)
                     if end - start < 2:
                         continue  # one character has too many readings
-                    if len(words) > 1 and any(len(t.text) < 2 for t in words) and not english_glosses(word, cuts=()):
-                        continue  # 被|引, 一般|都: a one-character jieba word is mostly a function word
                     # a word jieba kept whole may split anywhere (电子|音乐); jieba's words only between them
                     cuts = None if len(words) == 1 else [t.start - start for t in words[1:]]
                     readings = self._glosses(word, cuts)
+                    if key_noun_after or (
+                        len(words) > 1 and any(len(t.text) < 2 for t in words) and not english_glosses(word, cuts=())
+                    ):
+                        # 被|引, 一般|都: a one-character jieba word is mostly a function word, unless
+                        # it is a value before its key's noun (高|优先级 "high priority")
+                        readings = [r for r in readings if r[2] == "kind"]
+                    elif not readings and len(words) == 1 and len(word) >= 3:
+                        readings = [r for r in self._glosses(word, [1]) if r[2] == "kind"]  # 低|优先级
+                    if not readings:
+                        continue
                     found_by = {
                         (phrase, part): [
                             t
@@ -1230,11 +1243,13 @@ class RuleBasedSpecGenerator:
         listed = bool(english_glosses(word, cuts=()))  # a dictionary word, not glosses of its parts joined
         for gloss in english_glosses(word, cuts=cuts):
             out.append((gloss, gloss, "whole"))
-            head, _, last = gloss.rpartition(" ")
-            if head and last in self._doc_en:
-                out.append((head, gloss, "kind"))
-            elif head and listed:  # 哮喘|药物 "asthma medication" is two things, not a kind of asthma
-                out.append((head, gloss, "head"))
+            words = gloss.split()
+            # the first noun for the documents or a key after the value's words: "low priority level"
+            kind = next((i for i in range(1, len(words)) if words[i] in self._doc_en), None)
+            if kind is not None:
+                out.append((" ".join(words[:kind]), gloss, "kind"))
+            elif len(words) > 1 and listed:  # 哮喘|药物 "asthma medication" is two things, not asthma
+                out.append((" ".join(words[:-1]), gloss, "head"))
         return out
 
     def _terms_of(self, phrase: str, rule: str, inflected: bool = False) -> list[_Term]:
@@ -1316,12 +1331,12 @@ class RuleBasedSpecGenerator:
         ``sports`` as "wireless network" is to ``wifi``), so it needs more than a common
         word does: a kind of document after it (its English gloss counts: 酒店 "hotel"
         in a hotel catalogue), a value the query spells before it, an attribute word
-        before it ("with", "without", 有, 带), or a value of the same key it is an
-        alternative to ("电子或嘻哈": electronic or hip-hop). A Chinese gloss (not a
-        reading by meaning: "员工手册里的规定" is not about policies) also stands
-        where the head noun does ("今年新出的摇滚": what the modifiers before 的
-        describe, at the end of a query that filters by something else).
-        "运动员的饮食" has none.
+        before it ("with", "without", 有, 带), or a value of the same key it is listed
+        with ("电子或嘻哈": electronic or hip-hop; "excluding email and phone"). A
+        Chinese gloss (not a reading by meaning: "员工手册里的规定" is not about
+        policies) also stands where the head noun does ("今年新出的摇滚": what the
+        modifiers before 的 describe, at the end of a query that filters by something
+        else) and after a word for a state (已完成, 还在招募). "运动员的饮食" has none.
 
         Args:
             tokens: the query's tokens.
@@ -1340,7 +1355,7 @@ class RuleBasedSpecGenerator:
         while before >= 0 and toks[before].lower in DETERMINERS_EN:
             before -= 1
         prev = toks[before] if before >= 0 else None
-        if self._alternative_of(tokens, cand, sure):
+        if self._listed_with(tokens, cand, sure):
             return True
         if cand.term.rule != "meaning" and self._chinese_head(tokens, cand, taken):
             return True
@@ -1353,15 +1368,16 @@ class RuleBasedSpecGenerator:
         return prev is not None and (prev.lower in ATTRIBUTE_CUES or read_otherwise.overlaps(prev.start, prev.end))
 
     @staticmethod
-    def _alternative_of(tokens: TokenIndex, cand: _Candidate, sure: Sequence[_Candidate]) -> bool:
-        """Whether "or" joins the reading to a sure value of the same key ("电子或嘻哈")."""
+    def _listed_with(tokens: TokenIndex, cand: _Candidate, sure: Sequence[_Candidate]) -> bool:
+        """Whether "or" or "and" joins the reading to a sure value of the same key ("电子或嘻哈",
+        "excluding email and phone")."""
         toks = tokens.tokens
         after = tokens.starting_from(cand.end)
         before = tokens.ending_by(cand.start) - 1
         partners: list[int] = []
-        if after + 1 < len(toks) and DISJUNCTION.fullmatch(toks[after].text):
+        if after + 1 < len(toks) and _LIST_JOINER.fullmatch(toks[after].text):
             partners.append(toks[after + 1].start)
-        if before >= 1 and DISJUNCTION.fullmatch(toks[before].text):
+        if before >= 1 and _LIST_JOINER.fullmatch(toks[before].text):
             partners.append(toks[before - 1].end)
         return any(
             other.term.key == cand.term.key and other is not cand and (other.start in partners or other.end in partners)
@@ -1389,8 +1405,9 @@ class RuleBasedSpecGenerator:
         if not tok.cjk:
             return tok.lower in self._doc_en or bool(memo.get(tok.lower))
         return tok.text in self._doc_zh or any(
-            g in self._doc_en or memo.get(g) for g in english_glosses(tok.text, verbs=False)
-        )
+            g in self._doc_en or g.split()[0] in self._key_words or memo.get(g)
+            for g in english_glosses(tok.text, verbs=False)
+        )  # 优先级 "priority level": a key's noun
 
     def _learn_kinds(self, tokens: Sequence[_Token]) -> None:
         """Which of the query's nouns name the documents by meaning ("studies" of trials, 研究
