@@ -1260,3 +1260,24 @@ def test_values_before_their_key_and_in_lists(query: str, expected: set[Triple])
     }
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("songs with 100000 plays or more", {("plays", ">=", 100000)}),  # the key's name as its unit
+        ("songs with 1000-5000 plays", {("plays", ">=", 1000), ("plays", "<=", 5000)}),
+        ("播放量在50万以上", {("plays", ">=", 500000)}),  # the only numeric key, a bound after the number
+        ("30万以下的歌", {("plays", "<=", 300000)}),
+    ],
+)
+def test_a_key_named_by_what_it_counts(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="Music tracks",
+        metadata_info=[
+            MetadataInfo(name="plays", type="int", description="Number of times the track was played"),
+            MetadataInfo(name="year", type="int", description="Year of release"),
+        ],
+    )
+    generator = RuleBasedSpecGenerator(info, {"year": {2020, 2021}}, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

@@ -4,10 +4,13 @@
 "300 pages or more", "超过 60 分钟", "45分钟以上", "不到15分钟", "30到60分钟之间",
 "评分高于8": a number is read with the key whose *unit* follows it or whose
 *name* comes before it. Units and names come from the schema, not from one
-corpus: the key's name (``minutes``, ``page_count``), the unit words in its
-description ("Runtime in minutes"), and their Chinese forms in
-:data:`~llama_index_ext_recursive.auto.lexicon.KEY_WORDS_ZH`. A unit or name
-that two keys share is nobody's: such a phrase gets a note, not a filter.
+corpus: the key's name (``minutes``, ``page_count``; a key named by the
+plural of what it counts, ``plays`` or ``citations``, is its own unit: "100000
+plays"), the unit words in its description ("Runtime in minutes"), and their
+Chinese forms in :data:`~llama_index_ext_recursive.auto.lexicon.KEY_WORDS_ZH`.
+A unit or name that two keys share is nobody's: such a phrase gets a note, not
+a filter. With one numeric key, a number that names neither is read for it
+when a comparison says so ("at most 3500", "50万以上"), with a note.
 
 Conventions (the same in both languages): more than / over / 超过 -> ``>``;
 at least / N or more / N以上 / 至少 -> ``>=``; less than / under / 不到 -> ``<``;
@@ -106,6 +109,8 @@ _AFTER = {
     "内": Op.LTE,
     "或更少": Op.LTE,
 }
+# "50万以上": with one numeric key, a Chinese bound after a bare number is about it
+_ZH_AFTER = [phrase for phrase in _AFTER if not phrase.isascii()]
 _NOTCOMPARISON_BEFORE = re.compile(r"(?:(?<![A-Za-z])not|不是|并非)\s*$", re.IGNORECASE)
 
 
@@ -215,7 +220,8 @@ class NumericReader:
         self._bare = re.compile(
             rf"(?:(?P<between>between)\s+|在\s*)?(?P<a>{_NUMBER})\s*(?P<sep>and|to|-|–|~|～|到|至)\s*"
             rf"(?P<b>{_NUMBER})(?P<zh_between>\s*之间)?(?!\s*[年%])"
-            rf"|(?P<op>{before})\s*(?P<c>{_NUMBER})(?!\s*[年%])",
+            rf"|(?P<op>{before})\s*(?P<c>{_NUMBER})(?!\s*[年%])"
+            rf"|(?P<d>{_NUMBER})\s*(?P<op_after>{_alternation(_ZH_AFTER)})",
             re.IGNORECASE,
         )
         for key in units:
@@ -278,6 +284,10 @@ class NumericReader:
                 add_unit(word)
             elif word in PERIOD_UNITS:
                 units.update(PERIOD_UNITS[word])  # monthly_rent: "6000 a month", "每月6000"
+            elif len(words) == 1 and word.endswith("s") and len(word) > 3:
+                # a key named by what it counts ("plays", "citations") is its own unit: "100000 plays"
+                units.update(plural_forms(word))
+                units.update(KEY_WORDS_ZH.get(word, ()))
             else:
                 names.update(plural_forms(word) if len(words) == 1 else {word})
                 names.update(KEY_WORDS_ZH.get(word, ()))
@@ -364,7 +374,7 @@ class NumericReader:
             for m in self._bare.finditer(text):
                 if taken.overlaps(m.start(), m.end()):
                     continue
-                numbers = [g for g in (m.group("a"), m.group("b"), m.group("c")) if g]
+                numbers = [g for g in (m.group("a"), m.group("b"), m.group("c"), m.group("d")) if g]
                 values = [v for v in map(parse_number, numbers) if v is not None]
                 if len(values) < len(numbers) or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
                     continue  # "before 2020", "2019-2021" are years, read by the year rules
@@ -391,7 +401,7 @@ class NumericReader:
                         ),
                     ]
                 else:
-                    op = COMPARISON_BEFORE[_lookup(m.group("op"))]
+                    op = _AFTER[m.group("op_after")] if m.group("d") else COMPARISON_BEFORE[_lookup(m.group("op"))]
                     out.append(
                         NumericComparison(
                             m.start(),
