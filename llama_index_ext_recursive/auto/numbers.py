@@ -250,8 +250,15 @@ class NumericReader:
             self._patterns.append(
                 (key, re.compile(rf"{name_re}?(?P<op>{before})\s*{pre}(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE))
             )
+            unit_c = rf"(?P<unit_c>{unit})" if unit else r"(?P<unit_c>(?!))"
             self._patterns.append(
-                (key, re.compile(rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?:{unit_re}\s*)?(?P<op>{after})", re.IGNORECASE))
+                (
+                    key,
+                    re.compile(  # "300 pages or more", "10 or more hours"
+                        rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?:{unit_re}\s*)?(?P<op>{after})(?:\s*{unit_c}\b)?",
+                        re.IGNORECASE,
+                    ),
+                )
             )
             self._patterns.append(
                 (
@@ -322,7 +329,9 @@ class NumericReader:
         found: list[tuple[int, int, str, re.Match]] = []
         for key, pattern in self._patterns:
             for m in pattern.finditer(text):
-                if not (m.group("name") or m.group("unit") or _group(m, "unit_b") or m.group("pre")):
+                if not (
+                    m.group("name") or m.group("unit") or _group(m, "unit_b") or _group(m, "unit_c") or m.group("pre")
+                ):
                     continue  # a bare number: nothing says which key it is
                 if _group(m, "sep") in {"and", "和"} and not (m.group("between") or _group(m, "zh_between")):
                     continue  # "30 and 60 minutes" lists two numbers; "between 30 and 60" is a range
