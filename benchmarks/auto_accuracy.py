@@ -95,7 +95,7 @@ LABELLED_SETS: list[tuple[str, str, str]] = [
     ("music", "auto_queries_music.json", TUNED_AFTER_BLIND),
     ("tickets", "auto_queries_tickets.json", TUNED_AFTER_BLIND),
     ("trials", "auto_queries_trials.json", TUNED_AFTER_BLIND),  # written blind for issue 30
-    ("cases", "auto_queries_cases.json", HELD_OUT),  # written blind for issue 30; misses not read
+    ("cases", "auto_queries_cases.json", TUNED_AFTER_BLIND),  # written blind for issue 30 (first run 0.200)
     ("advisories", "auto_queries_advisories.json", HELD_OUT),  # written blind for issue 30, second round
     ("filings", "auto_queries_filings.json", HELD_OUT),  # written blind for issue 30, second round
 ]

@@ -1282,3 +1282,40 @@ def test_a_key_named_by_what_it_counts(query: str, expected: set[Triple]) -> Non
     )
     generator = RuleBasedSpecGenerator(info, {"year": {2020, 2021}}, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # the descriptions say what the documents are ("the case"): "contract cases" asks for the area
+        ("contract cases", {("area", "==", "contract")}),
+        ("IP cases in the US", {("area", "==", "intellectual property"), ("jurisdiction", "==", "united states")}),
+        ("tell us about contract law", frozenset()),  # "us" in lower case is a pronoun; "law" no kind
+        ("Canadian tribunals", {("jurisdiction", "==", "canada"), ("court", "==", "tribunal")}),  # a demonym
+        (
+            "tax cases from India decided before 2000",
+            {("area", "==", "tax"), ("jurisdiction", "==", "india"), ("year", "<", 2000)},
+        ),
+        ("top 5 most cited tax cases", {("area", "==", "tax")}),
+    ],
+)
+def test_nouns_the_descriptions_use_initials_and_demonyms(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="Court decisions from several jurisdictions",
+        metadata_info=[
+            MetadataInfo(name="area", type="str", description="Area of law the case concerns"),
+            MetadataInfo(name="court", type="str", description="Level of the court that decided the case"),
+            MetadataInfo(name="jurisdiction", type="str", description="Country whose court decided the case"),
+            MetadataInfo(name="year", type="int", description="Year the decision was handed down"),
+        ],
+    )
+    vocabulary = {
+        "area": {"contract", "tax", "intellectual property"},
+        "court": {"supreme court", "tribunal"},
+        "jurisdiction": {"united states", "canada", "india"},
+        "year": {1990, 2010, 2020},
+    }
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)
+    if query.startswith("top 5"):
+        assert generator.generate(query).top_k == 5

@@ -250,10 +250,25 @@ _AMERICAN = [
     (re.compile(r"(?<=[a-z]{3})tre(s?)$"), r"ter\1"),
     (re.compile(r"(?<=[a-z]{3})ogue(s?)$"), r"og\1"),
 ]
-# adjectives made of a noun: asthma-tic, cancer-ous, tumor-al
-_ADJECTIVE_SUFFIXES = ("tic", "ic", "ous", "al")
+# adjectives made of a noun: asthma-tic, cancer-ous, tumor-al; of a country: india-n, canad-ian, japan-ese, chin-ese
+_DERIVED_SUFFIXES = (
+    ("tic", ""),
+    ("ic", ""),
+    ("ous", ""),
+    ("al", ""),
+    ("n", ""),
+    ("ian", "a"),
+    ("ese", ""),
+    ("ese", "a"),
+)
 # words that join two values of one key in a list: "or", "and", 和, 、
 _LIST_JOINER = re.compile(rf"(?:{DISJUNCTION.pattern})|and|和|与|及|、|,|，", re.IGNORECASE)
+# "the case", "each track": the noun a key description says its value belongs to
+_DESCRIBED = re.compile(r"\b(?:the|a|an|each|this)\s+([a-z]{3,})")
+# nouns descriptions use for the value itself, not for the documents
+_ATTRIBUTE_NOUNS = frozenset(
+    {"number", "type", "kind", "name", "date", "year", "amount", "level", "count", "value", "total", "list", "main"}
+)
 # particles jieba may glue to the next word: or, and, with, not
 _GLUED_PARTICLES = frozenset("或和与及跟非")
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
@@ -261,7 +276,7 @@ _INFERRED_RULES = frozenset({"stem", "gloss", "meaning"})
 # words before a value read by meaning that make it an attribute wanted ("hotels with a gym", 有无线网)
 ATTRIBUTE_CUES = frozenset({"with", "without", "has", "have", "having", "有", "带", "带有", "含", "没有", "无"})
 # rules whose phrases the caller or the data gave: a rare one is a value wherever it stands
-_SPECIFIC_RULES = {"value", "user-synonym", "description", "name-part", "pinyin"}
+_SPECIFIC_RULES = {"value", "user-synonym", "description", "name-part", "pinyin", "initials"}
 
 
 @dataclass
@@ -305,17 +320,26 @@ def _content_kinds(content_info: str) -> list[str]:
 def _spellings(word: str) -> list[str]:
     """A word, its American spelling ("behavioural" -> "behavioral", "paediatric" ->
     "pediatric") and the noun a derived adjective is made of ("asthmatic" -> "asthma",
-    "cancerous" -> "cancer"), for looking values up by stem."""
+    "cancerous" -> "cancer", "Canadian" -> "canada"), for looking values up by stem."""
     forms = [word]
     american = word
     for pattern, replacement in _AMERICAN:
         american = pattern.sub(replacement, american)
     if american != word:
         forms.append(american)
-    for suffix in _ADJECTIVE_SUFFIXES:
+    for suffix, ending in _DERIVED_SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            forms.append(word[: -len(suffix)])
+            forms.append(word[: -len(suffix)] + ending)
     return forms
+
+
+def _is_verb(tok: _Token) -> bool:
+    """A word that is a verb, not a noun a value before it could modify: jieba's tag "v" (进行)
+    or an English past participle ("decided", "filed"; not "need" or "bed")."""
+    if tok.cjk:
+        return chinese_word_class(tok.text) == "v"
+    word = tok.lower
+    return len(word) >= 6 and word.endswith("ed") and (is_common_word(word[:-1]) or is_common_word(word[:-2]))
 
 
 def _particle_split(word: str) -> tuple[str, ...]:
@@ -454,6 +478,7 @@ class RuleBasedSpecGenerator:
         model = self._meaning_model(meaning_model)
         self._meaning = self._phrase_matcher(model)
         kinds = _content_kinds(self._info.content_info or "")
+        kinds += [plural for noun in self._described_nouns() for plural in sorted(plural_forms(noun)) if plural != noun]
         self._kinds = PhraseMatcher(model, {k: k for k in kinds}) if model is not None and kinds else None
         self._kind_memo: dict[str, bool] = {}  # word -> names the documents by meaning (KIND_SIMILARITY)
         # the longest stored string per key: how far "chef: Kenji Sato" can reach
@@ -514,6 +539,7 @@ class RuleBasedSpecGenerator:
             words += re.split(r"[\s_\-]+", key.lower())
         content = self._info.content_info or ""
         words += [w.lower() for w in re.findall(r"[A-Za-z]{4,}", content) if w.lower() not in FILLER_EN]
+        words += self._described_nouns()
         for word in words:
             if word and not self._is_numeric(word):
                 english |= plural_forms(word)
@@ -521,6 +547,16 @@ class RuleBasedSpecGenerator:
         for run in re.findall(f"[{HAN_CLASS}]+", content):
             chinese.update(w for w in jieba.lcut(run) if len(w) >= 2 and w not in FILLER_ZH)
         return english, chinese
+
+    def _described_nouns(self) -> list[str]:
+        """The noun the key descriptions say the values belong to: "Area of law the case concerns",
+        "Result of the case or appeal" -> ``case``, when two descriptions or more name it."""
+        counts: dict[str, int] = {}
+        for meta in self._info.metadata_info:
+            for word in set(_DESCRIBED.findall((meta.description or "").lower())):
+                if word not in FILLER_EN and word not in _ATTRIBUTE_NOUNS:
+                    counts[word] = counts.get(word, 0) + 1
+        return [word for word, n in counts.items() if n >= 2]
 
     def _add_term(self, phrase: str, term: _Term) -> None:
         phrase = _norm(phrase)
@@ -565,6 +601,18 @@ class RuleBasedSpecGenerator:
                 hit = next((by_lower[c] for c in candidates if c in by_lower), None)
                 if hit is not None:
                     self._add_term(phrase, _Term(key, hit, "synonym"))
+        # a value of two words or more by its initials, written in capitals: "IP", "US", "UK"
+        by_initials: dict[str, set[tuple[str, Any]]] = {}
+        for key, values in self._vocabulary.items():
+            for value in values:
+                parts = re.findall(r"[A-Za-z]+", value) if isinstance(value, str) else []
+                if len(parts) >= 2:
+                    by_initials.setdefault("".join(p[0] for p in parts).lower(), set()).add((key, value))
+        self._initials = {
+            letters: _Term(*next(iter(found)), "initials")
+            for letters, found in by_initials.items()
+            if len(found) == 1 and letters not in self._terms
+        }
         self._stems: dict[str, list[tuple[str, _Term]]] = {}  # one-word Latin phrases by stem: _terms_of
         for phrase, bucket in self._terms.items():
             word = _APOSTROPHE.sub("", phrase)  # "alzheimer's" stems as "alzheimers" does
@@ -1133,6 +1181,10 @@ class RuleBasedSpecGenerator:
                     if len(numbered) == 1:
                         best = _Candidate(start, end, numbered[0])
                         break
+                if len(words) == 1 and first.text.isupper() and first.text.lower() in self._initials:
+                    if not any(covered[start:end]):
+                        best = _Candidate(start, end, self._initials[first.text.lower()])  # "IP", "US"
+                        break
                 if not all(t.cjk == first.cjk for t in words) or any(self._role(t) != "content" for t in words[:-1]):
                     continue  # a kind of document (论文), a filler (看看), a negation: not a value
                 # ... but a value's word may come before its key's noun (高|优先级 "high priority")
@@ -1359,6 +1411,16 @@ class RuleBasedSpecGenerator:
             return True
         if cand.term.rule != "meaning" and self._chinese_head(tokens, cand, taken):
             return True
+        nxt = toks[tokens.starting_from(cand.end)] if tokens.starting_from(cand.end) < len(toks) else None
+        inside = tokens.between(cand.start, cand.end)
+        if (
+            cand.term.rule != "meaning"
+            and nxt is not None
+            and read_otherwise.overlaps(nxt.start, nxt.end)
+            and inside
+            and not _is_verb(inside[-1])
+        ):
+            return True  # "Canadian tribunals", "澳大利亚上诉法院": it modifies a value after it (not a verb: 支持远程办公)
         if prev is not None and prev.text in ASPECT_ZH and cand.term.rule != "meaning":
             # "已完成": a state of the documents ("在" only after 还, 仍, 正: "还在招募")
             if prev.text != "在" or (before >= 1 and toks[before - 1].text in {"还", "仍", "正"}):
@@ -1472,8 +1534,8 @@ class RuleBasedSpecGenerator:
             # head of "X of ..." ("the biology of reefs")
             return not (nxt is not None and nxt.lower == "of")
         prev_role, next_role = self._role(prev, values, taken), self._role(nxt, values, taken)
-        if next_role == "content" and nxt is not None and nxt.cjk and chinese_word_class(nxt.text) == "v":
-            next_role = "edge"  # "美国进行的试验": a verb after it, not a noun it modifies ("中国茶")
+        if next_role == "content" and nxt is not None and _is_verb(nxt):
+            next_role = "edge"  # "美国进行的试验", "cases from India decided before": a verb, not a noun it modifies
         if nxt is not None and nxt.lower == "of":
             return False  # "the history of lighthouses"
         if nxt is not None and nxt.lower in DETERMINERS_EN:
@@ -1551,6 +1613,8 @@ class RuleBasedSpecGenerator:
     def _top_k_followed_ok(self, tokens: TokenIndex, end: int, values: Spans) -> bool:
         """ "top 5 about X" counts results; "top 10 mistakes runners make" does not."""
         first = tokens.starting_from(end)
+        if first + 1 < len(tokens.tokens) and tokens.tokens[first].lower in {"most", "least"}:
+            first += 2  # "top 5 most cited ..."
         after = tokens.tokens[first : first + 3]
         if not after or not after[0].word or after[0].lower in FILLER_EN:
             return True
