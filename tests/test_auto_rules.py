@@ -1290,13 +1290,16 @@ def test_a_key_named_by_what_it_counts(query: str, expected: set[Triple]) -> Non
         # the descriptions say what the documents are ("the case"): "contract cases" asks for the area
         ("contract cases", {("area", "==", "contract")}),
         ("IP cases in the US", {("area", "==", "intellectual property"), ("jurisdiction", "==", "united states")}),
-        ("tell us about contract law", frozenset()),  # "us" in lower case is a pronoun; "law" no kind
+        ("tell us about supreme court cases", {("court", "==", "supreme court")}),  # "us": a pronoun
         ("Canadian tribunals", {("jurisdiction", "==", "canada"), ("court", "==", "tribunal")}),  # a demonym
         (
             "tax cases from India decided before 2000",
             {("area", "==", "tax"), ("jurisdiction", "==", "india"), ("year", "<", 2000)},
         ),
         ("top 5 most cited tax cases", {("area", "==", "tax")}),
+        ("family law", {("area", "==", "family")}),  # "Area of law ...": a value before "law"
+        ("a five-judge panel", {("judges", "==", 5)}),  # a number and the key's noun: exactly that many
+        ("single-judge rulings", {("judges", "==", 1)}),
     ],
 )
 def test_nouns_the_descriptions_use_initials_and_demonyms(query: str, expected: set[Triple]) -> None:
@@ -1307,10 +1310,11 @@ def test_nouns_the_descriptions_use_initials_and_demonyms(query: str, expected: 
             MetadataInfo(name="court", type="str", description="Level of the court that decided the case"),
             MetadataInfo(name="jurisdiction", type="str", description="Country whose court decided the case"),
             MetadataInfo(name="year", type="int", description="Year the decision was handed down"),
+            MetadataInfo(name="judges", type="int", description="Number of judges on the panel"),
         ],
     )
     vocabulary = {
-        "area": {"contract", "tax", "intellectual property"},
+        "area": {"contract", "tax", "intellectual property", "family"},
         "court": {"supreme court", "tribunal"},
         "jurisdiction": {"united states", "canada", "india"},
         "year": {1990, 2010, 2020},

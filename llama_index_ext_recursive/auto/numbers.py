@@ -2,7 +2,7 @@
 
 "under 30 minutes", "at least 4 stars", "between 90 and 120 minutes",
 "300 pages or more", "超过 60 分钟", "45分钟以上", "不到15分钟", "30到60分钟之间",
-"评分高于8": a number is read with the key whose *unit* follows it or whose
+"评分高于8", "a five-judge panel": a number is read with the key whose *unit* follows it or whose
 *name* comes before it. Units and names come from the schema, not from one
 corpus: the key's name (``minutes``, ``page_count``; a key named by the
 plural of what it counts, ``plays`` or ``citations``, is its own unit: "100000
@@ -254,6 +254,15 @@ class NumericReader:
             self._patterns.append(
                 (
                     key,
+                    re.compile(  # "five-judge panels", "a single-judge ruling", "3-bedroom": exactly that many
+                        rf"(?<![\w-])(?P<a>{_NUMBER}|single)-(?P<unit>{_alternation(units[key] | names[key])})(?![\w-])",
+                        re.IGNORECASE,
+                    ),
+                )
+            )
+            self._patterns.append(
+                (
+                    key,
                     re.compile(  # "300 pages or more", "10 or more hours"
                         rf"{name_re}?{pre}(?P<a>{_NUMBER})\s*(?:{unit_re}\s*)?(?P<op>{after})(?:\s*{unit_c}\b)?",
                         re.IGNORECASE,
@@ -330,7 +339,11 @@ class NumericReader:
         for key, pattern in self._patterns:
             for m in pattern.finditer(text):
                 if not (
-                    m.group("name") or m.group("unit") or _group(m, "unit_b") or _group(m, "unit_c") or m.group("pre")
+                    _group(m, "name")
+                    or m.group("unit")
+                    or _group(m, "unit_b")
+                    or _group(m, "unit_c")
+                    or _group(m, "pre")
                 ):
                     continue  # a bare number: nothing says which key it is
                 if _group(m, "sep") in {"and", "和"} and not (m.group("between") or _group(m, "zh_between")):
@@ -343,7 +356,7 @@ class NumericReader:
         for start, end, key, m in found:
             if taken.overlaps(start, end):
                 continue
-            a = parse_number(m.group("a"))
+            a = 1.0 if m.group("a").lower() == "single" else parse_number(m.group("a"))
             b = parse_number(m.group("b")) if _group(m, "b") else None
             if a is None or (_group(m, "b") and b is None):
                 continue
@@ -366,8 +379,11 @@ class NumericReader:
                     NumericComparison(start, end, phrase, "number-range", key, Op.LTE, self._value(key, high)),
                 ]
                 continue
-            table = COMPARISON_BEFORE if m.start("op") < m.start("a") else _AFTER
-            op = table[_lookup(m.group("op"))]
+            if "op" not in m.re.groupindex:
+                op = Op.EQ  # "five-judge"
+            else:
+                table = COMPARISON_BEFORE if m.start("op") < m.start("a") else _AFTER
+                op = table[_lookup(m.group("op"))]
             out.append(
                 NumericComparison(
                     start,

@@ -265,6 +265,8 @@ _DERIVED_SUFFIXES = (
 _LIST_JOINER = re.compile(rf"(?:{DISJUNCTION.pattern})|and|和|与|及|、|,|，", re.IGNORECASE)
 # "the case", "each track": the noun a key description says its value belongs to
 _DESCRIBED = re.compile(r"\b(?:the|a|an|each|this)\s+([a-z]{3,})")
+# "Area of law ...", "Level of the court ...": what a key's values are kinds of
+_DESCRIPTION_HEAD = re.compile(r"\s*[A-Za-z]+(?:\s+[A-Za-z]+)?\s+of\s+(?:the\s+|a\s+)?([A-Za-z]{3,})\b")
 # nouns descriptions use for the value itself, not for the documents
 _ATTRIBUTE_NOUNS = frozenset(
     {"number", "type", "kind", "name", "date", "year", "amount", "level", "count", "value", "total", "list", "main"}
@@ -457,6 +459,12 @@ class RuleBasedSpecGenerator:
         self._year_key = self._find_year_key()
         self._doc_en, self._doc_zh = self._document_nouns()
         self._key_words = {w for key in self._types for w in re.split(r"[\s_\-]+", key.lower()) if w}
+        # "Area of law the case concerns": a value before "law" is an area ("family law")
+        self._key_nouns = {
+            head.group(1).lower()
+            for meta in vector_store_info.metadata_info
+            if not self._is_numeric(meta.name) and (head := _DESCRIPTION_HEAD.match(meta.description or ""))
+        }
         self._terms: dict[str, list[_Term]] = {}
         self._ambiguous: dict[str, list[str]] = {}
         self._build_terms(synonyms or {})
@@ -1548,6 +1556,8 @@ class RuleBasedSpecGenerator:
             return not is_common_word(_norm(text[cand.start : cand.end]))
         if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
             return True  # "food articles", "English blog posts", "生物类"
+        if nxt is not None and nxt.lower in self._key_nouns:
+            return True  # "family law": the noun of what the key's values are kinds of
         if next_role == "content":
             return False  # "Chinese tea", "生物多样性"
         if prev is not None and prev.text == "的" and before >= 2:
