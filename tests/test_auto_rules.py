@@ -1149,6 +1149,9 @@ def test_a_noun_near_the_documents_kind_names_them(real_model) -> None:
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=real_model)
     # 药物 ("drug") is a common word; 试验 ("experiment") is near "trials", so it is a kind wanted
     assert got("哮喘药物试验", generator) == {("condition", "==", "asthma"), ("intervention", "==", "drug")}
+    # "studies" is near "trials": a common value before it is a facet, unless both are what an act is done to
+    assert got("depression studies", generator) == {("condition", "==", "depression")}
+    assert got("designing depression studies", generator) == frozenset()
     # a number a noun names is a label, not a count of results
     assert got("type 2 asthma studies", generator) == {("condition", "==", "asthma")}
     assert generator.generate("type 2 asthma studies").top_k is None

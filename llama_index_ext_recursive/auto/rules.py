@@ -1551,9 +1551,14 @@ class RuleBasedSpecGenerator:
         if before >= 2 and toks[before - 2].lower == "how" and toks[before - 1].lower in {"much", "many"}:
             return False  # "how much energy"
         if next_role == "doc" and nxt is not None and not self._names_documents(nxt, by_meaning=False):
-            # a noun only near the documents' kind: enough for a rare value ("depression studies"),
-            # not for a common word ("grading final exams")
-            return not is_common_word(_norm(text[cand.start : cand.end]))
+            # a noun only near the documents' kind ("tax rulings" of court decisions), unless a common
+            # word and the noun are what an act is done to ("grading final exams")
+            return not (
+                is_common_word(_norm(text[cand.start : cand.end]))
+                and prev is not None
+                and prev.lower.endswith("ing")
+                and len(prev.lower) >= 5
+            )
         if next_role in {"doc", "value"} or (nxt is not None and nxt.text in ZH_FACET_NEXT):
             return True  # "food articles", "English blog posts", "生物类"
         if nxt is not None and nxt.lower in self._key_nouns:
