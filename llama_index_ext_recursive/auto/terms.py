@@ -294,4 +294,5 @@ def _dictionary() -> dict[str, tuple[str, ...]]:
             _cedict = {word: tuple(phrases) for word, phrases in glosses.items()}
             _verb_glosses.update((word, frozenset(phrases)) for word, phrases in verbs.items())
             logger.debug("CC-CEDICT: %d words", len(_cedict))
+            _word_classes()  # the other Chinese table the rules read: load both at the first Chinese word
         return _cedict
