@@ -1326,3 +1326,24 @@ def test_nouns_the_descriptions_use_initials_and_demonyms(query: str, expected: 
     assert got(query, generator) == frozenset(expected)
     if query.startswith("top 5"):
         assert generator.generate(query).top_k == 5
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("revenue over 5 billion", {("revenue", ">", 5000.0)}),  # the key is in millions
+        ("revenue over 500", {("revenue", ">", 500.0)}),  # a bare number is already in the key's scale
+        ("revenue between 1 and 2 billion", {("revenue", ">=", 1000.0), ("revenue", "<=", 2000.0)}),
+        ("between 1 and 2 million employees", {("employees", ">=", 1000000), ("employees", "<=", 2000000)}),
+    ],
+)
+def test_numbers_in_the_scale_a_key_states(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="Company filings",
+        metadata_info=[
+            MetadataInfo(name="revenue", type="float", description="Annual revenue in millions of US dollars"),
+            MetadataInfo(name="employees", type="int", description="Number of employees"),
+        ],
+    )
+    generator = RuleBasedSpecGenerator(info, {}, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

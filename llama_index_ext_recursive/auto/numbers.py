@@ -17,6 +17,10 @@ at least / N or more / N以上 / 至少 -> ``>=``; less than / under / 不到 ->
 at most / up to / within / N以下 / 以内 / 不超过 -> ``<=``; between A and B,
 A-B, A到B之间 -> ``>=`` A and ``<=`` B. "not more than" is ``<=``; a negated
 range ("not between 30 and 60") cannot be ANDed filters and gets a note.
+A range's magnitude may follow its second number only ("between 1 and 2
+billion"). A key whose description states a scale ("Revenue in millions of US
+dollars", "(百万元)") holds "5 billion" as 5000; a bare number is taken as
+already in that scale.
 """
 
 from __future__ import annotations
@@ -109,6 +113,14 @@ _AFTER = {
     "内": Op.LTE,
     "或更少": Op.LTE,
 }
+_SCALE = re.compile(
+    r"\bin\s+(?P<en>thousands|millions|billions)\b|\b(?P<en_of>thousands|millions|billions)\s+of\b"
+    r"|(?:单位[:：]?\s*|[(（])(?P<zh>万亿|百万|千万|万|亿|千)",
+    re.IGNORECASE,
+)
+# a magnitude written with the number: 5 billion, 3万, 2M
+_HAS_MAGNITUDE = re.compile(r"[万亿千]|\d\s*[kKM](?![A-Za-z])|thousand|million|billion", re.IGNORECASE)
+_TRAILING_MAGNITUDE = re.compile(r"(?:万亿|百万|千万|万|亿|[kKM]|\s*(?:thousand|million|billion))\s*$", re.IGNORECASE)
 # "50万以上": with one numeric key, a Chinese bound after a bare number is about it
 _ZH_AFTER = [phrase for phrase in _AFTER if not phrase.isascii()]
 _NOTCOMPARISON_BEFORE = re.compile(r"(?:(?<![A-Za-z])not|不是|并非)\s*$", re.IGNORECASE)
@@ -205,6 +217,8 @@ class NumericReader:
 
     def __init__(self, keys: Sequence[MetadataInfo], integer_keys: set[str]) -> None:
         self._integer = set(integer_keys)
+        # "Revenue in millions of US dollars": "5 billion" is 5000 there (a bare "500" stays 500)
+        self._scale = {meta.name: scale for meta in keys if (scale := _stated_scale(meta.description or ""))}
         units: dict[str, set[str]] = {}
         names: dict[str, set[str]] = {}
         for meta in keys:
@@ -356,8 +370,11 @@ class NumericReader:
         for start, end, key, m in found:
             if taken.overlaps(start, end):
                 continue
-            a = 1.0 if m.group("a").lower() == "single" else parse_number(m.group("a"))
-            b = parse_number(m.group("b")) if _group(m, "b") else None
+            a_text, b_text = m.group("a"), _group(m, "b")
+            if b_text:  # "between 1 and 2 billion": the magnitude after the second number is both numbers'
+                a_text = _shared_magnitude(a_text, b_text)
+            a = 1.0 if a_text.lower() == "single" else self.number(key, a_text)
+            b = self.number(key, b_text) if b_text else None
             if a is None or (_group(m, "b") and b is None):
                 continue
             taken.add(start, end)
@@ -399,8 +416,9 @@ class NumericReader:
             for m in self._bare.finditer(text):
                 if taken.overlaps(m.start(), m.end()):
                     continue
-                numbers = [g for g in (m.group("a"), m.group("b"), m.group("c"), m.group("d")) if g]
-                values = [v for v in map(parse_number, numbers) if v is not None]
+                first = _shared_magnitude(m.group("a"), m.group("b")) if m.group("a") else None
+                numbers = [g for g in (first, m.group("b"), m.group("c"), m.group("d")) if g]
+                values = [v for v in (self.number(self._only_key, g) for g in numbers) if v is not None]
                 if len(values) < len(numbers) or any(g.isdigit() and 1800 <= int(g) <= 2100 for g in numbers):
                     continue  # "before 2020", "2019-2021" are years, read by the year rules
                 if not all(in_range(v) for v in values):
@@ -443,8 +461,34 @@ class NumericReader:
         out.sort(key=lambda c: c.start)
         return out, notes
 
+    def number(self, key: str, text: str) -> float | None:
+        """The number ``text`` writes, in the key's stated scale when it is written with a magnitude
+        ("5 billion" is 5000 for a key "in millions"); ``None`` when it is no number."""
+        number = parse_number(text)
+        scale = self._scale.get(key)
+        if number is None or scale is None or not _HAS_MAGNITUDE.search(text):
+            return number
+        return number / scale
+
     def _value(self, key: str, number: float) -> float:
         return int(number) if key in self._integer and number.is_integer() else number
+
+
+def _shared_magnitude(first: str, second: str) -> str:
+    """The first number of a range, with the second's magnitude when only that one has it."""
+    if _HAS_MAGNITUDE.search(first):
+        return first
+    m = _TRAILING_MAGNITUDE.search(second)
+    return first + m.group() if m else first
+
+
+def _stated_scale(description: str) -> float | None:
+    """The scale a key's description says its numbers are in: "in millions", "thousands of", "(百万元)"."""
+    m = _SCALE.search(description)
+    if m is None:
+        return None
+    word = (m.group("en") or m.group("en_of") or m.group("zh")).lower()
+    return MAGNITUDES[word.rstrip("s")] if word.rstrip("s") in MAGNITUDES else MAGNITUDES[word]
 
 
 def _negated(text: str, start: int) -> bool:

@@ -1681,7 +1681,7 @@ class RuleBasedSpecGenerator:
     def _coerce(self, key: str, raw: str) -> Any:
         kind = self._types[key]
         if kind.is_numeric:  # "rent < 3万", "pages >= 1,000"; nothing for what no filter can hold
-            number = parse_number(raw)
+            number = self._numbers.number(key, raw)
             if number is None or not in_range(number):
                 return None
             return int(number) if kind.base == "int" and number.is_integer() else number
