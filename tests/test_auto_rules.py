@@ -1347,3 +1347,35 @@ def test_numbers_in_the_scale_a_key_states(query: str, expected: set[Triple]) ->
     )
     generator = RuleBasedSpecGenerator(info, {}, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected", "top_k"),
+    [
+        ("CVE-2021-44228", frozenset(), None),  # a year inside an identifier is none
+        ("filings from 2021-2023", {("fiscal_year", ">=", 2021), ("fiscal_year", "<=", 2023)}, None),
+        ("annual reports in FY2024", {("fiscal_year", "==", 2024), ("report_type", "==", "annual")}, None),
+        (
+            "2019-2021年的年报",
+            {("fiscal_year", ">=", 2019), ("fiscal_year", "<=", 2021), ("report_type", "==", "annual")},
+            None,
+        ),
+        ("annual reports on how their top 10 customers pay", {("report_type", "==", "annual")}, None),
+        ("the OWASP top 10", frozenset(), None),  # a list the text talks about, not a count of results
+        ("列出前10家的年报", {("report_type", "==", "annual")}, 10),
+        ("给我看5个年报", {("report_type", "==", "annual")}, 5),
+    ],
+)
+def test_years_in_identifiers_fiscal_years_and_counts(query: str, expected: set[Triple], top_k: int | None) -> None:
+    info = VectorStoreInfo(
+        content_info="Annual and quarterly reports of listed companies",
+        metadata_info=[
+            MetadataInfo(name="report_type", type="str", description="Kind of report: annual (年报), quarterly"),
+            MetadataInfo(name="fiscal_year", type="int", description="Fiscal year the filing reports on"),
+            MetadataInfo(name="revenue", type="float", description="Revenue for the fiscal year, in millions"),
+        ],
+    )
+    vocabulary = {"report_type": {"annual", "quarterly"}, "fiscal_year": {2019, 2021, 2023, 2024}}
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)
+    assert generator.generate(query).top_k == top_k

@@ -800,7 +800,7 @@ NEGATED_OPERATOR = {
     FilterOperator.LTE: FilterOperator.GT,
 }
 # Chinese measure words of a result count ("前5部", "给我3篇")
-ZH_CLASSIFIERS = "个|条|篇|项|份|部|本|首|集"
+ZH_CLASSIFIERS = "个|条|篇|项|份|部|本|首|集|家|位|款|起|则"
 QUESTION_EN = {"how", "why", "when", "where", "who", "whom", "whose", "what", "which"}
 FILLER_ZH = {
     "的",

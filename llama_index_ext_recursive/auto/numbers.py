@@ -362,6 +362,8 @@ class NumericReader:
                     continue  # a bare number: nothing says which key it is
                 if _group(m, "sep") in {"and", "和"} and not (m.group("between") or _group(m, "zh_between")):
                     continue  # "30 and 60 minutes" lists two numbers; "between 30 and 60" is a range
+                if _names_years(m):
+                    continue  # "2019-2021年": years, for the year rules, though a key counts per year
                 found.append((m.start(), m.end(), key, m))
         found.sort(key=lambda f: (-(f[1] - f[0]), f[0]))
         taken = Spans()
@@ -472,6 +474,17 @@ class NumericReader:
 
     def _value(self, key: str, number: float) -> float:
         return int(number) if key in self._integer and number.is_integer() else number
+
+
+def _names_years(m: re.Match) -> bool:
+    """Whether a match is calendar years with a year word as unit ("2019-2021年", "2020 years")."""
+    units = [u for u in (_group(m, "unit"), _group(m, "unit_b"), _group(m, "unit_c"), _group(m, "name")) if u]
+    numbers = [n for n in (_group(m, "a"), _group(m, "b")) if n]
+    return (
+        any(u.lower() in {"年", "year", "years"} for u in units)
+        and bool(numbers)
+        and all(n.isdigit() and 1800 <= int(n) <= 2100 for n in numbers)
+    )
 
 
 def _shared_magnitude(first: str, second: str) -> str:

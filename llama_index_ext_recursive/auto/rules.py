@@ -271,6 +271,7 @@ _DESCRIPTION_HEAD = re.compile(r"\s*[A-Za-z]+(?:\s+[A-Za-z]+)?\s+of\s+(?:the\s+|
 _ATTRIBUTE_NOUNS = frozenset(
     {"number", "type", "kind", "name", "date", "year", "amount", "level", "count", "value", "total", "list", "main"}
 )
+_POSSESSIVES = frozenset({"their", "our", "its", "his", "her", "my", "your"})
 # particles jieba may glue to the next word: or, and, with, not
 _GLUED_PARTICLES = frozenset("或和与及跟非")
 # readings the query's words do not spell: they need a cue where the value is a common word, always by meaning
@@ -1582,6 +1583,10 @@ class RuleBasedSpecGenerator:
         )
         out: list[Match] = []
         for m in re.finditer(rf"\b(?:top|first|best)(?:\s+|\s*-\s*){num}\b(?:\s+(?:{results})\b)?", text, re.I):
+            before = tokens.ending_by(m.start()) - 1
+            prev = tokens.tokens[before] if before >= 0 else None
+            if prev is not None and (prev.lower in _POSSESSIVES or self._role(prev, values) == "content"):
+                continue  # "their top 10 customers", "the OWASP top 10": a list the text talks about
             if self._top_k_followed_ok(tokens, m.end(), values):
                 out.append(self._top_k_match(text, m, "top_k"))
         for m in re.finditer(rf"\b{num}\s+(?:{results})\b", text, re.I):
@@ -1600,7 +1605,7 @@ class RuleBasedSpecGenerator:
         zh_num = rf"(?P<n>\d{{1,3}}|{ZH_NUM_RE})"
         for pattern in (
             rf"前\s*{zh_num}\s*(?:{ZH_CLASSIFIERS}|名)",
-            rf"(?:返回|给我|列出|显示|找出?|要|推荐)\s*{zh_num}\s*(?:{ZH_CLASSIFIERS})",
+            rf"(?:返回|给我|列出|显示|找出?|要|推荐)(?:看看?|找|列出|来)?\s*{zh_num}\s*(?:{ZH_CLASSIFIERS})",
             rf"{zh_num}\s*(?:{ZH_CLASSIFIERS})\s*(?:结果|文档|文章|资料|条目)",
         ):
             out.extend(self._top_k_match(text, m, "top_k") for m in re.finditer(pattern, text))

@@ -14,8 +14,9 @@ from llama_index.core.vector_stores.types import FilterOperator
 
 from llama_index_ext_recursive.auto.lexicon import NUM_WORD_RE, ZH_NUM_RE, parse_count
 
-# a 4-digit number not glued to letters, digits or a decimal point
-_Y = r"(?<![0-9A-Za-z.])(?P<{name}>\d{{4}})(?![0-9A-Za-z]|\.\d)"
+# a 4-digit number not glued to letters, digits or a decimal point, nor part of an identifier
+# ("CVE-2021-44228", not "pre-2020"); a fiscal year may be written "FY2024"
+_Y = r"(?<![0-9A-Za-z.])(?-i:(?<![A-Z]-))(?:FY\s?)?(?P<{name}>\d{{4}})(?![0-9A-Za-z]|\.\d)"
 YA, YB = _Y.format(name="a"), _Y.format(name="b")
 # a year rule's handler: the regex match -> (operator, year) conditions
 YearHandler = Callable[[re.Match], list[tuple[FilterOperator, int]]]
