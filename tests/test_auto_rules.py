@@ -1379,3 +1379,26 @@ def test_years_in_identifiers_fiscal_years_and_counts(query: str, expected: set[
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
     assert generator.generate(query).top_k == top_k
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("advisories with a CVSS score of 9 or above", {("cvss", ">=", 9.0)}),  # words between name and number
+        ("CVSS 评分 8 分以上", {("cvss", ">=", 8.0)}),  # 分: the points of a score
+        ("bugs affecting more than 50 versions", {("affected_versions", ">", 50)}),  # the key's last noun
+        ("audited by EY or KPMG", {("auditor", "in", ("EY", "KPMG"))}),  # a value of two capitals
+        ("hey, what is new", frozenset()),  # not inside a word, nor in lower case
+    ],
+)
+def test_scores_counted_nouns_and_short_names(query: str, expected: set[Triple]) -> None:
+    info = VectorStoreInfo(
+        content_info="Security advisories",
+        metadata_info=[
+            MetadataInfo(name="cvss", type="float", description="CVSS base score, 0 to 10"),
+            MetadataInfo(name="affected_versions", type="int", description="How many releases are affected"),
+            MetadataInfo(name="auditor", type="str", description="Audit firm"),
+        ],
+    )
+    generator = RuleBasedSpecGenerator(info, {"auditor": {"EY", "KPMG", "BDO"}}, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

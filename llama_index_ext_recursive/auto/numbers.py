@@ -121,6 +121,11 @@ _SCALE = re.compile(
 # a magnitude written with the number: 5 billion, 3万, 2M
 _HAS_MAGNITUDE = re.compile(r"[万亿千]|\d\s*[kKM](?![A-Za-z])|thousand|million|billion", re.IGNORECASE)
 _TRAILING_MAGNITUDE = re.compile(r"(?:万亿|百万|千万|万|亿|[kKM]|\s*(?:thousand|million|billion))\s*$", re.IGNORECASE)
+# a key that is a score or rating: its numbers may be written "8 分", "9 points"
+_SCORE_WORDS = re.compile(r"score|rating|rated|cvss|评分|分数", re.IGNORECASE)
+_SCORE_UNITS = {"分", "points", "point"}
+# words between a score key's name and its number: "CVSS score of 9", "CVSS 评分 8"
+_SCORE_FILLER = r"(?:scores?|ratings?|评分|得分|分数)"
 # "50万以上": with one numeric key, a Chinese bound after a bare number is about it
 _ZH_AFTER = [phrase for phrase in _AFTER if not phrase.isascii()]
 _NOTCOMPARISON_BEFORE = re.compile(r"(?:(?<![A-Za-z])not|不是|并非)\s*$", re.IGNORECASE)
@@ -249,7 +254,11 @@ class NumericReader:
             pre = rf"(?:(?P<pre>{prefix})\s*)?" if prefix else r"(?P<pre>(?!))?"
             unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
             unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
-            name_re = rf"(?:(?P<name>{name})\s*(?:(?:is|of|at|在|为|是)\s*)?)" if name else r"(?P<name>(?!))?"
+            name_re = (
+                rf"(?:(?P<name>{name})\s*(?:{_SCORE_FILLER}\s*)?(?:(?:is|of|at|在|为|是)\s*)?)"
+                if name
+                else r"(?P<name>(?!))?"
+            )
             self._patterns.append(
                 (
                     key,
@@ -314,10 +323,13 @@ class NumericReader:
                 add_unit(word)
             elif word in PERIOD_UNITS:
                 units.update(PERIOD_UNITS[word])  # monthly_rent: "6000 a month", "每月6000"
-            elif len(words) == 1 and word.endswith("s") and len(word) > 3:
-                # a key named by what it counts ("plays", "citations") is its own unit: "100000 plays"
+            elif word == words[-1] and word.endswith("s") and len(word) > 3 and not word.endswith("ss"):
+                # a key named by what it counts ("plays", "citations", "affected_versions") is its own
+                # unit: "100000 plays", "more than 50 versions"
                 units.update(plural_forms(word))
                 units.update(KEY_WORDS_ZH.get(word, ()))
+                if len(words) > 1:
+                    names.add(word)
             else:
                 names.update(plural_forms(word) if len(words) == 1 else {word})
                 names.update(KEY_WORDS_ZH.get(word, ()))
@@ -326,6 +338,8 @@ class NumericReader:
         for word in re.findall(r"[A-Za-z]+", description):
             if UNIT_ALIASES.get(word.lower(), word.lower()) in UNIT_WORDS_EN:
                 add_unit(word.lower())
+        if _SCORE_WORDS.search(f"{meta.name} {description}"):
+            units.update(_SCORE_UNITS)  # "8 分以上", "9 points or more" on a score
         for forms in KEY_WORDS_ZH.values():
             units.update(form for form in forms if len(form) > 1 and form in description)
         names -= units

@@ -610,13 +610,16 @@ class RuleBasedSpecGenerator:
                 hit = next((by_lower[c] for c in candidates if c in by_lower), None)
                 if hit is not None:
                     self._add_term(phrase, _Term(key, hit, "synonym"))
-        # a value of two words or more by its initials, written in capitals: "IP", "US", "UK"
+        # a value of two words or more by its initials, written in capitals: "IP", "US", "UK"; a
+        # value stored as two capitals ("EY") when the query writes it so
         by_initials: dict[str, set[tuple[str, Any]]] = {}
         for key, values in self._vocabulary.items():
             for value in values:
                 parts = re.findall(r"[A-Za-z]+", value) if isinstance(value, str) else []
                 if len(parts) >= 2:
                     by_initials.setdefault("".join(p[0] for p in parts).lower(), set()).add((key, value))
+                elif isinstance(value, str) and len(value) == 2 and value.isalpha() and value.isupper():
+                    by_initials.setdefault(value.lower(), set()).add((key, value))
         self._initials = {
             letters: _Term(*next(iter(found)), "initials")
             for letters, found in by_initials.items()
