@@ -1402,3 +1402,16 @@ def test_scores_counted_nouns_and_short_names(query: str, expected: set[Triple])
     )
     generator = RuleBasedSpecGenerator(info, {"auditor": {"EY", "KPMG", "BDO"}}, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
+
+
+def test_a_gloss_by_its_last_word_needs_a_cue() -> None:
+    info = VectorStoreInfo(
+        content_info="Annual reports of listed companies",
+        metadata_info=[MetadataInfo(name="sector", type="str", description="Industry sector of the company")],
+    )
+    generator = RuleBasedSpecGenerator(
+        info, {"sector": {"energy", "utilities", "technology"}}, today=TODAY, meaning_model=False
+    )
+    # 科技 "science and technology": the last word names the value, listed with a sure one
+    assert got("能源和科技", generator) == {("sector", "in", ("energy", "technology"))}
+    assert got("科技", generator) == frozenset()  # alone: no cue

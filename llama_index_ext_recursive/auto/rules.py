@@ -1233,11 +1233,13 @@ class RuleBasedSpecGenerator:
                     terms = {t for found in found_by.values() for t in found}
                     # cued: only a gloss without its last word, a kind of document, matched (古典音乐)
                     cued = not any(found for (_, part), found in found_by.items() if part != "kind")
+                    # only the last word of a gloss ("public utilities"): a reading that needs a cue
+                    by_tail = bool(terms) and not any(found for (_, part), found in found_by.items() if part != "tail")
                     if not terms:  # by meaning, the nouns only: 租房 "to rent an apartment" is no apartment
                         nouns = set(english_glosses(word, verbs=False, cuts=cuts))
                         asked.extend((start, end, phrase) for phrase, gloss, _ in readings if gloss in nouns)
                 else:
-                    cued = False
+                    cued = by_tail = False
                     word = " ".join(t.text for t in words)
                     if not all(t.text.isalpha() for t in words):
                         continue
@@ -1248,7 +1250,7 @@ class RuleBasedSpecGenerator:
                         asked.append((start, end, word))
                 if len(terms) == 1:
                     # 手机, 看看: many readings; 招募 "to recruit": a verb names an act. Either needs a cue
-                    common = first.cjk and (is_common_word(word) or chinese_word_class(word) == "v")
+                    common = first.cjk and (is_common_word(word) or chinese_word_class(word) == "v" or by_tail)
                     best = _Candidate(start, end, terms.pop(), first.cjk and cued and not common, common)
                     break
             if best is not None:
@@ -1297,7 +1299,8 @@ class RuleBasedSpecGenerator:
         documents (``"kind"``: jieba keeps 古典音乐 whole, and "classical music" in a
         music catalogue names the value "classical") or for what the value is
         (``"head"``: 阿尔茨海默病 "alzheimer's disease", 微软 "microsoft corporation";
-        the caller keeps these for rare values only)."""
+        the caller keeps these for rare values only), and a dictionary word's gloss by its
+        last word (``"tail"``: 公用事业 "public utilities"; read only with a cue)."""
         numbered = _NUMBERED_ZH.fullmatch(word)
         if numbered and parse_count(numbered.group("n")):
             # 三期 "phase 3", 第二季 "season 2": the glosses of the noun, with the number after them
@@ -1305,6 +1308,7 @@ class RuleBasedSpecGenerator:
             return [(f"{g} {n}", g, "whole") for g in english_glosses(numbered.group("noun"), verbs=False)]
         out = []
         listed = bool(english_glosses(word, cuts=()))  # a dictionary word, not glosses of its parts joined
+        nouns = set(english_glosses(word, verbs=False, cuts=cuts))  # 租房 "to rent an apartment" is an act
         for gloss in english_glosses(word, cuts=cuts):
             out.append((gloss, gloss, "whole"))
             words = gloss.split()
@@ -1314,6 +1318,8 @@ class RuleBasedSpecGenerator:
                 out.append((" ".join(words[:kind]), gloss, "kind"))
             elif len(words) > 1 and listed:  # 哮喘|药物 "asthma medication" is two things, not asthma
                 out.append((" ".join(words[:-1]), gloss, "head"))
+                if gloss in nouns:
+                    out.append((words[-1], gloss, "tail"))  # 公用事业 "public utilities", with a cue
         return out
 
     def _terms_of(self, phrase: str, rule: str, inflected: bool = False) -> list[_Term]:
