@@ -1415,3 +1415,17 @@ def test_a_gloss_by_its_last_word_needs_a_cue() -> None:
     # 科技 "science and technology": the last word names the value, listed with a sure one
     assert got("能源和科技", generator) == {("sector", "in", ("energy", "technology"))}
     assert got("科技", generator) == frozenset()  # alone: no cue
+
+
+def test_numeric_keys_named_in_chinese_by_the_dictionary() -> None:
+    info = VectorStoreInfo(
+        content_info="Court decisions",
+        metadata_info=[
+            MetadataInfo(name="judges", type="int", description="Number of judges on the panel"),
+            MetadataInfo(name="affected_versions", type="int", description="Releases affected"),
+        ],
+    )
+    generator = RuleBasedSpecGenerator(info, {}, today=TODAY, meaning_model=False)
+    assert got("三名法官以上审理的案件", generator) == {("judges", ">=", 3)}  # 法官 "judge", 名 a measure word
+    assert got("影响超过100个版本", generator) == {("affected_versions", ">", 100)}  # 版本 "version"
+    assert got("more than 3 judges", generator) == {("judges", ">", 3)}

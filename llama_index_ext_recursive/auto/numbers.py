@@ -48,6 +48,8 @@ from llama_index_ext_recursive.auto.lexicon import (
     plural_forms,
 )
 from llama_index_ext_recursive.auto.spans import Spans
+from llama_index_ext_recursive.auto.terms import chinese_words_for
+from llama_index_ext_recursive.text import CJK_CLASS
 
 __all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number", "range_note"]
 
@@ -121,6 +123,9 @@ _SCALE = re.compile(
 # a magnitude written with the number: 5 billion, 3万, 2M
 _HAS_MAGNITUDE = re.compile(r"[万亿千]|\d\s*[kKM](?![A-Za-z])|thousand|million|billion", re.IGNORECASE)
 _TRAILING_MAGNITUDE = re.compile(r"(?:万亿|百万|千万|万|亿|[kKM]|\s*(?:thousand|million|billion))\s*$", re.IGNORECASE)
+_CJK = re.compile(f"[{CJK_CLASS}]")
+# a measure word between a number and its unit: "100个版本", "5名法官"
+_ZH_CLASSIFIER = "[个名位家次件条项款]"
 # a key that is a score or rating: its numbers may be written "8 分", "9 points"
 _SCORE_WORDS = re.compile(r"score|rating|rated|cvss|评分|分数", re.IGNORECASE)
 _SCORE_UNITS = {"分", "points", "point"}
@@ -229,11 +234,9 @@ class NumericReader:
         for meta in keys:
             unit_forms, name_forms = self._mentions(meta)
             units[meta.name], names[meta.name] = unit_forms, name_forms
-        shared = self._shared(list(units.values()) + list(names.values()))
-        self.ambiguous = shared  #: phrases that name more than one numeric key
-        self._patterns: list[tuple[str, re.Pattern]] = []
+        self._units, self._names = units, names
+        self._chinese_names_added = False
         before = _alternation(COMPARISON_BEFORE)
-        after = _alternation(_AFTER)
         # with one numeric key, "at most 3500" can only be about it (said in a note)
         self._only_key = keys[0].name if len(keys) == 1 else None
         self._bare = re.compile(
@@ -243,6 +246,28 @@ class NumericReader:
             rf"|(?P<d>{_NUMBER})\s*(?P<op_after>{_alternation(_ZH_AFTER)})",
             re.IGNORECASE,
         )
+        self.ambiguous, self._patterns = self._compile(units, names)
+
+    def _add_chinese_names(self) -> None:
+        """Name each key in Chinese too, by the dictionary words whose first sense is one of its
+        English names or units ("judges": 法官, "versions": 版本); at the first Chinese query, once."""
+        self._chinese_names_added = True
+
+        def chinese(forms: set[str]) -> set[str]:
+            return {word for form in forms if form.isascii() and form.isalpha() for word in chinese_words_for(form)}
+
+        units = {key: forms | chinese(forms) for key, forms in self._units.items()}
+        names = {key: (forms | chinese(forms)) - units[key] for key, forms in self._names.items()}
+        self.ambiguous, self._patterns = self._compile(units, names)
+
+    def _compile(
+        self, units: dict[str, set[str]], names: dict[str, set[str]]
+    ) -> tuple[set[str], list[tuple[str, re.Pattern]]]:
+        """The phrases that name several keys, and each key's patterns."""
+        shared = self._shared(list(units.values()) + list(names.values()))
+        patterns: list[tuple[str, re.Pattern]] = []
+        before = _alternation(COMPARISON_BEFORE)
+        after = _alternation(_AFTER)
         for key in units:
             unit = _alternation(units[key] - shared)
             # a key is named before its number by its name or its unit ("被引用次数在50到200之间")
@@ -252,14 +277,14 @@ class NumericReader:
             prefix = _alternation(self._prefixes(units[key]) - shared)
             # "¥6000", "$50": a currency symbol before the number says which key as a unit does
             pre = rf"(?:(?P<pre>{prefix})\s*)?" if prefix else r"(?P<pre>(?!))?"
-            unit_re = rf"(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
+            unit_re = rf"(?:{_ZH_CLASSIFIER}\s*)?(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
             unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
             name_re = (
                 rf"(?:(?P<name>{name})\s*(?:{_SCORE_FILLER}\s*)?(?:(?:is|of|at|在|为|是)\s*)?)"
                 if name
                 else r"(?P<name>(?!))?"
             )
-            self._patterns.append(
+            patterns.append(
                 (
                     key,
                     re.compile(
@@ -270,11 +295,11 @@ class NumericReader:
                     ),
                 )
             )
-            self._patterns.append(
+            patterns.append(
                 (key, re.compile(rf"{name_re}?(?P<op>{before})\s*{pre}(?P<a>{_NUMBER})\s*{unit_re}?", re.IGNORECASE))
             )
             unit_c = rf"(?P<unit_c>{unit})" if unit else r"(?P<unit_c>(?!))"
-            self._patterns.append(
+            patterns.append(
                 (
                     key,
                     re.compile(  # "five-judge panels", "a single-judge ruling", "3-bedroom": exactly that many
@@ -283,7 +308,7 @@ class NumericReader:
                     ),
                 )
             )
-            self._patterns.append(
+            patterns.append(
                 (
                     key,
                     re.compile(  # "300 pages or more", "10 or more hours"
@@ -292,7 +317,7 @@ class NumericReader:
                     ),
                 )
             )
-            self._patterns.append(
+            patterns.append(
                 (
                     key,
                     re.compile(  # "10+ citations"
@@ -300,6 +325,7 @@ class NumericReader:
                     ),
                 )
             )
+        return shared, patterns
 
     # ---------------------------------------------------------------- setup
 
@@ -363,6 +389,8 @@ class NumericReader:
 
     def find(self, text: str) -> tuple[list[NumericComparison], list[str]]:
         """The comparisons in ``text`` (longest reading first) and notes on what was left out."""
+        if not self._chinese_names_added and _CJK.search(text):
+            self._add_chinese_names()
         found: list[tuple[int, int, str, re.Match]] = []
         for key, pattern in self._patterns:
             for m in pattern.finditer(text):

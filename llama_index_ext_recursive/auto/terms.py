@@ -44,6 +44,7 @@ from llama_index_ext_recursive.text import CJK_CLASS
 __all__ = [
     "COMMON_WORD_ZIPF",
     "chinese_word_class",
+    "chinese_words_for",
     "description_synonyms",
     "code_names",
     "english_glosses",
@@ -232,6 +233,24 @@ def _word_classes() -> dict[str, str]:
         import jieba.posseg
 
     return jieba.posseg.dt.word_tag_tab
+
+
+def chinese_words_for(english: str) -> tuple[str, ...]:
+    """The Chinese dictionary words (two characters or more) whose first noun sense is ``english``
+    ("employee": 员工, 雇员 ...; "version": 版本), for naming a key in Chinese."""
+    return _first_senses().get(english.lower(), ())
+
+
+@lru_cache(maxsize=1)
+def _first_senses() -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for word, glosses in _dictionary().items():
+        if len(word) < 2 or not _CJK.match(word):
+            continue
+        nouns = [g for g in glosses if g not in _verb_glosses.get(word, ())]
+        if nouns:
+            out.setdefault(nouns[0], []).append(word)
+    return {gloss: tuple(words) for gloss, words in out.items()}
 
 
 def english_glosses(word: str, verbs: bool = True, cuts: Sequence[int] | None = None) -> tuple[str, ...]:
