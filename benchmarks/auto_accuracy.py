@@ -98,8 +98,8 @@ LABELLED_SETS: list[tuple[str, str, str]] = [
     ("cases", "auto_queries_cases.json", TUNED_AFTER_BLIND),  # written blind for issue 30 (first run 0.200)
     ("advisories", "auto_queries_advisories.json", TUNED_AFTER_BLIND),  # blind for issue 30 (first run 0.360)
     ("filings", "auto_queries_filings.json", TUNED_AFTER_BLIND),  # blind for issue 30 (first run 0.460)
-    ("patents", "auto_queries_patents.json", HELD_OUT),  # written blind for issue 30, third round
-    ("recalls", "auto_queries_recalls.json", HELD_OUT),  # written blind for issue 30, third round
+    ("patents", "auto_queries_patents.json", TUNED_AFTER_BLIND),  # blind for issue 30 (first run 0.360)
+    ("recalls", "auto_queries_recalls.json", TUNED_AFTER_BLIND),  # blind for issue 30 (first run 0.320)
 ]
 
 FilterKey = tuple[str, str, Any]
