@@ -45,6 +45,14 @@ GEN = RuleBasedSpecGenerator(INFO, VOCAB, today=TODAY)
 Triple = tuple[str, str, Any]
 
 
+def schema_info(content: str, **keys: tuple[str, str]) -> VectorStoreInfo:
+    """A ``VectorStoreInfo`` from ``key=(type, description)`` pairs."""
+    return VectorStoreInfo(
+        content_info=content,
+        metadata_info=[MetadataInfo(name=k, type=t, description=d) for k, (t, d) in keys.items()],
+    )
+
+
 def triples(filters: Iterable[MetadataFilter]) -> frozenset[Triple]:
     return frozenset(
         (f.key, f.operator.value, tuple(sorted(f.value, key=str)) if isinstance(f.value, list) else f.value)
@@ -274,12 +282,10 @@ def test_years_outside_the_corpus_range_and_other_numbers_are_topic(query: str) 
 
 def test_year_key_found_from_description_or_values() -> None:
     assert GEN.year_key == "year"
-    info = VectorStoreInfo(
-        content_info="x",
-        metadata_info=[
-            MetadataInfo(name="pages", type="int", description="page count"),
-            MetadataInfo(name="published", type="int", description="publication date"),
-        ],
+    info = schema_info(
+        "x",
+        pages=("int", "page count"),
+        published=("int", "publication date"),
     )
     gen = RuleBasedSpecGenerator(info, {"pages": {3, 40}, "published": {2019, 2021}}, today=TODAY)
     assert gen.year_key == "published"
@@ -347,12 +353,10 @@ def test_explicit_key_value_forms(query: str, expected: set[Triple]) -> None:
 
 
 def test_generic_numeric_key_comparisons() -> None:
-    info = VectorStoreInfo(
-        content_info="x",
-        metadata_info=[
-            MetadataInfo(name="rating", type="float", description="stars"),
-            MetadataInfo(name="page_count", type="int", description="pages"),
-        ],
+    info = schema_info(
+        "x",
+        rating=("float", "stars"),
+        page_count=("int", "pages"),
     )
     gen = RuleBasedSpecGenerator(info, {}, today=TODAY)
     assert got("reviews with rating above 4.5.", gen) == {("rating", ">", 4.5)}
@@ -604,16 +608,14 @@ def test_every_cjk_range_of_the_script_table_is_cjk_for_the_rules(low: int, high
 
 # -------------------- any schema (issue 15): a recipes schema unlike the sample corpus's
 
-RECIPE_INFO = VectorStoreInfo(
-    content_info="Recipes from a cooking site",
-    metadata_info=[
-        MetadataInfo(name="cuisine", type="str", description="The cuisine of the recipe"),
-        MetadataInfo(name="course", type="str", description="Course: starter (前菜), main (主菜), dessert (甜点)"),
-        MetadataInfo(name="minutes", type="int", description="Total preparation time in minutes"),
-        MetadataInfo(name="rating", type="float", description="Average rating"),
-        MetadataInfo(name="year", type="int", description="Year the recipe was published"),
-        MetadataInfo(name="chef", type="str", description="The chef who wrote the recipe"),
-    ],
+RECIPE_INFO = schema_info(
+    "Recipes from a cooking site",
+    cuisine=("str", "The cuisine of the recipe"),
+    course=("str", "Course: starter (前菜), main (主菜), dessert (甜点)"),
+    minutes=("int", "Total preparation time in minutes"),
+    rating=("float", "Average rating"),
+    year=("int", "Year the recipe was published"),
+    chef=("str", "The chef who wrote the recipe"),
 )
 RECIPE_VOCAB = {
     "cuisine": {"italian", "thai", "mexican", "french"},
@@ -684,12 +686,10 @@ def test_integer_keys_get_integers_and_float_keys_floats() -> None:
 
 
 def test_a_unit_two_keys_share_names_neither() -> None:
-    info = VectorStoreInfo(
-        content_info="tasks",
-        metadata_info=[
-            MetadataInfo(name="prep_minutes", type="int", description="preparation time"),
-            MetadataInfo(name="cook_minutes", type="int", description="cooking time"),
-        ],
+    info = schema_info(
+        "tasks",
+        prep_minutes=("int", "preparation time"),
+        cook_minutes=("int", "cooking time"),
     )
     gen = RuleBasedSpecGenerator(info, {})
     assert gen.generate("under 30 minutes").filters == []
@@ -789,15 +789,13 @@ def test_unsure_notes_reach_the_report() -> None:
 
 # -------------------- values in pinyin, money and periods, one numeric key, the year key
 
-RENT_INFO = VectorStoreInfo(
-    content_info="Rental listings",
-    metadata_info=[
-        MetadataInfo(name="city", type="str", description="City of the property"),
-        MetadataInfo(name="property_type", type="str", description="apartment, studio or villa"),
-        MetadataInfo(name="agency", type="str", description="Letting agency"),
-        MetadataInfo(name="year_built", type="int", description="Year the building was completed"),
-        MetadataInfo(name="monthly_rent", type="int", description="Monthly rent in yuan"),
-    ],
+RENT_INFO = schema_info(
+    "Rental listings",
+    city=("str", "City of the property"),
+    property_type=("str", "apartment, studio or villa"),
+    agency=("str", "Letting agency"),
+    year_built=("int", "Year the building was completed"),
+    monthly_rent=("int", "Monthly rent in yuan"),
 )
 RENT_VOCAB = {
     "city": {"shanghai", "beijing", "hangzhou"},
@@ -851,12 +849,10 @@ def test_with_one_numeric_key_a_bare_comparison_is_read_for_it_and_noted() -> No
 
 
 def test_the_year_key_holds_calendar_years_not_years_of_experience() -> None:
-    info = VectorStoreInfo(
-        content_info="Job postings",
-        metadata_info=[
-            MetadataInfo(name="experience_years", type="int", description="Minimum years of experience"),
-            MetadataInfo(name="year", type="int", description="Year the job was posted"),
-        ],
+    info = schema_info(
+        "Job postings",
+        experience_years=("int", "Minimum years of experience"),
+        year=("int", "Year the job was posted"),
     )
     gen = RuleBasedSpecGenerator(info, {"experience_years": {0, 2, 5}, "year": {2023, 2024}}, today=date(2026, 6, 15))
     assert gen.year_key == "year"
@@ -882,13 +878,11 @@ def test_compounds_subjects_and_counts(query: str, expected: set) -> None:
 
 # ---------------------------------------------------------------- words no term names: stems and glosses
 
-MUSIC_DOCS_INFO = VectorStoreInfo(
-    content_info="Music tracks and technical documentation pages",
-    metadata_info=[
-        MetadataInfo(name="genre", type="str", description="Music genre"),
-        MetadataInfo(name="doc_type", type="str", description="Kind of page"),
-        MetadataInfo(name="language", type="str", description="Programming language of the examples"),
-    ],
+MUSIC_DOCS_INFO = schema_info(
+    "Music tracks and technical documentation pages",
+    genre=("str", "Music genre"),
+    doc_type=("str", "Kind of page"),
+    language=("str", "Programming language of the examples"),
 )
 MUSIC_DOCS = RuleBasedSpecGenerator(
     MUSIC_DOCS_INFO,
@@ -1001,12 +995,10 @@ def test_a_phrase_reads_as_a_value_only_when_similar_and_clearly_ahead() -> None
 
 
 def test_values_by_meaning_with_the_bundled_model(real_model) -> None:
-    info = VectorStoreInfo(
-        content_info="Hotel listings",
-        metadata_info=[
-            MetadataInfo(name="amenity", type="str", description="What the hotel offers"),
-            MetadataInfo(name="city", type="str", description="City"),
-        ],
+    info = schema_info(
+        "Hotel listings",
+        amenity=("str", "What the hotel offers"),
+        city=("str", "City"),
     )
     vocabulary = {"amenity": {"wifi", "pool", "parking", "gym"}, "city": {"paris", "rome"}}
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=real_model)
@@ -1056,12 +1048,10 @@ def test_outside_a_place_excludes_it() -> None:
 
 
 def test_a_code_by_its_name_and_a_number_in_roman_numerals() -> None:
-    info = VectorStoreInfo(
-        content_info="Clinical trials",
-        metadata_info=[
-            MetadataInfo(name="condition", type="str", description="Condition studied"),
-            MetadataInfo(name="phase", type="str", description="Trial phase"),
-        ],
+    info = schema_info(
+        "Clinical trials",
+        condition=("str", "Condition studied"),
+        phase=("str", "Trial phase"),
     )
     vocabulary = {"condition": {"covid-19", "asthma"}, "phase": {"phase 1", "phase 2", "phase 3"}}
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
@@ -1102,13 +1092,11 @@ def test_an_alternative_to_a_sure_value_and_a_glued_or() -> None:
 
 
 def test_a_chinese_head_noun_after_de_and_neighbouring_values() -> None:
-    info = VectorStoreInfo(
-        content_info="Music tracks",
-        metadata_info=[
-            MetadataInfo(name="genre", type="str", description="Music genre"),
-            MetadataInfo(name="language", type="str", description="Language of the lyrics"),
-            MetadataInfo(name="year", type="int", description="Year of release"),
-        ],
+    info = schema_info(
+        "Music tracks",
+        genre=("str", "Music genre"),
+        language=("str", "Language of the lyrics"),
+        year=("int", "Year of release"),
     )
     vocabulary = {"genre": {"rock", "jazz"}, "language": {"english", "spanish"}, "year": {2019, 2020, 2021}}
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
@@ -1123,12 +1111,10 @@ def test_a_chinese_head_noun_after_de_and_neighbouring_values() -> None:
 
 
 def test_names_and_what_a_gloss_says_the_value_is() -> None:
-    info = VectorStoreInfo(
-        content_info="Clinical trials",
-        metadata_info=[
-            MetadataInfo(name="condition", type="str", description="Condition studied"),
-            MetadataInfo(name="sponsor", type="str", description="Lead sponsor"),
-        ],
+    info = schema_info(
+        "Clinical trials",
+        condition=("str", "Condition studied"),
+        sponsor=("str", "Lead sponsor"),
     )
     vocabulary = {"condition": {"alzheimer's", "covid-19", "diabetes"}, "sponsor": {"Pfizer", "Novartis"}}
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
@@ -1138,12 +1124,10 @@ def test_names_and_what_a_gloss_says_the_value_is() -> None:
 
 
 def test_a_noun_near_the_documents_kind_names_them(real_model) -> None:
-    info = VectorStoreInfo(
-        content_info="Registered clinical trials, each with a brief summary",
-        metadata_info=[
-            MetadataInfo(name="intervention", type="str", description="Type of intervention"),
-            MetadataInfo(name="condition", type="str", description="Condition studied"),
-        ],
+    info = schema_info(
+        "Registered clinical trials, each with a brief summary",
+        intervention=("str", "Type of intervention"),
+        condition=("str", "Condition studied"),
     )
     vocabulary = {"intervention": {"drug", "device"}, "condition": {"asthma", "depression"}}
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=real_model)
@@ -1173,14 +1157,12 @@ def test_a_noun_near_the_documents_kind_names_them(real_model) -> None:
     ],
 )
 def test_chinese_states_numbered_nouns_and_negations(query: str, expected: set[Triple]) -> None:
-    info = VectorStoreInfo(
-        content_info="Clinical trials",
-        metadata_info=[
-            MetadataInfo(name="phase", type="str", description="Trial phase"),
-            MetadataInfo(name="status", type="str", description="Recruitment status"),
-            MetadataInfo(name="condition", type="str", description="Condition studied"),
-            MetadataInfo(name="country", type="str", description="Country where the trial runs"),
-        ],
+    info = schema_info(
+        "Clinical trials",
+        phase=("str", "Trial phase"),
+        status=("str", "Recruitment status"),
+        condition=("str", "Condition studied"),
+        country=("str", "Country where the trial runs"),
     )
     vocabulary = {
         "phase": {"phase 1", "phase 2", "phase 3"},
@@ -1211,13 +1193,11 @@ def test_a_rare_word_of_a_name_with_joining_words_names_it() -> None:
     ],
 )
 def test_spellings_apostrophes_and_derived_adjectives(query: str, expected: set[Triple]) -> None:
-    info = VectorStoreInfo(
-        content_info="Clinical trials",
-        metadata_info=[
-            MetadataInfo(name="intervention", type="str", description="Type of intervention"),
-            MetadataInfo(name="population", type="str", description="Who takes part"),
-            MetadataInfo(name="condition", type="str", description="Condition studied"),
-        ],
+    info = schema_info(
+        "Clinical trials",
+        intervention=("str", "Type of intervention"),
+        population=("str", "Who takes part"),
+        condition=("str", "Condition studied"),
     )
     vocabulary = {
         "intervention": {"behavioral", "drug"},
@@ -1248,13 +1228,11 @@ def test_a_common_value_listed_with_a_sure_one_is_a_value_too() -> None:
     ],
 )
 def test_values_before_their_key_and_in_lists(query: str, expected: set[Triple]) -> None:
-    info = VectorStoreInfo(
-        content_info="IT support tickets",
-        metadata_info=[
-            MetadataInfo(name="priority", type="str", description="Priority: low, medium, high"),
-            MetadataInfo(name="status", type="str", description="Ticket status"),
-            MetadataInfo(name="product", type="str", description="Product the ticket is about"),
-        ],
+    info = schema_info(
+        "IT support tickets",
+        priority=("str", "Priority: low, medium, high"),
+        status=("str", "Ticket status"),
+        product=("str", "Product the ticket is about"),
     )
     vocabulary = {
         "priority": {"low", "medium", "high"},
@@ -1276,12 +1254,10 @@ def test_values_before_their_key_and_in_lists(query: str, expected: set[Triple])
     ],
 )
 def test_a_key_named_by_what_it_counts(query: str, expected: set[Triple]) -> None:
-    info = VectorStoreInfo(
-        content_info="Music tracks",
-        metadata_info=[
-            MetadataInfo(name="plays", type="int", description="Number of times the track was played"),
-            MetadataInfo(name="year", type="int", description="Year of release"),
-        ],
+    info = schema_info(
+        "Music tracks",
+        plays=("int", "Number of times the track was played"),
+        year=("int", "Year of release"),
     )
     generator = RuleBasedSpecGenerator(info, {"year": {2020, 2021}}, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
@@ -1306,15 +1282,13 @@ def test_a_key_named_by_what_it_counts(query: str, expected: set[Triple]) -> Non
     ],
 )
 def test_nouns_the_descriptions_use_initials_and_demonyms(query: str, expected: set[Triple]) -> None:
-    info = VectorStoreInfo(
-        content_info="Court decisions from several jurisdictions",
-        metadata_info=[
-            MetadataInfo(name="area", type="str", description="Area of law the case concerns"),
-            MetadataInfo(name="court", type="str", description="Level of the court that decided the case"),
-            MetadataInfo(name="jurisdiction", type="str", description="Country whose court decided the case"),
-            MetadataInfo(name="year", type="int", description="Year the decision was handed down"),
-            MetadataInfo(name="judges", type="int", description="Number of judges on the panel"),
-        ],
+    info = schema_info(
+        "Court decisions from several jurisdictions",
+        area=("str", "Area of law the case concerns"),
+        court=("str", "Level of the court that decided the case"),
+        jurisdiction=("str", "Country whose court decided the case"),
+        year=("int", "Year the decision was handed down"),
+        judges=("int", "Number of judges on the panel"),
     )
     vocabulary = {
         "area": {"contract", "tax", "intellectual property", "family"},
@@ -1338,12 +1312,10 @@ def test_nouns_the_descriptions_use_initials_and_demonyms(query: str, expected: 
     ],
 )
 def test_numbers_in_the_scale_a_key_states(query: str, expected: set[Triple]) -> None:
-    info = VectorStoreInfo(
-        content_info="Company filings",
-        metadata_info=[
-            MetadataInfo(name="revenue", type="float", description="Annual revenue in millions of US dollars"),
-            MetadataInfo(name="employees", type="int", description="Number of employees"),
-        ],
+    info = schema_info(
+        "Company filings",
+        revenue=("float", "Annual revenue in millions of US dollars"),
+        employees=("int", "Number of employees"),
     )
     generator = RuleBasedSpecGenerator(info, {}, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
@@ -1367,13 +1339,11 @@ def test_numbers_in_the_scale_a_key_states(query: str, expected: set[Triple]) ->
     ],
 )
 def test_years_in_identifiers_fiscal_years_and_counts(query: str, expected: set[Triple], top_k: int | None) -> None:
-    info = VectorStoreInfo(
-        content_info="Annual and quarterly reports of listed companies",
-        metadata_info=[
-            MetadataInfo(name="report_type", type="str", description="Kind of report: annual (年报), quarterly"),
-            MetadataInfo(name="fiscal_year", type="int", description="Fiscal year the filing reports on"),
-            MetadataInfo(name="revenue", type="float", description="Revenue for the fiscal year, in millions"),
-        ],
+    info = schema_info(
+        "Annual and quarterly reports of listed companies",
+        report_type=("str", "Kind of report: annual (年报), quarterly"),
+        fiscal_year=("int", "Fiscal year the filing reports on"),
+        revenue=("float", "Revenue for the fiscal year, in millions"),
     )
     vocabulary = {"report_type": {"annual", "quarterly"}, "fiscal_year": {2019, 2021, 2023, 2024}}
     generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
@@ -1392,13 +1362,11 @@ def test_years_in_identifiers_fiscal_years_and_counts(query: str, expected: set[
     ],
 )
 def test_scores_counted_nouns_and_short_names(query: str, expected: set[Triple]) -> None:
-    info = VectorStoreInfo(
-        content_info="Security advisories",
-        metadata_info=[
-            MetadataInfo(name="cvss", type="float", description="CVSS base score, 0 to 10"),
-            MetadataInfo(name="affected_versions", type="int", description="How many releases are affected"),
-            MetadataInfo(name="auditor", type="str", description="Audit firm"),
-        ],
+    info = schema_info(
+        "Security advisories",
+        cvss=("float", "CVSS base score, 0 to 10"),
+        affected_versions=("int", "How many releases are affected"),
+        auditor=("str", "Audit firm"),
     )
     generator = RuleBasedSpecGenerator(info, {"auditor": {"EY", "KPMG", "BDO"}}, today=TODAY, meaning_model=False)
     assert got(query, generator) == frozenset(expected)
@@ -1418,12 +1386,10 @@ def test_a_gloss_by_its_last_word_needs_a_cue() -> None:
 
 
 def test_numeric_keys_named_in_chinese_by_the_dictionary() -> None:
-    info = VectorStoreInfo(
-        content_info="Court decisions",
-        metadata_info=[
-            MetadataInfo(name="judges", type="int", description="Number of judges on the panel"),
-            MetadataInfo(name="affected_versions", type="int", description="Releases affected"),
-        ],
+    info = schema_info(
+        "Court decisions",
+        judges=("int", "Number of judges on the panel"),
+        affected_versions=("int", "Releases affected"),
     )
     generator = RuleBasedSpecGenerator(info, {}, today=TODAY, meaning_model=False)
     assert got("三名法官以上审理的案件", generator) == {("judges", ">=", 3)}  # 法官 "judge", 名 a measure word
