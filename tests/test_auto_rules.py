@@ -1395,3 +1395,11 @@ def test_numeric_keys_named_in_chinese_by_the_dictionary() -> None:
     assert got("三名法官以上审理的案件", generator) == {("judges", ">=", 3)}  # 法官 "judge", 名 a measure word
     assert got("影响超过100个版本", generator) == {("affected_versions", ">", 100)}  # 版本 "version"
     assert got("more than 3 judges", generator) == {("judges", ">", 3)}
+
+
+def test_a_name_by_a_word_below_the_common_word_line() -> None:
+    from llama_index_ext_recursive.auto.terms import name_parts
+
+    parts = name_parts(["Samsung Electronics", "University of Oxford", "Christopher Nolan"])
+    assert parts["samsung"] == "Samsung Electronics" and parts["oxford"] == "University of Oxford"
+    assert "university" not in parts and "electronics" not in parts  # common words name nothing

@@ -64,8 +64,9 @@ logger = logging.getLogger(__name__)
 COMMON_WORD_ZIPF = {"en": 4.5, "zh": 5.0}
 # lower-case words inside a name ("University of Oxford", "Bank of America")
 _NAME_JOINERS = frozenset({"of", "the", "and", "for", "de", "du", "la", "von", "van", "&"})
-# a rarer word of a name stands for the name below this frequency ("Rossi" 3.4, not "Christopher" 4.2)
-NAME_PART_ZIPF = 4.0
+# a rarer word of a name stands for the name below this frequency, the common-word line ("Rossi" 3.4,
+# "Samsung" 4.1, "Oxford" 4.4; not "University" 5.4 or "Hong" 4.5): it must also name no other value
+NAME_PART_ZIPF = COMMON_WORD_ZIPF["en"]
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _SPLIT = re.compile(r"\s*(?:[,，、/;；|]|\bor\b|或)\s*")
 _PARENTHESES = re.compile(r"\([^)]*\)")
