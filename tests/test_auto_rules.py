@@ -1402,4 +1402,5 @@ def test_a_name_by_a_word_below_the_common_word_line() -> None:
 
     parts = name_parts(["Samsung Electronics", "University of Oxford", "Christopher Nolan"])
     assert parts["samsung"] == "Samsung Electronics" and parts["oxford"] == "University of Oxford"
-    assert "university" not in parts and "electronics" not in parts  # common words name nothing
+    assert "university" not in parts and "electronics" not in parts  # common or not the rarest: nothing
+    assert "christopher" not in parts  # "Nolan" is the rarest word of that name

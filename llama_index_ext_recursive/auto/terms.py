@@ -64,9 +64,9 @@ logger = logging.getLogger(__name__)
 COMMON_WORD_ZIPF = {"en": 4.5, "zh": 5.0}
 # lower-case words inside a name ("University of Oxford", "Bank of America")
 _NAME_JOINERS = frozenset({"of", "the", "and", "for", "de", "du", "la", "von", "van", "&"})
-# a rarer word of a name stands for the name below this frequency, the common-word line ("Rossi" 3.4,
-# "Samsung" 4.1, "Oxford" 4.4; not "University" 5.4 or "Hong" 4.5): it must also name no other value
-NAME_PART_ZIPF = COMMON_WORD_ZIPF["en"]
+# a word of a name stands for the name below this frequency ("Rossi" 3.4, not "Christopher" 4.2 or
+# "Electronics"); the rarest word of a name up to the common-word line ("Samsung" 4.1, "Oxford" 4.4)
+NAME_PART_ZIPF = 4.0
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _SPLIT = re.compile(r"\s*(?:[,，、/;；|]|\bor\b|或)\s*")
 _PARENTHESES = re.compile(r"\([^)]*\)")
@@ -131,9 +131,9 @@ def name_parts(values: Iterable[str]) -> dict[str, str]:
     """Rare words of multi-word names that stand for the whole name: ``{"rossi": "Marco Rossi"}``.
 
     A value is a name when it has two or more words, each capitalised but for
-    joining words ("University of Oxford"); a word
-    stands for it when it is rare (``NAME_PART_ZIPF``), at least three letters,
-    and part of no other value.
+    joining words ("University of Oxford"); a word stands for it when it is rare
+    (``NAME_PART_ZIPF``; its rarest word up to the common-word line), at least
+    three letters, and part of no other value.
     """
     from wordfreq import zipf_frequency
 
@@ -152,15 +152,12 @@ def name_parts(values: Iterable[str]) -> dict[str, str]:
                 counts.setdefault(word.lower(), []).append(value)
     out: dict[str, str] = {}
     for name in names:
-        for word in name.split():
-            lowered = word.lower()
-            if word in _NAME_JOINERS:
-                continue
-            if (
-                len(lowered) >= 3
-                and len(counts.get(lowered, ())) == 1
-                and zipf_frequency(lowered, "en") < NAME_PART_ZIPF
-            ):
+        words = [w.lower() for w in name.split() if w not in _NAME_JOINERS]
+        rarest = min(words, key=lambda w: zipf_frequency(w, "en"))
+        for lowered in words:
+            # the rarest word up to the common-word line ("Samsung", "Oxford"), any other only if rare
+            line = COMMON_WORD_ZIPF["en"] if lowered == rarest else NAME_PART_ZIPF
+            if len(lowered) >= 3 and len(counts.get(lowered, ())) == 1 and zipf_frequency(lowered, "en") < line:
                 out[lowered] = name
     return out
 
