@@ -1404,3 +1404,23 @@ def test_a_name_by_a_word_below_the_common_word_line() -> None:
     assert parts["samsung"] == "Samsung Electronics" and parts["oxford"] == "University of Oxford"
     assert "university" not in parts and "electronics" not in parts  # common or not the rarest: nothing
     assert "christopher" not in parts  # "Nolan" is the rarest word of that name
+
+
+@pytest.mark.parametrize(
+    ("query", "expected", "top_k"),
+    [
+        ("pharma patents", {("field", "==", "pharmaceuticals")}, None),  # a clipped value
+        ("tech patents", {("field", "==", "technology")}, None),  # a common clipping, with a cue
+        ("the latest tech", frozenset(), None),  # ... without one
+        ("documentary patents", {("field", "==", "documentary")}, None),
+        ("document patents", frozenset(), None),  # a common word is no clipping of a rare value
+        ("引用次数前十的专利", frozenset(), 10),  # 前十的: the top ten
+    ],
+)
+def test_clipped_values_and_top_ten(query: str, expected: set[Triple], top_k: int | None) -> None:
+    info = schema_info("Granted patents", field=("str", "Technology field of the patent"))
+    generator = RuleBasedSpecGenerator(
+        info, {"field": {"pharmaceuticals", "technology", "documentary"}}, today=TODAY, meaning_model=False
+    )
+    assert got(query, generator) == frozenset(expected)
+    assert generator.generate(query).top_k == top_k

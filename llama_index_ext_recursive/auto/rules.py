@@ -625,6 +625,13 @@ class RuleBasedSpecGenerator:
             for letters, found in by_initials.items()
             if len(found) == 1 and letters not in self._terms
         }
+        # a one-word value by its first letters, as people clip it: "tech", "pharma", "telecom"
+        clipped: dict[str, set[_Term]] = {}
+        for phrase, bucket in self._terms.items():
+            if len(bucket) == 1 and bucket[0].rule == "value" and phrase.isalpha() and len(phrase) >= 7:
+                for end in range(4, len(phrase) - 2):
+                    clipped.setdefault(phrase[:end], set()).add(_Term(bucket[0].key, bucket[0].value, "stem"))
+        self._clippings = {p: next(iter(t)) for p, t in clipped.items() if len(t) == 1 and p not in self._terms}
         self._stems: dict[str, list[tuple[str, _Term]]] = {}  # one-word Latin phrases by stem: _terms_of
         for phrase, bucket in self._terms.items():
             word = _APOSTROPHE.sub("", phrase)  # "alzheimer's" stems as "alzheimers" does
@@ -1244,6 +1251,11 @@ class RuleBasedSpecGenerator:
                     if not all(t.text.isalpha() for t in words):
                         continue
                     terms = set(self._terms_of(word, "stem", inflected=True)) if len(words) == 1 else set()
+                    clipping = self._clippings.get(first.lower) if len(words) == 1 and not terms else None
+                    if clipping is not None and (
+                        not is_common_word(first.lower) or is_common_word(str(clipping.value))
+                    ):  # "pharma", "tech" (a common word for a common value: with a cue); not "document"
+                        terms = {clipping}
                     if not terms and len(words) > 1:
                         # a phrase ("wireless network"); one English word next to a value's
                         # meaning is mostly its topic ("blog posts about bread": not food)
@@ -1613,7 +1625,7 @@ class RuleBasedSpecGenerator:
                 out.append(self._top_k_match(text, m, "top_k"))  # "five blog posts"
         zh_num = rf"(?P<n>\d{{1,3}}|{ZH_NUM_RE})"
         for pattern in (
-            rf"前\s*{zh_num}\s*(?:{ZH_CLASSIFIERS}|名)",
+            rf"前\s*{zh_num}\s*(?:{ZH_CLASSIFIERS}|名|(?=的))",
             rf"(?:返回|给我|列出|显示|找出?|要|推荐)(?:看看?|找|列出|来)?\s*{zh_num}\s*(?:{ZH_CLASSIFIERS})",
             rf"{zh_num}\s*(?:{ZH_CLASSIFIERS})\s*(?:结果|文档|文章|资料|条目)",
         ):
