@@ -1424,3 +1424,29 @@ def test_clipped_values_and_top_ten(query: str, expected: set[Triple], top_k: in
     )
     assert got(query, generator) == frozenset(expected)
     assert generator.generate(query).top_k == top_k
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("expired patents", {("legal_status", "==", "expired")}),
+        ("detecting expired food in a fridge", frozenset()),  # a participle describing another noun
+        ("path traversals in pypi", {("vuln_type", "==", "path traversal"), ("ecosystem", "==", "pypi")}),
+        ("sql injections", {("vuln_type", "==", "sql injection")}),  # a phrase by its words' stems
+        ("Python 教程", frozenset()),  # a Latin word and a gloss that name no value together
+    ],
+)
+def test_participles_and_phrases_by_stems(query: str, expected: set[Triple]) -> None:
+    info = schema_info(
+        "Security advisories and patents",
+        legal_status=("str", "Legal status"),
+        vuln_type=("str", "Vulnerability type"),
+        ecosystem=("str", "Package ecosystem"),
+    )
+    vocabulary = {
+        "legal_status": {"expired", "granted"},
+        "vuln_type": {"path traversal", "sql injection"},
+        "ecosystem": {"pypi", "npm"},
+    }
+    generator = RuleBasedSpecGenerator(info, vocabulary, today=TODAY, meaning_model=False)
+    assert got(query, generator) == frozenset(expected)

@@ -320,6 +320,11 @@ def _content_kinds(content_info: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]{4,}", head) if _is_plural(w.lower())))
 
 
+def _stems_of(phrase: str) -> str:
+    """A phrase's words by their stems, for matching inflected phrases ("path traversals")."""
+    return " ".join(stem_of(w) for w in phrase.split())
+
+
 def _spellings(word: str) -> list[str]:
     """A word, its American spelling ("behavioural" -> "behavioral", "paediatric" ->
     "pediatric") and the noun a derived adjective is made of ("asthmatic" -> "asthma",
@@ -632,6 +637,10 @@ class RuleBasedSpecGenerator:
                 for end in range(4, len(phrase) - 2):
                     clipped.setdefault(phrase[:end], set()).add(_Term(bucket[0].key, bucket[0].value, "stem"))
         self._clippings = {p: next(iter(t)) for p, t in clipped.items() if len(t) == 1 and p not in self._terms}
+        self._phrase_stems: dict[str, list[_Term]] = {}  # Latin phrases of several words by their stems
+        for phrase, bucket in self._terms.items():
+            if " " in phrase and not _is_cjk_term(phrase):
+                self._phrase_stems.setdefault(_stems_of(phrase), []).extend(bucket)
         self._stems: dict[str, list[tuple[str, _Term]]] = {}  # one-word Latin phrases by stem: _terms_of
         for phrase, bucket in self._terms.items():
             word = _APOSTROPHE.sub("", phrase)  # "alzheimer's" stems as "alzheimers" does
@@ -1200,6 +1209,16 @@ class RuleBasedSpecGenerator:
                     if len(numbered) == 1:
                         best = _Candidate(start, end, numbered[0])
                         break
+                if len(words) == 2 and not first.cjk and first.text.isalpha() and words[1].cjk:
+                    # "SQL 注入": a Latin word and a Chinese one, read as the word and the gloss
+                    mixed = {
+                        t
+                        for gloss in english_glosses(words[1].text)
+                        for t in self._terms_of(f"{first.text} {gloss}", "gloss")
+                    }
+                    if len(mixed) == 1 and not any(covered[start:end]):
+                        best = _Candidate(start, end, mixed.pop())
+                        break
                 if len(words) == 1 and first.text.isupper() and first.text.lower() in self._initials:
                     if not any(covered[start:end]):
                         best = _Candidate(start, end, self._initials[first.text.lower()])  # "IP", "US"
@@ -1242,7 +1261,9 @@ class RuleBasedSpecGenerator:
                     cued = not any(found for (_, part), found in found_by.items() if part != "kind")
                     # only the last word of a gloss ("public utilities"): a reading that needs a cue
                     by_tail = bool(terms) and not any(found for (_, part), found in found_by.items() if part != "tail")
-                    if not terms:  # by meaning, the nouns only: 租房 "to rent an apartment" is no apartment
+                    if not terms and chinese_word_class(word) != "v":
+                        # by meaning, the nouns only: 租房 "to rent an apartment" is no apartment, and a
+                        # verb's noun sense is not the one used (申请的专利: applied for, not "application")
                         nouns = set(english_glosses(word, verbs=False, cuts=cuts))
                         asked.extend((start, end, phrase) for phrase, gloss, _ in readings if gloss in nouns)
                 else:
@@ -1314,7 +1335,7 @@ class RuleBasedSpecGenerator:
         the caller keeps these for rare values only), and a dictionary word's gloss by its
         last word (``"tail"``: 公用事业 "public utilities"; read only with a cue)."""
         numbered = _NUMBERED_ZH.fullmatch(word)
-        if numbered and parse_count(numbered.group("n")):
+        if numbered and parse_count(numbered.group("n")) and not english_glosses(word, cuts=()):
             # 三期 "phase 3", 第二季 "season 2": the glosses of the noun, with the number after them
             n = parse_count(numbered.group("n"))
             return [(f"{g} {n}", g, "whole") for g in english_glosses(numbered.group("noun"), verbs=False)]
@@ -1348,6 +1369,8 @@ class RuleBasedSpecGenerator:
                 bucket = [t for p, t in self._stems.get(stem_of(form), []) if not inflected or len(form) >= len(p)]
                 if bucket:
                     break
+        elif not bucket:  # "sql inject" for "sql injection": a phrase by the stems of its words
+            bucket = self._phrase_stems.get(_stems_of(phrase), [])
         return [_Term(t.key, t.value, rule) for t in bucket or ()]
 
     def _candidates_for(self, start: int, end: int, phrase: str) -> list[_Candidate]:
@@ -1559,7 +1582,15 @@ class RuleBasedSpecGenerator:
         nxt = toks[after] if after < len(toks) else None
         if prev is not None and prev.lower == "the" and nxt is not None and nxt.lower in COPULAS_EN:
             return False  # "the room was smaller": one thing talked about, not a kind asked for
-        if self._specific(text[cand.start : cand.end], cand.term):
+        written = text[cand.start : cand.end]
+        if (
+            written.lower().endswith("ed")
+            and nxt is not None
+            and self._role(nxt, values, taken) == "content"
+            and not _is_verb(nxt)
+        ):
+            return False  # "expired food", "revoked certificates": a participle describing another noun
+        if self._specific(written, cand.term):
             # "thai curry", "Miyazaki": a rare word of the data is the value, except as the
             # head of "X of ..." ("the biology of reefs")
             return not (nxt is not None and nxt.lower == "of")
