@@ -1248,6 +1248,7 @@ def test_values_before_their_key_and_in_lists(query: str, expected: set[Triple])
     [
         ("songs with 100000 plays or more", {("plays", ">=", 100000)}),  # the key's name as its unit
         ("songs with 500 or more plays", {("plays", ">=", 500)}),  # the unit after the comparison
+        ("at least 10 recorded plays", {("plays", ">=", 10)}),  # a participle before the unit
         ("songs with 1000-5000 plays", {("plays", ">=", 1000), ("plays", "<=", 5000)}),
         ("播放量在50万以上", {("plays", ">=", 500000)}),  # the only numeric key, a bound after the number
         ("30万以下的歌", {("plays", "<=", 300000)}),

@@ -277,7 +277,8 @@ class NumericReader:
             prefix = _alternation(self._prefixes(units[key]) - shared)
             # "¥6000", "$50": a currency symbol before the number says which key as a unit does
             pre = rf"(?:(?P<pre>{prefix})\s*)?" if prefix else r"(?P<pre>(?!))?"
-            unit_re = rf"(?:{_ZH_CLASSIFIER}\s*)?(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
+            # a measure word ("100个版本") or a participle ("10 reported injuries") may stand before the unit
+            unit_re = rf"(?:{_ZH_CLASSIFIER}\s*|[A-Za-z]{{3,}}ed\s+)?(?P<unit>{unit})" if unit else r"(?P<unit>(?!))"
             unit_b = rf"(?P<unit_b>{unit})" if unit else r"(?P<unit_b>(?!))"
             name_re = (
                 rf"(?:(?P<name>{name})\s*(?:{_SCORE_FILLER}\s*)?(?:(?:is|of|at|在|为|是)\s*)?)"
