@@ -100,6 +100,8 @@ LABELLED_SETS: list[tuple[str, str, str]] = [
     ("filings", "auto_queries_filings.json", TUNED_AFTER_BLIND),  # blind for issue 30 (first run 0.460)
     ("patents", "auto_queries_patents.json", TUNED_AFTER_BLIND),  # blind for issue 30 (first run 0.360)
     ("recalls", "auto_queries_recalls.json", TUNED_AFTER_BLIND),  # blind for issue 30 (first run 0.320)
+    ("contracts", "auto_queries_contracts.json", HELD_OUT),  # written blind for issue 30, fourth round
+    ("repos", "auto_queries_repos.json", HELD_OUT),  # written blind for issue 30, fourth round
 ]
 
 FilterKey = tuple[str, str, Any]
