@@ -463,8 +463,9 @@ class RuleBasedSpecGenerator:
         if unknown:
             raise ValueError(f"synonyms for unknown keys {unknown}; vector_store_info has {sorted(self._types)}")
         self._year_key = self._find_year_key()
-        self._doc_en, self._doc_zh = self._document_nouns()
         self._key_words = {w for key in self._types for w in re.split(r"[\s_\-]+", key.lower()) if w}
+        self._described = self._described_nouns()
+        self._doc_en, self._doc_zh = self._document_nouns()
         # "Area of law the case concerns": a value before "law" is an area ("family law")
         self._key_nouns = {
             head.group(1).lower()
@@ -492,7 +493,7 @@ class RuleBasedSpecGenerator:
         model = self._meaning_model(meaning_model)
         self._meaning = self._phrase_matcher(model)
         kinds = _content_kinds(self._info.content_info or "")
-        kinds += [plural for noun in self._described_nouns() for plural in sorted(plural_forms(noun)) if plural != noun]
+        kinds += [plural for noun in self._described for plural in sorted(plural_forms(noun)) if plural != noun]
         self._kinds = PhraseMatcher(model, {k: k for k in kinds}) if model is not None and kinds else None
         self._kind_memo: dict[str, bool] = {}  # word -> names the documents by meaning (KIND_SIMILARITY)
         # the longest stored string per key: how far "chef: Kenji Sato" can reach
@@ -543,17 +544,16 @@ class RuleBasedSpecGenerator:
 
         "thai 菜谱", "main courses", "French films": besides the built-in kinds
         of document, the key names ("courses" for ``course``, with their
-        Chinese forms) and the words of ``content_info`` ("Recipes from a
-        cooking site") name what the documents are.
+        Chinese forms), the words of ``content_info`` ("Recipes from a
+        cooking site") and the noun the key descriptions give the values to
+        ("the case") name what the documents are.
         """
         english = set(DOC_NOUNS_EN) | KIND_WORDS_EN
         chinese = set(DOC_NOUNS_ZH) | KIND_WORDS_ZH
-        words: list[str] = []
-        for key in self._types:
-            words += re.split(r"[\s_\-]+", key.lower())
+        words = sorted(self._key_words)
         content = self._info.content_info or ""
         words += [w.lower() for w in re.findall(r"[A-Za-z]{4,}", content) if w.lower() not in FILLER_EN]
-        words += self._described_nouns()
+        words += self._described
         for word in words:
             if word and not self._is_numeric(word):
                 english |= plural_forms(word)
