@@ -51,7 +51,7 @@ from llama_index_ext_recursive.auto.spans import Spans
 from llama_index_ext_recursive.auto.terms import chinese_words_for
 from llama_index_ext_recursive.text import CJK_CLASS
 
-__all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "parse_number", "range_note"]
+__all__ = ["NUMBER_TEXT", "NumericComparison", "NumericReader", "in_range", "key_words", "parse_number", "range_note"]
 
 Op = FilterOperator
 # digits with optional thousands separators, decimals and exponent: 30, 1,000,000, 1.5, 1e3
@@ -197,7 +197,7 @@ def range_note(phrase: str, key: str | None) -> str:
     )
 
 
-def _key_words(name: str) -> list[str]:
+def key_words(name: str) -> list[str]:
     """``page_count`` -> ``["page", "count"]``; ``prepMinutes`` -> ``["prep", "minutes"]``."""
     spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name)
     return [w.lower() for w in re.split(r"[\s_\-]+", spaced) if w]
@@ -344,7 +344,7 @@ class NumericReader:
                 units.update(KEY_WORDS_ZH.get(form, ()))
             units.update(alias for alias, target in UNIT_ALIASES.items() if target in plural_forms(word))
 
-        words = _key_words(meta.name)
+        words = key_words(meta.name)
         for word in words:
             if UNIT_ALIASES.get(word, word) in UNIT_WORDS_EN:
                 add_unit(word)

@@ -124,7 +124,14 @@ from llama_index_ext_recursive.auto.lexicon import (
     plural_forms,
 )
 from llama_index_ext_recursive.auto.meaning import PhraseMatcher
-from llama_index_ext_recursive.auto.numbers import NUMBER_TEXT, NumericReader, in_range, parse_number, range_note
+from llama_index_ext_recursive.auto.numbers import (
+    NUMBER_TEXT,
+    NumericReader,
+    in_range,
+    key_words,
+    parse_number,
+    range_note,
+)
 from llama_index_ext_recursive.auto.spans import Spans, TokenIndex
 from llama_index_ext_recursive.auto.terms import (
     chinese_word_class,
@@ -463,7 +470,7 @@ class RuleBasedSpecGenerator:
         if unknown:
             raise ValueError(f"synonyms for unknown keys {unknown}; vector_store_info has {sorted(self._types)}")
         self._year_key = self._find_year_key()
-        self._key_words = {w for key in self._types for w in re.split(r"[\s_\-]+", key.lower()) if w}
+        self._key_words = {w for key in self._types for w in key_words(key)}
         self._described = self._described_nouns()
         self._doc_en, self._doc_zh = self._document_nouns()
         # "Area of law the case concerns": a value before "law" is an area ("family law")
